@@ -1,0 +1,1 @@
+"""Benchmark adapters. Benchmark knowledge lives only here, never in ``harness``."""

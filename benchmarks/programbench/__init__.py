@@ -1,0 +1,8 @@
+"""ProgramBench adapter: tasks, instruction, gateway task body, submission, official eval.
+
+Modules are imported on demand; importing this package is cheap (no Docker, no CLI).
+"""
+
+BENCHMARK = "programbench"
+FIXTURE_ID = "testorg__calculator.abc1234"
+CLEANROOM_TAG = "task_cleanroom_v6"

@@ -1,0 +1,213 @@
+"""ProgramBench instances from the installed ``programbench`` package, and their selection.
+
+Loading reads ``programbench/data/tasks/*/task.yaml`` through the package's own loader
+(``programbench.utils.load_data.load_all_instances``) and is cached per process: every
+xdist worker collects all 201 instances, so this stays well under a second.
+
+Selection mirrors ``programbench.utils.instance_filters.filter_instances``: sort by id,
+shuffle with ``random.Random(seed)`` (the package uses seed 42), then ``re.match`` the
+filter, then apply the ``A:B`` slice. With ``seed=42`` the order is exactly the package's.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from functools import lru_cache
+from importlib.metadata import version
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from benchmarks.programbench import CLEANROOM_TAG, FIXTURE_ID
+
+Difficulty = Literal["easy", "medium", "hard", "none"]
+DEFAULT_SHUFFLE_SEED = 42
+FIXTURE_PREFIX = "testorg__"
+_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+class PBInstance(BaseModel):
+    """One ProgramBench task as shipped in the package (``task.yaml`` + derived names)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    instance_id: str
+    image_name: str  # without tag, e.g. programbench/abishekvashok_1776_cmatrix.5c082c6
+    repository: str
+    commit: str
+    language: str
+    difficulty: Difficulty = "none"
+    eval_clean_hashes: tuple[str, ...] = ()
+
+    @field_validator("instance_id")
+    @classmethod
+    def _valid_id(cls, value: str) -> str:
+        if not _ID_RE.match(value):
+            raise ValueError(f"invalid instance id {value!r}")
+        return value
+
+    @field_validator("difficulty", mode="before")
+    @classmethod
+    def _none_difficulty(cls, value: object) -> object:
+        return "none" if value in (None, "") else value
+
+    @property
+    def n_clean_hashes(self) -> int:
+        return len(self.eval_clean_hashes)
+
+    @property
+    def is_fixture(self) -> bool:
+        return self.instance_id.startswith(FIXTURE_PREFIX)
+
+    def image_ref(self, tag: str = CLEANROOM_TAG) -> str:
+        return f"{self.image_name}:{tag}"
+
+
+class InstanceOrder(BaseModel):
+    """``instance_order.json``: the selected ids in run order (the seed's four keys first)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    count: int
+    shuffle: bool
+    shuffle_seed: int | None
+    instance_ids: list[str]
+    filter: str | None = None
+    slice: str | None = None
+    include_fixture: bool = False
+    programbench_version: str = Field(default_factory=lambda: programbench_version())
+
+
+def programbench_version() -> str:
+    """Version of the installed ``programbench`` distribution (e.g. ``1.2.5``)."""
+    return version("programbench")
+
+
+def tasks_dir() -> Path:
+    from programbench.constants import TASKS_DIR
+
+    return Path(TASKS_DIR)
+
+
+@lru_cache(maxsize=1)
+def _load_cached() -> tuple[PBInstance, ...]:
+    from programbench.utils.load_data import load_all_instances
+
+    raw = load_all_instances(include_tests=False)
+    out = [
+        PBInstance(
+            instance_id=item["instance_id"],
+            image_name=item["image_name"],
+            repository=item["repository"],
+            commit=str(item["commit"]),
+            language=str(item["language"]),
+            difficulty=item.get("difficulty"),
+            eval_clean_hashes=tuple(item.get("eval_clean_hashes") or ()),
+        )
+        for item in raw
+    ]
+    return tuple(sorted(out, key=lambda inst: inst.instance_id))
+
+
+def load_instances(*, include_fixture: bool = True) -> list[PBInstance]:
+    """All instances sorted by id: 200 tasks plus (by default) the calculator fixture."""
+    items = _load_cached()
+    if include_fixture:
+        return list(items)
+    return [inst for inst in items if not inst.is_fixture]
+
+
+def instances_by_id() -> dict[str, PBInstance]:
+    return {inst.instance_id: inst for inst in _load_cached()}
+
+
+def get_instance(instance_id: str) -> PBInstance:
+    try:
+        return instances_by_id()[instance_id]
+    except KeyError:
+        raise KeyError(f"unknown ProgramBench instance id {instance_id!r}") from None
+
+
+def parse_slice(spec: str) -> slice:
+    """``"A:B"`` (either side optional, negatives allowed) -> ``slice``; a bad spec raises."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"invalid slice {spec!r}: expected A:B")
+    try:
+        values = [int(p) if p.strip() else None for p in parts]
+    except ValueError:
+        raise ValueError(f"invalid slice {spec!r}: bounds must be integers") from None
+    return slice(*values)
+
+
+def compile_filter(spec: str) -> re.Pattern[str]:
+    try:
+        return re.compile(spec)
+    except re.error as exc:
+        raise ValueError(f"invalid --pb-filter regex {spec!r}: {exc}") from None
+
+
+def select_instances(
+    instances: list[PBInstance] | None = None,
+    *,
+    filter_spec: str | None = None,
+    slice_spec: str | None = None,
+    shuffle: bool = False,
+    seed: int = DEFAULT_SHUFFLE_SEED,
+    include_fixture: bool = False,
+) -> list[PBInstance]:
+    """Apply ``--pb-filter`` / ``--pb-shuffle --pb-seed`` / ``--pb-slice``, in the package's order.
+
+    The fixture ``testorg__calculator.abc1234`` takes part only with ``include_fixture``
+    (its image is not published; the offline fixture builds it locally).
+    """
+    pool = list(instances) if instances is not None else load_instances()
+    if not include_fixture:
+        pool = [inst for inst in pool if not inst.is_fixture]
+    pool.sort(key=lambda inst: inst.instance_id)
+    if shuffle:
+        random.Random(seed).shuffle(pool)
+    if filter_spec:
+        pattern = compile_filter(filter_spec)
+        pool = [inst for inst in pool if pattern.match(inst.instance_id)]
+    if slice_spec:
+        pool = pool[parse_slice(slice_spec)]
+    return pool
+
+
+def instance_order(
+    selected: list[PBInstance],
+    *,
+    shuffle: bool,
+    seed: int | None,
+    filter_spec: str | None = None,
+    slice_spec: str | None = None,
+    include_fixture: bool = False,
+) -> InstanceOrder:
+    """The ``instance_order.json`` record of a selection (``shuffle_seed`` null when unshuffled)."""
+    return InstanceOrder(
+        count=len(selected),
+        shuffle=shuffle,
+        shuffle_seed=seed if shuffle else None,
+        instance_ids=[inst.instance_id for inst in selected],
+        filter=filter_spec or None,
+        slice=slice_spec or None,
+        include_fixture=include_fixture,
+    )
+
+
+__all__ = [
+    "DEFAULT_SHUFFLE_SEED",
+    "FIXTURE_ID",
+    "InstanceOrder",
+    "PBInstance",
+    "get_instance",
+    "instance_order",
+    "instances_by_id",
+    "load_instances",
+    "parse_slice",
+    "programbench_version",
+    "select_instances",
+]
