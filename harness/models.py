@@ -37,6 +37,7 @@ class Outcome(StrEnum):
     INFRA_FAILED = "infra_failed"  # Docker, network, gateway, budget plumbing: not the model
     BLOCKED = "blocked"  # budget or stop request kept it from starting
     NOT_ATTEMPTED = "not_attempted"  # the run ended before it started
+    SKIPPED = "skipped"  # the benchmark declined it (e.g. no oracle solution)
     CARRIED = "carried_forward"  # settled in an ancestor run (resume)
     DRY_RUN = "dry_run"  # inputs prepared, nothing run
 

@@ -1,0 +1,387 @@
+"""The controller: runs once per session (the xdist controller or the single process).
+
+It admits the run (run root, manifest first, frozen plan), learns the selection once
+collection is done, is the ONLY writer of the ledger, writes the rows nobody else can (a
+crashed worker's instance, interrupted and never-started instances), and finalizes the
+manifest with outcome and exit code on every exit path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from filelock import Timeout, UnixFileLock
+
+from harness import manifest as mf
+from harness.errors import RefusalError
+from harness.fsutil import atomic_write_json
+from harness.ledger import LedgerWriter, ledger_path
+from harness.models import Manifest, Outcome, Plan, Refusal, Selection, TaskRow
+from harness.plan import fingerprint, new_run_id, validate_run_id
+from harness.resume import ResumeError, check_generations, plan_resume
+from harness.runtime import ROW_PROPERTY, RunContext
+from harness.signals import read_stop, request_stop
+
+HARNESS_DIR = ".harness"
+EXIT_OK, EXIT_INFRA, EXIT_REFUSED, EXIT_STOPPED = 0, 1, 2, 3
+# Options that do not change results: left out of the fingerprint and the resume command.
+ROOT_OPTIONS = ("--run-root", "--run-id", "--resume-from", "--shard")
+
+
+def lock_path(run_root: Path) -> Path:
+    return Path(run_root) / HARNESS_DIR / "run.lock"
+
+
+def workers_dir(run_root: Path) -> Path:
+    return Path(run_root) / HARNESS_DIR / "workers"
+
+
+def collection_file(run_root: Path, worker_id: str) -> Path:
+    return Path(run_root) / HARNESS_DIR / "collection" / f"{worker_id}.json"
+
+
+def write_collection(run_root: Path, worker_id: str, nodeids: dict[str, str]) -> None:
+    atomic_write_json(collection_file(run_root, worker_id), {"nodeids": nodeids})
+
+
+def key_from_report_nodeid(nodeid: str, known: dict[str, str]) -> str | None:
+    return known.get(nodeid)
+
+
+class Controller:
+    def __init__(self, config: pytest.Config, options: Any) -> None:
+        self.config = config
+        self.options = options
+        self.run: RunContext | None = None
+        self.manifest: Manifest | None = None
+        self.writer: LedgerWriter | None = None
+        self.lock: UnixFileLock | None = None
+        self.selection: list[str] | None = None
+        self.nodeids: dict[str, str] = {}
+        self.rows: dict[str, TaskRow] = {}
+        self.running: dict[str, tuple[str, float]] = {}
+        self.finalized = False
+        self.exit_code: int | None = None
+        self.last_checkpoint = 0.0
+
+    # admission --------------------------------------------------------------------------
+    def resolve_root(self, benchmarks: list[str]) -> tuple[str, Path]:
+        opts = self.options
+        run_id = opts.run_id or new_run_id(benchmarks[0] if len(benchmarks) == 1 else "run")
+        validate_run_id(run_id)
+        if opts.run_root:
+            root = Path(opts.run_root)
+        else:
+            root = opts.runs_root / run_id
+        return run_id, root.resolve()
+
+    def refuse_reused_root(self, run_id: str, root: Path, argv: list[str]) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        sibling = root.parent / f"{root.name}-refused-{stamp}-{os.getpid()}"
+        message = (
+            f"--run-root {root} already exists: run roots are never reused; pass a new "
+            f"--run-root, or --resume-from {root} to continue that run"
+        )
+        manifest = mf.new_manifest(run_id=run_id, run_root=sibling, argv=argv,
+                                   dry_run=False, workers=0)
+        manifest.refusal = Refusal(stage="run_root", reason="run_root_exists", message=message)
+        manifest.extra["refused_run_root"] = str(root)
+        sibling.mkdir(parents=True)
+        mf.finalize(manifest, outcome="refused", exit_code=EXIT_REFUSED)
+        raise RefusalError(message, stage="run_root", reason="run_root_exists")
+
+    def admit(self, run: RunContext, config_dict: dict[str, Any],
+              benchmark_versions: dict[str, str], argv: list[str], workers: int) -> None:
+        """Create the run root, write the manifest first, then plan (resume), then preflight."""
+        self.run = run
+        root = run.run_root
+        if root.exists():
+            self.refuse_reused_root(run.run_id, root, argv)
+        (root / HARNESS_DIR).mkdir(parents=True)
+        self.lock = UnixFileLock(str(lock_path(root)))
+        try:
+            self.lock.acquire(timeout=0)
+        except Timeout as exc:  # pragma: no cover - a fresh root cannot be locked by others
+            raise RefusalError(f"{root} is locked by another run", stage="run_root",
+                               reason="run_root_locked") from exc
+        manifest = mf.new_manifest(run_id=run.run_id, run_root=root, argv=argv,
+                                   dry_run=run.plan.dry_run, workers=workers)
+        manifest.benchmarks = sorted(run.adapters)
+        manifest.benchmark_versions = benchmark_versions
+        manifest.config = config_dict
+        manifest.config_fingerprint = fingerprint(config_dict)
+        manifest.shard = run.plan.shard
+        manifest.selection.selectors = dict(self.options.selectors)
+        self.manifest = run.manifest = manifest
+        mf.write_manifest(manifest)  # manifest first: everything after can be refused on disk
+        ledger_path(root).touch()
+        self.writer = LedgerWriter(root)
+        try:
+            if self.options.resume_from:
+                self.plan_resume(run, config_dict, benchmark_versions)
+            atomic_write_json(root / mf.PLAN_NAME, run.plan)
+            self.config.hook.pytest_harness_admit(config=self.config, run=run)
+        except RefusalError as exc:
+            self.refuse(exc)
+            raise
+        mf.checkpoint(manifest, "admitted")
+
+    def plan_resume(self, run: RunContext, config_dict: dict[str, Any],
+                    versions: dict[str, str]) -> None:
+        assert self.manifest is not None
+        try:
+            rp = plan_resume(
+                Path(self.options.resume_from),
+                config=config_dict,
+                benchmark_versions=versions,
+                shard=run.plan.shard,
+                shard_given=self.options.shard_given,
+            )
+        except ResumeError as exc:
+            raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
+        selection = None if self.options.selectors_given else rp.selection
+        remaining = [k for k in (selection or rp.selection) if k not in rp.carried]
+        try:
+            check_generations(rp, len(remaining), self.options.max_recovery_generations)
+        except ResumeError as exc:
+            raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
+        run.plan = Plan(
+            run_id=run.run_id, created_at_unix=run.plan.created_at_unix,
+            dry_run=run.plan.dry_run, shard=rp.shard, selection=selection,
+            carried=rp.carried, attempts=rp.attempts,
+        )
+        m = self.manifest
+        m.shard = rp.shard
+        m.resume.ancestors = rp.ancestor_roots
+        m.resume.ancestor_run_ids = [a.run_id for a in rp.ancestry.manifests]
+        m.resume.generation = rp.generation
+
+    def refuse(self, exc: RefusalError) -> None:
+        if self.manifest is None:
+            return
+        self.manifest.refusal = Refusal(stage=exc.stage, reason=exc.reason, message=str(exc))
+        self.finalize(outcome="refused", exit_code=exc.exit_code)
+
+    # selection --------------------------------------------------------------------------
+    def set_selection(self, nodeids: dict[str, str]) -> None:
+        """nodeid -> key of every selected item, once collection is final."""
+        if self.selection is not None or self.manifest is None or self.run is None:
+            return
+        self.nodeids = dict(nodeids)
+        keys = list(dict.fromkeys(nodeids.values()))
+        self.selection = keys
+        m = self.manifest
+        m.selection = Selection(
+            resolved=True, instance_ids=keys, count=len(keys),
+            selectors=m.selection.selectors,
+            source="ancestor" if self.run.plan.selection is not None else "collection",
+        )
+        m.resume.carried = sum(1 for k in keys if k in self.run.plan.carried)
+        m.resume.to_run = len(keys) - m.resume.carried
+        mf.checkpoint(m, "selection_resolved")
+
+    def load_worker_selection(self, worker_id: str) -> None:
+        if self.selection is not None or self.run is None:
+            return
+        path = collection_file(self.run.run_root, worker_id)
+        data = json.loads(path.read_text())
+        self.set_selection(data["nodeids"])
+
+    # rows -------------------------------------------------------------------------------
+    def instance_started(self, nodeid: str, worker: str) -> None:
+        key = self.nodeids.get(nodeid)
+        if key is not None:
+            self.running[key] = (worker, time.time())
+
+    def on_report(self, report: pytest.TestReport) -> None:
+        if self.writer is None:
+            return
+        props = dict(report.user_properties)
+        if ROW_PROPERTY in props:
+            self.append(TaskRow.model_validate(props[ROW_PROPERTY]))
+            return
+        if report.when == "???":  # type: ignore[comparison-overlap]
+            key = self.nodeids.get(report.nodeid)
+            if key is None:
+                return
+            worker = getattr(getattr(report, "node", None), "gateway", None)
+            worker_id = getattr(worker, "id", "unknown")
+            self.append(self.synthetic_row(key, Outcome.INFRA_FAILED, "worker_crashed",
+                                           error=str(report.longrepr), worker=worker_id))
+            assert self.run is not None
+            with contextlib.suppress(Exception):
+                self.config.hook.pytest_harness_worker_crashed(
+                    config=self.config, run=self.run, worker_id=worker_id)
+
+    def synthetic_row(self, key: str, outcome: Outcome, reason: str, *,
+                      error: str | None = None, worker: str = "controller") -> TaskRow:
+        assert self.run is not None
+        benchmark, instance_id = key.split("/", 1)
+        adapter = self.run.adapters.get(benchmark)
+        status = adapter.status_for(outcome, None) if adapter else outcome.value
+        started = self.running.get(key)
+        nodeid = next((n for n, k in self.nodeids.items() if k == key), None)
+        return TaskRow(
+            ts_unix=time.time(), run_id=self.run.run_id, benchmark=benchmark,
+            instance_id=instance_id, status=status, outcome=outcome, reason_code=reason,
+            attempt=self.run.plan.attempts.get(key, 1),
+            worker=started[0] if started else worker, nodeid=nodeid,
+            duration_s=round(time.time() - started[1], 3) if started else None,
+            infra=outcome is Outcome.INFRA_FAILED, error=error,
+        )
+
+    def append(self, row: TaskRow) -> None:
+        assert self.writer is not None
+        self.writer.append(row)
+        self.rows[row.key] = row
+        self.running.pop(row.key, None)
+        with contextlib.suppress(Exception):
+            self.config.hook.pytest_harness_row_written(config=self.config, row=row)
+        now = time.time()
+        if self.manifest is not None and now - self.last_checkpoint > 1.0:
+            self.last_checkpoint = now
+            self.update_counts()
+            mf.checkpoint(self.manifest, "running")
+
+    def fill_missing(self, cause: str | None) -> None:
+        """Rows for selected instances that have none: interrupted or never started."""
+        for key in self.selection or []:
+            if key in self.rows:
+                continue
+            if key in self.running:
+                reason = f"interrupted:{cause or 'session_ended'}"
+                self.append(self.synthetic_row(key, Outcome.INFRA_FAILED, reason))
+            else:
+                outcome = Outcome.BLOCKED if cause else Outcome.NOT_ATTEMPTED
+                self.append(self.synthetic_row(key, outcome, cause or "not_run"))
+
+    # summary and exit -------------------------------------------------------------------
+    def update_counts(self) -> dict[str, Any]:
+        assert self.manifest is not None
+        selected = self.selection or []
+        rows = [self.rows[k] for k in selected if k in self.rows]
+        counts = Counter(r.status for r in rows)
+        outcomes = Counter(r.outcome.value for r in rows)
+        scores = [self.rows[k].score or 0.0 if k in self.rows else 0.0 for k in selected]
+        mean = sum(scores) / len(scores) if scores else None
+        self.manifest.counts = dict(sorted(counts.items()))
+        self.manifest.outcome_counts = dict(sorted(outcomes.items()))
+        self.manifest.mean_score = mean
+        return {"selected": len(selected), "counts": dict(counts),
+                "outcomes": dict(outcomes), "mean_score": mean}
+
+    def decide_exit(self) -> tuple[str, int]:
+        assert self.run is not None
+        cause = read_stop(self.run.run_root)
+        outcomes = Counter(r.outcome for r in self.rows.values())
+        if cause:
+            return "stopped", EXIT_STOPPED
+        if self.run.plan.dry_run:
+            return "dry_run", EXIT_OK
+        if self.selection is None:
+            return "collection_failed", EXIT_REFUSED
+        if outcomes[Outcome.INFRA_FAILED] or outcomes[Outcome.NOT_ATTEMPTED] or \
+                outcomes[Outcome.BLOCKED]:
+            return "infra_failed", EXIT_INFRA
+        if self.selection and all(self.rows[k].outcome is Outcome.CARRIED
+                                  for k in self.selection if k in self.rows):
+            return "nothing_remaining", EXIT_OK
+        return "completed", EXIT_OK
+
+    def finish(self, session: pytest.Session) -> int | None:
+        if self.run is None or self.manifest is None or self.finalized:
+            return self.exit_code
+        cause = read_stop(self.run.run_root)
+        self.fill_missing(cause)
+        summary = self.update_counts()
+        outcome, code = self.decide_exit()
+        self.manifest.resume_command = self.resume_command()
+        summary.update(outcome=outcome, exit_code=code, stop_reason=cause)
+        try:
+            self.config.hook.pytest_harness_session_finish(
+                config=self.config, run=self.run, summary=summary)
+        except Exception as exc:  # a finishing step must not lose the manifest
+            self.manifest.extra.setdefault("finish_errors", []).append(
+                f"{type(exc).__name__}: {exc}"[:2000])
+        self.finalize(outcome=outcome, exit_code=code, stop_reason=cause)
+        return code
+
+    def finalize(self, *, outcome: str, exit_code: int, stop_reason: str | None = None,
+                 error: BaseException | None = None) -> None:
+        if self.manifest is None or self.finalized:
+            return
+        self.finalized = True
+        self.exit_code = exit_code
+        if self.selection is not None:
+            self.update_counts()
+        mf.finalize(self.manifest, outcome=outcome, exit_code=exit_code,
+                    stop_reason=stop_reason, error=error)
+
+    def crash_finalize(self, error: BaseException | None) -> None:
+        """Last resort (pytest_unconfigure): a session that never finished normally."""
+        if self.manifest is None or self.finalized:
+            return
+        with contextlib.suppress(Exception):
+            self.fill_missing(read_stop(self.run.run_root) if self.run else None)
+        self.finalize(outcome="crashed", exit_code=EXIT_INFRA, error=error)
+
+    def emergency_exit(self, cause: str) -> None:
+        """Second signal: record what we can, kill the workers, exit at once."""
+        for pid in self.worker_pids():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self.fill_missing(cause)
+            self.finalize(outcome="stopped", exit_code=EXIT_STOPPED, stop_reason=cause)
+        self.release()
+
+    def request_stop(self, cause: str, *, interrupt: bool) -> str:
+        assert self.run is not None
+        cause = request_stop(self.run.run_root, cause)
+        if interrupt:
+            for pid in self.worker_pids():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGUSR1)
+        return cause
+
+    def worker_pids(self) -> list[int]:
+        if self.run is None:
+            return []
+        pids: list[int] = []
+        for path in sorted(workers_dir(self.run.run_root).glob("*.pid")):
+            with contextlib.suppress(ValueError, OSError):
+                pid = int(path.read_text().strip())
+                if pid != os.getpid():
+                    pids.append(pid)
+        return pids
+
+    def resume_command(self) -> str:
+        assert self.run is not None
+        args = list(self.config.invocation_params.args)
+        kept: list[str] = []
+        skip_next = False
+        for arg in args:
+            if skip_next:
+                skip_next = False
+                continue
+            name = arg.split("=", 1)[0]
+            if name in ROOT_OPTIONS:
+                skip_next = "=" not in arg
+                continue
+            kept.append(arg)
+        return shlex.join(["pytest", *kept, "--resume-from", str(self.run.run_root)])
+
+    def release(self) -> None:
+        if self.lock is not None:
+            with contextlib.suppress(Exception):
+                self.lock.release()
+            self.lock = None

@@ -1,0 +1,48 @@
+"""Hooks the runner adds to pytest (registered by ``harness.plugin``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from harness.adapter import BenchmarkAdapter
+    from harness.models import TaskRow
+    from harness.runtime import RunContext
+
+
+@pytest.hookspec
+def pytest_harness_adapters(config: pytest.Config) -> list[BenchmarkAdapter]:  # type: ignore[empty-body]
+    """Return the benchmark adapters this conftest provides (results are concatenated)."""
+
+
+@pytest.hookspec
+def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+    """Controller, once, after the manifest is written and before any worker starts.
+
+    Raise :class:`harness.errors.RefusalError` to refuse the run (preflights, admission).
+    Record provenance in ``run.manifest.extra``.
+    """
+
+
+@pytest.hookspec
+def pytest_harness_row_written(config: pytest.Config, row: TaskRow) -> None:
+    """Controller, after a row was appended to the ledger."""
+
+
+@pytest.hookspec
+def pytest_harness_worker_crashed(config: pytest.Config, run: RunContext, worker_id: str) -> None:
+    """Controller, after an xdist worker died (sweep what it left)."""
+
+
+@pytest.hookspec
+def pytest_harness_session_finish(
+    config: pytest.Config, run: RunContext, summary: dict[str, Any]
+) -> None:
+    """Controller, after the last row and before the manifest is finalized."""
+
+
+@pytest.hookspec
+def pytest_harness_stop_requested(config: pytest.Config, cause: str) -> None:
+    """In every process, when the run is asked to stop (signal, budget, stop file)."""

@@ -1,0 +1,97 @@
+"""The append-only ledger ``result_index.jsonl``: one JSON row per settled instance.
+
+Writing: one line per row, flushed and fsynced, appended at the run root and copied to the
+instance's own folder. Only the controller writes. Reading: a torn last line (a crash in
+the middle of a write) is skipped; garbage anywhere else is an error naming the line; the
+last row for an instance wins; the denominator comes from the manifest, never from here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from harness.fsutil import append_line
+from harness.models import TaskRow
+
+LEDGER_NAME = "result_index.jsonl"
+
+
+class LedgerError(ValueError):
+    """The ledger is corrupt somewhere other than a torn last line."""
+
+
+@dataclass
+class LedgerRead:
+    rows: list[TaskRow] = field(default_factory=list)
+    torn_tail: bool = False
+
+    @property
+    def latest(self) -> dict[str, TaskRow]:
+        """The last row per instance key ("benchmark/instance_id")."""
+        out: dict[str, TaskRow] = {}
+        for row in self.rows:
+            out[row.key] = row
+        return out
+
+
+def ledger_path(run_root: Path) -> Path:
+    return Path(run_root) / LEDGER_NAME
+
+
+def instance_dir(run_root: Path, benchmark: str, instance_id: str) -> Path:
+    return Path(run_root) / benchmark / instance_id
+
+
+def parse_lines(lines: Iterable[str], source: str = "ledger") -> LedgerRead:
+    result = LedgerRead()
+    pending: list[tuple[int, str]] = list(enumerate(lines, start=1))
+    # Drop trailing blank lines so "last line" means the last line with content.
+    while pending and not pending[-1][1].strip():
+        pending.pop()
+    last = len(pending)
+    for index, (lineno, text) in enumerate(pending, start=1):
+        if not text.strip():
+            continue
+        try:
+            data = json.loads(text)
+            row = TaskRow.model_validate(data)
+        except (json.JSONDecodeError, ValidationError) as exc:
+            if index == last and not text.endswith("\n"):
+                result.torn_tail = True
+                break
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not a ledger row"
+            raise LedgerError(
+                f"{source}: line {lineno} is corrupt ({reason}); restore the file from a copy "
+                f"or move the bad line out, then retry"
+            ) from exc
+        result.rows.append(row)
+    return result
+
+
+def read_ledger(path: Path) -> LedgerRead:
+    """Read a ledger tolerantly; a missing file is an empty ledger."""
+    path = Path(path)
+    if not path.exists():
+        return LedgerRead()
+    with open(path, encoding="utf-8", newline="") as fh:
+        lines = fh.read().splitlines(keepends=True)
+    return parse_lines(lines, source=str(path))
+
+
+class LedgerWriter:
+    """Appends rows at the run root and in each instance folder (controller only)."""
+
+    def __init__(self, run_root: Path) -> None:
+        self.run_root = Path(run_root)
+        self.path = ledger_path(self.run_root)
+
+    def append(self, row: TaskRow) -> None:
+        line = row.dump_line()
+        append_line(self.path, line)
+        copy = instance_dir(self.run_root, row.benchmark, row.instance_id) / LEDGER_NAME
+        append_line(copy, line)

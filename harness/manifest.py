@@ -1,0 +1,133 @@
+"""``run_manifest.json``: written atomically before the first instance, checkpointed during
+the run, finalized with outcome and exit code on every exit path (refusals included)."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from harness import __version__
+from harness.fsutil import atomic_write_json, read_json
+from harness.models import Checkpoint, GitState, Manifest, Versions
+
+MANIFEST_NAME = "run_manifest.json"
+PLAN_NAME = "plan.json"
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be read; the message names the file and the fix."""
+
+
+def manifest_path(run_root: Path) -> Path:
+    return Path(run_root) / MANIFEST_NAME
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> Versions:
+    return Versions(
+        harness=__version__,
+        python=platform.python_version(),
+        pytest=_version("pytest") or "unknown",
+        xdist=_version("pytest-xdist"),
+        platform=platform.platform(),
+    )
+
+
+def source_state() -> GitState:
+    """Git state of the runner's own checkout (head, dirty), for provenance."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return GitState(available=False, error=type(exc).__name__)
+    return GitState(available=True, head=head, dirty=bool(status.strip()))
+
+
+def new_manifest(
+    *, run_id: str, run_root: Path, argv: list[str], dry_run: bool, workers: int
+) -> Manifest:
+    now = time.time()
+    return Manifest(
+        run_id=run_id,
+        run_root=str(Path(run_root).resolve()),
+        created_at_unix=now,
+        created_at=datetime.fromtimestamp(now, UTC).isoformat(),
+        argv=list(argv),
+        cwd=str(Path.cwd()),
+        versions=versions(),
+        source=source_state(),
+        dry_run=dry_run,
+        workers=workers,
+    )
+
+
+def write_manifest(manifest: Manifest, run_root: Path | None = None) -> Path:
+    path = manifest_path(Path(run_root or manifest.run_root))
+    atomic_write_json(path, manifest)
+    return path
+
+
+def checkpoint(manifest: Manifest, phase: str) -> None:
+    manifest.checkpoint = Checkpoint(phase=phase, at_unix=time.time())
+    write_manifest(manifest)
+
+
+def finalize(
+    manifest: Manifest,
+    *,
+    outcome: str,
+    exit_code: int,
+    stop_reason: str | None = None,
+    error: BaseException | None = None,
+) -> None:
+    manifest.outcome = outcome
+    manifest.exit_code = exit_code
+    if stop_reason is not None:
+        manifest.stop_reason = stop_reason
+    if error is not None:
+        manifest.error = {"type": type(error).__name__, "message": str(error)[:4000]}
+    manifest.finished_at_unix = time.time()
+    manifest.checkpoint = Checkpoint(phase="finalized", at_unix=manifest.finished_at_unix)
+    write_manifest(manifest)
+
+
+def read_manifest(run_root: Path) -> Manifest:
+    path = manifest_path(run_root)
+    if not path.exists():
+        raise ManifestError(
+            f"{run_root} is not a run root: {MANIFEST_NAME} is missing; "
+            f"pass the directory of an earlier run (it holds {MANIFEST_NAME})"
+        )
+    try:
+        data: Any = read_json(path)
+        return Manifest.model_validate(data)
+    except (ValueError, ValidationError) as exc:
+        raise ManifestError(
+            f"{path} is corrupt ({type(exc).__name__}); it cannot be used: "
+            f"pick another run root or restore the file"
+        ) from exc
+
+
+def python_argv() -> list[str]:
+    return [sys.executable, *sys.argv]

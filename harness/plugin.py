@@ -1,0 +1,260 @@
+"""pytest entry point: options, markers, and the role objects (thin).
+
+The plugin stays inert unless a benchmark conftest provides an adapter
+(``pytest_harness_adapters``), so ``pytest tests`` of any project is unaffected.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import hookspecs
+from harness.adapter import BenchmarkAdapter
+from harness.controller import Controller, workers_dir, write_collection
+from harness.errors import RefusalError
+from harness.fsutil import read_json
+from harness.manifest import PLAN_NAME
+from harness.models import Plan, instance_key
+from harness.plan import PlanError, default_runs_root, parse_shard, rewrite_marker_args
+from harness.runtime import RunContext
+from harness.worker import WorkerHooks, harness_instance
+
+CONTROLLER_KEY = pytest.StashKey[Controller]()
+RUN_KEY = pytest.StashKey[RunContext]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness", "benchmark runner")
+    group.addoption("--run-root", default=None,
+                    help="directory of this run (must not exist); default "
+                         "$BENCH_RUNS_ROOT/<run_id> or ./bench_runs/<run_id>")
+    group.addoption("--run-id", default=None, help="run id (default <benchmark>-<time>-<hex>)")
+    group.addoption("--dry-run", action="store_true", default=False,
+                    help="write manifest, plan and each instance's inputs; run no agent")
+    group.addoption("--resume-from", default=None, metavar="RUN_ROOT",
+                    help="continue an earlier run in a new run root")
+    group.addoption("--max-recovery-generations", default="2",
+                    help="most resume generations allowed while work remains (default 2)")
+    group.addoption("--shard", default=None, metavar="I/N",
+                    help="run shard I of N (stable hash of the instance id)")
+    group.addoption("--instance", action="append", default=[], metavar="ID",
+                    help="select an instance by id (repeatable)")
+
+
+@dataclass
+class Options:
+    run_root: str | None
+    run_id: str | None
+    runs_root: Path
+    dry_run: bool
+    resume_from: str | None
+    max_recovery_generations: int
+    shard_text: str | None
+    instances: list[str]
+    selectors: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shard_given(self) -> bool:
+        return bool(self.shard_text)
+
+    @property
+    def selectors_given(self) -> bool:
+        return bool(self.selectors)
+
+
+def read_options(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> Options:
+    opt = config.option
+    try:
+        generations = int(opt.max_recovery_generations)
+        if generations < 0:
+            raise ValueError
+    except ValueError as exc:
+        raise PlanError(
+            f"--max-recovery-generations {opt.max_recovery_generations!r} is not a "
+            f"non-negative integer; pass e.g. --max-recovery-generations 2") from exc
+    selectors: dict[str, Any] = {}
+    if opt.keyword:
+        selectors["keyword"] = opt.keyword
+    if opt.markexpr:
+        selectors["markexpr"] = opt.markexpr
+    if opt.instance:
+        selectors["instance"] = list(opt.instance)
+    node_args = [a for a in config.args if "::" in a]
+    if node_args:
+        selectors["nodeids"] = node_args
+    for adapter in adapters:
+        if adapter.selectors_given(config):
+            selectors[f"{adapter.name}_options"] = True
+    return Options(
+        run_root=opt.run_root, run_id=opt.run_id, runs_root=default_runs_root(),
+        dry_run=opt.dry_run, resume_from=opt.resume_from,
+        max_recovery_generations=generations, shard_text=opt.shard,
+        instances=list(opt.instance), selectors=selectors,
+    )
+
+
+def collect_adapters(config: pytest.Config) -> dict[str, BenchmarkAdapter]:
+    adapters: dict[str, BenchmarkAdapter] = {}
+    for group in config.hook.pytest_harness_adapters(config=config):
+        for adapter in group or []:
+            adapters.setdefault(adapter.name, adapter)
+    return adapters
+
+
+def result_config(config: pytest.Config, adapters: dict[str, BenchmarkAdapter]) -> dict[str, Any]:
+    out: dict[str, Any] = {"benchmarks": sorted(adapters)}
+    for name, adapter in sorted(adapters.items()):
+        for key, value in adapter.result_config(config).items():
+            out[f"{name}.{key}"] = value
+    return out
+
+
+def fail_usage(message: str, code: int = 2) -> None:
+    sys.stderr.write(f"ERROR: {message}\n")
+    pytest.exit(message, returncode=code)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "harness_benchmark(name): a benchmark's instance test")
+    if config.option.markexpr:
+        config.option.markexpr = rewrite_marker_args(config.option.markexpr)
+    adapters = collect_adapters(config)
+    if not adapters:
+        return
+    for adapter in adapters.values():
+        for name in adapter.marker_names:
+            config.addinivalue_line("markers", f"{name}(value): {adapter.name} attribute")
+    worker_input = getattr(config, "workerinput", None)
+    hooks = WorkerHooks(config, adapters)
+    config.pluginmanager.register(hooks, "harness-worker")
+    if config.option.collectonly:
+        return
+    if worker_input is not None:
+        info = worker_input.get("harness")
+        if not info:
+            return
+        root = Path(info["run_root"])
+        plan = Plan.model_validate(read_json(root / PLAN_NAME))
+        run = RunContext(run_id=info["run_id"], run_root=root,
+                         worker_id=worker_input.get("workerid", "gw?"), role="worker",
+                         plan=plan, adapters=adapters)
+        workers_dir(root).mkdir(parents=True, exist_ok=True)
+        (workers_dir(root) / f"{run.worker_id}.pid").write_text(str(os.getpid()))
+        hooks.run = run
+        config.stash[RUN_KEY] = run
+        return
+    try:
+        options = read_options(config, list(adapters.values()))
+        shard = parse_shard(options.shard_text)
+    except PlanError as exc:
+        fail_usage(str(exc))
+        return
+    controller = Controller(config, options)
+    config.stash[CONTROLLER_KEY] = controller
+    try:
+        run_id, root = controller.resolve_root(sorted(adapters))
+    except PlanError as exc:
+        fail_usage(str(exc))
+        return
+    xdist = _xdist_active(config)
+    run = RunContext(
+        run_id=run_id, run_root=root, worker_id="controller" if xdist else "main",
+        role="controller" if xdist else "single",
+        plan=Plan(run_id=run_id, created_at_unix=time.time(), dry_run=options.dry_run,
+                  shard=shard),
+        adapters=adapters,
+    )
+    controller.run = run
+    config.stash[RUN_KEY] = run
+    config.pluginmanager.register(ControllerHooks(controller), "harness-controller")
+    if not xdist:
+        hooks.run = run
+        hooks.controller = controller
+
+
+def _xdist_active(config: pytest.Config) -> bool:
+    numprocesses = getattr(config.option, "numprocesses", None)
+    dist = getattr(config.option, "dist", "no")
+    return bool(numprocesses) or (dist not in (None, "no"))
+
+
+class ControllerHooks:
+    """Session-level hooks of the controller process."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.c = controller
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        c = self.c
+        run = c.run
+        assert run is not None
+        config = session.config
+        cfg = result_config(config, run.adapters)
+        versions = {name: a.version() for name, a in sorted(run.adapters.items())}
+        argv = [sys.executable, "-m", "pytest", *config.invocation_params.args]
+        workers = int(getattr(config.option, "numprocesses", 0) or 0)
+        try:
+            c.admit(run, cfg, versions, argv, workers)
+        except RefusalError as exc:
+            c.release()
+            fail_usage(str(exc), exc.exit_code)
+        except PlanError as exc:
+            c.refuse(RefusalError(str(exc), stage="options", reason="bad_option"))
+            c.release()
+            fail_usage(str(exc))
+
+    def pytest_configure_node(self, node: Any) -> None:
+        run = self.c.run
+        assert run is not None
+        node.workerinput["harness"] = {"run_root": str(run.run_root), "run_id": run.run_id}
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.c.load_worker_selection(node.gateway.id)
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.c.instance_started(nodeid, "controller")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.c.on_report(report)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        code = self.c.finish(session)
+        if code is not None:
+            session.exitstatus = code
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from harness.summary import print_summary
+
+        print_summary(terminalreporter, self.c)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.c.crash_finalize(None)
+        self.c.release()
+
+
+def key_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "harness_instance" not in callspec.params:
+        return None
+    spec = callspec.params["harness_instance"]
+    mark = item.get_closest_marker("harness_benchmark")
+    if mark is None:
+        return None
+    return instance_key(mark.args[0], spec.instance_id)
+
+
+__all__ = ["CONTROLLER_KEY", "RUN_KEY", "harness_instance", "key_of", "write_collection"]

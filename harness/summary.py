@@ -1,0 +1,25 @@
+"""The terminal summary of a run: counts by status, mean score, run root, resume command."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.controller import Controller
+
+
+def print_summary(tr: Any, controller: Controller) -> None:
+    m = controller.manifest
+    if m is None:
+        return
+    tr.section("harness run", sep="=", bold=True)
+    selected = m.selection.count
+    counts = ", ".join(f"{k} {v}" for k, v in m.counts.items()) or "no rows"
+    tr.write_line(f"run {m.run_id}: {selected} selected; {counts}")
+    if m.mean_score is not None:
+        tr.write_line(f"mean score {m.mean_score:.4f} over {selected} (missing counts 0)")
+    tr.write_line(f"outcome {m.outcome}, exit status {m.exit_code}"
+                  + (f", stop reason {m.stop_reason}" if m.stop_reason else ""))
+    tr.write_line(f"run root {m.run_root}")
+    if m.resume_command and m.outcome not in ("completed", "nothing_remaining", "dry_run"):
+        tr.write_line(f"resume with: {m.resume_command}")

@@ -1,0 +1,90 @@
+"""The ``selftest`` benchmark adapter and its instance behaviour."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.adapter import BenchmarkAdapter, InstanceSpec
+from harness.errors import InfraError
+from harness.fsutil import append_line, atomic_write_json
+from harness.runtime import InstanceContext
+
+ENV_TASKS = "HARNESS_SELFTEST_TASKS"
+EXECUTIONS = "selftest_executions.log"
+
+
+class SelftestAdapter(BenchmarkAdapter):
+    name = "selftest"
+    marker_names = ("difficulty", "language")
+
+    def __init__(self, tasks_file: Path | None = None) -> None:
+        self.tasks_file = tasks_file
+
+    def _tasks_file(self, config: pytest.Config) -> Path:
+        given = self.tasks_file or config.getoption("selftest_tasks", None) or os.environ.get(
+            ENV_TASKS)
+        if not given:
+            raise pytest.UsageError(
+                f"selftest needs its task list: set ${ENV_TASKS} or --selftest-tasks FILE")
+        return Path(given)
+
+    def raw_tasks(self, config: pytest.Config) -> list[dict[str, Any]]:
+        data = json.loads(self._tasks_file(config).read_text())
+        out: list[dict[str, Any]] = []
+        for entry in data:
+            count = int(entry.get("count", 0))
+            if count:
+                for n in range(count):
+                    out.append({**entry, "id": f"{entry['id']}-{n:04d}"})
+            else:
+                out.append(entry)
+        return out
+
+    def instances(self, config: pytest.Config) -> list[InstanceSpec]:
+        specs = []
+        for task in self.raw_tasks(config):
+            markers = {k: task[k] for k in self.marker_names if k in task}
+            specs.append(InstanceSpec(instance_id=task["id"], markers=markers, data=task))
+        return specs
+
+    def version(self) -> str:
+        return "selftest-1"
+
+    def result_config(self, config: pytest.Config) -> dict[str, Any]:
+        return {"scale": config.getoption("selftest_scale", 1.0)}
+
+
+def run_selftest_instance(ctx: InstanceContext) -> None:
+    """What a selftest instance does (the body of its one test function)."""
+    task: dict[str, Any] = ctx.data
+    body = ctx.instance_dir / "selftest_task_body.json"
+    atomic_write_json(body, {"instance_id": ctx.instance_id, "work": task["work"]})
+    ctx.output("task_body", body)
+    ctx.prepared()
+    append_line(ctx.run_root / EXECUTIONS, f"{ctx.instance_id} {os.getpid()} {time.time():.3f}")
+    work = task["work"]
+    if work == "sleep":
+        time.sleep(float(task.get("seconds", 1.0)))
+        work = task.get("then", "succeed")
+    if work == "succeed":
+        ctx.scored(score=1.0)
+    elif work == "fail":
+        ctx.scored(score=0.0)
+    elif work == "partial":
+        ctx.scored(score=float(task.get("score", 0.5)))
+    elif work == "agent_fail":
+        ctx.agent_failed("task_not_completed", "the agent gave up")
+    elif work == "crash":
+        os._exit(int(task.get("exit_code", 17)))
+    elif work == "infra":
+        raise InfraError("simulated infrastructure failure", task.get("reason", "docker_unavailable"))
+    elif work == "raise":
+        raise RuntimeError("simulated adapter bug")
+    else:
+        raise ValueError(f"unknown selftest work {work!r}")

@@ -1,0 +1,213 @@
+"""Item-level hooks that run where the tests run (each xdist worker, or the single process):
+parametrization, plan filtering, the per-item row, signal guard, pass/fail semantics."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from harness.adapter import BenchmarkAdapter, InstanceSpec
+from harness.models import Outcome, instance_key
+from harness.plan import select_keys
+from harness.runtime import (
+    INFRA_PROPERTY,
+    ROW_PROPERTY,
+    InstanceContext,
+    OutcomeSkip,
+    RowState,
+    RunContext,
+)
+from harness.signals import StopGuard, read_stop
+
+if TYPE_CHECKING:
+    from harness.controller import Controller
+
+STATE_KEY = pytest.StashKey[RowState]()
+
+
+def item_spec(item: pytest.Item) -> tuple[str, InstanceSpec] | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    spec = callspec.params.get("harness_instance")
+    mark = item.get_closest_marker("harness_benchmark")
+    if not isinstance(spec, InstanceSpec) or mark is None:
+        return None
+    return str(mark.args[0]), spec
+
+
+class WorkerHooks:
+    def __init__(self, config: pytest.Config, adapters: dict[str, BenchmarkAdapter]) -> None:
+        self.config = config
+        self.adapters = adapters
+        self.run: RunContext | None = None
+        self.controller: Controller | None = None  # set in single-process mode
+        self.guard: StopGuard | None = None
+
+    # collection -------------------------------------------------------------------------
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "harness_instance" not in metafunc.fixturenames:
+            return
+        mark = metafunc.definition.get_closest_marker("harness_benchmark")
+        if mark is None or not mark.args:
+            raise pytest.UsageError(
+                f"{metafunc.definition.nodeid} requests harness_instance but has no "
+                f"pytest.mark.harness_benchmark('<name>') marker; add it to the test module")
+        name = str(mark.args[0])
+        adapter = self.adapters.get(name)
+        if adapter is None:
+            raise pytest.UsageError(
+                f"no adapter for benchmark {name!r}: its conftest.py must return one from "
+                f"pytest_harness_adapters")
+        params = []
+        for spec in adapter.instances(self.config):
+            marks = [getattr(pytest.mark, attr)(value, value=value)
+                     for attr, value in spec.marker_values()]
+            params.append(pytest.param(spec, id=spec.instance_id, marks=marks))
+        metafunc.parametrize("harness_instance", params, indirect=True)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        keep: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
+        wanted_ids = set(config.option.instance or [])
+        if wanted_ids:
+            known = {s[1].instance_id for s in map(item_spec, items) if s}
+            unknown = sorted(wanted_ids - known)
+            if unknown:
+                raise pytest.UsageError(
+                    f"--instance {', '.join(unknown)}: no such instance id; "
+                    f"list them with --collect-only -q")
+        run = self.run
+        use_selection = not bool(
+            config.option.keyword or config.option.markexpr or wanted_ids
+            or any("::" in a for a in config.args)
+            or any(a.selectors_given(config) for a in self.adapters.values()))
+        for item in items:
+            found = item_spec(item)
+            if found is None:
+                keep.append(item)
+                continue
+            benchmark, spec = found
+            for _, value in spec.marker_values():
+                item.extra_keyword_matches.add(value)
+            item.extra_keyword_matches.update(spec.keywords)
+            key = instance_key(benchmark, spec.instance_id)
+            ok = not wanted_ids or spec.instance_id in wanted_ids
+            if ok and run is not None:
+                ok = bool(select_keys([key], run.plan, use_plan_selection=use_selection)[0])
+            (keep if ok else dropped).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.run is None:
+            return
+        nodeids: dict[str, str] = {}
+        for item in session.items:
+            found = item_spec(item)
+            if found:
+                nodeids[item.nodeid] = instance_key(found[0], found[1].instance_id)
+        if self.controller is not None:
+            self.controller.set_selection(nodeids)
+        else:
+            from harness.controller import write_collection
+
+            write_collection(self.run.run_root, self.run.worker_id, nodeids)
+
+    # running ----------------------------------------------------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
+        if self.run is None or session.config.option.collectonly:
+            return (yield)
+        controller = self.controller
+        self.guard = StopGuard(
+            self.run.run_root,
+            on_second=controller.emergency_exit if controller else None,
+        )
+        self.guard.install()
+        try:
+            return (yield)
+        finally:
+            self.guard.uninstall()
+
+    def _phase(self, phase: str) -> None:
+        if self.guard is not None:
+            self.guard.phase = phase
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        found = item_spec(item)
+        if found is None or self.run is None:
+            return
+        benchmark, spec = found
+        ctx = InstanceContext(self.run, self.adapters[benchmark], spec, item.nodeid)
+        item.stash[STATE_KEY] = RowState(ctx)
+        self._phase("setup")
+        if ctx.key in self.run.plan.carried:
+            raise OutcomeSkip(Outcome.CARRIED, "settled_in_ancestor",
+                              f"settled in run {self.run.plan.carried[ctx.key].carried_from}")
+        cause = read_stop(self.run.run_root)
+        if cause:
+            raise OutcomeSkip(Outcome.BLOCKED, cause, "the run is stopping")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        if STATE_KEY in item.stash:
+            self._phase("call")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        if STATE_KEY in item.stash:
+            self._phase("teardown")
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self._phase("idle")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
+        result = yield
+        state = pyfuncitem.stash.get(STATE_KEY, None)
+        if state is not None:
+            state.ctx.conclude()
+        return result
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        state = item.stash.get(STATE_KEY, None)
+        if state is None:
+            return report
+        state.observe(call.when, call.excinfo, call.duration)
+        if call.when == "call" and state.is_infra():
+            report.user_properties.append((INFRA_PROPERTY, True))
+        if call.when == "teardown":
+            row = state.build_row()
+            report.user_properties.append((ROW_PROPERTY, row.model_dump(mode="json",
+                                                                         by_alias=True)))
+        return report
+
+    def pytest_report_teststatus(self, report: pytest.TestReport,
+                                 config: pytest.Config) -> tuple[str, str, str] | None:
+        if report.when == "call" and report.failed:
+            with contextlib.suppress(Exception):
+                if dict(report.user_properties).get(INFRA_PROPERTY):
+                    return "error", "E", "ERROR"
+        return None
+
+
+@pytest.fixture
+def harness_instance(request: pytest.FixtureRequest) -> InstanceContext:
+    """The current benchmark instance (see :class:`harness.runtime.InstanceContext`)."""
+    state = request.node.stash.get(STATE_KEY, None)
+    if state is None:
+        raise pytest.UsageError(
+            "harness_instance is only available inside a harness run (not with --collect-only)")
+    return state.ctx
