@@ -1,0 +1,201 @@
+"""Pydantic models of every file this package writes: ``report.json`` and the compare JSON.
+
+Both are pure functions of the runs' ledgers and manifests: no wall-clock time, no host
+path other than what the manifest records, so regenerating them gives the same bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from harness.models import StrictModel
+
+FIGURES_SCHEMA = "harness.report.v1"
+COMPARE_SCHEMA = "harness.compare.v1"
+
+NOT_ATTEMPTED = "not_attempted"
+
+
+class InstanceResult(StrictModel):
+    """The result of one instance as the report sees it (one per selected key)."""
+
+    key: str
+    benchmark: str
+    instance_id: str
+    attempted: bool  # the ledger has a row for it
+    in_selection: bool = True
+    status: str  # the benchmark's own vocabulary; "not_attempted" without a row
+    outcome: str
+    reason_code: str | None = None
+    score: float = 0.0  # effective score: missing counts 0
+    raw_score: float | None = None  # as written in the row
+    resolved: bool = False
+    near_resolved: bool = False
+    infra: bool = False
+    carried: bool = False
+    carried_from: str | None = None
+    official_eval_status: str | None = None
+    tests_passed: int | None = None
+    tests_total: int | None = None
+    cost_usd: float | None = None
+    cost_known: bool = False
+    duration_s: float | None = None
+    attempt: int | None = None
+    worker: str | None = None
+    error: str | None = None
+    output_paths: dict[str, str] = Field(default_factory=dict)
+
+
+class RateSet(StrictModel):
+    """Headline rates over one denominator (the selection, or the selection minus infra)."""
+
+    denominator: int
+    mean_score: float | None
+    resolved: int
+    resolved_rate: float | None
+    near_resolved: int
+    near_resolved_rate: float | None
+    pass_at_1: float | None
+
+
+class CostTotals(StrictModel):
+    known_usd: float = 0.0  # spent in this run, rows whose cost is known
+    known_rows: int = 0
+    unknown_rows: int = 0  # attempted in this run, cost unknown
+    carried_usd: float = 0.0  # spent in ancestor runs on carried-forward instances
+
+
+class DurationStats(StrictModel):
+    count: int = 0
+    total_s: float = 0.0
+    mean_s: float | None = None
+    median_s: float | None = None
+    p90_s: float | None = None
+    max_s: float | None = None
+
+
+class Headline(StrictModel):
+    selected: int
+    attempted: int
+    not_attempted: int
+    infra_failed: int
+    carried: int
+    binary: bool  # every score is 0 or 1 (pass/fail benchmarks such as Cowork Bench)
+    raw: RateSet
+    infra_excluded: RateSet
+    counts: dict[str, int]  # by status, "not_attempted" for selected keys without a row
+    outcome_counts: dict[str, int]
+    cost: CostTotals
+    duration: DurationStats
+
+
+class Provenance(StrictModel):
+    run_id: str
+    run_root: str
+    created_at: str
+    finished_at_unix: float | None
+    outcome: str
+    exit_code: int | None
+    stop_reason: str | None
+    argv: list[str]
+    benchmarks: list[str]
+    benchmark_versions: dict[str, str]
+    harness_version: str
+    python: str
+    pytest: str
+    platform: str
+    git_head: str | None
+    git_branch: str | None
+    git_dirty: bool | None
+    config_fingerprint: str
+    dry_run: bool
+    workers: int
+    shard: str | None
+    selection_source: str
+    resume_ancestors: list[str]
+    resume_generation: int
+
+
+class OfficialSummary(StrictModel):
+    path: str  # relative to the run root
+    present: bool
+    sha256: str | None = None
+
+
+class BootstrapInterval(StrictModel):
+    mean_diff: float | None
+    low: float | None
+    high: float | None
+    level: float
+    resamples: int
+    seed: int
+    method: Literal["percentile"] = "percentile"
+
+
+class McNemarResult(StrictModel):
+    b: int  # resolved in A only
+    c: int  # resolved in B only
+    discordant: int
+    exact_p: float  # two-sided exact binomial
+    chi2: float  # with continuity correction
+    chi2_p: float
+
+
+Change = Literal["gained", "lost", "improved", "regressed", "same"]
+
+
+class PairedChange(StrictModel):
+    key: str
+    status_a: str
+    status_b: str
+    score_a: float
+    score_b: float
+    delta: float
+    resolved_a: bool
+    resolved_b: bool
+    infra_a: bool
+    infra_b: bool
+    change: Change
+
+
+class RunRef(StrictModel):
+    run_id: str
+    run_root: str
+    selected: int
+
+
+class CompareReport(StrictModel):
+    """``harness compare --json``: B minus A on the instances both runs selected."""
+
+    schema_: str = Field(default=COMPARE_SCHEMA, alias="schema")
+    run_a: RunRef
+    run_b: RunRef
+    shared: int
+    only_a: list[str]
+    only_b: list[str]
+    mean_a: float | None
+    mean_b: float | None
+    resolved_a: int
+    resolved_b: int
+    bootstrap: BootstrapInterval
+    mcnemar: McNemarResult
+    infra_a: list[str]  # shared keys infra_failed in A
+    infra_b: list[str]
+    warnings: list[str]
+    changes: list[PairedChange]  # every shared key, sorted by key
+
+
+class ReportFigures(StrictModel):
+    """``report.json``: every figure the HTML and Markdown pages show."""
+
+    schema_: str = Field(default=FIGURES_SCHEMA, alias="schema")
+    provenance: Provenance
+    headline: Headline
+    by_benchmark: dict[str, Headline]
+    instances: list[InstanceResult]  # selected keys, sorted
+    outside_selection: list[InstanceResult]  # ledger rows whose key is not selected
+    official_summaries: list[OfficialSummary]
+    warnings: list[str]
+    compare: CompareReport | None = None

@@ -1,0 +1,51 @@
+"""Relative links from the report's folder to an instance's files under the run root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import quote
+
+from reports.figures import InstanceResult
+
+MAX_FILES = 20
+
+
+def href(target: Path, output_dir: Path) -> str:
+    rel = os.path.relpath(target.resolve(), output_dir.resolve())
+    return quote(Path(rel).as_posix())
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def instance_links(
+    run_root: Path, result: InstanceResult, output_dir: Path
+) -> list[tuple[str, str]]:
+    """``(label, href)`` pairs: the instance folder, the row's named outputs, then its files."""
+    folder = run_root / result.benchmark / result.instance_id
+    links: list[tuple[str, str]] = []
+    seen: set[Path] = set()
+    if folder.is_dir():
+        links.append(("folder", href(folder, output_dir) + "/"))
+    for name, value in sorted(result.output_paths.items()):
+        given = Path(value)
+        candidates = [given] if given.is_absolute() else [run_root / given, folder / given]
+        for path in candidates:
+            if path.exists() and _inside(path, run_root):
+                links.append((name, href(path, output_dir)))
+                seen.add(path.resolve())
+                break
+    if folder.is_dir():
+        files = sorted(p for p in folder.rglob("*") if p.is_file())
+        for path in files[:MAX_FILES]:
+            if path.resolve() not in seen:
+                links.append((path.relative_to(folder).as_posix(), href(path, output_dir)))
+        if len(files) > MAX_FILES:
+            links.append((f"+{len(files) - MAX_FILES} more", href(folder, output_dir) + "/"))
+    return links

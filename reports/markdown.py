@@ -1,0 +1,126 @@
+"""``report.md``: the run's figures in Markdown, for pasting into a pull request."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from reports import fmt
+from reports.figures import CompareReport, ReportFigures
+
+MAX_CHANGES = 25
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _fence(text: str) -> str:
+    """A backtick fence longer than any backtick run inside ``text``."""
+    longest = run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |"]
+    lines.append("|" + "|".join("---" for _ in header) + "|")
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def compare_markdown(cmp: CompareReport) -> list[str]:
+    ci, mc = cmp.bootstrap, cmp.mcnemar
+    lines = [
+        f"### Compared with `{cmp.run_a.run_id}` (A) → `{cmp.run_b.run_id}` (B)",
+        "",
+        f"- Shared instances: {cmp.shared} (only A: {len(cmp.only_a)}, only B: {len(cmp.only_b)})",
+        f"- Mean score A / B: {fmt.score(cmp.mean_a)} / {fmt.score(cmp.mean_b)}; "
+        f"difference B-A {fmt.signed(ci.mean_diff)}, {ci.level:.0%} CI "
+        f"[{fmt.signed(ci.low)}, {fmt.signed(ci.high)}] "
+        f"(paired bootstrap, {ci.resamples} resamples, seed {ci.seed})",
+        f"- Resolved A / B: {cmp.resolved_a} / {cmp.resolved_b}; McNemar b={mc.b}, c={mc.c}, "
+        f"exact p={mc.exact_p:.4g}, χ²(cc)={mc.chi2:.3f} (p={mc.chi2_p:.4g})",
+    ]
+    lines += [f"- ⚠ {w}" for w in cmp.warnings]
+    changed = [c for c in cmp.changes if c.change != "same"]
+    if changed:
+        lines += ["", f"Changed instances ({len(changed)}):", ""]
+        rows = [
+            [
+                c.key,
+                c.change,
+                c.status_a,
+                c.status_b,
+                fmt.score(c.score_a),
+                fmt.score(c.score_b),
+                fmt.signed(c.delta),
+            ]
+            for c in changed[:MAX_CHANGES]
+        ]
+        lines += _table(["Instance", "Change", "A", "B", "Score A", "Score B", "Δ"], rows)
+        if len(changed) > MAX_CHANGES:
+            lines.append(f"\n…and {len(changed) - MAX_CHANGES} more (see report.html).")
+    return lines
+
+
+def render_markdown(figures: ReportFigures, summary_texts: Mapping[str, str]) -> str:
+    p, head = figures.provenance, figures.headline
+    raw, ex = head.raw, head.infra_excluded
+    lines = [
+        f"## harness run `{p.run_id}`",
+        "",
+        f"{', '.join(p.benchmarks) or 'no benchmark'} · outcome **{p.outcome}** (exit "
+        f"{p.exit_code}) · {head.selected} selected · source `{p.git_head or 'unknown'}`"
+        + (" (dirty)" if p.git_dirty else ""),
+        "",
+    ]
+    lines += _table(
+        ["Metric", f"Raw (÷ {raw.denominator})", f"Excluding infra (÷ {ex.denominator})"],
+        [
+            ["Mean score", fmt.score(raw.mean_score), fmt.score(ex.mean_score)],
+            [
+                "Resolved",
+                fmt.count_rate(raw.resolved, raw.resolved_rate),
+                fmt.count_rate(ex.resolved, ex.resolved_rate),
+            ],
+            [
+                "Near-resolved (≥ 0.95)",
+                fmt.count_rate(raw.near_resolved, raw.near_resolved_rate),
+                fmt.count_rate(ex.near_resolved, ex.near_resolved_rate),
+            ],
+            ["pass@1", fmt.pct(raw.pass_at_1), fmt.pct(ex.pass_at_1)],
+        ],
+    )
+    counts = " · ".join(f"{k} {v}" for k, v in head.counts.items())
+    cost, dur = head.cost, head.duration
+    lines += [
+        "",
+        f"**Status:** {counts}",
+        "",
+        f"**Cost:** {fmt.usd(cost.known_usd)} known over {cost.known_rows} instance(s); "
+        f"{cost.unknown_rows} unknown"
+        + (f"; {fmt.usd(cost.carried_usd)} carried from ancestors" if cost.carried_usd else "")
+        + f". **Duration:** median {fmt.duration(dur.median_s)}, p90 {fmt.duration(dur.p90_s)}, "
+        f"max {fmt.duration(dur.max_s)}, total {fmt.duration(dur.total_s)}.",
+    ]
+    if figures.warnings:
+        lines += ["", *[f"- ⚠ {w}" for w in figures.warnings]]
+    if figures.compare:
+        lines += ["", *compare_markdown(figures.compare)]
+    for s in figures.official_summaries:
+        text = summary_texts.get(s.path)
+        if text is not None:
+            fence = _fence(text)
+            lines += [
+                "",
+                f"<details><summary>Official summary: {s.path}</summary>",
+                "",
+                f"{fence}text",
+                text.rstrip("\n"),
+                fence,
+                "",
+                "</details>",
+            ]
+    return "\n".join(lines) + "\n"

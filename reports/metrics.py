@@ -1,0 +1,182 @@
+"""Headline metrics of a run: pure functions of its instance results.
+
+The denominator is always the selection (``Manifest.selection.count``); a selected
+instance without a ledger row counts as not attempted with score 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from harness.models import Outcome, TaskRow
+from reports.figures import (
+    NOT_ATTEMPTED,
+    CostTotals,
+    DurationStats,
+    Headline,
+    InstanceResult,
+    RateSet,
+)
+from reports.stats import quantile
+
+RESOLVED_AT = 1.0
+NEAR_RESOLVED_AT = 0.95
+PASS_STATUSES = frozenset({"passed"})
+INFRA_STATUS = "infra_failed"
+
+
+def row_is_infra(row: TaskRow) -> bool:
+    return row.outcome is Outcome.INFRA_FAILED or row.infra or row.status == INFRA_STATUS
+
+
+def row_is_resolved(row: TaskRow) -> bool:
+    if row_is_infra(row):
+        return False
+    return (
+        row.resolved is True
+        or (row.score is not None and row.score >= RESOLVED_AT)
+        or row.status in PASS_STATUSES
+    )
+
+
+def row_score(row: TaskRow) -> float:
+    """Effective score: the row's score, else 1 for a resolved (pass/fail) row, else 0."""
+    if row_is_infra(row):
+        return 0.0
+    if row.score is not None:
+        return float(row.score)
+    return 1.0 if row_is_resolved(row) else 0.0
+
+
+def result_from_row(row: TaskRow, *, in_selection: bool = True) -> InstanceResult:
+    score = row_score(row)
+    resolved = row_is_resolved(row)
+    return InstanceResult(
+        key=row.key,
+        benchmark=row.benchmark,
+        instance_id=row.instance_id,
+        attempted=True,
+        in_selection=in_selection,
+        status=row.status,
+        outcome=row.outcome.value,
+        reason_code=row.reason_code,
+        score=score,
+        raw_score=row.score,
+        resolved=resolved,
+        near_resolved=resolved or row.near_resolved is True or score >= NEAR_RESOLVED_AT,
+        infra=row_is_infra(row),
+        carried=row.outcome is Outcome.CARRIED or row.carried_from is not None,
+        carried_from=row.carried_from,
+        official_eval_status=row.official_eval_status,
+        tests_passed=row.tests_passed,
+        tests_total=row.tests_total,
+        cost_usd=row.cost_usd,
+        cost_known=row.cost_known and row.cost_usd is not None,
+        duration_s=row.duration_s,
+        attempt=row.attempt,
+        worker=row.worker,
+        error=(row.error or "").splitlines()[0][:300] if row.error else None,
+        output_paths=dict(row.output_paths),
+    )
+
+
+def missing_result(key: str) -> InstanceResult:
+    benchmark, _, instance_id = key.rpartition("/")
+    return InstanceResult(
+        key=key,
+        benchmark=benchmark,
+        instance_id=instance_id,
+        attempted=False,
+        status=NOT_ATTEMPTED,
+        outcome=Outcome.NOT_ATTEMPTED.value,
+    )
+
+
+def _ratio(num: float, den: int) -> float | None:
+    return num / den if den > 0 else None
+
+
+def rate_set(results: Sequence[InstanceResult], denominator: int) -> RateSet:
+    """Rates over ``denominator``; ``results`` not listed (unknown keys) count as score 0."""
+    resolved = sum(1 for r in results if r.resolved)
+    near = sum(1 for r in results if r.near_resolved)
+    return RateSet(
+        denominator=denominator,
+        mean_score=_ratio(sum(r.score for r in results), denominator),
+        resolved=resolved,
+        resolved_rate=_ratio(resolved, denominator),
+        near_resolved=near,
+        near_resolved_rate=_ratio(near, denominator),
+        pass_at_1=_ratio(resolved, denominator),
+    )
+
+
+def cost_totals(results: Iterable[InstanceResult]) -> CostTotals:
+    totals = CostTotals()
+    for r in results:
+        if not r.attempted:
+            continue
+        if r.carried:
+            if r.cost_known and r.cost_usd is not None:
+                totals.carried_usd += r.cost_usd
+        elif r.cost_known and r.cost_usd is not None:
+            totals.known_usd += r.cost_usd
+            totals.known_rows += 1
+        else:
+            totals.unknown_rows += 1
+    return totals
+
+
+def duration_stats(results: Iterable[InstanceResult]) -> DurationStats:
+    """Durations of the instances this run attempted itself (carried ones ran elsewhere)."""
+    values = sorted(
+        r.duration_s for r in results if r.attempted and not r.carried and r.duration_s is not None
+    )
+    if not values:
+        return DurationStats()
+    return DurationStats(
+        count=len(values),
+        total_s=sum(values),
+        mean_s=sum(values) / len(values),
+        median_s=quantile(values, 0.5),
+        p90_s=quantile(values, 0.9),
+        max_s=values[-1],
+    )
+
+
+def _sorted_counts(counter: Counter[str]) -> dict[str, int]:
+    return dict(sorted(counter.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def headline(results: Sequence[InstanceResult], selected: int) -> Headline:
+    """Headline figures of the selected instances ``results`` over ``selected`` instances.
+
+    ``selected`` may exceed ``len(results)`` when the manifest counts instances it does
+    not list; those count as not attempted with score 0.
+    """
+    selected = max(selected, len(results))
+    attempted = sum(1 for r in results if r.attempted)
+    infra = [r for r in results if r.infra]
+    counts = Counter(r.status for r in results)
+    outcomes = Counter(r.outcome for r in results)
+    unlisted = selected - len(results)
+    if unlisted:
+        counts[NOT_ATTEMPTED] += unlisted
+        outcomes[Outcome.NOT_ATTEMPTED.value] += unlisted
+    kept = [r for r in results if not r.infra]
+    scores = [r.score for r in results if r.attempted and not r.infra]
+    return Headline(
+        selected=selected,
+        attempted=attempted,
+        not_attempted=selected - attempted,
+        infra_failed=len(infra),
+        carried=sum(1 for r in results if r.carried),
+        binary=bool(scores) and all(s in (0.0, 1.0) for s in scores),
+        raw=rate_set(results, selected),
+        infra_excluded=rate_set(kept, selected - len(infra)),
+        counts=_sorted_counts(counts),
+        outcome_counts=_sorted_counts(outcomes),
+        cost=cost_totals(results),
+        duration=duration_stats(results),
+    )

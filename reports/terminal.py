@@ -1,0 +1,61 @@
+"""Rich renderings of a comparison for the terminal."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from reports import fmt
+from reports.figures import CompareReport
+
+MAX_ROWS = 50
+CHANGE_STYLES = {"gained": "green", "improved": "green", "lost": "red", "regressed": "red"}
+
+
+def compare_renderable(cmp: CompareReport, max_rows: int = MAX_ROWS) -> RenderableType:
+    ci, mc = cmp.bootstrap, cmp.mcnemar
+    summary = Table(title=f"{cmp.run_a.run_id} (A) → {cmp.run_b.run_id} (B)", show_header=False)
+    summary.add_column("figure", style="bold")
+    summary.add_column("value")
+    summary.add_row(
+        "shared instances", f"{cmp.shared} (only A {len(cmp.only_a)}, only B {len(cmp.only_b)})"
+    )
+    summary.add_row("mean score A / B", f"{fmt.score(cmp.mean_a)} / {fmt.score(cmp.mean_b)}")
+    summary.add_row(
+        "mean difference B-A",
+        f"{fmt.signed(ci.mean_diff)}  {ci.level:.0%} CI [{fmt.signed(ci.low)}, {fmt.signed(ci.high)}]"
+        f"  (bootstrap, {ci.resamples} resamples, seed {ci.seed})",
+    )
+    summary.add_row("resolved A / B", f"{cmp.resolved_a} / {cmp.resolved_b}")
+    summary.add_row(
+        "McNemar",
+        f"b={mc.b} c={mc.c}  exact p={mc.exact_p:.4g}  χ²(cc)={mc.chi2:.3f} p={mc.chi2_p:.4g}",
+    )
+    changes = Table(title="changed instances")
+    for col in ("instance", "change", "status A", "status B", "score A", "score B", "Δ"):
+        changes.add_column(col, justify="right" if col.startswith(("score", "Δ")) else "left")
+    changed = [c for c in cmp.changes if c.change != "same"]
+    for c in changed[:max_rows]:
+        changes.add_row(
+            c.key,
+            Text(c.change, style=CHANGE_STYLES.get(c.change, "")),
+            c.status_a,
+            c.status_b,
+            fmt.score(c.score_a),
+            fmt.score(c.score_b),
+            fmt.signed(c.delta),
+        )
+    parts: list[RenderableType] = [summary]
+    parts += [Text(f"warning: {w}", style="yellow") for w in cmp.warnings]
+    if changed:
+        parts.append(changes)
+        if len(changed) > max_rows:
+            parts.append(Text(f"... {len(changed) - max_rows} more changed (see --json)"))
+    else:
+        parts.append(Text("no instance changed"))
+    return Group(*parts)
+
+
+def print_compare(cmp: CompareReport, console: Console | None = None) -> None:
+    (console or Console()).print(compare_renderable(cmp))
