@@ -1,0 +1,107 @@
+"""Campaign budget: a shared campaign file with cross-process reservations, a usage
+meter with a supervisor, custody of runs, and the disk reserve.
+
+API
+---
+``Campaign.open_or_create(path, *, ceiling_usd, key_fingerprint, baseline_usage,
+prior_spend_usd=None) -> Campaign``
+    Create ``campaign.json`` or open it; a changed ceiling, key or prior spend is a
+    RefusalError (reasons ``campaign_ceiling_changed``, ``campaign_key_changed``,
+    ``campaign_prior_spend_fixed``). ``baseline_usage`` counts only at creation.
+``campaign.admit_run(run_id, run_root, pid) -> ActiveRun``
+    Custody. RefusalError ``campaign_stale_run`` (naming the run) while the entry of a
+    dead process exists; live concurrent runs are fine; idempotent for the same pid.
+``campaign.reserve(run_id, key, amount_usd=None, *, budget_reserve_usd=0,
+run_budget_usd=None, safety_factor=1.5) -> Reservation``
+    Before an instance starts. ``BudgetRefused(reason)``: ``campaign_budget``,
+    ``run_budget``, a stop reason the controller set, or ``campaign_persistence_failed``.
+    ``amount_usd`` None = learned (``campaign.learned_reserve_usd()``).
+``campaign.settle(run_id, key, cost_usd, cost_known) -> Settlement``
+    After it ran: ``Settlement.overran`` -> ``budget_overrun: true`` in the row.
+``campaign.release(run_id, key)``
+    It did not run: reservation dropped, cost 0.
+``campaign.record_reading(reading) -> bool``, ``campaign.request_stop(run_id, reason)``,
+``campaign.finish_run(run_id, outcome, final_reading=None, *, meter_error=None) -> RunRecord``,
+``campaign.reconcile_run(run_id, reading_usage)``, ``campaign.snapshot() -> CampaignState``.
+
+``MeterSupervisor(campaign, run_id, run_root, meter, *, blindness_sec=30, poll_sec=15,
+retry_sec=3, read_timeout_sec=5, budget_reserve_usd=0, min_free_gb=None, on_stop=None)``
+    ``.poll() -> stop_reason | None`` (or ``.start()`` a thread), ``.finish(outcome,
+    runner_exit_code) -> Monitor``; keeps ``<run_root>/monitor.json``.
+``make_meter(spec) -> Meter | None`` (``openrouter[=URL]``, ``fake-file:PATH``, ``none``),
+``key_fingerprint(secret)``, ``check_disk(path, min_free_gb) -> DiskStatus``,
+``write_monitor(run_root, monitor)``, ``campaign_command(argv) -> int``.
+
+Spend: ``spent = prior + max(meter delta, settled charges)``; see :mod:`.accounting`.
+All errors and reason codes: :mod:`.errors`.
+"""
+
+from __future__ import annotations
+
+from .campaign import Campaign
+from .disk import check_disk
+from .errors import (
+    BUDGET_METER_UNAVAILABLE,
+    CAMPAIGN_BUDGET,
+    CAMPAIGN_PERSISTENCE_FAILED,
+    DISK_RESERVE,
+    RUN_BUDGET,
+    BudgetRefused,
+    CampaignPersistenceError,
+    CampaignStateError,
+    MeterError,
+)
+from .meter import (
+    METER_KEY_ENV,
+    FakeFileMeter,
+    Meter,
+    OpenRouterKeyMeter,
+    key_fingerprint,
+    make_meter,
+)
+from .models import (
+    ActiveRun,
+    CampaignState,
+    DiskStatus,
+    MeterReading,
+    Monitor,
+    Reservation,
+    RunRecord,
+    Settlement,
+)
+from .monitor import read_monitor, write_monitor
+from .reconcile import campaign_command, reconcile
+from .supervisor import MeterSupervisor
+
+__all__ = [
+    "BUDGET_METER_UNAVAILABLE",
+    "CAMPAIGN_BUDGET",
+    "CAMPAIGN_PERSISTENCE_FAILED",
+    "DISK_RESERVE",
+    "METER_KEY_ENV",
+    "RUN_BUDGET",
+    "ActiveRun",
+    "BudgetRefused",
+    "Campaign",
+    "CampaignPersistenceError",
+    "CampaignState",
+    "CampaignStateError",
+    "DiskStatus",
+    "FakeFileMeter",
+    "Meter",
+    "MeterError",
+    "MeterReading",
+    "MeterSupervisor",
+    "Monitor",
+    "OpenRouterKeyMeter",
+    "Reservation",
+    "RunRecord",
+    "Settlement",
+    "campaign_command",
+    "check_disk",
+    "key_fingerprint",
+    "make_meter",
+    "read_monitor",
+    "reconcile",
+    "write_monitor",
+]

@@ -1,0 +1,346 @@
+"""The campaign file: one JSON document shared by every run (and xdist worker) of a
+campaign, changed only by read-modify-write transactions under an fcntl lock
+(``<file>.lock``, ``filelock.UnixFileLock``) and saved atomically (temp file, fsync,
+rename). See the package docstring for the API and :mod:`.accounting` for the rule.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from . import accounting, custody
+from . import errors as E
+from .models import (
+    ActiveRun,
+    CampaignState,
+    MeterReading,
+    Reservation,
+    ReservationEntry,
+    RunRecord,
+    Settlement,
+)
+from .store import CampaignStore, refuse
+
+
+class Campaign(CampaignStore):
+    """A campaign file and the operations every run performs on it (see the package doc)."""
+
+    @staticmethod
+    def _run(state: CampaignState, run_id: str) -> ActiveRun:
+        run = state.active_runs.get(run_id)
+        if run is None:
+            raise E.CampaignStateError(f"run {run_id} holds no custody in this campaign")
+        return run
+
+    # ---------------------------------------------------------------- custody
+
+    def stale_runs(self) -> list[ActiveRun]:
+        state = self.snapshot()
+        return [r for r in state.active_runs.values() if custody.liveness(r) == "dead"]
+
+    def admit_run(self, run_id: str, run_root: str | os.PathLike[str], pid: int) -> ActiveRun:
+        """Register custody for ``run_id`` (the controller's ``pid``).
+
+        Refused (RefusalError, reason ``campaign_stale_run``) while an entry of a dead
+        process exists, naming it. Live entries (concurrent runs) are allowed. Admitting
+        the same run id again from the same pid returns the existing entry.
+        """
+        ident = custody.identify(pid)
+
+        def change(state: CampaignState) -> ActiveRun:
+            for entry in state.active_runs.values():
+                if entry.run_id == run_id:
+                    if entry.pid == pid and entry.host == ident.host:
+                        return entry
+                    raise refuse(
+                        E.CAMPAIGN_RUN_ID_IN_USE,
+                        f"{custody.describe(entry)} already holds custody under this run id",
+                    )
+                if custody.liveness(entry) == "dead":
+                    raise refuse(
+                        E.CAMPAIGN_STALE_RUN,
+                        f"campaign {self.path} has a stale custody entry: "
+                        f"{custody.describe(entry)} is not running. Check it left nothing "
+                        f"behind, then run: harness campaign reconcile {self.path} "
+                        f"--run {entry.run_root} [--reading USD]",
+                    )
+            entry = ActiveRun(
+                run_id=run_id,
+                run_root=str(run_root),
+                pid=pid,
+                host=ident.host,
+                boot_id=ident.boot_id,
+                pid_start_ticks=ident.start_ticks,
+                admitted_at_unix=time.time(),
+                usage_at_admission=state.last_usage,
+            )
+            state.active_runs[run_id] = entry
+            return entry
+
+        return self._mutate(change)
+
+    def request_stop(self, run_id: str, reason: str) -> None:
+        """Mark the run stopped: every later ``reserve`` of it is refused with ``reason``."""
+
+        def change(state: CampaignState) -> None:
+            run = self._run(state, run_id)
+            run.stop_reason = run.stop_reason or reason
+
+        self._mutate(change)
+
+    # ----------------------------------------------------------- reservations
+
+    def learned_reserve_usd(
+        self, *, safety_factor: float = 1.5, min_samples: int = 5
+    ) -> float | None:
+        state = self.snapshot()
+        return accounting.learned_reserve(
+            state.cost_history, safety_factor=safety_factor, min_samples=min_samples
+        )
+
+    def reserve(
+        self,
+        run_id: str,
+        key: str,
+        amount_usd: float | None = None,
+        *,
+        budget_reserve_usd: float = 0.0,
+        run_budget_usd: float | None = None,
+        safety_factor: float = 1.5,
+    ) -> Reservation:
+        """Reserve the expected cost of instance ``key`` before it starts.
+
+        ``amount_usd`` None: learned from the campaign's known costs (see
+        :func:`accounting.learned_reserve`); with too little history that is a
+        CampaignStateError (the plugin refuses at startup instead). Raises
+        BudgetRefused(reason) when it does not fit, or when the run was stopped.
+        """
+
+        def change(state: CampaignState) -> tuple[Reservation | None, str | None]:
+            run = self._run(state, run_id)
+            if key in run.reservations or key in run.settled:
+                raise E.CampaignStateError(f"instance {key} of run {run_id} is already reserved")
+            amount = amount_usd
+            if amount is None:
+                amount = accounting.learned_reserve(state.cost_history, safety_factor=safety_factor)
+                if amount is None:
+                    raise E.CampaignStateError(
+                        "no per-task reservation: pass --per-task-reserve-usd (the campaign "
+                        "has too few completed instances to learn one)"
+                    )
+            if not accounting.is_money(amount):
+                raise ValueError(f"reservation must be a finite amount >= 0, got {amount!r}")
+            reason = run.stop_reason or accounting.admission_refusal(
+                state,
+                run,
+                amount,
+                budget_reserve_usd=budget_reserve_usd,
+                run_budget_usd=run_budget_usd,
+            )
+            if reason is not None:
+                run.refused[key] = reason
+                return None, reason
+            run.refused.pop(key, None)
+            run.reservations[key] = ReservationEntry(
+                amount_usd=amount, reserved_at_unix=time.time(), worker_pid=os.getpid()
+            )
+            return (
+                Reservation(
+                    run_id=run_id,
+                    key=key,
+                    amount_usd=amount,
+                    campaign_spent_usd=accounting.spent_usd(state),
+                    campaign_outstanding_usd=accounting.outstanding_usd(state),
+                    ceiling_usd=state.ceiling_usd,
+                    run_spent_usd=run.settled_usd,
+                    run_outstanding_usd=run.outstanding_usd,
+                ),
+                None,
+            )
+
+        try:
+            reservation, reason = self._mutate(change)
+        except E.CampaignPersistenceError as exc:
+            raise E.BudgetRefused(E.CAMPAIGN_PERSISTENCE_FAILED, str(exc)) from exc
+        if reservation is None:
+            assert reason is not None
+            raise E.BudgetRefused(reason, f"instance {key} refused: {reason}")
+        return reservation
+
+    def settle(self, run_id: str, key: str, cost_usd: float | None, cost_known: bool) -> Settlement:
+        """Replace the reservation of ``key`` by the instance's reported cost.
+
+        An unknown cost (``cost_known`` False, or no finite cost) is charged at the
+        reservation (or the partial cost, if larger). ``overran`` is True when the
+        reported cost exceeds the reservation. Raises CampaignPersistenceError.
+        """
+
+        def change(state: CampaignState) -> Settlement:
+            run = self._run(state, run_id)
+            entry = run.reservations.pop(key, None)
+            if entry is None:
+                raise E.CampaignStateError(f"instance {key} of run {run_id} holds no reservation")
+            known = cost_known and accounting.is_money(cost_usd)
+            charged = accounting.charge_for(entry.amount_usd, cost_usd, cost_known)
+            over = accounting.overran(entry.amount_usd, cost_usd)
+            run.settled[key] = charged
+            run.settled_usd += charged
+            state.settled_usd += charged
+            if known:
+                accounting.remember_cost(state, charged)
+            else:
+                run.unknown_cost.append(key)
+            if over:
+                run.overran.append(key)
+            return Settlement(
+                run_id=run_id,
+                key=key,
+                reserved_usd=entry.amount_usd,
+                charged_usd=charged,
+                reported_cost_usd=cost_usd if cost_usd is None or math.isfinite(cost_usd) else None,
+                cost_known=known,
+                overran=over,
+                campaign_spent_usd=accounting.spent_usd(state),
+                campaign_outstanding_usd=accounting.outstanding_usd(state),
+                ceiling_usd=state.ceiling_usd,
+                run_spent_usd=run.settled_usd,
+            )
+
+        return self._mutate(change)
+
+    def release(self, run_id: str, key: str) -> None:
+        """Drop the reservation of an instance that did not run (cost 0)."""
+
+        def change(state: CampaignState) -> None:
+            run = self._run(state, run_id)
+            if run.reservations.pop(key, None) is None:
+                raise E.CampaignStateError(f"instance {key} of run {run_id} holds no reservation")
+            run.released.append(key)
+
+        self._mutate(change)
+
+    # ---------------------------------------------------------------- meter
+
+    def record_reading(self, reading: MeterReading) -> bool:
+        """Save an acceptable reading at once; False when rejected (nothing saved).
+
+        Raises CampaignPersistenceError when the save fails.
+        """
+        with self._locked():
+            state = self._load()
+            if accounting.reading_rejection(reading.usage, state.last_usage) is not None:
+                return False
+            self._accept(state, reading)
+            self._save(state)
+            return True
+
+    @staticmethod
+    def _accept(state: CampaignState, reading: MeterReading) -> None:
+        state.last_usage = reading.usage
+        state.last_reading_at_unix = reading.requested_at_unix
+        state.limit_remaining = reading.limit_remaining
+
+    # ------------------------------------------------------------- settlement
+
+    def finish_run(
+        self,
+        run_id: str,
+        outcome: str,
+        final_reading: MeterReading | None = None,
+        *,
+        meter_error: str | None = None,
+    ) -> RunRecord:
+        """Record the final reading (if acceptable), append the run record, end custody.
+
+        Reservations still open (a worker crashed mid-instance) are charged at their
+        amount, as unknown costs.
+        """
+
+        def change(state: CampaignState) -> RunRecord:
+            run = self._run(state, run_id)
+            if final_reading is not None and (
+                accounting.reading_rejection(final_reading.usage, state.last_usage) is None
+            ):
+                self._accept(state, final_reading)
+            return self._close(state, run, outcome, charge_leftovers=True, meter_error=meter_error)
+
+        return self._mutate(change)
+
+    def reconcile_run(self, run_id: str, reading_usage: float | None) -> RunRecord:
+        """End the custody of a dead run (the caller proved no container is left).
+
+        With the operator's reading (the key's cumulative usage, as ``data.usage``) the
+        meter covers what the crashed instances spent, so their reservations are dropped;
+        without one they are charged at their amount.
+        """
+
+        def change(state: CampaignState) -> RunRecord:
+            run = self._run(state, run_id)
+            if custody.liveness(run) == "alive":
+                raise refuse(E.CAMPAIGN_STALE_RUN, f"{custody.describe(run)} is still running")
+            if reading_usage is not None:
+                rejection = accounting.reading_rejection(reading_usage, state.last_usage)
+                if rejection is not None:
+                    raise refuse("campaign_reading_rejected", f"--reading refused: {rejection}")
+                now = time.time()
+                self._accept(
+                    state,
+                    MeterReading(
+                        usage=reading_usage,
+                        requested_at_unix=now,
+                        observed_at_unix=now,
+                        source="operator",
+                    ),
+                )
+            record = self._close(
+                state, run, "reconciled", charge_leftovers=reading_usage is None, meter_error=None
+            )
+            record.reconciled = True
+            return record
+
+        return self._mutate(change)
+
+    @staticmethod
+    def _close(
+        state: CampaignState,
+        run: ActiveRun,
+        outcome: str,
+        *,
+        charge_leftovers: bool,
+        meter_error: str | None,
+    ) -> RunRecord:
+        abandoned = list(run.reservations.items())
+        abandoned_usd = math.fsum(entry.amount_usd for _, entry in abandoned)
+        if charge_leftovers:
+            for key, entry in abandoned:
+                run.settled[key] = entry.amount_usd
+                run.unknown_cost.append(key)
+            run.settled_usd += abandoned_usd
+            state.settled_usd += abandoned_usd
+        else:
+            run.released.extend(key for key, _ in abandoned)
+        run.reservations.clear()
+        record = RunRecord(
+            run_id=run.run_id,
+            run_root=run.run_root,
+            outcome=outcome,
+            admitted_at_unix=run.admitted_at_unix,
+            finished_at_unix=time.time(),
+            settled_usd=run.settled_usd,
+            settled_count=len(run.settled),
+            unknown_cost_count=len(run.unknown_cost),
+            overrun_count=len(run.overran),
+            released_count=len(run.released),
+            refused_count=len(run.refused),
+            abandoned_count=len(abandoned),
+            abandoned_usd=abandoned_usd,
+            usage_at_admission=run.usage_at_admission,
+            final_usage=state.last_usage,
+            metered_usd=max(0.0, state.last_usage - run.usage_at_admission),
+            meter_error=meter_error,
+        )
+        state.runs.append(record)
+        del state.active_runs[run.run_id]
+        return record

@@ -1,0 +1,48 @@
+"""Errors of the budget package and the stable reason codes they carry."""
+
+from __future__ import annotations
+
+from harness.errors import HarnessError, InfraError
+
+# Reasons an instance is refused (the runner writes a ``blocked`` row and stops, exit 3)
+# or a run is stopped.
+CAMPAIGN_BUDGET = "campaign_budget"
+RUN_BUDGET = "run_budget"
+DISK_RESERVE = "disk_reserve"
+BUDGET_METER_UNAVAILABLE = "budget_meter_unavailable"
+CAMPAIGN_PERSISTENCE_FAILED = "campaign_persistence_failed"
+
+# Refusal reasons at campaign open / admission (RefusalError, exit 2).
+CAMPAIGN_CEILING_CHANGED = "campaign_ceiling_changed"
+CAMPAIGN_KEY_CHANGED = "campaign_key_changed"
+CAMPAIGN_PRIOR_SPEND_FIXED = "campaign_prior_spend_fixed"
+CAMPAIGN_STALE_RUN = "campaign_stale_run"
+CAMPAIGN_RUN_ID_IN_USE = "campaign_run_id_in_use"
+CAMPAIGN_UNREADABLE = "campaign_unreadable"
+CAMPAIGN_STAGE = "campaign"
+
+
+class BudgetRefused(HarnessError):
+    """An instance must not start. ``reason`` is one of the codes above."""
+
+    def __init__(self, reason: str, message: str | None = None) -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+
+
+class CampaignPersistenceError(InfraError):
+    """The campaign file could not be locked, read or saved: stop the run."""
+
+    reason_code = CAMPAIGN_PERSISTENCE_FAILED
+
+
+class CampaignStateError(HarnessError):
+    """The API was misused (unknown run, a key reserved or settled twice)."""
+
+
+class MeterError(HarnessError):
+    """A usage reading could not be obtained. ``kind``: timeout, http, parse, unavailable."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
