@@ -1,0 +1,182 @@
+"""The interface the runner uses for every agent kind.
+
+``Agent.run(request) -> AgentOutcome``: the request carries what one instance gives the
+agent (instruction, sandbox, the adapter's gateway task body, its oracle); the outcome is
+what the ledger row needs. An agent *returns* an outcome for anything it ran (an infra
+result included, ``infra=True``) and *raises* :class:`harness.errors.InfraError` when it
+could not run at all. :class:`OracleUnavailable` asks the runner for a skipped row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.models import Tokens
+
+AGENT_KINDS = ("nop", "oracle", "command", "gateway")
+
+
+class ExecResultLike(Protocol):
+    exit_code: int
+    stdout: Any
+    stderr: Any
+    wall_s: float
+    timed_out: bool
+
+
+@runtime_checkable
+class SandboxLike(Protocol):
+    """What an agent needs of a sandbox (``harness.sandbox.Sandbox`` has it)."""
+
+    def exec(
+        self,
+        cmd: Any,
+        *,
+        user: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+    ) -> Any: ...
+
+
+def sandbox_name(sandbox: Any) -> str | None:
+    for attr in ("container_name", "name"):
+        value = getattr(sandbox, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+class OraclePlan(BaseModel):
+    """A reference solution given as shell commands, run in the sandbox in order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    commands: list[str] = Field(min_length=1)
+    user: str | None = None
+    timeout_sec: float | None = None
+
+
+OracleCallable = Callable[["AgentRequest"], "AgentOutcome | None"]
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    """Everything one instance hands to its agent."""
+
+    instance_id: str
+    instance_dir: Path
+    instruction: str
+    task_body: Mapping[str, Any] | BaseModel | None = None
+    sandbox: Any = None
+    timeout_sec: float | None = None
+    env_allowlist: Sequence[str] = ()
+    oracle: OracleCallable | OraclePlan | None = None
+    adapter: str = "harness"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class RuntimeOutcome(BaseModel):
+    """The agent runtime's own verdict (the ledger's ``runtime_outcome``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    available: bool = False
+    status: str | None = None
+    reason_code: str | None = None
+    truncated: bool | None = None
+    degraded: bool | None = None
+    degraded_reason: str | None = None
+    execution_status: str | None = None
+    execution_reason_code: str | None = None
+    resource_limit: str | None = None
+
+
+class AgentOutcome(BaseModel):
+    """What an agent run produced, in the terms of a ledger row."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str
+    completed: bool
+    infra: bool = False
+    reason_code: str | None = None
+    truncated: bool = False
+    cost_usd: float | None = None
+    cost_known: bool = False
+    tokens: Tokens = Field(default_factory=Tokens)
+    runtime_outcome: RuntimeOutcome = Field(default_factory=RuntimeOutcome)
+    task_id: str | None = None
+    raw_result_path: str | None = None
+    exit_code: int | None = None
+    duration_s: float | None = None
+    output_paths: dict[str, str] = Field(default_factory=dict)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class OracleUnavailable(Exception):
+    """The adapter has no reference solution for this instance: the row is skipped."""
+
+    def __init__(self, message: str, reason: str = "oracle_unavailable") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Agent(Protocol):
+    kind: str
+
+    def run(self, request: AgentRequest) -> AgentOutcome: ...
+
+
+class NopAgent:
+    """Does nothing; the outcome is ``completed`` (a pipeline check, or a scorer baseline)."""
+
+    kind = "nop"
+
+    def run(self, request: AgentRequest) -> AgentOutcome:
+        return AgentOutcome(agent=self.kind, completed=True, reason_code="nop", cost_usd=0.0,
+                            cost_known=True, duration_s=0.0)
+
+
+class AgentOptions(BaseModel):
+    """Options of every agent kind (each kind reads its own; unset means default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # command
+    command: str | list[str] | None = None
+    env: list[str] = Field(default_factory=list)
+    instruction_via: str = "both"
+    user: str | None = None
+    workdir: str | None = None
+    # gateway
+    gateway_url: str | None = None
+    poll_interval_s: float | None = None
+    client_grace_s: float | None = None
+    adapter: str | None = None
+
+
+def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = None) -> Agent:
+    """The agent of ``kind`` (``nop``, ``oracle``, ``command``, ``gateway``)."""
+    opts = options if isinstance(options, AgentOptions) else AgentOptions.model_validate(
+        dict(options or {})
+    )
+    if kind == "nop":
+        return NopAgent()
+    if kind == "oracle":
+        from harness.agents.oracle import OracleAgent
+
+        return OracleAgent()
+    if kind == "command":
+        from harness.agents.command import CommandAgent
+
+        return CommandAgent.from_options(opts)
+    if kind == "gateway":
+        from harness.agents.gateway_agent import GatewayAgent
+
+        return GatewayAgent.from_options(opts)
+    raise ValueError(f"unknown agent kind {kind!r}: use one of {', '.join(AGENT_KINDS)}")

@@ -1,0 +1,252 @@
+"""The ``command`` agent: any CLI agent, run inside the sandbox as the agent user.
+
+The instruction goes to ``/tmp/harness_instruction.md`` (its path in the environment as
+``HARNESS_INSTRUCTION_FILE``) and, unless ``instruction_via="file"``, on stdin. Environment
+variables named by the user are read from the runner's environment and handed to the
+process on stdin (a NUL-separated block a small bash prologue exports, then execs the
+agent): values never appear in any argv, in ``docker inspect`` or in a file. The command
+runs under coreutils ``timeout`` (the task timeout), so it dies inside the container even if
+the exec connection is lost. stdout and stderr go to the instance folder, with any
+allow-listed value redacted. Exit 0 = completed; timeout = truncated ``deadline_local``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest, sandbox_name
+from harness.errors import InfraError
+from harness.fsutil import atomic_write_bytes, atomic_write_json
+
+INSTRUCTION_PATH = "/tmp/harness_instruction.md"
+INSTRUCTION_ENV = "HARNESS_INSTRUCTION_FILE"
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+STDOUT_NAME = "agent_stdout.log"
+STDERR_NAME = "agent_stderr.log"
+RECORD_NAME = "agent_command.json"
+# Exit statuses of coreutils ``timeout``: 124 after TERM, 137 after the follow-up KILL.
+TIMEOUT_EXITS = frozenset({124, 137})
+MIN_REDACT_LEN = 4
+
+# Reads NAME=VALUE entries (NUL-terminated, an empty entry ends the block) from stdin,
+# exports them, then execs the agent under `timeout`. Arguments: workdir, timeout,
+# kill-after, then the agent's argv.
+_PROLOGUE = r"""
+while IFS= read -r -d '' __hx_kv; do
+  [ -z "$__hx_kv" ] && break
+  export "$__hx_kv"
+done
+unset __hx_kv
+__hx_wd=$1; __hx_t=$2; __hx_k=$3; shift 3
+if [ -n "$__hx_wd" ]; then cd -- "$__hx_wd" || exit 125; fi
+if [ "$__hx_t" != 0 ] && command -v timeout >/dev/null 2>&1; then
+  exec timeout -k "$__hx_k" "$__hx_t" "$@"
+fi
+exec "$@"
+"""
+
+
+class CommandAgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | list[str]
+    env: list[str] = Field(default_factory=list)
+    instruction_via: Literal["stdin", "file", "both"] = "both"
+    user: str | None = None
+    workdir: str | None = None
+    kill_after_s: float = Field(default=10.0, ge=0)
+    exec_margin_s: float = Field(default=30.0, ge=0)
+
+    @field_validator("env")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        bad = [n for n in names if not ENV_NAME_RE.match(n)]
+        if bad:
+            raise ValueError(f"not environment variable names: {bad}")
+        return names
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty(cls, value: str | list[str]) -> str | list[str]:
+        if not (value.strip() if isinstance(value, str) else value):
+            raise ValueError("the agent command is empty")
+        return value
+
+
+class CommandRunRecord(BaseModel):
+    """``agent_command.json``: how the agent was run (names only, never values)."""
+
+    schema_: str = Field(default="harness.agents.command_run.v1", alias="schema")
+    command: str | list[str]
+    sandbox: str | None
+    user: str | None
+    workdir: str | None
+    instruction_via: str
+    instruction_file: str
+    env_names: list[str]
+    env_missing: list[str]
+    timeout_sec: float | None
+    exit_code: int | None
+    timed_out: bool
+    wall_s: float
+    redacted_values: int
+    stdout_path: str
+    stderr_path: str
+
+
+def _as_bytes(data: Any) -> bytes:
+    if data is None:
+        return b""
+    if isinstance(data, bytes):
+        return data
+    return str(data).encode("utf-8", "replace")
+
+
+def env_block(values: Mapping[str, str]) -> bytes:
+    """The stdin prologue block: ``NAME=VALUE\\0`` entries, then an empty entry."""
+    out = bytearray()
+    for name, value in values.items():
+        if not ENV_NAME_RE.match(name) or "\0" in value:
+            raise ValueError(f"cannot pass environment variable {name!r}")
+        out += f"{name}={value}".encode() + b"\0"
+    return bytes(out + b"\0")
+
+
+def redact(data: bytes, secrets: Mapping[str, str]) -> tuple[bytes, int]:
+    count = 0
+    for name, value in secrets.items():
+        raw = value.encode("utf-8", "replace")
+        if len(raw) >= MIN_REDACT_LEN and raw in data:
+            count += data.count(raw)
+            data = data.replace(raw, f"[redacted:{name}]".encode())
+    return data, count
+
+
+class CommandAgent:
+    kind = "command"
+
+    def __init__(self, config: CommandAgentConfig, environ: Mapping[str, str] | None = None
+                 ) -> None:
+        self.config = config
+        self._environ = environ
+
+    @classmethod
+    def from_options(cls, options: AgentOptions) -> CommandAgent:
+        if not options.command:
+            raise ValueError("the command agent needs a command line (--agent-command)")
+        return cls(CommandAgentConfig(
+            command=options.command, env=list(options.env),
+            instruction_via=options.instruction_via,  # type: ignore[arg-type]
+            user=options.user, workdir=options.workdir,
+        ))
+
+    def _argv(self) -> list[str]:
+        cmd = self.config.command
+        return ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+
+    def _env(self, names: Sequence[str], request: AgentRequest) -> tuple[dict[str, str],
+                                                                           list[str]]:
+        environ = os.environ if self._environ is None else self._environ
+        values: dict[str, str] = {}
+        missing: list[str] = []
+        for name in dict.fromkeys(names):
+            if name in environ:
+                values[name] = environ[name]
+            else:
+                missing.append(name)
+        values[INSTRUCTION_ENV] = INSTRUCTION_PATH
+        values["HARNESS_INSTANCE_ID"] = request.instance_id
+        return values, missing
+
+    def run(self, request: AgentRequest) -> AgentOutcome:
+        sandbox = request.sandbox
+        if sandbox is None:
+            raise InfraError("the command agent needs a sandbox, none was given",
+                             "agent_no_sandbox")
+        cfg = self.config
+        user = cfg.user or getattr(sandbox, "agent_user", None)
+        workdir = cfg.workdir or getattr(sandbox, "workdir", None)
+        names = [*cfg.env, *request.env_allowlist]
+        bad = [n for n in names if not ENV_NAME_RE.match(n)]
+        if bad:
+            raise ValueError(f"not environment variable names: {bad}")
+        env, missing = self._env(names, request)
+        secrets = {n: env[n] for n in names if n in env}
+
+        written = sandbox.exec(
+            ["bash", "-c", f"umask 077 && cat > {shlex.quote(INSTRUCTION_PATH)}"],
+            user=user, timeout=60, stdin=request.instruction.encode("utf-8"),
+        )
+        if written.exit_code != 0 or written.timed_out:
+            raise InfraError(
+                f"could not write {INSTRUCTION_PATH} in the sandbox (exit {written.exit_code}):"
+                f" {_as_bytes(written.stderr).decode('utf-8', 'replace')[-300:]}",
+                "agent_instruction_write_failed",
+            )
+
+        timeout = request.timeout_sec
+        stdin = env_block(env)
+        if cfg.instruction_via in ("stdin", "both"):
+            stdin += request.instruction.encode("utf-8")
+        argv = ["bash", "-c", _PROLOGUE, "harness-agent", workdir or "",
+                _fmt(timeout or 0), _fmt(cfg.kill_after_s), *self._argv()]
+        exec_timeout = None if not timeout else timeout + cfg.kill_after_s + cfg.exec_margin_s
+        started = time.monotonic()
+        result = sandbox.exec(argv, user=user, timeout=exec_timeout, stdin=stdin)
+        wall = float(getattr(result, "wall_s", None) or time.monotonic() - started)
+
+        out_dir = Path(request.instance_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stdout, n_out = redact(_as_bytes(result.stdout), secrets)
+        stderr, n_err = redact(_as_bytes(result.stderr), secrets)
+        stdout_path, stderr_path = out_dir / STDOUT_NAME, out_dir / STDERR_NAME
+        atomic_write_bytes(stdout_path, stdout)
+        atomic_write_bytes(stderr_path, stderr)
+
+        exit_code = result.exit_code
+        timed_out = bool(result.timed_out) or (
+            bool(timeout) and exit_code in TIMEOUT_EXITS and wall >= 0.95 * float(timeout or 0)
+        )
+        record = CommandRunRecord(
+            command=cfg.command, sandbox=sandbox_name(sandbox), user=user, workdir=workdir,
+            instruction_via=cfg.instruction_via, instruction_file=INSTRUCTION_PATH,
+            env_names=sorted(secrets), env_missing=missing, timeout_sec=timeout,
+            exit_code=exit_code, timed_out=timed_out, wall_s=round(wall, 3),
+            redacted_values=n_out + n_err, stdout_path=str(stdout_path),
+            stderr_path=str(stderr_path),
+        )
+        record_path = out_dir / RECORD_NAME
+        atomic_write_json(record_path, record)
+        return _outcome(record, record_path)
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds:g}" if seconds else "0"
+
+
+def _outcome(record: CommandRunRecord, record_path: Path) -> AgentOutcome:
+    paths = {"agent_stdout": record.stdout_path, "agent_stderr": record.stderr_path,
+             "agent_command": str(record_path)}
+    common: dict[str, Any] = {
+        "agent": "command", "exit_code": record.exit_code, "duration_s": record.wall_s,
+        "output_paths": paths, "cost_usd": None, "cost_known": False,
+        "details": {"env_missing": record.env_missing, "user": record.user},
+    }
+    if record.timed_out:
+        return AgentOutcome(completed=False, truncated=True, reason_code="deadline_local",
+                            **common)
+    if record.exit_code == 0:
+        return AgentOutcome(completed=True, reason_code="completed", **common)
+    if record.exit_code in (126, 127):
+        # The agent program is missing or not executable in the sandbox: set-up, not model.
+        return AgentOutcome(completed=False, infra=True, reason_code="agent_command_not_found",
+                            **common)
+    return AgentOutcome(completed=False, reason_code="agent_exit_nonzero", **common)

@@ -1,0 +1,85 @@
+"""The ``gateway`` agent: one task on the agent server per instance.
+
+The adapter builds the task body (``AgentRequest.task_body``); this agent fills in the
+timeout when the body has none, reattaches or submits, waits, and classifies the settled
+result. A client-side give-up (timeout, lasting poll errors) is an infra outcome whose
+reason says the task is left reattachable; an interrupt cancels the task first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest, RuntimeOutcome
+from harness.agents.checkpoint import CHECKPOINT_NAME
+from harness.agents.classify import classify_result
+from harness.agents.gateway import ClientPollError, ClientPollTimeout, GatewayClient, PollPolicy
+from harness.agents.gateway_models import TaskCreateRequest
+from harness.agents.gateway_run import validate_task_body
+from harness.errors import InfraError
+
+
+class GatewayAgent:
+    kind = "gateway"
+
+    def __init__(self, base_url: str, *, policy: PollPolicy | None = None,
+                 adapter: str | None = None) -> None:
+        self.base_url = base_url
+        self.policy = policy or PollPolicy()
+        self.adapter = adapter
+
+    @classmethod
+    def from_options(cls, options: AgentOptions) -> GatewayAgent:
+        if not options.gateway_url:
+            raise ValueError("the gateway agent needs the agent server's URL (--gateway-url)")
+        updates: dict[str, Any] = {}
+        if options.poll_interval_s is not None:
+            updates["interval_s"] = options.poll_interval_s
+        if options.client_grace_s is not None:
+            updates["client_grace_s"] = options.client_grace_s
+        return cls(options.gateway_url, policy=PollPolicy(**updates), adapter=options.adapter)
+
+    def _body(self, request: AgentRequest) -> TaskCreateRequest:
+        body = request.task_body
+        if body is None:
+            raise InfraError(
+                f"{request.adapter}: no gateway task body for instance {request.instance_id} "
+                "(the adapter does not support --agent gateway)", "gateway_task_body_missing",
+            )
+        data = body.model_dump(mode="json", exclude_none=True) if isinstance(
+            body, BaseModel) else dict(body)
+        if request.timeout_sec and not any(data.get(k) for k in
+                                           ("timeout_sec", "timeout", "deadline_at")):
+            data["timeout_sec"] = request.timeout_sec
+        return validate_task_body(data)
+
+    def run(self, request: AgentRequest) -> AgentOutcome:
+        instance_dir = Path(request.instance_dir)
+        adapter = self.adapter or request.adapter
+        body = self._body(request)
+        with GatewayClient(self.base_url, policy=self.policy) as client:
+            try:
+                run = client.run_task(body, instance_dir=instance_dir, adapter=adapter,
+                                      timeout_s=request.timeout_sec)
+            except (ClientPollTimeout, ClientPollError) as exc:
+                last = exc.last
+                return AgentOutcome(
+                    agent=self.kind, completed=False, infra=True,
+                    reason_code=exc.reason_code, task_id=exc.task_id,
+                    runtime_outcome=RuntimeOutcome(available=last is not None,
+                                                   status=last.status if last else None),
+                    output_paths={"task_checkpoint": str(instance_dir / CHECKPOINT_NAME)},
+                    details={"reattachable": True, "error": str(exc)},
+                )
+        outcome = classify_result(run.result, task_id=run.task_id,
+                                  raw_result_path=run.result_path, agent=self.kind)
+        paths = {"task_checkpoint": run.checkpoint_path, "task_result": run.result_path}
+        if run.body_path:
+            paths["task_body"] = run.body_path
+        details = {**outcome.details, "reattached": run.reattached,
+                   "reattach_reason": run.decision.reason, "polls": run.polls,
+                   "gateway_url": self.base_url}
+        return outcome.model_copy(update={"output_paths": paths, "details": details})

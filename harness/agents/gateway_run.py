@@ -1,0 +1,153 @@
+"""One task from start to end: reattach or submit, wait, write the result; cancel on
+interrupt.
+
+Reattach rule (reference §3 step 8.3): when the instance folder's checkpoint names a task,
+ask the server. In flight or ``completed`` -> reattach (no second submission); settled
+``failed``/``cancelled``/``rejected_duplicate`` or unknown -> fresh start. A task still in
+``cancel_requested`` is first waited on until it settles.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from harness.agents.checkpoint import (
+    CHECKPOINT_NAME,
+    new_task_id,
+    read_checkpoint,
+    write_checkpoint,
+)
+from harness.agents.gateway_errors import ClientPollTimeout, GatewayError, GatewayValidation
+from harness.agents.gateway_models import (
+    CANCEL_REQUESTED,
+    IN_FLIGHT_STATUSES,
+    TaskCreateRequest,
+    TaskResult,
+    describe_validation_error,
+)
+from harness.fsutil import atomic_write_json
+
+if TYPE_CHECKING:
+    from harness.agents.gateway import GatewayClient
+
+log = logging.getLogger("harness.agents.gateway")
+
+RESULT_NAME = "task_result.json"
+DEFAULT_TASK_TIMEOUT_S = 6 * 3600.0
+
+
+class ReattachDecision(BaseModel):
+    action: Literal["reattach", "fresh"]
+    reason: str
+    task_id: str | None = None
+    status: str | None = None
+
+
+class TaskRun(BaseModel):
+    """What :meth:`GatewayClient.run_task` did."""
+
+    task_id: str
+    result: TaskResult
+    reattached: bool
+    decision: ReattachDecision
+    body_path: str | None
+    checkpoint_path: str
+    result_path: str
+    polls: int
+
+
+def reattach_decision(client: GatewayClient, checkpoint_path: Path) -> ReattachDecision:
+    """Reattach to the checkpoint's task when it is in flight or completed."""
+    checkpoint = read_checkpoint(checkpoint_path)
+    if checkpoint is None:
+        return ReattachDecision(action="fresh", reason="no_checkpoint")
+    task_id = checkpoint.task_id
+    found = client.find_task(task_id)
+    if found is not None and found.status == CANCEL_REQUESTED:
+        try:
+            found = client.wait(task_id, timeout_s=client.policy.cancel_settle_s)
+        except ClientPollTimeout as exc:
+            raise GatewayError(
+                f"task {task_id} from the checkpoint is still cancelling; retry later",
+                "gateway_cancel_pending", task_id=task_id,
+            ) from exc
+    if found is None:
+        return ReattachDecision(action="fresh", reason="task_unknown", task_id=task_id)
+    status = found.status
+    if status in IN_FLIGHT_STATUSES or status == "completed":
+        return ReattachDecision(action="reattach", reason=f"task_{status}",
+                                task_id=task_id, status=status)
+    return ReattachDecision(action="fresh", reason=f"task_{status}", task_id=task_id,
+                            status=status)
+
+
+def run_task(
+    client: GatewayClient,
+    body: TaskCreateRequest | Mapping[str, Any],
+    *,
+    instance_dir: Path,
+    adapter: str = "harness",
+    timeout_s: float | None = None,
+    assign_task_id: bool = True,
+) -> TaskRun:
+    """Reattach or submit, then wait; cancel the task if interrupted (Ctrl-C, stop)."""
+    instance_dir = Path(instance_dir)
+    instance_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint_path = instance_dir / CHECKPOINT_NAME
+    request = validate_task_body(body)
+    decision = reattach_decision(client, checkpoint_path)
+    if timeout_s is None:
+        timeout_s = request.timeout_sec or request.timeout
+    wait_s = (timeout_s or DEFAULT_TASK_TIMEOUT_S) + client.policy.client_grace_s
+    body_path: Path | None = None
+    task_id: str | None = None
+    try:
+        if decision.action == "reattach":
+            assert decision.task_id is not None
+            task_id = decision.task_id
+            log.info("reattaching to task %s (%s)", task_id, decision.reason)
+        else:
+            if assign_task_id and request.task_id is None:
+                request = request.model_copy(
+                    update={"task_id": new_task_id(f"{adapter}-{instance_dir.name}")}
+                )
+            body_path = instance_dir / f"{adapter}_task_body.json"
+            atomic_write_json(body_path, request.body())
+            task_id = request.task_id  # known before the POST: cancellable if interrupted
+            task_id = client.submit(request).task_id
+            write_checkpoint(checkpoint_path, task_id, "submitted", None, client.base_url, 0)
+        result = client.wait(task_id, timeout_s=wait_s, checkpoint_path=checkpoint_path)
+    except Exception:
+        raise
+    except BaseException:
+        if task_id is not None:
+            log.warning("interrupted: cancelling agent task %s", task_id)
+            client.cancel(task_id)
+        raise
+    result_path = instance_dir / RESULT_NAME
+    atomic_write_json(result_path, result)
+    polls = read_checkpoint(checkpoint_path)
+    return TaskRun(
+        task_id=task_id, result=result, reattached=decision.action == "reattach",
+        decision=decision, body_path=str(body_path) if body_path else None,
+        checkpoint_path=str(checkpoint_path), result_path=str(result_path),
+        polls=polls.polls if polls else 0,
+    )
+
+
+def validate_task_body(body: TaskCreateRequest | Mapping[str, Any]) -> TaskCreateRequest:
+    """The body as the contract model; a contract violation raises GatewayValidation."""
+    if isinstance(body, TaskCreateRequest):
+        return body
+    try:
+        return TaskCreateRequest.model_validate(dict(body))
+    except ValidationError as exc:
+        raise GatewayValidation(
+            "task body does not satisfy the agent server's contract: "
+            + describe_validation_error(exc), "task_body_invalid",
+        ) from exc
