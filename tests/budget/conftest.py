@@ -1,0 +1,80 @@
+"""Fixtures of the budget tests: a fresh campaign, a loopback HTTP key endpoint."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from budget_support import BASELINE, FINGERPRINT, KeyEndpoint
+
+from harness.budget import Campaign
+
+
+@pytest.fixture
+def campaign_path(tmp_path: Path) -> Path:
+    return tmp_path / "campaigns" / "campaign.json"
+
+
+@pytest.fixture
+def make_campaign(campaign_path: Path) -> Callable[..., Campaign]:
+    def make(ceiling_usd: float = 100.0, **kw: Any) -> Campaign:
+        kw.setdefault("key_fingerprint", FINGERPRINT)
+        kw.setdefault("baseline_usage", BASELINE)
+        return Campaign.open_or_create(campaign_path, ceiling_usd=ceiling_usd, **kw)
+
+    return make
+
+
+@pytest.fixture
+def run_root(tmp_path: Path) -> Path:
+    root = tmp_path / "runs" / "run-1"
+    root.mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
+def key_endpoint() -> Iterator[KeyEndpoint]:
+    release = threading.Event()
+    endpoint = KeyEndpoint(base_url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            endpoint.requests.append({k.lower(): v for k, v in self.headers.items()})
+            if endpoint.on_request is not None:
+                endpoint.on_request()
+            if endpoint.delay_sec:
+                release.wait(endpoint.delay_sec)
+            if self.path != "/api/v1/key":
+                self.send_error(404)
+                return
+            body = json.dumps(
+                {"data": {"usage": endpoint.usage, "limit_remaining": endpoint.limit_remaining}}
+            ).encode()
+            try:
+                self.send_response(endpoint.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass  # the client gave up (timeout tests)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    endpoint.base_url = f"http://127.0.0.1:{server.server_address[1]}/api/v1"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield endpoint
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
