@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.programbench.tasks import PBInstance
 from harness.agents.gateway_models import (
     AcceptanceClaim,
     BudgetProfile,
@@ -16,8 +17,6 @@ from harness.agents.gateway_models import (
     ResourcePolicy,
     TaskCreateRequest,
 )
-
-from benchmarks.programbench.tasks import PBInstance
 
 SOURCE = "programbench"
 DEFAULT_TIMEOUT_SEC = 21600  # the official 6 h wall clock of the mini-SWE-agent baseline

@@ -103,7 +103,7 @@ def _load_cached() -> tuple[PBInstance, ...]:
             repository=item["repository"],
             commit=str(item["commit"]),
             language=str(item["language"]),
-            difficulty=item.get("difficulty"),
+            difficulty=item.get("difficulty") or "none",
             eval_clean_hashes=tuple(item.get("eval_clean_hashes") or ()),
         )
         for item in raw

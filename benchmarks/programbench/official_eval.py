@@ -1,0 +1,394 @@
+"""Run the official ``programbench eval`` CLI and read its verdict back.
+
+The CLI always runs as a subprocess (the package reads ``PROGRAMBENCH_BLOB_DIR`` at import
+time). Its stdout/stderr are kept in files; each ``<iid>.eval.json`` is parsed with the
+package's own model and scored exactly like ``programbench info`` does (active branches,
+ignored tests dropped, ``EvaluationResult.score``).
+
+An instance that produced no eval.json (a missing image, a failed DNS block, a missing blob,
+a crash, a timeout) is ``official_eval_status: error`` with the CLI's message; it never
+becomes a score of 0. An eval.json with a top-level ``error_code`` (e.g. ``compile_failed``)
+is a completed eval: the submission scored what it scored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from benchmarks.programbench import CLEANROOM_TAG
+from benchmarks.programbench.tasks import programbench_version, tasks_dir
+from harness.fsutil import atomic_write_text
+
+RESOLVED_AT = 1.0
+NEAR_RESOLVED_AT = 0.95
+RESULT_NAME = "official_eval.json"
+STDOUT_NAME = "official_eval.stdout.txt"
+STDERR_NAME = "official_eval.stderr.txt"
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):\s?(.*)$")
+
+
+class OfficialEvalResult(BaseModel):
+    """``official_eval.json`` in the instance folder: the official verdict of one instance."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instance_id: str
+    official_eval_status: Literal["completed", "error"]
+    score: float | None = None
+    resolved: bool | None = None
+    near_resolved: bool | None = None
+    tests_passed: int | None = None
+    tests_total: int | None = None
+    error_code: str | None = None  # eval.json's top-level code, or the CLI's exception name
+    error_message: str | None = None
+    test_branch_errors: dict[str, list[str]] = Field(default_factory=dict)
+    n_warnings: int = 0
+    executable_hash: str | None = None
+    eval_json: str | None = None
+    stdout_path: str | None = None
+    stderr_path: str | None = None
+    cmd: list[str] = Field(default_factory=list)
+    returncode: int | None = None
+    duration_s: float | None = None
+    programbench_version: str = Field(default_factory=programbench_version)
+
+
+class CliRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cmd: list[str]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+
+
+def programbench_cli() -> list[str]:
+    """argv prefix of the official CLI for this interpreter."""
+    import importlib.util
+
+    if importlib.util.find_spec("programbench.__main__") is not None:
+        return [sys.executable, "-m", "programbench"]
+    script = Path(sys.executable).parent / "programbench"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    return [sys.executable, "-c", "from programbench.cli.main import app; app()"]
+
+
+def default_docker_cpus() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def _run_cli(
+    args: list[str],
+    *,
+    blob_dir: Path | str | None,
+    stdout_path: Path,
+    stderr_path: Path,
+    timeout_s: float | None,
+) -> CliRun:
+    cmd = [*programbench_cli(), *args]
+    env = dict(os.environ)
+    if blob_dir is not None:
+        env["PROGRAMBENCH_BLOB_DIR"] = str(blob_dir)
+    env.setdefault("NO_COLOR", "1")
+    env.setdefault("COLUMNS", "200")
+    stdout_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    timed_out = False
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
+        try:
+            returncode: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            returncode = None
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    return CliRun(
+        cmd=cmd,
+        returncode=returncode,
+        stdout=stdout_path.read_text(errors="replace"),
+        stderr=stderr_path.read_text(errors="replace"),
+        duration_s=round(time.monotonic() - started, 3),
+        timed_out=timed_out,
+    )
+
+
+def _clean_lines(text: str) -> list[str]:
+    lines: list[str] = []
+    for raw in _ANSI.sub("", text).splitlines():
+        line = raw.rsplit("\r", 1)[-1].rstrip()  # keep what a terminal would show
+        if line.strip():
+            lines.append(line)
+    return lines
+
+
+def cli_failure(run: CliRun, instance_id: str) -> tuple[str, str]:
+    """``(error_code, message)`` for an instance the CLI left without an eval.json."""
+    if run.timed_out:
+        return "timeout", f"programbench eval did not finish within the timeout ({run.cmd})"
+    err_lines = _clean_lines(run.stderr)
+    code = None
+    for line in _clean_lines(run.stdout):
+        if line.lstrip().startswith(instance_id) and "ERROR:" in line:
+            code = line.split("ERROR:", 1)[1].split()[0]
+    message_lines: list[str] = []
+    marker = f"Error evaluating {instance_id}:"
+    for i, line in enumerate(err_lines):
+        if marker in line:
+            message_lines = [line[line.index(marker) :]]
+            for follow in err_lines[i + 1 :]:
+                if follow.startswith("Traceback"):
+                    break
+                message_lines.append(follow)
+            break
+    if not message_lines:
+        message_lines = err_lines[-15:] or _clean_lines(run.stdout)[-15:]
+    if code is None:
+        for line in reversed(err_lines):
+            match = _EXC_LINE.match(line.strip())
+            if match:
+                code = match.group(1).rsplit(".", 1)[-1]
+                break
+    message = "\n".join(message_lines).strip() or f"programbench eval exited {run.returncode}"
+    return code or "no_eval_json", message[-4000:]
+
+
+def _tests_meta(instance_id: str) -> dict[str, object]:
+    path = tasks_dir() / instance_id / "tests.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    return {"branches": data.get("branches") or {}}
+
+
+def score_eval_json(instance_id: str, eval_json: Path) -> OfficialEvalResult:
+    """Score one eval.json like ``programbench info`` (current tests.json filtering)."""
+    from programbench.eval.eval import EvaluationResult
+    from programbench.utils.load_data import get_active_branches, get_ignored_tests
+
+    result = EvaluationResult.model_validate_json(eval_json.read_text())
+    inst = _tests_meta(instance_id)
+    if inst["branches"]:
+        result = result.for_branches(get_active_branches(inst)).without_ignored(
+            get_ignored_tests(inst)
+        )
+    score = float(result.score)
+    return OfficialEvalResult(
+        instance_id=instance_id,
+        official_eval_status="completed",
+        score=score,
+        resolved=score >= RESOLVED_AT,
+        near_resolved=score >= NEAR_RESOLVED_AT,
+        tests_passed=int(result.n_resolved),
+        tests_total=len(result),
+        error_code=result.error_code,
+        error_message=result.error_details,
+        test_branch_errors={
+            b: [e.error_code for e in errs] for b, errs in result.test_branch_errors.items()
+        },
+        n_warnings=len(result.warnings),
+        executable_hash=result.executable_hash,
+        eval_json=str(eval_json),
+    )
+
+
+def per_test_outcomes(instance_id: str, eval_json: Path) -> dict[str, bool]:
+    """``{"<branch>/<junit name>": passed}`` over the scored tests (the registry's format)."""
+    from programbench.eval.eval import EvaluationResult
+    from programbench.utils.load_data import get_active_branches, get_ignored_tests
+
+    result = EvaluationResult.model_validate_json(eval_json.read_text())
+    inst = _tests_meta(instance_id)
+    if inst["branches"]:
+        result = result.for_branches(get_active_branches(inst)).without_ignored(
+            get_ignored_tests(inst)
+        )
+    return {t.full_name: t.status == "passed" for t in result.test_results}
+
+
+def _eval_args(
+    src: Path,
+    *,
+    filter_spec: str,
+    docker_cpus: int,
+    image_tag: str,
+    output: Path | None,
+    force: bool,
+    workers: int,
+) -> list[str]:
+    args = ["eval", str(src), "--filter", filter_spec, "--docker-cpus", str(docker_cpus)]
+    args += ["--image-tag", image_tag, "-w", str(workers)]
+    if force:
+        args.append("-f")
+    if output is not None:
+        args += ["-o", str(output)]
+    return args
+
+
+def eval_json_path(src: Path, instance_id: str, output: Path | None = None) -> Path:
+    target = Path(output) / Path(src).name if output is not None else Path(src)
+    return target / instance_id / f"{instance_id}.eval.json"
+
+
+def _finish(
+    instance_id: str,
+    run: CliRun,
+    eval_json: Path,
+    stdout: Path,
+    stderr: Path,
+    write_to: Path | None,
+) -> OfficialEvalResult:
+    if eval_json.exists():
+        try:
+            result = score_eval_json(instance_id, eval_json)
+        except Exception as exc:  # a torn or foreign eval.json is an error, not a 0
+            result = OfficialEvalResult(
+                instance_id=instance_id,
+                official_eval_status="error",
+                error_code="eval_json_unreadable",
+                error_message=f"{type(exc).__name__}: {exc}"[:4000],
+                eval_json=str(eval_json),
+            )
+    else:
+        code, message = cli_failure(run, instance_id)
+        result = OfficialEvalResult(
+            instance_id=instance_id,
+            official_eval_status="error",
+            error_code=code,
+            error_message=message,
+        )
+    result = result.model_copy(
+        update={
+            "stdout_path": str(stdout),
+            "stderr_path": str(stderr),
+            "cmd": run.cmd,
+            "returncode": run.returncode,
+            "duration_s": run.duration_s,
+        }
+    )
+    if write_to is not None:
+        atomic_write_text(write_to / RESULT_NAME, result.model_dump_json(indent=2) + "\n")
+    return result
+
+
+def _discard_stale(path: Path) -> None:
+    """Move an old eval.json aside so a failed run cannot be read as a fresh verdict."""
+    if path.exists():
+        os.replace(path, path.with_name(path.name + f".stale-{int(time.time())}"))
+
+
+def evaluate_instance(
+    src: Path | str,
+    instance_id: str,
+    *,
+    docker_cpus: int | None = None,
+    image_tag: str = CLEANROOM_TAG,
+    blob_dir: Path | str | None = None,
+    output: Path | str | None = None,
+    timeout_s: float | None = None,
+    force: bool = True,
+) -> OfficialEvalResult:
+    """Evaluate ``<src>/<instance_id>/submission.tar.gz`` with one CLI call.
+
+    Logs and ``official_eval.json`` go to ``<src>/<instance_id>/``; the eval.json goes there
+    too, or under ``<output>/<src name>/<instance_id>/`` with ``output``.
+    """
+    src = Path(src)
+    out = Path(output) if output is not None else None
+    folder = src / instance_id
+    eval_json = eval_json_path(src, instance_id, out)
+    _discard_stale(eval_json)
+    stdout, stderr = folder / STDOUT_NAME, folder / STDERR_NAME
+    args = _eval_args(
+        src,
+        filter_spec=f"^{re.escape(instance_id)}$",
+        docker_cpus=docker_cpus or default_docker_cpus(),
+        image_tag=image_tag,
+        output=out,
+        force=force,
+        workers=1,
+    )
+    run = _run_cli(
+        args, blob_dir=blob_dir, stdout_path=stdout, stderr_path=stderr, timeout_s=timeout_s
+    )
+    return _finish(instance_id, run, eval_json, stdout, stderr, folder)
+
+
+def evaluate_batch(
+    src: Path | str,
+    instance_ids: list[str] | None = None,
+    *,
+    docker_cpus: int | None = None,
+    image_tag: str = CLEANROOM_TAG,
+    blob_dir: Path | str | None = None,
+    output: Path | str | None = None,
+    workers: int = 1,
+    timeout_s: float | None = None,
+    force: bool = True,
+) -> dict[str, OfficialEvalResult]:
+    """One CLI call over ``src`` (every ``<iid>/submission.tar.gz``, or only ``instance_ids``).
+
+    Logs go to ``<src>/official_eval.stdout.txt`` / ``.stderr.txt``; each instance gets its
+    ``official_eval.json``.
+    """
+    src = Path(src)
+    out = Path(output) if output is not None else None
+    if instance_ids is None:
+        instance_ids = sorted(
+            d.name for d in src.iterdir() if d.is_dir() and (d / "submission.tar.gz").exists()
+        )
+    if not instance_ids:
+        return {}
+    for iid in instance_ids:
+        _discard_stale(eval_json_path(src, iid, out))
+    pattern = "^(" + "|".join(re.escape(i) for i in sorted(instance_ids)) + ")$"
+    stdout, stderr = src / STDOUT_NAME, src / STDERR_NAME
+    args = _eval_args(
+        src,
+        filter_spec=pattern,
+        docker_cpus=docker_cpus or default_docker_cpus(),
+        image_tag=image_tag,
+        output=out,
+        force=force,
+        workers=workers,
+    )
+    run = _run_cli(
+        args, blob_dir=blob_dir, stdout_path=stdout, stderr_path=stderr, timeout_s=timeout_s
+    )
+    return {
+        iid: _finish(iid, run, eval_json_path(src, iid, out), stdout, stderr, src / iid)
+        for iid in instance_ids
+    }
+
+
+def run_info(src: Path | str, *, timeout_s: float | None = 600) -> str:
+    """``programbench info <src>``: its stdout (the official table over eval.json files found)."""
+    proc = subprocess.run(
+        [*programbench_cli(), "info", str(src)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"programbench info {src} failed ({proc.returncode}): {proc.stderr.strip()[-1000:]}"
+        )
+    return proc.stdout
