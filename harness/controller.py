@@ -29,7 +29,7 @@ from harness.models import Manifest, Outcome, Plan, Refusal, Selection, TaskRow
 from harness.plan import fingerprint, new_run_id, validate_run_id
 from harness.resume import ResumeError, check_generations, plan_resume
 from harness.runtime import ROW_PROPERTY, RunContext
-from harness.signals import read_stop, request_stop
+from harness.signals import StopGuard, read_stop, request_stop
 
 HARNESS_DIR = ".harness"
 EXIT_OK, EXIT_INFRA, EXIT_REFUSED, EXIT_STOPPED = 0, 1, 2, 3
@@ -72,6 +72,8 @@ class Controller:
         self.finalized = False
         self.exit_code: int | None = None
         self.last_checkpoint = 0.0
+        self.guard: StopGuard | None = None
+        self.collection_errors = 0
 
     # admission --------------------------------------------------------------------------
     def resolve_root(self, benchmarks: list[str]) -> tuple[str, Path]:
@@ -287,8 +289,10 @@ class Controller:
             return "stopped", EXIT_STOPPED
         if self.run.plan.dry_run:
             return "dry_run", EXIT_OK
-        if self.selection is None:
+        if self.selection is None or self.collection_errors:
             return "collection_failed", EXIT_REFUSED
+        if not self.selection:
+            return "empty_selection", EXIT_REFUSED
         if outcomes[Outcome.INFRA_FAILED] or outcomes[Outcome.NOT_ATTEMPTED] or \
                 outcomes[Outcome.BLOCKED]:
             return "infra_failed", EXIT_INFRA

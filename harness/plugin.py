@@ -24,6 +24,7 @@ from harness.manifest import PLAN_NAME
 from harness.models import Plan, instance_key
 from harness.plan import PlanError, default_runs_root, parse_shard, rewrite_marker_args
 from harness.runtime import RunContext
+from harness.signals import StopGuard
 from harness.worker import WorkerHooks, harness_instance
 
 CONTROLLER_KEY = pytest.StashKey[Controller]()
@@ -178,7 +179,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     controller.run = run
     config.stash[RUN_KEY] = run
-    config.pluginmanager.register(ControllerHooks(controller), "harness-controller")
+    config.pluginmanager.register(
+        ControllerHooks(controller, None if xdist else hooks), "harness-controller")
     if not xdist:
         hooks.run = run
         hooks.controller = controller
@@ -193,8 +195,9 @@ def _xdist_active(config: pytest.Config) -> bool:
 class ControllerHooks:
     """Session-level hooks of the controller process."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller, worker_hooks: WorkerHooks | None) -> None:
         self.c = controller
+        self.worker_hooks = worker_hooks  # single-process mode: items run here too
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -215,6 +218,15 @@ class ControllerHooks:
             c.refuse(RefusalError(str(exc), stage="options", reason="bad_option"))
             c.release()
             fail_usage(str(exc))
+        guard = StopGuard(
+            run.run_root,
+            forward_to=c.worker_pids if run.role == "controller" else None,
+            on_second=c.emergency_exit,
+        )
+        guard.install()
+        c.guard = guard
+        if self.worker_hooks is not None:
+            self.worker_hooks.guard = guard
 
     def pytest_configure_node(self, node: Any) -> None:
         run = self.c.run
@@ -223,6 +235,10 @@ class ControllerHooks:
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self.c.load_worker_selection(node.gateway.id)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.c.collection_errors += 1
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         self.c.instance_started(nodeid, "controller")
@@ -244,6 +260,8 @@ class ControllerHooks:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.c.crash_finalize(None)
         self.c.release()
+        if self.c.guard is not None:
+            self.c.guard.uninstall()
 
 
 def key_of(item: pytest.Item) -> str | None:

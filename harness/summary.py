@@ -21,5 +21,10 @@ def print_summary(tr: Any, controller: Controller) -> None:
     tr.write_line(f"outcome {m.outcome}, exit status {m.exit_code}"
                   + (f", stop reason {m.stop_reason}" if m.stop_reason else ""))
     tr.write_line(f"run root {m.run_root}")
-    if m.resume_command and m.outcome not in ("completed", "nothing_remaining", "dry_run"):
+    if m.outcome == "empty_selection":
+        tr.write_line("nothing was selected: check -k, -m, --instance and the benchmark's filters")
+    if m.outcome == "collection_failed":
+        tr.write_line("collection failed: fix the errors above; no instance ran")
+    if m.resume_command and m.outcome not in ("completed", "nothing_remaining", "dry_run", "empty_selection",
+                                             "collection_failed"):
         tr.write_line(f"resume with: {m.resume_command}")

@@ -69,6 +69,13 @@ class WorkerHooks:
             params.append(pytest.param(spec, id=spec.instance_id, marks=marks))
         metafunc.parametrize("harness_instance", params, indirect=True)
 
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        found = item_spec(item)
+        if found is not None:
+            spec = found[1]
+            item.extra_keyword_matches.update(value for _, value in spec.marker_values())
+            item.extra_keyword_matches.update(spec.keywords)
+
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
@@ -93,9 +100,6 @@ class WorkerHooks:
                 keep.append(item)
                 continue
             benchmark, spec = found
-            for _, value in spec.marker_values():
-                item.extra_keyword_matches.add(value)
-            item.extra_keyword_matches.update(spec.keywords)
             key = instance_key(benchmark, spec.instance_id)
             ok = not wanted_ids or spec.instance_id in wanted_ids
             if ok and run is not None:
@@ -123,13 +127,9 @@ class WorkerHooks:
     # running ----------------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
-        if self.run is None or session.config.option.collectonly:
-            return (yield)
-        controller = self.controller
-        self.guard = StopGuard(
-            self.run.run_root,
-            on_second=controller.emergency_exit if controller else None,
-        )
+        if self.run is None or self.run.role != "worker" or session.config.option.collectonly:
+            return (yield)  # the controller installs the guard of a single process
+        self.guard = StopGuard(self.run.run_root)
         self.guard.install()
         try:
             return (yield)

@@ -176,7 +176,11 @@ class MeterSupervisor:
                 "rejected" if rejection else None,
                 rejection,
             )
-            return reading if rejection is None else None
+            if rejection is not None:
+                return None
+            self._last_usage = reading.usage
+            self._limit_remaining = reading.limit_remaining
+            return reading
         try:
             accepted = self.campaign.record_reading(reading)
         except E.CampaignPersistenceError as exc:

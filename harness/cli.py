@@ -1,0 +1,94 @@
+"""The ``harness`` command: tools around runs (the runs themselves are ``pytest`` sessions).
+
+Each subcommand lives in its own module and exposes ``<name>_command(argv) -> int``; this
+file only dispatches. Bad input: one line on stderr naming the input and the fix, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+# name -> (module, function, help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "merge": ("harness.cli", "merge_command", "combine the run roots of a sharded run"),
+    "report": ("reports.cli", "report_command", "write the HTML and Markdown report of a run"),
+    "compare": ("reports.cli", "compare_command", "paired comparison of two runs"),
+    "sweep": ("harness.sandbox.cli", "sweep_command", "remove a run's containers and networks"),
+    "campaign": ("harness.budget.cli", "campaign_command", "campaign budget file tools"),
+    "agent-server": ("harness.agents.reference_server", "agent_server_command",
+                     "start the reference agent server"),
+    "programbench": ("benchmarks.programbench.cli", "programbench_command",
+                     "ProgramBench tools: export, gate"),
+    "cowork": ("benchmarks.cowork_bench.cli", "cowork_command", "Cowork Bench tools: audit"),
+    "schema": ("harness.cli", "schema_command", "export the JSON Schemas of the runner's files"),
+}
+
+
+def merge_command(argv: Sequence[str]) -> int:
+    from harness.merge import MergeError, merge
+
+    parser = argparse.ArgumentParser(prog="harness merge",
+                                     description=COMMANDS["merge"][2])
+    parser.add_argument("roots", nargs="+", type=Path, help="shard run roots")
+    parser.add_argument("--output", required=True, type=Path, help="new directory")
+    args = parser.parse_args(list(argv))
+    try:
+        record = merge(args.roots, args.output)
+    except MergeError as exc:
+        print(f"harness merge: {exc}", file=sys.stderr)
+        return 2
+    counts = ", ".join(f"{k} {v}" for k, v in record.counts.items())
+    mean = "n/a" if record.mean_score is None else f"{record.mean_score:.4f}"
+    print(f"merged {len(record.shards)} shards of {record.shard_count}: "
+          f"{record.selected} instances ({counts}); mean score {mean}; wrote {args.output}")
+    return 0
+
+
+def schema_command(argv: Sequence[str]) -> int:
+    import json
+
+    from harness import models
+
+    parser = argparse.ArgumentParser(prog="harness schema", description=COMMANDS["schema"][2])
+    parser.add_argument("output", type=Path, help="directory for the *.schema.json files")
+    args = parser.parse_args(list(argv))
+    args.output.mkdir(parents=True, exist_ok=True)
+    for name in ("TaskRow", "Manifest", "Plan", "RunSummary"):
+        model = getattr(models, name)
+        schema = model.model_json_schema(by_alias=True)
+        (args.output / f"{name}.schema.json").write_text(json.dumps(schema, indent=2) + "\n")
+    print(f"wrote schemas to {args.output}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: harness COMMAND [ARGS]\n\ncommands:")
+        for name, (_, _, text) in COMMANDS.items():
+            print(f"  {name:<14}{text}")
+        print("\nRuns are pytest sessions: pytest benchmarks/<name> [--dry-run|--resume-from RUN]")
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"harness: unknown command {name!r}; run 'harness --help' for the list",
+              file=sys.stderr)
+        return 2
+    module_name, func_name, _ = COMMANDS[name]
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+    except (ImportError, AttributeError) as exc:
+        print(f"harness {name}: not available in this installation ({exc})", file=sys.stderr)
+        return 2
+    try:
+        return int(func(rest))
+    except SystemExit as exc:  # argparse
+        return int(exc.code) if isinstance(exc.code, int) else 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

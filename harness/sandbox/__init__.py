@@ -1,0 +1,1 @@
+"""Docker sandboxes: local image builds, containers, exec, copy, cleanup."""

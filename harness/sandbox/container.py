@@ -1,0 +1,243 @@
+"""One sandbox: a labelled, limited, no-network container whose main process is ``sleep``.
+
+::
+
+    spec = SandboxSpec(image=built.image_id, run_id=..., instance_id=..., run_root=...,
+                       user="agent", cap_drop=("SYS_PTRACE",))
+    with Sandbox.create(spec) as sb:
+        sb.copy_in(Path("seed"), "/workspace", uid=1000, gid=1000)
+        sb.install_protected(Path("ref-binary"), "/workspace/executable")
+        result = sb.exec(["pytest", "-q"], timeout=600)
+        sb.export_tar_gz("/workspace", out / "submission.tar.gz")
+    # removed, and verified gone by listing
+
+The container runs ``sleep <ttl_s>`` (under Docker's init, which reaps orphans of killed
+commands) as root with ``auto_remove``: an orphaned sandbox stops and disappears by
+itself when the TTL expires. ``spec.user`` is the default user of :meth:`Sandbox.exec`;
+administrative steps (protected installs, timeout kills) run as root.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import docker
+from docker.errors import APIError, ImageNotFound, NotFound
+
+from harness.sandbox import labels as L
+from harness.sandbox import transfer
+from harness.sandbox.client import get_client
+from harness.sandbox.errors import CleanupFailed, ContainerStartFailed, CopyFailed, ImageMissing
+from harness.sandbox.execution import ExecResult, run_exec
+from harness.sandbox.protected import install_protected
+
+_REMOVE_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    image: str  # a local tag or, better, the pinned image ID (sha256:...)
+    run_id: str
+    instance_id: str
+    run_root: Path
+    worker: str = "main"
+    ttl_s: int = 3600  # task timeout + margin: the container's life if nobody removes it
+    network: str = "none"  # or the name of an internal network (create_internal_network)
+    cpus: float | None = 1.0  # capped at the host's CPU count
+    memory: str | int | None = "2g"  # swap is disabled: memswap = memory
+    pids_limit: int | None = 1024
+    cap_drop: tuple[str, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    user: str = "root"  # default exec user, e.g. "agent"
+    workdir: str | None = "/workspace"
+    env: Mapping[str, str] = field(default_factory=dict, hash=False)
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    init: bool = True
+    no_new_privileges: bool = False
+    shm_size: str | None = None
+
+
+class Sandbox:
+    """A running container created by :meth:`create`; remove it with :meth:`remove`."""
+
+    def __init__(self, client: docker.DockerClient, container_id: str, name: str, spec: SandboxSpec) -> None:
+        self.client = client
+        self.api: docker.APIClient = client.api
+        self.id = container_id
+        self.name = name
+        self.spec = spec
+        self.protected: set[str] = set()
+        self.removed = False
+
+    # -- lifecycle ---------------------------------------------------------------
+    @classmethod
+    def create(cls, spec: SandboxSpec, client: docker.DockerClient | None = None) -> Sandbox:
+        client = client or get_client()
+        api = client.api
+        name = L.resource_name("harness", spec.run_id, spec.instance_id)
+        labels = {
+            **L.run_labels(spec.run_id, spec.instance_id, spec.worker, spec.run_root),
+            L.TTL: str(spec.ttl_s),
+            **spec.labels,
+        }
+        host_config = api.create_host_config(
+            network_mode=spec.network,
+            nano_cpus=_nano_cpus(spec.cpus),
+            mem_limit=spec.memory,
+            memswap_limit=spec.memory,
+            pids_limit=spec.pids_limit,
+            cap_drop=list(spec.cap_drop) or None,
+            cap_add=list(spec.cap_add) or None,
+            init=spec.init,
+            auto_remove=True,
+            security_opt=["no-new-privileges"] if spec.no_new_privileges else None,
+            shm_size=spec.shm_size,
+        )
+        try:
+            created = api.create_container(
+                spec.image,
+                command=["sleep", str(int(spec.ttl_s))],
+                name=name,
+                labels=labels,
+                host_config=host_config,
+                working_dir=spec.workdir,
+                environment=dict(spec.env) or None,
+                user="0",
+                detach=True,
+            )
+        except ImageNotFound as exc:
+            raise ImageMissing(
+                f"image {spec.image} is not on this machine and cannot be pulled: "
+                "build it with harness.sandbox.images.ensure_image(...)"
+            ) from exc
+        except APIError as exc:
+            raise ContainerStartFailed(f"creating sandbox {name} failed: {exc.explanation or exc}") from exc
+        sandbox = cls(client, created["Id"], name, spec)
+        try:
+            api.start(sandbox.id)
+        except APIError as exc:
+            sandbox.remove(verify=False, missing_ok=True)
+            raise ContainerStartFailed(f"starting sandbox {name} failed: {exc.explanation or exc}") from exc
+        return sandbox
+
+    def remove(self, *, verify: bool = True, missing_ok: bool = True) -> None:
+        """Force-remove the container (and its anonymous volumes), then list to prove it."""
+        try:
+            self.api.remove_container(self.id, force=True, v=True)
+        except NotFound:
+            if not missing_ok:
+                raise
+        except APIError as exc:
+            # 409 "removal already in progress": auto_remove won the race; verify below.
+            if exc.status_code != 409:
+                raise CleanupFailed(f"removing sandbox {self.name} failed: {exc}") from exc
+        self.removed = True
+        if verify:
+            self.wait_gone()
+
+    def wait_gone(self, timeout: float = _REMOVE_WAIT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while self.api.containers(all=True, filters={"id": self.id}, quiet=True):
+            if time.monotonic() > deadline:
+                raise CleanupFailed(f"sandbox {self.name} is still listed {timeout:.0f}s after removal")
+            time.sleep(0.05)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.remove()
+
+    def is_running(self) -> bool:
+        try:
+            return bool(self.api.inspect_container(self.id)["State"]["Running"])
+        except NotFound:
+            return False
+
+    # -- commands ----------------------------------------------------------------
+    def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        user: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        shell: Sequence[str] = ("/bin/sh", "-c"),
+    ) -> ExecResult:
+        """Run ``cmd`` (argv list, or a string for ``shell``) and wait for it.
+
+        On ``timeout`` the command's whole process tree is killed and the result has
+        ``timed_out=True``; the sandbox stays usable. Secrets go in ``env`` or ``stdin``,
+        never in ``cmd``.
+        """
+        return run_exec(
+            self.api, self.id, cmd,
+            user=user or self.spec.user, timeout=timeout, stdin=stdin, env=env,
+            workdir=workdir or self.spec.workdir, shell=shell,
+        )
+
+    # -- files -------------------------------------------------------------------
+    def _ensure_dir(self, path: str, uid: int | None, gid: int | None) -> None:
+        owner = f" && chown {uid if uid is not None else 0}:{gid if gid is not None else 0} \"$1\""
+        res = self.exec(["/bin/sh", "-c", 'mkdir -p "$1"' + (owner if uid is not None else ""), "sh", path],
+                        user="root", timeout=60)
+        if not res.ok:
+            raise CopyFailed(f"cannot create {path} in {self.name}: {res.stderr.decode(errors='replace').strip()}")
+
+    def copy_in(self, src: Path, dest_dir: str, *, uid: int | None = None, gid: int | None = None) -> None:
+        """Copy a host file, or a directory's contents, into ``dest_dir`` (created if missing).
+
+        Modes, symlinks and empty directories are kept; ``uid``/``gid`` override owners.
+        """
+        self._ensure_dir(dest_dir, uid, gid)
+        with transfer.pack_path(Path(src), uid=uid, gid=gid) as data:
+            transfer.put_archive(self.api, self.id, dest_dir, data)
+
+    def write_file(self, path: str, data: bytes, *, mode: int = 0o644, uid: int = 0, gid: int = 0) -> None:
+        directory, _, name = path.rstrip("/").rpartition("/")
+        self._ensure_dir(directory or "/", None, None)
+        transfer.put_archive(
+            self.api, self.id, directory or "/", transfer.pack_bytes(name, data, mode=mode, uid=uid, gid=gid)
+        )
+
+    def copy_out(self, src: str, dest: Path, *, exclude: transfer.Exclude | None = None) -> list[str]:
+        """Extract ``src`` (a directory's contents, or a file) into host directory ``dest``.
+
+        Protected artifacts (:meth:`install_protected`) are never copied out.
+        """
+        return transfer.extract_to(self.api, self.id, src, Path(dest), exclude=exclude, protected=self.protected)
+
+    def export_tar_gz(self, src: str, dest_file: Path, *, exclude: transfer.Exclude | None = None) -> list[str]:
+        """Write directory ``src`` as a ``.tar.gz`` on the host, entries relative to ``src``.
+
+        ``exclude(relative_path)`` drops an entry (and, for a directory, all below it).
+        Protected artifacts are always left out.
+        """
+        return transfer.export_tar_gz(
+            self.api, self.id, src, Path(dest_file), exclude=exclude, protected=self.protected
+        )
+
+    def install_protected(self, binary: Path | bytes, dest: str) -> None:
+        """Install an executable as root-owned mode 0111: runnable, not readable."""
+        data = binary if isinstance(binary, bytes) else Path(binary).read_bytes()
+        self._ensure_dir(dest.rpartition("/")[0] or "/", None, None)
+        install_protected(self.api, self.id, data, dest)
+        self.protected.add(dest)
+
+
+def _nano_cpus(cpus: float | None) -> int | None:
+    if cpus is None:
+        return None
+    return int(min(cpus, float(os.cpu_count() or 1)) * 1e9)

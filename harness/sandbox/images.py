@@ -1,0 +1,263 @@
+"""Local images, no registry: debootstrap base images and Dockerfile layers on top.
+
+Nothing can be pulled on our machines, so every image is built here from Debian
+packages and tagged by a content hash of its recipe::
+
+    from harness.sandbox.images import BaseRecipe, LayerRecipe, base_recipe, ensure_image
+
+    base = ensure_image(base_recipe())            # debootstrap + docker import, ~1 min once
+    pg = LayerRecipe(
+        name="harness/postgres15",
+        base=base_recipe(),
+        dockerfile_body="RUN apt-get update && apt-get install -y postgresql-15\n",
+    )
+    built = ensure_image(pg, retag="cowork/pg:15")  # BuiltImage(tag=..., image_id="sha256:...")
+
+API
+  :class:`BaseRecipe`  a ``debootstrap --variant=minbase`` rootfs (suite, ``--include``
+                       packages, mirror, shell ``setup`` commands run in a chroot
+                       afterwards), imported with ``ENV`` changes (a sane ``PATH``).
+  :class:`LayerRecipe` Dockerfile lines after ``FROM <base>`` plus build-context files.
+  ``content_hash()``   sha256 of the recipe (a layer's includes its base's hash); the image
+                       is tagged ``<name>:<first 24 hex>``.
+  :func:`ensure_image` build the image unless its tag exists; returns :class:`BuiltImage`
+                       with the immutable ``image_id`` (``sha256:...``) that manifests pin.
+                       ``retag`` also tags the result with a fixed name.
+  :func:`base_recipe`  THE shared base recipe of the project (bash, coreutils, git,
+                       python3 with pytest/xdist/timeout, strace, iproute2, ..., user
+                       ``agent`` uid 1000, ``/workspace`` owned by it).
+
+Build once: a second call with the same recipe is a no-op (the tag is the "done"
+marker). Concurrent callers (xdist workers, processes) serialize on a
+``filelock.FileLock`` in the cache folder and re-check the tag after taking it, so
+the image is built once. The cache folder is ``cache_dir``, else
+``$HARNESS_CACHE_DIR/images``, else ``~/.cache/harness/images``; it holds the locks,
+the build logs (``logs/``) and ``builds.jsonl``, one line per real build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+import docker
+from docker.errors import ImageNotFound
+from docker.utils import parse_repository_tag
+from filelock import FileLock
+
+from harness.fsutil import append_line
+from harness.sandbox.client import get_client
+
+# Bump to rebuild every image (e.g. when the builder itself changes what it produces).
+RECIPE_SCHEMA = "harness.image.v1"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+BUILD_LOCK_TIMEOUT_S = 3600.0
+
+BASE_PACKAGES: tuple[str, ...] = (
+    "bash",
+    "coreutils",
+    "util-linux",  # setsid: Sandbox.exec runs every command in its own session
+    "procps",
+    "tar",
+    "gzip",
+    "xz-utils",
+    "sed",
+    "grep",
+    "findutils",
+    "git",
+    "ca-certificates",
+    "netbase",
+    "python3",
+    "python3-pytest",
+    "python3-pytest-xdist",
+    "python3-pytest-timeout",
+    "strace",
+    "iproute2",
+)
+
+AGENT_USER = "agent"
+AGENT_UID = 1000
+WORKSPACE = "/workspace"
+
+BASE_SETUP: tuple[str, ...] = (
+    f"useradd --create-home --uid {AGENT_UID} --user-group --shell /bin/bash {AGENT_USER}",
+    f"install -d -o {AGENT_USER} -g {AGENT_USER} -m 0755 {WORKSPACE}",
+)
+
+
+def _sha256(data: object) -> str:
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+@dataclass(frozen=True)
+class BaseRecipe:
+    """A debootstrap rootfs imported as an image (``docker import``)."""
+
+    name: str = "harness/base"
+    suite: str = "bookworm"
+    variant: str = "minbase"
+    include: tuple[str, ...] = BASE_PACKAGES
+    mirror: str = "http://deb.debian.org/debian"
+    setup: tuple[str, ...] = ()  # shell commands run with chroot after debootstrap
+    env: tuple[tuple[str, str], ...] = (("PATH", DEFAULT_PATH), ("LANG", "C.UTF-8"))
+
+    def content_hash(self) -> str:
+        return _sha256(
+            {
+                "schema": RECIPE_SCHEMA,
+                "kind": "debootstrap",
+                "suite": self.suite,
+                "variant": self.variant,
+                "include": sorted(set(self.include)),
+                "mirror": self.mirror,
+                "setup": list(self.setup),
+                "env": [list(kv) for kv in self.env],
+            }
+        )
+
+    @property
+    def tag(self) -> str:
+        return f"{self.name}:{self.content_hash()[:24]}"
+
+
+@dataclass(frozen=True)
+class LayerRecipe:
+    """Dockerfile layers ``FROM`` a base (or another layer); ``files`` form the context."""
+
+    name: str
+    base: BaseRecipe | LayerRecipe
+    dockerfile_body: str  # everything after the FROM line
+    files: Mapping[str, bytes] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
+
+    def content_hash(self) -> str:
+        return _sha256(
+            {
+                "schema": RECIPE_SCHEMA,
+                "kind": "layer",
+                "base": self.base.content_hash(),
+                "body": self.dockerfile_body,
+                "files": {k: hashlib.sha256(v).hexdigest() for k, v in sorted(self.files.items())},
+            }
+        )
+
+    @property
+    def tag(self) -> str:
+        return f"{self.name}:{self.content_hash()[:24]}"
+
+
+Recipe = BaseRecipe | LayerRecipe
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    tag: str
+    image_id: str  # sha256:..., immutable: pin this in manifests
+
+
+_BASE = BaseRecipe(setup=BASE_SETUP)
+
+
+def base_recipe() -> BaseRecipe:
+    """The project's one shared base image recipe (see the module docstring)."""
+    return _BASE
+
+
+def cache_dir_for(cache_dir: Path | str | None = None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir)
+    env = os.environ.get("HARNESS_CACHE_DIR")
+    if env:
+        return Path(env) / "images"
+    return Path.home() / ".cache" / "harness" / "images"
+
+
+def image_id_of(client: docker.DockerClient, ref: str) -> str | None:
+    """The image ID of a local tag or ID, or None if there is no such image."""
+    try:
+        info = client.api.inspect_image(ref)
+    except ImageNotFound:
+        return None
+    return str(info["Id"])
+
+
+def ensure_image(
+    recipe: Recipe,
+    *,
+    client: docker.DockerClient | None = None,
+    cache_dir: Path | str | None = None,
+    retag: str | None = None,
+) -> BuiltImage:
+    """Build ``recipe`` unless its content-hash tag already exists; return its ID.
+
+    Raises :class:`~harness.sandbox.errors.ImageBuildFailed` (one line naming the fix)
+    when the build fails, or :class:`~harness.sandbox.errors.DockerUnavailable`.
+    """
+    client = client or get_client()
+    cache = cache_dir_for(cache_dir)
+    tag = recipe.tag
+    image_id = image_id_of(client, tag)
+    if image_id is None:
+        if isinstance(recipe, LayerRecipe):
+            # Outside this recipe's lock: locks are always taken child before parent.
+            ensure_image(recipe.base, client=client, cache_dir=cache)
+        (cache / "locks").mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(cache / "locks" / f"{recipe.content_hash()[:24]}.lock"))
+        with lock.acquire(timeout=BUILD_LOCK_TIMEOUT_S):
+            image_id = image_id_of(client, tag)  # built by another process meanwhile?
+            if image_id is None:
+                image_id = _build(recipe, client, cache)
+    if retag:
+        repo, rtag = parse_repository_tag(retag)
+        client.api.tag(image_id, repo, rtag or "latest", force=True)
+    return BuiltImage(tag=tag, image_id=image_id)
+
+
+def _build(recipe: Recipe, client: docker.DockerClient, cache: Path) -> str:
+    from harness.sandbox import builders
+
+    started = time.monotonic()
+    log = cache / "logs" / f"{recipe.name.replace('/', '_')}-{recipe.content_hash()[:24]}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(recipe, BaseRecipe):
+        image_id = builders.build_base(recipe, client, cache, log)
+    else:
+        image_id = builders.build_layer(recipe, client, log)
+    append_line(
+        cache / "builds.jsonl",
+        json.dumps(
+            {
+                "ts_unix": time.time(),
+                "tag": recipe.tag,
+                "image_id": image_id,
+                "recipe_hash": recipe.content_hash(),
+                "seconds": round(time.monotonic() - started, 3),
+                "pid": os.getpid(),
+                "log": str(log),
+            }
+        ),
+    )
+    return image_id
+
+
+def build_count(tag: str, cache_dir: Path | str | None = None) -> int:
+    """How many real builds of ``tag`` ``builds.jsonl`` records (0 if none)."""
+    path = cache_dir_for(cache_dir) / "builds.jsonl"
+    if not path.exists():
+        return 0
+    count = 0
+    for line in path.read_text().splitlines():
+        try:
+            count += json.loads(line).get("tag") == tag
+        except json.JSONDecodeError:
+            continue
+    return count

@@ -1,0 +1,57 @@
+"""Labels and names of everything the sandbox layer creates.
+
+Every container, network and volume carries ``harness.run``, ``harness.instance``,
+``harness.worker`` and ``harness.run_root``; cleanup selects by these exact labels.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from pathlib import Path
+
+RUN = "harness.run"
+INSTANCE = "harness.instance"
+WORKER = "harness.worker"
+RUN_ROOT = "harness.run_root"
+TTL = "harness.ttl_s"
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
+
+# Docker accepts long names, but names also end up in host names, logs and CLI output:
+# keep them at most 63 characters.
+MAX_NAME = 63
+
+
+def run_labels(run_id: str, instance_id: str, worker: str, run_root: Path | str) -> dict[str, str]:
+    return {
+        RUN: run_id,
+        INSTANCE: instance_id,
+        WORKER: worker,
+        RUN_ROOT: str(Path(run_root).absolute()),
+    }
+
+
+def label_filters(run_id: str | None = None, worker: str | None = None) -> list[str]:
+    """Docker ``label`` filter values (all must match)."""
+    filters = [f"{RUN}={run_id}" if run_id is not None else RUN]
+    if worker is not None:
+        filters.append(f"{WORKER}={worker}")
+    return filters
+
+
+def _clean(part: str, limit: int) -> str:
+    cleaned = _UNSAFE.sub("-", part).strip("-.") or "x"
+    return cleaned[:limit].rstrip("-.") or "x"
+
+
+def resource_name(kind: str, run_id: str, instance_id: str) -> str:
+    """``<kind>-<run>-<instance>-<8 hex>``, sanitized and at most :data:`MAX_NAME` chars.
+
+    The random suffix keeps names unique when ids are truncated or an instance runs twice.
+    """
+    suffix = secrets.token_hex(4)
+    budget = MAX_NAME - len(kind) - len(suffix) - 3
+    run_part = _clean(run_id, max(8, budget // 2))
+    inst_part = _clean(instance_id, max(4, budget - len(run_part)))
+    return f"{kind}-{run_part}-{inst_part}-{suffix}"[:MAX_NAME]

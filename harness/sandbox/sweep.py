@@ -1,0 +1,182 @@
+"""Cleanup you can prove: remove by exact label, then list again.
+
+* :func:`sweep` removes every container, network and volume labelled with one run (and
+  optionally one worker), lists again and raises :class:`SweepIncomplete`
+  (``sweep_incomplete``) if anything survived.
+* Run locks: the controller holds an exclusive ``flock`` (``filelock.FileLock``) on
+  :func:`run_lock_path` for the whole run. :func:`sweep_stale` finds runs by label
+  and sweeps those whose lock is not held (or whose run root, or lock file, is gone):
+  their controller is dead, so their resources are orphans. A run that never takes
+  its lock looks stale: hold :func:`run_lock` while it has sandboxes.
+* :func:`leaked_resources` lists what is labelled ``harness.run`` (for assertions).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import docker
+from docker.errors import APIError, NotFound
+from filelock import FileLock
+
+from harness.sandbox import labels as L
+from harness.sandbox.client import get_client
+from harness.sandbox.errors import SweepIncomplete
+
+SWEEP_WAIT_S = 30.0
+
+
+def run_lock_path(run_root: Path | str) -> Path:
+    return Path(run_root) / ".harness" / "run.lock"
+
+
+def run_lock(run_root: Path | str) -> FileLock:
+    """The run's lock (not yet acquired): ``with run_lock(root).acquire(timeout=0): ...``."""
+    path = run_lock_path(run_root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path))
+
+
+def lock_is_held(run_root: Path | str) -> bool:
+    """True if some open file description (any process, this one too) holds the run lock."""
+    try:
+        fd = os.open(run_lock_path(run_root), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _listing(api: docker.APIClient, filters: list[str]) -> dict[str, list[dict]]:
+    return {
+        "containers": api.containers(all=True, filters={"label": filters}),
+        "networks": api.networks(filters={"label": filters}),
+        "volumes": api.volumes(filters={"label": filters}).get("Volumes") or [],
+    }
+
+
+def _name(kind: str, item: dict) -> str:
+    if kind == "containers":
+        names = item.get("Names") or [item["Id"][:12]]
+        return str(names[0]).lstrip("/")
+    return str(item["Name"])
+
+
+def _remove(api: docker.APIClient, kind: str, item: dict) -> None:
+    try:
+        if kind == "containers":
+            api.remove_container(item["Id"], force=True, v=True)
+        elif kind == "networks":
+            api.remove_network(item["Id"])
+        else:
+            api.remove_volume(item["Name"], force=True)
+    except NotFound:
+        pass
+    except APIError:
+        pass  # in use or removal in progress: the next round lists it again
+
+
+def sweep(
+    run_id: str, worker: str | None = None, *, client: docker.DockerClient | None = None,
+    wait_s: float = SWEEP_WAIT_S,
+) -> list[str]:
+    """Remove everything labelled with ``run_id`` (and ``worker``); return what was removed."""
+    api = (client or get_client()).api
+    filters = L.label_filters(run_id, worker)
+    removed: list[str] = []
+    deadline = time.monotonic() + wait_s
+    while True:
+        listing = _listing(api, filters)
+        left = [(kind, item) for kind in ("containers", "networks", "volumes") for item in listing[kind]]
+        if not left:
+            return removed
+        if time.monotonic() > deadline:
+            names = ", ".join(f"{kind[:-1]} {_name(kind, item)}" for kind, item in left)
+            raise SweepIncomplete(f"sweep of run {run_id} left {len(left)} resource(s): {names}")
+        for kind, item in left:
+            name = _name(kind, item)
+            if name not in removed:
+                removed.append(name)
+            # Networks go only once their containers are gone.
+            if kind == "containers" or not listing["containers"]:
+                _remove(api, kind, item)
+        time.sleep(0.1)
+
+
+def _runs(api: docker.APIClient) -> dict[str, set[str]]:
+    """run id -> the run roots its resources name (normally one)."""
+    runs: dict[str, set[str]] = {}
+    for kind, items in _listing(api, [L.RUN]).items():
+        for item in items:
+            labels = (item.get("Labels") if kind != "volumes" else item.get("Labels")) or {}
+            run_id = labels.get(L.RUN)
+            if run_id:
+                runs.setdefault(run_id, set()).add(labels.get(L.RUN_ROOT, ""))
+    return runs
+
+
+def _stale(roots: Iterable[str]) -> bool:
+    for root in roots:
+        if not root:
+            return False  # no run root label: not ours to judge
+        if Path(root).exists() and lock_is_held(root):
+            return False
+    return True
+
+
+def sweep_stale(
+    client: docker.DockerClient | None = None, *, run_id_prefix: str | None = None
+) -> list[str]:
+    """Sweep every run whose lock is not held; return their run ids.
+
+    ``run_id_prefix`` limits the sweep to matching runs (tests use it so they can only
+    touch runs they created).
+    """
+    client = client or get_client()
+    swept = []
+    for run_id, roots in sorted(_runs(client.api).items()):
+        if run_id_prefix is not None and not run_id.startswith(run_id_prefix):
+            continue
+        if _stale(roots):
+            sweep(run_id, client=client)
+            swept.append(run_id)
+    return swept
+
+
+def leaked_resources(
+    client: docker.DockerClient | None = None,
+    *,
+    run_id_prefix: str | None = None,
+    run_root_under: Path | str | None = None,
+) -> dict[str, list[str]]:
+    """Containers, networks and volumes labelled ``harness.run``, as ``name (run id)``.
+
+    Optionally only those whose run id has ``run_id_prefix`` or whose run root lies
+    under ``run_root_under`` (either match counts when both are given).
+    """
+    api = (client or get_client()).api
+    under = str(Path(run_root_under).resolve()) if run_root_under is not None else None
+    out: dict[str, list[str]] = {}
+    for kind, items in _listing(api, [L.RUN]).items():
+        names = []
+        for item in items:
+            labels = item.get("Labels") or {}
+            run_id, root = labels.get(L.RUN, ""), labels.get(L.RUN_ROOT, "")
+            wanted = run_id_prefix is None and under is None
+            wanted |= run_id_prefix is not None and run_id.startswith(run_id_prefix)
+            wanted |= under is not None and (root == under or root.startswith(under + "/"))
+            if wanted:
+                names.append(f"{_name(kind, item)} ({run_id})")
+        out[kind] = names
+    return out

@@ -1,0 +1,51 @@
+"""Tasks as items: one parametrized item per instance, selectable by -k, -m and --instance."""
+
+from __future__ import annotations
+
+TASKS = [
+    {"id": "alpha", "work": "succeed", "difficulty": "easy", "language": "rust"},
+    {"id": "beta", "work": "succeed", "difficulty": "hard", "language": "go"},
+    {"id": "gamma", "work": "fail", "difficulty": "easy", "language": "go"},
+]
+
+
+def test_k_selects_by_attribute_value(suite, mode):
+    suite.tasks(TASKS)
+    run = suite.run("-k", "easy", *mode)
+    assert run.rc == 0, run.out
+    assert sorted(run.latest) == ["alpha", "gamma"]
+    assert run.manifest["selection"]["instance_ids"] == ["selftest/alpha", "selftest/gamma"]
+    assert run.manifest["selection"]["selectors"] == {"keyword": "easy"}
+
+
+def test_m_selects_by_marker_argument(suite, mode):
+    suite.tasks(TASKS)
+    run = suite.run("-m", "difficulty('easy') and language('go')", *mode)
+    assert run.rc == 0, run.out
+    assert sorted(run.latest) == ["gamma"]
+    keyword = suite.run("-m", "difficulty(value='hard')", *mode)
+    assert sorted(keyword.latest) == ["beta"]
+
+
+def test_instance_option_and_unknown_id(suite):
+    suite.tasks(TASKS)
+    run = suite.run("--instance", "beta")
+    assert sorted(run.latest) == ["beta"]
+    bad = suite.run("--instance", "nope")
+    assert bad.rc != 0
+    assert "--instance nope: no such instance id" in bad.out
+
+
+def test_item_ids_are_instance_ids(suite):
+    suite.tasks(TASKS)
+    run = suite.run("--collect-only", root=suite.path / "unused")
+    assert run.rc == 0, run.out
+    assert "test_selftest.py::test_selftest[alpha]" in run.out
+    assert not (suite.path / "unused").exists(), "--collect-only must not create a run root"
+
+
+def test_invalid_instance_id_is_refused(suite):
+    suite.tasks([{"id": "bad id/with slash", "work": "succeed"}])
+    run = suite.run()
+    assert run.rc != 0
+    assert "invalid instance id" in run.out
