@@ -122,7 +122,17 @@ def _import(recipe: BaseRecipe, client: docker.DockerClient, rootfs: Path, log: 
     repo, tag = recipe.tag.rsplit(":", 1)
     # GNU tar (not the docker CLI) makes the stream: it keeps owners, devices and xattrs.
     tar = subprocess.Popen(
-        ["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-C", str(rootfs), "-cf", "-", "."],
+        [
+            "tar",
+            "--numeric-owner",
+            "--xattrs",
+            "--xattrs-include=*",
+            "-C",
+            str(rootfs),
+            "-cf",
+            "-",
+            ".",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -130,7 +140,10 @@ def _import(recipe: BaseRecipe, client: docker.DockerClient, rootfs: Path, log: 
     try:
         with long_timeout(client, BUILD_TIMEOUT_S) as api:
             output = api.import_image(
-                src=_tar_chunks(tar.stdout), repository=repo, tag=tag, changes=changes,
+                src=_tar_chunks(tar.stdout),
+                repository=repo,
+                tag=tag,
+                changes=changes,
                 stream_src=True,
             )
     except (APIError, DockerException, OSError) as exc:
@@ -174,8 +187,14 @@ def build_layer(recipe: LayerRecipe, client: docker.DockerClient, log: Path) -> 
         fh.write(dockerfile + "\n---\n")
         try:
             for event in api.build(
-                fileobj=context, custom_context=True, tag=recipe.tag, rm=True, forcerm=True,
-                pull=False, decode=True, timeout=BUILD_TIMEOUT_S,
+                fileobj=context,
+                custom_context=True,
+                tag=recipe.tag,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+                timeout=BUILD_TIMEOUT_S,
             ):
                 if "stream" in event:
                     fh.write(str(event["stream"]))

@@ -65,7 +65,9 @@ class SandboxSpec:
 class Sandbox:
     """A running container created by :meth:`create`; remove it with :meth:`remove`."""
 
-    def __init__(self, client: docker.DockerClient, container_id: str, name: str, spec: SandboxSpec) -> None:
+    def __init__(
+        self, client: docker.DockerClient, container_id: str, name: str, spec: SandboxSpec
+    ) -> None:
         self.client = client
         self.api: docker.APIClient = client.api
         self.id = container_id
@@ -116,13 +118,17 @@ class Sandbox:
                 "build it with harness.sandbox.images.ensure_image(...)"
             ) from exc
         except APIError as exc:
-            raise ContainerStartFailed(f"creating sandbox {name} failed: {exc.explanation or exc}") from exc
+            raise ContainerStartFailed(
+                f"creating sandbox {name} failed: {exc.explanation or exc}"
+            ) from exc
         sandbox = cls(client, created["Id"], name, spec)
         try:
             api.start(sandbox.id)
         except APIError as exc:
             sandbox.remove(verify=False, missing_ok=True)
-            raise ContainerStartFailed(f"starting sandbox {name} failed: {exc.explanation or exc}") from exc
+            raise ContainerStartFailed(
+                f"starting sandbox {name} failed: {exc.explanation or exc}"
+            ) from exc
         return sandbox
 
     def remove(self, *, verify: bool = True, missing_ok: bool = True) -> None:
@@ -144,7 +150,9 @@ class Sandbox:
         deadline = time.monotonic() + timeout
         while self.api.containers(all=True, filters={"id": self.id}, quiet=True):
             if time.monotonic() > deadline:
-                raise CleanupFailed(f"sandbox {self.name} is still listed {timeout:.0f}s after removal")
+                raise CleanupFailed(
+                    f"sandbox {self.name} is still listed {timeout:.0f}s after removal"
+                )
             time.sleep(0.05)
 
     def __enter__(self) -> Sandbox:
@@ -183,20 +191,33 @@ class Sandbox:
         never in ``cmd``.
         """
         return run_exec(
-            self.api, self.id, cmd,
-            user=user or self.spec.user, timeout=timeout, stdin=stdin, env=env,
-            workdir=workdir or self.spec.workdir, shell=shell,
+            self.api,
+            self.id,
+            cmd,
+            user=user or self.spec.user,
+            timeout=timeout,
+            stdin=stdin,
+            env=env,
+            workdir=workdir or self.spec.workdir,
+            shell=shell,
         )
 
     # -- files -------------------------------------------------------------------
     def _ensure_dir(self, path: str, uid: int | None, gid: int | None) -> None:
-        owner = f" && chown {uid if uid is not None else 0}:{gid if gid is not None else 0} \"$1\""
-        res = self.exec(["/bin/sh", "-c", 'mkdir -p "$1"' + (owner if uid is not None else ""), "sh", path],
-                        user="root", timeout=60)
+        owner = f' && chown {uid if uid is not None else 0}:{gid if gid is not None else 0} "$1"'
+        res = self.exec(
+            ["/bin/sh", "-c", 'mkdir -p "$1"' + (owner if uid is not None else ""), "sh", path],
+            user="root",
+            timeout=60,
+        )
         if not res.ok:
-            raise CopyFailed(f"cannot create {path} in {self.name}: {res.stderr.decode(errors='replace').strip()}")
+            raise CopyFailed(
+                f"cannot create {path} in {self.name}: {res.stderr.decode(errors='replace').strip()}"
+            )
 
-    def copy_in(self, src: Path, dest_dir: str, *, uid: int | None = None, gid: int | None = None) -> None:
+    def copy_in(
+        self, src: Path, dest_dir: str, *, uid: int | None = None, gid: int | None = None
+    ) -> None:
         """Copy a host file, or a directory's contents, into ``dest_dir`` (created if missing).
 
         Modes, symlinks and empty directories are kept; ``uid``/``gid`` override owners.
@@ -205,21 +226,32 @@ class Sandbox:
         with transfer.pack_path(Path(src), uid=uid, gid=gid) as data:
             transfer.put_archive(self.api, self.id, dest_dir, data)
 
-    def write_file(self, path: str, data: bytes, *, mode: int = 0o644, uid: int = 0, gid: int = 0) -> None:
+    def write_file(
+        self, path: str, data: bytes, *, mode: int = 0o644, uid: int = 0, gid: int = 0
+    ) -> None:
         directory, _, name = path.rstrip("/").rpartition("/")
         self._ensure_dir(directory or "/", None, None)
         transfer.put_archive(
-            self.api, self.id, directory or "/", transfer.pack_bytes(name, data, mode=mode, uid=uid, gid=gid)
+            self.api,
+            self.id,
+            directory or "/",
+            transfer.pack_bytes(name, data, mode=mode, uid=uid, gid=gid),
         )
 
-    def copy_out(self, src: str, dest: Path, *, exclude: transfer.Exclude | None = None) -> list[str]:
+    def copy_out(
+        self, src: str, dest: Path, *, exclude: transfer.Exclude | None = None
+    ) -> list[str]:
         """Extract ``src`` (a directory's contents, or a file) into host directory ``dest``.
 
         Protected artifacts (:meth:`install_protected`) are never copied out.
         """
-        return transfer.extract_to(self.api, self.id, src, Path(dest), exclude=exclude, protected=self.protected)
+        return transfer.extract_to(
+            self.api, self.id, src, Path(dest), exclude=exclude, protected=self.protected
+        )
 
-    def export_tar_gz(self, src: str, dest_file: Path, *, exclude: transfer.Exclude | None = None) -> list[str]:
+    def export_tar_gz(
+        self, src: str, dest_file: Path, *, exclude: transfer.Exclude | None = None
+    ) -> list[str]:
         """Write directory ``src`` as a ``.tar.gz`` on the host, entries relative to ``src``.
 
         ``exclude(relative_path)`` drops an entry (and, for a directory, all below it).

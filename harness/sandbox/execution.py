@@ -4,13 +4,16 @@ The SDK's ``exec_run`` blocks without a timeout, so this drives the exec endpoin
 directly: ``exec_create``, ``exec_start(socket=True)`` (a hijacked connection carrying
 the multiplexed stdout/stderr frames), ``exec_inspect`` for the exit code.
 
-Every command runs as ``setsid -w sh -c 'echo $$ > PGIDFILE; exec "$@"' ...``: it leads a
-new session and process group whose id is written to a file, and it carries a random
-``HARNESS_EXEC_TOKEN`` in its environment. On timeout a second exec, as root, kills
-that process group and every process still carrying the token (children that moved
-to a new group keep their environment), then checks ``/proc`` again until none is
-left. The container stays usable. A process that both leaves the group and clears its
-environment can escape the kill; the container's TTL and removal still end it.
+Every command runs as ``sh -c 'echo $$ > "$1"; shift; exec "$@"' sh PGIDFILE CMD...``. runc
+starts each exec'd process as the leader of a new session and process group, so
+``$$`` is the group id of the command's whole tree; the command also carries a random
+``HARNESS_EXEC_TOKEN`` in its environment. On timeout a second exec, as the same
+user, kills that process group and every process still carrying the token (children
+that moved to a new group keep their environment), then checks ``/proc`` again until
+none is left (zombies aside). The same user, not root, because with ``SYS_PTRACE``
+dropped root may not read another user's ``/proc/<pid>/environ``. The container stays
+usable. A process that both leaves the group and clears its environment can escape
+the kill; the container's TTL and removal still end it.
 """
 
 from __future__ import annotations
@@ -33,11 +36,11 @@ MAX_OUTPUT_BYTES = 64 << 20  # per stream; the rest is counted as truncated
 _AFTER_KILL_GRACE_S = 5.0
 TOKEN_VAR = "HARNESS_EXEC_TOKEN"
 
-# $0 is the pgid file, "$@" the command: sh (now the session/group leader) writes its
-# pid, which is the group id, then execs the command in place.
-_WRAP = '{ echo $$ > "$0"; } 2>/dev/null; exec "$@"'
+# $1 is the pgid file, then the command: sh (the session/group leader) writes its pid,
+# which is the group id, then execs the command in place (exit codes pass through).
+_WRAP = '{ echo $$ > "$1"; } 2>/dev/null; shift; exec "$@"'
 
-# Run as root on timeout: $1 = token. Kills the group and the token carriers, then
+# Run on timeout as the command's user: $1 = token. Kills the group and the token carriers, then
 # verifies through /proc (zombies, already dead, are ignored). Exit 1 if any survive.
 _KILL = r"""
 tok=$1; pf=/tmp/.harness-exec-$tok.pgid; pg=$(cat "$pf" 2>/dev/null)
@@ -89,7 +92,7 @@ def wrap_argv(cmd: str | Sequence[str], token: str, shell: Sequence[str]) -> lis
     argv = [*shell, cmd] if isinstance(cmd, str) else list(cmd)
     if not argv:
         raise ValueError("empty command")
-    return ["setsid", "-w", "/bin/sh", "-c", _WRAP, f"/tmp/.harness-exec-{token}.pgid", *argv]
+    return ["/bin/sh", "-c", _WRAP, "sh", f"/tmp/.harness-exec-{token}.pgid", *argv]
 
 
 class _Demux:
@@ -143,8 +146,14 @@ def run_exec(
     started = time.monotonic()
     try:
         exec_id = api.exec_create(
-            container_id, wrap_argv(cmd, token, shell), stdout=True, stderr=True,
-            stdin=stdin is not None, tty=False, user=user, environment=environment,
+            container_id,
+            wrap_argv(cmd, token, shell),
+            stdout=True,
+            stderr=True,
+            stdin=stdin is not None,
+            tty=False,
+            user=user,
+            environment=environment,
             workdir=workdir,
         )["Id"]
         raw = _raw_socket(api.exec_start(exec_id, socket=True))
@@ -156,7 +165,7 @@ def run_exec(
     try:
         timed_out = _pump(raw, demux, stdin, deadline)
         if timed_out:
-            _kill_tree(api, container_id, token)
+            _kill_tree(api, container_id, token, user)
             _pump(raw, demux, None, time.monotonic() + _AFTER_KILL_GRACE_S)
     finally:
         raw.close()
@@ -207,13 +216,16 @@ def _pump(raw: socket.socket, demux: _Demux, stdin: bytes | None, deadline: floa
             demux.feed(data)
 
 
-def _kill_tree(api: docker.APIClient, container_id: str, token: str) -> None:
+def _kill_tree(api: docker.APIClient, container_id: str, token: str, user: str) -> None:
     try:
-        exec_id = api.exec_create(container_id, ["/bin/sh", "-c", _KILL, "sh", token], user="root")["Id"]
+        argv = ["/bin/sh", "-c", _KILL, "sh", token]
+        exec_id = api.exec_create(container_id, argv, user=user)["Id"]
         output = api.exec_start(exec_id)
         code = api.exec_inspect(exec_id).get("ExitCode")
     except (APIError, NotFound) as exc:
-        raise ExecFailed(f"could not kill a timed-out command in {container_id[:12]}: {exc}") from exc
+        raise ExecFailed(
+            f"could not kill a timed-out command in {container_id[:12]}: {exc}"
+        ) from exc
     if code != 0:
         text = output.decode(errors="replace").strip() if isinstance(output, bytes) else str(output)
         raise ExecFailed(

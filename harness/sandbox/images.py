@@ -62,7 +62,7 @@ BUILD_LOCK_TIMEOUT_S = 3600.0
 BASE_PACKAGES: tuple[str, ...] = (
     "bash",
     "coreutils",
-    "util-linux",  # setsid: Sandbox.exec runs every command in its own session
+    "util-linux",  # setsid, flock, kill(1): essential in Debian, listed to be explicit
     "procps",
     "tar",
     "gzip",

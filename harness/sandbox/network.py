@@ -6,6 +6,7 @@ other (by container name, through Docker's embedded DNS) and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import docker
@@ -39,13 +40,13 @@ def create_internal_network(
             labels=L.run_labels(run_id, instance_id, worker, run_root),
         )
     except APIError as exc:
-        raise NetworkCreateFailed(f"creating network {name} failed: {exc.explanation or exc}") from exc
+        raise NetworkCreateFailed(
+            f"creating network {name} failed: {exc.explanation or exc}"
+        ) from exc
     return name
 
 
 def remove_network(name: str, *, client: docker.DockerClient | None = None) -> None:
     client = client or get_client()
-    try:
+    with contextlib.suppress(docker.errors.NotFound):
         client.api.remove_network(name)
-    except docker.errors.NotFound:
-        pass

@@ -41,4 +41,6 @@ def install_protected(api: docker.APIClient, container_id: str, data: bytes, des
     res = run_exec(api, container_id, ["stat", "-c", "%u:%g:%a", dest], user="root", timeout=60)
     got = res.stdout.decode().strip()
     if not res.ok or got != "0:0:111":
-        raise ProtectedInstallFailed(f"{dest} was installed as {got or res.stderr!r}, expected 0:0:111")
+        raise ProtectedInstallFailed(
+            f"{dest} was installed as {got or res.stderr!r}, expected 0:0:111"
+        )

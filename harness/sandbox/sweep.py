@@ -88,7 +88,10 @@ def _remove(api: docker.APIClient, kind: str, item: dict) -> None:
 
 
 def sweep(
-    run_id: str, worker: str | None = None, *, client: docker.DockerClient | None = None,
+    run_id: str,
+    worker: str | None = None,
+    *,
+    client: docker.DockerClient | None = None,
     wait_s: float = SWEEP_WAIT_S,
 ) -> list[str]:
     """Remove everything labelled with ``run_id`` (and ``worker``); return what was removed."""
@@ -98,7 +101,9 @@ def sweep(
     deadline = time.monotonic() + wait_s
     while True:
         listing = _listing(api, filters)
-        left = [(kind, item) for kind in ("containers", "networks", "volumes") for item in listing[kind]]
+        left = [
+            (kind, item) for kind in ("containers", "networks", "volumes") for item in listing[kind]
+        ]
         if not left:
             return removed
         if time.monotonic() > deadline:
@@ -117,9 +122,9 @@ def sweep(
 def _runs(api: docker.APIClient) -> dict[str, set[str]]:
     """run id -> the run roots its resources name (normally one)."""
     runs: dict[str, set[str]] = {}
-    for kind, items in _listing(api, [L.RUN]).items():
+    for items in _listing(api, [L.RUN]).values():
         for item in items:
-            labels = (item.get("Labels") if kind != "volumes" else item.get("Labels")) or {}
+            labels = item.get("Labels") or {}
             run_id = labels.get(L.RUN)
             if run_id:
                 runs.setdefault(run_id, set()).add(labels.get(L.RUN_ROOT, ""))

@@ -65,7 +65,7 @@ def _owner_filter(uid: int | None, gid: int | None) -> Callable[[tarfile.TarInfo
 
 def pack_path(src: Path, *, uid: int | None = None, gid: int | None = None) -> IO[bytes]:
     """A tar of ``src``: a file as itself, a directory as its contents (no root entry)."""
-    out = tempfile.SpooledTemporaryFile(max_size=_SPOOL)
+    out = tempfile.SpooledTemporaryFile(max_size=_SPOOL)  # noqa: SIM115 (returned open)
     owner = _owner_filter(uid, gid)
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         if src.is_dir() and not src.is_symlink():
@@ -88,7 +88,9 @@ def pack_bytes(name: str, data: bytes, *, mode: int, uid: int, gid: int) -> byte
     return buf.getvalue()
 
 
-def put_archive(api: docker.APIClient, container_id: str, dest_dir: str, data: IO[bytes] | bytes) -> None:
+def put_archive(
+    api: docker.APIClient, container_id: str, dest_dir: str, data: IO[bytes] | bytes
+) -> None:
     try:
         ok = api.put_archive(container_id, dest_dir, data)
     except (APIError, NotFound) as exc:
@@ -97,7 +99,9 @@ def put_archive(api: docker.APIClient, container_id: str, dest_dir: str, data: I
         raise CopyFailed(f"copy into {container_id[:12]}:{dest_dir} was refused by the daemon")
 
 
-def _open_archive(api: docker.APIClient, container_id: str, src: str) -> tuple[tarfile.TarFile, str]:
+def _open_archive(
+    api: docker.APIClient, container_id: str, src: str
+) -> tuple[tarfile.TarFile, str]:
     try:
         chunks, stat = api.get_archive(container_id, src, chunk_size=1 << 20)
     except (APIError, NotFound) as exc:
@@ -158,7 +162,13 @@ def extract_to(
         rel = _relative(member.name, top)
         if rel is None or member.isdev() or _excluded(rel, exclude, dropped):
             return None
-        attrs: dict[str, object] = {"name": rel, "uid": None, "gid": None, "uname": None, "gname": None}
+        attrs: dict[str, object] = {
+            "name": rel,
+            "uid": None,
+            "gid": None,
+            "uname": None,
+            "gname": None,
+        }
         if member.islnk():
             target = _relative(member.linkname, top)
             if target is None:
@@ -211,7 +221,9 @@ def export_tar_gz(
                 names.append(rel)
         os.replace(tmp, dest_file)
     except (tarfile.TarError, OSError) as exc:
-        raise CopyFailed(f"exporting {container_id[:12]}:{src} to {dest_file} failed: {exc}") from exc
+        raise CopyFailed(
+            f"exporting {container_id[:12]}:{src} to {dest_file} failed: {exc}"
+        ) from exc
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
