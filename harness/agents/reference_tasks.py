@@ -13,7 +13,6 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -167,9 +166,10 @@ class TaskStore:
                                   "error": f"metadata.reference_plan is invalid: {exc.__class__.__name__}"}
                             ) from exc
 
-    def get(self, task_id: str) -> RefTask | None:
+    def envelope(self, task_id: str) -> dict[str, Any] | None:
         with self._lock:
-            return self.tasks.get(task_id)
+            task = self.tasks.get(task_id)
+            return task.envelope() if task is not None else None
 
     def cancel(self, task_id: str) -> bool:
         with self._lock:
@@ -299,7 +299,3 @@ class TaskStore:
         fields.setdefault("cost_final", True)
         self._set(task, status=status, reason_code=reason_code, **fields)
         log.info("task %s settled: %s (%s)", task.task_id, status, reason_code)
-
-
-def iso_now() -> str:
-    return datetime.now(UTC).isoformat()
