@@ -25,6 +25,7 @@ STATUS_COLORS = {
 }
 DEFAULT_COLOR = "#5c6bc0"
 
+PER_INSTANCE_LABELS = 6  # more bars than this: labels only in tooltips
 SCORE_BINS = [f"{i / 10:.1f}-{(i + 1) / 10:.1f}" for i in range(10)]
 
 
@@ -136,11 +137,11 @@ def per_instance_chart(
     known.sort(key=lambda rv: (-rv[1], rv[0].key))
     return column_chart(
         title,
-        [r.key for r, _ in known],
+        [r.instance_id if len(known) <= PER_INSTANCE_LABELS else r.key for r, _ in known],
         [v for _, v in known],
         colors=[status_color(r.status) for r, _ in known],
         fmt=fmt,
-        show_labels=len(known) <= 12,
+        show_labels=len(known) <= PER_INSTANCE_LABELS,
     )
 
 

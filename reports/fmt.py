@@ -20,9 +20,11 @@ def signed(value: float | None, digits: int = 3) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """``45s``, ``12m03s``, ``1h12m``: compact and monotone in the value."""
+    """``2.5s``, ``45s``, ``12m03s``, ``1h12m``: compact and monotone in the value."""
     if seconds is None:
         return "n/a"
+    if seconds < 9.95:
+        return f"{max(seconds, 0.0):.1f}s"
     s = max(round(seconds), 0)
     if s < 60:
         return f"{s}s"

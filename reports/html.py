@@ -62,7 +62,10 @@ def headline_section(head: Headline, by_benchmark: Mapping[str, Headline]) -> st
         _card(str(head.not_attempted), "not attempted"),
         _card(str(head.infra_failed), "infra_failed"),
         _card(str(head.carried), "carried forward"),
-        _card(fmt.usd(cost.known_usd), f"cost known ({cost.known_rows} rows)"),
+        _card(
+            fmt.usd(cost.known_usd) if cost.known_rows else "unknown",
+            f"cost known ({cost.known_rows} rows)",
+        ),
         _card(str(cost.unknown_rows), "rows with unknown cost"),
         _card(fmt.duration(dur.median_s), f"median duration (p90 {fmt.duration(dur.p90_s)})"),
         _card(fmt.duration(dur.total_s), f"total instance time (max {fmt.duration(dur.max_s)})"),

@@ -89,8 +89,8 @@ def _head(headers: Sequence[tuple[str, str]]) -> str:
 def instance_table(results: Sequence[InstanceResult], links: Links, table_id: str) -> str:
     rows = "".join(instance_row(r, links.get(r.key, ())) for r in results)
     return (
-        f'<table id="{table_id}" class="sortable">{_head(INSTANCE_HEADERS)}'
-        f"<tbody>{rows}</tbody></table>"
+        f'<div class="scroll"><table id="{table_id}" class="sortable">{_head(INSTANCE_HEADERS)}'
+        f"<tbody>{rows}</tbody></table></div>"
     )
 
 

@@ -99,8 +99,12 @@ def render_markdown(figures: ReportFigures, summary_texts: Mapping[str, str]) ->
         "",
         f"**Status:** {counts}",
         "",
-        f"**Cost:** {fmt.usd(cost.known_usd)} known over {cost.known_rows} instance(s); "
-        f"{cost.unknown_rows} unknown"
+        (
+            f"**Cost:** {fmt.usd(cost.known_usd)} known over {cost.known_rows} instance(s); "
+            f"{cost.unknown_rows} unknown"
+            if cost.known_rows
+            else f"**Cost:** unknown ({cost.unknown_rows} instance(s) report no cost)"
+        )
         + (f"; {fmt.usd(cost.carried_usd)} carried from ancestors" if cost.carried_usd else "")
         + f". **Duration:** median {fmt.duration(dur.median_s)}, p90 {fmt.duration(dur.p90_s)}, "
         f"max {fmt.duration(dur.max_s)}, total {fmt.duration(dur.total_s)}.",

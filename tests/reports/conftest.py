@@ -1,0 +1,215 @@
+"""Run roots for the report tests.
+
+Two sources, one shape (a run root: ``run_manifest.json``, ``result_index.jsonl``,
+``<benchmark>/<instance_id>/`` folders):
+
+- ``make_run`` writes a run root by hand through ``harness.models`` and
+  ``harness.fsutil.append_line``: fast, and it reaches states a live run rarely produces
+  (torn tail, carried rows, unlisted instances, declared official summaries);
+- ``real_run_root`` is a real run of the built-in ``selftest`` benchmark, run by pytest in
+  a subprocess. Tests that need "a real run" depend only on this fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.fsutil import append_line, atomic_write_json
+from harness.models import (
+    GitState,
+    Manifest,
+    Outcome,
+    Selection,
+    TaskRow,
+    Versions,
+)
+
+T0 = 1_790_000_000.0
+
+MakeRun = Callable[..., Path]
+
+
+def manifest_for(root: Path, run_id: str, keys: list[str], **extra: Any) -> Manifest:
+    benchmarks = sorted({k.split("/")[0] for k in keys}) or ["programbench"]
+    fields: dict[str, Any] = {
+        "run_id": run_id,
+        "run_root": str(root),
+        "created_at_unix": T0,
+        "created_at": "2026-09-21T10:13:20+00:00",
+        "argv": ["pytest", "benchmarks/programbench", "-n", "4"],
+        "cwd": "/work/main",
+        "benchmarks": benchmarks,
+        "benchmark_versions": {b: "1.2.5" for b in benchmarks},
+        "versions": Versions(harness="0.1.0", python="3.11.7", pytest="9.2.0", platform="linux"),
+        "source": GitState(available=True, head="0123456789abcdef", branch="main", dirty=False),
+        "selection": Selection(resolved=True, instance_ids=keys, count=len(keys),
+                               source="collection"),
+        "workers": 4,
+        "config_fingerprint": "sha256:00112233aabbccdd",
+        "outcome": "completed",
+        "exit_code": 0,
+        "finished_at_unix": T0 + 3600,
+    }
+    fields.update(extra)
+    return Manifest(**fields)
+
+
+def row(key: str, run_id: str = "run-a", **fields: Any) -> TaskRow:
+    """A ledger row for ``key`` ("benchmark/instance_id"); fields override the defaults."""
+    benchmark, _, iid = key.partition("/")
+    data: dict[str, Any] = {
+        "ts_unix": T0 + 60,
+        "run_id": run_id,
+        "benchmark": benchmark,
+        "instance_id": iid,
+        "status": "completed",
+        "outcome": Outcome.SCORED,
+        "official_eval_status": "completed",
+    }
+    data.update(fields)
+    return TaskRow(**data)
+
+
+@pytest.fixture
+def make_row() -> Callable[..., TaskRow]:
+    """``make_row(key, run_id="run-a", **fields)``: a ledger row with sensible defaults."""
+    return row
+
+
+@pytest.fixture
+def make_run(tmp_path: Path) -> MakeRun:
+    """``make_run(name, rows, selection=None, files=True, torn_tail=None, **manifest)``."""
+
+    def make(
+        name: str,
+        rows: list[TaskRow],
+        selection: list[str] | None = None,
+        *,
+        files: bool = True,
+        torn_tail: str | None = None,
+        **manifest_fields: Any,
+    ) -> Path:
+        root = tmp_path / name
+        root.mkdir()
+        keys = selection if selection is not None else list(dict.fromkeys(r.key for r in rows))
+        run_id = rows[0].run_id if rows else name
+        manifest = manifest_for(root, run_id, keys, **manifest_fields)
+        atomic_write_json(root / "run_manifest.json", manifest)
+        for r in rows:
+            append_line(root / "result_index.jsonl", r.dump_line())
+            if files:
+                folder = root / r.benchmark / r.instance_id
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "agent.log").write_text(f"log of {r.instance_id}\n")
+        if torn_tail is not None:
+            with open(root / "result_index.jsonl", "a", encoding="utf-8") as fh:
+                fh.write(torn_tail)  # no newline: a crash mid-append
+        return root
+
+    return make
+
+
+def programbench_rows(run_id: str = "run-a") -> list[TaskRow]:
+    """A realistic ProgramBench ledger: scores, costs, an infra failure, a retry, a carry."""
+    k = "programbench/"
+    return [
+        row(k + "abishekvashok__cmatrix.5c082c6", run_id, score=1.0, resolved=True,
+            tests_passed=240, tests_total=240, cost_usd=1.25, cost_known=True, duration_s=1800,
+            worker="gw0", reason_code="resolved"),
+        row(k + "antirez__kilo.323d93b", run_id, score=0.97, resolved=False,
+            near_resolved=True, tests_passed=970, tests_total=1000, cost_usd=2.5,
+            cost_known=True, duration_s=2400, worker="gw1"),
+        row(k + "jqlang__jq.4b1ae2c", run_id, score=0.5, resolved=False, tests_passed=400,
+            tests_total=800, cost_usd=0.75, cost_known=True, duration_s=900, worker="gw2"),
+        row(k + "sharkdp__fd.1a2b3c4", run_id, status="failed", outcome=Outcome.AGENT_FAILED,
+            reason_code="agent_timeout", score=None, duration_s=3600, worker="gw3",
+            error="TimeExceeded: wall clock 6h"),
+        # First attempt hit Docker, the retry in the same run scored: last row wins.
+        row(k + "tmux__tmux.abc1234", run_id, status="infra_failed",
+            outcome=Outcome.INFRA_FAILED, infra=True, reason_code="docker_unavailable",
+            duration_s=5, worker="gw0"),
+        row(k + "tmux__tmux.abc1234", run_id, score=0.25, tests_passed=50, tests_total=200,
+            duration_s=1200, worker="gw1", attempt=2),
+        row(k + "vim__vim.deadbee", run_id, status="infra_failed", outcome=Outcome.INFRA_FAILED,
+            infra=True, reason_code="gateway_unreachable", duration_s=3, worker="gw2"),
+        row(k + "redis__redis.cafef00", run_id, status="completed", outcome=Outcome.CARRIED,
+            score=0.8, resolved=False, carried_from="run-0", cost_usd=3.0, cost_known=True,
+            duration_s=4000, details={"carried_status": "completed"}),
+    ]
+
+
+PROGRAMBENCH_MISSING = ["programbench/torvalds__linux.0000001", "programbench/zz__last.0000002"]
+
+
+@pytest.fixture
+def programbench_missing() -> list[str]:
+    """Keys the ``programbench_run`` selection lists but its ledger has no row for."""
+    return list(PROGRAMBENCH_MISSING)
+
+
+@pytest.fixture
+def programbench_run(make_run: MakeRun) -> Path:
+    rows = programbench_rows()
+    keys = list(dict.fromkeys(r.key for r in rows)) + PROGRAMBENCH_MISSING
+    root = make_run("pb-run", rows, keys)
+    (root / "programbench_info.txt").write_text(
+        "Instance                        Score\ncmatrix                         ✅\nAverage  63.7%\n"
+    )
+    return root
+
+
+SELFTEST_TASKS = [
+    {"id": "ok", "work": "succeed", "count": 3},
+    {"id": "bad", "work": "fail"},
+    {"id": "half", "work": "partial", "score": 0.5},
+    {"id": "near", "work": "partial", "score": 0.96},
+    {"id": "gave-up", "work": "agent_fail"},
+    {"id": "docker", "work": "infra", "reason": "docker_unavailable"},
+    {"id": "slow", "work": "sleep", "seconds": 0.2},
+]
+
+SELFTEST_CONFTEST = 'pytest_plugins = ["harness.testing.plugin"]\n'
+SELFTEST_MODULE = textwrap.dedent(
+    """
+    import pytest
+    from harness.testing.adapter import run_selftest_instance
+
+    pytestmark = pytest.mark.harness_benchmark("selftest")
+
+
+    def test_selftest(harness_instance):
+        run_selftest_instance(harness_instance)
+    """
+)
+
+
+@pytest.fixture(scope="session")
+def real_run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run of the built-in ``selftest`` benchmark (pytest in a subprocess)."""
+    base = tmp_path_factory.mktemp("selftest")
+    suite = base / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(SELFTEST_CONFTEST)
+    (suite / "test_selftest.py").write_text(SELFTEST_MODULE)
+    tasks = base / "tasks.json"
+    tasks.write_text(json.dumps(SELFTEST_TASKS))
+    root = base / "run"
+    env = {**os.environ, "HARNESS_SELFTEST_TASKS": str(tasks)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(suite), "--run-root", str(root),
+         "-p", "no:cacheprovider", "-q", "-n", "2"],
+        cwd=base, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert (root / "run_manifest.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stdout[-3000:]  # one infra failure -> exit 1
+    return root
+
