@@ -1,0 +1,70 @@
+"""``harness sweep``: remove a run's (or every stale run's) containers, networks, volumes.
+
+    harness sweep --run RUN_ID [--worker gw0]
+    harness sweep --all-stale [--prefix RUN_ID_PREFIX]
+    harness sweep --list
+
+Exit status: 0 done (or nothing to do), 1 something survived or Docker is unreachable,
+2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from harness.sandbox.errors import SandboxError
+from harness.sandbox.sweep import leaked_resources, sweep, sweep_stale
+
+
+def build_parser(prog: str = "harness sweep") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--run", metavar="RUN_ID", help="sweep everything labelled with this run")
+    what.add_argument(
+        "--all-stale",
+        action="store_true",
+        help="sweep every run whose run lock is not held (its controller is gone)",
+    )
+    what.add_argument("--list", action="store_true", help="list what is labelled harness.run")
+    parser.add_argument("--worker", help="with --run: only this worker's resources (gw0, main)")
+    parser.add_argument("--prefix", help="with --all-stale/--list: only runs with this id prefix")
+    return parser
+
+
+def sweep_command(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except SystemExit as exc:
+        return int(exc.code or 0) and 2
+    if args.worker and not args.run:
+        parser.print_usage(sys.stderr)
+        print("harness sweep: --worker needs --run", file=sys.stderr)
+        return 2
+    try:
+        if args.list:
+            found = leaked_resources(run_id_prefix=args.prefix)
+            for kind, names in found.items():
+                for name in names:
+                    print(f"{kind[:-1]}\t{name}")
+            return 0
+        if args.run:
+            removed = sweep(args.run, args.worker)
+            print(f"run {args.run}: removed {len(removed)} resource(s)")
+            for name in removed:
+                print(f"  {name}")
+            return 0
+        runs = sweep_stale(run_id_prefix=args.prefix)
+        print(f"swept {len(runs)} stale run(s)")
+        for run_id in runs:
+            print(f"  {run_id}")
+        return 0
+    except SandboxError as exc:
+        print(f"harness sweep: {exc} [{exc.reason_code}]", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(sweep_command())

@@ -1,0 +1,154 @@
+"""pytest plugin: Docker sandbox fixtures for benchmark instances.
+
+Register it once (``pytest_plugins = ["harness.sandbox.fixtures"]``). Fixtures:
+
+``sandbox_client`` (session)
+    A pinged Docker client; :class:`DockerUnavailable` (``docker_unavailable``) if not.
+``sandbox_base_image`` (session)
+    :func:`ensure_image` of the shared :func:`base_recipe` (built once per machine).
+``sandbox_image`` / ``sandbox_options`` (function)
+    The image and :class:`SandboxSpec` fields of the default ``sandbox``; override
+    them in a benchmark's conftest (defaults: the base image, user ``agent``,
+    ``SYS_PTRACE`` dropped, no network).
+``sandbox_factory`` (function)
+    ``sandbox_factory(image, **spec_fields) -> Sandbox`` and
+    ``sandbox_factory.network() -> name``: labelled with the current instance (from
+    the ``harness_instance`` fixture: ``run_id``, ``run_root``, ``instance_id``,
+    ``worker_id``, optional ``timeout_s``), removed at teardown and verified gone,
+    unless ``--keep-sandboxes`` (then a warning names the sweep command).
+``sandbox`` (function)
+    One default sandbox from ``sandbox_factory(sandbox_image, **sandbox_options)``.
+
+Every failure here is an :class:`~harness.errors.InfraError` with a reason code.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+import pytest
+
+from harness.sandbox.client import get_client
+from harness.sandbox.container import Sandbox, SandboxSpec
+from harness.sandbox.errors import CleanupFailed
+from harness.sandbox.images import BuiltImage, base_recipe, ensure_image
+from harness.sandbox.network import create_internal_network, remove_network
+from harness.sandbox.sweep import leaked_resources
+
+TTL_MARGIN_S = 600
+DEFAULT_TTL_S = 3600
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("harness").addoption(
+        "--keep-sandboxes",
+        action="store_true",
+        default=False,
+        help="leave sandbox containers running after each instance (debugging); "
+        "remove them later with `harness sweep --run RUN_ID`",
+    )
+
+
+class SandboxFactory:
+    """Creates sandboxes and internal networks for one instance; cleans them up."""
+
+    def __init__(self, client: docker.DockerClient, instance: Any) -> None:
+        self.client = client
+        self.instance = instance
+        self.sandboxes: list[Sandbox] = []
+        self.networks: list[str] = []
+        timeout = getattr(instance, "timeout_s", None)
+        self.ttl_s = int(timeout) + TTL_MARGIN_S if timeout else DEFAULT_TTL_S
+
+    def __call__(self, image: str | BuiltImage, **fields: Any) -> Sandbox:
+        ref = image.image_id if isinstance(image, BuiltImage) else image
+        fields.setdefault("ttl_s", self.ttl_s)
+        spec = SandboxSpec(
+            image=ref,
+            run_id=self.instance.run_id,
+            instance_id=self.instance.instance_id,
+            run_root=self.instance.run_root,
+            worker=self.instance.worker_id,
+            **fields,
+        )
+        sandbox = Sandbox.create(spec, client=self.client)
+        self.sandboxes.append(sandbox)
+        return sandbox
+
+    def network(self) -> str:
+        name = create_internal_network(
+            self.instance.run_id,
+            self.instance.instance_id,
+            self.instance.worker_id,
+            self.instance.run_root,
+            client=self.client,
+        )
+        self.networks.append(name)
+        return name
+
+    def close(self) -> None:
+        """Remove every sandbox (verified by listing), then the networks."""
+        errors = []
+        for sandbox in reversed(self.sandboxes):
+            try:
+                sandbox.remove()
+            except CleanupFailed as exc:
+                errors.append(str(exc))
+        for name in self.networks:
+            remove_network(name, client=self.client)
+        left = [n for n in self.networks if self.client.api.networks(names=[n])]
+        if left:
+            errors.append(f"networks still listed after removal: {', '.join(left)}")
+        if errors:
+            raise CleanupFailed("; ".join(errors))
+
+
+@pytest.fixture(scope="session")
+def sandbox_client() -> docker.DockerClient:
+    return get_client()
+
+
+@pytest.fixture(scope="session")
+def sandbox_base_image(sandbox_client: docker.DockerClient) -> BuiltImage:
+    return ensure_image(base_recipe(), client=sandbox_client)
+
+
+@pytest.fixture
+def sandbox_image(sandbox_base_image: BuiltImage) -> str:
+    return sandbox_base_image.image_id
+
+
+@pytest.fixture
+def sandbox_options() -> dict[str, Any]:
+    return {"user": "agent", "cap_drop": ("SYS_PTRACE",), "network": "none"}
+
+
+@pytest.fixture
+def sandbox_factory(
+    request: pytest.FixtureRequest, sandbox_client: docker.DockerClient, harness_instance: Any
+) -> Iterator[SandboxFactory]:
+    factory = SandboxFactory(sandbox_client, harness_instance)
+    yield factory
+    if request.config.getoption("keep_sandboxes", False):
+        if factory.sandboxes or factory.networks:
+            names = ", ".join(s.name for s in factory.sandboxes)
+            warnings.warn(
+                f"--keep-sandboxes: kept {names or 'networks'}; remove with "
+                f"`harness sweep --run {harness_instance.run_id}`",
+                stacklevel=1,
+            )
+        return
+    factory.close()
+
+
+@pytest.fixture
+def sandbox(
+    sandbox_factory: SandboxFactory, sandbox_image: str, sandbox_options: dict[str, Any]
+) -> Sandbox:
+    return sandbox_factory(sandbox_image, **sandbox_options)
+
+
+__all__ = ["SandboxFactory", "leaked_resources"]
