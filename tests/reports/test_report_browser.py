@@ -48,7 +48,9 @@ def test_report_in_a_browser(real_run_root: Path, browser: Any) -> None:
 
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     problems: list[str] = []
-    page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+    page.on(
+        "console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None
+    )
     page.on("pageerror", lambda exc: problems.append(str(exc)))
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
@@ -84,7 +86,9 @@ def test_report_in_a_browser(real_run_root: Path, browser: Any) -> None:
     assert "÷ 9 selected" in headline and "÷ 8" in headline
 
     # Instance links resolve to files of the run.
-    href = page.get_attribute("#instances-table tbody tr[data-key='selftest/half'] .files a:nth-child(2)", "href")
+    href = page.get_attribute(
+        "#instances-table tbody tr[data-key='selftest/half'] .files a:nth-child(2)", "href"
+    )
     assert href is not None
     assert (paths.output_dir / href).resolve().is_file()
 

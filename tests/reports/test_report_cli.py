@@ -70,8 +70,14 @@ def test_compare_prints_a_table_and_writes_json(make_run, make_row, tmp_path: Pa
 def test_compare_warns_about_infra_failures(make_run, make_row, capsys) -> None:
     from harness.models import Outcome
 
-    a = make_run("a", [make_row("pb/x", "run-a", status="infra_failed",
-                                outcome=Outcome.INFRA_FAILED, infra=True)])
+    a = make_run(
+        "a",
+        [
+            make_row(
+                "pb/x", "run-a", status="infra_failed", outcome=Outcome.INFRA_FAILED, infra=True
+            )
+        ],
+    )
     b = make_run("b", [make_row("pb/x", "run-b", score=1.0)])
     assert compare_command([str(a), str(b), "--resamples", "50"]) == 0
     assert "run A has 1 infra_failed" in " ".join(capsys.readouterr().out.split())

@@ -43,15 +43,19 @@ def test_pairs_on_the_shared_selection(two_runs) -> None:
     assert cmp.only_b == ["pb/only-b"]
     changes = {c.key: c.change for c in cmp.changes}
     assert changes == {
-        "pb/i1": "lost", "pb/i2": "gained", "pb/i3": "improved", "pb/i4": "same",
-        "pb/i5": "same", "pb/i6": "gained",
+        "pb/i1": "lost",
+        "pb/i2": "gained",
+        "pb/i3": "improved",
+        "pb/i4": "same",
+        "pb/i5": "same",
+        "pb/i6": "gained",
     }
     assert cmp.mean_a == pytest.approx((1.0 + 0.4 + 0.9 + 0.2) / 6)
     assert cmp.mean_b == pytest.approx((0.5 + 1.0 + 0.95 + 0.2 + 1.0) / 6)
-    assert cmp.bootstrap.mean_diff == pytest.approx(cmp.mean_b - cmp.mean_a)
-    low, high = cmp.bootstrap.low, cmp.bootstrap.high
-    assert low is not None and high is not None
-    assert low <= cmp.bootstrap.mean_diff <= high
+    low, mid, high = cmp.bootstrap.low, cmp.bootstrap.mean_diff, cmp.bootstrap.high
+    assert low is not None and mid is not None and high is not None
+    assert mid == pytest.approx(2.65 / 6 - 2.5 / 6)
+    assert low <= mid <= high
 
 
 def test_mcnemar_counts_discordant_resolutions(two_runs) -> None:

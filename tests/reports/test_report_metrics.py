@@ -33,7 +33,10 @@ def test_programbench_headline(programbench_run: Path) -> None:
     assert head.raw.resolved_rate == pytest.approx(1 / 9)
     assert head.infra_excluded.near_resolved_rate == pytest.approx(2 / 8)
     assert head.counts == {
-        "completed": 5, "not_attempted": 2, "failed": 1, "infra_failed": 1,
+        "completed": 5,
+        "not_attempted": 2,
+        "failed": 1,
+        "infra_failed": 1,
     }
     assert head.outcome_counts["carried_forward"] == 1
     assert not head.binary
@@ -64,8 +67,13 @@ def test_last_row_wins_and_retry_counts_once(programbench_run: Path) -> None:
 
 def test_carried_row_stands_for_the_ancestor_verdict(make_run, make_row: MakeRow) -> None:
     carried = make_row(
-        "programbench/a", status="skipped", outcome=Outcome.CARRIED, score=1.0, resolved=True,
-        carried_from="run-0", details={"carried_status": "completed"},
+        "programbench/a",
+        status="skipped",
+        outcome=Outcome.CARRIED,
+        score=1.0,
+        resolved=True,
+        carried_from="run-0",
+        details={"carried_status": "completed"},
     )
     run = load_run(make_run("resumed", [carried, make_row("programbench/b", score=0.0)]))
     result = run.by_key["programbench/a"]
@@ -113,8 +121,12 @@ def test_rows_outside_the_selection_are_shown_but_not_counted(make_run, make_row
 
 
 def test_torn_last_line_is_skipped_with_a_warning(make_run, make_row: MakeRow) -> None:
-    root = make_run("torn", [make_row("pb/a", score=1.0)], ["pb/a", "pb/b"],
-                    torn_tail='{"schema": "harness.task_result.v1", "run_id": "run-a", "bench')
+    root = make_run(
+        "torn",
+        [make_row("pb/a", score=1.0)],
+        ["pb/a", "pb/b"],
+        torn_tail='{"schema": "harness.task_result.v1", "run_id": "run-a", "bench',
+    )
     run = load_run(root)
     assert run.by_key["pb/a"].score == 1.0
     assert not run.by_key["pb/b"].attempted

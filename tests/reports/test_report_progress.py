@@ -28,13 +28,21 @@ def test_plain_lines_count_a_sequence_of_events(make_row: MakeRow) -> None:
     clock.now = 1100.0
     progress.row_written(make_row("pb/a", duration_s=100.0))
     clock.now = 1300.0
-    progress.row_written(make_row("pb/b", status="failed", outcome=Outcome.AGENT_FAILED,
-                                  duration_s=300.0))
+    progress.row_written(
+        make_row("pb/b", status="failed", outcome=Outcome.AGENT_FAILED, duration_s=300.0)
+    )
     clock.now = 1350.0
     progress.instance_started("pb/d", "gw0", 1350.0)
     clock.now = 1400.0
-    progress.row_written(make_row("pb/c", status="infra_failed", outcome=Outcome.INFRA_FAILED,
-                                  infra=True, duration_s=400.0))
+    progress.row_written(
+        make_row(
+            "pb/c",
+            status="infra_failed",
+            outcome=Outcome.INFRA_FAILED,
+            infra=True,
+            duration_s=400.0,
+        )
+    )
     clock.now = 1350.0 + 723
     progress.set_spend(3.2, 40.0)
     progress.close()
@@ -78,8 +86,9 @@ def test_plain_lines_are_throttled_and_close_flushes(make_row: MakeRow) -> None:
 def test_carried_rows_count_as_done_without_skewing_eta(make_row: MakeRow) -> None:
     out = io.StringIO()
     progress = Progress(2, out, is_tty=False, min_interval=0, clock=FakeClock(0.0))
-    progress.row_written(make_row("pb/a", outcome=Outcome.CARRIED, carried_from="r0",
-                                  duration_s=9999.0))
+    progress.row_written(
+        make_row("pb/a", outcome=Outcome.CARRIED, carried_from="r0", duration_s=9999.0)
+    )
     assert progress.line() == "[harness] 1/2 done (carried 1) running 0 ETA ?"
 
 

@@ -37,7 +37,9 @@ def parse(html: str) -> LinkCollector:
     return collector
 
 
-def test_figures_are_byte_identical_when_regenerated(programbench_run: Path, tmp_path: Path) -> None:
+def test_figures_are_byte_identical_when_regenerated(
+    programbench_run: Path, tmp_path: Path
+) -> None:
     first = write_report(programbench_run, tmp_path / "one")
     second = write_report(programbench_run, tmp_path / "two")
     third = write_report(programbench_run, tmp_path / "one", overwrite=True)
@@ -51,15 +53,17 @@ def test_default_output_is_run_root_report(programbench_run: Path) -> None:
     paths = write_report(programbench_run)
     assert paths.output_dir == programbench_run / "report"
     assert {p.name for p in paths.output_dir.iterdir()} == {
-        "report.html", "report.md", "report.json"
+        "report.html",
+        "report.md",
+        "report.json",
     }
 
 
 def test_existing_report_is_never_overwritten(programbench_run: Path) -> None:
     paths = write_report(programbench_run)
     before = {p: p.read_bytes() for p in (paths.html, paths.markdown, paths.figures)}
-    with open(programbench_run / "result_index.jsonl", "a") as fh:  # the run changed since
-        fh.write(open(programbench_run / "result_index.jsonl").readline())
+    ledger = programbench_run / "result_index.jsonl"
+    ledger.write_text(ledger.read_text() + ledger.read_text().splitlines(keepends=True)[0])
     with pytest.raises(ReportInputError, match=r"report\.html already exists.*--force"):
         write_report(programbench_run)
     assert {p: p.read_bytes() for p in before} == before
@@ -102,7 +106,8 @@ def test_official_summaries_are_shown(programbench_run: Path) -> None:
     assert "Average 0.42 &lt;b&gt;" in html  # escaped, not markup
     figures = ReportFigures.model_validate_json(paths.figures.read_bytes())
     assert [s.path for s in figures.official_summaries] == [
-        "programbench_info.txt", "official/eval_summary.txt"
+        "programbench_info.txt",
+        "official/eval_summary.txt",
     ]
     assert any("../etc/passwd.txt" in w for w in figures.warnings)
 
