@@ -1,0 +1,317 @@
+"""The official eval phase, at most once per attempt.
+
+Before the checker runs, ``eval_claim.json`` is published with an exclusive create (a fully
+written, fsynced temp file hard-linked into place): it names a random attempt id and binds the
+inputs (traj log, task config, evaluator files, groundtruth, workspace) by sha256. After the
+checker, ``eval_receipt-<attempt>.json`` records exit code, output tails and the verdict.
+
+On re-entry the checker never runs again: a claim with a receipt replays it; a claim without
+one is ``unfinished_claim``; inputs that changed since the claim are ``binding_mismatch``; an
+``eval_res.json`` that predates any claim is kept and reported as ``unclaimed_prior_result``.
+The checker's ``--res_log_file`` points at a scratch file (upstream checkers overwrite it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ValidationError
+
+from benchmarks.cowork_bench import models as m
+from benchmarks.cowork_bench.tasks import task_dir
+from harness.fsutil import atomic_write_json
+
+TAIL_CHARS = 4000
+
+
+class CheckerRequest(BaseModel):
+    instance_id: str
+    attempt_id: str
+    module: str  # tasks.finalpool.<task>.evaluation.main
+    launch_time: str  # "YYYY-mm-dd HH:MM:SS"
+    workspace: str  # host path of the copied-out agent workspace
+    scratch_dir: str  # host dir for the checker's --res_log_file copy and logs
+    has_groundtruth_dir: bool
+
+
+class CheckerRun(BaseModel):
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    res_log_path: str | None = None  # host copy of the scratch --res_log_file, if any
+
+
+CheckerRunner = Callable[[CheckerRequest], CheckerRun]
+
+
+class EvalOutcome(BaseModel):
+    kind: Literal[
+        "evaluated",
+        "declined",
+        "error",
+        "replayed",
+        "unfinished_claim",
+        "binding_mismatch",
+        "unclaimed_prior_result",
+    ]
+    attempt_id: str | None = None
+    receipt: m.EvalReceipt | None = None
+    mismatched: list[str] = []
+
+    @property
+    def passed(self) -> bool | None:
+        return self.receipt.pass_ if self.receipt else None
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- facts
+
+
+def file_fact(path: Path) -> m.FileFact:
+    if path.is_file():
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        return m.FileFact(
+            path=str(path),
+            state="present",
+            kind="file",
+            bytes=path.stat().st_size,
+            sha256=h.hexdigest(),
+        )
+    return m.FileFact(path=str(path), state="absent", kind="none")
+
+
+def tree_fact(path: Path) -> m.FileFact:
+    """Digest of a directory: sha256 over sorted (relative path, kind, content hash)."""
+    if not path.is_dir():
+        return m.FileFact(path=str(path), state="absent", kind="none")
+    outer = hashlib.sha256()
+    total = count = 0
+    for entry in sorted(path.rglob("*")):
+        rel = entry.relative_to(path).as_posix()
+        if "__pycache__" in entry.parts:
+            continue
+        if entry.is_symlink():
+            outer.update(f"L {rel} {os.readlink(entry)}\n".encode())
+        elif entry.is_file():
+            fact = file_fact(entry)
+            total += fact.bytes
+            count += 1
+            outer.update(f"F {rel} {fact.sha256}\n".encode())
+        elif entry.is_dir():
+            outer.update(f"D {rel}\n".encode())
+    return m.FileFact(
+        path=str(path),
+        state="present",
+        kind="tree",
+        bytes=total,
+        sha256=outer.hexdigest(),
+        files=count,
+    )
+
+
+def bindings(inst_dir: Path, bench_root: Path, instance_id: str) -> dict[str, m.FileFact]:
+    tdir = task_dir(bench_root, instance_id)
+    return {
+        "traj_log": file_fact(inst_dir / m.TRAJ_LOG),
+        "task_config": file_fact(tdir / "task_config.json"),
+        "evaluator": tree_fact(tdir / "evaluation"),
+        "groundtruth": tree_fact(tdir / "groundtruth_workspace"),
+        "workspace": tree_fact(inst_dir / m.WORKSPACE_DIR),
+    }
+
+
+def _same(a: m.FileFact, b: m.FileFact) -> bool:
+    return (a.state, a.kind, a.sha256, a.bytes) == (b.state, b.kind, b.sha256, b.bytes)
+
+
+# --------------------------------------------------------------------------- exclusive files
+
+
+def publish_exclusive(path: Path, model: BaseModel) -> bool:
+    """Create ``path`` with the model's JSON only if it does not exist (hard-link publish).
+
+    Returns False when the file already exists. Readers never see a partial file.
+    """
+    data = (model.model_dump_json(by_alias=True, indent=2) + "\n").encode()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        os.unlink(tmp)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return True
+
+
+def read_claim(inst_dir: Path) -> m.EvalClaim | None:
+    path = inst_dir / m.EVAL_CLAIM
+    if not path.exists():
+        return None
+    return m.EvalClaim.model_validate_json(path.read_bytes())
+
+
+def read_receipt(inst_dir: Path, attempt_id: str) -> m.EvalReceipt | None:
+    path = inst_dir / m.receipt_name(attempt_id)
+    if not path.exists():
+        return None
+    return m.EvalReceipt.model_validate_json(path.read_bytes())
+
+
+# --------------------------------------------------------------------------- the phase
+
+
+def _launch_time(traj: m.TrajLog | None) -> str:
+    raw = (traj.config.launch_time if traj else None) or ""
+    return " ".join(raw.split()[:2])  # upstream strips the weekday
+
+
+def _reenter(inst_dir: Path, claim: m.EvalClaim, current: dict[str, m.FileFact]) -> EvalOutcome:
+    mismatched = sorted(
+        k
+        for k in set(claim.bindings) | set(current)
+        if k not in claim.bindings or k not in current or not _same(claim.bindings[k], current[k])
+    )
+    if mismatched:
+        return EvalOutcome(
+            kind="binding_mismatch", attempt_id=claim.attempt_id, mismatched=mismatched
+        )
+    receipt = read_receipt(inst_dir, claim.attempt_id)
+    if receipt is None:
+        return EvalOutcome(kind="unfinished_claim", attempt_id=claim.attempt_id)
+    return EvalOutcome(kind="replayed", attempt_id=claim.attempt_id, receipt=receipt)
+
+
+def evaluate_once(
+    inst_dir: Path, bench_root: Path, instance_id: str, runner: CheckerRunner
+) -> EvalOutcome:
+    """Run the official checker for this instance at most once; see the module docstring."""
+    inst_dir = Path(inst_dir)
+    current = bindings(inst_dir, Path(bench_root), instance_id)
+    claim = read_claim(inst_dir)
+    if claim is not None:
+        return _reenter(inst_dir, claim, current)
+    if (inst_dir / m.EVAL_RES).exists():
+        return EvalOutcome(kind="unclaimed_prior_result")
+    claim = m.EvalClaim(
+        attempt_id=secrets.token_hex(16),
+        instance_id=instance_id,
+        created_at=now_iso(),
+        pid=os.getpid(),
+        bindings=current,
+    )
+    if not publish_exclusive(inst_dir / m.EVAL_CLAIM, claim):
+        raced = read_claim(inst_dir)
+        assert raced is not None
+        return _reenter(inst_dir, raced, current)
+
+    started_at, t0 = now_iso(), time.monotonic()
+
+    def receipt_of(**fields: object) -> m.EvalReceipt:
+        return m.EvalReceipt.model_validate(
+            {
+                "attempt_id": claim.attempt_id,
+                "instance_id": instance_id,
+                "started_at": started_at,
+                "completed_at": now_iso(),
+                "duration_s": time.monotonic() - t0,
+                **fields,
+            }
+        )
+
+    traj: m.TrajLog | None = None
+    try:
+        traj = m.TrajLog.model_validate_json((inst_dir / m.TRAJ_LOG).read_bytes())
+    except (OSError, ValidationError, ValueError) as exc:
+        traj_error = f"{type(exc).__name__}: {exc}"
+    eval_res: dict[str, object]
+    if traj is None:
+        receipt = receipt_of(state="error", checker_ran=False, raised=traj_error[:TAIL_CHARS])
+        eval_res = {"pass": False, "failure": "evaluation_error", "details": receipt.raised}
+    elif traj.status != "success":
+        text = m.STATUS_GATE_TEXT.format(status=traj.status)
+        receipt = receipt_of(state="declined", checker_ran=False, details=text)
+        eval_res = {"pass": None, "details": text}
+    else:
+        scratch = inst_dir / m.EVAL_DIR / claim.attempt_id
+        scratch.mkdir(parents=True, exist_ok=True)
+        request = CheckerRequest(
+            instance_id=instance_id,
+            attempt_id=claim.attempt_id,
+            module=f"tasks.finalpool.{instance_id}.evaluation.main",
+            launch_time=_launch_time(traj),
+            workspace=str(inst_dir / m.WORKSPACE_DIR),
+            scratch_dir=str(scratch),
+            has_groundtruth_dir=current["groundtruth"].state == "present",
+        )
+        try:
+            run = runner(request)
+        except Exception as exc:  # the runner's own failure (infra); the claim stays spent
+            raised = f"{type(exc).__name__}: {exc}"[:TAIL_CHARS]
+            receipt = receipt_of(state="error", checker_ran=False, raised=raised)
+            eval_res = {"pass": False, "failure": "evaluation_error", "details": raised}
+        else:
+            passed = run.exit_code == 0
+            res_log = file_fact(Path(run.res_log_path)) if run.res_log_path else None
+            receipt = receipt_of(
+                state="completed",
+                checker_ran=True,
+                exit_code=run.exit_code,
+                **{"pass": passed},
+                stdout_tail=run.stdout[-TAIL_CHARS:],
+                stderr_tail=run.stderr[-TAIL_CHARS:],
+                res_log=res_log.model_dump() if res_log else None,
+            )
+            eval_res = (
+                {
+                    "pass": True,
+                    "details": "All evaluation checks passed, and task status is success",
+                }
+                if passed
+                else {"pass": False, "failure": run.stdout}
+            )
+    if not publish_exclusive(inst_dir / m.receipt_name(claim.attempt_id), receipt):
+        raise RuntimeError(f"receipt for attempt {claim.attempt_id} already exists")
+    atomic_write_json(inst_dir / m.EVAL_RES, eval_res)
+    kind: Literal["evaluated", "declined", "error"] = (
+        "evaluated" if receipt.state == "completed" else receipt.state
+    )
+    return EvalOutcome(kind=kind, attempt_id=claim.attempt_id, receipt=receipt)
+
+
+def write_json_exclusive(path: Path, data: dict[str, object]) -> bool:
+    """Exclusive create for plain JSON (used by the audit and the diagnostic)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    return True

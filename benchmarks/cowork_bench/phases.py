@@ -1,0 +1,285 @@
+"""One Cowork instance on Docker: sidecar, agent phase, eval phase, teardown.
+
+Container layout (both phases): ``/workspace`` is the checkout root (the support tree: every
+top-level entry except ``tasks``, ``db``, ``.git`` and run output, plus this task under
+``tasks/finalpool/<task>``); the agent workspace is ``/workspace/dumps/workspace``. The agent
+container holds a *sanitised* task (no ``groundtruth_workspace*``, no ``evaluation``, like
+upstream's rsync); the eval container, started after the agent container is gone, holds the
+full task and a copy of the workspace. ``TZ=UTC`` and ``PGTZ=UTC`` everywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from docker.models.containers import Container
+from pydantic import BaseModel
+
+from benchmarks.cowork_bench import docker_ops
+from benchmarks.cowork_bench import models as m
+from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun, now_iso
+from benchmarks.cowork_bench.sidecar import PgSidecar
+from benchmarks.cowork_bench.tasks import CoworkTask, task_dir
+from harness.errors import InfraError
+from harness.fsutil import atomic_write_json, atomic_write_text
+
+ROOT = "/workspace"
+WORKSPACE = "/workspace/dumps/workspace"
+AGENT_LOGS = "/workspace/dumps/agent"
+SCRATCH = "/workspace/dumps/eval_scratch"
+WORKSPACE_PLACEHOLDER = "!!<<<<||||workspace_dir||||>>>>!!"
+SUPPORT_EXCLUDE = frozenset(
+    {".git", "tasks", "db", "dumps", "benchmark_logs", ".venv", "node_modules", "__pycache__"}
+)
+SANITISE = frozenset({"groundtruth_workspace", "groundtruth_workspace_cn", "evaluation"})
+BASE_ENV = {"TZ": "UTC", "PGTZ": "UTC", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+
+
+@dataclass
+class InstanceEnv:
+    """What one instance's phases share."""
+
+    task: CoworkTask
+    bench_root: Path
+    inst_dir: Path
+    network: str
+    sidecar: PgSidecar
+    labels: dict[str, str]
+    runtime_image: str
+    name_prefix: str  # unique per instance attempt: container names derive from it
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**BASE_ENV, **self.sidecar.client_env()}
+
+
+class AgentOutcome(BaseModel):
+    status: m.BenchStatus
+    reason_code: str | None = None
+    infra_failed: bool = False
+    messages: list[dict[str, object]] = []
+    tool_calls: list[dict[str, object]] = []
+
+
+@dataclass
+class AgentContext:
+    """What an agent step gets: its container, the task text and prompt, a deadline."""
+
+    env: InstanceEnv
+    container: Container
+    task_text: str
+    system_prompt: str
+    deadline: float  # time.monotonic() value
+
+    def exec(self, cmd: list[str], timeout_sec: float | None = None) -> docker_ops.ExecResult:
+        left = max(1.0, self.deadline - time.monotonic())
+        return docker_ops.exec_in(
+            self.container,
+            cmd,
+            env=self.env.env,
+            workdir=ROOT,
+            timeout_sec=min(left, timeout_sec) if timeout_sec else left,
+        )
+
+
+AgentStep = Callable[[AgentContext], AgentOutcome]
+
+
+@lru_cache(maxsize=8)
+def support_tar(bench_root: str) -> bytes:
+    """Everything at the checkout root the task code may import or read, minus ``tasks``."""
+    root = Path(bench_root)
+    entries = [(p, p.name) for p in sorted(root.iterdir()) if p.name not in SUPPORT_EXCLUDE]
+    return docker_ops.tar_tree(entries, exclude_names=frozenset({"__pycache__", ".git"}))
+
+
+def task_tar(env: InstanceEnv, sanitised: bool) -> bytes:
+    exclude = SANITISE | {"__pycache__"} if sanitised else frozenset({"__pycache__"})
+    arc = f"tasks/finalpool/{env.task.instance_id}"
+    return docker_ops.tar_tree([(task_dir(env.bench_root, env.task.instance_id), arc)],
+                               exclude_names=frozenset(exclude))  # fmt: skip
+
+
+def _start(env: InstanceEnv, role: str, sanitised: bool) -> Container:
+    container = docker_ops.run_container(
+        env.runtime_image,
+        f"{env.name_prefix}-{role}",
+        network=env.network,
+        labels={**env.labels, docker_ops.ROLE_LABEL: role},
+        env=env.env,
+    )
+    try:
+        docker_ops.exec_in(container, ["mkdir", "-p", WORKSPACE, AGENT_LOGS, SCRATCH])
+        docker_ops.put_archive(container, ROOT, support_tar(str(env.bench_root)))
+        docker_ops.put_archive(container, ROOT, task_tar(env, sanitised))
+    except BaseException:
+        docker_ops.remove_container(container)
+        raise
+    return container
+
+
+def render_prompt(text: str, workspace: str = WORKSPACE) -> str:
+    return text.replace(WORKSPACE_PLACEHOLDER, workspace)
+
+
+def traj_config(
+    env: InstanceEnv, launch_time: str, system_prompt: str, task_text: str
+) -> m.TrajConfig:
+    t = env.task
+    rel = f"tasks/finalpool/{t.instance_id}"
+    return m.TrajConfig(
+        task_dir=t.instance_id,
+        id=t.instance_id,
+        needed_mcp_servers=list(t.servers),
+        needed_local_tools=list(t.local_tools),
+        task_root="/workspace/dumps",
+        task_str=task_text,
+        log_file="/workspace/dumps/traj_log.json",
+        agent_workspace=WORKSPACE,
+        launch_time=launch_time,
+        max_turns=t.max_turns,
+        system_prompts={"agent": system_prompt, "user": None},
+        initialization={
+            "workspace": f"{rel}/initial_workspace" if t.has_initial_workspace else None,
+            "process_command": f"python3 -m {t.module('preprocess')}",
+        },
+        stop={"user_phrases": ["#### STOP"], "tool_names": ["local-claim_done"]},
+        # Phase split: the agent phase has no evaluator or groundtruth (re-resolved at eval).
+        evaluation={"groundtruth_workspace": None, "evaluation_command": None},
+    )
+
+
+def _infra(env: InstanceEnv, exc: InfraError, stage: str) -> None:
+    atomic_write_json(
+        env.inst_dir / m.INFRA_RECORD,
+        m.InfraRecord(
+            instance_id=env.task.instance_id, reason_code=exc.reason_code, stage=stage,
+            message=str(exc)[:2000], at=now_iso(),
+        ),
+    )  # fmt: skip
+
+
+def run_agent_phase(
+    env: InstanceEnv,
+    agent: AgentStep,
+    agent_name: str,
+    *,
+    timeout_sec: float = 1800,
+    launch: datetime | None = None,
+) -> m.AgentSummary:
+    """Preprocess, the agent step, copy-out; writes traj_log.json and agent_summary.json."""
+    env.inst_dir.mkdir(parents=True, exist_ok=True)
+    tdir = task_dir(env.bench_root, env.task.instance_id)
+    launch = launch or datetime.now(UTC)
+    launch_time = launch.strftime("%Y-%m-%d %H:%M:%S")
+    task_text = (tdir / "docs" / "task.md").read_text(encoding="utf-8")
+    system_prompt = render_prompt((tdir / "docs" / "agent_system_prompt.md").read_text("utf-8"))
+    started_at, t0 = now_iso(), time.monotonic()
+    status: m.BenchStatus = "failed"
+    reason: str | None = None
+    infra_reason: str | None = None
+    error: str | None = None
+    outcome: AgentOutcome | None = None
+    pre_rc: int | None = None
+    container = _start(env, "agent", sanitised=True)
+    try:
+        if env.task.has_initial_workspace:
+            src = f"{ROOT}/tasks/finalpool/{env.task.instance_id}/initial_workspace/."
+            docker_ops.exec_in(container, ["cp", "-a", src, WORKSPACE])
+        pre = docker_ops.exec_in(
+            container,
+            ["python3", "-m", env.task.module("preprocess"), "--agent_workspace", WORKSPACE,
+             "--launch_time", launch_time],
+            env=env.env, workdir=ROOT, timeout_sec=600,
+        )  # fmt: skip
+        pre_rc = pre.exit_code
+        atomic_write_text(env.inst_dir / m.PREPROCESS_LOG, pre.stdout + pre.stderr)
+        env.timings["preprocess_s"] = pre.seconds
+        if pre.exit_code != 0:
+            infra_reason, reason = "preprocess_failed", "preprocess_failed"
+        else:
+            t1 = time.monotonic()
+            ctx = AgentContext(env, container, task_text, system_prompt, t1 + timeout_sec)
+            try:
+                outcome = agent(ctx)
+                status, reason = outcome.status, outcome.reason_code
+                if outcome.infra_failed:
+                    infra_reason = reason or "agent_infra_failed"
+            except InfraError as exc:
+                infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
+            except Exception as exc:  # the adapter itself broke: not the model's fault
+                infra_reason, reason = "adapter_crashed", "adapter_crashed"
+                error = f"{type(exc).__name__}: {exc}"
+            env.timings["agent_s"] = time.monotonic() - t1
+        docker_ops.copy_out(container, WORKSPACE, env.inst_dir / m.WORKSPACE_DIR)
+        docker_ops.copy_out(container, AGENT_LOGS, env.inst_dir / m.AGENT_LOG_DIR)
+    except InfraError as exc:
+        infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
+        _infra(env, exc, "agent_phase")
+    finally:
+        docker_ops.remove_container(container)
+    state: Literal["absent", "present"] = (
+        "present" if docker_ops.container_exists(container.id or "") else "absent"
+    )
+    finished_at = now_iso()
+    config = traj_config(env, launch.strftime("%Y-%m-%d %H:%M:%S %A"), system_prompt, task_text)
+    atomic_write_json(env.inst_dir / m.TRAJ_LOG, m.TrajLog(
+        config=config, status=status, start_time=started_at, end_time=finished_at))  # fmt: skip
+    atomic_write_json(env.inst_dir / m.TRAJ, m.Traj(
+        status=status, start_time=started_at, end_time=finished_at,
+        messages=outcome.messages if outcome else [],
+        tool_calls=outcome.tool_calls if outcome else [],
+    ))  # fmt: skip
+    summary = m.AgentSummary(
+        instance_id=env.task.instance_id, agent=agent_name, bench_status=status,
+        reason_code=reason, infra_failed=infra_reason is not None, infra_reason=infra_reason,
+        launch_time=launch_time, started_at=started_at, finished_at=finished_at,
+        preprocess_exit_code=pre_rc, agent_container_state=state,
+        durations={"agent_phase_s": time.monotonic() - t0}, error=error,
+    )  # fmt: skip
+    atomic_write_json(env.inst_dir / m.AGENT_SUMMARY, summary)
+    return summary
+
+
+def container_checker(
+    env: InstanceEnv, timeout_sec: float = 900
+) -> Callable[[CheckerRequest], CheckerRun]:
+    """The checker runner of the eval phase: a fresh eval container with the full task tree."""
+
+    def run(req: CheckerRequest) -> CheckerRun:
+        container = _start(env, f"eval-{req.attempt_id[:8]}", sanitised=False)
+        try:
+            ws = Path(req.workspace)
+            if ws.is_dir():
+                data = docker_ops.tar_tree([(p, p.name) for p in sorted(ws.iterdir())])
+                docker_ops.put_archive(container, WORKSPACE, data)
+            gt = f"{ROOT}/tasks/finalpool/{req.instance_id}/groundtruth_workspace"
+            res = docker_ops.exec_in(
+                container,
+                ["python3", "-m", req.module, "--res_log_file", f"{SCRATCH}/res_log.json",
+                 "--agent_workspace", WORKSPACE,
+                 "--groundtruth_workspace", gt if req.has_groundtruth_dir else "None",
+                 "--launch_time", req.launch_time],
+                env=env.env, workdir=ROOT, timeout_sec=timeout_sec,
+            )  # fmt: skip
+            scratch = Path(req.scratch_dir)
+            docker_ops.copy_out(container, SCRATCH, scratch)
+            atomic_write_text(
+                scratch / "checker.log", res.stdout + "\n--- stderr ---\n" + res.stderr
+            )
+            res_log = scratch / "res_log.json"
+            return CheckerRun(
+                exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr,
+                res_log_path=str(res_log) if res_log.exists() else None,
+            )  # fmt: skip
+        finally:
+            docker_ops.remove_container(container)
+
+    return run
