@@ -1,0 +1,173 @@
+"""``harness programbench export RUN --output NEW``: an eval-ready tree of a run's submissions.
+
+Copies every non-empty ``<run>/programbench/<iid>/submission.tar.gz`` to
+``NEW/<iid>/submission.tar.gz`` (directly a ``programbench eval`` source), and writes
+``NEW/export_manifest.json`` and ``NEW/instance_order.json``. ``NEW`` must not exist: an
+export never mixes with an older tree. Requested instances are the run's selection (from
+``run_manifest.json``) plus every instance folder present; ``--filter`` narrows them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from benchmarks.programbench import BENCHMARK
+from benchmarks.programbench.tasks import InstanceOrder
+from harness.fsutil import atomic_write_text
+
+EXPORT_SCHEMA = "harness.programbench.export.v1"
+SUBMISSION = "submission.tar.gz"
+
+
+class ExportedFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    instance_id: str
+    sha256: str
+    size_bytes: int
+
+
+class ExportManifest(BaseModel):
+    """``export_manifest.json`` (the seed's keys, plus hashes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: str = Field(default=EXPORT_SCHEMA, alias="schema")
+    source_run: str
+    dest_run: str
+    created_at_unix: float
+    filter: str | None = None
+    requested: int
+    copied: int
+    missing_submission: int
+    copied_ids: list[str] = Field(default_factory=list)
+    missing_ids: list[str] = Field(default_factory=list)  # no tarball, or an empty file
+    files: list[ExportedFile] = Field(default_factory=list)
+
+
+class ExportOrder(InstanceOrder):
+    exported_from: str
+
+
+def _selected_ids(run: Path) -> list[str]:
+    manifest = run / "run_manifest.json"
+    if not manifest.exists():
+        return []
+    try:
+        data = json.loads(manifest.read_text())
+    except json.JSONDecodeError:
+        return []
+    keys = ((data.get("selection") or {}).get("instance_ids")) or []
+    prefix = f"{BENCHMARK}/"
+    return [k[len(prefix) :] for k in keys if isinstance(k, str) and k.startswith(prefix)]
+
+
+def requested_ids(run: Path, filter_spec: str | None = None) -> list[str]:
+    folder = run / BENCHMARK
+    present = [d.name for d in folder.iterdir() if d.is_dir()] if folder.is_dir() else []
+    ids = sorted(set(_selected_ids(run)) | set(present))
+    if filter_spec:
+        pattern = re.compile(filter_spec)
+        ids = [i for i in ids if pattern.match(i)]
+    return ids
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def export_run(run: Path, dest: Path, *, filter_spec: str | None = None) -> ExportManifest:
+    """Build the tree; ``FileExistsError`` when ``dest`` exists, ``FileNotFoundError`` on no run."""
+    run, dest = Path(run), Path(dest)
+    if not (run / BENCHMARK).is_dir() and not (run / "run_manifest.json").exists():
+        raise FileNotFoundError(f"{run} is not a run root (no {BENCHMARK}/ folder, no manifest)")
+    ids = requested_ids(run, filter_spec)
+    staging = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+    if dest.exists():
+        raise FileExistsError(f"{dest} exists: an export goes to a fresh folder")
+    staging.mkdir(parents=True)
+    copied: list[ExportedFile] = []
+    missing: list[str] = []
+    try:
+        for iid in ids:
+            src = run / BENCHMARK / iid / SUBMISSION
+            if not src.is_file() or src.stat().st_size == 0:
+                missing.append(iid)
+                continue
+            target = staging / iid / SUBMISSION
+            target.parent.mkdir()
+            shutil.copyfile(src, target)
+            copied.append(
+                ExportedFile(
+                    instance_id=iid, sha256=_sha256(target), size_bytes=target.stat().st_size
+                )
+            )
+        manifest = ExportManifest(
+            source_run=str(run.resolve()),
+            dest_run=str(dest.resolve()),
+            created_at_unix=time.time(),
+            filter=filter_spec,
+            requested=len(ids),
+            copied=len(copied),
+            missing_submission=len(missing),
+            copied_ids=[f.instance_id for f in copied],
+            missing_ids=missing,
+            files=copied,
+        )
+        atomic_write_text(
+            staging / "export_manifest.json",
+            manifest.model_dump_json(by_alias=True, indent=2) + "\n",
+        )
+        order = ExportOrder(
+            count=len(copied),
+            shuffle=False,
+            shuffle_seed=None,
+            instance_ids=manifest.copied_ids,
+            filter=filter_spec,
+            exported_from=str(run.resolve()),
+        )
+        atomic_write_text(staging / "instance_order.json", order.model_dump_json(indent=2) + "\n")
+        os.rename(staging, dest)  # fails if dest appeared meanwhile
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest
+
+
+def export_command(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="harness programbench export",
+        description="Copy a run's non-empty submissions into a fresh programbench-eval tree.",
+    )
+    parser.add_argument("run", type=Path, help="run root")
+    parser.add_argument("--output", type=Path, required=True, help="new folder (must not exist)")
+    parser.add_argument("--filter", dest="filter_spec", help="regex on instance ids (re.match)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return 0 if exc.code == 0 else 2
+    try:
+        manifest = export_run(args.run, args.output, filter_spec=args.filter_spec)
+    except (OSError, re.error) as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"exported {manifest.copied} of {manifest.requested} submissions to {args.output} "
+        f"({manifest.missing_submission} without a submission)"
+    )
+    print(f"evaluate with: programbench eval {args.output}")
+    return 0
