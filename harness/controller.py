@@ -225,7 +225,7 @@ class Controller:
                     config=self.config, run=self.run, worker_id=worker_id)
 
     def synthetic_row(self, key: str, outcome: Outcome, reason: str, *,
-                      error: str | None = None, worker: str = "controller") -> TaskRow:
+                      error: str | None = None, worker: str | None = None) -> TaskRow:
         assert self.run is not None
         benchmark, instance_id = key.split("/", 1)
         adapter = self.run.adapters.get(benchmark)
@@ -236,7 +236,7 @@ class Controller:
             ts_unix=time.time(), run_id=self.run.run_id, benchmark=benchmark,
             instance_id=instance_id, status=status, outcome=outcome, reason_code=reason,
             attempt=self.run.plan.attempts.get(key, 1),
-            worker=started[0] if started else worker, nodeid=nodeid,
+            worker=worker or (started[0] if started else "controller"), nodeid=nodeid,
             duration_s=round(time.time() - started[1], 3) if started else None,
             infra=outcome is Outcome.INFRA_FAILED, error=error,
         )

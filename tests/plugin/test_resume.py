@@ -1,0 +1,90 @@
+"""Resume: new root naming its ancestors, settled carried forward, failures re-run."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_worker_crash_gets_a_row_and_resume_reruns_only_it(suite):
+    suite.tasks([{"id": "ok", "work": "succeed", "count": 3}, {"id": "boom", "work": "crash"},
+                 {"id": "half", "work": "partial", "score": 0.5}])
+    first = suite.run("-n", "2")
+    assert first.rc == 1, first.out
+    boom = first.latest["boom"]
+    assert boom["status"] == "infra_failed" and boom["reason_code"] == "worker_crashed"
+    assert boom["worker"].startswith("gw")
+    # the crashed instance now succeeds: the resume must run it and nothing else
+    suite.tasks([{"id": "ok", "work": "succeed", "count": 3}, {"id": "boom", "work": "succeed"},
+                 {"id": "half", "work": "partial", "score": 0.5}])
+    second = suite.run("-n", "2", "--resume-from", str(first.root))
+    assert second.rc == 0, second.out
+    assert second.executions() == ["boom"]
+    rows = second.latest
+    assert rows["boom"]["status"] == "completed" and rows["boom"]["attempt"] == 2
+    carried = rows["half"]
+    assert carried["status"] == "skipped" and carried["reason_code"] == "settled_in_ancestor"
+    assert carried["score"] == 0.5 and carried["carried_from"] == first.manifest["run_id"]
+    assert carried["details"]["carried_status"] == "completed"
+    m = second.manifest
+    assert m["resume"]["ancestors"] == [str(first.root)]
+    assert m["resume"]["generation"] == 1
+    assert m["resume"]["carried"] == 4 and m["resume"]["to_run"] == 1
+    assert abs(m["mean_score"] - (4.5 / 5)) < 1e-9
+
+
+def test_resume_refuses_a_different_config_naming_the_field(suite):
+    suite.tasks([{"id": "a", "work": "infra"}])
+    first = suite.run()
+    second = suite.run("--resume-from", str(first.root), "--selftest-scale", "2")
+    assert second.rc == 2
+    assert "configuration differs in selftest.scale" in second.out
+    assert second.manifest["refusal"]["reason"] == "config_mismatch"
+
+
+def test_resume_keeps_selection_unless_selectors_given(suite):
+    suite.tasks([{"id": "alpha", "work": "infra"}, {"id": "bravo", "work": "infra"},
+                 {"id": "charlie", "work": "infra"}])
+    first = suite.run("-k", "alpha or bravo")
+    assert sorted(first.latest) == ["alpha", "bravo"]
+    again = suite.run("--resume-from", str(first.root))
+    assert sorted(again.latest) == ["alpha", "bravo"]
+    assert again.manifest["selection"]["source"] == "ancestor"
+    narrowed = suite.run("--resume-from", str(first.root), "-k", "bravo")
+    assert sorted(narrowed.latest) == ["bravo"]
+
+
+def test_recovery_generations_are_bounded(suite):
+    suite.tasks([{"id": "a", "work": "infra"}])
+    root = suite.run().root
+    for _ in range(2):
+        run = suite.run("--resume-from", str(root))
+        assert run.rc == 1, run.out
+        root = run.root
+    third = suite.run("--resume-from", str(root))
+    assert third.rc == 2
+    assert "--max-recovery-generations 2" in third.out
+    allowed = suite.run("--resume-from", str(root), "--max-recovery-generations", "3")
+    assert allowed.rc == 1 and allowed.manifest["resume"]["generation"] == 3
+
+
+def test_resume_with_nothing_remaining(suite):
+    suite.tasks([{"id": "a", "work": "succeed"}])
+    first = suite.run()
+    again = suite.run("--resume-from", str(first.root))
+    assert again.rc == 0
+    assert again.manifest["outcome"] == "nothing_remaining"
+    assert again.executions() == []
+
+
+def test_resume_refuses_cycles_and_missing_ledgers(suite):
+    suite.tasks([{"id": "a", "work": "infra"}])
+    first = suite.run()
+    second = suite.run("--resume-from", str(first.root))
+    manifest = json.loads((first.root / "run_manifest.json").read_text())
+    manifest["resume"]["ancestors"] = [str(second.root)]
+    (first.root / "run_manifest.json").write_text(json.dumps(manifest))
+    cyc = suite.run("--resume-from", str(second.root))
+    assert cyc.rc == 2 and "cycle" in cyc.out
+    (second.root / "result_index.jsonl").unlink()
+    gone = suite.run("--resume-from", str(second.root))
+    assert gone.rc == 2 and "ledger result_index.jsonl is missing" in gone.out
