@@ -70,7 +70,9 @@ def key_endpoint() -> Iterator[KeyEndpoint]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     endpoint.base_url = f"http://127.0.0.1:{server.server_address[1]}/api/v1"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield endpoint

@@ -134,6 +134,18 @@ def test_readings_only_go_up_and_meter_spend_counts(
     assert state.active_runs == {} and [r.run_id for r in state.runs] == ["r1"]
 
 
+def test_reservations_left_open_at_the_end_are_charged(
+    make_campaign: MakeCampaign, run_root: Path
+) -> None:
+    campaign = make_campaign(100.0)
+    campaign.admit_run("r1", run_root, os.getpid())
+    campaign.reserve("r1", "b/worker-crashed", 3.0)
+    record = campaign.finish_run("r1", "completed")
+    assert record.abandoned_count == 1 and record.abandoned_usd == 3.0
+    state = campaign.snapshot()
+    assert state.spent_usd == 3.0 and state.outstanding_usd == 0.0
+
+
 def test_stop_marker_refuses_every_later_reservation(
     make_campaign: MakeCampaign, run_root: Path
 ) -> None:

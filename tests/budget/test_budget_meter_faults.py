@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from budget_support import KeyEndpoint
@@ -30,7 +31,12 @@ from harness.budget import (
 )
 
 MakeCampaign = Callable[..., Campaign]
-FAST = {"poll_sec": 0.1, "retry_sec": 0.05, "read_timeout_sec": 0.3, "blindness_sec": 0.6}
+FAST: dict[str, Any] = {
+    "poll_sec": 0.1,
+    "retry_sec": 0.05,
+    "read_timeout_sec": 0.3,
+    "blindness_sec": 0.6,
+}
 
 
 def _write_usage(path: Path, usage: float) -> None:
@@ -173,3 +179,21 @@ def test_blindness_must_leave_room_for_one_slow_read(
             campaign, "r1", run_root, FakeFileMeter(tmp_path / "u"),
             blindness_sec=15, poll_sec=15, read_timeout_sec=5,
         )  # fmt: skip
+
+
+def test_spend_reaching_the_budget_reserve_stops_the_run(
+    make_campaign: MakeCampaign, run_root: Path, tmp_path: Path
+) -> None:
+    usage = tmp_path / "usage.json"
+    _write_usage(usage, 10.0)
+    campaign = make_campaign(20.0)
+    campaign.admit_run("r1", run_root, os.getpid())
+    supervisor = MeterSupervisor(
+        campaign, "r1", run_root, FakeFileMeter(usage), budget_reserve_usd=5.0, **FAST
+    )
+    assert supervisor.poll() is None
+    _write_usage(usage, 25.0)  # $15 spent: only the $5 reserve is left
+    assert _supervise_until_stop(supervisor) == "campaign_budget"
+    supervisor.finish("stopped", runner_exit_code=3)
+    monitor = _assert_final_monitor(run_root, "campaign_budget")
+    assert monitor.campaign_spent_usd == 15.0 and monitor.campaign_remaining_usd == 5.0
