@@ -327,7 +327,7 @@ class GatewayClient:
             except _Retryable as exc:
                 log.warning("cancel of task %s failed (%s)", task_id, exc)
                 if attempt + 1 < attempts:
-                    self._sleep(min(0.5 * (attempt + 1), 2.0))
+                    self._sleep(min(self._jitter(self.policy.interval_s * (attempt + 1)), 2.0))
                 continue
             if response.status_code < 300:
                 log.warning("cancelled agent task %s", task_id)

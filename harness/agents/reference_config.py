@@ -64,6 +64,9 @@ class ReferencePlan(_Strict):
     execution_status: str | None = None
     execution_reason_code: str | None = None
     cost_final: bool = True
+    # Error text the envelope carries while the task is still running (clients must not
+    # take it for a terminal state: only ``status`` counts).
+    progress_error: str | None = None
 
 
 class FaultRule(_Strict):

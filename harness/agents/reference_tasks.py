@@ -232,7 +232,7 @@ class TaskStore:
         plan = task.plan
         if task.stop.wait(plan.schedule_delay_s):
             return self._settle(task, "cancelled", "cancelled")
-        self._set(task, status="running")
+        self._set(task, status="running", error=plan.progress_error)
         if self.config.never_settle:
             task.stop.wait()
             return self._settle(task, "cancelled", "cancelled")
@@ -297,5 +297,6 @@ class TaskStore:
     def _settle(self, task: RefTask, status: str, reason_code: str | None, **fields: Any
                 ) -> None:
         fields.setdefault("cost_final", True)
+        fields.setdefault("error", None)
         self._set(task, status=status, reason_code=reason_code, **fields)
         log.info("task %s settled: %s (%s)", task.task_id, status, reason_code)
