@@ -50,6 +50,12 @@ def _empty(title: str) -> str:
     )
 
 
+def _fit(label: str, width: float) -> str:
+    """Shorten ``label`` to what fits in ``width`` px of 11 px text (the tooltip has it all)."""
+    room = max(int(width / 6.5), 3)
+    return label if len(label) <= room else label[: room - 1] + "…"
+
+
 def column_chart(
     title: str,
     labels: Sequence[str],
@@ -86,7 +92,7 @@ def column_chart(
         if show_labels:
             body.append(
                 f'<text x="{x + bar_w / 2:.2f}" y="{PAD_TOP + plot_h + 14}" '
-                f'text-anchor="middle" class="tick">{escape(label)}</text>'
+                f'text-anchor="middle" class="tick">{escape(_fit(label, step))}</text>'
             )
             if value:
                 body.append(

@@ -34,8 +34,14 @@ def _tests(r: InstanceResult) -> str:
 
 
 def _files(links: Sequence[tuple[str, str]]) -> str:
-    anchors = " ".join(f'<a href="{escape(h)}">{escape(label)}</a>' for label, h in links)
-    return f'<td class="files">{anchors}</td>'
+    """The folder link, then the files folded in a ``<details>`` so rows stay one line."""
+    folder = [(label, h) for label, h in links if label == "folder"]
+    files = [(label, h) for label, h in links if label != "folder"]
+    parts = [f'<a href="{escape(h)}">{escape(label)}</a>' for label, h in folder]
+    if files:
+        items = "".join(f'<a href="{escape(h)}">{escape(label)}</a>' for label, h in files)
+        parts.append(f"<details><summary>{len(files)} files</summary>{items}</details>")
+    return f'<td class="files">{"".join(parts)}</td>'
 
 
 def instance_row(r: InstanceResult, links: Sequence[tuple[str, str]]) -> str:

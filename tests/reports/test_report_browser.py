@@ -86,9 +86,11 @@ def test_report_in_a_browser(real_run_root: Path, browser: Any) -> None:
     assert "÷ 9 selected" in headline and "÷ 8" in headline
 
     # Instance links resolve to files of the run.
-    href = page.get_attribute(
-        "#instances-table tbody tr[data-key='selftest/half'] .files a:nth-child(2)", "href"
-    )
+    row = "#instances-table tbody tr[data-key='selftest/half']"
+    page.click(f"{row} .files summary")
+    link = page.locator(f"{row} .files details a[href$='selftest_task_body.json']")
+    assert link.is_visible()
+    href = link.get_attribute("href")
     assert href is not None
     assert (paths.output_dir / href).resolve().is_file()
 

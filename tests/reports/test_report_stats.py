@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import statistics
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +82,13 @@ def test_bootstrap_is_seeded_and_deterministic() -> None:
 
 def test_bootstrap_of_nothing_is_none() -> None:
     assert bootstrap_mean_ci([], resamples=100) is None
+
+
+def test_pure_modules_import_neither_pytest_nor_docker() -> None:
+    code = (
+        "import sys, reports.stats, reports.metrics, reports.compare, reports.figures\n"
+        "bad = sorted(m for m in ('pytest', '_pytest', 'docker') if m in sys.modules)\n"
+        "assert not bad, bad\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
