@@ -1,0 +1,373 @@
+"""``harness cowork audit RUN --output FILE``: a read-only audit of a Cowork run.
+
+Classifies every *selected* instance (``run_manifest.json`` selection; ledger
+``result_index.jsonl``, last row per instance wins, a torn last line skipped), projects the
+official eval attempt, sums cost where it is known, and flags tool calls for manual review:
+
+* ``answer_source_or_evaluator_reference``: groundtruth or evaluator paths, the upstream
+  repository URL, or our claim/receipt/eval-result file names in a tool call;
+* ``possible_direct_postgres_access``: ``psql``, ``psycopg``, ``asyncpg`` or ``pgcli``.
+
+Scanned: ``<run>/cowork_bench/<iid>/agent/*.jsonl``, ``agent/*.log``, ``agent/traj.json`` and
+the instance's ``traj.json`` tool calls. Findings give coordinates only, never the text. The
+audit never changes the official verdict; the report is created exclusively (never
+overwritten).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from benchmarks.cowork_bench import BENCHMARK
+from benchmarks.cowork_bench import models as m
+from benchmarks.cowork_bench.classify import (
+    classify_instance,
+    receipt_state,
+    tokens_of,
+    usage_records,
+)
+from benchmarks.cowork_bench.diagnostic import read_record
+from benchmarks.cowork_bench.eval_once import file_fact, write_json_exclusive
+
+SCHEMA = "harness.cowork.audit.v1"
+AuditClass = Literal["passed", "genuine_failure", "infrastructure", "not_attempted", "unknown"]
+CLASS_OF_STATUS: dict[str, AuditClass] = {
+    "passed": "passed",
+    "failed": "genuine_failure",
+    "agent_failed": "genuine_failure",
+    "infra_failed": "infrastructure",
+    "not_attempted": "not_attempted",
+}
+CLASSES: tuple[str, ...] = (
+    "passed",
+    "genuine_failure",
+    "infrastructure",
+    "not_attempted",
+    "unknown",
+)
+PROJECTION = {
+    "completed": "evaluated",
+    "declined": "not_run",
+    "not_run": "not_run",
+    "unreported": "interrupted",
+}
+ANSWER_RE = re.compile(
+    r"groundtruth_workspace|(?:^|[/\\.\s'\"])evaluation[/\\.]main|/evaluation/|"
+    r"0717376/cowork_bench|eval_claim\.json|eval_receipt-|eval_res\.json",
+    re.IGNORECASE,
+)
+PG_RE = re.compile(r"\bpsql\b|psycopg|asyncpg|\bpgcli\b", re.IGNORECASE)
+LIMITATIONS = [
+    "Flags are lexical matches over the agent's own logs; absence of a flag proves nothing.",
+    "Cost is summed from llm_usage records that carry a cost; other records make it incomplete.",
+    "The official verdict is the ledger row; this audit never changes it.",
+]
+
+
+class Finding(BaseModel):
+    source: str
+    line: int
+    reason: Literal["answer_source_or_evaluator_reference", "possible_direct_postgres_access"]
+
+
+class Activity(BaseModel):
+    usage_records: int = 0
+    nonempty_usage_records: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    tool_calls: int = 0
+    mcp_calls: int = 0
+    mcp_error_calls: int = 0
+
+
+class TaskCost(BaseModel):
+    known_usd: float = 0.0
+    total_usd: float | None = None
+    unknown_usage_records: int = 0
+    estimated_usage_records: int = 0
+    complete: bool = True
+    source: str = "llm_usage_projection"
+
+
+class ReceiptFacts(BaseModel):
+    available: bool
+    passed: bool | None = None
+    bytes: int | None = None
+    sha256: str | None = None
+
+
+class TaskAudit(BaseModel):
+    instance_id: str
+    ledger_status: str | None
+    classification: AuditClass
+    reason_code: str | None
+    evidence_status: str
+    official_eval_status: str
+    official_pass: bool | None
+    official_receipt: ReceiptFacts
+    activity: Activity
+    model_activity_observed: bool
+    mcp_activity_observed: bool
+    cost: TaskCost
+    models: list[str] = Field(default_factory=list)
+    manual_review: list[Finding] = Field(default_factory=list)
+    gaps: list[str] = Field(default_factory=list)
+    eval_attempt: dict[str, Any] = Field(default_factory=dict)
+
+
+class AuditReport(BaseModel):
+    schema_: str = Field(default=SCHEMA, alias="schema")
+    run_root: str
+    scoring_authority: str = "ledger result_index.jsonl (official checker receipts)"
+    limitations: list[str] = Field(default_factory=lambda: list(LIMITATIONS))
+    task_count: int
+    classifications: dict[str, int]
+    manual_review_tasks: list[str]
+    cost: dict[str, Any]
+    gaps: list[str]
+    tasks: list[TaskAudit]
+    eval_attempts: dict[str, Any]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def selected_ids(run_root: Path) -> list[str]:
+    manifest = json.loads((run_root / "run_manifest.json").read_text(encoding="utf-8"))
+    ids = (manifest.get("selection") or {}).get("instance_ids") or []
+    out = []
+    for key in ids:
+        bench, _, iid = str(key).rpartition("/")
+        if bench in ("", BENCHMARK):
+            out.append(iid)
+    return out
+
+
+def latest_rows(run_root: Path) -> dict[str, dict[str, Any]]:
+    path = run_root / "result_index.jsonl"
+    if not path.exists():
+        return {}
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    rows: dict[str, dict[str, Any]] = {}
+    for index, line in enumerate(lines, start=1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if index == len(lines):
+                break  # torn last line: a crash mid-append
+            raise ValueError(f"{path}:{index}: corrupt ledger line") from None
+        if isinstance(row, dict) and row.get("benchmark", BENCHMARK) == BENCHMARK:
+            rows[str(row.get("instance_id"))] = row
+    return rows
+
+
+def _tool_texts(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, text) of each tool call (JSON logs) or log line (plain logs)."""
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        except json.JSONDecodeError:
+            return
+        calls = data.get("tool_calls", []) if isinstance(data, dict) else []
+        for i, call in enumerate(calls, start=1):
+            yield i, json.dumps(call, ensure_ascii=False)
+        return
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if path.suffix == ".jsonl":
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(rec, dict) or rec.get("type") == "llm_usage":
+                continue
+        yield lineno, line
+
+
+def scan(inst_dir: Path) -> tuple[list[Finding], int]:
+    logdir = inst_dir / m.AGENT_LOG_DIR
+    paths = [inst_dir / m.TRAJ] if (inst_dir / m.TRAJ).exists() else []
+    if logdir.is_dir():
+        paths += sorted(
+            p for p in logdir.iterdir() if p.suffix in (".jsonl", ".log") or p.name == m.TRAJ
+        )
+    findings: list[Finding] = []
+    calls = 0
+    for path in paths:
+        source = path.relative_to(inst_dir).as_posix()
+        for line, text in _tool_texts(path):
+            calls += path.suffix == ".json"
+            if ANSWER_RE.search(text):
+                findings.append(
+                    Finding(source=source, line=line, reason="answer_source_or_evaluator_reference")
+                )
+            if PG_RE.search(text):
+                findings.append(
+                    Finding(source=source, line=line, reason="possible_direct_postgres_access")
+                )
+    return findings, calls
+
+
+# --------------------------------------------------------------------------- one task
+
+
+def audit_task(run_root: Path, iid: str, row: dict[str, Any] | None) -> TaskAudit:
+    inst = run_root / BENCHMARK / iid
+    gaps: list[str] = []
+    evidence = classify_instance(inst)
+    ledger_status = row.get("status") if row else None
+    if row is None:
+        gaps.append("no_ledger_row")
+        klass: AuditClass = "unknown"
+    else:
+        klass = CLASS_OF_STATUS.get(str(ledger_status), "unknown")
+        if ledger_status != evidence.status:
+            gaps.append(f"ledger_evidence_disagree:{ledger_status}!={evidence.status}")
+    receipt = receipt_state(inst) if inst.is_dir() else None
+    facts = ReceiptFacts(available=False)
+    if receipt and receipt.receipt_file and (inst / receipt.receipt_file).exists():
+        fact = file_fact(inst / receipt.receipt_file)
+        facts = ReceiptFacts(
+            available=True, passed=receipt.passed, bytes=fact.bytes, sha256=fact.sha256
+        )
+    activity, cost, models = Activity(), TaskCost(), set()
+    for _src, _line, rec in usage_records(inst):
+        activity.usage_records += 1
+        nested = rec.get("usage")
+        usage: dict[str, Any] = nested if isinstance(nested, dict) else rec
+        if tokens_of(rec) > 0:
+            activity.nonempty_usage_records += 1
+        activity.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        activity.completion_tokens += int(usage.get("completion_tokens") or 0)
+        activity.cached_tokens += int(usage.get("cached_tokens") or 0)
+        if rec.get("model"):
+            models.add(str(rec["model"]))
+        usd = rec.get("cost_usd", rec.get("cost"))
+        if isinstance(usd, int | float) and not isinstance(usd, bool):
+            cost.known_usd += float(usd)
+            cost.estimated_usage_records += bool(rec.get("cost_estimated"))
+        else:
+            cost.unknown_usage_records += 1
+    cost.complete = cost.unknown_usage_records == 0
+    cost.total_usd = round(cost.known_usd, 6) if cost.complete else None
+    findings, calls = scan(inst) if inst.is_dir() else ([], 0)
+    activity.tool_calls = calls
+    if not inst.is_dir():
+        gaps.append("no_instance_dir")
+    official = {
+        "projection": PROJECTION.get(receipt.state, "unknown") if receipt else "unavailable",
+        "receipt_state": receipt.state if receipt else None,
+        "reason": receipt.reason if receipt else None,
+    }
+    diag = read_record(inst) if inst.is_dir() else None
+    return TaskAudit(
+        instance_id=iid,
+        ledger_status=ledger_status,
+        classification=klass,
+        reason_code=row.get("reason_code") if row else evidence.reason_code,
+        evidence_status=evidence.status,
+        official_eval_status=receipt.state if receipt else "unavailable",
+        official_pass=receipt.passed if receipt else None,
+        official_receipt=facts,
+        activity=activity,
+        model_activity_observed=activity.nonempty_usage_records > 0,
+        mcp_activity_observed=activity.mcp_calls > 0,
+        cost=cost,
+        models=sorted(models),
+        manual_review=findings,
+        gaps=gaps,
+        eval_attempt={
+            "official": official,
+            "residual_diagnostic": diag.model_dump(by_alias=True) if diag else None,
+        },
+    )
+
+
+# --------------------------------------------------------------------------- whole run
+
+
+def build_report(run_root: Path) -> AuditReport:
+    run_root = Path(run_root)
+    ids = selected_ids(run_root)
+    rows = latest_rows(run_root)
+    tasks = [audit_task(run_root, iid, rows.get(iid)) for iid in ids]
+    counts: Counter[str] = Counter(t.classification for t in tasks)
+    complete = all(t.cost.complete for t in tasks)
+    known = round(sum(t.cost.known_usd for t in tasks), 6)
+    diags = [t.eval_attempt["residual_diagnostic"] for t in tasks]
+    ran = [d for d in diags if d]
+    outside = sorted(set(rows) - set(ids))
+    return AuditReport(
+        run_root=str(run_root),
+        task_count=len(ids),
+        classifications={k: counts.get(k, 0) for k in CLASSES},
+        manual_review_tasks=[t.instance_id for t in tasks if t.manual_review],
+        cost={"known_usd": known, "total_usd": known if complete else None, "complete": complete},
+        gaps=[f"{t.instance_id}:{g}" for t in tasks for g in t.gaps]
+        + [f"ledger_row_outside_selection:{iid}" for iid in outside],
+        tasks=tasks,
+        eval_attempts={
+            "official_projection": dict(
+                Counter(t.eval_attempt["official"]["projection"] for t in tasks)
+            ),
+            "residual_diagnostic": {
+                "enabled": bool(ran),
+                "semantics": "audit_only",
+                "task_count": len(ran),
+                "official_declined": sum(t.official_eval_status == "declined" for t in tasks),
+                "outcomes": dict(Counter(d["outcome"] for d in ran)),
+                "checked": sum(d["outcome"] != "ineligible" for d in ran),
+                "ineligible_reasons": dict(
+                    Counter(d["reason"] for d in ran if d["outcome"] == "ineligible")
+                ),
+            },
+        },
+    )
+
+
+def audit_command(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="harness cowork audit", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("run", type=Path, help="a Cowork run root (holds run_manifest.json)")
+    parser.add_argument(
+        "--output", type=Path, required=True, help="report file (never overwritten)"
+    )
+    args = parser.parse_args(argv)
+    if not (args.run / "run_manifest.json").is_file():
+        print(
+            f"harness cowork audit: {args.run} has no run_manifest.json; pass a run root",
+            file=sys.stderr,
+        )
+        return 2
+    if args.output.exists():
+        print(f"harness cowork audit: {args.output} exists; choose a new --output", file=sys.stderr)
+        return 2
+    report = build_report(args.run)
+    data = json.loads(report.model_dump_json(by_alias=True))
+    if not write_json_exclusive(args.output, data):
+        print(
+            f"harness cowork audit: {args.output} appeared meanwhile; not overwritten",
+            file=sys.stderr,
+        )
+        return 2
+    c = report.classifications
+    print(
+        f"audited {report.task_count} task(s): {c['passed']} passed, {c['genuine_failure']} "
+        f"genuine failure(s), {c['infrastructure']} infrastructure, {c['not_attempted']} not "
+        f"attempted, {c['unknown']} unknown; {len(report.manual_review_tasks)} for manual review"
+        f" -> {args.output}"
+    )
+    return 0
