@@ -264,31 +264,20 @@ SELFTEST_MODULE = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="session")
-def real_run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished run of the built-in ``selftest`` benchmark (pytest in a subprocess)."""
-    base = tmp_path_factory.mktemp("selftest")
-    suite = base / "suite"
-    suite.mkdir()
-    (suite / "conftest.py").write_text(SELFTEST_CONFTEST)
-    (suite / "test_selftest.py").write_text(SELFTEST_MODULE)
-    tasks = base / "tasks.json"
-    tasks.write_text(json.dumps(SELFTEST_TASKS))
-    root = base / "run"
-    env = {**os.environ, "HARNESS_SELFTEST_TASKS": str(tasks)}
-    proc = subprocess.run(
+def run_selftest(base: Path, root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HARNESS_SELFTEST_TASKS": str(base / "tasks.json")}
+    return subprocess.run(
         [
             sys.executable,
             "-m",
             "pytest",
-            str(suite),
+            str(base / "suite"),
             "--run-root",
             str(root),
             "-p",
             "no:cacheprovider",
             "-q",
-            "-n",
-            "2",
+            *extra,
         ],
         cwd=base,
         env=env,
@@ -297,6 +286,29 @@ def real_run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
         check=False,
     )
+
+
+@pytest.fixture(scope="session")
+def real_run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run of the built-in ``selftest`` benchmark (pytest in a subprocess)."""
+    base = tmp_path_factory.mktemp("selftest")
+    suite = base / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(SELFTEST_CONFTEST)
+    (suite / "test_selftest.py").write_text(SELFTEST_MODULE)
+    (base / "tasks.json").write_text(json.dumps(SELFTEST_TASKS))
+    root = base / "run"
+    proc = run_selftest(base, root, "-n", "2")
     assert (root / "run_manifest.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.returncode == 1, proc.stdout[-3000:]  # one infra failure -> exit 1
+    return root
+
+
+@pytest.fixture(scope="session")
+def resumed_run_root(real_run_root: Path) -> Path:
+    """``real_run_root`` resumed: settled instances carried forward, the infra one re-run."""
+    base = real_run_root.parent
+    root = base / "run-resumed"
+    proc = run_selftest(base, root, "--resume-from", str(real_run_root))
+    assert (root / "run_manifest.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return root
