@@ -27,7 +27,7 @@ def render_instruction(instance: PBInstance, template: str | None = None) -> str
     values = {
         "instance_id": instance.instance_id,
         "repository": instance.repository,
-        "language": instance.language,
+        "language": instance.language_name,
         "difficulty": instance.difficulty if instance.difficulty != "none" else "unrated",
     }
 

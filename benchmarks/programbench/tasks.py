@@ -26,6 +26,15 @@ Difficulty = Literal["easy", "medium", "hard", "none"]
 DEFAULT_SHUFFLE_SEED = 42
 FIXTURE_PREFIX = "testorg__"
 _ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+LANGUAGE_NAMES = {
+    "rs": "Rust",
+    "go": "Go",
+    "c": "C",
+    "cpp": "C++",
+    "hs": "Haskell",
+    "java": "Java",
+    "bash": "Bash",
+}
 
 
 class PBInstance(BaseModel):
@@ -56,6 +65,11 @@ class PBInstance(BaseModel):
     @property
     def n_clean_hashes(self) -> int:
         return len(self.eval_clean_hashes)
+
+    @property
+    def language_name(self) -> str:
+        """Display name of ``language`` (task.yaml uses codes: rs, go, c, cpp, hs, java)."""
+        return LANGUAGE_NAMES.get(self.language, self.language)
 
     @property
     def is_fixture(self) -> bool:

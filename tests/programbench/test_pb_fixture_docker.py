@@ -1,0 +1,91 @@
+"""The fixture image as the agent sees it: the reference runs but cannot be read."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from pb_support import docker_run
+
+from benchmarks.programbench.fixture import FixturePaths, ensure_fixture
+from benchmarks.programbench.workspace import PRESENT_REFERENCE_SCRIPT
+
+pytestmark = pytest.mark.docker
+
+DENIED = """
+cd /workspace
+cat {ref} > /dev/null && echo CAT_OK
+cp {ref} /tmp/copy && echo CP_OK
+sha256sum {ref} && echo HASH_OK
+head -c 4 {ref} && echo HEAD_OK
+echo "run: $(./{ref_name} 2 + 3) $(./{ref_name} 4 '*' 3)"
+"""
+
+
+def _check_agent_view(image: str, ref: str, prelude: str = "") -> str:
+    name = ref.rsplit("/", 1)[-1]
+    script = DENIED.format(ref=ref, ref_name=name)
+    if prelude:
+        # Present as root first, then drop to the agent user inside the same container.
+        body = script.replace("'", "'\\''")
+        script = prelude + f"\nrunuser -u agent -- bash -c '{body}'"
+        proc = docker_run(image, script, user="root")
+    else:
+        proc = docker_run(image, script, user="agent")
+    out = proc.stdout + proc.stderr
+    for ok in ("CAT_OK", "CP_OK", "HASH_OK", "HEAD_OK"):
+        assert ok not in out, out
+    assert out.count("Permission denied") >= 4, out
+    assert "run: 5 12" in out, out
+    return out
+
+
+def test_agent_can_run_but_not_read_the_reference(pb_fixture: FixturePaths) -> None:
+    _check_agent_view(pb_fixture.image, "executable")
+
+
+def test_presented_reference_stays_protected(pb_fixture: FixturePaths) -> None:
+    _check_agent_view(pb_fixture.image, "reference_executable", prelude=PRESENT_REFERENCE_SCRIPT)
+    check = docker_run(
+        pb_fixture.image,
+        PRESENT_REFERENCE_SCRIPT
+        + "\nPRESENT_REFERENCE_SCRIPT_AGAIN=1\n"
+        + PRESENT_REFERENCE_SCRIPT  # idempotent
+        + "\nstat -c '%U %a' reference_executable; test ! -e executable && echo NO_EXECUTABLE"
+        + "\nrunuser -u agent -- git status --porcelain; echo STATUS_DONE",
+    )
+    assert check.returncode == 0, check.stderr
+    lines = check.stdout.split()
+    assert "root" in lines and "111" in lines and "NO_EXECUTABLE" in lines
+    assert check.stdout.split("NO_EXECUTABLE", 1)[1].strip() == "STATUS_DONE"  # nothing untracked
+
+
+def test_image_shape_for_eval(pb_fixture: FixturePaths) -> None:
+    proc = docker_run(
+        pb_fixture.image,
+        "id -un; stat -c '%U' /workspace; git -C /workspace log --oneline | wc -l;"
+        "bash -lc 'python3 -c \"import pytest, xdist, pytest_timeout; print(\\\"py-ok\\\")\"'",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["root", "agent", "1", "py-ok"]
+    default_user = subprocess.run(
+        ["docker", "image", "inspect", "-f", "{{.Config.User}}", pb_fixture.image],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    assert default_user in ("", "root")  # eval writes /etc/resolv.conf as the default user
+
+
+def test_ensure_fixture_is_idempotent_and_fast_the_second_time(pb_fixture: FixturePaths) -> None:
+    started = time.perf_counter()
+    again = ensure_fixture()
+    assert time.perf_counter() - started < 5
+    assert again == pb_fixture
+    assert pb_fixture.oracle_contents()["compile.sh"].startswith(b"#!/bin/bash")
+    image_id = subprocess.run(
+        ["docker", "image", "inspect", "-f", "{{.Id}}", pb_fixture.image],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    assert image_id == pb_fixture.image_id
+    assert Path(pb_fixture.incorrect_dir, "calculator.sh").read_text().strip().endswith("echo 42")

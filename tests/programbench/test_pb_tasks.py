@@ -1,0 +1,111 @@
+"""Loading and selecting ProgramBench instances."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.programbench import FIXTURE_ID
+from benchmarks.programbench.tasks import (
+    InstanceOrder,
+    get_instance,
+    instance_order,
+    load_instances,
+    programbench_version,
+    select_instances,
+)
+
+
+def test_all_200_tasks_and_the_fixture_load() -> None:
+    everything = load_instances()
+    tasks = load_instances(include_fixture=False)
+    assert len(everything) == 201
+    assert len(tasks) == 200
+    assert FIXTURE_ID in {i.instance_id for i in everything}
+    difficulty = collections.Counter(i.difficulty for i in tasks)
+    assert difficulty == {"medium": 120, "easy": 27, "hard": 18, "none": 35}
+    languages = collections.Counter(i.language for i in tasks)
+    assert languages == {"rs": 107, "go": 46, "c": 33, "cpp": 12, "hs": 1, "java": 1}
+    assert {i.language_name for i in tasks} == {"Rust", "Go", "C", "C++", "Haskell", "Java"}
+    assert sum(1 for i in tasks if i.n_clean_hashes) == 161
+
+
+def test_instance_fields_and_image_names() -> None:
+    cmatrix = get_instance("abishekvashok__cmatrix.5c082c6")
+    assert cmatrix.repository == "abishekvashok/cmatrix"
+    assert cmatrix.image_ref() == "programbench/abishekvashok_1776_cmatrix.5c082c6:task_cleanroom_v6"
+    fixture = get_instance(FIXTURE_ID)
+    assert fixture.is_fixture and fixture.language == "bash" and fixture.difficulty == "easy"
+    with pytest.raises(KeyError, match="unknown ProgramBench instance"):
+        get_instance("nobody__nothing.0000000")
+    assert programbench_version() == "1.2.5"
+
+
+def test_loading_is_fast_in_a_fresh_process() -> None:
+    code = (
+        "import time; t = time.perf_counter();"
+        "from benchmarks.programbench.tasks import load_instances;"
+        "n = len(load_instances()); print(n, time.perf_counter() - t)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    count, seconds = out.stdout.split()
+    assert int(count) == 201
+    assert float(seconds) < 1.0
+
+
+def test_filter_is_an_anchored_regex_and_excludes_the_fixture_by_default() -> None:
+    ids = [i.instance_id for i in select_instances(filter_spec="abishekvashok|ajeetdsouza")]
+    assert ids == ["abishekvashok__cmatrix.5c082c6", "ajeetdsouza__zoxide.67ca1bc"]
+    assert select_instances(filter_spec="cmatrix") == []  # re.match, like the official CLI
+    assert select_instances(filter_spec="testorg__") == []
+    fixture = select_instances(filter_spec="testorg__", include_fixture=True)
+    assert [i.instance_id for i in fixture] == [FIXTURE_ID]
+
+
+def test_slice() -> None:
+    every = select_instances()
+    assert select_instances(slice_spec="0:5") == every[:5]
+    assert select_instances(slice_spec="195:") == every[195:]
+    assert select_instances(slice_spec=":-198") == every[:2]
+    for bad in ("5", "a:b", "1:2:3:4"):
+        with pytest.raises(ValueError, match="invalid slice"):
+            select_instances(slice_spec=bad)
+    with pytest.raises(ValueError, match="invalid --pb-filter"):
+        select_instances(filter_spec="(")
+
+
+def test_shuffle_is_deterministic_and_matches_the_official_order() -> None:
+    from programbench.utils.instance_filters import filter_instances
+    from programbench.utils.load_data import load_all_instances
+
+    a = [i.instance_id for i in select_instances(shuffle=True, seed=7)]
+    b = [i.instance_id for i in select_instances(shuffle=True, seed=7)]
+    c = [i.instance_id for i in select_instances(shuffle=True, seed=8)]
+    assert a == b and a != c and sorted(a) == sorted(c)
+    # Input order does not matter: sorted first.
+    reversed_input = list(reversed(load_instances()))
+    d = [i.instance_id for i in select_instances(reversed_input, shuffle=True, seed=7)]
+    assert d == a
+    # Seed 42 reproduces programbench's own shuffle, filter and slice.
+    official = filter_instances(
+        [i for i in load_all_instances(include_tests=False) if not i["instance_id"].startswith("testorg__")],
+        filter_spec="[a-m]",
+        slice_spec="3:40",
+        shuffle=True,
+    )
+    ours = select_instances(shuffle=True, seed=42, filter_spec="[a-m]", slice_spec="3:40")
+    assert [i.instance_id for i in ours] == [i["instance_id"] for i in official]
+
+
+def test_instance_order_record() -> None:
+    chosen = select_instances(shuffle=True, seed=3, slice_spec="0:4")
+    order = instance_order(chosen, shuffle=True, seed=3, slice_spec="0:4")
+    data = order.model_dump()
+    assert list(data)[:4] == ["count", "shuffle", "shuffle_seed", "instance_ids"]
+    assert data["count"] == 4 and data["shuffle_seed"] == 3
+    assert data["instance_ids"] == [i.instance_id for i in chosen]
+    assert InstanceOrder.model_validate_json(order.model_dump_json()) == order
+    assert instance_order(chosen, shuffle=False, seed=3).shuffle_seed is None
