@@ -32,6 +32,12 @@ retry_sec=3, read_timeout_sec=5, budget_reserve_usd=0, min_free_gb=None, on_stop
 ``key_fingerprint(secret)``, ``check_disk(path, min_free_gb) -> DiskStatus``,
 ``write_monitor(run_root, monitor)``, ``campaign_command(argv) -> int``.
 
+Wiring: ``BudgetSettings`` (the plugin options), ``ControllerBudget.start(settings, *,
+run_id, run_root, pid=None, environ=None, on_stop=None)`` in the controller (refusals
+before any instance; ``.supervisor.start()``, ``.finish(outcome, exit_code)``) and
+``WorkerBudget(settings, run_id, run_root)`` in the per-instance fixture (``.reserve(key)``
+with the disk reserve, ``.settle(key, cost, known)``, ``.release(key)``).
+
 Spend: ``spent = prior + max(meter delta, settled charges)``; see :mod:`.accounting`.
 All errors and reason codes: :mod:`.errors`.
 """
@@ -71,6 +77,7 @@ from .models import (
 )
 from .monitor import read_monitor, write_monitor
 from .reconcile import campaign_command, reconcile
+from .session import BudgetSettings, ControllerBudget, WorkerBudget
 from .supervisor import MeterSupervisor
 
 __all__ = [
@@ -82,10 +89,12 @@ __all__ = [
     "RUN_BUDGET",
     "ActiveRun",
     "BudgetRefused",
+    "BudgetSettings",
     "Campaign",
     "CampaignPersistenceError",
     "CampaignState",
     "CampaignStateError",
+    "ControllerBudget",
     "DiskStatus",
     "FakeFileMeter",
     "Meter",
@@ -97,6 +106,7 @@ __all__ = [
     "Reservation",
     "RunRecord",
     "Settlement",
+    "WorkerBudget",
     "campaign_command",
     "check_disk",
     "key_fingerprint",

@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -148,7 +149,7 @@ class FakeFileMeter:
 
 
 def make_meter(
-    spec: str, *, environ: dict[str, str] | None = None, key_env: str = METER_KEY_ENV
+    spec: str, *, environ: Mapping[str, str] | None = None, key_env: str = METER_KEY_ENV
 ) -> Meter | None:
     """Build the meter named by ``--meter``; None for ``none``. ValueError if unusable."""
     env = os.environ if environ is None else environ

@@ -1,0 +1,198 @@
+"""The two faces the runner wires in: :class:`ControllerBudget` (once per run, in the
+process that writes the ledger) and :class:`WorkerBudget` (in each xdist worker's
+per-instance fixture). Both are built from :class:`BudgetSettings`, the parsed plugin
+options, which the controller hands to workers as JSON (``to_json``/``from_json``).
+
+Without ``--campaign-file`` but with ``--budget-usd``, the run gets a campaign of its
+own, ``<run_root>/campaign.json`` with the run budget as ceiling, so its xdist workers
+still share reservations. With neither, reservations are off (the disk reserve still
+applies).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness.errors import RefusalError
+
+from . import errors as E
+from .campaign import Campaign
+from .disk import check_disk
+from .meter import METER_KEY_ENV, Meter, make_meter
+from .models import Monitor, Reservation, Settlement
+from .supervisor import MeterSupervisor
+
+STAGE = "budget"
+
+
+@dataclass(frozen=True)
+class BudgetSettings:
+    campaign_file: str | None = None  # --campaign-file
+    campaign_budget_usd: float | None = None  # --campaign-budget-usd (needed to create)
+    prior_spend_usd: float | None = None  # --prior-spend-usd (creation only)
+    per_task_reserve_usd: float | None = None  # --per-task-reserve-usd (else learned)
+    budget_reserve_usd: float = 0.0  # --budget-reserve-usd
+    budget_usd: float | None = None  # --budget-usd (this run's own spend)
+    meter: str = "none"  # --meter openrouter[=URL] | fake-file:PATH | none
+    meter_blindness_sec: float = 30.0  # --meter-blindness-sec
+    meter_poll_sec: float = 15.0
+    meter_retry_sec: float = 3.0
+    meter_read_timeout_sec: float = 5.0
+    min_free_disk_gb: float | None = None  # --min-free-disk-gb (GiB)
+    safety_factor: float = 1.5
+    key_env: str = METER_KEY_ENV
+
+    @property
+    def reservations_enabled(self) -> bool:
+        return self.campaign_file is not None or self.budget_usd is not None
+
+    def campaign_path(self, run_root: str | os.PathLike[str]) -> Path:
+        if self.campaign_file is not None:
+            return Path(self.campaign_file).absolute()
+        return Path(run_root).absolute() / "campaign.json"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> BudgetSettings:
+        return cls(**json.loads(text))
+
+
+def _refuse(reason: str, message: str) -> RefusalError:
+    return RefusalError(message, stage=STAGE, reason=reason, exit_code=2)
+
+
+class ControllerBudget:
+    """Opens (or creates) the campaign, takes the baseline reading, admits the run,
+    supervises the meter and settles the run at the end."""
+
+    def __init__(self, campaign: Campaign, meter: Meter | None, supervisor: MeterSupervisor):
+        self.campaign = campaign
+        self.meter = meter
+        self.supervisor = supervisor
+
+    @classmethod
+    def start(
+        cls,
+        settings: BudgetSettings,
+        *,
+        run_id: str,
+        run_root: str | os.PathLike[str],
+        pid: int | None = None,
+        environ: Mapping[str, str] | None = None,
+        on_stop: Callable[[str], None] | None = None,
+    ) -> ControllerBudget | None:
+        """None when reservations are off. RefusalError (exit 2) when the run must not start."""
+        if not settings.reservations_enabled:
+            return None
+        try:
+            meter = make_meter(settings.meter, environ=environ, key_env=settings.key_env)
+        except ValueError as exc:
+            raise _refuse("meter_unusable", str(exc)) from exc
+        baseline = 0.0
+        reading = None
+        if meter is not None:
+            try:
+                reading = meter.read(settings.meter_read_timeout_sec)
+            except E.MeterError as exc:
+                raise _refuse(
+                    E.BUDGET_METER_UNAVAILABLE, f"first meter reading failed: {exc}"
+                ) from exc
+            baseline = reading.usage
+        path = settings.campaign_path(run_root)
+        ceiling = settings.campaign_budget_usd
+        if settings.campaign_file is None:
+            ceiling = settings.budget_usd
+        elif ceiling is None:
+            if not path.exists():
+                raise _refuse(
+                    "campaign_budget_missing",
+                    f"--campaign-budget-usd is needed to create campaign {path}",
+                )
+            ceiling = Campaign.open(path).snapshot().ceiling_usd
+        assert ceiling is not None
+        campaign = Campaign.open_or_create(
+            path,
+            ceiling_usd=ceiling,
+            key_fingerprint=meter.fingerprint if meter is not None else "none",
+            baseline_usage=baseline,
+            prior_spend_usd=settings.prior_spend_usd,
+        )
+        if reading is not None and not campaign.record_reading(reading):
+            raise _refuse(
+                E.BUDGET_METER_UNAVAILABLE,
+                f"the meter reads {reading.usage!r}, below the campaign's last accepted reading",
+            )
+        if settings.per_task_reserve_usd is None and (
+            campaign.learned_reserve_usd(safety_factor=settings.safety_factor) is None
+        ):
+            raise _refuse(
+                "per_task_reserve_unknown",
+                f"campaign {path} has too few completed instances to learn a reservation: "
+                "pass --per-task-reserve-usd",
+            )
+        campaign.admit_run(run_id, run_root, pid or os.getpid())
+        supervisor = MeterSupervisor(
+            campaign,
+            run_id,
+            run_root,
+            meter,
+            blindness_sec=settings.meter_blindness_sec,
+            poll_sec=settings.meter_poll_sec,
+            retry_sec=settings.meter_retry_sec,
+            read_timeout_sec=settings.meter_read_timeout_sec,
+            budget_reserve_usd=settings.budget_reserve_usd,
+            min_free_gb=settings.min_free_disk_gb,
+            on_stop=on_stop,
+            controller_pid=pid,
+        )
+        return cls(campaign, meter, supervisor)
+
+    def finish(self, outcome: str, exit_code: int | None) -> Monitor:
+        return self.supervisor.finish(outcome, exit_code)
+
+
+class WorkerBudget:
+    """Per-instance reservations in any process (xdist worker or the single process)."""
+
+    def __init__(self, settings: BudgetSettings, run_id: str, run_root: str | os.PathLike[str]):
+        self.settings = settings
+        self.run_id = run_id
+        self.run_root = Path(run_root)
+        self.campaign = (
+            Campaign(settings.campaign_path(run_root)) if settings.reservations_enabled else None
+        )
+
+    def reserve(self, key: str) -> Reservation | None:
+        """Before the instance starts; raises BudgetRefused (``disk_reserve`` included)."""
+        disk = check_disk(self.run_root, self.settings.min_free_disk_gb)
+        if not disk.ok:
+            raise E.BudgetRefused(
+                E.DISK_RESERVE,
+                f"{disk.path} has {disk.free_bytes / 2**30:.1f} GiB free, "
+                f"below --min-free-disk-gb {self.settings.min_free_disk_gb:g}",
+            )
+        if self.campaign is None:
+            return None
+        return self.campaign.reserve(
+            self.run_id,
+            key,
+            self.settings.per_task_reserve_usd,
+            budget_reserve_usd=self.settings.budget_reserve_usd,
+            run_budget_usd=self.settings.budget_usd,
+            safety_factor=self.settings.safety_factor,
+        )
+
+    def settle(self, key: str, cost_usd: float | None, cost_known: bool) -> Settlement | None:
+        if self.campaign is None:
+            return None
+        return self.campaign.settle(self.run_id, key, cost_usd, cost_known)
+
+    def release(self, key: str) -> None:
+        if self.campaign is not None:
+            self.campaign.release(self.run_id, key)

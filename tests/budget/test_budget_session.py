@@ -1,0 +1,111 @@
+"""The controller and worker faces built from the plugin's options."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.budget import (
+    BudgetRefused,
+    BudgetSettings,
+    Campaign,
+    ControllerBudget,
+    WorkerBudget,
+    read_monitor,
+)
+from harness.errors import RefusalError
+
+
+def _settings(tmp_path: Path, **kw: object) -> BudgetSettings:
+    usage = tmp_path / "usage.json"
+    if not usage.exists():
+        usage.write_text(json.dumps({"usage": 40.0}))
+    base: dict[str, object] = {
+        "campaign_file": str(tmp_path / "campaign.json"),
+        "campaign_budget_usd": 10.0,
+        "per_task_reserve_usd": 3.0,
+        "budget_reserve_usd": 1.0,
+        "meter": f"fake-file:{usage}",
+        "meter_blindness_sec": 5.0,
+        "meter_poll_sec": 1.0,
+        "meter_read_timeout_sec": 1.0,
+    }
+    base.update(kw)
+    return BudgetSettings(**base)  # type: ignore[arg-type]
+
+
+def test_a_run_reserves_settles_and_is_recorded(tmp_path: Path, run_root: Path) -> None:
+    settings = _settings(tmp_path, campaign_budget_usd=9.0)
+    assert BudgetSettings.from_json(settings.to_json()) == settings
+    controller = ControllerBudget.start(settings, run_id="r1", run_root=run_root)
+    assert controller is not None
+    assert controller.supervisor.poll() is None
+
+    worker = WorkerBudget(BudgetSettings.from_json(settings.to_json()), "r1", run_root)
+    assert worker.reserve("b/1") is not None
+    assert worker.reserve("b/2") is not None
+    with pytest.raises(BudgetRefused) as refused:
+        worker.reserve("b/3")  # 3 + 3 + 3 + 1 reserve > 9
+    assert refused.value.reason == "campaign_budget"
+    settlement = worker.settle("b/1", 4.5, True)
+    assert settlement is not None and settlement.overran
+    worker.release("b/2")
+
+    monitor = controller.finish("stopped", 3)
+    assert monitor.finished and monitor.campaign_spent_usd == 4.5
+    assert read_monitor(run_root).run_spent_usd == 4.5
+    state = Campaign.open(settings.campaign_path(run_root)).snapshot()
+    assert state.usage_baseline == 40.0 and state.runs[0].overrun_count == 1
+    assert state.key_fingerprint.startswith("fake-file:")
+
+
+def test_refusals_before_any_instance(tmp_path: Path, run_root: Path) -> None:
+    with pytest.raises(RefusalError) as no_reserve:
+        ControllerBudget.start(
+            _settings(tmp_path, per_task_reserve_usd=None), run_id="r", run_root=run_root
+        )
+    assert no_reserve.value.reason == "per_task_reserve_unknown"
+    with pytest.raises(RefusalError) as no_ceiling:
+        ControllerBudget.start(
+            _settings(tmp_path, campaign_file=str(tmp_path / "new.json"), campaign_budget_usd=None),
+            run_id="r",
+            run_root=run_root,
+        )
+    assert no_ceiling.value.reason == "campaign_budget_missing"
+    with pytest.raises(RefusalError) as dead_meter:
+        ControllerBudget.start(
+            _settings(tmp_path, meter=f"fake-file:{tmp_path / 'absent.json'}"),
+            run_id="r",
+            run_root=run_root,
+        )
+    assert dead_meter.value.reason == "budget_meter_unavailable"
+    with pytest.raises(RefusalError) as no_key:
+        ControllerBudget.start(
+            _settings(tmp_path, meter="openrouter"), run_id="r", run_root=run_root, environ={}
+        )
+    assert no_key.value.reason == "meter_unusable" and "OPENROUTER_API_KEY" in str(no_key.value)
+
+
+def test_run_budget_alone_gives_the_run_its_own_campaign(tmp_path: Path, run_root: Path) -> None:
+    settings = BudgetSettings(budget_usd=2.0, per_task_reserve_usd=1.5)
+    controller = ControllerBudget.start(settings, run_id="r", run_root=run_root, pid=os.getpid())
+    assert controller is not None and controller.campaign.path == run_root / "campaign.json"
+    worker = WorkerBudget(settings, "r", run_root)
+    worker.reserve("b/1")
+    with pytest.raises(BudgetRefused) as refused:
+        worker.reserve("b/2")
+    assert refused.value.reason in {"campaign_budget", "run_budget"}
+    worker.settle("b/1", 0.25, True)
+    assert controller.finish("completed", 0).campaign_spent_usd == 0.25
+
+
+def test_no_budget_options_mean_no_reservations_but_the_disk_reserve(run_root: Path) -> None:
+    assert ControllerBudget.start(BudgetSettings(), run_id="r", run_root=run_root) is None
+    assert WorkerBudget(BudgetSettings(), "r", run_root).reserve("b/1") is None
+    worker = WorkerBudget(BudgetSettings(min_free_disk_gb=1e9), "r", run_root)
+    with pytest.raises(BudgetRefused) as refused:
+        worker.reserve("b/1")
+    assert refused.value.reason == "disk_reserve" and "GiB free" in str(refused.value)
