@@ -1,0 +1,53 @@
+"""Project-wide test configuration (kept small).
+
+* Registers the sandbox fixtures (``harness.sandbox.fixtures``) until plugin.py does.
+* Session-end leak check: after the whole run (in the xdist controller, or the single
+  process), no container, network or volume labelled ``harness.run`` may remain whose
+  ``harness.run_root`` lies under this session's pytest base temp directory. That
+  scopes the check to runs this session created (its tests' run roots are all under
+  tmp_path, also in xdist workers and pytester runs), so other engineers' concurrent
+  runs on the same Docker engine are never counted nor touched. Leaks fail the session
+  (exit 1) and are then swept. Skipped when the Docker daemon is unreachable (tests
+  that need Docker fail loudly on their own).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["harness.sandbox.fixtures"]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller checks once all workers are done
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    from harness.sandbox.errors import SandboxError
+    from harness.sandbox.sweep import leaked_resources, sweep
+
+    try:
+        from harness.sandbox.client import get_client
+
+        client = get_client(timeout=30)
+        base = factory.getbasetemp()
+        leaked = leaked_resources(client, run_root_under=base)
+    except SandboxError:
+        return
+    found = [f"{kind[:-1]} {name}" for kind, names in leaked.items() for name in names]
+    if not found:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    message = f"LEAKED Docker resources of this test session ({len(found)}): " + "; ".join(found)
+    if reporter is not None:
+        reporter.write_line(message, red=True, bold=True)
+    runs = {name.rsplit(" (", 1)[1].rstrip(")") for names in leaked.values() for name in names}
+    for run_id in runs:
+        try:
+            sweep(run_id, client=client)
+        except SandboxError as exc:
+            if reporter is not None:
+                reporter.write_line(f"sweep of {run_id} failed: {exc}", red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
