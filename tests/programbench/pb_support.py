@@ -19,10 +19,26 @@ def unique_name(prefix: str = "pbtest") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def docker_run(image: str, script: str, *, user: str = "root", timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def docker_run(
+    image: str, script: str, *, user: str = "root", timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """One-shot ``docker run --rm`` (no harness labels: nothing for the run sweeper)."""
     return subprocess.run(
-        ["docker", "run", "--rm", "--name", unique_name(), "--network", "none", "-u", user, image, "bash", "-c", script],
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--name",
+            unique_name(),
+            "--network",
+            "none",
+            "-u",
+            user,
+            image,
+            "bash",
+            "-c",
+            script,
+        ],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -12,12 +12,24 @@ from benchmarks.programbench.export import ExportManifest, export_command, expor
 
 def _run(tmp: Path) -> Path:
     run = tmp / "run"
-    for iid, data in (("a__x.1234567", b"tarball-a"), ("b__y.1234567", b""), ("c__z.1234567", None)):
+    for iid, data in (
+        ("a__x.1234567", b"tarball-a"),
+        ("b__y.1234567", b""),
+        ("c__z.1234567", None),
+    ):
         folder = run / "programbench" / iid
         folder.mkdir(parents=True)
         if data is not None:
             (folder / "submission.tar.gz").write_bytes(data)
-    manifest = {"selection": {"instance_ids": ["programbench/a__x.1234567", "programbench/d__w.1234567", "cowork_bench/t1"]}}
+    manifest = {
+        "selection": {
+            "instance_ids": [
+                "programbench/a__x.1234567",
+                "programbench/d__w.1234567",
+                "cowork_bench/t1",
+            ]
+        }
+    }
     (run / "run_manifest.json").write_text(json.dumps(manifest))
     return run
 
@@ -34,11 +46,15 @@ def test_export_copies_non_empty_submissions_and_lists_the_rest(tmp_path: Path) 
     on_disk = ExportManifest.model_validate_json((dest / "export_manifest.json").read_text())
     assert on_disk.files[0].size_bytes == 9 and on_disk.source_run == str(run.resolve())
     order = json.loads((dest / "instance_order.json").read_text())
-    assert order["instance_ids"] == ["a__x.1234567"] and order["exported_from"] == str(run.resolve())
+    assert order["instance_ids"] == ["a__x.1234567"] and order["exported_from"] == str(
+        run.resolve()
+    )
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left
 
 
-def test_export_refuses_an_existing_output_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_refuses_an_existing_output_and_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = _run(tmp_path)
     existing = tmp_path / "taken"
     existing.mkdir()

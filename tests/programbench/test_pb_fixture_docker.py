@@ -66,13 +66,15 @@ def test_image_shape_for_eval(pb_fixture: FixturePaths) -> None:
     proc = docker_run(
         pb_fixture.image,
         "id -un; stat -c '%U' /workspace; git -C /workspace log --oneline | wc -l;"
-        "bash -lc 'python3 -c \"import pytest, xdist, pytest_timeout; print(\\\"py-ok\\\")\"'",
+        'bash -lc \'python3 -c "import pytest, xdist, pytest_timeout; print(\\"py-ok\\")"\'',
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["root", "agent", "1", "py-ok"]
     default_user = subprocess.run(
         ["docker", "image", "inspect", "-f", "{{.Config.User}}", pb_fixture.image],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert default_user in ("", "root")  # eval writes /etc/resolv.conf as the default user
 
@@ -85,7 +87,9 @@ def test_ensure_fixture_is_idempotent_and_fast_the_second_time(pb_fixture: Fixtu
     assert pb_fixture.oracle_contents()["compile.sh"].startswith(b"#!/bin/bash")
     image_id = subprocess.run(
         ["docker", "image", "inspect", "-f", "{{.Id}}", pb_fixture.image],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert image_id == pb_fixture.image_id
     assert Path(pb_fixture.incorrect_dir, "calculator.sh").read_text().strip().endswith("echo 42")

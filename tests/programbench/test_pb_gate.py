@@ -54,10 +54,20 @@ def test_ledger_reading_last_row_wins_torn_tail_and_unscored(tmp_path: Path) -> 
     run = _ledger(
         tmp_path / "run",
         [
-            {"instance_id": "a", "status": "infra_failed", "outcome": "infra_failed", "score": None},
+            {
+                "instance_id": "a",
+                "status": "infra_failed",
+                "outcome": "infra_failed",
+                "score": None,
+            },
             {"instance_id": "a", "status": "completed", "outcome": "scored", "score": 0.5},
             {"instance_id": "b", "status": "failed", "outcome": "agent_failed", "score": None},
-            {"instance_id": "c", "status": "infra_failed", "outcome": "infra_failed", "score": None},
+            {
+                "instance_id": "c",
+                "status": "infra_failed",
+                "outcome": "infra_failed",
+                "score": None,
+            },
             {"instance_id": "d", "status": "completed", "score": 1.0, "benchmark": "cowork_bench"},
         ],
         tail='{"instance_id": "a", "sco',
@@ -65,7 +75,9 @@ def test_ledger_reading_last_row_wins_torn_tail_and_unscored(tmp_path: Path) -> 
     scored, unscored = read_run_scores(run / "result_index.jsonl")
     assert {k: v.score for k, v in scored.items()} == {"a": 0.5, "b": 0.0}
     assert [u.instance_id for u in unscored] == ["c"]
-    (run / "result_index.jsonl").write_text('{"instance_id": "a"\n{"instance_id": "b", "score": 1}\n')
+    (run / "result_index.jsonl").write_text(
+        '{"instance_id": "a"\n{"instance_id": "b", "score": 1}\n'
+    )
     with pytest.raises(ValueError, match=":1: not a JSON row"):
         read_run_scores(run / "result_index.jsonl")
 
@@ -76,11 +88,17 @@ def test_gate_passes_when_equal_and_fails_when_worse(tmp_path: Path) -> None:
     same = run_gate(_ledger(tmp_path / "same", _rows(first20)), OPUS)
     assert same.verdict == "PASS" and same.reference.n_pairs == 20
     assert same.reference.mean_diff == 0 and same.reference.ci_low == same.reference.ci_high == 0
-    worse = run_gate(_ledger(tmp_path / "worse", _rows(first20, -0.05)), OPUS, seed=1, resamples=2000)
+    worse = run_gate(
+        _ledger(tmp_path / "worse", _rows(first20, -0.05)), OPUS, seed=1, resamples=2000
+    )
     assert worse.verdict == "FAIL" and worse.reasons
     ref = worse.reference
     assert ref.run_mean is not None and ref.other_mean is not None and ref.run_mean < ref.other_mean
-    assert ref.ci_low is not None and ref.ci_high is not None and ref.ci_low <= ref.mean_diff <= ref.ci_high < 0
+    assert (
+        ref.ci_low is not None
+        and ref.ci_high is not None
+        and ref.ci_low <= ref.mean_diff <= ref.ci_high < 0
+    )
     again = run_gate(tmp_path / "worse", OPUS, seed=1, resamples=2000)
     assert (again.reference.ci_low, again.reference.ci_high) == (ref.ci_low, ref.ci_high)
     assert [p.instance_id for p in ref.pairs] == sorted(first20)
@@ -88,12 +106,18 @@ def test_gate_passes_when_equal_and_fails_when_worse(tmp_path: Path) -> None:
 
 def test_baseline_on_its_own_shared_subset(tmp_path: Path) -> None:
     opus = load_scores(OPUS).scores
-    run_scores = {WALK: 0.9, "cweill__gotests.2a672c5": 0.95, "abishekvashok__cmatrix.5c082c6": 0.97}
+    run_scores = {
+        WALK: 0.9,
+        "cweill__gotests.2a672c5": 0.95,
+        "abishekvashok__cmatrix.5c082c6": 0.97,
+    }
     run = _ledger(tmp_path / "run", _rows(run_scores))
     report = run_gate(run, OPUS, TWO_SOLVE)
     # Beats Opus on the three shared instances, but the baseline solved its two.
     assert report.reference.passed and report.reference.n_pairs == 3
-    assert report.baseline is not None and report.baseline.n_pairs == 2 and not report.baseline.passed
+    assert (
+        report.baseline is not None and report.baseline.n_pairs == 2 and not report.baseline.passed
+    )
     assert report.baseline.only_in_run == ["abishekvashok__cmatrix.5c082c6"]
     assert report.verdict == "FAIL"
     assert all(opus[p.instance_id] == p.reference for p in report.reference.pairs)
@@ -104,7 +128,12 @@ def test_per_test_reference_pairs_on_common_keys_with_the_runs_eval_json(tmp_pat
     keys = sorted(two[WALK])
     half = keys[: len(keys) // 2]
     results = [
-        {"name": k.split("/", 1)[1], "branch": k.split("/", 1)[0], "status": "passed" if k in half else "failure", "extra": {}}
+        {
+            "name": k.split("/", 1)[1],
+            "branch": k.split("/", 1)[0],
+            "status": "passed" if k in half else "failure",
+            "extra": {},
+        }
         for k in keys[: len(keys) - 10]  # the run lacks 10 of the reference's keys
     ]
     folder = tmp_path / "run" / "programbench" / WALK
@@ -117,7 +146,9 @@ def test_per_test_reference_pairs_on_common_keys_with_the_runs_eval_json(tmp_pat
     assert pair.reference == 1.0 and pair.run == pytest.approx(len(half) / (len(keys) - 10))
 
 
-def test_gate_command_writes_once_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_gate_command_writes_once_and_exit_codes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     opus = load_scores(OPUS).scores
     run = _ledger(tmp_path / "run", _rows(dict(sorted(opus.items())[:5]), +0.01))
     assert gate_command([str(run), "--reference", str(OPUS), "--resamples", "500"]) == 0
@@ -130,5 +161,16 @@ def test_gate_command_writes_once_and_exit_codes(tmp_path: Path, capsys: pytest.
     other = tmp_path / "gate2.json"
     assert gate_command([str(run), "--reference", str(TWO_SOLVE), "--output", str(other)]) == 1
     assert "no instance is shared" in capsys.readouterr().out
-    assert gate_command([str(tmp_path / "nowhere"), "--reference", str(OPUS), "--output", str(tmp_path / "g3.json")]) == 2
+    assert (
+        gate_command(
+            [
+                str(tmp_path / "nowhere"),
+                "--reference",
+                str(OPUS),
+                "--output",
+                str(tmp_path / "g3.json"),
+            ]
+        )
+        == 2
+    )
     assert gate_command(["--bogus"]) == 2

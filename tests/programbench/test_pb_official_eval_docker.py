@@ -46,7 +46,9 @@ def test_bundled_incorrect_submission_scores_0(pb_fixture: FixturePaths, tmp_pat
     assert (result.tests_passed, result.tests_total) == (0, 3)
 
 
-def test_do_nothing_workspace_scores_0_not_an_error(pb_fixture: FixturePaths, tmp_path: Path) -> None:
+def test_do_nothing_workspace_scores_0_not_an_error(
+    pb_fixture: FixturePaths, tmp_path: Path
+) -> None:
     ws = tmp_path / "ws"
     (ws / ".git").mkdir(parents=True)
     (ws / "README.md").write_text("# calculator\n")
@@ -58,7 +60,9 @@ def test_do_nothing_workspace_scores_0_not_an_error(pb_fixture: FixturePaths, tm
     assert result.tests_total == 3
 
 
-def test_missing_image_is_an_error_with_the_message_not_a_zero(pb_fixture: FixturePaths, tmp_path: Path) -> None:
+def test_missing_image_is_an_error_with_the_message_not_a_zero(
+    pb_fixture: FixturePaths, tmp_path: Path
+) -> None:
     make_run(tmp_path / "src", Path(pb_fixture.oracle_dir))
     stale = tmp_path / "src" / FIXTURE_ID / f"{FIXTURE_ID}.eval.json"
     stale.write_text(json.dumps({"test_results": []}))  # an old verdict must not be re-read

@@ -116,7 +116,7 @@ def test_cachedir_tagged_folders_are_dropped_at_any_depth(tmp_path: Path) -> Non
     (ws / "crates/a/target/CACHEDIR.TAG").write_bytes(CACHEDIR_SIGNATURE + b"\n# cargo\n")
     _write(ws, "crates/a/target/debug/a", "bin")
     _write(ws, "fake/CACHEDIR.TAG", "not the signature")  # an ordinary file
-    info, names = _pack(ws, tmp_path)
+    _, names = _pack(ws, tmp_path)
     assert "crates/a/src/lib.rs" in names and "fake/CACHEDIR.TAG" in names
     assert not any("target" in n for n in names)
 
@@ -152,7 +152,13 @@ def test_identical_trees_give_identical_bytes(tmp_path: Path) -> None:
         info = build_submission(ws, tmp_path / f"s{n}.tar.gz")
         digests.append(info.sha256)
     assert digests[0] == digests[1]
-    assert list_submission(tmp_path / "s0.tar.gz") == ["a.txt", "b/", "b/1.c", "b/2.c", "compile.sh"]
+    assert list_submission(tmp_path / "s0.tar.gz") == [
+        "a.txt",
+        "b/",
+        "b/1.c",
+        "b/2.c",
+        "compile.sh",
+    ]
 
 
 def test_empty_workspace_gives_an_empty_archive(tmp_path: Path) -> None:

@@ -63,7 +63,14 @@ def test_task_body_shape() -> None:
             "role": "black_box_reference",
             "paths": ["/workspace/reference_executable", "reference_executable"],
             "allow": ["execute"],
-            "deny": ["read_bytes", "copy", "hash", "static_introspection", "dynamic_trace", "debug"],
+            "deny": [
+                "read_bytes",
+                "copy",
+                "hash",
+                "static_introspection",
+                "dynamic_trace",
+                "debug",
+            ],
         }
     ]
     assert body["disabled_tools"] == ["claude_code_edit"]

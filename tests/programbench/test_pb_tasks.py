@@ -36,7 +36,9 @@ def test_all_200_tasks_and_the_fixture_load() -> None:
 def test_instance_fields_and_image_names() -> None:
     cmatrix = get_instance("abishekvashok__cmatrix.5c082c6")
     assert cmatrix.repository == "abishekvashok/cmatrix"
-    assert cmatrix.image_ref() == "programbench/abishekvashok_1776_cmatrix.5c082c6:task_cleanroom_v6"
+    assert (
+        cmatrix.image_ref() == "programbench/abishekvashok_1776_cmatrix.5c082c6:task_cleanroom_v6"
+    )
     fixture = get_instance(FIXTURE_ID)
     assert fixture.is_fixture and fixture.language == "bash" and fixture.difficulty == "easy"
     with pytest.raises(KeyError, match="unknown ProgramBench instance"):
@@ -91,7 +93,11 @@ def test_shuffle_is_deterministic_and_matches_the_official_order() -> None:
     assert d == a
     # Seed 42 reproduces programbench's own shuffle, filter and slice.
     official = filter_instances(
-        [i for i in load_all_instances(include_tests=False) if not i["instance_id"].startswith("testorg__")],
+        [
+            i
+            for i in load_all_instances(include_tests=False)
+            if not i["instance_id"].startswith("testorg__")
+        ],
         filter_spec="[a-m]",
         slice_spec="3:40",
         shuffle=True,
