@@ -97,6 +97,7 @@ def test_gate_passes_when_equal_and_fails_when_worse(tmp_path: Path) -> None:
     assert (
         ref.ci_low is not None
         and ref.ci_high is not None
+        and ref.mean_diff is not None
         and ref.ci_low <= ref.mean_diff <= ref.ci_high < 0
     )
     again = run_gate(tmp_path / "worse", OPUS, seed=1, resamples=2000)
