@@ -66,15 +66,24 @@ class RuntimeAttestation(BaseModel):
     ok: bool = False
 
 
+def _sha_parts(version: str) -> set[str]:
+    """Git SHAs inside a version string (``6.97.2+3f1c2a9``, ``v1.0-3-g3f1c2a9``, a SHA)."""
+    out: set[str] = set()
+    for part in re.split(r"[+\-]", version.lower()):
+        for candidate in (part, part[1:] if part.startswith("g") else ""):
+            if _SHA_RE.match(candidate):
+                out.add(candidate)
+    return out
+
+
 def version_matches(runtime: str, expected: str) -> bool:
-    """Equal (a leading ``v`` ignored), or one is a git SHA that the other starts with."""
+    """Equal (a leading ``v`` ignored), or both name the same git commit (one SHA is a
+    prefix of the other, at least 7 hex digits)."""
     a, b = runtime.strip().lstrip("v"), expected.strip().lstrip("v")
     if a == b:
         return True
-    for sha, other in ((a, b), (b, a)):
-        if _SHA_RE.match(sha) and (other.startswith(sha) or sha in other.split("+")):
-            return True
-    return False
+    return any(x.startswith(y) or y.startswith(x)
+               for x in _sha_parts(a) for y in _sha_parts(b))
 
 
 def attest_runtime(
@@ -249,12 +258,12 @@ def require_target_actor(actor: TargetActor) -> TargetActor:
     )
 
 
-def preflight_target_actor(client: GatewayClient, solve_model: str, **kwargs: Any
-                           ) -> TargetActor:
+def preflight_target_actor(client: GatewayClient, solve_model: str, *, budget_s: float = 10.0,
+                           **kwargs: Any) -> TargetActor:
     """Read ``/api/settings`` and refuse (exit 2) on any mismatch; unreachable is refused
     too (a run must not start against a server it cannot verify)."""
     try:
-        settings = client.settings(budget_s=10.0).values()
+        settings = client.settings(budget_s=budget_s).values()
     except GatewayError as exc:
         raise RefusalError(f"cannot read agent server settings: {exc}",
                            stage="target_actor_preflight", reason="settings_unavailable",

@@ -22,6 +22,7 @@ from harness.agents.gateway import (
     PollPolicy,
 )
 from harness.agents.gateway_agent import GatewayAgent
+from harness.errors import RunInterrupted
 
 PLAN = {
     "steps": [
@@ -262,3 +263,20 @@ def test_reattach_rules_for_settled_tasks(ref_server, tmp_path):
     with GatewayClient(other.url, policy=FAST) as client:
         decision = client.reattach_decision(inst / "task_checkpoint.json")
     assert decision.action == "fresh" and decision.reason == "task_unknown"
+
+
+def test_run_interrupted_cancels_the_task(ref_server, tmp_path):
+    """A stop request (RunInterrupted raised while waiting) cancels the agent's task."""
+    server = ref_server({"never_settle": True})
+
+    def stop_on_first_sleep(_seconds: float) -> None:
+        raise RunInterrupted("signal_15")
+
+    client = GatewayClient(server.url, policy=FAST, sleep=stop_on_first_sleep)
+    with client, pytest.raises(RunInterrupted):
+        client.run_task(task_body(tmp_path / "ws", PLAN), instance_dir=tmp_path / "inst",
+                        adapter="programbench", timeout_s=30)
+    checkpoint = read_checkpoint(tmp_path / "inst" / "task_checkpoint.json")
+    assert checkpoint is not None
+    state = server.wait_for(lambda s: s["tasks"].get(checkpoint.task_id) == "cancelled")
+    assert state["cancels"] == [checkpoint.task_id]

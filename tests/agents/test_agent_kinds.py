@@ -1,0 +1,78 @@
+"""The agent interface: factory, ``nop``, ``oracle`` (callable, plan, unavailable)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.agents import AgentOutcome, AgentRequest, OraclePlan, OracleUnavailable, make_agent
+from harness.agents.command import CommandAgent
+from harness.agents.gateway_agent import GatewayAgent
+from harness.errors import InfraError
+
+
+def _request(tmp_path, **kw) -> AgentRequest:
+    return AgentRequest(instance_id="i1", instance_dir=tmp_path / "inst", instruction="do it",
+                        adapter="selftest", **kw)
+
+
+def test_factory_kinds_and_one_line_errors():
+    assert make_agent("nop").kind == "nop"
+    assert make_agent("oracle").kind == "oracle"
+    assert isinstance(make_agent("command", {"command": "true"}), CommandAgent)
+    assert isinstance(make_agent("gateway", {"gateway_url": "http://127.0.0.1:1"}),
+                      GatewayAgent)
+    with pytest.raises(ValueError) as info:
+        make_agent("claude")
+    assert str(info.value) == ("unknown agent kind 'claude': use one of nop, oracle, command, "
+                               "gateway")
+    with pytest.raises(ValueError, match="--agent-command"):
+        make_agent("command")
+    with pytest.raises(ValueError, match="--gateway-url"):
+        make_agent("gateway")
+    with pytest.raises(ValueError, match="not environment variable names"):
+        make_agent("command", {"command": "true", "env": ["BAD NAME"]})
+
+
+def test_nop_completes(tmp_path):
+    outcome = make_agent("nop").run(_request(tmp_path))
+    assert outcome.completed and not outcome.infra and outcome.cost_usd == 0.0
+
+
+def test_oracle_without_solution_is_a_skip_signal(tmp_path):
+    with pytest.raises(OracleUnavailable) as info:
+        make_agent("oracle").run(_request(tmp_path))
+    assert info.value.reason == "oracle_unavailable" and "i1" in str(info.value)
+
+
+def test_oracle_callable(tmp_path):
+    applied: list[str] = []
+
+    def oracle(request: AgentRequest) -> AgentOutcome | None:
+        applied.append(request.instance_id)
+        return None
+
+    outcome = make_agent("oracle").run(_request(tmp_path, oracle=oracle))
+    assert applied == ["i1"] and outcome.completed and outcome.reason_code == "oracle_applied"
+    assert outcome.duration_s is not None
+
+
+def test_oracle_callable_may_raise_unavailable(tmp_path):
+    def oracle(request: AgentRequest) -> AgentOutcome | None:
+        raise OracleUnavailable("no gold patch for i1", reason="no_gold_patch")
+
+    with pytest.raises(OracleUnavailable) as info:
+        make_agent("oracle").run(_request(tmp_path, oracle=oracle))
+    assert info.value.reason == "no_gold_patch"
+
+
+def test_oracle_plan_runs_in_a_real_sandbox(tmp_path, sandbox_factory):
+    sb = sandbox_factory()
+    plan = OraclePlan(commands=["echo solved > /workspace/answer.txt"])
+    outcome = make_agent("oracle").run(_request(tmp_path, oracle=plan, sandbox=sb))
+    assert outcome.completed
+    check = sb.exec(["cat", "/workspace/answer.txt"], timeout=30)
+    assert check.stdout == b"solved\n"
+    failing = OraclePlan(commands=["exit 4"])
+    with pytest.raises(InfraError) as info:
+        make_agent("oracle").run(_request(tmp_path, oracle=failing, sandbox=sb))
+    assert info.value.reason_code == "oracle_failed"
