@@ -84,6 +84,7 @@ class MeterSupervisor:
         self._state: CampaignState | None = None
         self._record: RunRecord | None = None
         self._finished = False
+        self._final: Monitor | None = None
         self._lock = threading.RLock()
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
@@ -134,6 +135,8 @@ class MeterSupervisor:
         """Final accounting reading, run record appended, custody ended, final monitor.json."""
         self.halt()
         with self._lock:
+            if self._final is not None:
+                return self._final
             reading = self._read("final") if self.meter is not None else None
             settlement: str = "unconfirmed"
             try:
@@ -144,12 +147,15 @@ class MeterSupervisor:
             except E.CampaignPersistenceError as exc:
                 self._note_error(str(exc))
                 self._stop(E.CAMPAIGN_PERSISTENCE_FAILED)
+            except E.CampaignStateError as exc:  # custody already ended (reconciled)
+                self._note_error(str(exc))
             self._finished = True
             monitor = self._monitor()
             monitor.finished = True
             monitor.runner_exit_code = runner_exit_code
             monitor.campaign_settlement = "recorded" if settlement == "recorded" else "unconfirmed"
             self._write(monitor)
+            self._final = monitor
             return monitor
 
     # ---------------------------------------------------------------- reading

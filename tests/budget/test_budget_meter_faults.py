@@ -162,6 +162,7 @@ def test_a_failing_save_stops_the_run(
             campaign.reserve("r1", "b/next", 1.0)
         assert refused.value.reason == "campaign_persistence_failed"
         supervisor.finish("stopped", runner_exit_code=3)
+    assert supervisor.finish("stopped", runner_exit_code=3).campaign_settlement == "unconfirmed"
     monitor = _assert_final_monitor(run_root, "campaign_persistence_failed")
     assert monitor.campaign_settlement == "unconfirmed"
     assert "could not" in (monitor.meter.error or "")

@@ -97,8 +97,9 @@ def test_ceiling_holds_across_processes_and_spend_equals_settled_costs(tmp_path:
     assert state.last_usage - state.usage_baseline == total
     assert state.spent_usd == total
     assert state.spent_usd <= CEILING and state.outstanding_usd == 0
-    assert total > CEILING - 2 * RESERVE  # the ceiling did bind
-    assert len(settled_costs) < PROCESSES * INSTANCES
+    # The ceiling did bind: many instances were refused, and most of the budget was used.
+    assert len(settled_costs) < PROCESSES * INSTANCES / 2
+    assert total > CEILING * 0.75
     assert state.active_runs == {} and len(state.runs) == PROCESSES + 1
 
     # The controller's monitor.json shows the final spend.
