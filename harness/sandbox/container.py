@@ -203,40 +203,34 @@ class Sandbox:
         )
 
     # -- files -------------------------------------------------------------------
-    def _ensure_dir(self, path: str, uid: int | None, gid: int | None) -> None:
-        owner = f' && chown {uid if uid is not None else 0}:{gid if gid is not None else 0} "$1"'
-        res = self.exec(
-            ["/bin/sh", "-c", 'mkdir -p "$1"' + (owner if uid is not None else ""), "sh", path],
-            user="root",
-            timeout=60,
-        )
+    def _make_owned_dir(self, path: str, uid: int | None, gid: int | None) -> None:
+        """Create ``path`` owned by uid:gid unless it exists (Docker would make it root's)."""
+        script = '[ -d "$1" ] || { mkdir -p "$1" && chown "$2" "$1"; }'
+        owner = f"{uid if uid is not None else 0}:{gid if gid is not None else 0}"
+        res = self.exec(["/bin/sh", "-c", script, "sh", path, owner], user="root", timeout=60)
         if not res.ok:
-            raise CopyFailed(
-                f"cannot create {path} in {self.name}: {res.stderr.decode(errors='replace').strip()}"
-            )
+            err = res.stderr.decode(errors="replace").strip()
+            raise CopyFailed(f"cannot create {path} in {self.name}: {err}")
 
     def copy_in(
         self, src: Path, dest_dir: str, *, uid: int | None = None, gid: int | None = None
     ) -> None:
         """Copy a host file, or a directory's contents, into ``dest_dir`` (created if missing).
 
-        Modes, symlinks and empty directories are kept; ``uid``/``gid`` override owners.
+        Modes, symlinks (also ones pointing outside the tree) and empty directories are
+        kept; ``uid``/``gid`` override the owners (and own ``dest_dir`` if it is created).
         """
-        self._ensure_dir(dest_dir, uid, gid)
-        with transfer.pack_path(Path(src), uid=uid, gid=gid) as data:
+        if uid is not None or gid is not None:
+            self._make_owned_dir(dest_dir, uid, gid)
+        with transfer.pack_path(Path(src), dest_dir, uid=uid, gid=gid) as data:
             transfer.put_archive(self.api, self.id, dest_dir, data)
 
     def write_file(
         self, path: str, data: bytes, *, mode: int = 0o644, uid: int = 0, gid: int = 0
     ) -> None:
-        directory, _, name = path.rstrip("/").rpartition("/")
-        self._ensure_dir(directory or "/", None, None)
-        transfer.put_archive(
-            self.api,
-            self.id,
-            directory or "/",
-            transfer.pack_bytes(name, data, mode=mode, uid=uid, gid=gid),
-        )
+        """Write ``data`` to absolute ``path`` (missing parents are created, root 0755)."""
+        archive = transfer.pack_bytes(path, data, mode=mode, uid=uid, gid=gid)
+        transfer.put_archive(self.api, self.id, path, archive)
 
     def copy_out(
         self, src: str, dest: Path, *, exclude: transfer.Exclude | None = None
@@ -264,7 +258,6 @@ class Sandbox:
     def install_protected(self, binary: Path | bytes, dest: str) -> None:
         """Install an executable as root-owned mode 0111: runnable, not readable."""
         data = binary if isinstance(binary, bytes) else Path(binary).read_bytes()
-        self._ensure_dir(dest.rpartition("/")[0] or "/", None, None)
         install_protected(self.api, self.id, data, dest)
         self.protected.add(dest)
 

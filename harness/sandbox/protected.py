@@ -34,9 +34,8 @@ def install_protected(api: docker.APIClient, container_id: str, data: bytes, des
             f"{dest}: a protected artifact must be a compiled ELF executable "
             "(an execute-only script cannot run: its interpreter must read it)"
         )
-    directory, _, name = dest.rstrip("/").rpartition("/")
-    archive = transfer.pack_bytes(name, data, mode=PROTECTED_MODE, uid=0, gid=0)
-    transfer.put_archive(api, container_id, directory or "/", archive)
+    archive = transfer.pack_bytes(dest, data, mode=PROTECTED_MODE, uid=0, gid=0)
+    transfer.put_archive(api, container_id, dest, archive)
     # Check what landed: owner, group and mode exactly (put_archive keeps tar headers).
     res = run_exec(api, container_id, ["stat", "-c", "%u:%g:%a", dest], user="root", timeout=60)
     got = res.stdout.decode().strip()

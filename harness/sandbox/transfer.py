@@ -63,40 +63,52 @@ def _owner_filter(uid: int | None, gid: int | None) -> Callable[[tarfile.TarInfo
     return apply
 
 
-def pack_path(src: Path, *, uid: int | None = None, gid: int | None = None) -> IO[bytes]:
-    """A tar of ``src``: a file as itself, a directory as its contents (no root entry)."""
+def pack_path(
+    src: Path, dest_dir: str, *, uid: int | None = None, gid: int | None = None
+) -> IO[bytes]:
+    """A tar of ``src`` (a file as itself, a directory as its contents) to unpack at ``/``.
+
+    Names carry ``dest_dir`` as a prefix: the daemon refuses a relative symlink that
+    climbs above the directory it unpacks into, so unpacking at ``/`` keeps links such
+    as ``../../elsewhere``. Missing parents are created by the daemon (root, 0755).
+    """
+    prefix = dest_dir.strip("/")
     out = tempfile.SpooledTemporaryFile(max_size=_SPOOL)  # noqa: SIM115 (returned open)
     owner = _owner_filter(uid, gid)
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         if src.is_dir() and not src.is_symlink():
             for child in sorted(src.iterdir()):
-                tar.add(str(child), arcname=child.name, recursive=True, filter=owner)
+                tar.add(str(child), arcname=posixpath.join(prefix, child.name), filter=owner)
         elif src.exists() or src.is_symlink():
-            tar.add(str(src), arcname=src.name, recursive=False, filter=owner)
+            tar.add(
+                str(src), arcname=posixpath.join(prefix, src.name), recursive=False, filter=owner
+            )
         else:
             raise CopyFailed(f"copy_in: {src} does not exist")
     out.seek(0)
     return out  # type: ignore[return-value]
 
 
-def pack_bytes(name: str, data: bytes, *, mode: int, uid: int, gid: int) -> bytes:
+def pack_bytes(path: str, data: bytes, *, mode: int, uid: int, gid: int) -> bytes:
+    """A tar of one file at absolute ``path``, to unpack at ``/``."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        info = tarfile.TarInfo(name)
+        info = tarfile.TarInfo(path.strip("/"))
         info.size, info.mode, info.uid, info.gid = len(data), mode, uid, gid
         tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
 def put_archive(
-    api: docker.APIClient, container_id: str, dest_dir: str, data: IO[bytes] | bytes
+    api: docker.APIClient, container_id: str, what: str, data: IO[bytes] | bytes
 ) -> None:
+    """Unpack a tar made by :func:`pack_path`/:func:`pack_bytes` at the container's ``/``."""
     try:
-        ok = api.put_archive(container_id, dest_dir, data)
+        ok = api.put_archive(container_id, "/", data)
     except (APIError, NotFound) as exc:
-        raise CopyFailed(f"copy into {container_id[:12]}:{dest_dir} failed: {exc}") from exc
+        raise CopyFailed(f"copy into {container_id[:12]}:{what} failed: {exc}") from exc
     if not ok:
-        raise CopyFailed(f"copy into {container_id[:12]}:{dest_dir} was refused by the daemon")
+        raise CopyFailed(f"copy into {container_id[:12]}:{what} was refused by the daemon")
 
 
 def _open_archive(

@@ -104,7 +104,11 @@ def own_run(run_root: Path) -> Iterator[str]:
     with run_lock(run_root).acquire(timeout=0):
         yield run_id
     sweep(run_id)
-    assert leaked_resources(run_id_prefix=run_id) == {"containers": [], "networks": [], "volumes": []}
+    assert leaked_resources(run_id_prefix=run_id) == {
+        "containers": [],
+        "networks": [],
+        "volumes": [],
+    }
 
 
 @pytest.fixture(scope="session")

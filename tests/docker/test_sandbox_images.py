@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -32,10 +33,8 @@ def cleanup_images(docker_client: docker.DockerClient):
     tags: list[str] = []
     yield tags
     for tag in tags:
-        try:
+        with contextlib.suppress(docker.errors.NotFound):
             docker_client.images.remove(tag, force=True)
-        except docker.errors.NotFound:
-            pass
 
 
 def _layer(nonce: str, body: str = "RUN echo built > /built.txt\n", **files: bytes) -> LayerRecipe:
@@ -55,18 +54,34 @@ def test_content_hash_is_stable_and_tracks_the_recipe() -> None:
     assert a.content_hash() != BaseRecipe(include=a.include, suite="trixie").content_hash()
     assert a.tag == f"harness/base:{a.content_hash()[:24]}"
     layer = LayerRecipe(name="x/y", base=a, dockerfile_body="RUN true", files={"f": b"1"})
-    assert layer.content_hash() != LayerRecipe(
-        name="x/y", base=a, dockerfile_body="RUN true", files={"f": b"2"}
-    ).content_hash()
-    assert layer.content_hash() != LayerRecipe(
-        name="x/y", base=BaseRecipe(include=("bash",)), dockerfile_body="RUN true", files={"f": b"1"}
-    ).content_hash()
+    assert (
+        layer.content_hash()
+        != LayerRecipe(
+            name="x/y", base=a, dockerfile_body="RUN true", files={"f": b"2"}
+        ).content_hash()
+    )
+    assert (
+        layer.content_hash()
+        != LayerRecipe(
+            name="x/y",
+            base=BaseRecipe(include=("bash",)),
+            dockerfile_body="RUN true",
+            files={"f": b"1"},
+        ).content_hash()
+    )
 
 
 def test_shared_base_recipe_lists_the_packages_the_project_relies_on() -> None:
     recipe = base_recipe()
     assert recipe is base_recipe()
-    for pkg in ("bash", "git", "python3-pytest-xdist", "python3-pytest-timeout", "strace", "iproute2"):
+    for pkg in (
+        "bash",
+        "git",
+        "python3-pytest-xdist",
+        "python3-pytest-timeout",
+        "strace",
+        "iproute2",
+    ):
         assert pkg in recipe.include
     assert set(BASE_PACKAGES) <= set(recipe.include)
     assert (recipe.suite, recipe.variant) == ("bookworm", "minbase")
@@ -91,7 +106,9 @@ def test_base_image_is_cached_by_tag_and_pinned_by_id(
 def test_base_image_has_the_tools_and_the_agent_user(
     base_image: BuiltImage, run_root: Path, own_run: str
 ) -> None:
-    spec = SandboxSpec(image=base_image.image_id, run_id=own_run, instance_id="tools", run_root=run_root)
+    spec = SandboxSpec(
+        image=base_image.image_id, run_id=own_run, instance_id="tools", run_root=run_root
+    )
     with Sandbox.create(spec) as sb:
         res = sb.exec(
             "python3 -c 'import pytest, xdist, pytest_timeout; print(pytest.__version__)'"
@@ -106,12 +123,19 @@ def test_base_image_has_the_tools_and_the_agent_user(
 
 # -- layers ---------------------------------------------------------------------------
 def test_layer_builds_once_with_files_and_retag(
-    docker_client: docker.DockerClient, base_image: BuiltImage, tmp_path: Path,
-    run_root: Path, own_run: str, cleanup_images: list[str],
+    docker_client: docker.DockerClient,
+    base_image: BuiltImage,
+    tmp_path: Path,
+    run_root: Path,
+    own_run: str,
+    cleanup_images: list[str],
 ) -> None:
     nonce = secrets.token_hex(6)
-    recipe = _layer(nonce, "COPY payload.txt /opt/payload.txt\nRUN chmod 0640 /opt/payload.txt\n",
-                    **{"payload.txt": b"hello layer\n"})
+    recipe = _layer(
+        nonce,
+        "COPY payload.txt /opt/payload.txt\nRUN chmod 0640 /opt/payload.txt\n",
+        **{"payload.txt": b"hello layer\n"},
+    )
     retag = f"harness-test/retag-{nonce}:task_cleanroom_v6"
     cleanup_images += [recipe.tag, retag]
     built = ensure_image(recipe, client=docker_client, cache_dir=tmp_path, retag=retag)
@@ -126,22 +150,30 @@ def test_layer_builds_once_with_files_and_retag(
         assert res.stdout == b"hello layer\n640\n"
 
 
-def _build_in_child(recipe: LayerRecipe, cache_dir: str, go: multiprocessing.synchronize.Event,
-                    out: multiprocessing.queues.Queue) -> None:
+def _build_in_child(
+    recipe: LayerRecipe,
+    cache_dir: str,
+    go: multiprocessing.synchronize.Event,
+    out: multiprocessing.queues.Queue,
+) -> None:
     go.wait(30)
     built = ensure_image(recipe, cache_dir=cache_dir)
     out.put((os.getpid(), built.image_id))
 
 
 def test_two_processes_asking_at_once_build_once(
-    docker_client: docker.DockerClient, base_image: BuiltImage, tmp_path: Path,
+    docker_client: docker.DockerClient,
+    base_image: BuiltImage,
+    tmp_path: Path,
     cleanup_images: list[str],
 ) -> None:
     recipe = _layer(secrets.token_hex(6), "RUN sleep 1 && echo slow > /slow.txt\n")
     cleanup_images.append(recipe.tag)
     ctx = multiprocessing.get_context("fork")
     go, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_build_in_child, args=(recipe, str(tmp_path), go, out)) for _ in range(2)]
+    procs = [
+        ctx.Process(target=_build_in_child, args=(recipe, str(tmp_path), go, out)) for _ in range(2)
+    ]
     for proc in procs:
         proc.start()
     go.set()
@@ -157,7 +189,9 @@ def test_two_processes_asking_at_once_build_once(
 
 # -- failures are one clear line --------------------------------------------------------
 def test_failed_layer_build_is_one_line_naming_the_recipe(
-    docker_client: docker.DockerClient, base_image: BuiltImage, tmp_path: Path,
+    docker_client: docker.DockerClient,
+    base_image: BuiltImage,
+    tmp_path: Path,
     cleanup_images: list[str],
 ) -> None:
     recipe = _layer(secrets.token_hex(6), "RUN echo about to fail && exit 7\n")
@@ -187,7 +221,9 @@ def test_missing_debootstrap_names_the_fix(
 def test_failed_debootstrap_is_one_line_and_leaves_no_work_dir(
     docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
-    recipe = BaseRecipe(name="harness-test/badmirror", include=("bash",), mirror="http://127.0.0.1:9/debian")
+    recipe = BaseRecipe(
+        name="harness-test/badmirror", include=("bash",), mirror="http://127.0.0.1:9/debian"
+    )
     cache = tmp_path / "cache"
     with pytest.raises(ImageBuildFailed) as info:
         ensure_image(recipe, client=docker_client, cache_dir=cache)
@@ -199,7 +235,9 @@ def test_failed_debootstrap_is_one_line_and_leaves_no_work_dir(
 
 
 def test_missing_image_is_image_missing(run_root: Path, own_run: str) -> None:
-    spec = SandboxSpec(image="harness-test/never-built:nope", run_id=own_run, instance_id="x", run_root=run_root)
+    spec = SandboxSpec(
+        image="harness-test/never-built:nope", run_id=own_run, instance_id="x", run_root=run_root
+    )
     with pytest.raises(ImageMissing) as info:
         Sandbox.create(spec)
     assert info.value.reason_code == "image_missing"

@@ -14,7 +14,6 @@ from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.errors import ContainerStartFailed
 from harness.sandbox.images import BuiltImage
 
-
 FORK_UNTIL_REFUSED = """
 import os, signal, time
 kids = []
@@ -54,9 +53,18 @@ def test_spec_becomes_labels_limits_and_a_sleep_ttl(
     docker_client: docker.DockerClient, base_image: BuiltImage, run_root: Path, own_run: str
 ) -> None:
     spec = SandboxSpec(
-        image=base_image.image_id, run_id=own_run, instance_id="owner__repo.abc", run_root=run_root,
-        worker="gw3", ttl_s=900, cpus=0.5, memory="256m", pids_limit=64,
-        cap_drop=("SYS_PTRACE",), user="agent", workdir="/workspace",
+        image=base_image.image_id,
+        run_id=own_run,
+        instance_id="owner__repo.abc",
+        run_root=run_root,
+        worker="gw3",
+        ttl_s=900,
+        cpus=0.5,
+        memory="256m",
+        pids_limit=64,
+        cap_drop=("SYS_PTRACE",),
+        user="agent",
+        workdir="/workspace",
     )
     with Sandbox.create(spec, client=docker_client) as sb:
         info = docker_client.api.inspect_container(sb.id)
@@ -82,11 +90,20 @@ def test_spec_becomes_labels_limits_and_a_sleep_ttl(
 def test_limits_are_enforced(
     docker_client: docker.DockerClient, base_image: BuiltImage, run_root: Path, own_run: str
 ) -> None:
-    spec = SandboxSpec(image=base_image.image_id, run_id=own_run, instance_id="limits", run_root=run_root,
-                       memory="96m", pids_limit=40, user="agent")
+    spec = SandboxSpec(
+        image=base_image.image_id,
+        run_id=own_run,
+        instance_id="limits",
+        run_root=run_root,
+        memory="96m",
+        pids_limit=40,
+        user="agent",
+    )
     with Sandbox.create(spec, client=docker_client) as sb:
-        mem = sb.exec(["python3", "-c", "b = bytearray(400 << 20); b[::4096] = b'x' * len(b[::4096])"],
-                      timeout=60)
+        mem = sb.exec(
+            ["python3", "-c", "b = bytearray(400 << 20); b[::4096] = b'x' * len(b[::4096])"],
+            timeout=60,
+        )
         assert mem.exit_code == 137, mem  # OOM-killed: no swap to escape into
         pids = sb.exec(["python3", "-c", FORK_UNTIL_REFUSED], timeout=60)
         forked, errno = map(int, pids.stdout.split())
@@ -97,8 +114,10 @@ def test_limits_are_enforced(
 def test_remove_is_verified_and_idempotent(
     docker_client: docker.DockerClient, base_image: BuiltImage, run_root: Path, own_run: str
 ) -> None:
-    sb = Sandbox.create(SandboxSpec(image=base_image.image_id, run_id=own_run, instance_id="rm",
-                                    run_root=run_root), client=docker_client)
+    sb = Sandbox.create(
+        SandboxSpec(image=base_image.image_id, run_id=own_run, instance_id="rm", run_root=run_root),
+        client=docker_client,
+    )
     assert _listed(docker_client, sb.id) and sb.is_running()
     sb.remove()
     assert not _listed(docker_client, sb.id)
@@ -109,7 +128,9 @@ def test_remove_is_verified_and_idempotent(
 def test_context_manager_removes_on_error(
     docker_client: docker.DockerClient, base_image: BuiltImage, run_root: Path, own_run: str
 ) -> None:
-    spec = SandboxSpec(image=base_image.image_id, run_id=own_run, instance_id="ctx", run_root=run_root)
+    spec = SandboxSpec(
+        image=base_image.image_id, run_id=own_run, instance_id="ctx", run_root=run_root
+    )
     with pytest.raises(RuntimeError), Sandbox.create(spec, client=docker_client) as sb:
         raise RuntimeError("boom")
     assert not _listed(docker_client, sb.id)
@@ -118,8 +139,12 @@ def test_context_manager_removes_on_error(
 def test_orphan_expires_by_itself_after_its_ttl(
     docker_client: docker.DockerClient, base_image: BuiltImage, run_root: Path, own_run: str
 ) -> None:
-    sb = Sandbox.create(SandboxSpec(image=base_image.image_id, run_id=own_run, instance_id="ttl",
-                                    run_root=run_root, ttl_s=2), client=docker_client)
+    sb = Sandbox.create(
+        SandboxSpec(
+            image=base_image.image_id, run_id=own_run, instance_id="ttl", run_root=run_root, ttl_s=2
+        ),
+        client=docker_client,
+    )
     assert _listed(docker_client, sb.id)
     deadline = time.monotonic() + 20
     while _listed(docker_client, sb.id) and time.monotonic() < deadline:
@@ -130,8 +155,13 @@ def test_orphan_expires_by_itself_after_its_ttl(
 def test_start_failure_is_infra_and_leaves_nothing(
     docker_client: docker.DockerClient, base_image: BuiltImage, run_root: Path, own_run: str
 ) -> None:
-    spec = SandboxSpec(image=base_image.image_id, run_id=own_run, instance_id="bad", run_root=run_root,
-                       network="harness-test-no-such-network")
+    spec = SandboxSpec(
+        image=base_image.image_id,
+        run_id=own_run,
+        instance_id="bad",
+        run_root=run_root,
+        network="harness-test-no-such-network",
+    )
     with pytest.raises(ContainerStartFailed) as info:
         Sandbox.create(spec, client=docker_client)
     assert info.value.reason_code == "container_start_failed"
