@@ -5,16 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from html import escape
-from importlib import resources
+from pathlib import Path
 
 from reports import fmt
 from reports.charts import per_instance_chart, score_histogram, status_breakdown
 from reports.figures import Headline, Provenance, ReportFigures
 from reports.html_tables import Links, compare_section, instance_section, instance_table
 
+ASSETS = Path(__file__).resolve().parent / "assets"
+
 
 def _asset(name: str) -> str:
-    return resources.files("reports").joinpath("assets", name).read_text(encoding="utf-8")
+    return (ASSETS / name).read_text(encoding="utf-8")
 
 
 def _card(value: str, label: str) -> str:

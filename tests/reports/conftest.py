@@ -33,6 +33,14 @@ from harness.models import (
     Versions,
 )
 
+# This folder is named like the package under test. When pytest puts ``tests/`` on
+# sys.path (plain ``pytest`` with a rootless tests/conftest.py), ``import reports`` would
+# find this folder as a namespace package; a regular package anywhere on sys.path wins
+# over that, so make sure the repository root is on it (appended: lowest priority).
+_REPO = str(Path(__file__).resolve().parents[2])
+if _REPO not in sys.path:
+    sys.path.append(_REPO)
+
 T0 = 1_790_000_000.0
 
 MakeRun = Callable[..., Path]
