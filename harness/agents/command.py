@@ -216,7 +216,8 @@ class CommandAgent:
             bool(timeout) and exit_code in TIMEOUT_EXITS and wall >= 0.95 * float(timeout or 0)
         )
         record = CommandRunRecord(
-            command=cfg.command, sandbox=sandbox_name(sandbox), user=user, workdir=workdir,
+            command=_redact_command(cfg.command, secrets), sandbox=sandbox_name(sandbox),
+            user=user or _default_user(sandbox), workdir=workdir,
             instruction_via=cfg.instruction_via, instruction_file=INSTRUCTION_PATH,
             env_names=sorted(secrets), env_missing=missing, timeout_sec=timeout,
             exit_code=exit_code, timed_out=timed_out, wall_s=round(wall, 3),
@@ -226,6 +227,19 @@ class CommandAgent:
         record_path = out_dir / RECORD_NAME
         atomic_write_json(record_path, record)
         return _outcome(record, record_path)
+
+
+def _redact_command(command: str | list[str], secrets: Mapping[str, str]) -> str | list[str]:
+    def clean(text: str) -> str:
+        return redact(text.encode("utf-8"), secrets)[0].decode("utf-8", "replace")
+
+    return clean(command) if isinstance(command, str) else [clean(c) for c in command]
+
+
+def _default_user(sandbox: Any) -> str | None:
+    """The sandbox's own default exec user (``harness.sandbox``: ``spec.user``)."""
+    value = getattr(getattr(sandbox, "spec", None), "user", None)
+    return value if isinstance(value, str) else None
 
 
 def _fmt(seconds: float) -> str:
