@@ -42,10 +42,22 @@ def instance_links(
                 seen.add(path.resolve())
                 break
     if folder.is_dir():
-        files = sorted(p for p in folder.rglob("*") if p.is_file())
-        for path in files[:MAX_FILES]:
+        files, more = _walk(folder, MAX_FILES)
+        for path in files:
             if path.resolve() not in seen:
                 links.append((path.relative_to(folder).as_posix(), href(path, output_dir)))
-        if len(files) > MAX_FILES:
-            links.append((f"+{len(files) - MAX_FILES} more", href(folder, output_dir) + "/"))
+        if more:
+            links.append(("more files…", href(folder, output_dir) + "/"))
     return links
+
+
+def _walk(folder: Path, limit: int) -> tuple[list[Path], bool]:
+    """Up to ``limit`` files under ``folder``, shallow ones first; True if there are more."""
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if len(out) == limit:
+                return out, True
+            out.append(Path(dirpath) / name)
+    return out, False

@@ -129,3 +129,16 @@ def test_report_with_comparison(make_run, make_row, tmp_path: Path) -> None:
     assert figures.compare.mcnemar.c == 1
     assert 'id="compare-table"' in paths.html.read_text()
     assert "Compared with `A` (A) → `B` (B)" in paths.markdown.read_text()
+
+
+def test_many_files_are_capped_and_text_is_escaped(make_run, make_row) -> None:
+    bad = make_row("pb/x", status="failed", error="<script>alert(1)</script> & more")
+    root = make_run("many", [bad])
+    for n in range(30):
+        (root / "pb" / "x" / f"f{n:02d}.txt").write_text("x")
+    html = write_report(root).html.read_text()
+    row = html.split('data-key="pb/x"', 1)[1].split("</tr>", 1)[0]
+    assert row.count("<a ") == 1 + 20 + 1  # folder, 20 files (agent.log, f00..f18), more
+    assert "more files…" in row
+    assert "<script>alert" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in row
