@@ -1,135 +1,109 @@
-"""The few Docker operations the Cowork phases need, on the docker SDK.
+"""The Docker operations the Cowork phases need, on :mod:`harness.sandbox`.
 
-A stopgap with the shape of ``harness.sandbox`` (network, labelled containers that run
-``sleep <ttl>`` as PID 1, exec with a bound, copy in and out, removal proven by listing)
-until that package lands; then these calls move to it. Containers created here never carry
-the ``harness.run`` label (the sweeper owns those): they carry ``harness.cowork.owner``.
+Everything created here is a ``harness.sandbox`` resource: labelled with the run
+(``harness.run``, ``harness.instance``, ``harness.worker``, ``harness.run_root``) plus
+``harness.cowork.role`` (``pg``, ``agent``, ``eval-<attempt>``); containers run ``sleep
+<ttl>`` under Docker's init and expire by themselves. Teardown removes by the exact run and
+instance labels and lists again to prove nothing is left. A caller holds the run's lock
+(``harness.sandbox.run_lock``) while it runs, so ``sweep_stale`` leaves it alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import tarfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import docker
-from docker.errors import APIError, DockerException, NotFound
-from docker.models.containers import Container
-from docker.models.networks import Network
+from docker.errors import APIError, NotFound
 
 from harness.errors import InfraError
+from harness.sandbox import Sandbox, SandboxSpec, create_internal_network, get_client, transfer
+from harness.sandbox import labels as L
 
-OWNER_LABEL = "harness.cowork.owner"
-INSTANCE_LABEL = "harness.instance"
 ROLE_LABEL = "harness.cowork.role"
+INSTANCE_LABEL = L.INSTANCE
 
 
-@lru_cache(maxsize=1)
-def client() -> docker.DockerClient:
-    try:
-        return docker.from_env(timeout=300)
-    except DockerException as exc:
-        raise InfraError(
-            f"Docker is not reachable: {exc}", reason_code="docker_unavailable"
-        ) from exc
+@dataclass(frozen=True)
+class RunIdentity:
+    """Whose resources these are: the run, the worker, the run root (for the labels)."""
+
+    run_id: str
+    run_root: Path
+    worker: str = "main"
+
+    def labels(self, instance_id: str) -> dict[str, str]:
+        return L.run_labels(self.run_id, instance_id, self.worker, self.run_root)
 
 
 @dataclass(frozen=True)
 class ExecResult:
-    exit_code: int
+    exit_code: int  # 124 when the bound was hit (like coreutils timeout)
     stdout: str
     stderr: str
     seconds: float
+    timed_out: bool = False
 
 
-def create_network(name: str, labels: Mapping[str, str], internal: bool = True) -> Network:
-    """A user-defined bridge network; ``internal`` gives it no route out."""
-    try:
-        return client().networks.create(
-            name, driver="bridge", internal=internal, labels=dict(labels), check_duplicate=True
-        )
-    except (APIError, DockerException) as exc:
-        raise InfraError(f"network {name}: {exc}", reason_code="network_create_failed") from exc
+def create_network(ident: RunIdentity, instance_id: str) -> str:
+    """A labelled internal network (no route out); containers find each other by name."""
+    return create_internal_network(ident.run_id, instance_id, ident.worker, ident.run_root)
 
 
-def run_container(
+def start(
     image: str,
-    name: str,
+    ident: RunIdentity,
+    instance_id: str,
     *,
     network: str,
-    labels: Mapping[str, str],
+    role: str,
     env: Mapping[str, str] | None = None,
-    ttl_sec: int = 3600,
-    aliases: list[str] | None = None,
-    mem_limit: str = "2g",
-) -> Container:
-    """Start ``sleep <ttl>`` as PID 1 (an orphan expires by itself) on ``network``."""
-    try:
-        api = client().api
-        host_config = api.create_host_config(
-            network_mode=network, mem_limit=mem_limit, pids_limit=512, init=True
-        )
-        networking = api.create_networking_config(
-            {network: api.create_endpoint_config(aliases=aliases or [name])}
-        )
-        created = api.create_container(
-            image,
-            command=["sleep", str(ttl_sec)],
-            name=name,
-            environment=dict(env or {}),
-            labels=dict(labels),
-            host_config=host_config,
-            networking_config=networking,
-            working_dir="/",
-        )
-        api.start(created["Id"])
-        return client().containers.get(created["Id"])
-    except (APIError, DockerException) as exc:
-        raise InfraError(f"container {name}: {exc}", reason_code="container_start_failed") from exc
+    ttl_s: int = 7200,
+    memory: str = "2g",
+) -> Sandbox:
+    spec = SandboxSpec(
+        image=image,
+        run_id=ident.run_id,
+        instance_id=instance_id,
+        run_root=ident.run_root,
+        worker=ident.worker,
+        ttl_s=ttl_s,
+        network=network,
+        cpus=None,
+        memory=memory,
+        workdir="/",
+        env=dict(env or {}),
+        labels={ROLE_LABEL: role},
+    )
+    return Sandbox.create(spec)
 
 
 def exec_in(
-    container: Container,
+    sandbox: Sandbox,
     cmd: list[str],
     *,
     env: Mapping[str, str] | None = None,
     workdir: str | None = None,
     timeout_sec: float | None = None,
-    user: str = "",
 ) -> ExecResult:
-    """Run ``cmd`` in the container; ``timeout_sec`` wraps it in coreutils ``timeout``."""
-    argv = list(cmd)
-    if timeout_sec is not None:
-        argv = ["timeout", "-k", "5", str(int(max(1, timeout_sec))), *argv]
-    started = time.monotonic()
-    try:
-        result = container.exec_run(
-            argv, environment=dict(env or {}), workdir=workdir, demux=True, user=user
-        )
-    except (APIError, DockerException) as exc:
-        raise InfraError(f"exec in {container.name}: {exc}", reason_code="exec_failed") from exc
-    out, err = result.output if result.output else (None, None)
+    res = sandbox.exec(cmd, user="root", timeout=timeout_sec, env=env, workdir=workdir or "/")
+    code = 124 if res.timed_out else (res.exit_code if res.exit_code is not None else -1)
     return ExecResult(
-        exit_code=int(result.exit_code if result.exit_code is not None else -1),
-        stdout=(out or b"").decode("utf-8", "replace"),
-        stderr=(err or b"").decode("utf-8", "replace"),
-        seconds=time.monotonic() - started,
+        exit_code=code,
+        stdout=res.stdout.decode("utf-8", "replace"),
+        stderr=res.stderr.decode("utf-8", "replace"),
+        seconds=res.wall_s,
+        timed_out=res.timed_out,
     )
 
 
-def put_archive(container: Container, dest: str, data: bytes) -> None:
-    try:
-        if not container.put_archive(dest, data):
-            raise InfraError(
-                f"copy into {container.name}:{dest} refused", reason_code="copy_failed"
-            )
-    except (APIError, DockerException) as exc:
-        raise InfraError(f"copy into {container.name}: {exc}", reason_code="copy_failed") from exc
+def put_archive(sandbox: Sandbox, dest: str, data: bytes) -> None:
+    transfer.put_archive(sandbox.api, sandbox.id, dest, data)
 
 
 def tar_tree(
@@ -151,40 +125,20 @@ def tar_tree(
     return buf.getvalue()
 
 
-def copy_out(container: Container, src: str, dest: Path) -> None:
-    """Copy the directory ``src`` of the container to the host directory ``dest`` (created)."""
-    try:
-        stream, _stat = container.get_archive(src)
-        data = b"".join(stream)
-    except (APIError, DockerException) as exc:
-        raise InfraError(f"copy out of {container.name}: {exc}", reason_code="copy_failed") from exc
+def copy_out(sandbox: Sandbox, src: str, dest: Path) -> None:
+    """Copy the contents of directory ``src`` into host directory ``dest`` (created)."""
     dest.mkdir(parents=True, exist_ok=True)
-    prefix = PurePosixPath(src.rstrip("/")).name
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        for member in tar.getmembers():
-            parts = PurePosixPath(member.name).parts
-            if not parts or parts[0] != prefix or ".." in parts:
-                continue
-            if not (member.isfile() or member.isdir()):
-                continue  # no links or devices from a container on the host
-            member.name = str(PurePosixPath(*parts[1:])) if len(parts) > 1 else "."
-            tar.extract(member, dest, filter="data")
+    sandbox.copy_out(src, dest)
 
 
-def remove_container(container: Container | None) -> None:
-    if container is None:
-        return
+def remove(sandbox: Sandbox | None) -> None:
+    if sandbox is not None and not sandbox.removed:
+        sandbox.remove(verify=True, missing_ok=True)
+
+
+def exists(sandbox: Sandbox) -> bool:
     try:
-        container.remove(force=True, v=True)
-    except NotFound:
-        pass
-    except (APIError, DockerException) as exc:
-        raise InfraError(f"remove {container.name}: {exc}", reason_code="cleanup_failed") from exc
-
-
-def container_exists(name_or_id: str) -> bool:
-    try:
-        client().containers.get(name_or_id)
+        sandbox.api.inspect_container(sandbox.id)
         return True
     except NotFound:
         return False
@@ -193,27 +147,37 @@ def container_exists(name_or_id: str) -> bool:
 def remove_labelled(labels: Mapping[str, str]) -> dict[str, Any]:
     """Remove every container and network carrying all ``labels``; list again to prove it.
 
-    Returns ``{removed_containers, removed_networks, remaining}``; raises ``InfraError``
+    Returns ``{removed_containers, removed_networks, remaining: []}``; raises ``InfraError``
     (``cleanup_failed``) if anything is left.
     """
+    api = get_client().api
     filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
     removed_c: list[str] = []
     removed_n: list[str] = []
-    for cont in client().containers.list(all=True, filters=filters):
-        remove_container(cont)
-        removed_c.append(cont.name or cont.id or "?")
-    for net in client().networks.list(filters=filters):
+    deadline = time.monotonic() + 30
+    while True:
         try:
-            net.remove()
-        except NotFound:
-            pass
-        except (APIError, DockerException) as exc:
-            raise InfraError(
-                f"remove network {net.name}: {exc}", reason_code="cleanup_failed"
-            ) from exc
-        removed_n.append(net.name or net.id or "?")
-    remaining = [c.name for c in client().containers.list(all=True, filters=filters)]
-    remaining += [n.name for n in client().networks.list(filters=filters)]
+            for item in api.containers(all=True, filters=filters):
+                with contextlib.suppress(NotFound, APIError):  # APIError: removal in progress
+                    api.remove_container(item["Id"], force=True, v=True)
+                removed_c.append(str((item.get("Names") or [item["Id"]])[0]).lstrip("/"))
+            for item in api.networks(filters=filters):
+                with contextlib.suppress(NotFound, APIError):  # APIError: still in use
+                    api.remove_network(item["Id"])
+                removed_n.append(str(item["Name"]))
+            remaining = [
+                str((c.get("Names") or [c["Id"]])[0])
+                for c in api.containers(all=True, filters=filters)
+            ] + [str(n["Name"]) for n in api.networks(filters=filters)]
+        except APIError as exc:
+            raise InfraError(f"cleanup by labels {dict(labels)}: {exc}", "cleanup_failed") from exc
+        if not remaining or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     if remaining:
         raise InfraError(f"still present after cleanup: {remaining}", reason_code="cleanup_failed")
-    return {"removed_containers": removed_c, "removed_networks": removed_n, "remaining": []}
+    return {
+        "removed_containers": sorted(set(removed_c)),
+        "removed_networks": sorted(set(removed_n)),
+        "remaining": [],
+    }

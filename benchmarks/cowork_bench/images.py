@@ -1,38 +1,25 @@
-"""Local images for Cowork Bench, built from Debian packages on the shared base image.
+"""Local images for Cowork Bench: ``harness.sandbox`` layer recipes on the shared base.
 
 * ``pg15``: Debian's ``postgresql-15`` with a cluster initialised at build time (UTF-8, UTC,
   listening on all addresses, scram auth), superuser role ``eigent``/``camel`` and database
   ``cowork_gym`` owned by it. Durability is off (``fsync``, ``synchronous_commit``,
   ``full_page_writes``): every sidecar is a throwaway per-instance database, and seeding the
-  real dump is several times faster.
+  real dump is faster.
 * ``runtime``: python3 with openpyxl, psycopg2, python-docx and pypdf from Debian, plus the
   PostgreSQL client; the agent and the eval containers both use it (the task tree is copied
   in per container, so one image serves every task and checkout).
 
-Tags are content hashes of (base image id, recipe text), so a rebuild happens only when either
-changes; a file lock makes concurrent workers build once. Until ``harness.sandbox.images``
-lands, the base is ``harness-test/base:probe`` (override: ``HARNESS_COWORK_BASE_IMAGE``).
+Tags are content hashes of the recipes (``harness.sandbox.images``): built once, reused.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
-import os
-import tarfile
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Literal
 
-from docker.errors import APIError, BuildError, DockerException, ImageNotFound
-from filelock import FileLock
-
-from benchmarks.cowork_bench.docker_ops import client
-from harness.errors import InfraError
-
-DEFAULT_BASE = "harness-test/base:probe"
-IMAGE_REPO = "harness-cowork"
+from harness.sandbox import LayerRecipe, base_recipe
+from harness.sandbox import ensure_image as sandbox_ensure_image
 
 PG_RECIPE = r"""
 ENV TZ=UTC LANG=C.UTF-8 LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive
@@ -62,71 +49,24 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 """
 
-RECIPES = {"pg15": PG_RECIPE, "runtime": RUNTIME_RECIPE}
+ImageName = Literal["pg15", "runtime"]
+RECIPES: dict[str, LayerRecipe] = {
+    "pg15": LayerRecipe(name="harness/cowork-pg15", base=base_recipe(), dockerfile_body=PG_RECIPE),
+    "runtime": LayerRecipe(
+        name="harness/cowork-runtime", base=base_recipe(), dockerfile_body=RUNTIME_RECIPE
+    ),
+}
 
 
 @dataclass(frozen=True)
 class BuiltImage:
     tag: str
     image_id: str
-    built: bool  # False when the tag already existed
-    seconds: float
+    seconds: float  # ~0 when the tag already existed
 
 
-def base_image() -> str:
-    return os.environ.get("HARNESS_COWORK_BASE_IMAGE", DEFAULT_BASE)
-
-
-def _image_id(ref: str) -> str | None:
-    try:
-        return str(client().images.get(ref).id)
-    except ImageNotFound:
-        return None
-
-
-def recipe_tag(name: str, base: str | None = None) -> tuple[str, str]:
-    """(tag, dockerfile) of a recipe on the base; the tag hashes base id and recipe text."""
-    base = base or base_image()
-    base_id = _image_id(base)
-    if base_id is None:
-        raise InfraError(
-            f"base image {base} is missing; build it first (harness.sandbox base recipe)",
-            reason_code="image_missing",
-        )
-    dockerfile = f"FROM {base_id}\n{RECIPES[name].strip()}\n"
-    digest = hashlib.sha256(f"{base_id}\n{dockerfile}".encode()).hexdigest()[:16]
-    return f"{IMAGE_REPO}/{name}:{digest}", dockerfile
-
-
-def ensure_image(name: str, base: str | None = None) -> BuiltImage:
-    """Build the recipe unless its content-hash tag exists; safe across processes."""
-    tag, dockerfile = recipe_tag(name, base)
+def ensure_image(name: ImageName) -> BuiltImage:
+    """Build the recipe unless its content-hash tag exists (safe across processes)."""
     started = time.monotonic()
-    existing = _image_id(tag)
-    if existing:
-        return BuiltImage(tag, existing, False, 0.0)
-    lock = Path(tempfile.gettempdir()) / f"harness-cowork-{tag.replace('/', '_')}.lock"
-    with FileLock(str(lock), timeout=3600):
-        existing = _image_id(tag)
-        if existing:
-            return BuiltImage(tag, existing, False, time.monotonic() - started)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            data = dockerfile.encode()
-            info = tarfile.TarInfo("Dockerfile")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        buf.seek(0)
-        try:
-            image, _logs = client().images.build(
-                fileobj=buf,
-                custom_context=True,
-                tag=tag,
-                rm=True,
-                forcerm=True,
-                pull=False,
-                labels={"harness.cowork.recipe": name},
-            )
-        except (BuildError, APIError, DockerException) as exc:
-            raise InfraError(f"building {tag}: {exc}", reason_code="image_build_failed") from exc
-        return BuiltImage(tag, str(image.id), True, time.monotonic() - started)
+    built = sandbox_ensure_image(RECIPES[name])
+    return BuiltImage(built.tag, built.image_id, time.monotonic() - started)

@@ -7,7 +7,6 @@ lists again to prove nothing is left.
 
 from __future__ import annotations
 
-import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,10 +39,6 @@ class InstanceResult:
     cleanup: dict[str, object] = field(default_factory=dict)
 
 
-def instance_labels(owner_labels: dict[str, str], instance_id: str) -> dict[str, str]:
-    return {**owner_labels, docker_ops.INSTANCE_LABEL: instance_id}
-
-
 def run_instance(
     task: CoworkTask,
     bench_root: Path,
@@ -51,7 +46,7 @@ def run_instance(
     agent: AgentStep,
     agent_name: str,
     *,
-    labels: dict[str, str],
+    ident: docker_ops.RunIdentity,
     seed_path: Path | None = None,
     sidecar: PgSidecar | None = None,
     checker: CheckerRunner | None = None,
@@ -60,28 +55,25 @@ def run_instance(
     """Sidecar (unless one is given, with its network), agent phase, eval phase, teardown.
 
     ``seed_path`` defaults to ``<bench_root>/db/init.sql.gz``. A given ``sidecar`` is reused
-    and left running (the caller owns it); otherwise everything created here is removed.
+    and left running (the caller owns it); otherwise everything this instance created (by
+    its run and instance labels) is removed and the listing proves it.
     """
     inst_dir = Path(inst_dir)
     inst_dir.mkdir(parents=True, exist_ok=True)
-    labels = instance_labels(labels, task.instance_id)
-    prefix = f"cw-{task.instance_id[:40]}-{secrets.token_hex(4)}"
     timings: dict[str, float] = {}
     own = sidecar is None
     result = InstanceResult(task.instance_id, None, None, None, timings)
     try:
-        runtime = ensure_image("runtime").tag
+        runtime = ensure_image("runtime").image_id
         if sidecar is None:
             t0 = time.monotonic()
-            net = docker_ops.create_network(f"{prefix}-net", labels, internal=True)
-            sidecar = start_postgres(
-                str(net.name), labels, seed_path or Path(bench_root) / "db" / "init.sql.gz",
-                name=f"{prefix}-pg",
-            )  # fmt: skip
+            net = docker_ops.create_network(ident, task.instance_id)
+            seed = seed_path or Path(bench_root) / "db" / "init.sql.gz"
+            sidecar = start_postgres(net, ident, task.instance_id, seed)
             timings.update(sidecar.timings)
             timings["sidecar_total_s"] = time.monotonic() - t0
-        env = InstanceEnv(task, Path(bench_root), inst_dir, sidecar.network, sidecar, labels,
-                          runtime, prefix, timings)  # fmt: skip
+        env = InstanceEnv(task, Path(bench_root), inst_dir, sidecar.network, sidecar, ident,
+                          runtime, timings)  # fmt: skip
         t1 = time.monotonic()
         result.summary = run_agent_phase(env, agent, agent_name, timeout_sec=agent_timeout_sec)
         timings["agent_phase_s"] = time.monotonic() - t1
@@ -97,5 +89,5 @@ def run_instance(
         result.infra = record
     finally:
         if own:
-            result.cleanup = docker_ops.remove_labelled(labels)
+            result.cleanup = docker_ops.remove_labelled(ident.labels(task.instance_id))
     return result

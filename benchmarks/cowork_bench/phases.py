@@ -1,6 +1,6 @@
 """One Cowork instance on Docker: sidecar, agent phase, eval phase, teardown.
 
-Container layout (both phases): ``/workspace`` is the checkout root (the support tree: every
+Sandbox layout (both phases): ``/workspace`` is the checkout root (the support tree: every
 top-level entry except ``tasks``, ``db``, ``.git`` and run output, plus this task under
 ``tasks/finalpool/<task>``); the agent workspace is ``/workspace/dumps/workspace``. The agent
 container holds a *sanitised* task (no ``groundtruth_workspace*``, no ``evaluation``, like
@@ -18,7 +18,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from docker.models.containers import Container
 from pydantic import BaseModel
 
 from benchmarks.cowork_bench import docker_ops
@@ -28,6 +27,7 @@ from benchmarks.cowork_bench.sidecar import PgSidecar
 from benchmarks.cowork_bench.tasks import CoworkTask, task_dir
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json, atomic_write_text
+from harness.sandbox import Sandbox
 
 ROOT = "/workspace"
 WORKSPACE = "/workspace/dumps/workspace"
@@ -50,9 +50,8 @@ class InstanceEnv:
     inst_dir: Path
     network: str
     sidecar: PgSidecar
-    labels: dict[str, str]
-    runtime_image: str
-    name_prefix: str  # unique per instance attempt: container names derive from it
+    ident: docker_ops.RunIdentity
+    runtime_image: str  # image id of the runtime recipe
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -73,7 +72,7 @@ class AgentContext:
     """What an agent step gets: its container, the task text and prompt, a deadline."""
 
     env: InstanceEnv
-    container: Container
+    container: Sandbox
     task_text: str
     system_prompt: str
     deadline: float  # time.monotonic() value
@@ -107,20 +106,17 @@ def task_tar(env: InstanceEnv, sanitised: bool) -> bytes:
                                exclude_names=frozenset(exclude))  # fmt: skip
 
 
-def _start(env: InstanceEnv, role: str, sanitised: bool) -> Container:
-    container = docker_ops.run_container(
-        env.runtime_image,
-        f"{env.name_prefix}-{role}",
-        network=env.network,
-        labels={**env.labels, docker_ops.ROLE_LABEL: role},
-        env=env.env,
-    )
+def _start(env: InstanceEnv, role: str, sanitised: bool) -> Sandbox:
+    container = docker_ops.start(
+        env.runtime_image, env.ident, env.task.instance_id,
+        network=env.network, role=role, env=env.env,
+    )  # fmt: skip
     try:
         docker_ops.exec_in(container, ["mkdir", "-p", WORKSPACE, AGENT_LOGS, SCRATCH])
         docker_ops.put_archive(container, ROOT, support_tar(str(env.bench_root)))
         docker_ops.put_archive(container, ROOT, task_tar(env, sanitised))
     except BaseException:
-        docker_ops.remove_container(container)
+        docker_ops.remove(container)
         raise
     return container
 
@@ -224,10 +220,8 @@ def run_agent_phase(
         infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
         _infra(env, exc, "agent_phase")
     finally:
-        docker_ops.remove_container(container)
-    state: Literal["absent", "present"] = (
-        "present" if docker_ops.container_exists(container.id or "") else "absent"
-    )
+        docker_ops.remove(container)
+    state: Literal["absent", "present"] = "present" if docker_ops.exists(container) else "absent"
     finished_at = now_iso()
     config = traj_config(env, launch.strftime("%Y-%m-%d %H:%M:%S %A"), system_prompt, task_text)
     atomic_write_json(env.inst_dir / m.TRAJ_LOG, m.TrajLog(
@@ -280,6 +274,6 @@ def container_checker(
                 res_log_path=str(res_log) if res_log.exists() else None,
             )  # fmt: skip
         finally:
-            docker_ops.remove_container(container)
+            docker_ops.remove(container)
 
     return run

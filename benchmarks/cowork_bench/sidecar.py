@@ -13,11 +13,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from docker.models.containers import Container
-
 from benchmarks.cowork_bench import docker_ops
 from benchmarks.cowork_bench.images import ensure_image
 from harness.errors import InfraError
+from harness.sandbox import Sandbox
 
 PG_USER = "eigent"
 PG_PASSWORD = "camel"  # hard-coded upstream in every preprocess and checker
@@ -45,7 +44,7 @@ $$;
 class PgSidecar:
     host: str  # the name other containers on the network use
     port: int
-    container: Container
+    container: Sandbox
     network: str
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -63,12 +62,12 @@ class PgSidecar:
         return env
 
 
-def _fail(container: Container, what: str, detail: str) -> InfraError:
+def _fail(container: Sandbox, what: str, detail: str) -> InfraError:
     tail = detail.strip().splitlines()[-5:]
     return InfraError(f"postgres sidecar {container.name}: {what}: {' | '.join(tail)}", "pg_fail")
 
 
-def _psql(container: Container, args: list[str], timeout_sec: float) -> docker_ops.ExecResult:
+def _psql(container: Sandbox, args: list[str], timeout_sec: float) -> docker_ops.ExecResult:
     return docker_ops.exec_in(
         container,
         [
@@ -89,7 +88,7 @@ def _psql(container: Container, args: list[str], timeout_sec: float) -> docker_o
     )
 
 
-def wait_ready(container: Container, deadline_sec: float) -> float:
+def wait_ready(container: Sandbox, deadline_sec: float) -> float:
     """Poll ``pg_isready`` until it answers or the deadline passes (then ``pg_fail``)."""
     started = time.monotonic()
     last = ""
@@ -107,7 +106,7 @@ def wait_ready(container: Container, deadline_sec: float) -> float:
         time.sleep(0.2)
 
 
-def seed(container: Container, seed_path: Path, timeout_sec: float = 600) -> None:
+def seed(container: Sandbox, seed_path: Path, timeout_sec: float = 600) -> None:
     data = docker_ops.tar_tree([(seed_path, "init.sql.gz")])
     docker_ops.exec_in(container, ["mkdir", "-p", "/seed"])
     docker_ops.put_archive(container, "/seed", data)
@@ -130,7 +129,7 @@ def seed(container: Container, seed_path: Path, timeout_sec: float = 600) -> Non
         )
 
 
-def fix_sent_log_fk(container: Container) -> None:
+def fix_sent_log_fk(container: Sandbox) -> None:
     res = _psql(container, ["-c", FK_FIX_SQL], timeout_sec=60)
     if res.exit_code != 0:
         raise _fail(container, "foreign-key fix failed", res.stderr)
@@ -138,28 +137,31 @@ def fix_sent_log_fk(container: Container) -> None:
 
 def start_postgres(
     network: str,
-    labels: dict[str, str],
+    ident: docker_ops.RunIdentity,
+    instance_id: str,
     seed_path: Path | None,
     *,
-    name: str,
     ready_timeout_sec: float = 120,
-    ttl_sec: int = 7200,
+    ttl_s: int = 7200,
 ) -> PgSidecar:
-    """Start, wait for and seed a sidecar on ``network``; reachable there as ``name``.
+    """Start, wait for and seed a sidecar on ``network``; reachable there by its name.
 
-    On failure the container is removed before ``InfraError(pg_fail)`` propagates.
+    Labelled with the run and instance (role ``pg``). On failure the container is removed
+    before ``InfraError(pg_fail)`` propagates.
     """
-    image = ensure_image("pg15")
+    try:
+        image = ensure_image("pg15")
+    except InfraError as exc:
+        raise InfraError(f"postgres image: {exc}", "pg_fail") from exc
     t0 = time.monotonic()
-    container = docker_ops.run_container(
-        image.tag,
-        name,
-        network=network,
-        labels={**labels, docker_ops.ROLE_LABEL: "pg"},
-        env={"TZ": "UTC"},
-        ttl_sec=ttl_sec,
-    )
-    sidecar = PgSidecar(host=name, port=PG_PORT, container=container, network=network)
+    try:
+        container = docker_ops.start(
+            image.image_id, ident, instance_id, network=network, role="pg",
+            env={"TZ": "UTC"}, ttl_s=ttl_s,
+        )  # fmt: skip
+    except InfraError as exc:
+        raise InfraError(f"postgres sidecar: {exc}", "pg_fail") from exc
+    sidecar = PgSidecar(host=container.name, port=PG_PORT, container=container, network=network)
     try:
         res = docker_ops.exec_in(
             container, ["pg_ctlcluster", "15", "main", "start"], timeout_sec=120
@@ -174,10 +176,10 @@ def start_postgres(
         fix_sent_log_fk(container)
         sidecar.timings["seed_s"] = time.monotonic() - t1
     except BaseException:
-        docker_ops.remove_container(container)
+        docker_ops.remove(container)
         raise
     return sidecar
 
 
 def stop_postgres(sidecar: PgSidecar) -> None:
-    docker_ops.remove_container(sidecar.container)
+    docker_ops.remove(sidecar.container)
