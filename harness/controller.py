@@ -352,6 +352,8 @@ class Controller:
         assert self.run is not None
         cause = request_stop(self.run.run_root, cause)
         if interrupt:
+            if self.run.role == "single":
+                os.kill(os.getpid(), signal.SIGUSR1)  # interrupts the instance running here
             for pid in self.worker_pids():
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGUSR1)

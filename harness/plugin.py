@@ -27,6 +27,9 @@ from harness.runtime import RunContext
 from harness.signals import StopGuard
 from harness.worker import WorkerHooks, harness_instance
 
+# The runner's own plugins: Docker sandbox fixtures and campaign budgets.
+pytest_plugins = ["harness.sandbox.fixtures", "harness.budget.plugin"]
+
 CONTROLLER_KEY = pytest.StashKey[Controller]()
 RUN_KEY = pytest.StashKey[RunContext]()
 

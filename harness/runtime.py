@@ -70,6 +70,7 @@ class InstanceResult:
     cost_known: bool = False
     tokens: Tokens | None = None
     prediction_written: bool = False
+    agent_started: bool = False  # the agent was called (its cost must be settled)
     error: str | None = None
     output_paths: dict[str, str] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)

@@ -69,6 +69,10 @@ def run_selftest_instance(ctx: InstanceContext) -> None:
     ctx.prepared()
     append_line(ctx.run_root / EXECUTIONS, f"{ctx.instance_id} {os.getpid()} {time.time():.3f}")
     work = task["work"]
+    ctx.result.agent_started = True
+    if "cost" in task:
+        ctx.result.cost_usd = float(task["cost"])
+        ctx.result.cost_known = True
     if work == "sleep":
         time.sleep(float(task.get("seconds", 1.0)))
         work = task.get("then", "succeed")

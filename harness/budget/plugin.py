@@ -1,0 +1,141 @@
+"""pytest wiring of campaign budgets: options, controller admission and meter supervision,
+and the per-instance reservation (an autouse fixture that is a no-op unless enabled)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from harness.budget.errors import BudgetRefused, CampaignPersistenceError
+from harness.budget.session import BudgetSettings, ControllerBudget, WorkerBudget
+from harness.errors import InfraError, RefusalError
+from harness.models import Outcome
+from harness.runtime import OutcomeSkip, RunContext
+from harness.signals import request_stop
+from harness.worker import STATE_KEY
+
+BUDGET_KEY = pytest.StashKey[ControllerBudget]()
+FLOAT_OPTIONS = ("campaign_budget_usd", "prior_spend_usd", "per_task_reserve_usd",
+                 "budget_reserve_usd", "budget_usd", "meter_blindness_sec", "min_free_disk_gb")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness budget", "campaign budgets and reservations")
+    group.addoption("--campaign-file", default=None, metavar="PATH",
+                    help="campaign budget file shared by every run of a campaign")
+    group.addoption("--campaign-budget-usd", default=None, metavar="USD",
+                    help="the campaign's ceiling (fixed when the campaign file is created)")
+    group.addoption("--prior-spend-usd", default=None, metavar="USD",
+                    help="spend before the campaign file existed (creation only)")
+    group.addoption("--per-task-reserve-usd", default=None, metavar="USD",
+                    help="reserve this much before each instance (default: learned)")
+    group.addoption("--budget-reserve-usd", default="0", metavar="USD",
+                    help="keep this much of the ceiling unspent (default 0)")
+    group.addoption("--budget-usd", default=None, metavar="USD",
+                    help="this run's own spend limit")
+    group.addoption("--meter", default="none",
+                    help="usage meter: openrouter[=URL] | fake-file:PATH | none")
+    group.addoption("--meter-blindness-sec", default="30", metavar="SEC",
+                    help="stop when no meter reading is younger than this (default 30)")
+    group.addoption("--min-free-disk-gb", default=None, metavar="GIB",
+                    help="refuse to start an instance below this much free disk")
+
+
+def settings_from(config: pytest.Config) -> BudgetSettings:
+    values: dict[str, Any] = {}
+    for name in FLOAT_OPTIONS:
+        raw = config.getoption(name)
+        if raw is None:
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0:
+            flag = "--" + name.replace("_", "-")
+            raise pytest.UsageError(f"{flag} {raw!r} is not a non-negative number; "
+                                    f"pass e.g. {flag} 10")
+        values[name] = value
+    return BudgetSettings(campaign_file=config.getoption("campaign_file"),
+                          meter=config.getoption("meter"), **values)
+
+
+def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+    from harness.plugin import CONTROLLER_KEY
+
+    settings = settings_from(config)
+    controller = config.stash[CONTROLLER_KEY]
+    if run.manifest is not None:
+        run.manifest.extra["budget"] = {
+            "enabled": settings.reservations_enabled,
+            "campaign_file": str(settings.campaign_path(run.run_root))
+            if settings.reservations_enabled else None,
+            "budget_usd": settings.budget_usd,
+            "per_task_reserve_usd": settings.per_task_reserve_usd,
+            "budget_reserve_usd": settings.budget_reserve_usd,
+            "meter": settings.meter.split("=", 1)[0],
+            "meter_blindness_sec": settings.meter_blindness_sec,
+            "min_free_disk_gb": settings.min_free_disk_gb,
+        }
+    try:
+        cb = ControllerBudget.start(
+            settings, run_id=run.run_id, run_root=run.run_root,
+            on_stop=lambda reason: controller.request_stop(reason, interrupt=True),
+        )
+    except ValueError as exc:
+        raise RefusalError(str(exc), stage="budget", reason="bad_budget_option") from exc
+    if cb is None:
+        return
+    config.stash[BUDGET_KEY] = cb
+    cb.supervisor.start()
+
+
+def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
+                                  summary: dict[str, Any]) -> None:
+    cb = config.stash.get(BUDGET_KEY, None)
+    if cb is None:
+        return
+    monitor = cb.finish(summary["outcome"], summary["exit_code"])
+    if run.manifest is not None:
+        run.manifest.extra.setdefault("budget", {})["final"] = monitor.model_dump(mode="json")
+
+
+@pytest.fixture(autouse=True)
+def harness_budget(request: pytest.FixtureRequest) -> Generator[WorkerBudget | None, None, None]:
+    """Reserve the instance's expected cost before anything else starts; settle after."""
+    state = request.node.stash.get(STATE_KEY, None)
+    if state is None or state.ctx.dry_run:
+        yield None
+        return
+    ctx = state.ctx
+    settings = settings_from(request.config)
+    if not settings.reservations_enabled and settings.min_free_disk_gb is None:
+        yield None
+        return
+    wb = WorkerBudget(settings, ctx.run_id, ctx.run_root)
+    try:
+        wb.reserve(ctx.key)
+    except CampaignPersistenceError as exc:
+        raise InfraError(str(exc), exc.reason_code) from exc
+    except BudgetRefused as exc:
+        request_stop(ctx.run_root, exc.reason)  # no new instance starts anywhere
+        raise OutcomeSkip(Outcome.BLOCKED, exc.reason, str(exc)) from exc
+    try:
+        yield wb
+    finally:
+        result = ctx.result
+        if result.agent_started:
+            try:
+                settlement = wb.settle(ctx.key, result.cost_usd, result.cost_known)
+            except CampaignPersistenceError as exc:
+                result.details["budget_settlement_error"] = str(exc)
+                request_stop(ctx.run_root, exc.reason_code)
+            else:
+                if settlement is not None:
+                    result.details["budget_overrun"] = settlement.overran
+                    result.details["budget_charged_usd"] = settlement.charged_usd
+        else:
+            wb.release(ctx.key)
