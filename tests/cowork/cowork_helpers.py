@@ -1,0 +1,70 @@
+"""Builders of Cowork instance folders for the unit tests (the files the phases write)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cowork_bench import models as m
+from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun
+from harness.fsutil import atomic_write_json
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cowork_mini"
+
+
+def write_agent_phase(
+    inst: Path,
+    iid: str = "excel-sales-summary",
+    *,
+    status: str = "success",
+    reason: str | None = None,
+    infra_reason: str | None = None,
+    container_state: str = "absent",
+    workspace: dict[str, str] | None = None,
+) -> None:
+    inst.mkdir(parents=True, exist_ok=True)
+    (inst / m.WORKSPACE_DIR).mkdir(exist_ok=True)
+    for name, text in (workspace or {"out.txt": "hello"}).items():
+        (inst / m.WORKSPACE_DIR / name).write_text(text)
+    (inst / m.PREPROCESS_LOG).write_text("[preprocess] ok\n")
+    config = m.TrajConfig(task_dir=iid, id=iid, launch_time="2026-03-01 10:00:00 Sunday")
+    atomic_write_json(inst / m.TRAJ_LOG, m.TrajLog(config=config, status=status))
+    summary = m.AgentSummary.model_validate(
+        {
+            "instance_id": iid,
+            "agent": "test",
+            "bench_status": status,
+            "reason_code": reason,
+            "infra_failed": infra_reason is not None,
+            "infra_reason": infra_reason,
+            "launch_time": "2026-03-01 10:00:00",
+            "started_at": "2026-03-01T10:00:00+00:00",
+            "finished_at": "2026-03-01T10:05:00+00:00",
+            "agent_container_state": container_state,
+        }
+    )
+    atomic_write_json(inst / m.AGENT_SUMMARY, summary)
+
+
+def write_events(inst: Path, records: list[dict[str, Any]], name: str = "events.jsonl") -> None:
+    logdir = inst / m.AGENT_LOG_DIR
+    logdir.mkdir(parents=True, exist_ok=True)
+    with open(logdir / name, "a", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+class CountingChecker:
+    """A fake checker runner (no Docker) that counts its invocations."""
+
+    def __init__(self, exit_code: int = 0, stdout: str = "  [PASS] fake\n") -> None:
+        self.calls: list[CheckerRequest] = []
+        self.exit_code = exit_code
+        self.stdout = stdout
+
+    def __call__(self, req: CheckerRequest) -> CheckerRun:
+        self.calls.append(req)
+        res_log = Path(req.scratch_dir) / "res_log.json"
+        res_log.write_text(json.dumps({"total_passed": 1, "total_checks": 1, "accuracy": 100}))
+        return CheckerRun(exit_code=self.exit_code, stdout=self.stdout, res_log_path=str(res_log))
