@@ -154,6 +154,23 @@ def build_blob_dir(dest: Path) -> Path:
     return dest
 
 
+def _read_marker(marker: Path) -> FixturePaths | None:
+    """The recorded fixture, or None when the marker or anything it names is missing."""
+    try:
+        paths = FixturePaths.model_validate_json(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    blob = Path(paths.blob_dir) / FIXTURE_ID / "tests"
+    oracle = [Path(paths.oracle_dir) / rel for rel in paths.oracle_files]
+    if (
+        not blob.is_dir()
+        or not all(p.is_file() for p in oracle)
+        or not Path(paths.incorrect_dir).is_dir()
+    ):
+        return None
+    return paths
+
+
 def ensure_fixture(cache_dir: Path | str | None = None) -> FixturePaths:
     """Build (once) and return the fixture; safe to call from every xdist worker."""
     fingerprint = fixture_fingerprint()
@@ -162,9 +179,8 @@ def ensure_fixture(cache_dir: Path | str | None = None) -> FixturePaths:
     marker = root / "fixture.json"
     with FileLock(str(root.parent / f"{fingerprint}.lock")).acquire(timeout=LOCK_TIMEOUT_S):
         reference = root / "reference" / "calculator"
-        if marker.exists() and reference.exists():
-            paths = FixturePaths.model_validate_json(marker.read_text())
-        else:
+        paths = _read_marker(marker) if reference.exists() else None
+        if paths is None:
             reference_sha = img.compile_reference(reference)
             blob_dir = build_blob_dir(root / "blobs")
             oracle_files = unpack_bundled_submission("correct", root / "oracle" / "correct")

@@ -1,0 +1,95 @@
+"""Per-task official-eval overhead of the harness against ``programbench eval`` called directly.
+
+Run on demand: ``pytest tests/perf/test_programbench_perf.py -p no:xdist -s``. Both sides
+evaluate the same fixture submission with the same image, blob dir and CPU count, interleaved
+round by round so load drifts hit both alike; the ratio of medians is reported (and kept in
+pytest-benchmark's ``extra_info``).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.programbench import FIXTURE_ID
+from benchmarks.programbench.fixture import ensure_fixture
+from benchmarks.programbench.instruction import render_instruction
+from benchmarks.programbench.official_eval import (
+    default_docker_cpus,
+    evaluate_instance,
+    programbench_cli,
+)
+from benchmarks.programbench.submission import build_submission
+from benchmarks.programbench.task_body import build_task_body
+from benchmarks.programbench.tasks import select_instances
+
+pytestmark = [pytest.mark.perf, pytest.mark.docker]
+ROUNDS = int(os.environ.get("PB_PERF_ROUNDS", "5"))
+MAX_RATIO = 1.25
+
+
+def test_eval_overhead_against_the_direct_cli(benchmark: Any, tmp_path: Path) -> None:
+    fixture = ensure_fixture()
+    src = tmp_path / "src"
+    build_submission(Path(fixture.oracle_dir), src / FIXTURE_ID / "submission.tar.gz")
+    cpus = str(default_docker_cpus())
+    direct_cmd = [*programbench_cli(), "eval", str(src), "--filter", f"^{FIXTURE_ID}$"]
+    direct_cmd += ["--docker-cpus", cpus, "-f"]
+    env = {**os.environ, "PROGRAMBENCH_BLOB_DIR": fixture.blob_dir}
+    direct_times: list[float] = []
+
+    def direct() -> None:
+        started = time.perf_counter()
+        subprocess.run(direct_cmd, env=env, capture_output=True, check=True)
+        direct_times.append(time.perf_counter() - started)
+
+    def harness() -> None:
+        result = evaluate_instance(src, FIXTURE_ID, blob_dir=fixture.blob_dir)
+        assert result.score == 1.0, result.error_message
+
+    benchmark.pedantic(harness, setup=direct, rounds=ROUNDS, iterations=1, warmup_rounds=0)
+    stats = benchmark.stats.stats
+    harness_median, harness_min = float(stats.median), float(stats.min)
+    direct_median, direct_min = statistics.median(direct_times), min(direct_times)
+    # The best round of each side is the least disturbed by other load on a shared host.
+    ratio_min = harness_min / direct_min
+    ratio_median = harness_median / direct_median
+    benchmark.extra_info.update(
+        direct_median_s=round(direct_median, 3),
+        direct_min_s=round(direct_min, 3),
+        harness_median_s=round(harness_median, 3),
+        harness_min_s=round(harness_min, 3),
+        overhead_ratio_min=round(ratio_min, 3),
+        overhead_ratio_median=round(ratio_median, 3),
+    )
+    print(
+        f"\nprogrambench eval per task over {ROUNDS} interleaved rounds: direct "
+        f"min {direct_min:.2f}s / median {direct_median:.2f}s; harness min {harness_min:.2f}s / "
+        f"median {harness_median:.2f}s; ratio min {ratio_min:.3f}, median {ratio_median:.3f}"
+    )
+    assert ratio_min < MAX_RATIO
+
+
+def test_dry_run_task_bodies_for_all_200(benchmark: Any) -> None:
+    def all_bodies() -> int:
+        return sum(
+            len(
+                build_task_body(
+                    inst,
+                    instruction=render_instruction(inst),
+                    container_name=f"hx-{inst.instance_id}",
+                ).body()
+            )
+            > 0
+            for inst in select_instances()
+        )
+
+    assert benchmark(all_bodies) == 200
+    assert benchmark.stats.stats.max < 60
+    print(f"\n200 task bodies: median {benchmark.stats.stats.median * 1000:.1f} ms")
