@@ -93,3 +93,15 @@ def test_ensure_fixture_is_idempotent_and_fast_the_second_time(pb_fixture: Fixtu
     ).stdout.strip()
     assert image_id == pb_fixture.image_id
     assert Path(pb_fixture.incorrect_dir, "calculator.sh").read_text().strip().endswith("echo 42")
+
+
+def test_fixture_files_are_rebuilt_when_removed(tmp_path: Path) -> None:
+    import shutil
+
+    first = ensure_fixture(cache_dir=tmp_path)
+    assert Path(first.blob_dir).is_relative_to(tmp_path)
+    shutil.rmtree(first.blob_dir)
+    second = ensure_fixture(cache_dir=tmp_path)
+    blob = Path(second.blob_dir) / "testorg__calculator.abc1234" / "tests" / "33128f6b8600.tar.gz"
+    assert blob.is_file()
+    assert second.image_id == first.image_id  # same recipe: the image is not rebuilt
