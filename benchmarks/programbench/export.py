@@ -17,6 +17,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -148,7 +149,7 @@ def export_run(run: Path, dest: Path, *, filter_spec: str | None = None) -> Expo
     return manifest
 
 
-def export_command(argv: list[str] | None = None) -> int:
+def export_command(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="harness programbench export",
         description="Copy a run's non-empty submissions into a fresh programbench-eval tree.",
@@ -157,7 +158,7 @@ def export_command(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, required=True, help="new folder (must not exist)")
     parser.add_argument("--filter", dest="filter_spec", help="regex on instance ids (re.match)")
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(None if argv is None else list(argv))
     except SystemExit as exc:
         return 0 if exc.code == 0 else 2
     try:

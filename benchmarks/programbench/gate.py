@@ -24,6 +24,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -246,7 +247,7 @@ def render(report: GateReport) -> str:
     return "\n".join(lines)
 
 
-def gate_command(argv: list[str] | None = None) -> int:
+def gate_command(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="harness programbench gate",
         description="Paired comparison of a run with leaderboard per-task scores.",
@@ -258,7 +259,7 @@ def gate_command(argv: list[str] | None = None) -> int:
     parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES)
     parser.add_argument("--output", type=Path, help=f"where to write (default RUN/{GATE_NAME})")
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(None if argv is None else list(argv))
     except SystemExit as exc:
         return 0 if exc.code == 0 else 2
     out = args.output or args.run / GATE_NAME

@@ -66,3 +66,16 @@ def test_export_refuses_an_existing_output_and_bad_input(
     assert export_command([str(run)]) == 2  # --output is required
     assert export_command([str(run), "--output", str(tmp_path / "o2"), "--filter", "c__"]) == 0
     assert "exported 0 of 1" in capsys.readouterr().out
+
+
+def test_harness_programbench_command_dispatch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import main
+
+    run = _run(tmp_path)
+    assert main(["programbench", "export", str(run), "--output", str(tmp_path / "e")]) == 0
+    assert (tmp_path / "e" / "export_manifest.json").exists()
+    assert main(["programbench", "--help"]) == 0
+    assert "gate" in capsys.readouterr().out
+    assert main(["programbench", "nope"]) == 2
