@@ -138,8 +138,14 @@ class NopAgent:
     kind = "nop"
 
     def run(self, request: AgentRequest) -> AgentOutcome:
-        return AgentOutcome(agent=self.kind, completed=True, reason_code="nop", cost_usd=0.0,
-                            cost_known=True, duration_s=0.0)
+        return AgentOutcome(
+            agent=self.kind,
+            completed=True,
+            reason_code="nop",
+            cost_usd=0.0,
+            cost_known=True,
+            duration_s=0.0,
+        )
 
 
 class AgentOptions(BaseModel):
@@ -162,8 +168,10 @@ class AgentOptions(BaseModel):
 
 def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = None) -> Agent:
     """The agent of ``kind`` (``nop``, ``oracle``, ``command``, ``gateway``)."""
-    opts = options if isinstance(options, AgentOptions) else AgentOptions.model_validate(
-        dict(options or {})
+    opts = (
+        options
+        if isinstance(options, AgentOptions)
+        else AgentOptions.model_validate(dict(options or {}))
     )
     if kind == "nop":
         return NopAgent()

@@ -28,10 +28,20 @@ def new_task_id(prefix: str) -> str:
     return f"{clean}-{uuid.uuid4().hex[:16]}"
 
 
-def write_checkpoint(path: Path, task_id: str, status: str, result: TaskResult | None,
-                     base_url: str | None, polls: int) -> None:
+def write_checkpoint(
+    path: Path,
+    task_id: str,
+    status: str,
+    result: TaskResult | None,
+    base_url: str | None,
+    polls: int,
+) -> None:
     checkpoint = TaskCheckpoint(
-        task_id=task_id, ts_unix=time.time(), status=status, base_url=base_url, polls=polls,
+        task_id=task_id,
+        ts_unix=time.time(),
+        status=status,
+        base_url=base_url,
+        polls=polls,
         task_result=result.model_dump(mode="json") if result is not None else None,
     )
     atomic_write_json(path, checkpoint)

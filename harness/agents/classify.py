@@ -67,7 +67,10 @@ def runtime_outcome(result: TaskResult) -> RuntimeOutcome:
 
 
 def classify_result(
-    result: TaskResult, *, task_id: str | None = None, raw_result_path: str | None = None,
+    result: TaskResult,
+    *,
+    task_id: str | None = None,
+    raw_result_path: str | None = None,
     agent: str = "gateway",
 ) -> AgentOutcome:
     """The outcome of a settled task (completed only on an explicit ``completed`` status)."""

@@ -133,8 +133,9 @@ def redact(data: bytes, secrets: Mapping[str, str]) -> tuple[bytes, int]:
 class CommandAgent:
     kind = "command"
 
-    def __init__(self, config: CommandAgentConfig, environ: Mapping[str, str] | None = None
-                 ) -> None:
+    def __init__(
+        self, config: CommandAgentConfig, environ: Mapping[str, str] | None = None
+    ) -> None:
         self.config = config
         self._environ = environ
 
@@ -142,18 +143,21 @@ class CommandAgent:
     def from_options(cls, options: AgentOptions) -> CommandAgent:
         if not options.command:
             raise ValueError("the command agent needs a command line (--agent-command)")
-        return cls(CommandAgentConfig(
-            command=options.command, env=list(options.env),
-            instruction_via=options.instruction_via,  # type: ignore[arg-type]
-            user=options.user, workdir=options.workdir,
-        ))
+        return cls(
+            CommandAgentConfig(
+                command=options.command,
+                env=list(options.env),
+                instruction_via=options.instruction_via,  # type: ignore[arg-type]
+                user=options.user,
+                workdir=options.workdir,
+            )
+        )
 
     def _argv(self) -> list[str]:
         cmd = self.config.command
         return ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
 
-    def _env(self, names: Sequence[str], request: AgentRequest) -> tuple[dict[str, str],
-                                                                           list[str]]:
+    def _env(self, names: Sequence[str], request: AgentRequest) -> tuple[dict[str, str], list[str]]:
         environ = os.environ if self._environ is None else self._environ
         values: dict[str, str] = {}
         missing: list[str] = []
@@ -169,8 +173,9 @@ class CommandAgent:
     def run(self, request: AgentRequest) -> AgentOutcome:
         sandbox = request.sandbox
         if sandbox is None:
-            raise InfraError("the command agent needs a sandbox, none was given",
-                             "agent_no_sandbox")
+            raise InfraError(
+                "the command agent needs a sandbox, none was given", "agent_no_sandbox"
+            )
         cfg = self.config
         user = cfg.user or getattr(sandbox, "agent_user", None)
         workdir = cfg.workdir or getattr(sandbox, "workdir", None)
@@ -183,7 +188,9 @@ class CommandAgent:
 
         written = sandbox.exec(
             ["bash", "-c", f"umask 077 && cat > {shlex.quote(INSTRUCTION_PATH)}"],
-            user=user, timeout=60, stdin=request.instruction.encode("utf-8"),
+            user=user,
+            timeout=60,
+            stdin=request.instruction.encode("utf-8"),
         )
         if written.exit_code != 0 or written.timed_out:
             raise InfraError(
@@ -196,8 +203,16 @@ class CommandAgent:
         stdin = env_block(env)
         if cfg.instruction_via in ("stdin", "both"):
             stdin += request.instruction.encode("utf-8")
-        argv = ["bash", "-c", _PROLOGUE, "harness-agent", workdir or "",
-                _fmt(timeout or 0), _fmt(cfg.kill_after_s), *self._argv()]
+        argv = [
+            "bash",
+            "-c",
+            _PROLOGUE,
+            "harness-agent",
+            workdir or "",
+            _fmt(timeout or 0),
+            _fmt(cfg.kill_after_s),
+            *self._argv(),
+        ]
         exec_timeout = None if not timeout else timeout + cfg.kill_after_s + cfg.exec_margin_s
         started = time.monotonic()
         result = sandbox.exec(argv, user=user, timeout=exec_timeout, stdin=stdin)
@@ -216,12 +231,20 @@ class CommandAgent:
             bool(timeout) and exit_code in TIMEOUT_EXITS and wall >= 0.95 * float(timeout or 0)
         )
         record = CommandRunRecord(
-            command=_redact_command(cfg.command, secrets), sandbox=sandbox_name(sandbox),
-            user=user or _default_user(sandbox), workdir=workdir,
-            instruction_via=cfg.instruction_via, instruction_file=INSTRUCTION_PATH,
-            env_names=sorted(secrets), env_missing=missing, timeout_sec=timeout,
-            exit_code=exit_code, timed_out=timed_out, wall_s=round(wall, 3),
-            redacted_values=n_out + n_err, stdout_path=str(stdout_path),
+            command=_redact_command(cfg.command, secrets),
+            sandbox=sandbox_name(sandbox),
+            user=user or _default_user(sandbox),
+            workdir=workdir,
+            instruction_via=cfg.instruction_via,
+            instruction_file=INSTRUCTION_PATH,
+            env_names=sorted(secrets),
+            env_missing=missing,
+            timeout_sec=timeout,
+            exit_code=exit_code,
+            timed_out=timed_out,
+            wall_s=round(wall, 3),
+            redacted_values=n_out + n_err,
+            stdout_path=str(stdout_path),
             stderr_path=str(stderr_path),
         )
         record_path = out_dir / RECORD_NAME
@@ -247,20 +270,27 @@ def _fmt(seconds: float) -> str:
 
 
 def _outcome(record: CommandRunRecord, record_path: Path) -> AgentOutcome:
-    paths = {"agent_stdout": record.stdout_path, "agent_stderr": record.stderr_path,
-             "agent_command": str(record_path)}
+    paths = {
+        "agent_stdout": record.stdout_path,
+        "agent_stderr": record.stderr_path,
+        "agent_command": str(record_path),
+    }
     common: dict[str, Any] = {
-        "agent": "command", "exit_code": record.exit_code, "duration_s": record.wall_s,
-        "output_paths": paths, "cost_usd": None, "cost_known": False,
+        "agent": "command",
+        "exit_code": record.exit_code,
+        "duration_s": record.wall_s,
+        "output_paths": paths,
+        "cost_usd": None,
+        "cost_known": False,
         "details": {"env_missing": record.env_missing, "user": record.user},
     }
     if record.timed_out:
-        return AgentOutcome(completed=False, truncated=True, reason_code="deadline_local",
-                            **common)
+        return AgentOutcome(completed=False, truncated=True, reason_code="deadline_local", **common)
     if record.exit_code == 0:
         return AgentOutcome(completed=True, reason_code="completed", **common)
     if record.exit_code in (126, 127):
         # The agent program is missing or not executable in the sandbox: set-up, not model.
-        return AgentOutcome(completed=False, infra=True, reason_code="agent_command_not_found",
-                            **common)
+        return AgentOutcome(
+            completed=False, infra=True, reason_code="agent_command_not_found", **common
+        )
     return AgentOutcome(completed=False, reason_code="agent_exit_nonzero", **common)

@@ -10,14 +10,12 @@ killed run reattaches to its task instead of submitting it again.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
 
 from harness.agents.checkpoint import write_checkpoint
 from harness.agents.gateway_errors import (
@@ -29,11 +27,15 @@ from harness.agents.gateway_errors import (
     GatewayUnavailable,
     GatewayValidation,
 )
+from harness.agents.gateway_http import (
+    GatewayHTTP,
+    PollPolicy,
+    RetryableError,
+    describe_exc,
+    error_text,
+)
 from harness.agents.gateway_models import (
     SETTLED_STATUSES,
-    HealthInfo,
-    ServerSettings,
-    ServerState,
     SubmitResponse,
     TaskCreateRequest,
     TaskResult,
@@ -57,182 +59,11 @@ __all__ = [
 ]
 
 
-class PollPolicy(BaseModel):
-    """Timing of every retry and poll loop of the client (short values suit tests)."""
+class GatewayClient(GatewayHTTP):
+    """A synchronous client of one agent server's task API.
 
-    model_config = ConfigDict(extra="forbid")
-
-    interval_s: float = Field(default=5.0, gt=0)
-    max_interval_s: float = Field(default=30.0, gt=0)
-    backoff: float = Field(default=1.5, ge=1.0)
-    jitter: float = Field(default=0.2, ge=0.0, lt=1.0)
-    request_timeout_s: float = Field(default=30.0, gt=0)
-    # A run of failed requests (transport errors, 5xx, unknown task) longer than this
-    # gives up; a successful request resets it.
-    error_budget_s: float = Field(default=300.0, ge=0)
-    # How long a 503 ("still starting") at submit is retried.
-    not_ready_budget_s: float = Field(default=120.0, ge=0)
-    # The client waits this much longer than the task's own timeout, so the server's
-    # deadline settles the task before the client gives up on it.
-    client_grace_s: float = Field(default=120.0, ge=0)
-    # How long a reattach waits for a task in ``cancel_requested`` to settle.
-    cancel_settle_s: float = Field(default=60.0, ge=0)
-
-
-class _Retryable(Exception):
-    """A failed request that a retry may fix (transport error, 5xx, bad JSON)."""
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:300]
-
-
-def _error_text(response: httpx.Response) -> str:
-    try:
-        data = response.json()
-    except ValueError:
-        return response.text[:300]
-    if isinstance(data, dict):
-        for key in ("error", "detail", "message"):
-            if data.get(key):
-                return str(data[key])[:300]
-    return str(data)[:300]
-
-
-class GatewayClient:
-    """A synchronous client of one agent server (``base_url`` such as http://127.0.0.1:8770)."""
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        policy: PollPolicy | None = None,
-        trust_env: bool = False,
-        rng: random.Random | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.policy = policy or PollPolicy()
-        self._rng = rng or random.Random()
-        self._sleep = sleep
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(self.policy.request_timeout_s),
-            trust_env=trust_env,
-            headers={"Accept": "application/json"},
-        )
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> GatewayClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- one request ------------------------------------------------------------------
-
-    def _send(self, method: str, path: str, body: Any = None, timeout: float | None = None
-              ) -> httpx.Response:
-        try:
-            kwargs: dict[str, Any] = {}
-            if body is not None:
-                kwargs["json"] = body
-            if timeout is not None:
-                kwargs["timeout"] = timeout
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise _Retryable(_describe(exc)) from exc
-        if response.status_code >= 500 and response.status_code != 503:
-            raise _Retryable(f"HTTP {response.status_code}: {_error_text(response)}")
-        return response
-
-    def _pause(self, attempt: int, cap: float | None = None) -> None:
-        delay = min(self.policy.interval_s * self.policy.backoff**attempt,
-                    self.policy.max_interval_s)
-        if cap is not None:
-            delay = min(delay, max(cap, 0.0))
-        self._sleep(self._jitter(delay))
-
-    def _jitter(self, delay: float) -> float:
-        j = self.policy.jitter
-        return max(0.0, delay * self._rng.uniform(1 - j, 1 + j))
-
-    def _get_json(self, path: str, budget_s: float | None = None) -> Any:
-        """GET with retries on transport errors, 5xx and 503 within the error budget."""
-        budget = self.policy.error_budget_s if budget_s is None else budget_s
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            try:
-                response = self._send("GET", path)
-                if response.status_code == 503:
-                    raise _Retryable(f"HTTP 503: {_error_text(response)}")
-                if response.status_code >= 400:
-                    raise GatewayError(
-                        f"GET {path}: HTTP {response.status_code}: {_error_text(response)}",
-                        "gateway_http_error", status_code=response.status_code,
-                    )
-                try:
-                    return response.json()
-                except ValueError as exc:
-                    raise _Retryable(f"GET {path}: the answer is not JSON") from exc
-            except _Retryable as exc:
-                if time.monotonic() - started >= budget:
-                    raise GatewayUnavailable(
-                        f"agent server {self.base_url} unreachable: GET {path}: {exc}"
-                    ) from exc
-                self._pause(attempt, budget - (time.monotonic() - started))
-                attempt += 1
-
-    # -- read-only endpoints -------------------------------------------------------------
-
-    def health(self, budget_s: float | None = None) -> HealthInfo:
-        return HealthInfo.model_validate(self._get_json("/api/health", budget_s))
-
-    def settings(self, budget_s: float | None = None) -> ServerSettings:
-        data = self._get_json("/api/settings", budget_s)
-        if isinstance(data, dict) and isinstance(data.get("settings"), dict):
-            data = data["settings"]
-        return ServerSettings.model_validate(data if isinstance(data, dict) else {})
-
-    def state(self, budget_s: float | None = None) -> ServerState:
-        return ServerState.model_validate(self._get_json("/api/state", budget_s))
-
-    def get_task(self, task_id: str) -> TaskResult | None:
-        """One read of a task: ``None`` when the server does not know it (404)."""
-        response = self._send("GET", f"/api/tasks/{task_id}")
-        if response.status_code == 404:
-            return None
-        if response.status_code == 503:
-            raise _Retryable(f"HTTP 503: {_error_text(response)}")
-        if response.status_code >= 400:
-            raise GatewayError(
-                f"GET task {task_id}: HTTP {response.status_code}: {_error_text(response)}",
-                "gateway_http_error", status_code=response.status_code, task_id=task_id,
-            )
-        try:
-            return TaskResult.parse_tolerant(response.json())
-        except ValueError as exc:
-            raise _Retryable(f"GET task {task_id}: the answer is not JSON") from exc
-
-    def find_task(self, task_id: str, budget_s: float | None = None) -> TaskResult | None:
-        """:meth:`get_task` with retries; ``GatewayUnavailable`` when the budget runs out."""
-        budget = self.policy.error_budget_s if budget_s is None else budget_s
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            try:
-                return self.get_task(task_id)
-            except _Retryable as exc:
-                if time.monotonic() - started >= budget:
-                    raise GatewayUnavailable(
-                        f"agent server {self.base_url} unreachable asking for task "
-                        f"{task_id}: {exc}", task_id=task_id,
-                    ) from exc
-                self._pause(attempt, budget - (time.monotonic() - started))
-                attempt += 1
+    ``GatewayClient(url, policy=PollPolicy(...))``; use as a context manager or ``close()``.
+    """
 
     # -- submit --------------------------------------------------------------------------
 
@@ -258,9 +89,10 @@ class GatewayClient:
                 # The server may have created the task. With our own id, ask it.
                 if task_id is None:
                     raise GatewayError(
-                        f"submit failed after the request was sent ({_describe(exc)}); "
+                        f"submit failed after the request was sent ({describe_exc(exc)}); "
                         "the task may exist on the server: give the body a task_id to make "
-                        "submission idempotent", "gateway_submit_ambiguous",
+                        "submission idempotent",
+                        "gateway_submit_ambiguous",
                     ) from exc
                 ambiguous = True
                 found = self.find_task(task_id)
@@ -273,26 +105,34 @@ class GatewayClient:
             if status < 300:
                 data = response.json()
                 if not isinstance(data, dict) or not data.get("task_id"):
-                    raise GatewayError(f"submit answered {status} without a task_id",
-                                       "gateway_protocol_error", status_code=status)
+                    raise GatewayError(
+                        f"submit answered {status} without a task_id",
+                        "gateway_protocol_error",
+                        status_code=status,
+                    )
                 return SubmitResponse.model_validate(data)
             if status == 409:
                 if ambiguous and task_id and self.find_task(task_id) is not None:
                     return SubmitResponse(task_id=task_id, status="scheduled")  # our own retry
                 raise GatewayDuplicate(
                     f"agent server refused task {task_id or '(no id)'}: 409 "
-                    f"{_admission_reason(response)}", status_code=409, task_id=task_id,
+                    f"{_admission_reason(response)}",
+                    status_code=409,
+                    task_id=task_id,
                 )
             if status in (400, 422):
                 raise GatewayValidation(
-                    f"agent server refused the task body: HTTP {status}: "
-                    f"{_error_text(response)}", status_code=status, task_id=task_id,
+                    f"agent server refused the task body: HTTP {status}: {error_text(response)}",
+                    status_code=status,
+                    task_id=task_id,
                 )
             if status == 503:
                 if elapsed >= self.policy.not_ready_budget_s:
                     raise GatewayNotReady(
                         f"agent server not ready after {elapsed:.0f}s (503: "
-                        f"{_error_text(response)})", status_code=503, task_id=task_id,
+                        f"{error_text(response)})",
+                        status_code=503,
+                        task_id=task_id,
                     )
                 log.info("agent server not ready (503), retrying submit")
                 self._pause(attempt, self.policy.not_ready_budget_s - elapsed)
@@ -305,13 +145,17 @@ class GatewayClient:
                 self._retry_or_raise(RuntimeError(f"HTTP {status}"), elapsed, attempt)
                 attempt += 1
                 continue
-            raise GatewayError(f"submit: HTTP {status}: {_error_text(response)}",
-                               "gateway_http_error", status_code=status, task_id=task_id)
+            raise GatewayError(
+                f"submit: HTTP {status}: {error_text(response)}",
+                "gateway_http_error",
+                status_code=status,
+                task_id=task_id,
+            )
 
     def _retry_or_raise(self, exc: BaseException, elapsed: float, attempt: int) -> None:
         if elapsed >= self.policy.error_budget_s:
             raise GatewayUnavailable(
-                f"agent server {self.base_url} unreachable at submit: {_describe(exc)}"
+                f"agent server {self.base_url} unreachable at submit: {describe_exc(exc)}"
             ) from exc
         self._pause(attempt, self.policy.error_budget_s - elapsed)
 
@@ -322,9 +166,13 @@ class GatewayClient:
         body: dict[str, Any] = {"cascade": True} if cascade else {}
         for attempt in range(attempts):
             try:
-                response = self._send("POST", f"/api/tasks/{task_id}/cancel", body,
-                                      timeout=min(10.0, self.policy.request_timeout_s))
-            except _Retryable as exc:
+                response = self._send(
+                    "POST",
+                    f"/api/tasks/{task_id}/cancel",
+                    body,
+                    timeout=min(10.0, self.policy.request_timeout_s),
+                )
+            except RetryableError as exc:
                 log.warning("cancel of task %s failed (%s)", task_id, exc)
                 if attempt + 1 < attempts:
                     self._sleep(min(self._jitter(self.policy.interval_s * (attempt + 1)), 2.0))
@@ -332,9 +180,12 @@ class GatewayClient:
             if response.status_code < 300:
                 log.warning("cancelled agent task %s", task_id)
                 return True
-            log.warning("cancel of task %s: HTTP %s %s", task_id, response.status_code,
-                        "(not active)" if response.status_code == 404
-                        else _error_text(response))
+            log.warning(
+                "cancel of task %s: HTTP %s %s",
+                task_id,
+                response.status_code,
+                "(not active)" if response.status_code == 404 else error_text(response),
+            )
             return False
         return False
 
@@ -361,20 +212,23 @@ class GatewayClient:
                 result = self.get_task(task_id)
                 if result is None:
                     problem = "the server does not know the task (404)"
-            except _Retryable as exc:
+            except RetryableError as exc:
                 problem = str(exc)
             now = time.monotonic()
             if problem is not None:
                 failing_since = failing_since or now
                 if now - failing_since >= self.policy.error_budget_s:
                     raise ClientPollError(
-                        f"polling task {task_id} failed for {now - failing_since:.0f}s: "
-                        f"{problem}", task_id=task_id, last=last,
+                        f"polling task {task_id} failed for {now - failing_since:.0f}s: {problem}",
+                        task_id=task_id,
+                        last=last,
                     )
                 if now >= deadline:
                     raise ClientPollTimeout(
                         f"gave up waiting for task {task_id} after {timeout_s:.0f}s "
-                        f"(last poll failed: {problem})", task_id=task_id, last=last,
+                        f"(last poll failed: {problem})",
+                        task_id=task_id,
+                        last=last,
                     )
                 log.info("poll of task %s failed: %s", task_id, problem)
                 self._pause(failures, deadline - now)
@@ -389,8 +243,14 @@ class GatewayClient:
                 interval = min(interval * self.policy.backoff, self.policy.max_interval_s)
             last = result
             if checkpoint_path is not None:
-                write_checkpoint(checkpoint_path, task_id, result.status or "unknown",
-                                 result, self.base_url, polls)
+                write_checkpoint(
+                    checkpoint_path,
+                    task_id,
+                    result.status or "unknown",
+                    result,
+                    self.base_url,
+                    polls,
+                )
             if on_poll is not None:
                 on_poll(result)
             if result.status in SETTLED_STATUSES:
@@ -399,9 +259,11 @@ class GatewayClient:
                 raise ClientPollTimeout(
                     f"gave up waiting for task {task_id} after {timeout_s:.0f}s "
                     f"(status {result.status}); it is left running and reattachable",
-                    task_id=task_id, last=result,
+                    task_id=task_id,
+                    last=result,
                 )
             self._sleep(min(self._jitter(interval), max(deadline - now, 0.0)))
+
     # -- the whole flow (gateway_run) ----------------------------------------------------
 
     def reattach_decision(self, checkpoint_path: Path) -> ReattachDecision:
@@ -409,14 +271,26 @@ class GatewayClient:
 
         return reattach_decision(self, checkpoint_path)
 
-    def run_task(self, body: TaskCreateRequest | Mapping[str, Any], *, instance_dir: Path,
-                 adapter: str = "harness", timeout_s: float | None = None,
-                 assign_task_id: bool = True) -> TaskRun:
+    def run_task(
+        self,
+        body: TaskCreateRequest | Mapping[str, Any],
+        *,
+        instance_dir: Path,
+        adapter: str = "harness",
+        timeout_s: float | None = None,
+        assign_task_id: bool = True,
+    ) -> TaskRun:
         """Reattach or submit, then wait; cancel the task if interrupted (Ctrl-C, stop)."""
         from harness.agents.gateway_run import run_task
 
-        return run_task(self, body, instance_dir=instance_dir, adapter=adapter,
-                        timeout_s=timeout_s, assign_task_id=assign_task_id)
+        return run_task(
+            self,
+            body,
+            instance_dir=instance_dir,
+            adapter=adapter,
+            timeout_s=timeout_s,
+            assign_task_id=assign_task_id,
+        )
 
 
 def _admission_reason(response: httpx.Response) -> str:

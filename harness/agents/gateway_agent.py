@@ -25,8 +25,9 @@ from harness.errors import InfraError
 class GatewayAgent:
     kind = "gateway"
 
-    def __init__(self, base_url: str, *, policy: PollPolicy | None = None,
-                 adapter: str | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, policy: PollPolicy | None = None, adapter: str | None = None
+    ) -> None:
         self.base_url = base_url
         self.policy = policy or PollPolicy()
         self.adapter = adapter
@@ -47,12 +48,17 @@ class GatewayAgent:
         if body is None:
             raise InfraError(
                 f"{request.adapter}: no gateway task body for instance {request.instance_id} "
-                "(the adapter does not support --agent gateway)", "gateway_task_body_missing",
+                "(the adapter does not support --agent gateway)",
+                "gateway_task_body_missing",
             )
-        data = body.model_dump(mode="json", exclude_none=True) if isinstance(
-            body, BaseModel) else dict(body)
-        if request.timeout_sec and not any(data.get(k) for k in
-                                           ("timeout_sec", "timeout", "deadline_at")):
+        data = (
+            body.model_dump(mode="json", exclude_none=True)
+            if isinstance(body, BaseModel)
+            else dict(body)
+        )
+        if request.timeout_sec and not any(
+            data.get(k) for k in ("timeout_sec", "timeout", "deadline_at")
+        ):
             data["timeout_sec"] = request.timeout_sec
         return validate_task_body(data)
 
@@ -62,24 +68,34 @@ class GatewayAgent:
         body = self._body(request)
         with GatewayClient(self.base_url, policy=self.policy) as client:
             try:
-                run = client.run_task(body, instance_dir=instance_dir, adapter=adapter,
-                                      timeout_s=request.timeout_sec)
+                run = client.run_task(
+                    body, instance_dir=instance_dir, adapter=adapter, timeout_s=request.timeout_sec
+                )
             except (ClientPollTimeout, ClientPollError) as exc:
                 last = exc.last
                 return AgentOutcome(
-                    agent=self.kind, completed=False, infra=True,
-                    reason_code=exc.reason_code, task_id=exc.task_id,
-                    runtime_outcome=RuntimeOutcome(available=last is not None,
-                                                   status=last.status if last else None),
+                    agent=self.kind,
+                    completed=False,
+                    infra=True,
+                    reason_code=exc.reason_code,
+                    task_id=exc.task_id,
+                    runtime_outcome=RuntimeOutcome(
+                        available=last is not None, status=last.status if last else None
+                    ),
                     output_paths={"task_checkpoint": str(instance_dir / CHECKPOINT_NAME)},
                     details={"reattachable": True, "error": str(exc)},
                 )
-        outcome = classify_result(run.result, task_id=run.task_id,
-                                  raw_result_path=run.result_path, agent=self.kind)
+        outcome = classify_result(
+            run.result, task_id=run.task_id, raw_result_path=run.result_path, agent=self.kind
+        )
         paths = {"task_checkpoint": run.checkpoint_path, "task_result": run.result_path}
         if run.body_path:
             paths["task_body"] = run.body_path
-        details = {**outcome.details, "reattached": run.reattached,
-                   "reattach_reason": run.decision.reason, "polls": run.polls,
-                   "gateway_url": self.base_url}
+        details = {
+            **outcome.details,
+            "reattached": run.reattached,
+            "reattach_reason": run.decision.reason,
+            "polls": run.polls,
+            "gateway_url": self.base_url,
+        }
         return outcome.model_copy(update={"output_paths": paths, "details": details})

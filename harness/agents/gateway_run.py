@@ -74,16 +74,17 @@ def reattach_decision(client: GatewayClient, checkpoint_path: Path) -> ReattachD
         except ClientPollTimeout as exc:
             raise GatewayError(
                 f"task {task_id} from the checkpoint is still cancelling; retry later",
-                "gateway_cancel_pending", task_id=task_id,
+                "gateway_cancel_pending",
+                task_id=task_id,
             ) from exc
     if found is None:
         return ReattachDecision(action="fresh", reason="task_unknown", task_id=task_id)
     status = found.status
     if status in IN_FLIGHT_STATUSES or status == "completed":
-        return ReattachDecision(action="reattach", reason=f"task_{status}",
-                                task_id=task_id, status=status)
-    return ReattachDecision(action="fresh", reason=f"task_{status}", task_id=task_id,
-                            status=status)
+        return ReattachDecision(
+            action="reattach", reason=f"task_{status}", task_id=task_id, status=status
+        )
+    return ReattachDecision(action="fresh", reason=f"task_{status}", task_id=task_id, status=status)
 
 
 def run_task(
@@ -133,9 +134,13 @@ def run_task(
     atomic_write_json(result_path, result)
     polls = read_checkpoint(checkpoint_path)
     return TaskRun(
-        task_id=task_id, result=result, reattached=decision.action == "reattach",
-        decision=decision, body_path=str(body_path) if body_path else None,
-        checkpoint_path=str(checkpoint_path), result_path=str(result_path),
+        task_id=task_id,
+        result=result,
+        reattached=decision.action == "reattach",
+        decision=decision,
+        body_path=str(body_path) if body_path else None,
+        checkpoint_path=str(checkpoint_path),
+        result_path=str(result_path),
         polls=polls.polls if polls else 0,
     )
 
@@ -149,5 +154,6 @@ def validate_task_body(body: TaskCreateRequest | Mapping[str, Any]) -> TaskCreat
     except ValidationError as exc:
         raise GatewayValidation(
             "task body does not satisfy the agent server's contract: "
-            + describe_validation_error(exc), "task_body_invalid",
+            + describe_validation_error(exc),
+            "task_body_invalid",
         ) from exc

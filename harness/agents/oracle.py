@@ -49,5 +49,10 @@ class OracleAgent:
                     "must apply cleanly",
                     "oracle_failed",
                 )
-        return AgentOutcome(agent=self.kind, completed=True, reason_code="oracle_applied",
-                            cost_usd=0.0, cost_known=True)
+        return AgentOutcome(
+            agent=self.kind,
+            completed=True,
+            reason_code="oracle_applied",
+            cost_usd=0.0,
+            cost_known=True,
+        )

@@ -43,8 +43,12 @@ PRIMARY_SLOT = "OUROBOROS_MODEL"
 # Providers whose ``provider/model`` ids a direct-provider server rewrites to ``provider::``.
 MIGRATED_PROVIDERS = frozenset({"openai", "anthropic", "cloudru", "minimax"})
 # Settings that make the server route ids through a router (ids stay ``provider/model``).
-ROUTER_KEYS = ("OPENROUTER_API_KEY", "OPENAI_BASE_URL", "OPENAI_COMPATIBLE_BASE_URL",
-               "LLM_BASE_URL")
+ROUTER_KEYS = (
+    "OPENROUTER_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_COMPATIBLE_BASE_URL",
+    "LLM_BASE_URL",
+)
 _SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
 
 
@@ -82,8 +86,7 @@ def version_matches(runtime: str, expected: str) -> bool:
     a, b = runtime.strip().lstrip("v"), expected.strip().lstrip("v")
     if a == b:
         return True
-    return any(x.startswith(y) or y.startswith(x)
-               for x in _sha_parts(a) for y in _sha_parts(b))
+    return any(x.startswith(y) or y.startswith(x) for x in _sha_parts(a) for y in _sha_parts(b))
 
 
 def attest_runtime(
@@ -99,8 +102,12 @@ def attest_runtime(
     """Read the runtime's identity. The expected version is ``expected_version`` or, when an
     agent repo is named, its HEAD (or its VERSION file)."""
     att = RuntimeAttestation(
-        checked_at_unix=time.time(), base_url=client.base_url, repo_dir=repo_dir,
-        repo_head=repo_head, repo_version=repo_version, expected_version=expected_version,
+        checked_at_unix=time.time(),
+        base_url=client.base_url,
+        repo_dir=repo_dir,
+        repo_head=repo_head,
+        repo_version=repo_version,
+        expected_version=expected_version,
         override_set=allow_skew,
     )
     try:
@@ -142,8 +149,12 @@ def require_runtime(att: RuntimeAttestation) -> RuntimeAttestation:
         f"{att.expected_version!r}; pass {RUNTIME_SKEW_WAIVER} to run anyway",
     }
     reason = att.reason or "runtime_unreachable"
-    raise RefusalError(f"runtime attestation failed: {messages.get(reason, reason)}",
-                       stage="runtime_attestation", reason=reason, exit_code=3)
+    raise RefusalError(
+        f"runtime attestation failed: {messages.get(reason, reason)}",
+        stage="runtime_attestation",
+        reason=reason,
+        exit_code=3,
+    )
 
 
 # -- target actor ----------------------------------------------------------------------
@@ -184,14 +195,18 @@ def model_form_problem(model: str, routing: Literal["direct", "router"]) -> str 
     if "::" in model:
         provider, _, name = model.partition("::")
         if routing == "router":
-            return (f"{model!r} is a direct-provider id but the server routes through a "
-                    f"router: use {provider}/{name!s}")
+            return (
+                f"{model!r} is a direct-provider id but the server routes through a "
+                f"router: use {provider}/{name!s}"
+            )
         return None
     if "/" in model:
         provider, _, name = model.partition("/")
         if routing == "direct" and provider.lower() in MIGRATED_PROVIDERS:
-            return (f"the server would rewrite {model!r} to {provider}::{name} (direct "
-                    f"provider, no router configured): use {provider}::{name}")
+            return (
+                f"the server would rewrite {model!r} to {provider}::{name} (direct "
+                f"provider, no router configured): use {provider}::{name}"
+            )
     return None
 
 
@@ -212,31 +227,48 @@ def check_target_actor(
 ) -> TargetActor:
     """Compare the server's model slots with ``solve_model`` (pure)."""
     mode = detect_routing(settings) if routing == "auto" else routing
-    keys = list(slots) if slots is not None else [
-        k for k in MODEL_SLOT_KEYS if k == PRIMARY_SLOT or _present(settings.get(k))
-    ]
-    actor = TargetActor(model=solve_model, routing=mode,
-                        model_slots={k: settings.get(k) for k in keys})
+    keys = (
+        list(slots)
+        if slots is not None
+        else [k for k in MODEL_SLOT_KEYS if k == PRIMARY_SLOT or _present(settings.get(k))]
+    )
+    actor = TargetActor(
+        model=solve_model, routing=mode, model_slots={k: settings.get(k) for k in keys}
+    )
     problem = model_form_problem(solve_model, mode)
     if problem:
-        actor.mismatches.append(SlotMismatch(slot="--solve-model", expected=solve_model,
-                                             actual=solve_model, problem="rejected_form",
-                                             hint=problem))
+        actor.mismatches.append(
+            SlotMismatch(
+                slot="--solve-model",
+                expected=solve_model,
+                actual=solve_model,
+                problem="rejected_form",
+                hint=problem,
+            )
+        )
     for key in keys:
         value = settings.get(key)
         if not _present(value):
-            actor.mismatches.append(SlotMismatch(slot=key, expected=solve_model,
-                                                 problem="absent"))
+            actor.mismatches.append(SlotMismatch(slot=key, expected=solve_model, problem="absent"))
             continue
         for item in _slot_values(value):
             form = model_form_problem(item, mode)
             if form:
-                actor.mismatches.append(SlotMismatch(slot=key, expected=solve_model,
-                                                     actual=item, problem="rejected_form",
-                                                     hint=form))
+                actor.mismatches.append(
+                    SlotMismatch(
+                        slot=key,
+                        expected=solve_model,
+                        actual=item,
+                        problem="rejected_form",
+                        hint=form,
+                    )
+                )
             elif item != solve_model:
-                actor.mismatches.append(SlotMismatch(slot=key, expected=solve_model,
-                                                     actual=item, problem="different_model"))
+                actor.mismatches.append(
+                    SlotMismatch(
+                        slot=key, expected=solve_model, actual=item, problem="different_model"
+                    )
+                )
     return actor
 
 
@@ -252,20 +284,25 @@ def require_target_actor(actor: TargetActor) -> TargetActor:
         else:
             parts.append(f"{m.slot}={m.actual!r}")
     raise RefusalError(
-        f"agent server settings do not match --solve-model {actor.model!r}: "
-        + "; ".join(parts),
-        stage="target_actor_preflight", reason="target_actor_mismatch", exit_code=2,
+        f"agent server settings do not match --solve-model {actor.model!r}: " + "; ".join(parts),
+        stage="target_actor_preflight",
+        reason="target_actor_mismatch",
+        exit_code=2,
     )
 
 
-def preflight_target_actor(client: GatewayClient, solve_model: str, *, budget_s: float = 10.0,
-                           **kwargs: Any) -> TargetActor:
+def preflight_target_actor(
+    client: GatewayClient, solve_model: str, *, budget_s: float = 10.0, **kwargs: Any
+) -> TargetActor:
     """Read ``/api/settings`` and refuse (exit 2) on any mismatch; unreachable is refused
     too (a run must not start against a server it cannot verify)."""
     try:
         settings = client.settings(budget_s=budget_s).values()
     except GatewayError as exc:
-        raise RefusalError(f"cannot read agent server settings: {exc}",
-                           stage="target_actor_preflight", reason="settings_unavailable",
-                           exit_code=2) from exc
+        raise RefusalError(
+            f"cannot read agent server settings: {exc}",
+            stage="target_actor_preflight",
+            reason="settings_unavailable",
+            exit_code=2,
+        ) from exc
     return require_target_actor(check_target_actor(settings, solve_model, **kwargs))

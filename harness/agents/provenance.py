@@ -20,8 +20,14 @@ from pydantic import BaseModel, Field
 
 from harness.errors import RefusalError
 
-_GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
-                 "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CEILING_DIRECTORIES")
+_GIT_ENV_DROP = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_CEILING_DIRECTORIES",
+)
 _SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
 
 
@@ -65,8 +71,13 @@ def _git(repo: Path, *args: str, timeout: float = 30.0) -> bytes:
     env["GIT_OPTIONAL_LOCKS"] = "0"  # reading status must not take the index lock
     env["LC_ALL"] = "C"
     try:
-        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                              env=env, timeout=timeout, check=False)
+        proc = subprocess.run(
+            ["git", "-C", str(repo), *args],
+            capture_output=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise _GitFailed(f"git {args[0]}: {exc}") from exc
     if proc.returncode != 0:
@@ -98,8 +109,9 @@ def repo_provenance(repo_dir: Path | str) -> RepoProvenance:
     except _GitFailed:
         prov.branch = None  # detached HEAD
     try:
-        prov.describe = _git(repo, "describe", "--always", "--tags", "--dirty",
-                             "--abbrev=12").decode().strip()
+        prov.describe = (
+            _git(repo, "describe", "--always", "--tags", "--dirty", "--abbrev=12").decode().strip()
+        )
     except _GitFailed as exc:
         prov.git_error = str(exc)[:500]
     try:
@@ -124,9 +136,14 @@ def seed_gate(
 ) -> SeedGate:
     """Decide whether a run may start from this checkout (pure)."""
     gate = SeedGate(
-        allow_dirty_seed=allow_dirty_seed, require_clean=not allow_dirty_seed, expect=expect,
-        git_available=prov.git_available, status_available=prov.status_available,
-        dirty=prov.dirty, describe=prov.describe, head=prov.head,
+        allow_dirty_seed=allow_dirty_seed,
+        require_clean=not allow_dirty_seed,
+        expect=expect,
+        git_available=prov.git_available,
+        status_available=prov.status_available,
+        dirty=prov.dirty,
+        describe=prov.describe,
+        head=prov.head,
     )
     wanted = expect.strip().lower() if expect else None
     if wanted is not None and not _SHA_RE.match(wanted):
@@ -160,8 +177,9 @@ def require_seed(gate: SeedGate, prov: RepoProvenance) -> SeedGate:
         "change(s); commit them or pass --allow-dirty-seed",
     }
     reason = gate.reason or "seed_identity_unavailable"
-    raise RefusalError(f"seed gate: {messages.get(reason, reason)}", stage="seed_gate",
-                       reason=reason, exit_code=2)
+    raise RefusalError(
+        f"seed gate: {messages.get(reason, reason)}", stage="seed_gate", reason=reason, exit_code=2
+    )
 
 
 def check_agent_repo(

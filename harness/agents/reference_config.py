@@ -160,5 +160,7 @@ class FaultInjector:
 
     def counts(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [{"match": r.match, "kind": r.kind, "seen": s, "applied": a}
-                    for r, s, a in zip(self._rules, self._seen, self._applied, strict=True)]
+            return [
+                {"match": r.match, "kind": r.kind, "seen": s, "applied": a}
+                for r, s, a in zip(self._rules, self._seen, self._applied, strict=True)
+            ]

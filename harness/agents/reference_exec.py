@@ -40,8 +40,9 @@ class StepRun(BaseModel):
 
 
 class StepExecutor(Protocol):
-    def run(self, command: str, *, timeout_s: float, env: dict[str, str],
-            stop: threading.Event) -> StepRun: ...
+    def run(
+        self, command: str, *, timeout_s: float, env: dict[str, str], stop: threading.Event
+    ) -> StepRun: ...
 
     def write(self, item: WriteFile) -> None: ...
 
@@ -57,8 +58,9 @@ class LocalExecutor:
         self.workspace = workspace
         workspace.mkdir(parents=True, exist_ok=True)
 
-    def run(self, command: str, *, timeout_s: float, env: dict[str, str],
-            stop: threading.Event) -> StepRun:
+    def run(
+        self, command: str, *, timeout_s: float, env: dict[str, str], stop: threading.Event
+    ) -> StepRun:
         full_env = {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "LANG": "C.UTF-8",
@@ -67,8 +69,12 @@ class LocalExecutor:
         }
         started = time.monotonic()
         proc = subprocess.Popen(
-            ["bash", "-c", command], cwd=self.workspace, env=full_env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            ["bash", "-c", command],
+            cwd=self.workspace,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         timed_out = cancelled = False
@@ -86,9 +92,13 @@ class LocalExecutor:
                 else:
                     continue
                 _kill_group(proc)
-        return StepRun(exit_code=proc.returncode, output_tail=_tail(b"".join(chunks)),
-                       timed_out=timed_out, cancelled=cancelled,
-                       duration_s=time.monotonic() - started)
+        return StepRun(
+            exit_code=proc.returncode,
+            output_tail=_tail(b"".join(chunks)),
+            timed_out=timed_out,
+            cancelled=cancelled,
+            duration_s=time.monotonic() - started,
+        )
 
     def write(self, item: WriteFile) -> None:
         target = (self.workspace / item.path).resolve()
@@ -139,7 +149,8 @@ class DockerExecExecutor:
             raise ExecutorUnavailable(f"docker unavailable: {type(exc).__name__}") from exc
         if self._container.status != "running":
             raise ExecutorUnavailable(
-                f"container {container_name!r} is {self._container.status}, not running")
+                f"container {container_name!r} is {self._container.status}, not running"
+            )
         self.workdir = workdir
         self.user = user
 
@@ -151,14 +162,18 @@ class DockerExecExecutor:
             kwargs["user"] = self.user
         return kwargs
 
-    def run(self, command: str, *, timeout_s: float, env: dict[str, str],
-            stop: threading.Event) -> StepRun:
+    def run(
+        self, command: str, *, timeout_s: float, env: dict[str, str], stop: threading.Event
+    ) -> StepRun:
         api = self._client.api
         pidfile = f"/tmp/.harness-ref-{uuid.uuid4().hex[:12]}.pid"
         exec_id = api.exec_create(
             self._container.id,
             ["bash", "-c", _DOCKER_WRAPPER, "ref-step", pidfile, f"{timeout_s:g}", command],
-            stdout=True, stderr=True, environment=env or None, **self._exec_kwargs(),
+            stdout=True,
+            stderr=True,
+            environment=env or None,
+            **self._exec_kwargs(),
         )["Id"]
         started = time.monotonic()
         box: dict[str, Any] = {}
@@ -177,14 +192,19 @@ class DockerExecExecutor:
             if stop.is_set() and not cancelled:
                 cancelled = True
                 self._container.exec_run(
-                    ["sh", "-c", f'kill -TERM "$(cat {pidfile})" 2>/dev/null'], user="root")
+                    ["sh", "-c", f'kill -TERM "$(cat {pidfile})" 2>/dev/null'], user="root"
+                )
         self._container.exec_run(["rm", "-f", pidfile], user="root")
         if "error" in box:
             raise ExecutorUnavailable(f"docker exec failed: {type(box['error']).__name__}")
         exit_code = api.exec_inspect(exec_id).get("ExitCode")
-        return StepRun(exit_code=exit_code, output_tail=_tail(box.get("out") or b""),
-                       timed_out=exit_code in (124, 137) and not cancelled,
-                       cancelled=cancelled, duration_s=time.monotonic() - started)
+        return StepRun(
+            exit_code=exit_code,
+            output_tail=_tail(box.get("out") or b""),
+            timed_out=exit_code in (124, 137) and not cancelled,
+            cancelled=cancelled,
+            duration_s=time.monotonic() - started,
+        )
 
     def write(self, item: WriteFile) -> None:
         base = PurePosixPath(self.workdir or "/")

@@ -115,8 +115,11 @@ class _Handler(BaseHTTPRequestHandler):
         srv = self.server
         store = srv.store
         if method == "GET" and parts == ["api", "health"]:
-            health: dict[str, Any] = {"status": "ok", "version": srv.config.app_version,
-                                      "app_version": srv.config.app_version}
+            health: dict[str, Any] = {
+                "status": "ok",
+                "version": srv.config.app_version,
+                "app_version": srv.config.app_version,
+            }
             if srv.config.runtime_version:
                 health["runtime_version"] = srv.config.runtime_version
             return self._send(200, health)
@@ -128,8 +131,14 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "POST" and len(parts) == 2:
                 return self._submit(body)
             if method == "GET" and len(parts) == 2:
-                return self._send(200, {"tasks": [
-                    {"task_id": t, "status": s} for t, s in store.state()["tasks"].items()]})
+                return self._send(
+                    200,
+                    {
+                        "tasks": [
+                            {"task_id": t, "status": s} for t, s in store.state()["tasks"].items()
+                        ]
+                    },
+                )
             if method == "GET" and len(parts) == 3:
                 envelope = store.envelope(parts[2])
                 if envelope is None:
@@ -147,13 +156,15 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             return self._send(400, {"ok": False, "error": "the body is not a JSON object"})
         if isinstance(data.get("metadata"), dict) and "executor_ref" in data["metadata"]:
-            return self._send(400, {"ok": False,
-                                    "error": "executor_ref must be top-level, not in metadata"})
+            return self._send(
+                400, {"ok": False, "error": "executor_ref must be top-level, not in metadata"}
+            )
         try:
             request = TaskCreateRequest.model_validate(data)
         except ValidationError as exc:
-            return self._send(400, {"ok": False, "error": "validation failed: "
-                                    + describe_validation_error(exc)})
+            return self._send(
+                400, {"ok": False, "error": "validation failed: " + describe_validation_error(exc)}
+            )
         try:
             task = self.server.store.submit(request)
         except Admission as exc:
@@ -194,8 +205,9 @@ class ReferenceHTTPServer(ThreadingHTTPServer):
         self.server_close()
 
 
-def start_in_thread(config: ReferenceServerConfig, host: str = "127.0.0.1", port: int = 0
-                    ) -> ReferenceHTTPServer:
+def start_in_thread(
+    config: ReferenceServerConfig, host: str = "127.0.0.1", port: int = 0
+) -> ReferenceHTTPServer:
     """An in-process server on a background thread (``.url``; stop with ``.stop()``)."""
     server = ReferenceHTTPServer((host, port), config)
     threading.Thread(target=server.serve_forever, daemon=True, name="reference-server").start()
@@ -203,13 +215,15 @@ def start_in_thread(config: ReferenceServerConfig, host: str = "127.0.0.1", port
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="harness agent-server",
-                                description="Run the reference agent server on loopback.")
+    p = argparse.ArgumentParser(
+        prog="harness agent-server", description="Run the reference agent server on loopback."
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8770, help="0 picks a free port")
     p.add_argument("--config", type=Path, default=None, help="JSON config file")
-    p.add_argument("--port-file", type=Path, default=None,
-                   help="write the bound port here once listening")
+    p.add_argument(
+        "--port-file", type=Path, default=None, help="write the bound port here once listening"
+    )
     p.add_argument("--quiet", action="store_true", help="do not log requests")
     return p
 
@@ -223,13 +237,18 @@ def agent_server_command(argv: list[str] | None = None) -> int:
         detail = describe_validation_error(exc) if isinstance(exc, ValidationError) else exc
         print(f"harness agent-server: bad config {args.config}: {detail}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
-                        format="%(asctime)s reference-server %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s reference-server %(message)s",
+        stream=sys.stderr,
+    )
     try:
         server = ReferenceHTTPServer((args.host, args.port), config)
     except OSError as exc:
-        print(f"harness agent-server: cannot listen on {args.host}:{args.port}: {exc}",
-              file=sys.stderr)
+        print(
+            f"harness agent-server: cannot listen on {args.host}:{args.port}: {exc}",
+            file=sys.stderr,
+        )
         return 2
 
     def _stop(signum: int, _frame: Any) -> None:

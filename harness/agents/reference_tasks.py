@@ -68,29 +68,49 @@ class RefTask:
     def envelope(self) -> dict[str, Any]:
         settled = self.status in SETTLED_STATUSES
         execution = self.execution_status or (
-            "completed" if self.status == "completed" else
-            "failed" if self.status == "failed" else
-            "cancelled" if self.status == "cancelled" else self.status)
+            "completed"
+            if self.status == "completed"
+            else "failed"
+            if self.status == "failed"
+            else "cancelled"
+            if self.status == "cancelled"
+            else self.status
+        )
         return {
-            "task_id": self.task_id, "status": self.status, "reason_code": self.reason_code,
-            "result": self.result, "final_answer": self.plan.final_answer if settled else None,
+            "task_id": self.task_id,
+            "status": self.status,
+            "reason_code": self.reason_code,
+            "result": self.result,
+            "final_answer": self.plan.final_answer if settled else None,
             "error": self.error,
             "outcome_axes": {
                 "lifecycle": {"status": self.status},
-                "execution": {"status": execution, "reason_code":
-                              self.execution_reason_code or self.reason_code},
-                "artifacts": {"status": "ready" if self.status == "completed" else
-                              "pending" if not settled else "missing"},
+                "execution": {
+                    "status": execution,
+                    "reason_code": self.execution_reason_code or self.reason_code,
+                },
+                "artifacts": {
+                    "status": "ready"
+                    if self.status == "completed"
+                    else "pending"
+                    if not settled
+                    else "missing"
+                },
             },
             "loop_outcome": {"resource_limit": self.resource_limit},
-            "degraded": self.degraded, "degraded_reason": self.degraded_reason,
-            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "degraded": self.degraded,
+            "degraded_reason": self.degraded_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
             "total_rounds": self.rounds,
             "accounted_upper_bound_usd": round(self.cost_usd, 6),
             "accounted_upper_bound_usd_with_children": round(self.cost_usd, 6),
-            "cost_known": self.cost_known, "cost_final": self.cost_final,
-            "cost_with_children_partial": False, "unknown_unmetered": not self.cost_known,
-            "created_at": self.created_at, "updated_at": self.updated_at,
+            "cost_known": self.cost_known,
+            "cost_final": self.cost_final,
+            "cost_with_children_partial": False,
+            "unknown_unmetered": not self.cost_known,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
             "steps": self.steps,
         }
 
@@ -128,29 +148,54 @@ class TaskStore:
         with self._lock:
             self.submit_attempts += 1
             if not self.ready() or self.submit_attempts <= cfg.starting_posts:
-                raise Admission(503, {"ok": False, "status": "rejected",
-                                      "reason_code": "worker_pool_unavailable",
-                                      "error": "supervisor is starting"})
+                raise Admission(
+                    503,
+                    {
+                        "ok": False,
+                        "status": "rejected",
+                        "reason_code": "worker_pool_unavailable",
+                        "error": "supervisor is starting",
+                    },
+                )
             if request.type not in cfg.allowed_types:
-                raise Admission(400, {"ok": False, "error": f"task type {request.type!r} is "
-                                      "internal and cannot be submitted"})
+                raise Admission(
+                    400,
+                    {
+                        "ok": False,
+                        "error": f"task type {request.type!r} is internal and cannot be submitted",
+                    },
+                )
             ref = request.executor_ref
             for root in cfg.protected_roots:
                 for host in ref.host_roots() if ref else []:
                     if _overlaps(host, root):
-                        raise Admission(400, {"ok": False, "error": "executor_ref mapping "
-                                              "overlaps the server's own repository or data"})
+                        raise Admission(
+                            400,
+                            {
+                                "ok": False,
+                                "error": "executor_ref mapping "
+                                "overlaps the server's own repository or data",
+                            },
+                        )
             task_id = request.task_id or f"t-{uuid.uuid4().hex[:12]}"
             if task_id in self.tasks or task_id in cfg.preexisting_task_ids:
-                raise Admission(409, {"ok": False, "status": "rejected", "task_id": task_id,
-                                      "admission": {"reason_code": "duplicate_task_id"},
-                                      "error": "task id already exists"})
+                raise Admission(
+                    409,
+                    {
+                        "ok": False,
+                        "status": "rejected",
+                        "task_id": task_id,
+                        "admission": {"reason_code": "duplicate_task_id"},
+                        "error": "task id already exists",
+                    },
+                )
             plan = self._plan(request)
             task = RefTask(task_id, request, plan)
             self.tasks[task_id] = task
             self.submissions += 1
-        thread = threading.Thread(target=self._run, args=(task,), daemon=True,
-                                  name=f"task-{task_id}")
+        thread = threading.Thread(
+            target=self._run, args=(task,), daemon=True, name=f"task-{task_id}"
+        )
         self._threads.append(thread)
         thread.start()
         return task
@@ -162,9 +207,13 @@ class TaskStore:
         try:
             return ReferencePlan.model_validate(raw)
         except ValueError as exc:
-            raise Admission(400, {"ok": False,
-                                  "error": f"metadata.reference_plan is invalid: {exc.__class__.__name__}"}
-                            ) from exc
+            raise Admission(
+                400,
+                {
+                    "ok": False,
+                    "error": f"metadata.reference_plan is invalid: {exc.__class__.__name__}",
+                },
+            ) from exc
 
     def envelope(self, task_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -212,8 +261,9 @@ class TaskStore:
         ref = task.request.executor_ref
         if ref is not None and ref.type == "docker_exec":
             assert ref.container_name is not None
-            return DockerExecExecutor(ref.container_name, ref.workspace_backend_path,
-                                      self.config.docker_user)
+            return DockerExecExecutor(
+                ref.container_name, ref.workspace_backend_path, self.config.docker_user
+            )
         workspace = (ref.workspace_host_path if ref else None) or task.request.workspace_root
         if workspace is None:
             scratch = self.config.scratch_dir or tempfile.gettempdir()
@@ -225,8 +275,13 @@ class TaskStore:
             self._run_plan(task)
         except Exception as exc:  # the server must settle every task
             log.exception("task %s crashed", task.task_id)
-            self._settle(task, "failed", "internal_error", error=type(exc).__name__,
-                         execution_status="infra_failed")
+            self._settle(
+                task,
+                "failed",
+                "internal_error",
+                error=type(exc).__name__,
+                execution_status="infra_failed",
+            )
 
     def _run_plan(self, task: RefTask) -> None:
         plan = task.plan
@@ -239,14 +294,20 @@ class TaskStore:
         try:
             executor = self._executor(task)
         except ExecutorUnavailable as exc:
-            return self._settle(task, "failed", "executor_unavailable", error=str(exc),
-                                execution_status="infra_failed")
+            return self._settle(
+                task,
+                "failed",
+                "executor_unavailable",
+                error=str(exc),
+                execution_status="infra_failed",
+            )
         try:
             for index, step in enumerate(plan.steps):
                 remaining = (task.deadline - time.time()) if task.deadline else None
                 if remaining is not None and remaining <= 0:
-                    return self._settle(task, "completed", "deadline_local",
-                                        resource_limit="deadline")
+                    return self._settle(
+                        task, "completed", "deadline_local", resource_limit="deadline"
+                    )
                 if step.sleep_s and task.stop.wait(min(step.sleep_s, remaining or step.sleep_s)):
                     return self._settle(task, "cancelled", "cancelled")
                 timeout = step.timeout_s or self.config.default_step_timeout_s
@@ -259,8 +320,12 @@ class TaskStore:
                 run = None
                 if step.run is not None:
                     run = executor.run(step.run, timeout_s=timeout, env=step.env, stop=task.stop)
-                    record.update(exit_code=run.exit_code, duration_s=round(run.duration_s, 3),
-                                  timed_out=run.timed_out, output_tail=run.output_tail)
+                    record.update(
+                        exit_code=run.exit_code,
+                        duration_s=round(run.duration_s, 3),
+                        timed_out=run.timed_out,
+                        output_tail=run.output_tail,
+                    )
                 with self._lock:
                     task.rounds += 1
                     task.cost_usd += step.cost_usd
@@ -273,29 +338,41 @@ class TaskStore:
                     return self._settle(task, "cancelled", "cancelled")
                 if run is not None and run.timed_out:
                     if task.deadline and time.time() >= task.deadline - 0.05:
-                        return self._settle(task, "completed", "deadline_local",
-                                            resource_limit="deadline")
+                        return self._settle(
+                            task, "completed", "deadline_local", resource_limit="deadline"
+                        )
                     if not step.continue_on_error:
-                        return self._settle(task, "failed", "step_timeout",
-                                            error=f"step {index} timed out")
+                        return self._settle(
+                            task, "failed", "step_timeout", error=f"step {index} timed out"
+                        )
                 elif run is not None and run.exit_code != 0 and not step.continue_on_error:
-                    return self._settle(task, "failed", "step_failed",
-                                        error=f"step {index} exited {run.exit_code}")
+                    return self._settle(
+                        task, "failed", "step_failed", error=f"step {index} exited {run.exit_code}"
+                    )
         finally:
             executor.close()
         if self.config.infra_failure:
-            return self._settle(task, "failed", self.config.infra_failure,
-                                error="provider call failed", execution_status="infra_failed")
+            return self._settle(
+                task,
+                "failed",
+                self.config.infra_failure,
+                error="provider call failed",
+                execution_status="infra_failed",
+            )
         return self._settle(
-            task, plan.status, plan.reason_code, result=plan.result,
+            task,
+            plan.status,
+            plan.reason_code,
+            result=plan.result,
             execution_status=plan.execution_status,
-            execution_reason_code=plan.execution_reason_code, degraded=plan.degraded,
-            degraded_reason=plan.degraded_reason, resource_limit=plan.resource_limit,
+            execution_reason_code=plan.execution_reason_code,
+            degraded=plan.degraded,
+            degraded_reason=plan.degraded_reason,
+            resource_limit=plan.resource_limit,
             cost_final=plan.cost_final,
         )
 
-    def _settle(self, task: RefTask, status: str, reason_code: str | None, **fields: Any
-                ) -> None:
+    def _settle(self, task: RefTask, status: str, reason_code: str | None, **fields: Any) -> None:
         fields.setdefault("cost_final", True)
         fields.setdefault("error", None)
         self._set(task, status=status, reason_code=reason_code, **fields)

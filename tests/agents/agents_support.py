@@ -44,8 +44,9 @@ class RefServer:
     def task(self, task_id: str) -> dict[str, Any]:
         return httpx.get(f"{self.url}/api/tasks/{task_id}", timeout=5, trust_env=False).json()
 
-    def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0
-                 ) -> dict[str, Any]:
+    def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             state = self.state()
@@ -65,8 +66,9 @@ class RefServer:
                 self.proc.wait(5)
 
 
-def start_server(tmp: Path, config: dict[str, Any] | None = None,
-                 env: dict[str, str] | None = None) -> RefServer:
+def start_server(
+    tmp: Path, config: dict[str, Any] | None = None, env: dict[str, str] | None = None
+) -> RefServer:
     tmp.mkdir(parents=True, exist_ok=True)
     name = uuid.uuid4().hex[:8]
     config_path = tmp / f"server-{name}.json"
@@ -75,9 +77,18 @@ def start_server(tmp: Path, config: dict[str, Any] | None = None,
     port = free_port()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.agents.reference_server", "--port", str(port),
-             "--config", str(config_path)],
-            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+            [
+                sys.executable,
+                "-m",
+                "harness.agents.reference_server",
+                "--port",
+                str(port),
+                "--config",
+                str(config_path),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
             env={**os.environ, **(env or {})},
         )
     server = RefServer(f"http://127.0.0.1:{port}", proc, log_path, config_path)
@@ -96,21 +107,32 @@ def start_server(tmp: Path, config: dict[str, Any] | None = None,
         time.sleep(0.05)
 
 
-FAST = PollPolicy(interval_s=0.05, max_interval_s=0.2, backoff=1.5, jitter=0.2,
-                  request_timeout_s=2.0, error_budget_s=3.0, not_ready_budget_s=3.0,
-                  client_grace_s=2.0, cancel_settle_s=3.0)
+FAST = PollPolicy(
+    interval_s=0.05,
+    max_interval_s=0.2,
+    backoff=1.5,
+    jitter=0.2,
+    request_timeout_s=2.0,
+    error_budget_s=3.0,
+    not_ready_budget_s=3.0,
+    client_grace_s=2.0,
+    cancel_settle_s=3.0,
+)
 
 
-def task_body(workspace: Path, plan: dict[str, Any] | None = None, **fields: Any
-              ) -> dict[str, Any]:
+def task_body(workspace: Path, plan: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
     """A local-executor task body whose plan the reference server runs in ``workspace``."""
     workspace.mkdir(parents=True, exist_ok=True)
     body: dict[str, Any] = {
         "description": "Reverse-engineer the reference executable.",
         "workspace_root": str(workspace),
         "memory_mode": "empty",
-        "executor_ref": {"type": "local", "id": "local-test", "network": "host",
-                         "workspace_host_path": str(workspace)},
+        "executor_ref": {
+            "type": "local",
+            "id": "local-test",
+            "network": "host",
+            "workspace_host_path": str(workspace),
+        },
         "metadata": {"reference_plan": plan or {"steps": []}},
     }
     body.update(fields)

@@ -19,8 +19,9 @@ def ref_server(tmp_path: Path) -> Iterator[Callable[..., RefServer]]:
     """``ref_server(config_dict)`` starts a reference server subprocess; stopped after."""
     servers: list[RefServer] = []
 
-    def _start(config: dict[str, Any] | None = None, env: dict[str, str] | None = None
-               ) -> RefServer:
+    def _start(
+        config: dict[str, Any] | None = None, env: dict[str, str] | None = None
+    ) -> RefServer:
         server = start_server(tmp_path / "servers", config, env)
         servers.append(server)
         return server
@@ -47,13 +48,24 @@ def sandbox_factory(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     run_id = f"agents-test-{uuid.uuid4().hex[:8]}"
 
     def _make(user: str = "1000:1000", workdir: str = "/workspace", **spec: Any) -> Any:
-        sb = Sandbox.create(SandboxSpec(
-            image=PROBE_IMAGE, run_id=run_id, instance_id=f"i{len(made)}",
-            run_root=tmp_path, user=user, workdir=workdir, ttl_s=600, **spec,
-        ))
+        sb = Sandbox.create(
+            SandboxSpec(
+                image=PROBE_IMAGE,
+                run_id=run_id,
+                instance_id=f"i{len(made)}",
+                run_root=tmp_path,
+                user=user,
+                workdir=workdir,
+                ttl_s=600,
+                **spec,
+            )
+        )
         made.append(sb)
-        sb.exec(["/bin/sh", "-c", f"mkdir -p {workdir} && chown {user} {workdir}"],
-                user="root", timeout=30).check()
+        sb.exec(
+            ["/bin/sh", "-c", f"mkdir -p {workdir} && chown {user} {workdir}"],
+            user="root",
+            timeout=30,
+        ).check()
         return sb
 
     yield _make

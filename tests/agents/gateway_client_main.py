@@ -17,8 +17,14 @@ from pathlib import Path
 
 from harness.agents.gateway import GatewayClient, PollPolicy
 
-POLICY = PollPolicy(interval_s=0.05, max_interval_s=0.2, request_timeout_s=2.0,
-                    error_budget_s=5.0, not_ready_budget_s=5.0, client_grace_s=5.0)
+POLICY = PollPolicy(
+    interval_s=0.05,
+    max_interval_s=0.2,
+    request_timeout_s=2.0,
+    error_budget_s=5.0,
+    not_ready_budget_s=5.0,
+    client_grace_s=5.0,
+)
 
 
 def _announce_when_waiting(checkpoint: Path) -> None:
@@ -37,11 +43,18 @@ def main() -> int:
     else:
         print("ready", flush=True)
     with GatewayClient(url, policy=POLICY) as client:
-        run = client.run_task(body, instance_dir=instance_dir, adapter="programbench",
-                              timeout_s=60)
-    print(json.dumps({"task_id": run.task_id, "status": run.result.status,
-                      "reattached": run.reattached, "reason": run.decision.reason}),
-          flush=True)
+        run = client.run_task(body, instance_dir=instance_dir, adapter="programbench", timeout_s=60)
+    print(
+        json.dumps(
+            {
+                "task_id": run.task_id,
+                "status": run.result.status,
+                "reattached": run.reattached,
+                "reason": run.decision.reason,
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

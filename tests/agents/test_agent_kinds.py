@@ -11,20 +11,25 @@ from harness.errors import InfraError
 
 
 def _request(tmp_path, **kw) -> AgentRequest:
-    return AgentRequest(instance_id="i1", instance_dir=tmp_path / "inst", instruction="do it",
-                        adapter="selftest", **kw)
+    return AgentRequest(
+        instance_id="i1",
+        instance_dir=tmp_path / "inst",
+        instruction="do it",
+        adapter="selftest",
+        **kw,
+    )
 
 
 def test_factory_kinds_and_one_line_errors():
     assert make_agent("nop").kind == "nop"
     assert make_agent("oracle").kind == "oracle"
     assert isinstance(make_agent("command", {"command": "true"}), CommandAgent)
-    assert isinstance(make_agent("gateway", {"gateway_url": "http://127.0.0.1:1"}),
-                      GatewayAgent)
+    assert isinstance(make_agent("gateway", {"gateway_url": "http://127.0.0.1:1"}), GatewayAgent)
     with pytest.raises(ValueError) as info:
         make_agent("claude")
-    assert str(info.value) == ("unknown agent kind 'claude': use one of nop, oracle, command, "
-                               "gateway")
+    assert str(info.value) == (
+        "unknown agent kind 'claude': use one of nop, oracle, command, gateway"
+    )
     with pytest.raises(ValueError, match="--agent-command"):
         make_agent("command")
     with pytest.raises(ValueError, match="--gateway-url"):

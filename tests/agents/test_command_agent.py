@@ -12,16 +12,23 @@ INSTRUCTION = "Write the answer to answer.txt.\nLine two: ünïcode.\n"
 
 def _run(tmp_path, sandbox, command, *, timeout=30.0, environ=None, **cfg):
     agent = CommandAgent(CommandAgentConfig(command=command, **cfg), environ=environ or {})
-    request = AgentRequest(instance_id="inst-1", instance_dir=tmp_path / "inst",
-                           instruction=INSTRUCTION, sandbox=sandbox, timeout_sec=timeout,
-                           env_allowlist=list((environ or {}).keys()))
+    request = AgentRequest(
+        instance_id="inst-1",
+        instance_dir=tmp_path / "inst",
+        instruction=INSTRUCTION,
+        sandbox=sandbox,
+        timeout_sec=timeout,
+        env_allowlist=list((environ or {}).keys()),
+    )
     return agent.run(request)
 
 
 def test_completed_with_instruction_on_stdin_and_in_file(tmp_path, sandbox_factory):
     sb = sandbox_factory()
-    command = ('cat > from_stdin.txt; cp "$HARNESS_INSTRUCTION_FILE" from_file.txt; '
-               'id -u; pwd; echo "instance=$HARNESS_INSTANCE_ID"; echo oops >&2')
+    command = (
+        'cat > from_stdin.txt; cp "$HARNESS_INSTRUCTION_FILE" from_file.txt; '
+        'id -u; pwd; echo "instance=$HARNESS_INSTANCE_ID"; echo oops >&2'
+    )
     outcome = _run(tmp_path, sb, command)
     assert outcome.completed and outcome.exit_code == 0 and not outcome.truncated
     assert outcome.reason_code == "completed"
@@ -38,16 +45,22 @@ def test_completed_with_instruction_on_stdin_and_in_file(tmp_path, sandbox_facto
 
 def test_instruction_via_file_only_leaves_stdin_empty(tmp_path, sandbox_factory):
     sb = sandbox_factory()
-    outcome = _run(tmp_path, sb, "wc -c; test -s \"$HARNESS_INSTRUCTION_FILE\"",
-                   instruction_via="file")
+    outcome = _run(
+        tmp_path, sb, 'wc -c; test -s "$HARNESS_INSTRUCTION_FILE"', instruction_via="file"
+    )
     assert outcome.completed
     assert (tmp_path / "inst" / "agent_stdout.log").read_text().strip() == "0"
 
 
 def test_argv_command_and_explicit_user(tmp_path, sandbox_factory):
     sb = sandbox_factory()
-    outcome = _run(tmp_path, sb, ["python3", "-c", "import os; print(os.getuid())"],
-                   user="root", workdir="/tmp")
+    outcome = _run(
+        tmp_path,
+        sb,
+        ["python3", "-c", "import os; print(os.getuid())"],
+        user="root",
+        workdir="/tmp",
+    )
     assert outcome.completed
     assert (tmp_path / "inst" / "agent_stdout.log").read_text() == "0\n"
 
@@ -65,26 +78,41 @@ def test_missing_agent_program_is_infra(tmp_path, sandbox_factory):
 
 def test_timeout_is_truncated_deadline_local_and_kills_the_agent(tmp_path, sandbox_factory):
     sb = sandbox_factory()
-    outcome = _run(tmp_path, sb, "echo started; sleep 60 & wait", timeout=1.0,
-                   kill_after_s=1.0)
+    outcome = _run(tmp_path, sb, "echo started; sleep 60 & wait", timeout=1.0, kill_after_s=1.0)
     assert outcome.truncated and not outcome.completed
     assert outcome.reason_code == "deadline_local"
     assert outcome.duration_s is not None and outcome.duration_s < 20
-    left = sb.exec(["/bin/sh", "-c", "ps -eo args | grep -c '[s]leep 60' || true"],
-                   user="root", timeout=30).stdout.decode().strip()
+    left = (
+        sb.exec(
+            ["/bin/sh", "-c", "ps -eo args | grep -c '[s]leep 60' || true"], user="root", timeout=30
+        )
+        .stdout.decode()
+        .strip()
+    )
     assert left == "0"
 
 
 def test_allow_listed_env_reaches_the_agent_and_is_redacted(tmp_path, sandbox_factory):
     sb = sandbox_factory()
     environ = {"AGENT_TOKEN": "tok-123456789", "MULTI": "line1\nline2 with spaces"}
-    command = ('test "$AGENT_TOKEN" = tok-123456789 && printf %s "$MULTI" | wc -l && '
-               'echo "leak: $AGENT_TOKEN"; test -z "$NOT_LISTED"')
-    agent = CommandAgent(CommandAgentConfig(command=command, env=["AGENT_TOKEN"]),
-                         environ={**environ, "NOT_LISTED": "x"})
-    outcome = agent.run(AgentRequest(
-        instance_id="i", instance_dir=tmp_path / "inst", instruction="x", sandbox=sb,
-        timeout_sec=30, env_allowlist=["MULTI", "ABSENT_VAR"]))
+    command = (
+        'test "$AGENT_TOKEN" = tok-123456789 && printf %s "$MULTI" | wc -l && '
+        'echo "leak: $AGENT_TOKEN"; test -z "$NOT_LISTED"'
+    )
+    agent = CommandAgent(
+        CommandAgentConfig(command=command, env=["AGENT_TOKEN"]),
+        environ={**environ, "NOT_LISTED": "x"},
+    )
+    outcome = agent.run(
+        AgentRequest(
+            instance_id="i",
+            instance_dir=tmp_path / "inst",
+            instruction="x",
+            sandbox=sb,
+            timeout_sec=30,
+            env_allowlist=["MULTI", "ABSENT_VAR"],
+        )
+    )
     assert outcome.completed, (tmp_path / "inst" / "agent_stderr.log").read_text()
     stdout = (tmp_path / "inst" / "agent_stdout.log").read_text()
     assert stdout == "1\nleak: [redacted:AGENT_TOKEN]\n"

@@ -26,21 +26,37 @@ from harness.errors import RunInterrupted
 
 PLAN = {
     "steps": [
-        {"run": "printf 'int main(){}' > main.c", "cost_usd": 0.25, "prompt_tokens": 100,
-         "completion_tokens": 10},
-        {"write": {"path": "compile.sh", "content": "#!/bin/sh\ncc main.c\n", "mode": 493},
-         "cost_usd": 0.5, "prompt_tokens": 200, "completion_tokens": 30},
+        {
+            "run": "printf 'int main(){}' > main.c",
+            "cost_usd": 0.25,
+            "prompt_tokens": 100,
+            "completion_tokens": 10,
+        },
+        {
+            "write": {"path": "compile.sh", "content": "#!/bin/sh\ncc main.c\n", "mode": 493},
+            "cost_usd": 0.5,
+            "prompt_tokens": 200,
+            "completion_tokens": 30,
+        },
     ],
     "result": "done",
 }
 
 
-def _run(server_url: str, tmp: Path, plan: dict | None = None, policy: PollPolicy = FAST,
-         **fields: object):
+def _run(
+    server_url: str,
+    tmp: Path,
+    plan: dict | None = None,
+    policy: PollPolicy = FAST,
+    **fields: object,
+):
     with GatewayClient(server_url, policy=policy) as client:
-        return client.run_task(task_body(tmp / "ws", plan or PLAN, **fields),
-                               instance_dir=tmp / "inst", adapter="programbench",
-                               timeout_s=30)
+        return client.run_task(
+            task_body(tmp / "ws", plan or PLAN, **fields),
+            instance_dir=tmp / "inst",
+            adapter="programbench",
+            timeout_s=30,
+        )
 
 
 def test_happy_path_runs_plan_and_writes_body_checkpoint_result(ref_server, tmp_path):
@@ -66,8 +82,12 @@ def test_gateway_agent_outcome_has_cost_tokens_and_runtime_outcome(ref_server, t
     server = ref_server()
     agent = GatewayAgent(server.url, policy=FAST)
     request = AgentRequest(
-        instance_id="abc", instance_dir=tmp_path / "inst", instruction="x",
-        task_body=task_body(tmp_path / "ws", PLAN), timeout_sec=30, adapter="programbench",
+        instance_id="abc",
+        instance_dir=tmp_path / "inst",
+        instruction="x",
+        task_body=task_body(tmp_path / "ws", PLAN),
+        timeout_sec=30,
+        adapter="programbench",
     )
     outcome = agent.run(request)
     assert outcome.completed and not outcome.infra and not outcome.truncated
@@ -86,8 +106,14 @@ def test_truncation_reason_is_reported(ref_server, tmp_path):
     server = ref_server()
     plan = {**PLAN, "reason_code": "budget_exhausted", "resource_limit": "budget"}
     agent = GatewayAgent(server.url, policy=FAST)
-    outcome = agent.run(AgentRequest(instance_id="t", instance_dir=tmp_path / "inst",
-                                     instruction="x", task_body=task_body(tmp_path / "ws", plan)))
+    outcome = agent.run(
+        AgentRequest(
+            instance_id="t",
+            instance_dir=tmp_path / "inst",
+            instruction="x",
+            task_body=task_body(tmp_path / "ws", plan),
+        )
+    )
     assert outcome.completed and outcome.truncated and not outcome.infra
     assert outcome.reason_code == "budget_exhausted"
     assert outcome.runtime_outcome.resource_limit == "budget"
@@ -97,8 +123,14 @@ def test_failed_step_is_a_model_failure_not_infra(ref_server, tmp_path):
     server = ref_server()
     agent = GatewayAgent(server.url, policy=FAST)
     plan = {"steps": [{"run": "exit 3"}]}
-    outcome = agent.run(AgentRequest(instance_id="t", instance_dir=tmp_path / "inst",
-                                     instruction="x", task_body=task_body(tmp_path / "ws", plan)))
+    outcome = agent.run(
+        AgentRequest(
+            instance_id="t",
+            instance_dir=tmp_path / "inst",
+            instruction="x",
+            task_body=task_body(tmp_path / "ws", plan),
+        )
+    )
     assert not outcome.completed and not outcome.infra
     assert outcome.reason_code == "step_failed"
 
@@ -106,17 +138,27 @@ def test_failed_step_is_a_model_failure_not_infra(ref_server, tmp_path):
 def test_infra_failed_result_is_classified_infra(ref_server, tmp_path):
     server = ref_server({"infra_failure": "llm_api_error"})
     agent = GatewayAgent(server.url, policy=FAST)
-    outcome = agent.run(AgentRequest(instance_id="t", instance_dir=tmp_path / "inst",
-                                     instruction="x", task_body=task_body(tmp_path / "ws", PLAN)))
+    outcome = agent.run(
+        AgentRequest(
+            instance_id="t",
+            instance_dir=tmp_path / "inst",
+            instruction="x",
+            task_body=task_body(tmp_path / "ws", PLAN),
+        )
+    )
     assert outcome.infra and not outcome.completed
     assert outcome.reason_code == "llm_api_error"
     assert outcome.runtime_outcome.execution_status == "infra_failed"
 
 
 def test_slow_responses_beyond_request_timeout_are_retried(ref_server, tmp_path):
-    server = ref_server({"faults": [
-        {"kind": "delay", "match": "GET /api/tasks/*", "count": 2, "delay_s": 0.6},
-    ]})
+    server = ref_server(
+        {
+            "faults": [
+                {"kind": "delay", "match": "GET /api/tasks/*", "count": 2, "delay_s": 0.6},
+            ]
+        }
+    )
     policy = FAST.model_copy(update={"request_timeout_s": 0.3})
     run = _run(server.url, tmp_path, policy=policy)
     assert run.result.status == "completed"
@@ -125,9 +167,13 @@ def test_slow_responses_beyond_request_timeout_are_retried(ref_server, tmp_path)
 
 
 def test_5xx_burst_during_polling_is_retried(ref_server, tmp_path):
-    server = ref_server({"faults": [
-        {"kind": "error", "match": "GET /api/tasks/*", "count": 4, "status": 502},
-    ]})
+    server = ref_server(
+        {
+            "faults": [
+                {"kind": "error", "match": "GET /api/tasks/*", "count": 4, "status": 502},
+            ]
+        }
+    )
     run = _run(server.url, tmp_path)
     assert run.result.status == "completed"
     assert server.state()["faults"][0]["applied"] == 4
@@ -135,10 +181,14 @@ def test_5xx_burst_during_polling_is_retried(ref_server, tmp_path):
 
 
 def test_dropped_connections_are_retried_and_submit_is_not_duplicated(ref_server, tmp_path):
-    server = ref_server({"faults": [
-        {"kind": "drop", "match": "POST /api/tasks", "count": 1},
-        {"kind": "drop", "match": "GET /api/tasks/*", "count": 3},
-    ]})
+    server = ref_server(
+        {
+            "faults": [
+                {"kind": "drop", "match": "POST /api/tasks", "count": 1},
+                {"kind": "drop", "match": "GET /api/tasks/*", "count": 3},
+            ]
+        }
+    )
     run = _run(server.url, tmp_path)
     assert run.result.status == "completed"
     state = server.state()
@@ -147,8 +197,7 @@ def test_dropped_connections_are_retried_and_submit_is_not_duplicated(ref_server
 
 
 def test_errors_beyond_the_budget_leave_the_task_reattachable(ref_server, tmp_path):
-    server = ref_server({"faults": [{"kind": "error", "match": "GET /api/tasks/*",
-                                     "status": 500}]})
+    server = ref_server({"faults": [{"kind": "error", "match": "GET /api/tasks/*", "status": 500}]})
     policy = FAST.model_copy(update={"error_budget_s": 0.5})
     with pytest.raises(ClientPollError) as info:
         _run(server.url, tmp_path, policy=policy)
@@ -160,9 +209,15 @@ def test_errors_beyond_the_budget_leave_the_task_reattachable(ref_server, tmp_pa
 def test_never_settling_task_times_out_reattachable(ref_server, tmp_path):
     server = ref_server({"never_settle": True})
     agent = GatewayAgent(server.url, policy=FAST.model_copy(update={"client_grace_s": 0.0}))
-    outcome = agent.run(AgentRequest(instance_id="t", instance_dir=tmp_path / "inst",
-                                     instruction="x", task_body=task_body(tmp_path / "ws", PLAN),
-                                     timeout_sec=0.5))
+    outcome = agent.run(
+        AgentRequest(
+            instance_id="t",
+            instance_dir=tmp_path / "inst",
+            instruction="x",
+            task_body=task_body(tmp_path / "ws", PLAN),
+            timeout_sec=0.5,
+        )
+    )
     assert outcome.infra and not outcome.completed
     assert outcome.reason_code == "client_poll_timeout_reattachable"
     assert outcome.details["reattachable"] is True
@@ -250,12 +305,20 @@ def test_reattach_rules_for_settled_tasks(ref_server, tmp_path):
     with GatewayClient(server.url, policy=FAST) as client:
         decision = client.reattach_decision(inst / "task_checkpoint.json")
         assert decision.action == "fresh" and decision.reason == "task_failed"
-        again = client.run_task(task_body(tmp_path / "ws", PLAN), instance_dir=inst,
-                                adapter="programbench", timeout_s=30)
+        again = client.run_task(
+            task_body(tmp_path / "ws", PLAN),
+            instance_dir=inst,
+            adapter="programbench",
+            timeout_s=30,
+        )
         assert not again.reattached and again.task_id != failed.task_id
         # completed -> reattach, no resubmission
-        third = client.run_task(task_body(tmp_path / "ws", PLAN), instance_dir=inst,
-                                adapter="programbench", timeout_s=30)
+        third = client.run_task(
+            task_body(tmp_path / "ws", PLAN),
+            instance_dir=inst,
+            adapter="programbench",
+            timeout_s=30,
+        )
         assert third.reattached and third.task_id == again.task_id
     assert server.state()["submissions"] == 2
     # unknown to the server (e.g. another server) -> fresh
@@ -274,8 +337,12 @@ def test_run_interrupted_cancels_the_task(ref_server, tmp_path):
 
     client = GatewayClient(server.url, policy=FAST, sleep=stop_on_first_sleep)
     with client, pytest.raises(RunInterrupted):
-        client.run_task(task_body(tmp_path / "ws", PLAN), instance_dir=tmp_path / "inst",
-                        adapter="programbench", timeout_s=30)
+        client.run_task(
+            task_body(tmp_path / "ws", PLAN),
+            instance_dir=tmp_path / "inst",
+            adapter="programbench",
+            timeout_s=30,
+        )
     checkpoint = read_checkpoint(tmp_path / "inst" / "task_checkpoint.json")
     assert checkpoint is not None
     state = server.wait_for(lambda s: s["tasks"].get(checkpoint.task_id) == "cancelled")

@@ -19,7 +19,10 @@ CLIENT = Path(__file__).with_name("gateway_client_main.py")
 def _spawn(url: str, instance_dir: Path, body_file: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(CLIENT), url, str(instance_dir), str(body_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
 
@@ -50,8 +53,12 @@ def test_sigkilled_client_is_replaced_by_one_that_reattaches(ref_server, tmp_pat
     out, err = second.communicate(timeout=30)
     assert second.returncode == 0, err
     final = json.loads(out.strip().splitlines()[-1])
-    assert final == {"task_id": checkpoint.task_id, "status": "completed", "reattached": True,
-                     "reason": final["reason"]}
+    assert final == {
+        "task_id": checkpoint.task_id,
+        "status": "completed",
+        "reattached": True,
+        "reason": final["reason"],
+    }
     assert final["reason"] in {"task_running", "task_scheduled"}
     state = server.state()
     assert state["submissions"] == 1 and state["submit_attempts"] == 1

@@ -47,20 +47,21 @@ def _files_containing(root: Path, needle: bytes) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
-def test_fake_key_never_reaches_files_or_argv(tmp_path, monkeypatch, ref_server,
-                                              sandbox_factory):
+def test_fake_key_never_reaches_files_or_argv(tmp_path, monkeypatch, ref_server, sandbox_factory):
     key = f"sk-fake-{secrets.token_hex(16)}"
     monkeypatch.setenv(KEY_NAME, key)
-    server = ref_server({"settings": {"OUROBOROS_MODEL": "openai::gpt-5.5",
-                                      "OPENAI_API_KEY": key}})
+    server = ref_server({"settings": {"OUROBOROS_MODEL": "openai::gpt-5.5", "OPENAI_API_KEY": key}})
     sb = sandbox_factory()
     outcomes: dict[str, AgentOutcome] = {}
     errors: list[BaseException] = []
 
     # The agent checks it got the key (by its length) without ever printing it.
-    command = CommandAgent(CommandAgentConfig(
-        command=f'test "${{#{KEY_NAME}}}" -eq {len(key)} && sleep 2 && echo done',
-        env=[KEY_NAME]))
+    command = CommandAgent(
+        CommandAgentConfig(
+            command=f'test "${{#{KEY_NAME}}}" -eq {len(key)} && sleep 2 && echo done',
+            env=[KEY_NAME],
+        )
+    )
     gateway = GatewayAgent(server.url, policy=FAST)
     plan = {"steps": [{"run": "sleep 1.5; echo built > out.txt", "cost_usd": 0.1}]}
 
@@ -71,12 +72,34 @@ def test_fake_key_never_reaches_files_or_argv(tmp_path, monkeypatch, ref_server,
             errors.append(exc)
 
     threads = [
-        threading.Thread(target=run, args=("command", command, AgentRequest(
-            instance_id="cmd", instance_dir=tmp_path / "runs" / "cmd", instruction="go",
-            sandbox=sb, timeout_sec=60))),
-        threading.Thread(target=run, args=("gateway", gateway, AgentRequest(
-            instance_id="gw", instance_dir=tmp_path / "runs" / "gw", instruction="go",
-            task_body=task_body(tmp_path / "ws", plan), timeout_sec=60))),
+        threading.Thread(
+            target=run,
+            args=(
+                "command",
+                command,
+                AgentRequest(
+                    instance_id="cmd",
+                    instance_dir=tmp_path / "runs" / "cmd",
+                    instruction="go",
+                    sandbox=sb,
+                    timeout_sec=60,
+                ),
+            ),
+        ),
+        threading.Thread(
+            target=run,
+            args=(
+                "gateway",
+                gateway,
+                AgentRequest(
+                    instance_id="gw",
+                    instance_dir=tmp_path / "runs" / "gw",
+                    instruction="go",
+                    task_body=task_body(tmp_path / "ws", plan),
+                    timeout_sec=60,
+                ),
+            ),
+        ),
     ]
     for thread in threads:
         thread.start()
@@ -98,9 +121,15 @@ def test_fake_key_never_reaches_files_or_argv(tmp_path, monkeypatch, ref_server,
     assert (tmp_path / "runs" / "cmd" / "agent_stdout.log").read_text() == "done\n"
     assert _files_containing(tmp_path / "runs", needle) == []
     assert sorted(p.name for p in (tmp_path / "runs" / "gw").iterdir()) == [
-        "harness_task_body.json", "task_checkpoint.json", "task_result.json"]
+        "harness_task_body.json",
+        "task_checkpoint.json",
+        "task_result.json",
+    ]
     assert sorted(p.name for p in (tmp_path / "runs" / "cmd").iterdir()) == [
-        "agent_command.json", "agent_stderr.log", "agent_stdout.log"]
+        "agent_command.json",
+        "agent_stderr.log",
+        "agent_stdout.log",
+    ]
     # The server had the key in its settings and its environment: never logged or served.
     assert needle not in server.log_path.read_bytes()
     assert needle not in httpx.get(f"{server.url}/api/settings", trust_env=False).content

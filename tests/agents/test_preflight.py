@@ -33,9 +33,20 @@ def test_attestation_ok_records_runtime_version(ref_server):
     assert att.base_url == server.url
     dumped = att.model_dump(by_alias=True)
     assert dumped["schema"] == "runtime_attestation.v1"
-    for field in ("checked_at_unix", "repo_dir", "repo_head", "repo_version", "expected_version",
-                  "http_error", "override_env", "override_set", "override_waives",
-                  "overridden", "reason", "ok"):
+    for field in (
+        "checked_at_unix",
+        "repo_dir",
+        "repo_head",
+        "repo_version",
+        "expected_version",
+        "http_error",
+        "override_env",
+        "override_set",
+        "override_waives",
+        "overridden",
+        "reason",
+        "ok",
+    ):
         assert field in dumped
 
 
@@ -93,12 +104,16 @@ def test_version_matching_rules():
 
 
 def test_settings_mismatch_names_each_slot(ref_server):
-    server = ref_server({"settings": {
-        "OUROBOROS_MODEL": "openai::gpt-5",
-        "OUROBOROS_MODEL_LIGHT": "openai::gpt-5-mini",
-        "OUROBOROS_MODEL_CONSCIOUSNESS": SOLVE,
-        "OPENAI_API_KEY": "sk-live-should-never-be-echoed",
-    }})
+    server = ref_server(
+        {
+            "settings": {
+                "OUROBOROS_MODEL": "openai::gpt-5",
+                "OUROBOROS_MODEL_LIGHT": "openai::gpt-5-mini",
+                "OUROBOROS_MODEL_CONSCIOUSNESS": SOLVE,
+                "OPENAI_API_KEY": "sk-live-should-never-be-echoed",
+            }
+        }
+    )
     settings = httpx.get(f"{server.url}/api/settings", trust_env=False).json()
     assert settings["OPENAI_API_KEY"] == "***"
     with _client(server.url) as client, pytest.raises(RefusalError) as info:
@@ -112,13 +127,23 @@ def test_settings_mismatch_names_each_slot(ref_server):
 
 
 def test_settings_matching_pass_and_record_the_actor(ref_server):
-    server = ref_server({"settings": {"OUROBOROS_MODEL": SOLVE, "OUROBOROS_MODEL_LIGHT": SOLVE,
-                                      "OUROBOROS_MODEL_FALLBACKS": f"{SOLVE},{SOLVE}"}})
+    server = ref_server(
+        {
+            "settings": {
+                "OUROBOROS_MODEL": SOLVE,
+                "OUROBOROS_MODEL_LIGHT": SOLVE,
+                "OUROBOROS_MODEL_FALLBACKS": f"{SOLVE},{SOLVE}",
+            }
+        }
+    )
     with _client(server.url) as client:
         actor = preflight_target_actor(client, SOLVE)
     assert actor.ok and actor.routing == "direct"
-    assert set(actor.model_slots) == {"OUROBOROS_MODEL", "OUROBOROS_MODEL_LIGHT",
-                                      "OUROBOROS_MODEL_FALLBACKS"}
+    assert set(actor.model_slots) == {
+        "OUROBOROS_MODEL",
+        "OUROBOROS_MODEL_LIGHT",
+        "OUROBOROS_MODEL_FALLBACKS",
+    }
 
 
 def test_missing_primary_slot_refuses(ref_server):
@@ -138,8 +163,9 @@ def test_model_id_form_direct_provider_wants_double_colon(ref_server):
 
 
 def test_model_id_form_router_wants_slash(ref_server):
-    server = ref_server({"settings": {"OUROBOROS_MODEL": "openai/gpt-5.5",
-                                      "OPENROUTER_API_KEY": "sk-or-secret"}})
+    server = ref_server(
+        {"settings": {"OUROBOROS_MODEL": "openai/gpt-5.5", "OPENROUTER_API_KEY": "sk-or-secret"}}
+    )
     with _client(server.url) as client:
         assert preflight_target_actor(client, "openai/gpt-5.5").routing == "router"
         with pytest.raises(RefusalError) as info:
@@ -156,7 +182,6 @@ def test_model_form_rules_are_pure():
 
 
 def test_unreadable_settings_refuse():
-    with _client(f"http://127.0.0.1:{free_port()}") as client, \
-            pytest.raises(RefusalError) as info:
+    with _client(f"http://127.0.0.1:{free_port()}") as client, pytest.raises(RefusalError) as info:
         preflight_target_actor(client, SOLVE, budget_s=0.3)
     assert info.value.reason == "settings_unavailable"

@@ -19,15 +19,19 @@ from harness.errors import RefusalError
 
 GIT_ENV = {
     **os.environ,
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
-    "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_SYSTEM": "/dev/null",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_SYSTEM": "/dev/null",
 }
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], env=GIT_ENV, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], env=GIT_ENV, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -63,11 +67,19 @@ def test_dirty_repo_refuses_unless_allowed(repo):
     prov = repo_provenance(repo)
     assert prov.dirty and prov.status_entries == 2
     assert prov.describe == "v6.97.2-dirty"
-    porcelain = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"],
-                               capture_output=True, env=GIT_ENV, check=True).stdout
+    porcelain = subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain"],
+        capture_output=True,
+        env=GIT_ENV,
+        check=True,
+    ).stdout
     assert prov.status_sha256 == "sha256:" + hashlib.sha256(porcelain).hexdigest()
-    diff = subprocess.run(["git", "-C", str(repo), "diff", "HEAD", "--binary"],
-                          capture_output=True, env=GIT_ENV, check=True).stdout
+    diff = subprocess.run(
+        ["git", "-C", str(repo), "diff", "HEAD", "--binary"],
+        capture_output=True,
+        env=GIT_ENV,
+        check=True,
+    ).stdout
     assert prov.tracked_diff_sha256 == "sha256:" + hashlib.sha256(diff).hexdigest()
     gate = seed_gate(prov)
     assert not gate.ok and gate.reason == "seed_dirty"
@@ -123,5 +135,6 @@ def test_git_environment_of_the_caller_is_ignored(repo, tmp_path, monkeypatch):
     other.mkdir()
     git(other, "init", "-q")
     monkeypatch.setenv("GIT_DIR", str(other / ".git"))
-    assert repo_provenance(repo).head == git(repo, "--git-dir", str(repo / ".git"),
-                                             "rev-parse", "HEAD")
+    assert repo_provenance(repo).head == git(
+        repo, "--git-dir", str(repo / ".git"), "rev-parse", "HEAD"
+    )
