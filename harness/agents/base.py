@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.models import Tokens
 
@@ -167,24 +167,38 @@ class AgentOptions(BaseModel):
 
 
 def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = None) -> Agent:
-    """The agent of ``kind`` (``nop``, ``oracle``, ``command``, ``gateway``)."""
-    opts = (
-        options
-        if isinstance(options, AgentOptions)
-        else AgentOptions.model_validate(dict(options or {}))
-    )
-    if kind == "nop":
-        return NopAgent()
-    if kind == "oracle":
-        from harness.agents.oracle import OracleAgent
+    """The agent of ``kind`` (``nop``, ``oracle``, ``command``, ``gateway``).
 
-        return OracleAgent()
-    if kind == "command":
-        from harness.agents.command import CommandAgent
+    Every error is a one-line :class:`ValueError` naming the option to fix.
+    """
+    if kind not in AGENT_KINDS:
+        raise ValueError(f"unknown agent kind {kind!r}: use one of {', '.join(AGENT_KINDS)}")
+    try:
+        opts = (
+            options
+            if isinstance(options, AgentOptions)
+            else AgentOptions.model_validate(dict(options or {}))
+        )
+        if kind == "nop":
+            return NopAgent()
+        if kind == "oracle":
+            from harness.agents.oracle import OracleAgent
 
-        return CommandAgent.from_options(opts)
-    if kind == "gateway":
+            return OracleAgent()
+        if kind == "command":
+            from harness.agents.command import CommandAgent
+
+            return CommandAgent.from_options(opts)
         from harness.agents.gateway_agent import GatewayAgent
 
         return GatewayAgent.from_options(opts)
-    raise ValueError(f"unknown agent kind {kind!r}: use one of {', '.join(AGENT_KINDS)}")
+    except ValidationError as exc:
+        raise ValueError(f"--agent {kind}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{loc}: {err['msg']}" if loc else str(err["msg"]))
+    return "; ".join(parts)

@@ -153,6 +153,11 @@ class CommandAgent:
             )
         )
 
+    def missing_env(self, extra: Sequence[str] = ()) -> list[str]:
+        """Allow-listed names absent from the runner's environment (a preflight check)."""
+        environ = os.environ if self._environ is None else self._environ
+        return [n for n in dict.fromkeys([*self.config.env, *extra]) if n not in environ]
+
     def _argv(self) -> list[str]:
         cmd = self.config.command
         return ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)

@@ -34,8 +34,14 @@ def test_factory_kinds_and_one_line_errors():
         make_agent("command")
     with pytest.raises(ValueError, match="--gateway-url"):
         make_agent("gateway")
-    with pytest.raises(ValueError, match="not environment variable names"):
+    with pytest.raises(ValueError, match="not environment variable names") as bad:
         make_agent("command", {"command": "true", "env": ["BAD NAME"]})
+    assert "\n" not in str(bad.value) and str(bad.value).startswith("--agent command: ")
+    with pytest.raises(ValueError, match="instruction_via"):
+        make_agent("command", {"command": "true", "instruction_via": "carrier-pigeon"})
+    agent = make_agent("command", {"command": "true", "env": ["HOME", "HX_SURELY_UNSET"]})
+    assert isinstance(agent, CommandAgent)
+    assert agent.missing_env() == ["HX_SURELY_UNSET"]
 
 
 def test_nop_completes(tmp_path):

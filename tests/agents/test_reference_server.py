@@ -118,3 +118,17 @@ def test_cli_serves_until_sigterm_and_exits_0(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
+
+
+def test_default_plan_from_the_config_file(ref_server, tmp_path):
+    plan = {
+        "steps": [{"write": {"path": "from_config.txt", "content": "cfg"}}],
+        "result": "configured",
+    }
+    server = ref_server({"default_plan": plan})
+    body = task_body(tmp_path / "ws")
+    del body["metadata"]["reference_plan"]
+    task_id = _post(server.url, "/api/tasks", body).json()["task_id"]
+    server.wait_for(lambda s: s["tasks"][task_id] == "completed")
+    assert server.task(task_id)["result"] == "configured"
+    assert (tmp_path / "ws" / "from_config.txt").read_text() == "cfg"
