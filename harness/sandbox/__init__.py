@@ -14,12 +14,12 @@ Public API (details in each module's docstring):
 * errors: :mod:`harness.sandbox.errors` (all :class:`~harness.errors.InfraError`)
 """
 
+from harness.sandbox.cleanup import leaked_resources, run_lock, run_lock_path, sweep, sweep_stale
 from harness.sandbox.client import get_client
 from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.execution import ExecResult
 from harness.sandbox.images import BaseRecipe, BuiltImage, LayerRecipe, base_recipe, ensure_image
 from harness.sandbox.network import create_internal_network
-from harness.sandbox.sweep import leaked_resources, run_lock, run_lock_path, sweep, sweep_stale
 
 __all__ = [
     "BaseRecipe",

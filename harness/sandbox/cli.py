@@ -14,8 +14,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from harness.sandbox.cleanup import leaked_resources, sweep, sweep_stale
 from harness.sandbox.errors import SandboxError
-from harness.sandbox.sweep import leaked_resources, sweep, sweep_stale
 
 
 def build_parser(prog: str = "harness sweep") -> argparse.ArgumentParser:

@@ -31,12 +31,12 @@ from typing import Any
 import docker
 import pytest
 
+from harness.sandbox.cleanup import leaked_resources
 from harness.sandbox.client import get_client
 from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.errors import CleanupFailed
 from harness.sandbox.images import BuiltImage, base_recipe, ensure_image
 from harness.sandbox.network import create_internal_network, remove_network
-from harness.sandbox.sweep import leaked_resources
 
 TTL_MARGIN_S = 600
 DEFAULT_TTL_S = 3600

@@ -15,8 +15,8 @@ from pathlib import Path
 import docker
 import pytest
 
+from harness.sandbox.cleanup import leaked_resources, run_lock, sweep
 from harness.sandbox.images import BuiltImage, base_recipe, ensure_image
-from harness.sandbox.sweep import leaked_resources, run_lock, sweep
 
 PROTECTED_C = r"""
 #include <stdio.h>
