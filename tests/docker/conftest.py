@@ -5,7 +5,6 @@ Nothing here skips: without a Docker daemon, debootstrap or gcc these tests erro
 
 from __future__ import annotations
 
-import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from sandbox_support import new_run_id
 
 from harness.sandbox.cleanup import leaked_resources, run_lock, sweep
 from harness.sandbox.images import BuiltImage, base_recipe, ensure_image
@@ -50,10 +50,6 @@ class StandInInstance:
     instance_id: str
     worker_id: str
     instance_dir: Path
-
-
-def new_run_id(tag: str = "t") -> str:
-    return f"hxt-{tag}-{secrets.token_hex(4)}"
 
 
 @pytest.fixture(scope="session")
