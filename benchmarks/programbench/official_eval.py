@@ -32,6 +32,7 @@ from harness.fsutil import atomic_write_text
 RESOLVED_AT = 1.0
 NEAR_RESOLVED_AT = 0.95
 RESULT_NAME = "official_eval.json"
+STOP_GRACE_S = 30.0
 STDOUT_NAME = "official_eval.stdout.txt"
 STDERR_NAME = "official_eval.stderr.txt"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -91,6 +92,20 @@ def default_docker_cpus() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
+def _stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGINT first, so the CLI's ``finally`` blocks remove its containers and images."""
+    for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _run_cli(
     args: list[str],
     *,
@@ -114,12 +129,10 @@ def _run_cli(
             returncode: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            _stop(proc)
             returncode = None
         except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            _stop(proc)
             raise
     return CliRun(
         cmd=cmd,
@@ -254,7 +267,18 @@ def _finish(
     stderr: Path,
     write_to: Path | None,
 ) -> OfficialEvalResult:
-    if eval_json.exists():
+    if run.timed_out:
+        # An interrupted CLI may still write an eval.json (the stopped step recorded as a
+        # failure): that is no verdict, so it is set aside, never scored.
+        _discard_stale(eval_json)
+        code, message = cli_failure(run, instance_id)
+        result = OfficialEvalResult(
+            instance_id=instance_id,
+            official_eval_status="error",
+            error_code=code,
+            error_message=message,
+        )
+    elif eval_json.exists():
         try:
             result = score_eval_json(instance_id, eval_json)
         except Exception as exc:  # a torn or foreign eval.json is an error, not a 0

@@ -98,3 +98,32 @@ def test_blob_has_the_fixed_run_sh(pb_fixture: FixturePaths) -> None:
         run_sh = tar.extractfile("eval/run.sh").read().decode()  # type: ignore[union-attr]
     assert names == ["eval/run.sh", "eval/tests/test_calculator.py"]
     assert "--rootdir=eval eval/tests/" in run_sh
+
+
+def test_timeout_is_an_error_and_leaves_no_container(
+    pb_fixture: FixturePaths, tmp_path: Path
+) -> None:
+    import subprocess
+
+    def ours() -> set[str]:
+        out = subprocess.run(
+            ["docker", "ps", "-a", "--filter", "name=programbench-", "--format", "{{.Names}}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return set(out.split())
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "compile.sh").write_text("#!/bin/bash\nsleep 60\n")
+    make_run(tmp_path / "src", ws)
+    before = ours()
+    result = evaluate_instance(
+        tmp_path / "src", FIXTURE_ID, blob_dir=pb_fixture.blob_dir, timeout_s=4
+    )
+    assert result.official_eval_status == "error" and result.error_code == "timeout"
+    assert result.score is None
+    assert not (tmp_path / "src" / FIXTURE_ID / f"{FIXTURE_ID}.eval.json").exists()
+    leftover = ours() - before
+    assert not leftover, f"containers left behind: {leftover}"
