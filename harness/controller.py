@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import signal
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -57,6 +58,26 @@ def key_from_report_nodeid(nodeid: str, known: dict[str, str]) -> str | None:
     return known.get(nodeid)
 
 
+class TerminalLines:
+    """A text stream that writes whole lines through pytest's terminal reporter, so progress
+    lines never land in the middle of pytest's own output."""
+
+    def __init__(self, reporter: Any) -> None:
+        self.reporter = reporter
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                self.reporter.write_line(line)
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+    def isatty(self) -> bool:
+        return False
+
+
 class Controller:
     def __init__(self, config: pytest.Config, options: Any) -> None:
         self.config = config
@@ -74,6 +95,9 @@ class Controller:
         self.last_checkpoint = 0.0
         self.guard: StopGuard | None = None
         self.collection_errors = 0
+        self.progress: Any = None  # reports.progress.Progress once the selection is known
+        self.report_path: Path | None = None
+        self.report_error: str | None = None
 
     # admission --------------------------------------------------------------------------
     def resolve_root(self, benchmarks: list[str]) -> tuple[str, Path]:
@@ -190,6 +214,18 @@ class Controller:
         m.resume.carried = sum(1 for k in keys if k in self.run.plan.carried)
         m.resume.to_run = len(keys) - m.resume.carried
         mf.checkpoint(m, "selection_resolved")
+        self.start_progress(len(keys))
+
+    def start_progress(self, total: int) -> None:
+        mode = self.options.progress
+        if mode == "off" or total == 0:
+            return
+        from reports.progress import Progress
+
+        is_tty = sys.stdout.isatty() if mode == "auto" else mode == "live"
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        stream: Any = sys.stdout if is_tty or reporter is None else TerminalLines(reporter)
+        self.progress = Progress(total, stream, is_tty=is_tty)
 
     def load_worker_selection(self, worker_id: str) -> None:
         if self.selection is not None or self.run is None:
@@ -199,14 +235,24 @@ class Controller:
         self.set_selection(data["nodeids"])
 
     # rows -------------------------------------------------------------------------------
-    def instance_started(self, nodeid: str, worker: str) -> None:
+    def instance_started(self, nodeid: str, worker: str, started: float | None = None) -> None:
         key = self.nodeids.get(nodeid)
-        if key is not None:
-            self.running[key] = (worker, time.time())
+        if key is None:
+            return
+        previous = self.running.get(key)
+        if previous is not None and previous[0] != "controller":
+            return
+        self.running[key] = (worker, started or time.time())
+        if self.progress is not None and worker != "controller":
+            self.progress.instance_started(key, worker, self.running[key][1])
 
     def on_report(self, report: pytest.TestReport) -> None:
         if self.writer is None:
             return
+        if report.when == "setup":
+            node = getattr(report, "node", None)
+            worker = getattr(getattr(node, "gateway", None), "id", None) or self.run_worker()
+            self.instance_started(report.nodeid, worker, time.time() - report.duration)
         props = dict(report.user_properties)
         if ROW_PROPERTY in props:
             self.append(TaskRow.model_validate(props[ROW_PROPERTY]))
@@ -246,6 +292,8 @@ class Controller:
         self.writer.append(row)
         self.rows[row.key] = row
         self.running.pop(row.key, None)
+        if self.progress is not None:
+            self.progress.row_written(row)
         with contextlib.suppress(Exception):
             self.config.hook.pytest_harness_row_written(config=self.config, row=row)
         now = time.time()
@@ -316,8 +364,26 @@ class Controller:
         except Exception as exc:  # a finishing step must not lose the manifest
             self.manifest.extra.setdefault("finish_errors", []).append(
                 f"{type(exc).__name__}: {exc}"[:2000])
+        if self.progress is not None:
+            self.progress.close()
         self.finalize(outcome=outcome, exit_code=code, stop_reason=cause)
+        self.write_report()
         return code
+
+    def write_report(self) -> None:
+        """The HTML/Markdown report; a report problem never changes the run's exit status."""
+        if self.run is None or not self.options.report or self.manifest is None:
+            return
+        try:
+            from reports.write import write_report
+
+            paths = write_report(self.run.run_root)
+            self.report_path = paths.html
+        except Exception as exc:
+            self.report_error = f"{type(exc).__name__}: {exc}"
+
+    def run_worker(self) -> str:
+        return self.run.worker_id if self.run is not None else "main"
 
     def finalize(self, *, outcome: str, exit_code: int, stop_reason: str | None = None,
                  error: BaseException | None = None) -> None:

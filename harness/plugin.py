@@ -54,6 +54,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run shard I of N (stable hash of the instance id)")
     group.addoption("--instance", action="append", default=[], metavar="ID",
                     help="select an instance by id (repeatable)")
+    group.addoption("--harness-progress", default="auto", metavar="MODE",
+                    help="live progress: auto (live on a terminal, lines otherwise), "
+                         "live, lines, off")
+    group.addoption("--no-report", action="store_true", default=False,
+                    help="do not write the HTML/Markdown report at session end")
 
 
 @dataclass
@@ -66,6 +71,8 @@ class Options:
     max_recovery_generations: int
     shard_text: str | None
     instances: list[str]
+    progress: str = "auto"
+    report: bool = True
     selectors: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -97,6 +104,10 @@ def read_options(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> Opt
     node_args = [a for a in config.args if "::" in a]
     if node_args:
         selectors["nodeids"] = node_args
+    progress = opt.harness_progress
+    if progress not in ("auto", "live", "lines", "off"):
+        raise PlanError(f"--harness-progress {progress!r} is unknown; use auto, live, lines "
+                        f"or off")
     for adapter in adapters:
         if adapter.selectors_given(config):
             selectors[f"{adapter.name}_options"] = True
@@ -104,7 +115,8 @@ def read_options(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> Opt
         run_root=opt.run_root, run_id=opt.run_id, runs_root=default_runs_root(),
         dry_run=opt.dry_run, resume_from=opt.resume_from,
         max_recovery_generations=generations, shard_text=opt.shard,
-        instances=list(opt.instance), selectors=selectors,
+        instances=list(opt.instance), progress=progress, report=not opt.no_report,
+        selectors=selectors,
     )
 
 

@@ -21,6 +21,10 @@ def print_summary(tr: Any, controller: Controller) -> None:
     tr.write_line(f"outcome {m.outcome}, exit status {m.exit_code}"
                   + (f", stop reason {m.stop_reason}" if m.stop_reason else ""))
     tr.write_line(f"run root {m.run_root}")
+    if controller.report_path is not None:
+        tr.write_line(f"report {controller.report_path}")
+    elif controller.report_error:
+        tr.write_line(f"report not written: {controller.report_error}")
     if m.outcome == "empty_selection":
         tr.write_line("nothing was selected: check -k, -m, --instance and the benchmark's filters")
     if m.outcome == "collection_failed":
