@@ -22,7 +22,7 @@ from typing import Any
 from docker.errors import APIError, NotFound
 
 from harness.errors import InfraError
-from harness.sandbox import Sandbox, SandboxSpec, create_internal_network, get_client, transfer
+from harness.sandbox import Sandbox, SandboxSpec, create_internal_network, get_client
 from harness.sandbox import labels as L
 
 ROLE_LABEL = "harness.cowork.role"
@@ -103,7 +103,13 @@ def exec_in(
 
 
 def put_archive(sandbox: Sandbox, dest: str, data: bytes) -> None:
-    transfer.put_archive(sandbox.api, sandbox.id, dest, data)
+    """Unpack the tar ``data`` into the existing directory ``dest`` of the container."""
+    try:
+        ok = sandbox.api.put_archive(sandbox.id, dest, data)
+    except (APIError, NotFound) as exc:
+        raise InfraError(f"copy into {sandbox.name}:{dest}: {exc}", "copy_failed") from exc
+    if not ok:
+        raise InfraError(f"copy into {sandbox.name}:{dest} refused", reason_code="copy_failed")
 
 
 def tar_tree(

@@ -79,7 +79,10 @@ def test_report_classifies_the_selection_and_flags_for_review(tmp_path: Path) ->
     sales = tasks["excel-sales-summary"]
     assert sales.official_pass is True and sales.official_receipt.available
     assert sales.cost.complete and sales.cost.total_usd == 0.25 and sales.models == ["m1"]
-    assert sales.model_activity_observed and sales.eval_attempt["official"]["projection"] == "evaluated"
+    assert (
+        sales.model_activity_observed
+        and sales.eval_attempt["official"]["projection"] == "evaluated"
+    )
     assert tasks["gcal-standup-week"].cost.complete is False
     assert report.cost == {"known_usd": 0.25, "total_usd": None, "complete": False}
 

@@ -34,7 +34,13 @@ def test_first_entry_claims_runs_once_and_writes_receipt(tmp_path: Path) -> None
     assert req.module == f"tasks.finalpool.{IID}.evaluation.main"
     claim = read_claim(tmp_path)
     assert claim is not None and claim.attempt_id == out.attempt_id and len(claim.attempt_id) == 32
-    assert set(claim.bindings) == {"traj_log", "task_config", "evaluator", "groundtruth", "workspace"}
+    assert set(claim.bindings) == {
+        "traj_log",
+        "task_config",
+        "evaluator",
+        "groundtruth",
+        "workspace",
+    }
     assert claim.bindings["evaluator"].kind == "tree" and claim.bindings["evaluator"].sha256
     receipt = json.loads((tmp_path / m.receipt_name(claim.attempt_id)).read_text())
     assert receipt["pass"] is True and receipt["exit_code"] == 0 and receipt["checker_ran"]

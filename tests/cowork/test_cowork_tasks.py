@@ -91,9 +91,10 @@ def test_a_broken_task_config_names_the_file(tmp_path: Path) -> None:
 
 
 def test_fixture_seed_dump_is_its_readable_source() -> None:
-    assert gzip.decompress((FIXTURE / "db" / "init.sql.gz").read_bytes()) == (
-        FIXTURE / "db" / "init.sql"
-    ).read_bytes()
+    assert (
+        gzip.decompress((FIXTURE / "db" / "init.sql.gz").read_bytes())
+        == (FIXTURE / "db" / "init.sql").read_bytes()
+    )
 
 
 # --------------------------------------------------------------------------- provenance
