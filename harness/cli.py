@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "report": ("reports.cli", "report_command", "write the HTML and Markdown report of a run"),
     "compare": ("reports.cli", "compare_command", "paired comparison of two runs"),
     "sweep": ("harness.sandbox.cli", "sweep_command", "remove a run's containers and networks"),
-    "campaign": ("harness.budget.cli", "campaign_command", "campaign budget file tools"),
+    "campaign": ("harness.budget.reconcile", "campaign_command", "campaign budget file tools"),
     "agent-server": ("harness.agents.reference_server", "agent_server_command",
                      "start the reference agent server"),
     "programbench": ("benchmarks.programbench.cli", "programbench_command",

@@ -4,6 +4,7 @@ and the per-instance reservation (an autouse fixture that is a no-op unless enab
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from collections.abc import Generator
 from typing import Any
 
@@ -19,7 +20,8 @@ from harness.worker import STATE_KEY
 
 BUDGET_KEY = pytest.StashKey[ControllerBudget]()
 FLOAT_OPTIONS = ("campaign_budget_usd", "prior_spend_usd", "per_task_reserve_usd",
-                 "budget_reserve_usd", "budget_usd", "meter_blindness_sec", "min_free_disk_gb")
+                 "budget_reserve_usd", "budget_usd", "meter_blindness_sec", "meter_poll_sec",
+                 "meter_read_timeout_sec", "min_free_disk_gb")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -40,6 +42,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="usage meter: openrouter[=URL] | fake-file:PATH | none")
     group.addoption("--meter-blindness-sec", default="30", metavar="SEC",
                     help="stop when no meter reading is younger than this (default 30)")
+    group.addoption("--meter-poll-sec", default="15", metavar="SEC",
+                    help="seconds between meter readings (default 15)")
+    group.addoption("--meter-read-timeout-sec", default="5", metavar="SEC",
+                    help="bound of one meter reading (default 5)")
     group.addoption("--min-free-disk-gb", default=None, metavar="GIB",
                     help="refuse to start an instance below this much free disk")
 
@@ -56,11 +62,19 @@ def settings_from(config: pytest.Config) -> BudgetSettings:
             value = math.nan
         if not math.isfinite(value) or value < 0:
             flag = "--" + name.replace("_", "-")
-            raise pytest.UsageError(f"{flag} {raw!r} is not a non-negative number; "
-                                    f"pass e.g. {flag} 10")
+            raise RefusalError(f"{flag} {raw!r} is not a non-negative number; pass e.g. "
+                               f"{flag} 10", stage="options", reason="bad_budget_option")
         values[name] = value
-    return BudgetSettings(campaign_file=config.getoption("campaign_file"),
-                          meter=config.getoption("meter"), **values)
+    settings = BudgetSettings(campaign_file=config.getoption("campaign_file"),
+                              meter=config.getoption("meter"), **values)
+    bound = settings.meter_poll_sec + settings.meter_read_timeout_sec
+    if settings.meter != "none" and settings.meter_blindness_sec <= bound:
+        raise RefusalError(
+            f"--meter-blindness-sec {settings.meter_blindness_sec:g} must exceed "
+            f"--meter-poll-sec + --meter-read-timeout-sec ({bound:g}); raise it",
+            stage="options", reason="bad_budget_option")
+    return replace(settings, meter_retry_sec=min(settings.meter_retry_sec,
+                                                 settings.meter_poll_sec))
 
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:

@@ -1,4 +1,4 @@
-"""Fixtures for pytester runs of the built-in ``selftest`` benchmark.
+"""Fixtures for subprocess runs of the built-in ``selftest`` benchmark.
 
 Each test builds a tiny benchmark suite in a temporary directory and runs pytest on it in a
 subprocess, in normal and ``-n 2`` modes (the ``mode`` fixture).
@@ -6,124 +6,13 @@ subprocess, in normal and ``-n 2`` modes (the ``mode`` fixture).
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from harness.testing.suite import Suite, finish, wait_for
 
-SUITE_CONFTEST = 'pytest_plugins = ["harness.testing.plugin"]\n'
-SUITE_TEST = '''
-import pytest
-from harness.testing.adapter import run_selftest_instance
-
-pytestmark = pytest.mark.harness_benchmark("selftest")
-
-
-def test_selftest(harness_instance):
-    run_selftest_instance(harness_instance)
-'''
-
-
-@dataclass
-class Run:
-    rc: int
-    out: str
-    root: Path
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        return json.loads((self.root / "run_manifest.json").read_text())
-
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        path = self.root / "result_index.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-    @property
-    def latest(self) -> dict[str, dict[str, Any]]:
-        return {r["instance_id"]: r for r in self.rows}
-
-    def statuses(self) -> dict[str, str]:
-        return {k: v["status"] for k, v in self.latest.items()}
-
-    def executions(self) -> list[str]:
-        path = self.root / "selftest_executions.log"
-        if not path.exists():
-            return []
-        return [line.split()[0] for line in path.read_text().splitlines()]
-
-
-class Suite:
-    """A selftest benchmark suite on disk and a way to run pytest on it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        (path / "conftest.py").write_text(SUITE_CONFTEST)
-        (path / "test_selftest.py").write_text(SUITE_TEST)
-        self.counter = 0
-
-    def tasks(self, tasks: list[dict[str, Any]]) -> Path:
-        path = self.path / "tasks.json"
-        path.write_text(json.dumps(tasks))
-        return path
-
-    def command(self, root: Path | None, *args: str) -> list[str]:
-        cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-               "-o", "console_output_style=classic", str(self.path / "test_selftest.py")]
-        if root is not None:
-            cmd += ["--run-root", str(root)]
-        return cmd + list(args)
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["HARNESS_SELFTEST_TASKS"] = str(self.path / "tasks.json")
-        env.pop("PYTEST_XDIST_WORKER", None)
-        env.pop("PYTEST_ADDOPTS", None)
-        return env
-
-    def new_root(self) -> Path:
-        self.counter += 1
-        return self.path / "runs" / f"r{self.counter}"
-
-    def run(self, *args: str, root: Path | None = None, timeout: float = 120) -> Run:
-        root = root or self.new_root()
-        proc = subprocess.run(self.command(root, *args), cwd=self.path, env=self.env(),
-                              capture_output=True, text=True, timeout=timeout)
-        return Run(proc.returncode, proc.stdout + proc.stderr, root)
-
-    def start(self, *args: str, root: Path | None = None) -> tuple[subprocess.Popen[str], Path]:
-        root = root or self.new_root()
-        proc = subprocess.Popen(self.command(root, *args), cwd=self.path, env=self.env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        return proc, root
-
-
-def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
-
-
-def finish(proc: subprocess.Popen[str], timeout: float = 60) -> str:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise AssertionError(f"pytest did not stop within {timeout}s:\n{out}") from None
-    return out
+__all__ = ["finish", "wait_for"]
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import os
 import signal
 import time
 
-from conftest import finish, wait_for
+from harness.testing.suite import finish, wait_for
 
 SLOW = [{"id": "s", "work": "sleep", "seconds": 4, "count": 6}]
 
@@ -93,7 +93,7 @@ def test_sigkill_then_resume_runs_each_instance_once(suite):
     assert len(rows) == 8
     for iid, row in first_rows.items():
         assert rows[iid]["outcome"] == "carried_forward"
-        assert rows[iid]["carried_from"] == first_rows[iid]["run_id"]
+        assert rows[iid]["carried_from"] == row["run_id"]
     reran = second.executions()
     assert sorted(reran) == sorted(set(rows) - set(first_rows))
     assert len(reran) == len(set(reran))

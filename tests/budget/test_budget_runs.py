@@ -1,0 +1,166 @@
+"""Campaign budgets through real pytest runs of the selftest benchmark.
+
+These are the issue's end-to-end figures: concurrent runs sharing one campaign file never
+cross the ceiling, meter faults stop a run with exit 3, and custody survives a SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.testing.suite import Suite, finish, wait_for
+
+PROCESSES = 8
+INSTANCES = 50
+
+
+def rows_of(root: Path) -> list[dict]:
+    path = root / "result_index.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_eight_concurrent_runs_never_cross_the_ceiling(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    campaign = tmp_path / "campaign.json"
+    ceiling = 120.0
+    procs = []
+    suites = []
+    for p in range(PROCESSES):
+        (tmp_path / f"proc{p}").mkdir()
+        suite = Suite(tmp_path / f"proc{p}")
+        tasks = [{"id": f"p{p}-t{i:02d}", "work": "succeed",
+                  "cost": rng.randint(1, 64) / 32} for i in range(INSTANCES)]
+        suite.tasks(tasks)
+        proc, root = suite.start("-n", "2", "--campaign-file", str(campaign),
+                                 "--campaign-budget-usd", str(ceiling),
+                                 "--per-task-reserve-usd", "2.0", "--no-report",
+                                 "--harness-progress", "off")
+        procs.append((proc, root))
+        suites.append(suite)
+    outs = [finish(proc, timeout=600) for proc, _ in procs]
+    state = json.loads(campaign.read_text())
+    settled = 0.0
+    total_rows = 0
+    for (proc, root), out in zip(procs, outs, strict=True):
+        assert proc.returncode in (0, 3), out
+        rows = rows_of(root)
+        ids = [r["instance_id"] for r in rows]
+        assert len(ids) == len(set(ids)) == INSTANCES, out  # exactly one row each
+        total_rows += len(rows)
+        settled += sum(r["cost_usd"] or 0.0 for r in rows if r["status"] == "completed")
+        blocked = [r for r in rows if r["status"] == "blocked"]
+        assert all(r["reason_code"] == "campaign_budget" for r in blocked)
+    assert total_rows == PROCESSES * INSTANCES
+    assert settled <= ceiling
+    assert abs(state["spent_usd"] - settled) < 1e-9
+    assert state["active_runs"] == {}
+    assert settled > ceiling - 2.0 * 2 * PROCESSES, "the ceiling must bind"
+    assert any(p.returncode == 3 for p, _ in procs), "some run must have been stopped"
+
+
+def fault_run(suite: Suite, tmp_path: Path, meter_file: Path, *extra: str):
+    suite.tasks([{"id": "m", "work": "sleep", "seconds": 1.0, "cost": 0.1, "count": 20}])
+    return suite.start("--campaign-file", str(tmp_path / "c.json"),
+                       "--campaign-budget-usd", "100", "--per-task-reserve-usd", "1",
+                       "--meter", f"fake-file:{meter_file}", "--meter-poll-sec", "0.2",
+                       "--meter-read-timeout-sec", "0.2", "--meter-blindness-sec", "1.5",
+                       "--no-report", *extra)
+
+
+def check_stopped(root: Path, out: str, reason: str, code: int) -> None:
+    assert code == 3, out
+    manifest = json.loads((root / "run_manifest.json").read_text())
+    assert manifest["outcome"] == "stopped" and manifest["exit_code"] == 3
+    assert manifest["stop_reason"] == reason
+    monitor = json.loads((root / "monitor.json").read_text())
+    assert monitor["finished"] is True and monitor["stop_reason"] == reason
+    rows = rows_of(root)
+    assert len({r["instance_id"] for r in rows}) == 20
+
+
+def test_meter_going_down_stops_the_run(tmp_path: Path) -> None:
+    meter = tmp_path / "usage.json"
+    meter.write_text(json.dumps({"usage": 10.0}))
+    (tmp_path / "s").mkdir()
+    suite = Suite(tmp_path / "s")
+    proc, root = fault_run(suite, tmp_path, meter)
+    wait_for(lambda: (root / "selftest_executions.log").exists())
+    meter.write_text(json.dumps({"usage": 5.0}))
+    out = finish(proc)
+    check_stopped(root, out, "budget_meter_unavailable", proc.returncode)
+
+
+def test_meter_nan_stops_the_run(tmp_path: Path) -> None:
+    meter = tmp_path / "usage.json"
+    meter.write_text(json.dumps({"usage": 10.0}))
+    (tmp_path / "s").mkdir()
+    suite = Suite(tmp_path / "s")
+    proc, root = fault_run(suite, tmp_path, meter)
+    wait_for(lambda: (root / "selftest_executions.log").exists())
+    meter.write_text('{"usage": NaN}')
+    out = finish(proc)
+    check_stopped(root, out, "budget_meter_unavailable", proc.returncode)
+
+
+def test_meter_silent_longer_than_blindness_stops_the_run(tmp_path: Path) -> None:
+    meter = tmp_path / "usage.json"
+    meter.write_text(json.dumps({"usage": 10.0}))
+    (tmp_path / "s").mkdir()
+    suite = Suite(tmp_path / "s")
+    proc, root = fault_run(suite, tmp_path, meter)
+    wait_for(lambda: (root / "selftest_executions.log").exists())
+    meter.unlink()  # every read now fails: no accepted reading renews the window
+    out = finish(proc)
+    check_stopped(root, out, "budget_meter_unavailable", proc.returncode)
+
+
+def test_failing_campaign_save_stops_the_run(tmp_path: Path) -> None:
+    meter = tmp_path / "usage.json"
+    meter.write_text(json.dumps({"usage": 10.0}))
+    (tmp_path / "s").mkdir()
+    suite = Suite(tmp_path / "s")
+    proc, root = fault_run(suite, tmp_path, meter)
+    wait_for(lambda: (root / "selftest_executions.log").exists())
+    campaign = tmp_path / "c.json"
+    subprocess.run(["chattr", "+i", str(campaign)], check=True)  # even root cannot replace it
+    try:
+        meter.write_text(json.dumps({"usage": 11.0}))  # a new reading must be saved
+        out = finish(proc)
+    finally:
+        subprocess.run(["chattr", "-i", str(campaign)], check=True)
+    assert proc.returncode == 3, out
+    manifest = json.loads((root / "run_manifest.json").read_text())
+    assert manifest["stop_reason"] == "campaign_persistence_failed"
+    monitor = json.loads((root / "monitor.json").read_text())
+    assert monitor["stop_reason"] == "campaign_persistence_failed"
+
+
+def test_sigkilled_run_keeps_custody_until_reconciled(tmp_path: Path) -> None:
+    campaign = tmp_path / "c.json"
+    (tmp_path / "s").mkdir()
+    suite = Suite(tmp_path / "s")
+    suite.tasks([{"id": "k", "work": "sleep", "seconds": 30, "cost": 1, "count": 2}])
+    args = ("--campaign-file", str(campaign), "--campaign-budget-usd", "50",
+            "--per-task-reserve-usd", "1", "--no-report")
+    proc, root = suite.start(*args)
+    wait_for(lambda: (root / "selftest_executions.log").exists())
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    suite.tasks([{"id": "k", "work": "succeed", "cost": 1, "count": 2}])
+    refused = suite.run(*args)
+    assert refused.rc == 2, refused.out
+    assert root.name in refused.out or json.loads(
+        (root / "run_manifest.json").read_text())["run_id"] in refused.out
+    reconcile = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "campaign", "reconcile", str(campaign),
+         "--run", str(root), "--reading", "0"], capture_output=True, text=True)
+    assert reconcile.returncode == 0, reconcile.stdout + reconcile.stderr
+    proceeds = suite.run(*args)
+    assert proceeds.rc == 0, proceeds.out
+    assert {r["status"] for r in proceeds.rows} == {"completed"}
