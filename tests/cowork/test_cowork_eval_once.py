@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -69,10 +70,8 @@ def test_claim_without_receipt_is_unfinished_and_never_reruns(tmp_path: Path) ->
     def dies(req: CheckerRequest) -> CheckerRun:
         raise Crash  # the process "dies" mid-checker: no receipt is written
 
-    try:
+    with contextlib.suppress(Crash):
         evaluate_once(tmp_path, FIXTURE, IID, dies)
-    except Crash:
-        pass
     checker = CountingChecker()
     out = evaluate_once(tmp_path, FIXTURE, IID, checker)
     assert out.kind == "unfinished_claim" and out.receipt is None

@@ -86,7 +86,7 @@ def test_a_root_without_finalpool_is_refused_naming_the_option(tmp_path: Path) -
 def test_a_broken_task_config_names_the_file(tmp_path: Path) -> None:
     root = make_bench(tmp_path, ["bad"])
     (root / "tasks" / "finalpool" / "bad" / "task_config.json").write_text("{not json")
-    with pytest.raises(TaskConfigError, match="bad/task_config.json"):
+    with pytest.raises(TaskConfigError, match=r"bad/task_config\.json"):
         discover_tasks(root)
 
 
