@@ -47,6 +47,8 @@ class BenchmarkAdapter:
 
     name: str = "benchmark"
     marker_names: Sequence[str] = ()
+    # A run of this benchmark must name its agent (``--agent``); False for test benchmarks.
+    needs_agent: bool = True
 
     def instances(self, config: pytest.Config) -> list[InstanceSpec]:
         raise NotImplementedError

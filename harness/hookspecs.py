@@ -18,6 +18,11 @@ def pytest_harness_adapters(config: pytest.Config) -> list[BenchmarkAdapter]:  #
 
 
 @pytest.hookspec
+def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:  # type: ignore[empty-body]
+    """Options that change results; merged into the run's config (and its fingerprint)."""
+
+
+@pytest.hookspec
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     """Controller, once, after the manifest is written and before any worker starts.
 

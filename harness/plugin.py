@@ -27,8 +27,8 @@ from harness.runtime import RunContext
 from harness.signals import StopGuard
 from harness.worker import WorkerHooks, harness_instance
 
-# The runner's own plugins: Docker sandbox fixtures and campaign budgets.
-pytest_plugins = ["harness.sandbox.fixtures", "harness.budget.plugin"]
+# The runner's own plugins: Docker sandbox fixtures, campaign budgets, agents.
+pytest_plugins = ["harness.sandbox.fixtures", "harness.budget.plugin", "harness.agents.plugin"]
 
 CONTROLLER_KEY = pytest.StashKey[Controller]()
 RUN_KEY = pytest.StashKey[RunContext]()
@@ -130,6 +130,8 @@ def collect_adapters(config: pytest.Config) -> dict[str, BenchmarkAdapter]:
 
 def result_config(config: pytest.Config, adapters: dict[str, BenchmarkAdapter]) -> dict[str, Any]:
     out: dict[str, Any] = {"benchmarks": sorted(adapters)}
+    for extra in config.hook.pytest_harness_result_config(config=config):
+        out.update(extra or {})
     for name, adapter in sorted(adapters.items()):
         for key, value in adapter.result_config(config).items():
             out[f"{name}.{key}"] = value

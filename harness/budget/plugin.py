@@ -4,8 +4,8 @@ and the per-instance reservation (an autouse fixture that is a no-op unless enab
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from collections.abc import Generator
+from dataclasses import replace
 from typing import Any
 
 import pytest

@@ -22,6 +22,7 @@ EXECUTIONS = "selftest_executions.log"
 class SelftestAdapter(BenchmarkAdapter):
     name = "selftest"
     marker_names = ("difficulty", "language")
+    needs_agent = False  # only its ``agent`` work uses one (``--agent``, default nop)
 
     def __init__(self, tasks_file: Path | None = None) -> None:
         self.tasks_file = tasks_file
@@ -60,9 +61,17 @@ class SelftestAdapter(BenchmarkAdapter):
         return {"scale": config.getoption("selftest_scale", 1.0)}
 
 
-def run_selftest_instance(ctx: InstanceContext) -> None:
+def run_selftest_instance(ctx: InstanceContext, request: pytest.FixtureRequest | None = None
+                          ) -> None:
     """What a selftest instance does (the body of its one test function)."""
     task: dict[str, Any] = ctx.data
+    if task["work"] == "agent":
+        if request is None:
+            raise ValueError("selftest work 'agent' needs the test's request fixture")
+        from harness.testing.agent_task import run_agent_task
+
+        run_agent_task(ctx, request)
+        return
     body = ctx.instance_dir / "selftest_task_body.json"
     atomic_write_json(body, {"instance_id": ctx.instance_id, "work": task["work"]})
     ctx.output("task_body", body)

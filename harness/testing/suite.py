@@ -24,8 +24,8 @@ from harness.testing.adapter import run_selftest_instance
 pytestmark = pytest.mark.harness_benchmark("selftest")
 
 
-def test_selftest(harness_instance):
-    run_selftest_instance(harness_instance)
+def test_selftest(harness_instance, request):
+    run_selftest_instance(harness_instance, request)
 '''
 
 

@@ -1,0 +1,254 @@
+"""pytest wiring of agents: ``--agent`` and its options, the controller's preflights (seed
+gate, target actor, runtime attestation: recorded first, then enforced), the
+``harness_agent`` fixture, and :func:`run_agent`, which turns an agent's outcome into the
+instance's row fields."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.agents.base import (
+    AGENT_KINDS,
+    Agent,
+    AgentOptions,
+    AgentOutcome,
+    AgentRequest,
+    OracleUnavailable,
+    make_agent,
+)
+from harness.agents.checkpoint import CHECKPOINT_NAME
+from harness.errors import InfraError, RefusalError
+from harness.models import Outcome
+from harness.runtime import InstanceContext, OutcomeSkip, RunContext
+
+GATEWAY_URL_ENV = "HARNESS_GATEWAY_URL"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness agent", "the agent under test")
+    group.addoption("--agent", default=None, metavar="KIND",
+                    help=f"agent kind: {' | '.join(AGENT_KINDS)} (required except with "
+                         f"--dry-run, where task bodies are written for the gateway)")
+    group.addoption("--gateway-url", default=None, metavar="URL",
+                    help=f"agent server base URL (or ${GATEWAY_URL_ENV})")
+    group.addoption("--gateway-poll-sec", default=None, metavar="SEC",
+                    help="seconds between polls of a gateway task (default 5)")
+    group.addoption("--solve-model", default=None, metavar="MODEL",
+                    help="the declared model; the server's settings must match it")
+    group.addoption("--expect-runtime-version", default=None, metavar="VERSION",
+                    help="refuse (exit 3) unless the server reports this runtime_version")
+    group.addoption("--allow-runtime-skew", action="store_true", default=False,
+                    help="waive a runtime_version skew (recorded in the manifest)")
+    group.addoption("--agent-command", default=None, metavar="CMD",
+                    help="command line of a CLI agent run inside the sandbox")
+    group.addoption("--agent-env", action="append", default=[], metavar="NAME",
+                    help="environment variable passed to the command agent (repeatable; "
+                         "values come from this environment, never argv)")
+    group.addoption("--agent-repo", default=None, metavar="DIR",
+                    help="source checkout of the agent under test, recorded for provenance")
+    group.addoption("--allow-dirty-seed", action="store_true", default=False,
+                    help="allow a dirty --agent-repo checkout")
+    group.addoption("--expect-agent-commit", default=None, metavar="SHA",
+                    help="refuse unless --agent-repo's HEAD is this commit")
+
+
+def agent_kind(config: pytest.Config) -> str:
+    kind = config.getoption("agent")
+    if kind is None:
+        return "gateway" if config.getoption("dry_run") else ""
+    return str(kind)
+
+
+def agent_options(config: pytest.Config) -> AgentOptions:
+    return AgentOptions(
+        command=config.getoption("agent_command"),
+        env=list(config.getoption("agent_env")),
+        gateway_url=config.getoption("gateway_url") or os.environ.get(GATEWAY_URL_ENV),
+        poll_interval_s=_float_option(config, "gateway_poll_sec"),
+    )
+
+
+def _float_option(config: pytest.Config, name: str) -> float | None:
+    raw = config.getoption(name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        flag = "--" + name.replace("_", "-")
+        raise RefusalError(f"{flag} {raw!r} is not a positive number; pass e.g. {flag} 2",
+                           stage="agent", reason="agent_options")
+    return value
+
+
+def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
+    """Agent options that change results (names only: never a secret value)."""
+    return {
+        "agent.kind": agent_kind(config),
+        "agent.solve_model": config.getoption("solve_model"),
+        "agent.command": config.getoption("agent_command"),
+        "agent.env": sorted(config.getoption("agent_env")),
+    }
+
+
+def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+    kind = agent_kind(config)
+    if not kind and not any(a.needs_agent for a in run.adapters.values()):
+        kind = "nop"
+    if not kind:
+        raise RefusalError(f"choose the agent under test with --agent "
+                           f"{'|'.join(AGENT_KINDS)}", stage="agent", reason="agent_missing")
+    options = agent_options(config)
+    try:
+        agent = make_agent(kind, options)
+    except ValueError as exc:
+        raise RefusalError(str(exc), stage="agent", reason="agent_options") from exc
+    extra = run.manifest.extra if run.manifest is not None else {}
+    extra["agent"] = {"kind": kind, "gateway_url": options.gateway_url,
+                      "solve_model": config.getoption("solve_model"),
+                      "command": options.command, "env_names": sorted(options.env)}
+    write = _writer(run)
+    repo = config.getoption("agent_repo")
+    head: str | None = None
+    version: str | None = None
+    if repo:
+        from harness.agents.provenance import repo_provenance, require_seed, seed_gate
+
+        prov = repo_provenance(repo)
+        gate = seed_gate(prov, allow_dirty_seed=config.getoption("allow_dirty_seed"),
+                         expect=config.getoption("expect_agent_commit"))
+        extra["agent_source"] = prov.model_dump(mode="json", by_alias=True)
+        extra["seed_gate"] = gate.model_dump(mode="json", by_alias=True)
+        write()
+        require_seed(gate, prov)
+        head, version = prov.head, getattr(prov, "version", None)
+    if kind == "command":
+        missing = agent.missing_env() if hasattr(agent, "missing_env") else []
+        if missing:
+            raise RefusalError(f"--agent-env {', '.join(missing)}: not set in this environment; "
+                               f"export it or drop the option", stage="agent",
+                               reason="agent_env_missing")
+    if kind == "gateway" and options.gateway_url:
+        _gateway_preflight(config, run, options.gateway_url, repo, head, version, write)
+    elif kind == "gateway" and not run.dry_run:
+        raise RefusalError(f"--agent gateway needs --gateway-url URL (or ${GATEWAY_URL_ENV})",
+                           stage="agent", reason="agent_options")
+
+
+def _writer(run: RunContext) -> Any:
+    from harness.manifest import write_manifest
+
+    def write() -> None:
+        if run.manifest is not None:
+            write_manifest(run.manifest)
+
+    return write
+
+
+def _gateway_preflight(config: pytest.Config, run: RunContext, url: str, repo: str | None,
+                       head: str | None, version: str | None, write: Any) -> None:
+    from harness.agents.gateway import GatewayClient
+    from harness.agents.gateway_errors import GatewayError
+    from harness.agents.preflight import (
+        attest_runtime,
+        check_target_actor,
+        require_runtime,
+        require_target_actor,
+    )
+
+    extra = run.manifest.extra if run.manifest is not None else {}
+    model = config.getoption("solve_model")
+    with GatewayClient(url) as client:
+        if model:
+            try:
+                settings = client.settings(budget_s=10.0).values()
+            except GatewayError as exc:
+                extra["target_runtime_actor"] = {"error": str(exc)[:500]}
+                write()
+                raise RefusalError(f"--gateway-url {url}: cannot read the agent server's "
+                                   f"settings ({exc}); start the server or fix the URL",
+                                   stage="target_actor_preflight",
+                                   reason="settings_unavailable") from exc
+            actor = check_target_actor(settings, model)
+            extra["target_runtime_actor"] = actor.model_dump(mode="json")
+            write()
+            require_target_actor(actor)
+        if run.dry_run:
+            extra["runtime_attestation"] = {"skipped": "dry_run"}
+            return
+        att = attest_runtime(client, expected_version=config.getoption("expect_runtime_version"),
+                             repo_dir=repo, repo_head=head, repo_version=version,
+                             allow_skew=config.getoption("allow_runtime_skew"))
+        extra["runtime_attestation"] = att.model_dump(mode="json", by_alias=True)
+        write()
+        require_runtime(att)
+
+
+@pytest.fixture(scope="session")
+def harness_agent(pytestconfig: pytest.Config) -> Agent:
+    """The agent under test (one per process; agents keep no per-instance state)."""
+    kind = agent_kind(pytestconfig) or "nop"
+    options = agent_options(pytestconfig)
+    return make_agent(kind, options)
+
+
+def carry_checkpoint(ctx: InstanceContext) -> None:
+    """On resume, bring the ancestor's gateway checkpoint so the client can reattach."""
+    target = ctx.instance_dir / CHECKPOINT_NAME
+    if target.exists() or (ctx.run.manifest is None and not ctx.run.plan.attempts):
+        return
+    from harness.manifest import read_manifest
+
+    try:
+        ancestors = read_manifest(ctx.run_root).resume.ancestors
+    except Exception:
+        return
+    for root in ancestors:
+        source = Path(root) / ctx.benchmark / ctx.instance_id / CHECKPOINT_NAME
+        if source.exists():
+            shutil.copy2(source, target)
+            ctx.result.details["checkpoint_from"] = str(source)
+            return
+
+
+def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> AgentOutcome:
+    """Run the agent for this instance and record what the row needs.
+
+    Raises :class:`OutcomeSkip` (skipped row) when the oracle is unavailable and
+    :class:`InfraError` for an infrastructure outcome; returns the outcome otherwise
+    (``completed`` false means the agent did not finish: the adapter decides whether to
+    score partial work).
+    """
+    if getattr(agent, "kind", "") == "gateway":
+        carry_checkpoint(ctx)
+    r = ctx.result
+    r.agent_started = True
+    try:
+        outcome = agent.run(request)
+    except OracleUnavailable as exc:
+        r.agent_started = False
+        raise OutcomeSkip(Outcome.SKIPPED, exc.reason, str(exc)) from exc
+    r.cost_usd = outcome.cost_usd
+    r.cost_known = outcome.cost_known
+    r.tokens = outcome.tokens
+    r.details["agent"] = outcome.agent
+    r.details["runtime_outcome"] = outcome.runtime_outcome.model_dump(mode="json")
+    if outcome.task_id:
+        r.details["task_id"] = outcome.task_id
+    if outcome.truncated:
+        r.details["truncated"] = True
+    if outcome.details:
+        r.details["agent_details"] = outcome.details
+    for name, path in outcome.output_paths.items():
+        ctx.output(name, Path(path))
+    if outcome.infra:
+        raise InfraError(f"agent {outcome.agent}: {outcome.reason_code}",
+                         outcome.reason_code or "agent_infra")
+    return outcome
