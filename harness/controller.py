@@ -104,10 +104,7 @@ class Controller:
         opts = self.options
         run_id = opts.run_id or new_run_id(benchmarks[0] if len(benchmarks) == 1 else "run")
         validate_run_id(run_id)
-        if opts.run_root:
-            root = Path(opts.run_root)
-        else:
-            root = opts.runs_root / run_id
+        root = Path(opts.run_root) if opts.run_root else opts.runs_root / run_id
         return run_id, root.resolve()
 
     def refuse_reused_root(self, run_id: str, root: Path, argv: list[str]) -> None:
