@@ -19,7 +19,11 @@ from harness.sandbox.errors import SandboxError
 
 
 def build_parser(prog: str = "harness sweep") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Remove the containers, networks and volumes of a run, or of every "
+        "stale run (one whose run lock is no longer held), and list again to prove it.",
+    )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--run", metavar="RUN_ID", help="sweep everything labelled with this run")
     what.add_argument(

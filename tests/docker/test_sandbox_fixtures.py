@@ -124,3 +124,70 @@ def test_docker_unavailable_is_an_infra_error_not_a_skip(tmp_path: Path) -> None
     assert proc.returncode == 1, out
     assert "1 error" in out and "skipped" not in out
     assert "DockerUnavailable" in out and "cannot reach the Docker daemon" in out
+
+
+LEAKY_TEST = """
+import os
+from pathlib import Path
+
+from harness.sandbox import Sandbox, SandboxSpec
+
+
+def test_leaks(tmp_path):
+    image = os.environ["BASE_IMAGE"]
+    inside = SandboxSpec(image=image, run_id=os.environ["LEAK_IN"], instance_id="x", run_root=tmp_path / "run")
+    outside = SandboxSpec(image=image, run_id=os.environ["LEAK_OUT"], instance_id="x",
+                          run_root=Path(os.environ["OUTSIDE_ROOT"]))
+    Sandbox.create(inside)
+    Sandbox.create(outside)
+"""
+
+
+def test_session_end_check_flags_this_sessions_leaks_only(
+    docker_client: docker.DockerClient, base_image, tmp_path: Path
+) -> None:
+    suite = tmp_path / "leaky"
+    suite.mkdir()
+    (suite / "conftest.py").write_text((Path(__file__).parents[1] / "conftest.py").read_text())
+    (suite / "test_leaky.py").write_text(LEAKY_TEST)
+    leak_in, leak_out = new_run_id("leakin"), new_run_id("leakout")
+    env = {
+        **os.environ,
+        "BASE_IMAGE": base_image.image_id,
+        "LEAK_IN": leak_in,
+        "LEAK_OUT": leak_out,
+        "OUTSIDE_ROOT": str(tmp_path / "elsewhere"),
+    }
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:harness",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "--basetemp",
+                str(tmp_path / "bt"),
+                str(suite),
+            ],
+            cwd=suite,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        out = proc.stdout
+        assert "1 passed" in out and proc.returncode == 1, out + proc.stderr
+        assert "LEAKED Docker resources of this test session (1)" in out
+        assert leak_in in out and leak_out not in out
+        assert leaked_resources(docker_client, run_id_prefix=leak_in)["containers"] == [], (
+            "swept after reporting"
+        )
+        assert len(leaked_resources(docker_client, run_id_prefix=leak_out)["containers"]) == 1
+    finally:
+        sweep(leak_in, client=docker_client)
+        sweep(leak_out, client=docker_client)
