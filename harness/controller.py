@@ -351,6 +351,12 @@ class Controller:
             return self.exit_code
         cause = read_stop(self.run.run_root)
         self.fill_missing(cause)
+        try:
+            self.config.hook.pytest_harness_session_results(
+                config=self.config, run=self.run, rows=dict(self.rows), append=self.append)
+        except Exception as exc:  # session-level scoring must not lose the manifest
+            self.manifest.extra.setdefault("finish_errors", []).append(
+                f"{type(exc).__name__}: {exc}"[:2000])
         summary = self.update_counts()
         outcome, code = self.decide_exit()
         self.manifest.resume_command = self.resume_command()

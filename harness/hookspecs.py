@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -39,6 +40,15 @@ def pytest_harness_row_written(config: pytest.Config, row: TaskRow) -> None:
 @pytest.hookspec
 def pytest_harness_worker_crashed(config: pytest.Config, run: RunContext, worker_id: str) -> None:
     """Controller, after an xdist worker died (sweep what it left)."""
+
+
+@pytest.hookspec
+def pytest_harness_session_results(
+    config: pytest.Config, run: RunContext, rows: dict[str, TaskRow],
+    append: Callable[[TaskRow], None],
+) -> None:
+    """Controller, after the last instance and before the summary: session-level scoring
+    (e.g. a batch official eval) appends superseding rows with ``append``."""
 
 
 @pytest.hookspec

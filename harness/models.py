@@ -105,6 +105,8 @@ class TaskRow(OpenModel):
     @property
     def settled(self) -> bool:
         """True when a resume carries this row forward instead of running it again."""
+        if self.official_eval_status == "pending":
+            return False  # scored at session end (batch eval) that never came
         return self.outcome in SETTLED_OUTCOMES or (
             self.outcome is Outcome.CARRIED and self.carried_from is not None
         )

@@ -139,7 +139,6 @@ def result_config(config: pytest.Config, adapters: dict[str, BenchmarkAdapter]) 
 
 
 def fail_usage(message: str, code: int = 2) -> None:
-    sys.stderr.write(f"ERROR: {message}\n")
     pytest.exit(message, returncode=code)
 
 

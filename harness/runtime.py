@@ -90,6 +90,7 @@ class InstanceContext:
         self.key = instance_key(adapter.name, spec.instance_id)
         self.attempt = run.plan.attempts.get(self.key, 1)
         self.result = InstanceResult()
+        self.timeout_s: float | None = None  # the agent's wall clock (sandbox TTL follows)
         self.instance_dir = instance_dir(run.run_root, adapter.name, spec.instance_id)
         self.instance_dir.mkdir(parents=True, exist_ok=True)
 
@@ -169,8 +170,9 @@ class InstanceContext:
                 f"the {self.benchmark} test recorded no outcome for {self.instance_id}",
                 "harness_no_outcome",
             )
-        if r.outcome is Outcome.SCORED and r.resolved:
-            return
+        if r.outcome is Outcome.SCORED and (r.resolved or r.official_eval_status in (
+                "pending", "not_run")):
+            return  # resolved, or scored later (batch eval) or never (--eval off)
         if r.outcome is Outcome.INFRA_FAILED:
             raise InfraError(r.error or r.reason_code or "infrastructure failure",
                              r.reason_code or "infra_error")

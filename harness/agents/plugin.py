@@ -106,6 +106,8 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
         raise RefusalError(f"choose the agent under test with --agent "
                            f"{'|'.join(AGENT_KINDS)}", stage="agent", reason="agent_missing")
     options = agent_options(config)
+    if run.dry_run and kind == "gateway" and not options.gateway_url:
+        return  # a dry run only writes the task bodies a gateway would get
     try:
         agent = make_agent(kind, options)
     except ValueError as exc:

@@ -1,0 +1,136 @@
+"""The ProgramBench adapter: its options, its instances (as pytest items) and its config."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from benchmarks.programbench import BENCHMARK, FIXTURE_ID
+from benchmarks.programbench.tasks import (
+    DEFAULT_SHUFFLE_SEED,
+    PBInstance,
+    programbench_version,
+    select_instances,
+)
+from harness.adapter import BenchmarkAdapter, InstanceSpec
+from harness.errors import RefusalError
+
+EVAL_MODES = ("per-task", "batch", "off")
+DEFAULT_CPUS = 4.0
+DEFAULT_MEMORY = "16g"
+DEFAULT_TIMEOUT_SEC = 21600
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("programbench", "ProgramBench")
+    group.addoption("--pb-filter", default=None, metavar="REGEX",
+                    help="select instances whose id matches REGEX (re.match)")
+    group.addoption("--pb-slice", default=None, metavar="A:B",
+                    help="select a slice of the (shuffled) instance order")
+    group.addoption("--pb-shuffle", action="store_true", default=False,
+                    help="shuffle the instance order (seeded, see --pb-seed)")
+    group.addoption("--pb-seed", default=str(DEFAULT_SHUFFLE_SEED), metavar="N",
+                    help=f"shuffle seed (default {DEFAULT_SHUFFLE_SEED})")
+    group.addoption("--pb-fixture", action="store_true", default=False,
+                    help=f"include the offline fixture {FIXTURE_ID} in an unselected run "
+                         f"(it is selected by -k/-m/--instance anyway)")
+    group.addoption("--eval", dest="pb_eval", default="per-task", metavar="MODE",
+                    help="official scoring: per-task (as soon as a submission exists), "
+                         "batch (once at session end) or off")
+    group.addoption("--cpus", dest="pb_cpus", default=None, metavar="N",
+                    help=f"CPUs of each cleanroom sandbox (default {DEFAULT_CPUS:g}, capped "
+                         f"at this host's)")
+    group.addoption("--memory", dest="pb_memory", default=DEFAULT_MEMORY, metavar="SIZE",
+                    help=f"memory of each cleanroom sandbox, swap equal (default "
+                         f"{DEFAULT_MEMORY})")
+    group.addoption("--docker-cpus", dest="pb_docker_cpus", default=None, metavar="N",
+                    help="--docker-cpus passed to programbench eval (default: this host's)")
+    group.addoption("--task-timeout", dest="pb_timeout", default=str(DEFAULT_TIMEOUT_SEC),
+                    metavar="SEC", help=f"agent wall clock per task (default "
+                                        f"{DEFAULT_TIMEOUT_SEC}, the official 6 h)")
+
+
+def _bad(flag: str, value: Any, fix: str) -> RefusalError:
+    return RefusalError(f"{flag} {value!r} {fix}", stage="options", reason="bad_option")
+
+
+class ProgramBenchSettings:
+    """The adapter's options, validated once (one-line errors naming the option)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        opt = config.getoption
+        self.filter: str | None = opt("pb_filter")
+        self.slice: str | None = opt("pb_slice")
+        self.shuffle: bool = opt("pb_shuffle")
+        self.fixture: bool = opt("pb_fixture")
+        try:
+            self.seed = int(opt("pb_seed"))
+        except ValueError:
+            raise _bad("--pb-seed", opt("pb_seed"), "is not an integer; pass e.g. 42") from None
+        self.eval_mode: str = opt("pb_eval")
+        if self.eval_mode not in EVAL_MODES:
+            raise _bad("--eval", self.eval_mode, f"is unknown; use {', '.join(EVAL_MODES)}")
+        host = float(os.cpu_count() or 1)
+        self.cpus = min(self._number("--cpus", opt("pb_cpus"), DEFAULT_CPUS), host)
+        self.memory: str = opt("pb_memory")
+        self.docker_cpus = int(min(self._number("--docker-cpus", opt("pb_docker_cpus"),
+                                                host), host))
+        self.timeout = self._number("--task-timeout", opt("pb_timeout"), DEFAULT_TIMEOUT_SEC)
+
+    @staticmethod
+    def _number(flag: str, raw: Any, default: float) -> float:
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if value <= 0:
+            raise _bad(flag, raw, "is not a positive number")
+        return value
+
+
+class ProgramBenchAdapter(BenchmarkAdapter):
+    name = BENCHMARK
+    marker_names = ("difficulty", "language")
+
+    def settings(self, config: pytest.Config) -> ProgramBenchSettings:
+        cached: ProgramBenchSettings | None = getattr(self, "_settings", None)
+        if cached is None:
+            cached = self._settings = ProgramBenchSettings(config)
+        return cached
+
+    def selected(self, config: pytest.Config) -> list[PBInstance]:
+        s = self.settings(config)
+        try:
+            return select_instances(filter_spec=s.filter, slice_spec=s.slice, shuffle=s.shuffle,
+                                    seed=s.seed, include_fixture=True)
+        except ValueError as exc:
+            raise RefusalError(f"--pb-filter/--pb-slice: {exc}", stage="options",
+                               reason="bad_option") from exc
+
+    def instances(self, config: pytest.Config) -> list[InstanceSpec]:
+        specs = []
+        for inst in self.selected(config):
+            keywords = [inst.language_name.lower(), inst.repository.split("/")[-1]]
+            if inst.is_fixture:
+                keywords.append("fixture")
+            specs.append(InstanceSpec(
+                instance_id=inst.instance_id,
+                markers={"difficulty": inst.difficulty, "language": inst.language_name.lower()},
+                keywords=keywords, data=inst))
+        return specs
+
+    def version(self) -> str:
+        return f"programbench=={programbench_version()}"
+
+    def result_config(self, config: pytest.Config) -> dict[str, Any]:
+        s = self.settings(config)
+        return {"eval": s.eval_mode, "cpus": s.cpus, "memory": s.memory,
+                "task_timeout_sec": s.timeout, "image_tag": "task_cleanroom_v6"}
+
+    def selectors_given(self, config: pytest.Config) -> bool:
+        s = self.settings(config)
+        return bool(s.filter or s.slice or s.fixture)

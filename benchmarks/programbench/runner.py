@@ -1,0 +1,198 @@
+"""One ProgramBench instance, start to end.
+
+instruction -> (dry run: task body, stop) -> cleanroom sandbox (no network, SYS_PTRACE
+dropped, agent user, reference presented root-owned 0111) -> preflight -> agent ->
+``submission.tar.gz`` from the sandbox's workspace (also when the agent did not finish) ->
+official ``programbench eval`` (per task, or batch at session end, or off) -> the row.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.programbench.adapter import ProgramBenchAdapter
+from benchmarks.programbench.instruction import render_instruction
+from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_instance
+from benchmarks.programbench.submission import build_submission
+from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
+from benchmarks.programbench.tasks import PBInstance
+from benchmarks.programbench.workspace import present_reference_argv
+from harness.agents.base import AgentOutcome, AgentRequest, OracleUnavailable
+from harness.agents.plugin import run_agent
+from harness.errors import InfraError
+from harness.fsutil import atomic_write_json
+from harness.runtime import InstanceContext
+
+WORKSPACE = "/workspace"
+REFERENCE_PATH = f"{WORKSPACE}/{REFERENCE_NAME}"
+BODY_NAME = "programbench_task_body.json"
+PROBES = (["./reference_executable", "--version"], ["./reference_executable", "--help"],
+          ["./reference_executable", "-h"], ["test", "-x", "./reference_executable"])
+
+
+def image_for(inst: PBInstance) -> tuple[str, str | None]:
+    """(image reference, PROGRAMBENCH_BLOB_DIR) of an instance; the fixture is built here."""
+    if inst.is_fixture:
+        from benchmarks.programbench.fixture import ensure_fixture
+
+        fixture = ensure_fixture()
+        return fixture.image, fixture.blob_dir
+    return inst.image_ref(), None
+
+
+def check_image(client: Any, image: str) -> str:
+    import docker.errors
+
+    try:
+        return str(client.api.inspect_image(image)["Id"])
+    except docker.errors.ImageNotFound:
+        raise InfraError(
+            f"image {image} is not present: no registry is reachable, so load it first "
+            f"(docker load -i <file>) or build it; the offline fixture builds its own",
+            "image_missing") from None
+
+
+def preflight(ctx: InstanceContext, sandbox: Any) -> dict[str, Any]:
+    """Network mode none, reference presented and probed; every failure is infra."""
+    info = sandbox.api.inspect_container(sandbox.id)
+    mode = info["HostConfig"]["NetworkMode"]
+    if mode != "none":
+        raise InfraError(f"cleanroom sandbox has network mode {mode!r}, not 'none'",
+                         "cleanroom_preflight_failed")
+    shown = sandbox.exec(present_reference_argv(), user="root", timeout=60)
+    if shown.exit_code != 0:
+        raise InfraError(f"no reference program in the cleanroom image: "
+                         f"{shown.stderr.decode(errors='replace').strip()[-300:]}",
+                         "reference_missing")
+    sandbox.protected.add(REFERENCE_PATH)  # never copied out of the sandbox
+    probe: dict[str, Any] = {"network_mode": mode}
+    for argv in PROBES:
+        res = sandbox.exec(argv, user="agent", timeout=30, workdir=WORKSPACE)
+        if res.exit_code == 0:
+            probe["reference_probe"] = " ".join(argv)
+            break
+    else:
+        raise InfraError("the agent user cannot run the reference program",
+                         "reference_probe_failed")
+    mode_line = sandbox.exec(["stat", "-c", "%U %a", REFERENCE_PATH], user="root", timeout=30)
+    probe["reference_mode"] = mode_line.stdout.decode().strip()
+    return probe
+
+
+def oracle_for(inst: PBInstance, sandbox: Any) -> Any:
+    """The oracle writes the bundled correct submission (the fixture's only)."""
+
+    def apply(request: AgentRequest) -> AgentOutcome:
+        if not inst.is_fixture:
+            raise OracleUnavailable(f"{inst.instance_id}: ProgramBench ships no reference "
+                                    f"solution for this task (only the fixture has one)")
+        from benchmarks.programbench.fixture import ensure_fixture
+
+        for rel, data in ensure_fixture().oracle_contents().items():
+            mode = 0o755 if rel.endswith(".sh") else 0o644
+            sandbox.write_file(f"{WORKSPACE}/{rel}", data, mode=mode, uid=1000, gid=1000)
+        return AgentOutcome(agent="oracle", completed=True, reason_code="oracle_applied",
+                            cost_usd=0.0, cost_known=True)
+
+    return apply
+
+
+def write_body(ctx: InstanceContext, inst: PBInstance, instruction: str, container: str,
+               timeout: float) -> Any:
+    body = build_task_body(inst, instruction=instruction, container_name=container,
+                           timeout_sec=timeout,
+                           task_id=f"{ctx.run_id}-{inst.instance_id}-a{ctx.attempt}")
+    atomic_write_json(ctx.instance_dir / BODY_NAME, body.model_dump(mode="json",
+                                                                     exclude_none=True))
+    ctx.output("task_body", ctx.instance_dir / BODY_NAME)
+    return body
+
+
+def collect_submission(ctx: InstanceContext, sandbox: Any) -> Path:
+    workspace = ctx.instance_dir / "workspace"
+    sandbox.copy_out(WORKSPACE, workspace)
+    ctx.output("workspace", workspace)
+    dest = ctx.instance_dir / "submission.tar.gz"
+    info = build_submission(workspace, dest, protected_paths=[REFERENCE_NAME])
+    atomic_write_json(ctx.instance_dir / "submission_info.json", info)
+    ctx.output("submission", dest)
+    ctx.result.prediction_written = True
+    ctx.result.details["submission"] = {"files": getattr(info, "file_count", None),
+                                        "sha256": getattr(info, "sha256", None)}
+    return dest
+
+
+def record_eval(ctx: InstanceContext, result: OfficialEvalResult, completed: bool,
+                reason: str | None) -> None:
+    atomic_write_json(ctx.instance_dir / "official_eval.json", result)
+    if result.eval_json:
+        ctx.output("eval_json", Path(result.eval_json))
+    if result.official_eval_status != "completed" or result.score is None:
+        ctx.result.official_eval_status = "error"
+        raise InfraError(f"programbench eval produced no verdict: {result.error_code}: "
+                         f"{(result.error_message or '')[:500]}", "official_eval_error")
+    details = ctx.result.details
+    details["eval_error_code"] = result.error_code
+    details["executable_hash"] = result.executable_hash
+    ctx.scored(score=result.score, resolved=result.resolved, near_resolved=result.near_resolved,
+               tests_passed=result.tests_passed, tests_total=result.tests_total,
+               reason_code=None if completed else reason)
+    if not completed:  # partial work scored, but the agent did not finish
+        ctx.agent_failed(reason or "task_not_completed")
+        ctx.result.details["partial_submission_scored"] = True
+
+
+def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
+    adapter = ctx.adapter
+    assert isinstance(adapter, ProgramBenchAdapter)
+    settings = adapter.settings(request.config)
+    inst: PBInstance = ctx.data
+    ctx.timeout_s = settings.timeout
+    instruction = render_instruction(inst)
+    (ctx.instance_dir / "instruction.txt").write_text(instruction)
+    ctx.output("instruction", ctx.instance_dir / "instruction.txt")
+    if ctx.dry_run:
+        write_body(ctx, inst, instruction, f"harness-{ctx.run_id}-{inst.instance_id}",
+                   settings.timeout)
+        ctx.prepared()
+    client = request.getfixturevalue("sandbox_client")
+    image, blob_dir = image_for(inst)
+    image_id = check_image(client, image)
+    ctx.result.details["image"] = {"ref": image, "id": image_id}
+    factory = request.getfixturevalue("sandbox_factory")
+    sandbox = factory(image_id, user="agent", workdir=WORKSPACE, network="none",
+                      cap_drop=("SYS_PTRACE",), cpus=settings.cpus, memory=settings.memory,
+                      pids_limit=4096)
+    ctx.result.details["container"] = sandbox.name
+    ctx.result.details["preflight"] = preflight(ctx, sandbox)
+    body = write_body(ctx, inst, instruction, sandbox.name, settings.timeout)
+    agent = request.getfixturevalue("harness_agent")
+    started = time.monotonic()
+    outcome = run_agent(ctx, agent, AgentRequest(
+        instance_id=inst.instance_id, instance_dir=ctx.instance_dir, instruction=instruction,
+        task_body=body, sandbox=sandbox, timeout_sec=settings.timeout,
+        env_allowlist=tuple(request.config.getoption("agent_env")),
+        oracle=oracle_for(inst, sandbox), adapter="programbench"))
+    ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
+    collect_submission(ctx, sandbox)
+    reason = None if outcome.completed else (outcome.reason_code or "task_not_completed")
+    if settings.eval_mode == "off":
+        ctx.scored(score=0.0, official_eval_status="not_run", reason_code="submission_prepared")
+        ctx.result.score = ctx.result.resolved = ctx.result.near_resolved = None
+        if reason:
+            ctx.agent_failed(reason)
+        return
+    if settings.eval_mode == "batch":
+        ctx.result.details["eval_pending"] = {"completed": outcome.completed, "reason": reason,
+                                             "blob_dir": blob_dir}
+        ctx.scored(score=0.0, official_eval_status="pending", reason_code="eval_pending")
+        ctx.result.score = ctx.result.resolved = ctx.result.near_resolved = None
+        return
+    result = evaluate_instance(ctx.run_root / "programbench", inst.instance_id,
+                               docker_cpus=settings.docker_cpus, blob_dir=blob_dir,
+                               timeout_s=3 * 3600)
+    record_eval(ctx, result, outcome.completed, reason)

@@ -1,0 +1,90 @@
+"""Session-level ProgramBench steps, in the controller: ``instance_order.json`` at admission;
+batch evaluation (``--eval batch``) and ``programbench info`` at the end."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from benchmarks.programbench.adapter import ProgramBenchAdapter
+from benchmarks.programbench.official_eval import evaluate_batch, run_info
+from benchmarks.programbench.tasks import instance_order, programbench_version
+from harness.fsutil import atomic_write_json, atomic_write_text
+from harness.models import Outcome, TaskRow
+from harness.runtime import RunContext
+
+INFO_NAME = "programbench_info.txt"
+
+
+def write_instance_order(config: pytest.Config, run: RunContext,
+                         adapter: ProgramBenchAdapter) -> None:
+    s = adapter.settings(config)
+    order = instance_order(adapter.selected(config), shuffle=s.shuffle, seed=s.seed,
+                           filter_spec=s.filter, slice_spec=s.slice, include_fixture=True)
+    atomic_write_json(run.run_root / "instance_order.json", order)
+    if run.manifest is not None:
+        run.manifest.extra["programbench"] = {
+            "programbench_version": programbench_version(), "eval": s.eval_mode,
+            "shuffle": s.shuffle, "shuffle_seed": s.seed if s.shuffle else None,
+            "filter": s.filter, "slice": s.slice, "instance_order": "instance_order.json",
+            "cpus": s.cpus, "memory": s.memory, "docker_cpus": s.docker_cpus,
+            "task_timeout_sec": s.timeout,
+        }
+
+
+def scored_row(row: TaskRow, result: object) -> TaskRow:
+    data = row.model_dump(by_alias=True)
+    pending = dict(data["details"].pop("eval_pending", {}) or {})
+    data["ts_unix"] = time.time()
+    status = getattr(result, "official_eval_status", "error")
+    score = getattr(result, "score", None)
+    data["details"]["eval_error_code"] = getattr(result, "error_code", None)
+    if getattr(result, "eval_json", None):
+        data["output_paths"]["eval_json"] = str(result.eval_json)  # type: ignore[attr-defined]
+    if status != "completed" or score is None:
+        data.update(outcome=Outcome.INFRA_FAILED, status="infra_failed", infra=True,
+                    official_eval_status="error", reason_code="official_eval_error",
+                    error=f"{getattr(result, 'error_code', None)}: "
+                          f"{(getattr(result, 'error_message', '') or '')[:500]}")
+        return TaskRow.model_validate(data)
+    completed = bool(pending.get("completed", True))
+    data.update(official_eval_status="completed", score=score,
+                resolved=getattr(result, "resolved", None),
+                near_resolved=getattr(result, "near_resolved", None),
+                tests_passed=getattr(result, "tests_passed", None),
+                tests_total=getattr(result, "tests_total", None))
+    if completed:
+        data.update(outcome=Outcome.SCORED, status="completed",
+                    reason_code="resolved" if data["resolved"] else "unresolved")
+    else:
+        data.update(outcome=Outcome.AGENT_FAILED, status="failed", resolved=False,
+                    reason_code=pending.get("reason") or "task_not_completed")
+        data["details"]["partial_submission_scored"] = True
+    return TaskRow.model_validate(data)
+
+
+def finish_session(config: pytest.Config, run: RunContext, adapter: ProgramBenchAdapter,
+                   rows: dict[str, TaskRow], append: Callable[[TaskRow], None]) -> None:
+    src = run.run_root / "programbench"
+    if not src.is_dir() or run.dry_run:
+        return
+    s = adapter.settings(config)
+    pending = {r.instance_id: r for r in rows.values()
+               if r.benchmark == adapter.name and r.official_eval_status == "pending"}
+    if pending:
+        blob_dirs = {r.details.get("eval_pending", {}).get("blob_dir") for r in pending.values()}
+        blob = next((b for b in blob_dirs if b), None)
+        results = evaluate_batch(src, sorted(pending), docker_cpus=s.docker_cpus, blob_dir=blob)
+        for iid, row in pending.items():
+            append(scored_row(row, results.get(iid)))
+    if any(Path(p).exists() for p in src.glob("*/*.eval.json")):
+        try:
+            text = run_info(src)
+        except (RuntimeError, OSError) as exc:
+            text = f"programbench info failed: {exc}\n"
+        atomic_write_text(run.run_root / INFO_NAME, text)
+        if run.manifest is not None:
+            run.manifest.extra.setdefault("official_summaries", []).append(INFO_NAME)
