@@ -121,3 +121,19 @@ def finish(proc: subprocess.Popen[str], timeout: float = 60) -> str:
         out, _ = proc.communicate()
         raise AssertionError(f"pytest did not stop within {timeout}s:\n{out}") from None
     return out
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_pytest(target: str, root: Path, *args: str, env: dict[str, str] | None = None,
+               timeout: float = 900) -> Run:
+    """Run ``pytest <target> --run-root <root> <args>`` from the repository root."""
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", target,
+           "--run-root", str(root), *args]
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+    full_env.update(env or {})
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+    return Run(proc.returncode, proc.stdout + proc.stderr, root)
