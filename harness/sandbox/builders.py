@@ -12,6 +12,7 @@ the full log file.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -116,50 +117,52 @@ def _tar_chunks(stream: IO[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
+def _imported_id(output: object) -> str | None:
+    """The image ID from the import endpoint's JSON lines (``{"status": "sha256:..."}``)."""
+    for line in reversed(str(output).splitlines()):
+        try:
+            status = json.loads(line).get("status", "")
+        except (json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(status, str) and status.startswith("sha256:"):
+            return status
+    return None
+
+
 def _import(recipe: BaseRecipe, client: docker.DockerClient, rootfs: Path, log: Path) -> str:
+    """Stream the rootfs into the daemon; tag it only once tar has succeeded.
+
+    The tag is the "done" marker, so a half-imported image must never carry it.
+    """
     changes = [f"ENV {k}={v}" for k, v in recipe.env]
     changes += [f"LABEL harness.recipe={recipe.content_hash()}", 'CMD ["/bin/bash"]']
     repo, tag = recipe.tag.rsplit(":", 1)
     # GNU tar (not the docker CLI) makes the stream: it keeps owners, devices and xattrs.
-    tar = subprocess.Popen(
-        [
-            "tar",
-            "--numeric-owner",
-            "--xattrs",
-            "--xattrs-include=*",
-            "-C",
-            str(rootfs),
-            "-cf",
-            "-",
-            ".",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert tar.stdout is not None
-    try:
-        with long_timeout(client, BUILD_TIMEOUT_S) as api:
-            output = api.import_image(
-                src=_tar_chunks(tar.stdout),
-                repository=repo,
-                tag=tag,
-                changes=changes,
-                stream_src=True,
-            )
-    except (APIError, DockerException, OSError) as exc:
-        tar.kill()
-        raise ImageBuildFailed(f"docker import of {recipe.tag} failed: {exc}") from exc
-    finally:
-        tar.stdout.close()
-    tar_err = tar.stderr.read().decode(errors="replace") if tar.stderr else ""
-    if tar.wait() != 0:
-        raise ImageBuildFailed(f"tar of the rootfs of {recipe.tag} failed: {tar_err.strip()[:300]}")
-    with log.open("a") as fh:
-        fh.write(f"\n$ docker import (SDK) -> {output}\n")
-    if "errorDetail" in str(output):
-        raise ImageBuildFailed(f"docker import of {recipe.tag} failed: {str(output)[:300]}")
-    info = client.api.inspect_image(recipe.tag)
-    return str(info["Id"])
+    argv = ["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-C", str(rootfs)]
+    with log.open("ab") as log_fh:
+        tar = subprocess.Popen([*argv, "-cf", "-", "."], stdout=subprocess.PIPE, stderr=log_fh)
+        assert tar.stdout is not None
+        try:
+            with long_timeout(client, BUILD_TIMEOUT_S) as api:
+                output = api.import_image(
+                    src=_tar_chunks(tar.stdout), changes=changes, stream_src=True
+                )
+        except (APIError, DockerException, OSError) as exc:
+            tar.kill()
+            raise ImageBuildFailed(f"docker import of {recipe.tag} failed: {exc}") from exc
+        finally:
+            tar.stdout.close()
+            tar_status = tar.wait()
+        log_fh.write(f"\n$ docker import (SDK) -> {output}\n".encode())
+    image_id = _imported_id(output)
+    if tar_status != 0 or image_id is None:
+        if image_id is not None:
+            with contextlib.suppress(DockerException):
+                client.api.remove_image(image_id, force=True)
+        what = f"tar exited {tar_status}" if tar_status else str(output).strip()[:300]
+        raise ImageBuildFailed(f"docker import of {recipe.tag} failed: {what}; full log: {log}")
+    client.api.tag(image_id, repo, tag)
+    return image_id
 
 
 def _context_tar(dockerfile: str, files: dict[str, bytes]) -> io.BytesIO:

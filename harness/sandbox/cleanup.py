@@ -171,16 +171,18 @@ def leaked_resources(
     under ``run_root_under`` (either match counts when both are given).
     """
     api = (client or get_client()).api
-    under = str(Path(run_root_under).resolve()) if run_root_under is not None else None
+    roots = []
+    if run_root_under is not None:  # labels hold absolute (not resolved) paths
+        roots = sorted({str(Path(run_root_under).absolute()), str(Path(run_root_under).resolve())})
     out: dict[str, list[str]] = {}
     for kind, items in _listing(api, [L.RUN]).items():
         names = []
         for item in items:
             labels = item.get("Labels") or {}
             run_id, root = labels.get(L.RUN, ""), labels.get(L.RUN_ROOT, "")
-            wanted = run_id_prefix is None and under is None
+            wanted = run_id_prefix is None and run_root_under is None
             wanted |= run_id_prefix is not None and run_id.startswith(run_id_prefix)
-            wanted |= under is not None and (root == under or root.startswith(under + "/"))
+            wanted |= any(root == r or root.startswith(r.rstrip("/") + "/") for r in roots)
             if wanted:
                 names.append(f"{_name(kind, item)} ({run_id})")
         out[kind] = names

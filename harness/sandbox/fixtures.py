@@ -99,7 +99,12 @@ class SandboxFactory:
                 errors.append(str(exc))
         for name in self.networks:
             remove_network(name, client=self.client)
-        left = [n for n in self.networks if self.client.api.networks(names=[n])]
+        # The name filter matches substrings: compare exact names.
+        left = [
+            n
+            for n in self.networks
+            if any(net["Name"] == n for net in self.client.api.networks(names=[n]))
+        ]
         if left:
             errors.append(f"networks still listed after removal: {', '.join(left)}")
         if errors:

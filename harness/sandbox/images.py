@@ -49,10 +49,11 @@ from types import MappingProxyType
 import docker
 from docker.errors import ImageNotFound
 from docker.utils import parse_repository_tag
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from harness.fsutil import append_line
 from harness.sandbox.client import get_client
+from harness.sandbox.errors import ImageBuildFailed
 
 # Bump to rebuild every image (e.g. when the builder itself changes what it produces).
 RECIPE_SCHEMA = "harness.image.v1"
@@ -212,10 +213,16 @@ def ensure_image(
             ensure_image(recipe.base, client=client, cache_dir=cache)
         (cache / "locks").mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(cache / "locks" / f"{recipe.content_hash()[:24]}.lock"))
-        with lock.acquire(timeout=BUILD_LOCK_TIMEOUT_S):
-            image_id = image_id_of(client, tag)  # built by another process meanwhile?
-            if image_id is None:
-                image_id = _build(recipe, client, cache)
+        try:
+            with lock.acquire(timeout=BUILD_LOCK_TIMEOUT_S):
+                image_id = image_id_of(client, tag)  # built by another process meanwhile?
+                if image_id is None:
+                    image_id = _build(recipe, client, cache)
+        except Timeout as exc:
+            raise ImageBuildFailed(
+                f"waited {BUILD_LOCK_TIMEOUT_S:.0f}s for another process building {tag} "
+                f"(lock {lock.lock_file}); if none is running, delete the lock file"
+            ) from exc
     if retag:
         repo, rtag = parse_repository_tag(retag)
         client.api.tag(image_id, repo, rtag or "latest", force=True)

@@ -13,7 +13,6 @@ without ``--ipv6``).
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import docker
@@ -21,7 +20,7 @@ from docker.errors import APIError
 
 from harness.sandbox import labels as L
 from harness.sandbox.client import get_client
-from harness.sandbox.errors import NetworkCreateFailed
+from harness.sandbox.errors import CleanupFailed, NetworkCreateFailed
 
 
 def create_internal_network(
@@ -55,6 +54,11 @@ def create_internal_network(
 
 
 def remove_network(name: str, *, client: docker.DockerClient | None = None) -> None:
+    """Remove a network (gone already is fine); raises ``sandbox_cleanup_failed``."""
     client = client or get_client()
-    with contextlib.suppress(docker.errors.NotFound):
+    try:
         client.api.remove_network(name)
+    except docker.errors.NotFound:
+        pass
+    except APIError as exc:
+        raise CleanupFailed(f"removing network {name} failed: {exc.explanation or exc}") from exc
