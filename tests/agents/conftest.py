@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents_support import FAST, PROBE_IMAGE, RefServer, start_server
+from agents_support import FAST, RefServer, probe_image, start_server
 
 from harness.agents.gateway import PollPolicy
 
@@ -50,7 +50,7 @@ def sandbox_factory(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     def _make(user: str = "1000:1000", workdir: str = "/workspace", **spec: Any) -> Any:
         sb = Sandbox.create(
             SandboxSpec(
-                image=PROBE_IMAGE,
+                image=probe_image(),
                 run_id=run_id,
                 instance_id=f"i{len(made)}",
                 run_root=tmp_path,

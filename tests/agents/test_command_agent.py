@@ -78,13 +78,13 @@ def test_missing_agent_program_is_infra(tmp_path, sandbox_factory):
 
 def test_timeout_is_truncated_deadline_local_and_kills_the_agent(tmp_path, sandbox_factory):
     sb = sandbox_factory()
-    outcome = _run(tmp_path, sb, "echo started; sleep 60 & wait", timeout=1.0, kill_after_s=1.0)
+    outcome = _run(tmp_path, sb, "echo started; sleep 67 & wait", timeout=1.0, kill_after_s=1.0)
     assert outcome.truncated and not outcome.completed
     assert outcome.reason_code == "deadline_local"
     assert outcome.duration_s is not None and outcome.duration_s < 20
     left = (
         sb.exec(
-            ["/bin/sh", "-c", "ps -eo args | grep -c '[s]leep 60' || true"], user="root", timeout=30
+            ["/bin/sh", "-c", "ps -eo args | grep -c '[s]leep 67' || true"], user="root", timeout=30
         )
         .stdout.decode()
         .strip()

@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright import sync_api
 
 from harness.fsutil import read_json
 from reports.write import write_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "reports"
-
-sync_api = pytest.importorskip("playwright.sync_api")
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +40,11 @@ def visible_column(page: Any, index: int) -> list[str]:
 
 
 def test_report_in_a_browser(real_run_root: Path, browser: Any) -> None:
-    paths = write_report(real_run_root)
+    html = real_run_root / "report" / "report.html"
+    assert html.is_file(), "the runner writes the report at session end"
+    paths = write_report(real_run_root, real_run_root / "report-again")
+    assert (paths.figures.read_bytes()
+            == (real_run_root / "report" / "report.json").read_bytes())
     selection = read_json(real_run_root / "run_manifest.json")["selection"]["instance_ids"]
     ids = sorted(key.split("/", 1)[1] for key in selection)
     assert len(ids) == 9
