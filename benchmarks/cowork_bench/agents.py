@@ -1,5 +1,6 @@
-"""Cowork agents that need no model: ``nop``, ``oracle`` (copies the groundtruth) and
-``script`` (runs a Python script inside the agent container, e.g. one that writes DB rows).
+"""Cowork agents: the runner's agents (``--agent``) mapped onto the agent phase, and three
+that need no model: ``nop``, ``oracle`` (copies the groundtruth) and ``script`` (runs a
+Python script inside the agent container, e.g. one that writes DB rows).
 
 The oracle reads the groundtruth from the host checkout (the agent container has none) and
 copies it into the workspace; it can pass file-only checks, never database ones.
@@ -7,9 +8,23 @@ copies it into the workspace; it can pass file-only checks, never database ones.
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
 from benchmarks.cowork_bench import docker_ops
+from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.phases import AGENT_LOGS, WORKSPACE, AgentContext, AgentOutcome
 from benchmarks.cowork_bench.tasks import task_dir
+from harness.agents.base import Agent, AgentRequest
+from harness.agents.base import AgentOutcome as RunnerOutcome
+from harness.agents.gateway_models import TaskCreateRequest
+from harness.agents.plugin import run_agent
+from harness.runtime import InstanceContext
+from harness.sandbox import Sandbox
+
+RUNNER_DIR = "runner_agent"
 
 
 def nop_agent(ctx: AgentContext) -> AgentOutcome:
@@ -45,3 +60,116 @@ class ScriptAgent:
         if res.exit_code != 0:
             return AgentOutcome(status="failed", reason_code="script_failed", tool_calls=[call])
         return AgentOutcome(status="success", reason_code="script", tool_calls=[call])
+
+
+# --------------------------------------------------------------------------- runner agents
+
+
+class AgentBox:
+    """The agent container as the runner's agents see it (``exec`` in the workspace)."""
+
+    def __init__(self, container: Sandbox) -> None:
+        self.container = container
+        self.name = self.container_name = container.name
+        self.spec = container.spec
+        self.workdir = WORKSPACE
+
+    def exec(
+        self,
+        cmd: Any,
+        *,
+        user: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+    ) -> Any:
+        return self.container.exec(
+            cmd, user=user or "root", timeout=timeout, stdin=stdin, workdir=WORKSPACE
+        )
+
+
+BodyFactory = Callable[[str, float], TaskCreateRequest]  # (container name, setup s) -> body
+
+
+class RunnerAgent:
+    """The agent phase's step for the runner's ``--agent`` (nop, oracle, command, gateway).
+
+    ``oracle`` copies the groundtruth (:func:`oracle_agent`); ``command`` runs in the agent
+    container; ``gateway`` gets the Cowork task body with ``executor_ref`` ``docker_exec``
+    naming the agent container. :func:`harness.agents.plugin.run_agent` records cost, tokens
+    and the runtime outcome on the row and raises ``InfraError`` for infrastructure outcomes
+    (the phase turns that into an infra summary). The runner agent's own files go to
+    ``<instance>/runner_agent/`` (so a resumed run never reattaches to an earlier attempt's
+    gateway task: that attempt's containers are gone).
+    """
+
+    def __init__(
+        self,
+        ctx: InstanceContext,
+        agent: Agent,
+        body: BodyFactory,
+        instruction: str,
+        env_allowlist: tuple[str, ...],
+        started: float,
+    ) -> None:
+        self.ctx = ctx
+        self.agent = agent
+        self.body = body
+        self.instruction = instruction
+        self.env_allowlist = env_allowlist
+        self.started = started  # time.monotonic() when the instance started
+
+    def __call__(self, actx: AgentContext) -> AgentOutcome:
+        left = max(1.0, actx.deadline - time.monotonic())
+        body = self.body(actx.container.name, time.monotonic() - self.started)
+
+        def oracle(_request: AgentRequest) -> RunnerOutcome:
+            oracle_agent(actx)
+            return RunnerOutcome(
+                agent="oracle",
+                completed=True,
+                reason_code="oracle_applied",
+                cost_usd=0.0,
+                cost_known=True,
+            )
+
+        request = AgentRequest(
+            instance_id=self.ctx.instance_id,
+            instance_dir=self.ctx.instance_dir / RUNNER_DIR,
+            instruction=self.instruction,
+            task_body=body,
+            sandbox=AgentBox(actx.container),
+            timeout_sec=left,
+            env_allowlist=self.env_allowlist,
+            oracle=oracle,
+            adapter="cowork_bench",
+        )
+        outcome = run_agent(self.ctx, self.agent, request)
+        usage = usage_record(outcome)
+        if usage:
+            logdir = self.ctx.instance_dir / m.AGENT_LOG_DIR
+            logdir.mkdir(parents=True, exist_ok=True)
+            (logdir / "runtime_usage.jsonl").write_text(json.dumps(usage) + "\n")
+        if outcome.completed:
+            return AgentOutcome(status="success", reason_code=outcome.reason_code)
+        if outcome.truncated:
+            return AgentOutcome(
+                status="max_turns_reached", reason_code=outcome.reason_code or "deadline_local"
+            )
+        return AgentOutcome(
+            status="failed", reason_code=outcome.reason_code or "task_not_completed"
+        )
+
+
+def usage_record(outcome: RunnerOutcome) -> dict[str, Any] | None:
+    """An ``llm_usage`` record from the runtime's reported tokens (``paid_activity``)."""
+    tokens = outcome.tokens
+    if not (tokens.prompt or tokens.completion or tokens.total):
+        return None
+    return {
+        "type": "llm_usage",
+        "source": "runtime_result",
+        "task_id": outcome.task_id,
+        "prompt_tokens": tokens.prompt or 0,
+        "completion_tokens": tokens.completion or 0,
+        "cost_usd": outcome.cost_usd if outcome.cost_known else None,
+    }

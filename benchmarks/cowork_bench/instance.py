@@ -1,32 +1,70 @@
 """Run one Cowork instance end to end on Docker (network, sidecar, agent, eval, teardown).
 
-``run_instance`` is what the benchmark's test body calls; tests drive it directly too.
-Every container and the network carry ``labels``; teardown removes them by those labels and
-lists again to prove nothing is left.
+``run_instance`` does the Docker part (tests drive it directly too); ``run_cowork_instance``
+is the benchmark's test body: inputs (instruction, gateway task body; a dry run stops
+there), recovery of an earlier attempt's finished eval on resume, ``run_instance`` with the
+runner's agent, and the classification into the row.
+
+Every container and the network carry the run and instance labels; teardown removes them
+by those labels and lists again to prove nothing is left, also when the instance fails.
+
+Eval at most once per attempt. An *attempt* is one agent phase; its eval claim and receipt
+live in its instance folder. A resumed run re-runs only instances whose latest row is not
+settled; when such an instance's folder in an ancestor run holds an attempt whose eval
+finished (claim + receipt: the row was lost after scoring, e.g. a worker died or teardown
+failed), that attempt is *recovered*: its folder is copied here and its eval replays the
+receipt; neither the agent nor the checker runs again. Otherwise a fresh attempt runs.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.cowork_bench import docker_ops
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from benchmarks.cowork_bench import BENCHMARK, docker_ops
 from benchmarks.cowork_bench import models as m
-from benchmarks.cowork_bench.eval_once import CheckerRunner, EvalOutcome, evaluate_once
+from benchmarks.cowork_bench.adapter import CoworkAdapter, CoworkOptions
+from benchmarks.cowork_bench.agents import RunnerAgent
+from benchmarks.cowork_bench.classify import Classification, classify_instance
+from benchmarks.cowork_bench.diagnostic import run_diagnostic
+from benchmarks.cowork_bench.eval_once import (
+    CheckerRequest,
+    CheckerRun,
+    CheckerRunner,
+    EvalOutcome,
+    evaluate_once,
+    now_iso,
+    read_claim,
+)
 from benchmarks.cowork_bench.images import ensure_image
 from benchmarks.cowork_bench.phases import (
+    WORKSPACE,
     AgentStep,
     InstanceEnv,
     container_checker,
     run_agent_phase,
 )
 from benchmarks.cowork_bench.sidecar import PgSidecar, start_postgres
+from benchmarks.cowork_bench.task_body import build_task_body, description, docker_exec_ref
 from benchmarks.cowork_bench.tasks import CoworkTask
+from harness.agents.checkpoint import new_task_id
+from harness.agents.gateway_models import TaskCreateRequest
 from harness.errors import InfraError
-from harness.fsutil import atomic_write_json
+from harness.fsutil import atomic_write_json, atomic_write_text
+from harness.manifest import read_manifest
+from harness.runtime import InstanceContext
 
-from .eval_once import now_iso
+TTL_MARGIN_S = 3600  # container life beyond the agent timeout (preprocess, eval, teardown)
+BODY_NAME = "cowork_bench_task_body.json"
+INSTRUCTION_NAME = "instruction.md"
+RECOVERED_NAME = "recovered.json"
+RECOVERABLE = ("passed", "failed", "agent_failed")
+CHECKER_TAIL = 1500
 
 
 @dataclass
@@ -37,6 +75,7 @@ class InstanceResult:
     infra: m.InfraRecord | None
     timings: dict[str, float] = field(default_factory=dict)
     cleanup: dict[str, object] = field(default_factory=dict)
+    diagnostic: m.DiagnosticRecord | None = None
 
 
 def run_instance(
@@ -51,17 +90,20 @@ def run_instance(
     sidecar: PgSidecar | None = None,
     checker: CheckerRunner | None = None,
     agent_timeout_sec: float = 1800,
+    diagnostic: bool = False,
 ) -> InstanceResult:
     """Sidecar (unless one is given, with its network), agent phase, eval phase, teardown.
 
     ``seed_path`` defaults to ``<bench_root>/db/init.sql.gz``. A given ``sidecar`` is reused
     and left running (the caller owns it); otherwise everything this instance created (by
-    its run and instance labels) is removed and the listing proves it.
+    its run and instance labels) is removed and the listing proves it. ``diagnostic`` runs
+    the residual diagnostic (audit only) while the sidecar still holds the agent's state.
     """
     inst_dir = Path(inst_dir)
     inst_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     own = sidecar is None
+    ttl = int(agent_timeout_sec) + TTL_MARGIN_S
     result = InstanceResult(task.instance_id, None, None, None, timings)
     try:
         runtime = ensure_image("runtime").image_id
@@ -69,19 +111,22 @@ def run_instance(
             t0 = time.monotonic()
             net = docker_ops.create_network(ident, task.instance_id)
             seed = seed_path or Path(bench_root) / "db" / "init.sql.gz"
-            sidecar = start_postgres(net, ident, task.instance_id, seed)
+            sidecar = start_postgres(net, ident, task.instance_id, seed, ttl_s=ttl)
             timings.update(sidecar.timings)
             timings["sidecar_total_s"] = time.monotonic() - t0
         env = InstanceEnv(task, Path(bench_root), inst_dir, sidecar.network, sidecar, ident,
-                          runtime, timings)  # fmt: skip
+                          runtime, timings, ttl_s=ttl)  # fmt: skip
         t1 = time.monotonic()
         result.summary = run_agent_phase(env, agent, agent_name, timeout_sec=agent_timeout_sec)
         timings["agent_phase_s"] = time.monotonic() - t1
         if not result.summary.infra_failed:
             t2 = time.monotonic()
-            result.eval = evaluate_once(inst_dir, Path(bench_root), task.instance_id,
-                                        checker or container_checker(env))  # fmt: skip
+            runner = checker or container_checker(env)
+            result.eval = evaluate_once(inst_dir, Path(bench_root), task.instance_id, runner)
             timings["eval_s"] = time.monotonic() - t2
+            if diagnostic:
+                result.diagnostic = run_diagnostic(inst_dir, Path(bench_root), task.instance_id,
+                                                   runner, enabled=True)  # fmt: skip
     except InfraError as exc:
         record = m.InfraRecord(instance_id=task.instance_id, reason_code=exc.reason_code,
                                stage="instance", message=str(exc)[:2000], at=now_iso())  # fmt: skip
@@ -91,3 +136,174 @@ def run_instance(
         if own:
             result.cleanup = docker_ops.remove_labelled(ident.labels(task.instance_id))
     return result
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+class RecoveredAttempt(BaseModel):
+    """``recovered.json``: this folder's attempt is an ancestor run's, re-entered here."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_: str = Field(default="harness.cowork.recovered.v1", alias="schema")
+    from_run_root: str
+    from_instance_dir: str
+    eval_attempt_id: str
+    status: str
+    recovered_at: str
+
+
+def _never_checker(req: CheckerRequest) -> CheckerRun:
+    raise RuntimeError("recovery must replay the receipt, never run the checker")
+
+
+def ancestor_roots(ctx: InstanceContext) -> list[Path]:
+    """Ancestor run roots, nearest first (only a resumed run that runs this key has any)."""
+    if ctx.key not in ctx.run.plan.attempts:
+        return []
+    try:
+        return [Path(p) for p in read_manifest(ctx.run_root).resume.ancestors]
+    except Exception as exc:  # the manifest is the runner's: unreadable means no recovery
+        ctx.result.details["recovery_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        return []
+
+
+def recover_attempt(ctx: InstanceContext, bench_root: Path) -> RecoveredAttempt | None:
+    """Re-enter the nearest ancestor attempt whose eval finished (see the module docstring)."""
+    iid = ctx.instance_id
+    for root in ancestor_roots(ctx):
+        src = root / BENCHMARK / iid
+        if not (src / m.EVAL_CLAIM).is_file():
+            continue
+        status = classify_instance(src).status
+        if status not in RECOVERABLE:
+            continue
+        # A claim exists, so this is read-only: it replays or reports why it cannot.
+        if evaluate_once(src, bench_root, iid, _never_checker).kind != "replayed":
+            continue
+        shutil.copytree(src, ctx.instance_dir, symlinks=True, dirs_exist_ok=True)
+        again = evaluate_once(ctx.instance_dir, bench_root, iid, _never_checker)
+        claim = read_claim(ctx.instance_dir)
+        if again.kind != "replayed" or claim is None:
+            raise InfraError(
+                f"recovered attempt of {iid} from {src} does not replay ({again.kind})",
+                "recovery_failed",
+            )
+        record = RecoveredAttempt(
+            from_run_root=str(root),
+            from_instance_dir=str(src),
+            eval_attempt_id=claim.attempt_id,
+            status=status,
+            recovered_at=now_iso(),
+        )
+        atomic_write_json(ctx.instance_dir / RECOVERED_NAME, record)
+        return record
+    return None
+
+
+# --------------------------------------------------------------------------- the test body
+
+
+def write_body(
+    ctx: InstanceContext, task: CoworkTask, opts: CoworkOptions, container: str, setup_s: float
+) -> TaskCreateRequest:
+    body = build_task_body(
+        opts.root,
+        task.instance_id,
+        executor_ref=docker_exec_ref(container, WORKSPACE),
+        task_timeout_sec=opts.task_timeout_sec,
+        setup_overhead_sec=setup_s,
+        max_steps=opts.max_steps,
+        task_id=new_task_id(f"cowork-{task.instance_id}"),
+    )
+    atomic_write_json(ctx.instance_dir / BODY_NAME, body.model_dump(mode="json", exclude_none=True))
+    ctx.output("task_body", ctx.instance_dir / BODY_NAME)
+    return body
+
+
+def record_verdict(ctx: InstanceContext, c: Classification) -> None:
+    """The classification as the row: passed/failed scored, agent_failed, else infra."""
+    r = ctx.result
+    r.details.update(c.details)
+    r.details["cowork_status"] = c.status
+    receipt = c.details.get("official_receipt") or {}
+    for name in (m.TRAJ_LOG, m.EVAL_RES, m.AGENT_SUMMARY, m.WORKSPACE_DIR):
+        if (ctx.instance_dir / name).exists():
+            ctx.output(name.removesuffix(".json"), ctx.instance_dir / name)
+    if c.status in ("passed", "failed"):
+        tail = _checker_tail(ctx.instance_dir, receipt.get("receipt_file"))
+        r.details.setdefault("eval", {})["checker_output_tail"] = tail
+        if c.status == "failed":
+            print(f"checker output of {ctx.instance_id} (tail):\n{tail}")
+        ctx.scored(
+            score=1.0 if c.status == "passed" else 0.0,
+            resolved=c.status == "passed",
+            official_eval_status="completed",
+            reason_code=c.reason_code,
+        )
+        return
+    r.official_eval_status = str(receipt.get("state") or "not_run")
+    if c.status == "agent_failed":
+        ctx.agent_failed(c.reason_code, (c.details.get("adapter") or {}).get("error"))
+        return
+    infra = c.details.get("infra") or {}
+    adapter = c.details.get("adapter") or {}
+    message = infra.get("message") or adapter.get("error") or f"{c.status}: {c.reason_code}"
+    raise InfraError(str(message)[:2000], c.reason_code)
+
+
+def _checker_tail(inst_dir: Path, receipt_file: str | None) -> str:
+    if not receipt_file or not (inst_dir / receipt_file).is_file():
+        return ""
+    receipt = m.EvalReceipt.model_validate_json((inst_dir / receipt_file).read_bytes())
+    return (receipt.stdout_tail + receipt.stderr_tail)[-CHECKER_TAIL:]
+
+
+def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
+    """The body of the benchmark's one test function (one instance)."""
+    adapter = ctx.adapter
+    assert isinstance(adapter, CoworkAdapter)
+    opts = adapter.options
+    task: CoworkTask = ctx.data
+    started = time.monotonic()
+    ctx.timeout_s = opts.task_timeout_sec
+    instruction = description(opts.root, task.instance_id, WORKSPACE)
+    atomic_write_text(ctx.instance_dir / INSTRUCTION_NAME, instruction)
+    ctx.output("instruction", ctx.instance_dir / INSTRUCTION_NAME)
+    if ctx.dry_run:
+        write_body(ctx, task, opts, "<agent container>", 0.0)
+        ctx.prepared()
+    recovered = recover_attempt(ctx, opts.root)
+    if recovered is not None:
+        ctx.result.details["recovered"] = recovered.model_dump(by_alias=True)
+        record_verdict(ctx, classify_instance(ctx.instance_dir))
+        return
+    agent = request.getfixturevalue("harness_agent")
+    step = RunnerAgent(
+        ctx,
+        agent,
+        lambda name, setup_s: write_body(ctx, task, opts, name, setup_s),
+        instruction,
+        tuple(request.config.getoption("agent_env")),
+        started,
+    )
+    ident = docker_ops.RunIdentity(ctx.run_id, ctx.run_root, ctx.worker_id)
+    res = run_instance(
+        task,
+        opts.root,
+        ctx.instance_dir,
+        step,
+        str(agent.kind),
+        ident=ident,
+        agent_timeout_sec=opts.task_timeout_sec,
+        diagnostic=opts.diagnostic,
+    )
+    details = ctx.result.details
+    details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}
+    details["cleanup"] = res.cleanup
+    if res.eval is not None:
+        details["eval_phase"] = {"kind": res.eval.kind, "attempt_id": res.eval.attempt_id}
+    if res.diagnostic is not None:
+        details["diagnostic"] = {"outcome": res.diagnostic.outcome, "reason": res.diagnostic.reason}
+    record_verdict(ctx, classify_instance(ctx.instance_dir))

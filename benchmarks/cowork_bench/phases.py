@@ -53,6 +53,7 @@ class InstanceEnv:
     ident: docker_ops.RunIdentity
     runtime_image: str  # image id of the runtime recipe
     timings: dict[str, float] = field(default_factory=dict)
+    ttl_s: int = 7200  # containers expire by themselves after this (agent timeout + margin)
 
     @property
     def env(self) -> dict[str, str]:
@@ -109,7 +110,7 @@ def task_tar(env: InstanceEnv, sanitised: bool) -> bytes:
 def _start(env: InstanceEnv, role: str, sanitised: bool) -> Sandbox:
     container = docker_ops.start(
         env.runtime_image, env.ident, env.task.instance_id,
-        network=env.network, role=role, env=env.env,
+        network=env.network, role=role, env=env.env, ttl_s=env.ttl_s,
     )  # fmt: skip
     try:
         docker_ops.exec_in(container, ["mkdir", "-p", WORKSPACE, AGENT_LOGS, SCRATCH])

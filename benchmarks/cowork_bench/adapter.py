@@ -1,0 +1,270 @@
+"""Cowork Bench as a runner benchmark: its options, its adapter and its admission record.
+
+Options (``pytest benchmarks/cowork_bench --help``): ``--cowork-root`` (required), the
+expected commit, the provenance waivers, the residual diagnostic, the task timeout and the
+step cap. Instances are the checkout's ``tasks/finalpool/*`` with two attribute markers,
+``server`` (every MCP server of the task) and ``prefix`` (the legacy name prefix)::
+
+    pytest benchmarks/cowork_bench --cowork-root ~/cowork_bench -m "server('emails')"
+
+Admission (controller, once, after the manifest is written) records the benchmark's
+provenance and the applied configuration in ``run_manifest.json`` under ``extra.cowork``,
+writes the manifest, and only then enforces the gate (clean tree, pinned commit), so a
+refusal is on disk.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from benchmarks.cowork_bench import BENCHMARK, PINNED_COMMIT
+from benchmarks.cowork_bench.tasks import (
+    FINALPOOL,
+    BenchProvenance,
+    bench_provenance,
+    bench_version,
+    check_provenance,
+    discover_tasks,
+)
+from harness.adapter import BenchmarkAdapter, InstanceSpec
+from harness.errors import RefusalError
+from harness.manifest import write_manifest
+from harness.models import Outcome
+from harness.runtime import RunContext
+
+DEFAULT_TASK_TIMEOUT_SEC = 1800.0  # upstream TASK_TIMEOUT (run_parallel.sh)
+DEFAULT_MAX_STEPS = 100  # upstream script default
+ADAPTER_VERSION = "cowork-adapter-1"  # bump when the adapter changes what a verdict means
+RUN_SCHEMA = "harness.cowork.run.v1"
+
+STATUS = {
+    Outcome.AGENT_FAILED: "agent_failed",
+    Outcome.INFRA_FAILED: "infra_failed",
+    Outcome.BLOCKED: "not_attempted",
+    Outcome.NOT_ATTEMPTED: "not_attempted",
+    Outcome.SKIPPED: "not_attempted",
+    Outcome.CARRIED: "skipped",  # the ancestor's status stays in details.carried_status
+    Outcome.DRY_RUN: "skipped",
+}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("cowork_bench", "Cowork Bench")
+    group.addoption(
+        "--cowork-root",
+        default=None,
+        metavar="PATH",
+        help="a Cowork Bench checkout (holds tasks/finalpool and db/init.sql.gz); required",
+    )
+    group.addoption(
+        "--cowork-commit",
+        default=PINNED_COMMIT,
+        metavar="SHA",
+        help=f"the commit the checkout must be at (default the pin {PINNED_COMMIT[:12]})",
+    )
+    group.addoption(
+        "--allow-dirty-bench",
+        action="store_true",
+        default=False,
+        help="run a checkout with uncommitted changes (recorded in the manifest)",
+    )
+    group.addoption(
+        "--allow-bench-commit-mismatch",
+        action="store_true",
+        default=False,
+        help="run a checkout at another commit than --cowork-commit (recorded)",
+    )
+    group.addoption(
+        "--diagnostic-eval-on-truncation",
+        action="store_true",
+        default=False,
+        help="after a truncated agent run, run the checker once more for the "
+        "audit only (never changes the verdict)",
+    )
+    group.addoption(
+        "--cowork-task-timeout",
+        default=str(DEFAULT_TASK_TIMEOUT_SEC),
+        metavar="SEC",
+        help="agent wall clock per task (default 1800, upstream)",
+    )
+    group.addoption(
+        "--cowork-max-steps",
+        default=str(DEFAULT_MAX_STEPS),
+        metavar="N",
+        help="agent step cap handed to the agent (default 100, upstream)",
+    )
+
+
+def _bad(flag: str, value: Any, fix: str) -> RefusalError:
+    return RefusalError(f"{flag} {value!r} {fix}", stage="options", reason="bad_option")
+
+
+class CoworkOptions(BaseModel):
+    """The validated options of one session."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    root: Path
+    commit: str
+    allow_dirty: bool
+    allow_commit_mismatch: bool
+    diagnostic: bool
+    task_timeout_sec: float = Field(gt=0)
+    max_steps: int = Field(gt=0)
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> CoworkOptions:
+        """Every problem is one line naming the option (a :class:`RefusalError`)."""
+        opt = config.getoption
+        raw_root = opt("cowork_root")
+        if not raw_root:
+            raise RefusalError(
+                "--cowork-root PATH is required: point it at a Cowork Bench checkout "
+                "(e.g. a clone of 0717376/cowork_bench, or tests/fixtures/cowork_mini)",
+                stage="options",
+                reason="cowork_root_missing",
+            )
+        root = Path(raw_root).expanduser().resolve()
+        if not (root / FINALPOOL).is_dir():
+            raise RefusalError(
+                f"--cowork-root {raw_root}: no {FINALPOOL}/ there; point it at a Cowork Bench "
+                f"checkout",
+                stage="options",
+                reason="bench_root_invalid",
+            )
+        try:
+            timeout = float(opt("cowork_task_timeout"))
+        except ValueError:
+            timeout = -1.0
+        if timeout <= 0:
+            raise _bad(
+                "--cowork-task-timeout",
+                opt("cowork_task_timeout"),
+                "is not a positive number of seconds; pass e.g. 1800",
+            )
+        try:
+            steps = int(opt("cowork_max_steps"))
+        except ValueError:
+            steps = -1
+        if steps <= 0:
+            raise _bad(
+                "--cowork-max-steps",
+                opt("cowork_max_steps"),
+                "is not a positive integer; pass e.g. 100",
+            )
+        return cls(
+            root=root,
+            commit=str(opt("cowork_commit")),
+            allow_dirty=bool(opt("allow_dirty_bench")),
+            allow_commit_mismatch=bool(opt("allow_bench_commit_mismatch")),
+            diagnostic=bool(opt("diagnostic_eval_on_truncation")),
+            task_timeout_sec=timeout,
+            max_steps=steps,
+        )
+
+    def applied_config(self) -> dict[str, Any]:
+        """The options that change results (they enter the run's config fingerprint)."""
+        return {
+            "task_timeout_sec": self.task_timeout_sec,
+            "max_steps": self.max_steps,
+            "diagnostic_eval_on_truncation": self.diagnostic,
+            "expected_commit": self.commit,
+        }
+
+
+class BenchGate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    reason: str | None = None
+    message: str | None = None
+    allow_dirty_bench: bool
+    allow_bench_commit_mismatch: bool
+
+
+class CoworkRunRecord(BaseModel):
+    """``run_manifest.json`` ``extra.cowork``: what was run, from where, with what."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_: str = Field(default=RUN_SCHEMA, alias="schema")
+    adapter_version: str = ADAPTER_VERSION
+    pinned_commit: str = PINNED_COMMIT
+    bench: BenchProvenance
+    bench_version: str
+    bench_gate: BenchGate
+    applied_config: dict[str, Any]
+    task_count: int
+
+
+class CoworkAdapter(BenchmarkAdapter):
+    name = BENCHMARK
+    marker_names = ("server", "prefix")
+    needs_agent = True
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @cached_property
+    def options(self) -> CoworkOptions:
+        return CoworkOptions.from_config(self.config)
+
+    @cached_property
+    def provenance(self) -> BenchProvenance:
+        return bench_provenance(self.options.root, expected=self.options.commit)
+
+    def instances(self, config: pytest.Config) -> list[InstanceSpec]:
+        return [
+            InstanceSpec(
+                instance_id=t.instance_id,
+                markers={"server": list(t.servers), "prefix": t.prefix},
+                keywords=t.keywords(),
+                data=t,
+            )
+            for t in discover_tasks(self.options.root)
+        ]
+
+    def version(self) -> str:
+        return f"{bench_version(self.provenance)} {ADAPTER_VERSION}"
+
+    def result_config(self, config: pytest.Config) -> dict[str, Any]:
+        return self.options.applied_config()
+
+    def status_for(self, outcome: Outcome, resolved: bool | None) -> str:
+        if outcome is Outcome.SCORED:
+            return "passed" if resolved else "failed"
+        return STATUS[outcome]
+
+    def admit(self, run: RunContext) -> None:
+        """Record provenance and config in the manifest, write it, then enforce the gate."""
+        opts, prov = self.options, self.provenance
+        gate = BenchGate(
+            ok=True,
+            allow_dirty_bench=opts.allow_dirty,
+            allow_bench_commit_mismatch=opts.allow_commit_mismatch,
+        )
+        refusal: RefusalError | None = None
+        try:
+            check_provenance(
+                prov, allow_dirty=opts.allow_dirty, allow_other_commit=opts.allow_commit_mismatch
+            )
+        except RefusalError as exc:
+            refusal = exc
+            gate = gate.model_copy(update={"ok": False, "reason": exc.reason, "message": str(exc)})
+        record = CoworkRunRecord(
+            bench=prov,
+            bench_version=bench_version(prov),
+            bench_gate=gate,
+            applied_config=opts.applied_config(),
+            task_count=len(discover_tasks(opts.root)),
+        )
+        if run.manifest is not None:
+            run.manifest.extra["cowork"] = record.model_dump(mode="json", by_alias=True)
+            write_manifest(run.manifest)
+        if refusal is not None:
+            raise refusal
