@@ -95,6 +95,7 @@ class Controller:
         self.last_checkpoint = 0.0
         self.guard: StopGuard | None = None
         self.collection_errors = 0
+        self.refused = False
         self.progress: Any = None  # reports.progress.Progress once the selection is known
         self.report_path: Path | None = None
         self.report_error: str | None = None
@@ -120,6 +121,7 @@ class Controller:
         manifest.extra["refused_run_root"] = str(root)
         sibling.mkdir(parents=True)
         mf.finalize(manifest, outcome="refused", exit_code=EXIT_REFUSED)
+        self.refused = True
         raise RefusalError(message, stage="run_root", reason="run_root_exists")
 
     def admit(self, run: RunContext, config_dict: dict[str, Any],
@@ -189,6 +191,7 @@ class Controller:
         m.resume.generation = rp.generation
 
     def refuse(self, exc: RefusalError) -> None:
+        self.refused = True
         if self.manifest is None:
             return
         self.manifest.refusal = Refusal(stage=exc.stage, reason=exc.reason, message=str(exc))

@@ -273,7 +273,14 @@ class ControllerHooks:
 
         print_summary(terminalreporter, self.c)
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.c.refused:
+            # pytest already printed the refusal ("Exit: ..."); its terminal reporter would
+            # repeat it framed in "!": keep the one line.
+            reporter = config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None and hasattr(reporter, "_keyboardinterrupt_memo"):
+                reporter._keyboardinterrupt_memo = None
         self.c.crash_finalize(None)
         self.c.release()
         if self.c.guard is not None:

@@ -5,9 +5,11 @@
   (``sweep_incomplete``) if anything survived.
 * Run locks: the controller holds an exclusive ``flock`` (``filelock.FileLock``) on
   :func:`run_lock_path` for the whole run. :func:`sweep_stale` finds runs by label
-  and sweeps those whose lock is not held (or whose run root, or lock file, is gone):
-  their controller is dead, so their resources are orphans. A run that never takes
-  its lock looks stale: hold :func:`run_lock` while it has sandboxes.
+  and sweeps those whose lock is free or whose run root is gone: their controller is
+  dead, so their resources are orphans. A run root without a lock file (a runner or
+  test stand-in that never locks) is judged by its containers: while one runs, the
+  run is left alone (it expires by TTL); otherwise its leftovers are swept. Hold
+  :func:`run_lock` while a run has sandboxes.
 * :func:`leaked_resources` lists what is labelled ``harness.run`` (for assertions).
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
@@ -119,23 +121,42 @@ def sweep(
         time.sleep(0.1)
 
 
-def _runs(api: docker.APIClient) -> dict[str, set[str]]:
-    """run id -> the run roots its resources name (normally one)."""
-    runs: dict[str, set[str]] = {}
-    for items in _listing(api, [L.RUN]).values():
+@dataclass
+class _Run:
+    roots: set[str] = field(default_factory=set)
+    running: bool = False  # some container of the run is running
+
+
+def _runs(api: docker.APIClient) -> dict[str, _Run]:
+    runs: dict[str, _Run] = {}
+    for kind, items in _listing(api, [L.RUN]).items():
         for item in items:
             labels = item.get("Labels") or {}
             run_id = labels.get(L.RUN)
             if run_id:
-                runs.setdefault(run_id, set()).add(labels.get(L.RUN_ROOT, ""))
+                run = runs.setdefault(run_id, _Run())
+                run.roots.add(labels.get(L.RUN_ROOT, ""))
+                run.running |= kind == "containers" and item.get("State") == "running"
     return runs
 
 
-def _stale(roots: Iterable[str]) -> bool:
-    for root in roots:
+def _stale(run: _Run) -> bool:
+    """Stale: every run root is gone, or its lock exists and is free.
+
+    A root without a lock file belongs to a runner that never took the lock (a test
+    stand-in, say): its running containers cannot be judged, so only its leftovers
+    (stopped containers, networks, volumes) are stale. Running ones expire by TTL.
+    """
+    for root in run.roots:
         if not root:
             return False  # no run root label: not ours to judge
-        if Path(root).exists() and lock_is_held(root):
+        if not Path(root).exists():
+            continue
+        if not run_lock_path(root).exists():
+            if run.running:
+                return False
+            continue
+        if lock_is_held(root):
             return False
     return True
 
@@ -150,10 +171,10 @@ def sweep_stale(
     """
     client = client or get_client()
     swept = []
-    for run_id, roots in sorted(_runs(client.api).items()):
+    for run_id, run in sorted(_runs(client.api).items()):
         if run_id_prefix is not None and not run_id.startswith(run_id_prefix):
             continue
-        if _stale(roots):
+        if _stale(run):
             sweep(run_id, client=client)
             swept.append(run_id)
     return swept

@@ -1,0 +1,120 @@
+"""Whole instances of the built-in selftest benchmark through each agent kind, as real
+pytest runs: ``--agent gateway`` against the reference server, ``--agent command`` in a
+sandbox, ``oracle`` and ``nop``; and a planted API key that must never reach the run root
+or any process's argv."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+from pathlib import Path
+
+from agents_support import start_server
+
+from harness.testing.suite import Suite
+
+TASK = [{"id": "answer", "work": "agent", "answer": "42", "cost": 0.5}]
+
+
+def test_gateway_agent_runs_a_whole_instance(tmp_path: Path) -> None:
+    suite = Suite(tmp_path)
+    suite.tasks(TASK)
+    server = start_server(tmp_path / "server", {"settings": {"OUROBOROS_MODEL": "openai::gpt-5.5"}})
+    try:
+        run = suite.run("--agent", "gateway", "--gateway-url", server.url,
+                        "--gateway-poll-sec", "0.1", "--solve-model", "openai::gpt-5.5",
+                        "--expect-runtime-version", "reference-1.0.0")
+        state = server.state()
+    finally:
+        server.stop()
+    assert run.rc == 0, run.out
+    row = run.latest["answer"]
+    assert row["status"] == "completed" and row["resolved"] is True
+    assert row["cost_usd"] == 0.5 and row["cost_known"] is True
+    assert row["tokens"]["prompt"] == 120
+    assert row["details"]["runtime_outcome"]["status"] == "completed"
+    folder = run.root / "selftest" / "answer"
+    assert (folder / "selftest_task_body.json").is_file()
+    checkpoint = json.loads((folder / "task_checkpoint.json").read_text())
+    assert checkpoint["status"] == "completed"
+    extra = run.manifest["extra"]
+    assert extra["runtime_attestation"]["ok"] is True
+    assert extra["runtime_attestation"]["runtime_version"] == "reference-1.0.0"
+    assert run.manifest["config"]["agent.kind"] == "gateway"
+    assert state["submissions"] == 1
+
+
+def test_gateway_refusals_are_recorded(tmp_path: Path) -> None:
+    suite = Suite(tmp_path)
+    suite.tasks(TASK)
+    server = start_server(tmp_path / "server", {"settings": {"OUROBOROS_MODEL": "openai::gpt-5"}})
+    try:
+        skew = suite.run("--agent", "gateway", "--gateway-url", server.url,
+                         "--expect-runtime-version", "9.9.9")
+        model = suite.run("--agent", "gateway", "--gateway-url", server.url,
+                          "--solve-model", "openai::gpt-5.5")
+    finally:
+        server.stop()
+    assert skew.rc == 3, skew.out
+    assert skew.manifest["refusal"]["reason"] == "runtime_skew"
+    assert skew.manifest["extra"]["runtime_attestation"]["reason"] == "runtime_skew"
+    assert model.rc == 2, model.out
+    assert "OUROBOROS_MODEL" in model.manifest["refusal"]["message"]
+    unreachable = suite.run("--agent", "gateway", "--gateway-url", "http://127.0.0.1:9")
+    assert unreachable.rc == 3 and unreachable.manifest["refusal"]["reason"] == (
+        "runtime_unreachable")
+
+
+def test_command_oracle_and_nop_agents(tmp_path: Path) -> None:
+    suite = Suite(tmp_path)
+    suite.tasks(TASK)
+    command = suite.run("--agent", "command", "--agent-command",
+                        "bash -c 'cat > /tmp/got; grep -q 42 /tmp/got && echo 42 > answer.txt'")
+    assert command.rc == 0, command.out
+    assert command.latest["answer"]["resolved"] is True
+    assert (command.root / "selftest" / "answer" / "agent_stdout.log").is_file()
+    oracle = suite.run("--agent", "oracle")
+    assert oracle.latest["answer"]["resolved"] is True
+    nop = suite.run("--agent", "nop")
+    assert nop.rc == 0 and nop.latest["answer"]["score"] == 0.0
+
+
+def scan_argv(needle: bytes, hits: list[str], stop: threading.Event) -> None:
+    while not stop.is_set():
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                        if needle in fh.read():
+                            hits.append(entry)
+                except OSError:
+                    pass
+        stop.wait(0.02)
+
+
+def test_planted_key_never_reaches_the_run_root_or_argv(tmp_path: Path) -> None:
+    key = f"sk-planted-{secrets.token_hex(12)}"
+    suite = Suite(tmp_path)
+    suite.tasks(TASK)
+    os.environ["HARNESS_PLANTED_KEY"] = key
+    hits: list[str] = []
+    stop = threading.Event()
+    scanner = threading.Thread(target=scan_argv, args=(key.encode(), hits, stop))
+    scanner.start()
+    try:
+        run = suite.run(
+            "--agent", "command", "--agent-env", "HARNESS_PLANTED_KEY", "--agent-command",
+            'bash -c \'test -n "$HARNESS_PLANTED_KEY" && echo "key=$HARNESS_PLANTED_KEY" '
+            '&& echo 42 > answer.txt\'')
+    finally:
+        stop.set()
+        scanner.join()
+        del os.environ["HARNESS_PLANTED_KEY"]
+    assert run.rc == 0, run.out
+    assert run.latest["answer"]["resolved"] is True  # the agent did get the key
+    assert hits == [], "the key appeared in a process's argv"
+    leaked = [p for p in run.root.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
+    assert leaked == []
+    assert key not in run.out
