@@ -185,3 +185,23 @@ def test_cli_reports_docker_unavailable(
     assert sweep_command(["--run", "whatever"]) == 1
     err = capsys.readouterr().err
     assert "docker_unavailable" in err and err[-1] == "\n" and err.count("\n") == 1
+
+
+def test_run_without_lock_file_keeps_running_sandboxes_but_loses_leftovers(
+    docker_client: docker.DockerClient, base_image: BuiltImage, tmp_path: Path
+) -> None:
+    prefix = f"hxt-nolock-{secrets.token_hex(3)}-"
+    run_id, root = f"{prefix}r", tmp_path / "unlocked"
+    root.mkdir()
+    try:
+        sb = Sandbox.create(_spec(base_image, run_id, root, "x"), client=docker_client)
+        net = create_internal_network(run_id, "x", "main", root, client=docker_client)
+        assert not run_lock_path(root).exists()
+        assert sweep_stale(docker_client, run_id_prefix=prefix) == []
+        assert sb.is_running()
+        sb.remove()
+        assert sweep_stale(docker_client, run_id_prefix=prefix) == [run_id]
+        assert leaked_resources(docker_client, run_id_prefix=run_id) == EMPTY
+        assert net not in str(docker_client.api.networks(names=[net]))
+    finally:
+        sweep(run_id, client=docker_client)
