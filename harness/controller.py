@@ -96,6 +96,7 @@ class Controller:
         self.guard: StopGuard | None = None
         self.collection_errors = 0
         self.refused = False
+        self.internal_errors = 0
         self.progress: Any = None  # reports.progress.Progress once the selection is known
         self.report_path: Path | None = None
         self.report_error: str | None = None
@@ -151,6 +152,11 @@ class Controller:
         ledger_path(root).touch()
         self.writer = LedgerWriter(root)
         try:
+            compare = self.options.compare_to
+            if compare and not mf.manifest_path(Path(compare)).is_file():
+                raise RefusalError(f"--compare-to {compare} is not a run root (no "
+                                   f"{mf.MANIFEST_NAME}); pass an earlier run's directory",
+                                   stage="options", reason="bad_option")
             if self.options.resume_from:
                 self.plan_resume(run, config_dict, benchmark_versions)
             atomic_write_json(root / mf.PLAN_NAME, run.plan)
@@ -329,12 +335,14 @@ class Controller:
         return {"selected": len(selected), "counts": dict(counts),
                 "outcomes": dict(outcomes), "mean_score": mean}
 
-    def decide_exit(self) -> tuple[str, int]:
+    def decide_exit(self, pytest_status: int = 0) -> tuple[str, int]:
         assert self.run is not None
         cause = read_stop(self.run.run_root)
         outcomes = Counter(r.outcome for r in self.rows.values())
         if cause:
             return "stopped", EXIT_STOPPED
+        if pytest_status == pytest.ExitCode.INTERNAL_ERROR or self.internal_errors:
+            return "crashed", EXIT_INFRA
         if self.run.plan.dry_run:
             return "dry_run", EXIT_OK
         if self.selection is None or self.collection_errors:
@@ -349,7 +357,7 @@ class Controller:
             return "nothing_remaining", EXIT_OK
         return "completed", EXIT_OK
 
-    def finish(self, session: pytest.Session) -> int | None:
+    def finish(self, session: pytest.Session, pytest_status: int = 0) -> int | None:
         if self.run is None or self.manifest is None or self.finalized:
             return self.exit_code
         cause = read_stop(self.run.run_root)
@@ -361,7 +369,7 @@ class Controller:
             self.manifest.extra.setdefault("finish_errors", []).append(
                 f"{type(exc).__name__}: {exc}"[:2000])
         summary = self.update_counts()
-        outcome, code = self.decide_exit()
+        outcome, code = self.decide_exit(pytest_status)
         self.manifest.resume_command = self.resume_command()
         summary.update(outcome=outcome, exit_code=code, stop_reason=cause)
         try:
@@ -383,7 +391,7 @@ class Controller:
         try:
             from reports.write import write_report
 
-            paths = write_report(self.run.run_root)
+            paths = write_report(self.run.run_root, compare_to=self.options.compare_to)
             self.report_path = paths.html
         except Exception as exc:
             self.report_error = f"{type(exc).__name__}: {exc}"

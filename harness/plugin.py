@@ -59,6 +59,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "live, lines, off")
     group.addoption("--no-report", action="store_true", default=False,
                     help="do not write the HTML/Markdown report at session end")
+    group.addoption("--compare-to", default=None, metavar="RUN_ROOT",
+                    help="add a paired comparison with an earlier run to the report")
 
 
 @dataclass
@@ -73,6 +75,7 @@ class Options:
     instances: list[str]
     progress: str = "auto"
     report: bool = True
+    compare_to: str | None = None
     selectors: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -116,6 +119,7 @@ def read_options(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> Opt
         dry_run=opt.dry_run, resume_from=opt.resume_from,
         max_recovery_generations=generations, shard_text=opt.shard,
         instances=list(opt.instance), progress=progress, report=not opt.no_report,
+        compare_to=opt.compare_to,
         selectors=selectors,
     )
 
@@ -252,6 +256,9 @@ class ControllerHooks:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self.c.load_worker_selection(node.gateway.id)
 
+    def pytest_internalerror(self, excrepr: Any, excinfo: Any) -> None:
+        self.c.internal_errors += 1
+
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.c.collection_errors += 1
@@ -264,7 +271,7 @@ class ControllerHooks:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        code = self.c.finish(session)
+        code = self.c.finish(session, int(exitstatus))
         if code is not None:
             session.exitstatus = code
 

@@ -59,3 +59,20 @@ def test_empty_selection_is_an_error(suite):
     assert run.rc == 2
     assert "nothing was selected" in run.out
     assert run.manifest["outcome"] == "empty_selection"
+
+
+def test_internal_error_still_finalizes_the_manifest(suite, mode):
+    (suite.path / "conftest.py").write_text(
+        'pytest_plugins = ["harness.testing.plugin"]\n'
+        "def pytest_runtest_logfinish(nodeid, location):\n"
+        "    if nodeid.endswith('[b]'):\n"
+        "        raise RuntimeError('the runner host broke')\n"
+    )
+    suite.tasks([{"id": "a", "work": "succeed"}, {"id": "b", "work": "succeed"},
+                 {"id": "c", "work": "succeed"}])
+    run = suite.run(*mode)
+    assert run.rc != 0, run.out
+    m = run.manifest
+    assert m["exit_code"] is not None and m["outcome"] != "running"
+    assert m["checkpoint"]["phase"] == "finalized"
+    assert len(run.latest) == 3  # every selected instance has a row, even after the crash
