@@ -28,6 +28,7 @@ import docker
 import pytest
 from cowork_agent_scripts import SCRIPTS
 from cowork_helpers import FIXTURE, CountingChecker
+from filelock import FileLock
 
 from benchmarks.cowork_bench import PINNED_COMMIT
 from benchmarks.cowork_bench.eval_once import evaluate_once
@@ -90,13 +91,27 @@ def invocations(log: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def oracle_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, list[str], float]:
-    tmp = tmp_path_factory.mktemp("cowork_oracle")
-    log = tmp / "checker_calls.log"
-    t0 = time.monotonic()
-    run = cowork(tmp / "run", "--agent", "oracle", "-n", "2", "-p", "cowork_checker_counter",
-                 env=counter_env(tmp, log))  # fmt: skip
-    return run, invocations(log), time.monotonic() - t0
+def oracle_run(
+    tmp_path_factory: pytest.TempPathFactory, worker_id: str
+) -> tuple[Run, list[str], float]:
+    """One oracle run per test session, shared by the tests that read it (under ``-n``,
+    the first worker runs it and the others wait for its record)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base if worker_id == "master" else base.parent
+    record = shared / "cowork_oracle_run.json"
+    with FileLock(str(shared / "cowork_oracle_run.lock")):
+        if not record.exists():
+            tmp = shared / "cowork_oracle"
+            tmp.mkdir()
+            log = tmp / "checker_calls.log"
+            t0 = time.monotonic()
+            run = cowork(tmp / "run", "--agent", "oracle", "-n", "2", "-p",
+                         "cowork_checker_counter", env=counter_env(tmp, log))  # fmt: skip
+            data = {"rc": run.rc, "out": run.out, "root": str(run.root),
+                    "calls": invocations(log), "elapsed": time.monotonic() - t0}  # fmt: skip
+            record.write_text(json.dumps(data))
+    data = json.loads(record.read_text())
+    return Run(data["rc"], data["out"], Path(data["root"])), data["calls"], data["elapsed"]
 
 
 # --------------------------------------------------------------------------- Docker
