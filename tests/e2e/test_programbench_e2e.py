@@ -95,6 +95,7 @@ def test_dry_run_writes_200_task_bodies_without_containers(tmp_path: Path) -> No
     assert (run.root / "run_manifest.json").is_file()
     no_containers(run.manifest["run_id"])
     assert run.latest and all(r["reason_code"] == "dry_run" for r in run.latest.values())
+    assert not [r for r in run.latest.values() if "container" in r["details"]]
     assert elapsed < 60, f"dry run took {elapsed:.1f}s"
 
 
