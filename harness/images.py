@@ -7,12 +7,16 @@ Nothing can be pulled here, so images are built from Debian packages (see
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 
 def main() -> int:
     from harness.sandbox.images import base_recipe, ensure_image
 
-    steps = [("base (debootstrap bookworm)", lambda: ensure_image(base_recipe()))]
+    def base() -> object:
+        return ensure_image(base_recipe())
+
+    steps: list[tuple[str, Callable[[], object]]] = [("base (debootstrap bookworm)", base)]
 
     def programbench_fixture() -> object:
         from benchmarks.programbench.fixture import ensure_fixture

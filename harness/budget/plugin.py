@@ -94,11 +94,12 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
             "meter_blindness_sec": settings.meter_blindness_sec,
             "min_free_disk_gb": settings.min_free_disk_gb,
         }
+    def on_stop(reason: str) -> None:
+        controller.request_stop(reason, interrupt=True)
+
     try:
-        cb = ControllerBudget.start(
-            settings, run_id=run.run_id, run_root=run.run_root,
-            on_stop=lambda reason: controller.request_stop(reason, interrupt=True),
-        )
+        cb = ControllerBudget.start(settings, run_id=run.run_id, run_root=run.run_root,
+                                    on_stop=on_stop)
     except ValueError as exc:
         raise RefusalError(str(exc), stage="budget", reason="bad_budget_option") from exc
     if cb is None:
