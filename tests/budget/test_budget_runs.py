@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.testing.suite import Suite, finish, wait_for
 
 PROCESSES = 8
@@ -84,38 +86,20 @@ def check_stopped(root: Path, out: str, reason: str, code: int) -> None:
     assert len({r["instance_id"] for r in rows}) == 20
 
 
-def test_meter_going_down_stops_the_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fault", ["goes_down", "nan", "silent"])
+def test_meter_faults_stop_the_run(tmp_path: Path, fault: str) -> None:
     meter = tmp_path / "usage.json"
     meter.write_text(json.dumps({"usage": 10.0}))
     (tmp_path / "s").mkdir()
     suite = Suite(tmp_path / "s")
     proc, root = fault_run(suite, tmp_path, meter)
     wait_for(lambda: (root / "selftest_executions.log").exists())
-    meter.write_text(json.dumps({"usage": 5.0}))
-    out = finish(proc)
-    check_stopped(root, out, "budget_meter_unavailable", proc.returncode)
-
-
-def test_meter_nan_stops_the_run(tmp_path: Path) -> None:
-    meter = tmp_path / "usage.json"
-    meter.write_text(json.dumps({"usage": 10.0}))
-    (tmp_path / "s").mkdir()
-    suite = Suite(tmp_path / "s")
-    proc, root = fault_run(suite, tmp_path, meter)
-    wait_for(lambda: (root / "selftest_executions.log").exists())
-    meter.write_text('{"usage": NaN}')
-    out = finish(proc)
-    check_stopped(root, out, "budget_meter_unavailable", proc.returncode)
-
-
-def test_meter_silent_longer_than_blindness_stops_the_run(tmp_path: Path) -> None:
-    meter = tmp_path / "usage.json"
-    meter.write_text(json.dumps({"usage": 10.0}))
-    (tmp_path / "s").mkdir()
-    suite = Suite(tmp_path / "s")
-    proc, root = fault_run(suite, tmp_path, meter)
-    wait_for(lambda: (root / "selftest_executions.log").exists())
-    meter.unlink()  # every read now fails: no accepted reading renews the window
+    if fault == "goes_down":
+        meter.write_text(json.dumps({"usage": 5.0}))
+    elif fault == "nan":
+        meter.write_text('{"usage": NaN}')
+    else:
+        meter.unlink()  # every read now fails: no accepted reading renews the window
     out = finish(proc)
     check_stopped(root, out, "budget_meter_unavailable", proc.returncode)
 
