@@ -149,12 +149,12 @@ class RunnerAgent:
             logdir = self.ctx.instance_dir / m.AGENT_LOG_DIR
             logdir.mkdir(parents=True, exist_ok=True)
             (logdir / "runtime_usage.jsonl").write_text(json.dumps(usage) + "\n")
-        if outcome.completed:
-            return AgentOutcome(status="success", reason_code=outcome.reason_code)
-        if outcome.truncated:
+        if outcome.truncated:  # also a "completed" best-effort stop: upstream's max_turns
             return AgentOutcome(
                 status="max_turns_reached", reason_code=outcome.reason_code or "deadline_local"
             )
+        if outcome.completed:
+            return AgentOutcome(status="success", reason_code=outcome.reason_code)
         return AgentOutcome(
             status="failed", reason_code=outcome.reason_code or "task_not_completed"
         )

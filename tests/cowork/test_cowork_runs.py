@@ -267,6 +267,50 @@ def test_gateway_plan_writing_the_rows_passes_the_db_tasks(tmp_path: Path) -> No
     assert labelled(run.manifest["run_id"]) == []
 
 
+def gcal_step() -> dict[str, Any]:
+    return {"run": f"python3 -c {shlex.quote(SCRIPTS['gcal-standup-week'])}",
+            "cost_usd": STEP_COST, "prompt_tokens": 500, "completion_tokens": 50}  # fmt: skip
+
+
+@pytest.mark.docker
+def test_truncated_agent_is_agent_failed_and_the_diagnostic_stays_in_the_audit(
+    tmp_path: Path,
+) -> None:
+    plan = {"steps": [gcal_step()], "status": "completed", "reason_code": "round_limit"}
+    proc, url = start_reference_server(tmp_path, {"default_plan": plan})
+    try:
+        run = cowork(tmp_path / "trunc", "--instance", "gcal-standup-week", "--agent",
+                     "gateway", "--gateway-url", url, "--gateway-poll-sec", "0.2",
+                     "--diagnostic-eval-on-truncation")  # fmt: skip
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+    assert run.rc == 0, run.out  # an agent failure is settled, not infrastructure
+    row = run.latest["gcal-standup-week"]
+    assert (row["status"], row["reason_code"]) == ("agent_failed", "round_limit")
+    assert row["official_eval_status"] == "declined" and row["score"] is None
+    # the rows were written before the stop: the residual check passes, the verdict stays
+    assert row["details"]["diagnostic"]["outcome"] == "checks_passed"
+    out = tmp_path / "audit.json"
+    subprocess.run([sys.executable, "-m", "harness.cli", "cowork", "audit", str(run.root),
+                    "--output", str(out)], check=True, cwd=REPO_ROOT, capture_output=True)  # fmt: skip
+    task = json.loads(out.read_text())["tasks"][0]
+    assert task["classification"] == "genuine_failure"
+    assert task["eval_attempt"]["residual_diagnostic"]["outcome"] == "checks_passed"
+
+
+@pytest.mark.docker
+def test_command_agent_runs_in_the_agent_container(tmp_path: Path) -> None:
+    command = f"python3 -c {shlex.quote(SCRIPTS['gcal-standup-week'])}"
+    run = cowork(tmp_path / "cmd", "--instance", "gcal-standup-week", "--agent", "command",
+                 "--agent-command", command)  # fmt: skip
+    assert run.rc == 0, run.out
+    row = run.latest["gcal-standup-week"]
+    assert row["status"] == "passed" and row["details"]["agent"] == "command"
+    assert "created 3 events" in (run.root / row["output_paths"]["agent_stdout"]).read_text()
+    assert labelled(run.manifest["run_id"]) == []
+
+
 # --------------------------------------------------------------------------- no Docker
 
 
