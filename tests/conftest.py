@@ -26,7 +26,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if factory is None:
         return
     from harness.sandbox.errors import SandboxError
-    from harness.sandbox.sweep import leaked_resources, sweep
+    from harness.sandbox.cleanup import leaked_resources, sweep
 
     try:
         from harness.sandbox.client import get_client

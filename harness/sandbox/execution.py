@@ -128,6 +128,25 @@ def _raw_socket(sock: Any) -> socket.socket:
     return raw
 
 
+def _buffered_ahead(sock: Any) -> bytes:
+    """Stream bytes the HTTP client already read past the response headers.
+
+    http.client parses the headers through a buffered reader that may pull in the
+    start of the hijacked stream when headers and output arrive together (a busy
+    client). docker-py then hands out the raw socket and those bytes would be lost.
+    Call with the socket non-blocking: an empty buffer then costs no wait.
+    """
+    try:
+        reader = sock._response.raw._fp.fp
+    except AttributeError:
+        return b""
+    try:
+        ahead = reader.peek()
+    except (BlockingIOError, OSError, ValueError):
+        return b""
+    return bytes(reader.read(len(ahead))) if ahead else b""
+
+
 def run_exec(
     api: docker.APIClient,
     container_id: str,
@@ -156,10 +175,13 @@ def run_exec(
             environment=environment,
             workdir=workdir,
         )["Id"]
-        raw = _raw_socket(api.exec_start(exec_id, socket=True))
+        sock = api.exec_start(exec_id, socket=True)
+        raw = _raw_socket(sock)
     except (APIError, NotFound) as exc:
         raise ExecFailed(f"exec in {container_id[:12]} failed: {exc}") from exc
     demux = _Demux(max_output)
+    raw.setblocking(False)
+    demux.feed(_buffered_ahead(sock))
     deadline = None if timeout is None else started + timeout
     timed_out = False
     try:

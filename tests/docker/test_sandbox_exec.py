@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import http.client
 import time
 
 import pytest
@@ -84,3 +85,19 @@ def test_exec_in_a_removed_sandbox_is_infra(sandbox: Sandbox) -> None:
     with pytest.raises(ExecFailed) as info:
         sandbox.exec("true")
     assert info.value.reason_code == "exec_failed"
+
+
+def test_output_is_kept_when_the_client_reads_headers_late(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy client reads the 101 headers and the first output in one buffered read."""
+    original = http.client.HTTPResponse.begin
+
+    def late_begin(self: http.client.HTTPResponse) -> None:
+        time.sleep(0.15)  # the command has printed by now
+        original(self)
+
+    monkeypatch.setattr(http.client.HTTPResponse, "begin", late_begin)
+    for _ in range(3):
+        res = sandbox.exec(["sh", "-c", "id -u; pwd; echo e >&2"], user="root", workdir="/tmp")
+        assert (res.stdout, res.stderr) == (b"0\n/tmp\n", b"e\n")
