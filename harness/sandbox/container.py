@@ -14,7 +14,7 @@
 The container runs ``sleep <ttl_s>`` (under Docker's init, which reaps orphans of killed
 commands) as root with ``auto_remove``: an orphaned sandbox stops and disappears by
 itself when the TTL expires. ``spec.user`` is the default user of :meth:`Sandbox.exec`;
-administrative steps (protected installs, timeout kills) run as root.
+administrative steps (protected installs, directory creation) run as root.
 """
 
 from __future__ import annotations
@@ -82,10 +82,10 @@ class Sandbox:
         client = client or get_client()
         api = client.api
         name = L.resource_name("harness", spec.run_id, spec.instance_id)
-        labels = {
-            **L.run_labels(spec.run_id, spec.instance_id, spec.worker, spec.run_root),
-            L.TTL: str(spec.ttl_s),
+        labels = {  # the run labels come last: spec.labels cannot override them
             **spec.labels,
+            L.TTL: str(spec.ttl_s),
+            **L.run_labels(spec.run_id, spec.instance_id, spec.worker, spec.run_root),
         }
         host_config = api.create_host_config(
             network_mode=spec.network,
