@@ -9,9 +9,10 @@ official eval attempt, sums cost where it is known, and flags tool calls for man
 * ``possible_direct_postgres_access``: ``psql``, ``psycopg``, ``asyncpg`` or ``pgcli``.
 
 Scanned: ``<run>/cowork_bench/<iid>/agent/*.jsonl``, ``agent/*.log``, ``agent/traj.json`` and
-the instance's ``traj.json`` tool calls. Findings give coordinates only, never the text. The
-audit never changes the official verdict; the report is created exclusively (never
-overwritten).
+the instance's ``traj.json`` tool calls. Findings give coordinates only, never the text. A
+row a resumed run carried forward is audited from the ancestor run's folder (``carried_from``),
+so the audit of a resumed run covers its whole selection. The audit never changes the official
+verdict; the report is created exclusively (never overwritten).
 """
 
 from __future__ import annotations
@@ -123,6 +124,8 @@ class TaskAudit(BaseModel):
     manual_review: list[Finding] = Field(default_factory=list)
     gaps: list[str] = Field(default_factory=list)
     eval_attempt: dict[str, Any] = Field(default_factory=dict)
+    carried_from: str | None = None  # run id whose attempt a resumed run carried forward
+    evidence_dir: str | None = None
 
 
 class AuditReport(BaseModel):
@@ -151,6 +154,15 @@ def selected_ids(run_root: Path) -> list[str]:
         if bench in ("", BENCHMARK):
             out.append(iid)
     return out
+
+
+def ancestor_roots(run_root: Path) -> dict[str, Path]:
+    """Run id -> run root of every ancestor a resumed run names."""
+    manifest = json.loads((run_root / "run_manifest.json").read_text(encoding="utf-8"))
+    resume = manifest.get("resume") or {}
+    roots = resume.get("ancestors") or []
+    ids = resume.get("ancestor_run_ids") or []
+    return {str(i): Path(r) for i, r in zip(ids, roots, strict=False)}
 
 
 def latest_rows(run_root: Path) -> dict[str, dict[str, Any]]:
@@ -223,11 +235,23 @@ def scan(inst_dir: Path) -> tuple[list[Finding], int]:
 # --------------------------------------------------------------------------- one task
 
 
-def audit_task(run_root: Path, iid: str, row: dict[str, Any] | None) -> TaskAudit:
+def audit_task(
+    run_root: Path, iid: str, row: dict[str, Any] | None, ancestors: dict[str, Path] | None = None
+) -> TaskAudit:
+    """One task; a row carried forward by a resume is audited from its ancestor's folder."""
     inst = run_root / BENCHMARK / iid
     gaps: list[str] = []
-    evidence = classify_instance(inst)
     ledger_status = row.get("status") if row else None
+    carried_from = None
+    if row and row.get("outcome") == "carried_forward":
+        carried_from = str(row.get("carried_from"))
+        ledger_status = (row.get("details") or {}).get("carried_status") or ledger_status
+        origin = (ancestors or {}).get(carried_from)
+        if origin is None:
+            gaps.append(f"carried_evidence_unavailable:{carried_from}")
+        else:
+            inst = origin / BENCHMARK / iid
+    evidence = classify_instance(inst)
     if row is None:
         gaps.append("no_ledger_row")
         klass: AuditClass = "unknown"
@@ -276,7 +300,7 @@ def audit_task(run_root: Path, iid: str, row: dict[str, Any] | None) -> TaskAudi
         instance_id=iid,
         ledger_status=ledger_status,
         classification=klass,
-        reason_code=row.get("reason_code") if row else evidence.reason_code,
+        reason_code=row.get("reason_code") if row and not carried_from else evidence.reason_code,
         evidence_status=evidence.status,
         official_eval_status=receipt.state if receipt else "unavailable",
         official_pass=receipt.passed if receipt else None,
@@ -292,6 +316,8 @@ def audit_task(run_root: Path, iid: str, row: dict[str, Any] | None) -> TaskAudi
             "official": official,
             "residual_diagnostic": diag.model_dump(by_alias=True) if diag else None,
         },
+        carried_from=carried_from,
+        evidence_dir=str(inst),
     )
 
 
@@ -302,7 +328,8 @@ def build_report(run_root: Path) -> AuditReport:
     run_root = Path(run_root)
     ids = selected_ids(run_root)
     rows = latest_rows(run_root)
-    tasks = [audit_task(run_root, iid, rows.get(iid)) for iid in ids]
+    ancestors = ancestor_roots(run_root)
+    tasks = [audit_task(run_root, iid, rows.get(iid), ancestors) for iid in ids]
     counts: Counter[str] = Counter(t.classification for t in tasks)
     complete = all(t.cost.complete for t in tasks)
     known = round(sum(t.cost.known_usd for t in tasks), 6)

@@ -211,6 +211,13 @@ def test_resume_replays_a_finished_eval_without_calling_the_checker(  # type: ig
         assert rows[iid]["status"] == "skipped" and rows[iid]["outcome"] == "carried_forward"
         assert rows[iid]["details"]["carried_status"] == first.latest[iid]["status"]
     assert labelled(run.manifest["run_id"]) == []
+    # the audit of the resumed run covers the whole selection (carried rows from the ancestor)
+    out = tmp_path / "audit.json"
+    subprocess.run([sys.executable, "-m", "harness.cli", "cowork", "audit", str(run.root),
+                    "--output", str(out)], check=True, cwd=REPO_ROOT, capture_output=True)  # fmt: skip
+    report = json.loads(out.read_text())
+    assert report["classifications"]["passed"] == 2 and report["gaps"] == []
+    assert report["classifications"]["genuine_failure"] == 3
 
 
 def start_reference_server(
