@@ -13,6 +13,7 @@ subprocesses, on the real Docker engine and the real checkers of ``cowork_mini``
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shlex
@@ -318,17 +319,35 @@ def test_command_agent_runs_in_the_agent_container(tmp_path: Path) -> None:
     assert labelled(run.manifest["run_id"]) == []
 
 
-# --------------------------------------------------------------------------- no Docker
-
-
-def bench_checkout(tmp: Path) -> Path:
-    """A standalone git checkout of the fixture (not at the upstream pin)."""
+def bench_checkout(tmp: Path, seed: bytes | None = None) -> Path:
+    """A standalone git checkout of the fixture (not at the upstream pin), optionally with
+    another seed dump."""
     root = tmp / "bench"
     shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns(".ruff_cache", "__pycache__"))
+    if seed is not None:
+        (root / "db" / "init.sql.gz").write_bytes(gzip.compress(seed))
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "bench"]):
         subprocess.run([*git, *args], check=True, capture_output=True)
     return root
+
+
+@pytest.mark.docker
+def test_a_broken_seed_is_infra_failed_never_scored(tmp_path: Path) -> None:
+    root = bench_checkout(tmp_path, seed=b"CREATE TABLE broken (;\n")
+    run = run_pytest(TARGET, tmp_path / "pgfail", "--cowork-root", str(root),
+                     "--allow-bench-commit-mismatch", "--instance", "excel-sales-summary",
+                     "--agent", "oracle")  # fmt: skip
+    assert run.rc == 1, run.out  # an infrastructure failure: the run is not settled
+    row = run.latest["excel-sales-summary"]
+    assert (row["status"], row["reason_code"], row["infra"]) == ("infra_failed", "pg_fail", True)
+    assert row["score"] is None and row["resolved"] is None
+    assert "seeding init.sql.gz failed" in row["error"]
+    assert " ERROR " in run.out or "1 error" in run.out  # pytest reports an error, not a fail
+    assert labelled(run.manifest["run_id"]) == []
+
+
+# --------------------------------------------------------------------------- no Docker
 
 
 def test_the_provenance_gate_refuses_on_disk(tmp_path: Path) -> None:
