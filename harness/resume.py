@@ -111,6 +111,8 @@ def plan_resume(
     ancestry = walk_ancestry(start)
     for root, manifest in zip(ancestry.roots, ancestry.manifests, strict=True):
         diffs = config_differences(manifest.config, config)
+        if manifest.dry_run:  # prepared only: nothing it holds depends on the agent
+            diffs = [d for d in diffs if not d.startswith("agent.")]
         if diffs:
             raise ResumeError(
                 f"--resume-from {root}: its configuration differs in {', '.join(diffs)}; "

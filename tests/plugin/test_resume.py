@@ -88,3 +88,13 @@ def test_resume_refuses_cycles_and_missing_ledgers(suite):
     (second.root / "result_index.jsonl").unlink()
     gone = suite.run("--resume-from", str(second.root))
     assert gone.rc == 2 and "ledger result_index.jsonl is missing" in gone.out
+
+
+def test_resume_from_a_dry_run_runs_everything_with_the_chosen_agent(suite):
+    suite.tasks([{"id": "a", "work": "succeed"}, {"id": "b", "work": "fail"}])
+    dry = suite.run("--dry-run")
+    assert dry.manifest["config"]["agent.kind"] == "nop"
+    real = suite.run("--resume-from", str(dry.root), "--agent", "oracle")
+    assert real.rc == 0, real.out
+    assert sorted(real.executions()) == ["a", "b"]
+    assert real.statuses() == {"a": "completed", "b": "completed"}
