@@ -12,7 +12,8 @@
     ``docker rm -f``,
   - the bare SDK calls (create, start, exec, remove): the harness's own overhead.
 
-* exec: ``Sandbox.exec(["true"])`` against ``docker exec CID true``.
+* exec: ``Sandbox.exec(["true"])`` against ``docker exec CID true``, and against the
+  bare SDK ``exec_create`` + ``exec_start`` (no exit code, no timeout handling).
 
 ``test_report_ratios`` prints the medians and ratios and checks the targets: the
 harness cycle at most 10 % over ``docker run --rm IMAGE true``, and its exec faster
@@ -154,6 +155,7 @@ def test_exec_round_trip(
             ROUNDS_EXEC,
             harness=lambda: sb.exec(["true"]),
             cli_exec=lambda: _cli([docker_cli, "exec", sb.id, "true"]),
+            sdk_raw=lambda: client.api.exec_start(client.api.exec_create(sb.id, ["true"])["Id"]),
         )
         MEDIANS.update({f"exec_{k}": v for k, v in medians.items()})
         benchmark.pedantic(lambda: sb.exec(["true"]), rounds=50, iterations=1)
@@ -166,6 +168,7 @@ def test_report_ratios(capsys: pytest.CaptureFixture[str]) -> None:
     cycle_equiv = MEDIANS["cycle_harness"] / MEDIANS["cycle_cli_equivalent"]
     cycle_sdk = MEDIANS["cycle_harness"] / MEDIANS["cycle_sdk_raw"]
     exec_ratio = MEDIANS["exec_harness"] / MEDIANS["exec_cli_exec"]
+    exec_sdk = MEDIANS["exec_harness"] / MEDIANS["exec_sdk_raw"]
     with capsys.disabled():
         print("\nsandbox perf (medians):")
         for name, value in sorted(MEDIANS.items()):
@@ -176,6 +179,7 @@ def test_report_ratios(capsys: pytest.CaptureFixture[str]) -> None:
             ("cycle: harness / CLI run -d + exec + rm -f", cycle_equiv),
             ("cycle: harness / bare SDK calls", cycle_sdk),
             ("exec:  harness / `docker exec CID true`", exec_ratio),
+            ("exec:  harness / bare SDK exec (no exit code, no kill)", exec_sdk),
         ]:
             print(f"  {label:52s} {ratio:.2f}")
     assert cycle <= 1.10, f"harness cycle is {cycle:.2f}x the raw docker run"
