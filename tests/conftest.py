@@ -25,8 +25,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     factory = getattr(config, "_tmp_path_factory", None)
     if factory is None:
         return
-    from harness.sandbox.errors import SandboxError
     from harness.sandbox.cleanup import leaked_resources, sweep
+    from harness.sandbox.errors import SandboxError
 
     try:
         from harness.sandbox.client import get_client
