@@ -8,8 +8,6 @@ See ``adapter.py`` (options, provenance gate) and ``instance.py`` (one instance)
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from benchmarks.cowork_bench import BENCHMARK
@@ -17,7 +15,6 @@ from benchmarks.cowork_bench.adapter import CoworkAdapter, CoworkOptions, add_op
 from harness.adapter import BenchmarkAdapter
 from harness.errors import RefusalError
 from harness.runtime import RunContext
-from harness.sandbox import sweep
 
 ADAPTER_KEY = pytest.StashKey[CoworkAdapter]()
 
@@ -50,27 +47,3 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     adapter = run.adapters.get(BENCHMARK)
     if isinstance(adapter, CoworkAdapter):
         adapter.admit(run)
-
-
-def pytest_harness_worker_crashed(config: pytest.Config, run: RunContext, worker_id: str) -> None:
-    """A dead worker cannot tear its instance down: remove what it left (its labels only)."""
-    if BENCHMARK in run.adapters and not run.dry_run:
-        removed = sweep(run.run_id, worker_id)
-        _cowork_extra(run).setdefault("crash_sweeps", []).append(
-            {"worker": worker_id, "removed": removed}
-        )
-
-
-def pytest_harness_session_finish(
-    config: pytest.Config, run: RunContext, summary: dict[str, Any]
-) -> None:
-    """Every instance removes its own containers and network; prove the run left nothing."""
-    if BENCHMARK in run.adapters and not run.dry_run:
-        _cowork_extra(run)["final_sweep"] = {"removed": sweep(run.run_id)}
-
-
-def _cowork_extra(run: RunContext) -> dict[str, Any]:
-    if run.manifest is None:
-        return {}
-    extra: dict[str, Any] = run.manifest.extra.setdefault("cowork", {})
-    return extra

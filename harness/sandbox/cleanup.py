@@ -36,6 +36,11 @@ def run_lock_path(run_root: Path | str) -> Path:
     return Path(run_root) / ".harness" / "run.lock"
 
 
+def keep_marker(run_root: Path | str) -> Path:
+    """Present when the run was started with ``--keep-sandboxes``."""
+    return Path(run_root) / ".harness" / "keep-sandboxes"
+
+
 def run_lock(run_root: Path | str) -> FileLock:
     """The run's lock (not yet acquired): ``with run_lock(root).acquire(timeout=0): ...``."""
     path = run_lock_path(run_root)
@@ -152,6 +157,8 @@ def _stale(run: _Run) -> bool:
             return False  # no run root label: not ours to judge
         if not Path(root).exists():
             continue
+        if keep_marker(root).exists():
+            return False  # --keep-sandboxes: only `harness sweep --run` (or the TTL) ends them
         if not run_lock_path(root).exists():
             if run.running:
                 return False
