@@ -46,7 +46,7 @@ def test_orphans_of_a_sigkilled_run_are_swept_by_the_next_run(tmp_path: Path) ->
 
 def test_crashed_worker_sandbox_is_swept_and_the_run_goes_on(tmp_path: Path) -> None:
     suite = Suite(tmp_path)
-    suite.tasks(LONG_AGENT + [{"id": "other", "work": "sleep", "seconds": 1, "count": 3}])
+    suite.tasks([*LONG_AGENT, {"id": "other", "work": "sleep", "seconds": 1, "count": 3}])
     proc, root = suite.start("-n", "2", "--agent", "command", "--agent-command", "sleep 300")
     wait_for(lambda: (root / "run_manifest.json").exists())
     run_id = run_id_of(root)
