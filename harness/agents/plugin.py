@@ -228,7 +228,9 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
     (``completed`` false means the agent did not finish: the adapter decides whether to
     score partial work).
     """
-    if getattr(agent, "kind", "") == "gateway":
+    if getattr(agent, "kind", "") == "gateway" and request.extra.get("reattach"):
+        # Only when the task's workspace outlives a run (an external workspace): a fresh
+        # sandbox cannot hold what an earlier task produced, so reattaching would be wrong.
         carry_checkpoint(ctx)
     r = ctx.result
     r.agent_started = True

@@ -141,7 +141,9 @@ def _runs(api: docker.APIClient) -> dict[str, _Run]:
             if run_id:
                 run = runs.setdefault(run_id, _Run())
                 run.roots.add(labels.get(L.RUN_ROOT, ""))
-                run.running |= kind == "containers" and item.get("State") == "running"
+                # "created" counts as live: a sandbox is created, then started
+                run.running |= kind == "containers" and item.get("State") in (
+                    "running", "created", "restarting")
     return runs
 
 
