@@ -65,29 +65,38 @@ def schema_command(argv: Sequence[str]) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def dispatch(prog: str, commands: dict[str, tuple[str, str, str]], argv: Sequence[str],
+             footer: str = "") -> int:
+    """Run ``commands[argv[0]]`` (module, function, help) with the rest of ``argv``."""
+    argv = list(argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: harness COMMAND [ARGS]\n\ncommands:")
-        for name, (_, _, text) in COMMANDS.items():
+        print(f"usage: {prog} COMMAND [ARGS]\n\ncommands:")
+        for name, (_, _, text) in commands.items():
             print(f"  {name:<14}{text}")
-        print("\nRuns are pytest sessions: pytest benchmarks/<name> [--dry-run|--resume-from RUN]")
+        if footer:
+            print(f"\n{footer}")
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
-        print(f"harness: unknown command {name!r}; run 'harness --help' for the list",
+    if name not in commands:
+        print(f"{prog}: unknown command {name!r}; run '{prog} --help' for the list",
               file=sys.stderr)
         return 2
-    module_name, func_name, _ = COMMANDS[name]
+    module_name, func_name, _ = commands[name]
     try:
         func = getattr(importlib.import_module(module_name), func_name)
     except (ImportError, AttributeError) as exc:
-        print(f"harness {name}: not available in this installation ({exc})", file=sys.stderr)
+        print(f"{prog} {name}: not available in this installation ({exc})", file=sys.stderr)
         return 2
     try:
         return int(func(rest))
     except SystemExit as exc:  # argparse
         return int(exc.code) if isinstance(exc.code, int) else 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return dispatch("harness", COMMANDS, sys.argv[1:] if argv is None else argv,
+                    "Runs are pytest sessions: pytest benchmarks/<name> "
+                    "[--dry-run|--resume-from RUN]")
 
 
 if __name__ == "__main__":
