@@ -25,6 +25,7 @@ from filelock import Timeout, UnixFileLock
 from harness import manifest as mf
 from harness.errors import RefusalError
 from harness.fsutil import atomic_write_json
+from harness.layout import collection_file, lock_path, state_dir, workers_dir
 from harness.ledger import LedgerWriter, ledger_path
 from harness.models import Manifest, Outcome, Plan, Refusal, Selection, TaskRow
 from harness.plan import fingerprint, new_run_id, validate_run_id
@@ -32,22 +33,9 @@ from harness.resume import ResumeError, check_generations, plan_resume
 from harness.runtime import ROW_PROPERTY, RunContext
 from harness.signals import StopGuard, read_stop, request_stop
 
-HARNESS_DIR = ".harness"
 EXIT_OK, EXIT_INFRA, EXIT_REFUSED, EXIT_STOPPED = 0, 1, 2, 3
 # Options that do not change results: left out of the fingerprint and the resume command.
 ROOT_OPTIONS = ("--run-root", "--run-id", "--resume-from", "--shard")
-
-
-def lock_path(run_root: Path) -> Path:
-    return Path(run_root) / HARNESS_DIR / "run.lock"
-
-
-def workers_dir(run_root: Path) -> Path:
-    return Path(run_root) / HARNESS_DIR / "workers"
-
-
-def collection_file(run_root: Path, worker_id: str) -> Path:
-    return Path(run_root) / HARNESS_DIR / "collection" / f"{worker_id}.json"
 
 
 def write_collection(run_root: Path, worker_id: str, nodeids: dict[str, str]) -> None:
@@ -132,7 +120,7 @@ class Controller:
         root = run.run_root
         if root.exists():
             self.refuse_reused_root(run.run_id, root, argv)
-        (root / HARNESS_DIR).mkdir(parents=True)
+        state_dir(root).mkdir(parents=True)
         self.lock = UnixFileLock(str(lock_path(root)))
         try:
             self.lock.acquire(timeout=0)

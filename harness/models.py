@@ -18,6 +18,10 @@ PLAN_SCHEMA = "harness.plan.v1"
 SUMMARY_SCHEMA = "harness.summary.v1"
 MERGE_SCHEMA = "harness.merge.v1"
 
+# Resolved: every scored test passed; near-resolved ("almost"): at least 95% (ProgramBench).
+RESOLVED_AT = 1.0
+NEAR_RESOLVED_AT = 0.95
+
 INSTANCE_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 

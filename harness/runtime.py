@@ -19,7 +19,16 @@ import pytest
 from harness.adapter import BenchmarkAdapter, InstanceSpec
 from harness.errors import InfraError, RunInterrupted
 from harness.ledger import instance_dir
-from harness.models import Manifest, Outcome, Plan, TaskRow, Tokens, instance_key
+from harness.models import (
+    NEAR_RESOLVED_AT,
+    RESOLVED_AT,
+    Manifest,
+    Outcome,
+    Plan,
+    TaskRow,
+    Tokens,
+    instance_key,
+)
 
 ROW_PROPERTY = "harness_row"
 INFRA_PROPERTY = "harness_infra"
@@ -149,8 +158,8 @@ class InstanceContext:
         r = self.result
         r.outcome = Outcome.SCORED
         r.score = float(score)
-        r.resolved = score >= 1.0 if resolved is None else resolved
-        r.near_resolved = score >= 0.95 if near_resolved is None else near_resolved
+        r.resolved = score >= RESOLVED_AT if resolved is None else resolved
+        r.near_resolved = score >= NEAR_RESOLVED_AT if near_resolved is None else near_resolved
         r.official_eval_status = official_eval_status
         r.reason_code = reason_code or ("resolved" if r.resolved else "unresolved")
         r.tests_passed, r.tests_total = tests_passed, tests_total

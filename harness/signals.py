@@ -19,13 +19,9 @@ from pathlib import Path
 from types import FrameType
 
 from harness.errors import RunInterrupted
+from harness.layout import stop_file
 
-STOP_FILE = Path(".harness") / "stop"
 FORWARD_SIGNAL = signal.SIGUSR1
-
-
-def stop_file(run_root: Path) -> Path:
-    return Path(run_root) / STOP_FILE
 
 
 def request_stop(run_root: Path, cause: str) -> str:

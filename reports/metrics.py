@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from harness.models import Outcome, TaskRow
+from harness.models import NEAR_RESOLVED_AT, RESOLVED_AT, Outcome, TaskRow
 from reports.figures import (
     NOT_ATTEMPTED,
     CostTotals,
@@ -20,8 +20,6 @@ from reports.figures import (
 )
 from reports.stats import quantile
 
-RESOLVED_AT = 1.0
-NEAR_RESOLVED_AT = 0.95
 PASS_STATUSES = frozenset({"passed"})
 INFRA_STATUS = "infra_failed"
 

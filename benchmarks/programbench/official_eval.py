@@ -28,9 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from benchmarks.programbench import CLEANROOM_TAG
 from benchmarks.programbench.tasks import programbench_version, tasks_dir
 from harness.fsutil import atomic_write_text
+from harness.models import NEAR_RESOLVED_AT, RESOLVED_AT
 
-RESOLVED_AT = 1.0
-NEAR_RESOLVED_AT = 0.95
 RESULT_NAME = "official_eval.json"
 STOP_GRACE_S = 30.0
 STDOUT_NAME = "official_eval.stdout.txt"

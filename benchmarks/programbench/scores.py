@@ -17,10 +17,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.programbench.tasks import tasks_dir
+from harness.models import NEAR_RESOLVED_AT, RESOLVED_AT
 
 HEADLINE_N = 200
-RESOLVED_AT = 1.0
-NEAR_RESOLVED_AT = 0.95
 
 
 class Headline(BaseModel):

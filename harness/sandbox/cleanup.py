@@ -25,6 +25,7 @@ import docker
 from docker.errors import APIError, NotFound
 from filelock import FileLock
 
+from harness.layout import keep_marker, lock_path
 from harness.sandbox import labels as L
 from harness.sandbox.client import get_client
 from harness.sandbox.errors import SweepIncomplete
@@ -32,13 +33,7 @@ from harness.sandbox.errors import SweepIncomplete
 SWEEP_WAIT_S = 30.0
 
 
-def run_lock_path(run_root: Path | str) -> Path:
-    return Path(run_root) / ".harness" / "run.lock"
-
-
-def keep_marker(run_root: Path | str) -> Path:
-    """Present when the run was started with ``--keep-sandboxes``."""
-    return Path(run_root) / ".harness" / "keep-sandboxes"
+run_lock_path = lock_path  # the one definition is harness.layout
 
 
 def run_lock(run_root: Path | str) -> FileLock:

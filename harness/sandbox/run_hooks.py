@@ -19,7 +19,8 @@ def _extra(run: RunContext) -> dict[str, Any]:
 
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
-    from harness.sandbox.cleanup import keep_marker, sweep_stale
+    from harness.layout import keep_marker
+    from harness.sandbox.cleanup import sweep_stale
 
     if config.getoption("keep_sandboxes", False):
         keep_marker(run.run_root).touch()  # later start-up sweeps leave this run alone
