@@ -44,6 +44,31 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     _fsync_dir(path.parent)
 
 
+def create_exclusive(path: Path, data: bytes, mode: int = 0o644) -> bool:
+    """Create ``path`` holding ``data`` only if it does not exist yet; False if it does.
+
+    Hard-link publish: readers see no file or the whole file, never a partial one, and of
+    several concurrent creators exactly one wins.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        os.unlink(tmp)
+    _fsync_dir(path.parent)
+    return True
+
+
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 

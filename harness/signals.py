@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 from harness.errors import RunInterrupted
+from harness.fsutil import create_exclusive
 from harness.layout import stop_file
 
 FORWARD_SIGNAL = signal.SIGUSR1
@@ -26,17 +27,9 @@ FORWARD_SIGNAL = signal.SIGUSR1
 
 def request_stop(run_root: Path, cause: str) -> str:
     """Record a stop request; the first cause recorded wins. Returns the effective cause."""
-    path = stop_file(run_root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return read_stop(run_root) or cause
-    with os.fdopen(fd, "w") as fh:
-        fh.write(cause)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return cause
+    if create_exclusive(stop_file(run_root), cause.encode()):
+        return cause
+    return read_stop(run_root) or cause
 
 
 def read_stop(run_root: Path) -> str | None:

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import secrets
-import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -28,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.tasks import task_dir
-from harness.fsutil import atomic_write_json
+from harness.fsutil import atomic_write_json, create_exclusive
 
 TAIL_CHARS = 4000
 
@@ -147,25 +146,7 @@ def publish_exclusive(path: Path, model: BaseModel) -> bool:
 
     Returns False when the file already exists. Readers never see a partial file.
     """
-    data = (model.model_dump_json(by_alias=True, indent=2) + "\n").encode()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-    finally:
-        os.unlink(tmp)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    return True
+    return create_exclusive(path, (model.model_dump_json(by_alias=True, indent=2) + "\n").encode())
 
 
 def read_claim(inst_dir: Path) -> m.EvalClaim | None:
