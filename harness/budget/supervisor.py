@@ -110,8 +110,9 @@ class MeterSupervisor:
             ):
                 self._read("poll")
             self._check_blindness()
-            self._check_campaign_budget()
-            self._write_monitor()
+            state = self._snapshot()  # campaign.json read once per tick
+            self._check_campaign_budget(state)
+            self._write(self._monitor(state))
             return self._stop_reason
 
     def start(self, tick_sec: float = 1.0) -> None:
@@ -150,7 +151,7 @@ class MeterSupervisor:
             except E.CampaignStateError as exc:  # custody already ended (reconciled)
                 self._note_error(str(exc))
             self._finished = True
-            monitor = self._monitor()
+            monitor = self._monitor(self._snapshot())
             monitor.finished = True
             monitor.runner_exit_code = runner_exit_code
             monitor.campaign_settlement = "recorded" if settlement == "recorded" else "unconfirmed"
@@ -262,8 +263,7 @@ class MeterSupervisor:
         if self._expired():
             self._stop(E.BUDGET_METER_UNAVAILABLE)
 
-    def _check_campaign_budget(self) -> None:
-        state = self._snapshot()
+    def _check_campaign_budget(self, state: CampaignState | None) -> None:
         if (
             state is not None
             and state.spent_usd + self.budget_reserve_usd >= state.ceiling_usd - accounting.EPS
@@ -291,8 +291,8 @@ class MeterSupervisor:
             self._note_error(str(exc))
         return self._state
 
-    def _monitor(self) -> Monitor:
-        state = self._snapshot()
+    def _monitor(self, state: CampaignState | None) -> Monitor:
+        """The monitor for ``state`` (the tick's :meth:`_snapshot`)."""
         run = state.active_runs.get(self.run_id) if state is not None else None
         monitor = Monitor(
             run_id=self.run_id,
@@ -329,9 +329,6 @@ class MeterSupervisor:
         except OSError:
             monitor.disk = None
         return monitor
-
-    def _write_monitor(self) -> None:
-        self._write(self._monitor())
 
     def _write(self, monitor: Monitor) -> None:
         try:
