@@ -13,7 +13,10 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from harness.models import OpenModel as _Open
+from harness.models import StrictModel as _Strict
 
 # Statuses (reference §1.7).
 IN_FLIGHT_STATUSES = frozenset({"requested", "scheduled", "running"})
@@ -49,14 +52,6 @@ def describe_validation_error(exc: ValidationError, limit: int = 4) -> str:
         parts.append(f"{loc}: {err['msg']}")
     more = len(exc.errors()) - limit
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
 def _check_backend_path(value: str, what: str) -> str:

@@ -12,21 +12,16 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from harness.models import OpenModel as _Open
+from harness.models import StrictModel as _Strict
 
 CAMPAIGN_SCHEMA = "harness.campaign.v1"
 MONITOR_SCHEMA = "harness.monitor.v1"
 
 # Known instance costs kept for the learned per-task reservation.
 COST_HISTORY_LIMIT = 200
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
 class ReservationEntry(_Strict):
