@@ -1,9 +1,10 @@
 """``harness campaign reconcile|show``: clear a crashed run's custody, show a campaign.
 
-Reconcile proves the crashed run left no container behind (Docker, by the exact label
-``harness.run=<run_id>``; the run id comes from ``<run_root>/run_manifest.json``), then
-records the operator's reading and moves the entry into ``runs`` as ``reconciled``.
-Docker is imported only here, and only when reconciling.
+Reconcile proves the crashed run left no container behind (Docker, by the sandbox layer's
+exact label ``harness.run=<run_id>``; the run id comes from
+``<run_root>/run_manifest.json``), then records the operator's reading and moves the entry
+into ``runs`` as ``reconciled``. Docker (and :mod:`harness.sandbox`, which imports it) is
+imported only when reconciling.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from . import errors as E
 from .campaign import Campaign
 from .models import CampaignState, RunRecord
 
-RUN_LABEL = "harness.run"
 MANIFEST_FILE = "run_manifest.json"
 STAGE = "campaign_reconcile"
 
@@ -53,11 +53,13 @@ def run_id_of(run_root: str | os.PathLike[str]) -> str:
 def containers_left(run_id: str, client: Any = None) -> list[str]:
     """Names of every container (running or not) labelled ``harness.run=<run_id>``."""
     try:
-        if client is None:
-            import docker  # lazy: pure budget logic never needs Docker
+        # lazy: harness.sandbox imports docker, which pure budget logic never needs
+        from harness.sandbox import labels as L
+        from harness.sandbox.client import get_client
 
-            client = docker.from_env()
-        found = client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"})
+        if client is None:
+            client = get_client()
+        found = client.containers.list(all=True, filters={"label": f"{L.RUN}={run_id}"})
     except Exception as exc:  # any Docker failure means nothing is proven
         raise _refuse(
             "docker_unavailable",
@@ -89,9 +91,11 @@ def reconcile(
         raise _refuse("campaign_run_alive", f"{custody.describe(entry)} is still running")
     left = containers_left(run_id, docker_client)
     if left:
+        from harness.sandbox import labels as L  # already imported by containers_left
+
         raise _refuse(
             "containers_left",
-            f"run {run_id} still has {len(left)} container(s) labelled {RUN_LABEL}={run_id}: "
+            f"run {run_id} still has {len(left)} container(s) labelled {L.RUN}={run_id}: "
             f"{', '.join(sorted(left))}; remove them (harness sweep) and reconcile again",
         )
     return campaign.reconcile_run(run_id, reading_usage)

@@ -27,6 +27,7 @@ from typing import IO, TYPE_CHECKING
 import docker
 from docker.errors import APIError, BuildError, DockerException
 
+from harness.sandbox import labels as L
 from harness.sandbox.client import long_timeout
 from harness.sandbox.errors import ImageBuildFailed
 
@@ -135,7 +136,7 @@ def _import(recipe: BaseRecipe, client: docker.DockerClient, rootfs: Path, log: 
     The tag is the "done" marker, so a half-imported image must never carry it.
     """
     changes = [f"ENV {k}={v}" for k, v in recipe.env]
-    changes += [f"LABEL harness.recipe={recipe.content_hash()}", 'CMD ["/bin/bash"]']
+    changes += [f"LABEL {L.RECIPE}={recipe.content_hash()}", 'CMD ["/bin/bash"]']
     repo, tag = recipe.tag.rsplit(":", 1)
     # GNU tar (not the docker CLI) makes the stream: it keeps owners, devices and xattrs.
     argv = ["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-C", str(rootfs)]
@@ -182,7 +183,7 @@ def build_layer(recipe: LayerRecipe, client: docker.DockerClient, log: Path) -> 
         raise ImageBuildFailed(f"recipe {recipe.name}: 'Dockerfile' is reserved in files")
     dockerfile = (
         f"FROM {recipe.base.tag}\n{recipe.dockerfile_body.rstrip()}\n"
-        f"LABEL harness.recipe={recipe.content_hash()}\n"
+        f"LABEL {L.RECIPE}={recipe.content_hash()}\n"
     )
     context = _context_tar(dockerfile, dict(recipe.files))
     error: str | None = None

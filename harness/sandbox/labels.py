@@ -15,6 +15,7 @@ INSTANCE = "harness.instance"
 WORKER = "harness.worker"
 RUN_ROOT = "harness.run_root"
 TTL = "harness.ttl_s"
+RECIPE = "harness.recipe"  # on built images: the recipe's content hash
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 
