@@ -14,11 +14,9 @@ Tags are content hashes of the recipes (``harness.sandbox.images``): built once,
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
 from typing import Literal
 
-from harness.sandbox import LayerRecipe, base_recipe
+from harness.sandbox import BuiltImage, LayerRecipe, base_recipe
 from harness.sandbox import ensure_image as sandbox_ensure_image
 
 PG_RECIPE = r"""
@@ -58,15 +56,6 @@ RECIPES: dict[str, LayerRecipe] = {
 }
 
 
-@dataclass(frozen=True)
-class BuiltImage:
-    tag: str
-    image_id: str
-    seconds: float  # ~0 when the tag already existed
-
-
 def ensure_image(name: ImageName) -> BuiltImage:
     """Build the recipe unless its content-hash tag exists (safe across processes)."""
-    started = time.monotonic()
-    built = sandbox_ensure_image(RECIPES[name])
-    return BuiltImage(built.tag, built.image_id, time.monotonic() - started)
+    return sandbox_ensure_image(RECIPES[name])

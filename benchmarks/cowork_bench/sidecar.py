@@ -179,7 +179,3 @@ def start_postgres(
         docker_ops.remove(container)
         raise
     return sidecar
-
-
-def stop_postgres(sidecar: PgSidecar) -> None:
-    docker_ops.remove(sidecar.container)

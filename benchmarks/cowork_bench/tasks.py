@@ -46,10 +46,6 @@ class CoworkTask(BaseModel):
         """The ``python -m`` module of this task's preprocess or checker."""
         return f"tasks.finalpool.{self.instance_id}.{part}.main"
 
-    def marker_kwargs(self) -> dict[str, str | list[str]]:
-        """Attribute markers: ``-m "mcp_server('emails')"``, ``-m "name_prefix('rzd')"``."""
-        return {"mcp_server": list(self.servers), "name_prefix": self.prefix}
-
     def keywords(self) -> list[str]:
         """Extra ``-k`` words: ``server_pdf_tools``, ``prefix_rzd``."""
         words = [f"server_{_MARKER_SAFE.sub('_', s)}" for s in self.servers]

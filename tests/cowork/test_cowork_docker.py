@@ -38,8 +38,8 @@ TIMINGS: dict[str, dict[str, float]] = {}
 
 
 @pytest.fixture(scope="module")
-def images() -> dict[str, float]:
-    return {name: ensure_image(name).seconds for name in ("pg15", "runtime")}  # type: ignore[arg-type]
+def images() -> dict[str, str]:
+    return {name: ensure_image(name).image_id for name in ("pg15", "runtime")}  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,6 @@ def test_fixture_tasks_are_discovered_with_their_facts() -> None:
     # groundtruth_workspace with only .gitkeep counts as no groundtruth (like upstream's 4)
     assert not tasks["gcal-standup-week"].has_groundtruth
     assert not tasks["gcal-standup-week"].has_initial_workspace
-    assert sales.marker_kwargs() == {"mcp_server": ["filesystem", "excel"], "name_prefix": "excel"}
 
 
 def test_dot_entries_and_dirs_without_config_are_skipped(tmp_path: Path) -> None:
