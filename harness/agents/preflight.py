@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from harness.agents.gateway import GatewayClient, GatewayError
+from harness.agents.provenance import SHA_RE
 from harness.errors import RefusalError
 
 RUNTIME_SKEW_WAIVER = "--allow-runtime-skew"
@@ -49,7 +50,6 @@ ROUTER_KEYS = (
     "OPENAI_COMPATIBLE_BASE_URL",
     "LLM_BASE_URL",
 )
-_SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
 
 
 class RuntimeAttestation(BaseModel):
@@ -75,7 +75,7 @@ def _sha_parts(version: str) -> set[str]:
     out: set[str] = set()
     for part in re.split(r"[+\-]", version.lower()):
         for candidate in (part, part[1:] if part.startswith("g") else ""):
-            if _SHA_RE.match(candidate):
+            if SHA_RE.match(candidate):
                 out.add(candidate)
     return out
 
@@ -292,17 +292,33 @@ def require_target_actor(actor: TargetActor) -> TargetActor:
 
 
 def preflight_target_actor(
-    client: GatewayClient, solve_model: str, *, budget_s: float = 10.0, **kwargs: Any
+    client: GatewayClient,
+    solve_model: str,
+    *,
+    budget_s: float = 10.0,
+    record: Callable[[dict[str, Any]], None] | None = None,
+    **kwargs: Any,
 ) -> TargetActor:
     """Read ``/api/settings`` and refuse (exit 2) on any mismatch; unreachable is refused
-    too (a run must not start against a server it cannot verify)."""
+    too (a run must not start against a server it cannot verify).
+
+    ``record`` (when given) receives what was found *before* any refusal, so the caller can
+    put it on disk first: the actor (``TargetActor.model_dump(mode="json")``) or
+    ``{"error": ...}`` when the settings could not be read.
+    """
     try:
         settings = client.settings(budget_s=budget_s).values()
     except GatewayError as exc:
+        if record is not None:
+            record({"error": str(exc)[:500]})
         raise RefusalError(
-            f"cannot read agent server settings: {exc}",
+            f"--gateway-url {client.base_url}: cannot read the agent server's settings "
+            f"({exc}); start the server or fix the URL",
             stage="target_actor_preflight",
             reason="settings_unavailable",
             exit_code=2,
         ) from exc
-    return require_target_actor(check_target_actor(settings, solve_model, **kwargs))
+    actor = check_target_actor(settings, solve_model, **kwargs)
+    if record is not None:
+        record(actor.model_dump(mode="json"))
+    return require_target_actor(actor)

@@ -28,7 +28,8 @@ _GIT_ENV_DROP = (
     "GIT_ALTERNATE_OBJECT_DIRECTORIES",
     "GIT_CEILING_DIRECTORIES",
 )
-_SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
+# A git commit SHA, full or abbreviated (lower case).
+SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
 
 
 class RepoProvenance(BaseModel):
@@ -146,7 +147,7 @@ def seed_gate(
         head=prov.head,
     )
     wanted = expect.strip().lower() if expect else None
-    if wanted is not None and not _SHA_RE.match(wanted):
+    if wanted is not None and not SHA_RE.match(wanted):
         gate.reason = "seed_expect_invalid"
     elif not prov.git_available or not prov.head:
         gate.reason = "seed_identity_unavailable"
@@ -181,17 +182,3 @@ def require_seed(gate: SeedGate, prov: RepoProvenance) -> SeedGate:
         f"seed gate: {messages.get(reason, reason)}", stage="seed_gate", reason=reason, exit_code=2
     )
 
-
-def check_agent_repo(
-    repo_dir: Path | str, *, allow_dirty_seed: bool = False, expect: str | None = None
-) -> tuple[RepoProvenance, SeedGate]:
-    """Provenance and gate together; raises :class:`RefusalError` when the gate is closed.
-
-    The caller should record both in the manifest *before* calling this (refusals must be
-    on disk): use :func:`repo_provenance` and :func:`seed_gate`, write, then
-    :func:`require_seed`.
-    """
-    prov = repo_provenance(repo_dir)
-    gate = seed_gate(prov, allow_dirty_seed=allow_dirty_seed, expect=expect)
-    require_seed(gate, prov)
-    return prov, gate

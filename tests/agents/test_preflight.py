@@ -136,9 +136,11 @@ def test_settings_matching_pass_and_record_the_actor(ref_server):
             }
         }
     )
+    recorded: list[dict] = []
     with _client(server.url) as client:
-        actor = preflight_target_actor(client, SOLVE)
+        actor = preflight_target_actor(client, SOLVE, record=recorded.append)
     assert actor.ok and actor.routing == "direct"
+    assert recorded == [actor.model_dump(mode="json")]
     assert set(actor.model_slots) == {
         "OUROBOROS_MODEL",
         "OUROBOROS_MODEL_LIGHT",
@@ -148,9 +150,12 @@ def test_settings_matching_pass_and_record_the_actor(ref_server):
 
 def test_missing_primary_slot_refuses(ref_server):
     server = ref_server({"settings": {}})
+    recorded: list[dict] = []
     with _client(server.url) as client, pytest.raises(RefusalError) as info:
-        preflight_target_actor(client, SOLVE)
+        preflight_target_actor(client, SOLVE, record=recorded.append)
     assert "OUROBOROS_MODEL is not set" in str(info.value)
+    # recorded before the refusal
+    assert [m["problem"] for m in recorded[0]["mismatches"]] == ["absent"]
 
 
 def test_model_id_form_direct_provider_wants_double_colon(ref_server):
@@ -182,6 +187,8 @@ def test_model_form_rules_are_pure():
 
 
 def test_unreadable_settings_refuse():
+    recorded: list[dict] = []
     with _client(f"http://127.0.0.1:{free_port()}") as client, pytest.raises(RefusalError) as info:
-        preflight_target_actor(client, SOLVE, budget_s=0.3)
+        preflight_target_actor(client, SOLVE, budget_s=0.3, record=recorded.append)
     assert info.value.reason == "settings_unavailable"
+    assert len(recorded) == 1 and set(recorded[0]) == {"error"} and recorded[0]["error"]

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from harness.agents.provenance import (
-    check_agent_repo,
     repo_provenance,
     require_seed,
     seed_gate,
@@ -58,7 +57,7 @@ def test_clean_repo_provenance(repo):
     assert dumped["schema"] == "repo_provenance.v1" and dumped["repo_dir"] == str(repo)
     gate = seed_gate(prov)
     assert gate.ok and gate.reason is None
-    assert check_agent_repo(repo)[1].ok
+    assert require_seed(gate, prov).ok
 
 
 def test_dirty_repo_refuses_unless_allowed(repo):
@@ -105,11 +104,12 @@ def test_expect_agent_commit(repo):
     assert seed_gate(prov, expect=head[:10].upper()).ok
     (repo / "agent.py").write_text("x\n")
     git(repo, "commit", "-qam", "next")
+    moved = repo_provenance(repo)
     with pytest.raises(RefusalError) as info:
-        check_agent_repo(repo, expect=head)
+        require_seed(seed_gate(moved, expect=head), moved)
     assert info.value.reason == "seed_mismatch" and head in str(info.value)
     with pytest.raises(RefusalError) as bad:
-        check_agent_repo(repo, expect="main")
+        require_seed(seed_gate(moved, expect="main"), moved)
     assert bad.value.reason == "seed_expect_invalid"
 
 
