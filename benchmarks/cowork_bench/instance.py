@@ -57,6 +57,7 @@ from harness.agents.gateway_models import TaskCreateRequest
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json, atomic_write_text
 from harness.manifest import read_manifest
+from harness.models import Outcome
 from harness.runtime import InstanceContext
 
 TTL_MARGIN_S = 3600  # container life beyond the agent timeout (preprocess, eval, teardown)
@@ -223,29 +224,31 @@ def write_body(
 
 
 def record_verdict(ctx: InstanceContext, c: Classification) -> None:
-    """The classification as the row: passed/failed scored, agent_failed, else infra."""
+    """The classification as the row (:meth:`Classification.row_fields`): passed/failed
+    scored, agent_failed, else infra."""
     r = ctx.result
-    r.details.update(c.details)
+    fields = c.row_fields()
+    r.details.update(fields["details"])
     r.details["cowork_status"] = c.status
     receipt = c.details.get("official_receipt") or {}
     for name in (m.TRAJ_LOG, m.EVAL_RES, m.AGENT_SUMMARY, m.WORKSPACE_DIR):
         if (ctx.instance_dir / name).exists():
             ctx.output(name.removesuffix(".json"), ctx.instance_dir / name)
-    if c.status in ("passed", "failed"):
+    if c.outcome is Outcome.SCORED:
         tail = _checker_tail(ctx.instance_dir, receipt.get("receipt_file"))
         r.details.setdefault("eval", {})["checker_output_tail"] = tail
         if c.status == "failed":
             print(f"checker output of {ctx.instance_id} (tail):\n{tail}")
         ctx.scored(
-            score=1.0 if c.status == "passed" else 0.0,
-            resolved=c.status == "passed",
-            official_eval_status="completed",
-            reason_code=c.reason_code,
+            score=fields["score"],
+            resolved=fields["resolved"],
+            official_eval_status=fields["official_eval_status"],
+            reason_code=fields["reason_code"],
         )
         return
-    r.official_eval_status = str(receipt.get("state") or "not_run")
-    if c.status == "agent_failed":
-        ctx.agent_failed(c.reason_code, (c.details.get("adapter") or {}).get("error"))
+    r.official_eval_status = fields["official_eval_status"]
+    if c.outcome is Outcome.AGENT_FAILED:
+        ctx.agent_failed(fields["reason_code"], (c.details.get("adapter") or {}).get("error"))
         return
     infra = c.details.get("infra") or {}
     adapter = c.details.get("adapter") or {}
