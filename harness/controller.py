@@ -26,7 +26,7 @@ from harness import manifest as mf
 from harness.errors import RefusalError
 from harness.fsutil import atomic_write_json
 from harness.layout import collection_file, lock_path, state_dir, workers_dir
-from harness.ledger import LedgerWriter, ledger_path
+from harness.ledger import LedgerWriter, ledger_path, tally
 from harness.models import Manifest, Outcome, Plan, Refusal, Selection, TaskRow
 from harness.plan import fingerprint, new_run_id, validate_run_id
 from harness.resume import ResumeError, check_generations, plan_resume
@@ -40,10 +40,6 @@ ROOT_OPTIONS = ("--run-root", "--run-id", "--resume-from", "--shard")
 
 def write_collection(run_root: Path, worker_id: str, nodeids: dict[str, str]) -> None:
     atomic_write_json(collection_file(run_root, worker_id), {"nodeids": nodeids})
-
-
-def key_from_report_nodeid(nodeid: str, known: dict[str, str]) -> str | None:
-    return known.get(nodeid)
 
 
 class TerminalLines:
@@ -76,10 +72,9 @@ class Controller:
         self.lock: UnixFileLock | None = None
         self.selection: list[str] | None = None
         self.nodeids: dict[str, str] = {}
+        self.key_nodeids: dict[str, str] = {}
         self.rows: dict[str, TaskRow] = {}
         self.running: dict[str, tuple[str, float]] = {}
-        self.finalized = False
-        self.exit_code: int | None = None
         self.last_checkpoint = 0.0
         self.guard: StopGuard | None = None
         self.collection_errors = 0
@@ -168,7 +163,7 @@ class Controller:
         except ResumeError as exc:
             raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
         selection = None if self.options.selectors_given else rp.selection
-        remaining = [k for k in (selection or rp.selection) if k not in rp.carried]
+        remaining = [k for k in rp.selection if k not in rp.carried]
         try:
             check_generations(rp, len(remaining), self.options.max_recovery_generations)
         except ResumeError as exc:
@@ -176,7 +171,7 @@ class Controller:
         run.plan = Plan(
             run_id=run.run_id, created_at_unix=run.plan.created_at_unix,
             dry_run=run.plan.dry_run, shard=rp.shard, selection=selection,
-            carried=rp.carried, attempts=rp.attempts,
+            carried=rp.carried, attempts=rp.attempts, ancestors=rp.ancestor_roots,
         )
         m = self.manifest
         m.shard = rp.shard
@@ -197,7 +192,8 @@ class Controller:
         if self.selection is not None or self.manifest is None or self.run is None:
             return
         self.nodeids = dict(nodeids)
-        keys = list(dict.fromkeys(nodeids.values()))
+        self.key_nodeids = {key: nodeid for nodeid, key in nodeids.items()}
+        keys = list(self.key_nodeids)
         self.selection = keys
         m = self.manifest
         m.selection = Selection(
@@ -271,7 +267,7 @@ class Controller:
         adapter = self.run.adapters.get(benchmark)
         status = adapter.status_for(outcome, None) if adapter else outcome.value
         started = self.running.get(key)
-        nodeid = next((n for n, k in self.nodeids.items() if k == key), None)
+        nodeid = self.key_nodeids.get(key)
         return TaskRow(
             ts_unix=time.time(), run_id=self.run.run_id, benchmark=benchmark,
             instance_id=instance_id, status=status, outcome=outcome, reason_code=reason,
@@ -312,20 +308,15 @@ class Controller:
     def update_counts(self) -> dict[str, Any]:
         assert self.manifest is not None
         selected = self.selection or []
-        rows = [self.rows[k] for k in selected if k in self.rows]
-        counts = Counter(r.status for r in rows)
-        outcomes = Counter(r.outcome.value for r in rows)
-        scores = [self.rows[k].score or 0.0 if k in self.rows else 0.0 for k in selected]
-        mean = sum(scores) / len(scores) if scores else None
-        self.manifest.counts = dict(sorted(counts.items()))
-        self.manifest.outcome_counts = dict(sorted(outcomes.items()))
-        self.manifest.mean_score = mean
-        return {"selected": len(selected), "counts": dict(counts),
-                "outcomes": dict(outcomes), "mean_score": mean}
+        figures = tally(selected, self.rows)
+        self.manifest.counts = figures.counts
+        self.manifest.outcome_counts = figures.outcome_counts
+        self.manifest.mean_score = figures.mean_score
+        return {"selected": len(selected), "counts": figures.counts,
+                "outcomes": figures.outcome_counts, "mean_score": figures.mean_score}
 
-    def decide_exit(self, pytest_status: int = 0) -> tuple[str, int]:
+    def decide_exit(self, cause: str | None, pytest_status: int = 0) -> tuple[str, int]:
         assert self.run is not None
-        cause = read_stop(self.run.run_root)
         outcomes = Counter(r.outcome for r in self.rows.values())
         if cause:
             return "stopped", EXIT_STOPPED
@@ -340,24 +331,24 @@ class Controller:
         if outcomes[Outcome.INFRA_FAILED] or outcomes[Outcome.NOT_ATTEMPTED] or \
                 outcomes[Outcome.BLOCKED]:
             return "infra_failed", EXIT_INFRA
-        if self.selection and all(self.rows[k].outcome is Outcome.CARRIED
+        if all(self.rows[k].outcome is Outcome.CARRIED
                                   for k in self.selection if k in self.rows):
             return "nothing_remaining", EXIT_OK
         return "completed", EXIT_OK
 
-    def finish(self, session: pytest.Session, pytest_status: int = 0) -> int | None:
-        if self.run is None or self.manifest is None or self.finalized:
-            return self.exit_code
-        cause = read_stop(self.run.run_root)
-        self.fill_missing(cause)
+    def finish(self, pytest_status: int = 0) -> int | None:
+        if self.run is None or self.manifest is None or self.manifest.finalized:
+            return self.manifest.exit_code if self.manifest is not None else None
+        self.fill_missing(read_stop(self.run.run_root))
         try:
             self.config.hook.pytest_harness_session_results(
                 config=self.config, run=self.run, rows=dict(self.rows), append=self.append)
         except Exception as exc:  # session-level scoring must not lose the manifest
             self.manifest.extra.setdefault("finish_errors", []).append(
                 f"{type(exc).__name__}: {exc}"[:2000])
+        cause = read_stop(self.run.run_root)  # once more: scoring above may have been stopped
         summary = self.update_counts()
-        outcome, code = self.decide_exit(pytest_status)
+        outcome, code = self.decide_exit(cause, pytest_status)
         self.manifest.resume_command = self.resume_command()
         summary.update(outcome=outcome, exit_code=code, stop_reason=cause)
         try:
@@ -389,21 +380,18 @@ class Controller:
 
     def finalize(self, *, outcome: str, exit_code: int, stop_reason: str | None = None,
                  error: BaseException | None = None) -> None:
-        if self.manifest is None or self.finalized:
+        if self.manifest is None or self.manifest.finalized:
             return
-        self.finalized = True
-        self.exit_code = exit_code
-        if self.selection is not None:
-            self.update_counts()
         mf.finalize(self.manifest, outcome=outcome, exit_code=exit_code,
                     stop_reason=stop_reason, error=error)
 
     def crash_finalize(self, error: BaseException | None) -> None:
         """Last resort (pytest_unconfigure): a session that never finished normally."""
-        if self.manifest is None or self.finalized:
+        if self.manifest is None or self.manifest.finalized:
             return
         with contextlib.suppress(Exception):
             self.fill_missing(read_stop(self.run.run_root) if self.run else None)
+            self.update_counts()
         self.finalize(outcome="crashed", exit_code=EXIT_INFRA, error=error)
 
     def emergency_exit(self, cause: str) -> None:
@@ -413,6 +401,7 @@ class Controller:
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
             self.fill_missing(cause)
+            self.update_counts()
             self.finalize(outcome="stopped", exit_code=EXIT_STOPPED, stop_reason=cause)
         self.release()
 

@@ -56,8 +56,3 @@ def pytest_harness_session_finish(
     config: pytest.Config, run: RunContext, summary: dict[str, Any]
 ) -> None:
     """Controller, after the last row and before the manifest is finalized."""
-
-
-@pytest.hookspec
-def pytest_harness_stop_requested(config: pytest.Config, cause: str) -> None:
-    """In every process, when the run is asked to stop (signal, budget, stop file)."""

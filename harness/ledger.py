@@ -9,6 +9,7 @@ last row for an instance wins; the denominator comes from the manifest, never fr
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,28 @@ def read_ledger(path: Path) -> LedgerRead:
     with open(path, encoding="utf-8", newline="") as fh:
         lines = fh.read().splitlines(keepends=True)
     return parse_lines(lines, source=str(path))
+
+
+@dataclass
+class Tally:
+    """Counts by status and outcome, and the mean score, over a selection."""
+
+    counts: dict[str, int]
+    outcome_counts: dict[str, int]
+    mean_score: float | None
+
+
+def tally(selection: list[str], latest: dict[str, TaskRow]) -> Tally:
+    """The run's figures over its selection (the denominator): a selected instance without a
+    row scores 0, and each row's score follows the report's rule (one rule everywhere)."""
+    from reports.metrics import row_score  # the report's definition of an effective score
+
+    rows = [latest[k] for k in selection if k in latest]
+    counts = Counter(r.status for r in rows)
+    outcomes = Counter(r.outcome.value for r in rows)
+    mean = (sum(row_score(latest[k]) if k in latest else 0.0 for k in selection)
+            / len(selection)) if selection else None
+    return Tally(dict(sorted(counts.items())), dict(sorted(outcomes.items())), mean)
 
 
 class LedgerWriter:

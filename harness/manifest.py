@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import platform
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 from importlib import metadata
@@ -127,7 +126,3 @@ def read_manifest(run_root: Path) -> Manifest:
             f"{path} is corrupt ({type(exc).__name__}); it cannot be used: "
             f"pick another run root or restore the file"
         ) from exc
-
-
-def python_argv() -> list[str]:
-    return [sys.executable, *sys.argv]

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import Field
 
-from harness.fsutil import append_line, atomic_write_json
-from harness.ledger import LEDGER_NAME, LedgerError, read_ledger
+from harness.fsutil import atomic_write_json, atomic_write_text
+from harness.ledger import LEDGER_NAME, LedgerError, read_ledger, tally
 from harness.manifest import ManifestError, read_manifest, write_manifest
 from harness.models import MERGE_SCHEMA, Manifest, Selection, StrictModel, TaskRow
 
@@ -99,12 +98,8 @@ def merge(roots: list[Path], output: Path) -> MergeRecord:
     for s in shards:
         selection.extend(s.manifest.selection.instance_ids)
         rows.extend(s.latest[k] for k in s.manifest.selection.instance_ids if k in s.latest)
-    for row in rows:
-        append_line(output / LEDGER_NAME, row.dump_line())
-    counts = Counter(r.status for r in rows)
-    by_key = {r.key: r for r in rows}
-    mean = (sum((by_key[k].score or 0.0) if k in by_key else 0.0 for k in selection)
-            / len(selection)) if selection else None
+    atomic_write_text(output / LEDGER_NAME, "".join(r.dump_line() + "\n" for r in rows))
+    figures = tally(selection, {r.key: r for r in rows})
     first = shards[0].manifest
     merged = first.model_copy(deep=True)
     merged.run_id = f"merged-{first.run_id}"
@@ -112,9 +107,9 @@ def merge(roots: list[Path], output: Path) -> MergeRecord:
     merged.shard = None
     merged.selection = Selection(resolved=True, instance_ids=selection, count=len(selection),
                                  source="collection")
-    merged.counts = dict(sorted(counts.items()))
-    merged.outcome_counts = dict(sorted(Counter(r.outcome.value for r in rows).items()))
-    merged.mean_score = mean
+    merged.counts = figures.counts
+    merged.outcome_counts = figures.outcome_counts
+    merged.mean_score = figures.mean_score
     merged.outcome = "merged"
     merged.exit_code = 0
     merged.extra = {"merged_from": [str(s.root) for s in shards]}
@@ -124,8 +119,8 @@ def merge(roots: list[Path], output: Path) -> MergeRecord:
         shards=[{"root": str(s.root), "run_id": s.manifest.run_id,
                  "shard": str(s.manifest.shard)} for s in shards],
         shard_count=n, config_fingerprint=first.config_fingerprint,
-        selected=len(selection), rows=len(rows), counts=dict(sorted(counts.items())),
-        mean_score=mean,
+        selected=len(selection), rows=len(rows), counts=figures.counts,
+        mean_score=figures.mean_score,
     )
     atomic_write_json(output / "merge.json", record)
     return record

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 ROW_SCHEMA = "harness.task_result.v1"
 MANIFEST_SCHEMA = "harness.run_manifest.v1"
 PLAN_SCHEMA = "harness.plan.v1"
-SUMMARY_SCHEMA = "harness.summary.v1"
 MERGE_SCHEMA = "harness.merge.v1"
 
 # Resolved: every scored test passed; near-resolved ("almost"): at least 95% (ProgramBench).
@@ -230,21 +229,5 @@ class Plan(StrictModel):
     carried: dict[str, TaskRow] = Field(default_factory=dict)
     # Attempt number for each key that runs again (ancestor attempts + 1).
     attempts: dict[str, int] = Field(default_factory=dict)
-
-
-class RunSummary(StrictModel):
-    """``summary.json``: the figures of a run, a pure function of its ledger and manifest."""
-
-    schema_: str = Field(default=SUMMARY_SCHEMA, alias="schema")
-    run_id: str
-    selected: int
-    rows: int
-    counts: dict[str, int]
-    outcome_counts: dict[str, int]
-    missing: list[str]
-    mean_score: float | None
-    scored: int
-    resolved: int
-    near_resolved: int
-    infra_failed: int
-    cost_usd: float
+    # Run roots of the ancestors, nearest first (resume).
+    ancestors: list[str] = Field(default_factory=list)

@@ -100,16 +100,8 @@ def rewrite_marker_args(expr: str) -> str:
     return MARKER_ARG_RE.sub(sub, expr)
 
 
-def select_keys(
-    collected: Iterable[str], plan: Plan, *, use_plan_selection: bool = True
-) -> tuple[list[str], list[str]]:
-    """Split collected keys into (kept, dropped) by shard and the frozen selection."""
-    wanted = set(plan.selection) if (plan.selection is not None and use_plan_selection) else None
-    kept: list[str] = []
-    dropped: list[str] = []
-    for key in collected:
-        if in_shard(key, plan.shard) and (wanted is None or key in wanted):
-            kept.append(key)
-        else:
-            dropped.append(key)
-    return kept, dropped
+def select_keys(collected: Iterable[str], plan: Plan) -> list[str]:
+    """The collected keys this run keeps: in its shard and in its frozen selection."""
+    wanted = set(plan.selection) if plan.selection is not None else None
+    return [key for key in collected
+            if in_shard(key, plan.shard) and (wanted is None or key in wanted)]

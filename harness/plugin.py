@@ -17,11 +17,12 @@ import pytest
 
 from harness import hookspecs
 from harness.adapter import BenchmarkAdapter
-from harness.controller import Controller, workers_dir, write_collection
+from harness.controller import Controller
 from harness.errors import RefusalError
 from harness.fsutil import read_json
+from harness.layout import workers_dir
 from harness.manifest import PLAN_NAME
-from harness.models import Plan, instance_key
+from harness.models import Plan
 from harness.plan import PlanError, default_runs_root, parse_shard, rewrite_marker_args
 from harness.runtime import RunContext
 from harness.signals import StopGuard
@@ -32,7 +33,6 @@ pytest_plugins = ["harness.sandbox.fixtures", "harness.sandbox.run_hooks", "harn
                   "harness.agents.plugin"]
 
 CONTROLLER_KEY = pytest.StashKey[Controller]()
-RUN_KEY = pytest.StashKey[RunContext]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -73,7 +73,6 @@ class Options:
     resume_from: str | None
     max_recovery_generations: int
     shard_text: str | None
-    instances: list[str]
     progress: str = "auto"
     report: bool = True
     compare_to: str | None = None
@@ -98,6 +97,23 @@ def read_options(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> Opt
         raise PlanError(
             f"--max-recovery-generations {opt.max_recovery_generations!r} is not a "
             f"non-negative integer; pass e.g. --max-recovery-generations 2") from exc
+    progress = opt.harness_progress
+    if progress not in ("auto", "live", "lines", "off"):
+        raise PlanError(f"--harness-progress {progress!r} is unknown; use auto, live, lines "
+                        f"or off")
+    return Options(
+        run_root=opt.run_root, run_id=opt.run_id, runs_root=default_runs_root(),
+        dry_run=opt.dry_run, resume_from=opt.resume_from,
+        max_recovery_generations=generations, shard_text=opt.shard,
+        progress=progress, report=not opt.no_report, compare_to=opt.compare_to,
+        selectors=user_selectors(config, adapters),
+    )
+
+
+def user_selectors(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> dict[str, Any]:
+    """What the user narrowed the selection with (-k, -m, --instance, node ids, a
+    benchmark's own options); empty when they selected nothing in particular."""
+    opt = config.option
     selectors: dict[str, Any] = {}
     if opt.keyword:
         selectors["keyword"] = opt.keyword
@@ -108,22 +124,10 @@ def read_options(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> Opt
     node_args = [a for a in config.args if "::" in a]
     if node_args:
         selectors["nodeids"] = node_args
-    progress = opt.harness_progress
-    if progress not in ("auto", "live", "lines", "off"):
-        raise PlanError(f"--harness-progress {progress!r} is unknown; use auto, live, lines "
-                        f"or off")
     for adapter in adapters:
         if adapter.selectors_given(config):
             selectors[f"{adapter.name}_options"] = True
-    return Options(
-        run_root=opt.run_root, run_id=opt.run_id, runs_root=default_runs_root(),
-        dry_run=opt.dry_run, resume_from=opt.resume_from,
-        max_recovery_generations=generations, shard_text=opt.shard,
-        instances=list(opt.instance), progress=progress, report=not opt.no_report,
-        compare_to=opt.compare_to,
-        selectors=selectors,
-    )
-
+    return selectors
 
 def collect_adapters(config: pytest.Config) -> dict[str, BenchmarkAdapter]:
     adapters: dict[str, BenchmarkAdapter] = {}
@@ -150,11 +154,11 @@ def fail_usage(message: str, code: int = 2) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "harness_benchmark(name): a benchmark's instance test")
-    if config.option.markexpr:
-        config.option.markexpr = rewrite_marker_args(config.option.markexpr)
     adapters = collect_adapters(config)
     if not adapters:
         return
+    if config.option.markexpr:
+        config.option.markexpr = rewrite_marker_args(config.option.markexpr)
     for adapter in adapters.values():
         for name in adapter.marker_names:
             config.addinivalue_line("markers", f"{name}(value): {adapter.name} attribute")
@@ -175,7 +179,6 @@ def pytest_configure(config: pytest.Config) -> None:
         workers_dir(root).mkdir(parents=True, exist_ok=True)
         (workers_dir(root) / f"{run.worker_id}.pid").write_text(str(os.getpid()))
         hooks.run = run
-        config.stash[RUN_KEY] = run
         return
     try:
         options = read_options(config, list(adapters.values()))
@@ -199,7 +202,6 @@ def pytest_configure(config: pytest.Config) -> None:
         adapters=adapters,
     )
     controller.run = run
-    config.stash[RUN_KEY] = run
     config.pluginmanager.register(
         ControllerHooks(controller, None if xdist else hooks), "harness-controller")
     if not xdist:
@@ -235,10 +237,6 @@ class ControllerHooks:
         except RefusalError as exc:
             c.release()
             fail_usage(str(exc), exc.exit_code)
-        except PlanError as exc:
-            c.refuse(RefusalError(str(exc), stage="options", reason="bad_option"))
-            c.release()
-            fail_usage(str(exc))
         guard = StopGuard(
             run.run_root,
             forward_to=c.worker_pids if run.role == "controller" else None,
@@ -272,7 +270,7 @@ class ControllerHooks:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        code = self.c.finish(session, int(exitstatus))
+        code = self.c.finish(int(exitstatus))
         if code is not None:
             session.exitstatus = code
 
@@ -295,15 +293,4 @@ class ControllerHooks:
             self.c.guard.uninstall()
 
 
-def key_of(item: pytest.Item) -> str | None:
-    callspec = getattr(item, "callspec", None)
-    if callspec is None or "harness_instance" not in callspec.params:
-        return None
-    spec = callspec.params["harness_instance"]
-    mark = item.get_closest_marker("harness_benchmark")
-    if mark is None:
-        return None
-    return instance_key(mark.args[0], spec.instance_id)
-
-
-__all__ = ["CONTROLLER_KEY", "RUN_KEY", "harness_instance", "key_of", "write_collection"]
+__all__ = ["CONTROLLER_KEY", "harness_instance"]

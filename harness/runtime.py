@@ -164,6 +164,15 @@ class InstanceContext:
         r.reason_code = reason_code or ("resolved" if r.resolved else "unresolved")
         r.tests_passed, r.tests_total = tests_passed, tests_total
 
+    def awaiting_eval(self, official_eval_status: str, reason_code: str) -> None:
+        """The agent's output is ready but unscored: scored later (``pending``, a batch eval
+        at session end) or never (``not_run``)."""
+        r = self.result
+        r.outcome = Outcome.SCORED
+        r.official_eval_status = official_eval_status
+        r.reason_code = reason_code
+        r.score = r.resolved = r.near_resolved = None
+
     def agent_failed(self, reason_code: str, error: str | None = None) -> None:
         self.result.outcome = Outcome.AGENT_FAILED
         self.result.reason_code = reason_code
@@ -194,7 +203,6 @@ class RowState:
     """Collects one item's phases; builds its row at teardown."""
 
     ctx: InstanceContext
-    started: float = field(default_factory=time.time)
     duration: float = 0.0
     skip: OutcomeSkip | None = None
     exc: BaseException | None = None

@@ -49,12 +49,10 @@ class StopGuard:
         *,
         forward_to: Callable[[], list[int]] | None = None,
         on_second: Callable[[str], None] | None = None,
-        on_first: Callable[[str], None] | None = None,
     ) -> None:
         self.run_root = Path(run_root)
         self.forward_to = forward_to
         self.on_second = on_second
-        self.on_first = on_first
         self.cause: str | None = None
         self.phase = "idle"  # idle | setup | call | teardown
         self._previous: dict[int, object] = {}
@@ -80,8 +78,6 @@ class StopGuard:
         cause = read_stop(self.run_root) if forwarded else None
         cause = request_stop(self.run_root, cause or f"signal_{signum}")
         self.cause = cause
-        if self.on_first is not None:
-            self.on_first(cause)
         if self.forward_to is not None:
             for pid in self.forward_to():
                 with contextlib.suppress(OSError):

@@ -89,21 +89,14 @@ class WorkerHooks:
                 raise pytest.UsageError(
                     f"--instance {', '.join(unknown)}: no such instance id; "
                     f"list them with --collect-only -q")
-        run = self.run
-        use_selection = not bool(
-            config.option.keyword or config.option.markexpr or wanted_ids
-            or any("::" in a for a in config.args)
-            or any(a.selectors_given(config) for a in self.adapters.values()))
+        found = {item: item_spec(item) for item in items}
+        keys = {item: instance_key(f[0], f[1].instance_id) for item, f in found.items() if f}
+        # Shard and frozen selection (plan.selection is None when the user gave selectors).
+        kept = set(select_keys(keys.values(), self.run.plan)) if self.run else set(keys.values())
         for item in items:
-            found = item_spec(item)
-            if found is None:
-                keep.append(item)
-                continue
-            benchmark, spec = found
-            key = instance_key(benchmark, spec.instance_id)
-            ok = not wanted_ids or spec.instance_id in wanted_ids
-            if ok and run is not None:
-                ok = bool(select_keys([key], run.plan, use_plan_selection=use_selection)[0])
+            spec = found[item]
+            ok = spec is None or (
+                (not wanted_ids or spec[1].instance_id in wanted_ids) and keys[item] in kept)
             (keep if ok else dropped).append(item)
         if dropped:
             config.hook.pytest_deselected(items=dropped)

@@ -1,6 +1,5 @@
 """Project-wide test configuration (kept small).
 
-* Registers the sandbox fixtures (``harness.sandbox.fixtures``) until plugin.py does.
 * Session-end leak check: after the whole run (in the xdist controller, or the single
   process), no container, network or volume labelled ``harness.run`` may remain whose
   ``harness.run_root`` lies under this session's pytest base temp directory. That
@@ -14,8 +13,6 @@
 from __future__ import annotations
 
 import pytest
-
-pytest_plugins = ["harness.sandbox.fixtures"]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

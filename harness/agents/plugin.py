@@ -204,15 +204,9 @@ def harness_agent(pytestconfig: pytest.Config) -> Agent:
 def carry_checkpoint(ctx: InstanceContext) -> None:
     """On resume, bring the ancestor's gateway checkpoint so the client can reattach."""
     target = ctx.instance_dir / CHECKPOINT_NAME
-    if target.exists() or (ctx.run.manifest is None and not ctx.run.plan.attempts):
+    if target.exists():
         return
-    from harness.manifest import read_manifest
-
-    try:
-        ancestors = read_manifest(ctx.run_root).resume.ancestors
-    except Exception:
-        return
-    for root in ancestors:
+    for root in ctx.run.plan.ancestors:
         source = Path(root) / ctx.benchmark / ctx.instance_id / CHECKPOINT_NAME
         if source.exists():
             shutil.copy2(source, target)

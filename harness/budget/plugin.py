@@ -19,6 +19,7 @@ from harness.signals import request_stop
 from harness.worker import STATE_KEY
 
 BUDGET_KEY = pytest.StashKey[ControllerBudget]()
+SETTINGS_KEY = pytest.StashKey[BudgetSettings]()
 FLOAT_OPTIONS = ("campaign_budget_usd", "prior_spend_usd", "per_task_reserve_usd",
                  "budget_reserve_usd", "budget_usd", "meter_blindness_sec", "meter_poll_sec",
                  "meter_read_timeout_sec", "min_free_disk_gb")
@@ -51,6 +52,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def settings_from(config: pytest.Config) -> BudgetSettings:
+    """The budget options, parsed and validated once per process."""
+    cached = config.stash.get(SETTINGS_KEY, None)
+    if cached is None:
+        cached = config.stash[SETTINGS_KEY] = _parse_settings(config)
+    return cached
+
+
+def _parse_settings(config: pytest.Config) -> BudgetSettings:
     values: dict[str, Any] = {}
     for name in FLOAT_OPTIONS:
         raw = config.getoption(name)

@@ -24,11 +24,8 @@ class SelftestAdapter(BenchmarkAdapter):
     marker_names = ("difficulty", "language")
     needs_agent = False  # only its ``agent`` work uses one (``--agent``, default nop)
 
-    def __init__(self, tasks_file: Path | None = None) -> None:
-        self.tasks_file = tasks_file
-
     def _tasks_file(self, config: pytest.Config) -> Path:
-        given = self.tasks_file or config.getoption("selftest_tasks", None) or os.environ.get(
+        given = config.getoption("selftest_tasks", None) or os.environ.get(
             ENV_TASKS)
         if not given:
             raise pytest.UsageError(

@@ -35,14 +35,22 @@ class Run:
     out: str
     root: Path
 
+    @classmethod
+    def of(cls, root: Path) -> Run:
+        """Read a run root that a started (not yet finished) process writes."""
+        return cls(-1, "", root)
+
     @property
     def manifest(self) -> dict[str, Any]:
         return json.loads((self.root / "run_manifest.json").read_text())
 
     @property
     def rows(self) -> list[dict[str, Any]]:
-        path = self.root / "result_index.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        """The ledger's rows (a torn last line, e.g. after SIGKILL, is skipped)."""
+        from harness.ledger import ledger_path, read_ledger
+
+        read = read_ledger(ledger_path(self.root))
+        return [r.model_dump(mode="json", by_alias=True) for r in read.rows]
 
     @property
     def latest(self) -> dict[str, dict[str, Any]]:

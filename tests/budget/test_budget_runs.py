@@ -16,15 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.testing.suite import Suite, finish, wait_for
+from harness.testing.suite import Run, Suite, finish, wait_for
 
 PROCESSES = 8
 INSTANCES = 50
-
-
-def rows_of(root: Path) -> list[dict]:
-    path = root / "result_index.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
 def test_eight_concurrent_runs_never_cross_the_ceiling(tmp_path: Path) -> None:
@@ -51,7 +46,7 @@ def test_eight_concurrent_runs_never_cross_the_ceiling(tmp_path: Path) -> None:
     total_rows = 0
     for (proc, root), out in zip(procs, outs, strict=True):
         assert proc.returncode in (0, 3), out
-        rows = rows_of(root)
+        rows = Run.of(root).rows
         ids = [r["instance_id"] for r in rows]
         assert len(ids) == len(set(ids)) == INSTANCES, out  # exactly one row each
         total_rows += len(rows)
@@ -82,7 +77,7 @@ def check_stopped(root: Path, out: str, reason: str, code: int) -> None:
     assert manifest["stop_reason"] == reason
     monitor = json.loads((root / "monitor.json").read_text())
     assert monitor["finished"] is True and monitor["stop_reason"] == reason
-    rows = rows_of(root)
+    rows = Run.of(root).rows
     assert len({r["instance_id"] for r in rows}) == 20
 
 
@@ -139,8 +134,8 @@ def test_sigkilled_run_keeps_custody_until_reconciled(tmp_path: Path) -> None:
     suite.tasks([{"id": "k", "work": "succeed", "cost": 1, "count": 2}])
     refused = suite.run(*args)
     assert refused.rc == 2, refused.out
-    assert root.name in refused.out or json.loads(
-        (root / "run_manifest.json").read_text())["run_id"] in refused.out
+    assert refused.manifest["refusal"]["reason"] == "campaign_stale_run"
+    assert Run.of(root).manifest["run_id"] in refused.manifest["refusal"]["message"]
     reconcile = subprocess.run(
         [sys.executable, "-m", "harness.cli", "campaign", "reconcile", str(campaign),
          "--run", str(root), "--reading", "0"], capture_output=True, text=True)

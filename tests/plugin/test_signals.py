@@ -7,14 +7,9 @@ import os
 import signal
 import time
 
-from harness.testing.suite import finish, wait_for
+from harness.testing.suite import Run, finish, wait_for
 
 SLOW = [{"id": "s", "work": "sleep", "seconds": 4, "count": 6}]
-
-
-def ledger_lines(root):
-    path = root / "result_index.jsonl"
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def started(root, n=1):
@@ -32,7 +27,7 @@ def test_sigterm_stops_gracefully(suite, mode):
     manifest = json.loads((root / "run_manifest.json").read_text())
     assert manifest["outcome"] == "stopped" and manifest["exit_code"] == 3
     assert manifest["stop_reason"] == "signal_15"
-    rows = {json.loads(x)["instance_id"]: json.loads(x) for x in ledger_lines(root)}
+    rows = Run.of(root).latest
     assert len(rows) == 6, out
     interrupted = [r for r in rows.values() if r["reason_code"] == "interrupted:signal_15"]
     assert len(interrupted) == (2 if mode else 1)
@@ -49,7 +44,7 @@ def test_sigint_to_the_process_group(suite):
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
     out = finish(proc)
     assert proc.returncode == 3, out
-    rows = [json.loads(x) for x in ledger_lines(root)]
+    rows = Run.of(root).rows
     assert len({r["instance_id"] for r in rows}) == 6
     assert {r["reason_code"] for r in rows} <= {"interrupted:signal_2", "signal_2"}
 
@@ -81,10 +76,10 @@ def test_second_signal_exits_at_once(suite):
 def test_sigkill_then_resume_runs_each_instance_once(suite):
     suite.tasks([{"id": "k", "work": "sleep", "seconds": 0.6, "count": 8}])
     proc, root = suite.start("-n", "2")
-    wait_for(lambda: len(ledger_lines(root)) >= 3, timeout=60)
+    wait_for(lambda: len(Run.of(root).rows) >= 3, timeout=60)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate()
-    first_rows = {json.loads(x)["instance_id"]: json.loads(x) for x in ledger_lines(root)}
+    first_rows = Run.of(root).latest
     manifest = json.loads((root / "run_manifest.json").read_text())
     assert manifest["exit_code"] is None  # never finalized: SIGKILL leaves no chance
     second = suite.run("-n", "2", "--resume-from", str(root))
