@@ -12,6 +12,7 @@ from benchmarks.programbench.adapter import ProgramBenchAdapter, add_options
 from benchmarks.programbench.session import finish_session, write_instance_order
 from harness.adapter import BenchmarkAdapter
 from harness.models import TaskRow
+from harness.plugin import user_selectors
 from harness.runtime import RunContext
 
 ADAPTER = ProgramBenchAdapter()
@@ -38,10 +39,7 @@ def pytest_harness_session_results(config: pytest.Config, run: RunContext,
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The fixture is not one of the 200 tasks: a run that selects nothing in particular
     leaves it out (so the denominator stays 200); -k/-m/--instance/--pb-* select it."""
-    opt = config.option
-    selected = (opt.keyword or opt.markexpr or opt.instance or opt.pb_fixture or opt.pb_filter
-                or opt.pb_slice or any("::" in a for a in config.args))
-    if selected:
+    if user_selectors(config, [ADAPTER]):
         return
     keep = [i for i in items if f"[{FIXTURE_ID}]" not in i.nodeid]
     if len(keep) != len(items):

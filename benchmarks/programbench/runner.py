@@ -20,11 +20,13 @@ from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_i
 from benchmarks.programbench.submission import build_submission
 from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
 from benchmarks.programbench.tasks import PBInstance
+from benchmarks.programbench.verdict import verdict
 from benchmarks.programbench.workspace import present_reference_argv
 from harness.agents.base import AgentOutcome, AgentRequest, OracleUnavailable
 from harness.agents.plugin import run_agent
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json
+from harness.models import Outcome
 from harness.runtime import InstanceContext
 
 WORKSPACE = "/workspace"
@@ -131,19 +133,17 @@ def record_eval(ctx: InstanceContext, result: OfficialEvalResult, completed: boo
     atomic_write_json(ctx.instance_dir / "official_eval.json", result)
     if result.eval_json:
         ctx.output("eval_json", Path(result.eval_json))
-    if result.official_eval_status != "completed" or result.score is None:
-        ctx.result.official_eval_status = "error"
-        raise InfraError(f"programbench eval produced no verdict: {result.error_code}: "
-                         f"{(result.error_message or '')[:500]}", "official_eval_error")
-    details = ctx.result.details
-    details["eval_error_code"] = result.error_code
-    details["executable_hash"] = result.executable_hash
-    ctx.scored(score=result.score, resolved=result.resolved, near_resolved=result.near_resolved,
-               tests_passed=result.tests_passed, tests_total=result.tests_total,
-               reason_code=None if completed else reason)
-    if not completed:  # partial work scored, but the agent did not finish
-        ctx.agent_failed(reason or "task_not_completed")
-        ctx.result.details["partial_submission_scored"] = True
+    v = verdict(result, completed=completed, reason=reason)
+    ctx.result.details.update(v.details)
+    if v.outcome is Outcome.INFRA_FAILED:
+        ctx.result.official_eval_status = v.official_eval_status
+        raise InfraError(v.error or v.reason_code, v.reason_code)
+    assert v.score is not None
+    ctx.scored(score=v.score, resolved=v.resolved, near_resolved=v.near_resolved,
+               tests_passed=v.tests_passed, tests_total=v.tests_total,
+               reason_code=v.reason_code)
+    if v.outcome is Outcome.AGENT_FAILED:  # partial work scored, but the agent did not finish
+        ctx.agent_failed(v.reason_code)
 
 
 def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
@@ -181,16 +181,14 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     collect_submission(ctx, sandbox)
     reason = None if outcome.completed else (outcome.reason_code or "task_not_completed")
     if settings.eval_mode == "off":
-        ctx.scored(score=0.0, official_eval_status="not_run", reason_code="submission_prepared")
-        ctx.result.score = ctx.result.resolved = ctx.result.near_resolved = None
+        ctx.awaiting_eval("not_run", "submission_prepared")
         if reason:
             ctx.agent_failed(reason)
         return
     if settings.eval_mode == "batch":
         ctx.result.details["eval_pending"] = {"completed": outcome.completed, "reason": reason,
                                              "blob_dir": blob_dir}
-        ctx.scored(score=0.0, official_eval_status="pending", reason_code="eval_pending")
-        ctx.result.score = ctx.result.resolved = ctx.result.near_resolved = None
+        ctx.awaiting_eval("pending", "eval_pending")
         return
     result = evaluate_instance(ctx.run_root / "programbench", inst.instance_id,
                                docker_cpus=settings.docker_cpus, blob_dir=blob_dir,

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks.programbench.adapter import ProgramBenchAdapter
-from benchmarks.programbench.official_eval import evaluate_batch, run_info
+from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_batch, run_info
 from benchmarks.programbench.tasks import instance_order, programbench_version
+from benchmarks.programbench.verdict import verdict
 from harness.fsutil import atomic_write_json, atomic_write_text
-from harness.models import Outcome, TaskRow
+from harness.models import TaskRow
 from harness.runtime import RunContext
 
 INFO_NAME = "programbench_info.txt"
@@ -35,34 +36,18 @@ def write_instance_order(config: pytest.Config, run: RunContext,
         }
 
 
-def scored_row(row: TaskRow, result: object) -> TaskRow:
+def scored_row(row: TaskRow, result: OfficialEvalResult | None,
+               adapter: ProgramBenchAdapter) -> TaskRow:
+    """The superseding row of a batch-evaluated instance (same rule as per-task scoring)."""
     data = row.model_dump(by_alias=True)
     pending = dict(data["details"].pop("eval_pending", {}) or {})
-    data["ts_unix"] = time.time()
-    status = getattr(result, "official_eval_status", "error")
-    score = getattr(result, "score", None)
-    data["details"]["eval_error_code"] = getattr(result, "error_code", None)
-    if getattr(result, "eval_json", None):
-        data["output_paths"]["eval_json"] = str(result.eval_json)  # type: ignore[attr-defined]
-    if status != "completed" or score is None:
-        data.update(outcome=Outcome.INFRA_FAILED, status="infra_failed", infra=True,
-                    official_eval_status="error", reason_code="official_eval_error",
-                    error=f"{getattr(result, 'error_code', None)}: "
-                          f"{(getattr(result, 'error_message', '') or '')[:500]}")
-        return TaskRow.model_validate(data)
-    completed = bool(pending.get("completed", True))
-    data.update(official_eval_status="completed", score=score,
-                resolved=getattr(result, "resolved", None),
-                near_resolved=getattr(result, "near_resolved", None),
-                tests_passed=getattr(result, "tests_passed", None),
-                tests_total=getattr(result, "tests_total", None))
-    if completed:
-        data.update(outcome=Outcome.SCORED, status="completed",
-                    reason_code="resolved" if data["resolved"] else "unresolved")
-    else:
-        data.update(outcome=Outcome.AGENT_FAILED, status="failed", resolved=False,
-                    reason_code=pending.get("reason") or "task_not_completed")
-        data["details"]["partial_submission_scored"] = True
+    v = verdict(result, completed=bool(pending.get("completed", True)),
+                reason=pending.get("reason"))
+    data.update(v.row_fields(), ts_unix=time.time(), error=v.error,
+                status=adapter.status_for(v.outcome, v.resolved))
+    data["details"].update(v.details)
+    if result is not None and result.eval_json:
+        data["output_paths"]["eval_json"] = result.eval_json
     return TaskRow.model_validate(data)
 
 
@@ -79,7 +64,7 @@ def finish_session(config: pytest.Config, run: RunContext, adapter: ProgramBench
         blob = next((b for b in blob_dirs if b), None)
         results = evaluate_batch(src, sorted(pending), docker_cpus=s.docker_cpus, blob_dir=blob)
         for iid, row in pending.items():
-            append(scored_row(row, results.get(iid)))
+            append(scored_row(row, results.get(iid), adapter))
     if any(Path(p).exists() for p in src.glob("*/*.eval.json")):
         try:
             text = run_info(src)

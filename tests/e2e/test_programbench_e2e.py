@@ -51,6 +51,18 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
     assert "1 failed" in nop.out
 
 
+def test_batch_eval_scores_at_session_end(tmp_path: Path) -> None:
+    run = run_pytest(TARGET, tmp_path / "batch", "-k", "calculator", "--agent", "oracle",
+                     "--eval", "batch")
+    assert run.rc == 0, run.out
+    pending, final = [r for r in run.rows if r["instance_id"] == FIXTURE_ID]
+    assert pending["official_eval_status"] == "pending" and pending["score"] is None
+    assert final["official_eval_status"] == "completed" and final["score"] == 1.0
+    assert final["resolved"] is True and final["details"]["executable_hash"]
+    assert (run.root / "programbench_info.txt").read_text().count(FIXTURE_ID) == 1
+    assert run.manifest["mean_score"] == 1.0
+
+
 def test_gateway_replays_the_oracle_through_the_reference_server(tmp_path: Path) -> None:
     files = ensure_fixture().oracle_contents()
     steps = [{"write": {"path": rel, "content": data.decode(),

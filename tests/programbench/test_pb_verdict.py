@@ -1,0 +1,51 @@
+"""One verdict rule for per-task and batch scoring (unit tests on fabricated results)."""
+
+from __future__ import annotations
+
+from benchmarks.programbench.adapter import ProgramBenchAdapter
+from benchmarks.programbench.official_eval import OfficialEvalResult
+from benchmarks.programbench.session import scored_row
+from benchmarks.programbench.verdict import verdict
+from harness.models import Outcome, TaskRow
+
+IID = "testorg__calculator.abc1234"
+
+
+def result(**fields: object) -> OfficialEvalResult:
+    base: dict[str, object] = {"instance_id": IID, "official_eval_status": "completed",
+                               "score": 0.75, "resolved": False, "near_resolved": False,
+                               "tests_passed": 3, "tests_total": 4, "executable_hash": "abc"}
+    return OfficialEvalResult.model_validate({**base, **fields})
+
+
+def pending_row(completed: bool, reason: str | None = None) -> TaskRow:
+    return TaskRow(ts_unix=1.0, run_id="r", benchmark="programbench", instance_id=IID,
+                   status="completed", outcome=Outcome.SCORED, reason_code="eval_pending",
+                   official_eval_status="pending",
+                   details={"eval_pending": {"completed": completed, "reason": reason}})
+
+
+def test_no_eval_json_is_infra_never_zero():
+    v = verdict(result(official_eval_status="error", score=None, error_code="RuntimeError",
+                       error_message="image missing"), completed=True, reason=None)
+    assert v.outcome is Outcome.INFRA_FAILED and v.score is None
+    assert v.official_eval_status == "error" and "image missing" in (v.error or "")
+    assert verdict(None, completed=True, reason=None).reason_code == "official_eval_error"
+
+
+def test_batch_row_matches_the_per_task_rule():
+    adapter = ProgramBenchAdapter()
+    row = scored_row(pending_row(True), result(score=1.0, resolved=True, near_resolved=True),
+                     adapter)
+    assert (row.status, row.outcome, row.reason_code) == ("completed", Outcome.SCORED,
+                                                          "resolved")
+    assert row.score == 1.0 and row.resolved is True and row.official_eval_status == "completed"
+    assert row.details["executable_hash"] == "abc" and "eval_pending" not in row.details
+    partial = scored_row(pending_row(False, "deadline_local"), result(), adapter)
+    assert (partial.status, partial.outcome, partial.reason_code) == (
+        "failed", Outcome.AGENT_FAILED, "deadline_local")
+    assert partial.score == 0.75 and partial.resolved is False
+    assert partial.details["partial_submission_scored"] is True
+    broken = scored_row(pending_row(True), None, adapter)
+    assert broken.status == "infra_failed" and broken.infra is True and broken.score is None
+    assert not broken.settled
