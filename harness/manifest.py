@@ -4,7 +4,6 @@ the run, finalized with outcome and exit code on every exit path (refusals inclu
 from __future__ import annotations
 
 import platform
-import subprocess
 import time
 from datetime import UTC, datetime
 from importlib import metadata
@@ -47,20 +46,16 @@ def versions() -> Versions:
 
 
 def source_state() -> GitState:
-    """Git state of the runner's own checkout (head, dirty), for provenance."""
-    repo = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        return GitState(available=False, error=type(exc).__name__)
-    return GitState(available=True, head=head, dirty=bool(status.strip()))
+    """Git state of the runner's own checkout (head, branch, describe, dirty, digests)."""
+    from harness.agents.provenance import repo_provenance
+
+    prov = repo_provenance(Path(__file__).resolve().parent.parent)
+    if not prov.git_available:
+        return GitState(available=False, error=prov.git_error)
+    return GitState(available=True, head=prov.head, branch=prov.branch,
+                    describe=prov.describe, dirty=prov.dirty,
+                    status_sha256=prov.status_sha256,
+                    tracked_diff_sha256=prov.tracked_diff_sha256)
 
 
 def new_manifest(
