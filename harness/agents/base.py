@@ -12,35 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.agents.gateway_models import describe_validation_error
 from harness.models import Tokens
 
 AGENT_KINDS = ("nop", "oracle", "command", "gateway")
-
-
-class ExecResultLike(Protocol):
-    exit_code: int
-    stdout: Any
-    stderr: Any
-    wall_s: float
-    timed_out: bool
-
-
-@runtime_checkable
-class SandboxLike(Protocol):
-    """What an agent needs of a sandbox (``harness.sandbox.Sandbox`` has it)."""
-
-    def exec(
-        self,
-        cmd: Any,
-        *,
-        user: str | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-    ) -> Any: ...
 
 
 def sandbox_name(sandbox: Any) -> str | None:
@@ -193,12 +172,4 @@ def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = Non
 
         return GatewayAgent.from_options(opts)
     except ValidationError as exc:
-        raise ValueError(f"--agent {kind}: {_one_line(exc)}") from None
-
-
-def _one_line(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:3]:
-        loc = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{loc}: {err['msg']}" if loc else str(err["msg"]))
-    return "; ".join(parts)
+        raise ValueError(f"--agent {kind}: {describe_validation_error(exc, limit=3)}") from None

@@ -182,7 +182,7 @@ class CommandAgent:
                 "the command agent needs a sandbox, none was given", "agent_no_sandbox"
             )
         cfg = self.config
-        user = cfg.user or getattr(sandbox, "agent_user", None)
+        user = cfg.user
         workdir = cfg.workdir or getattr(sandbox, "workdir", None)
         names = [*cfg.env, *request.env_allowlist]
         bad = [n for n in names if not ENV_NAME_RE.match(n)]

@@ -67,15 +67,7 @@ class RefTask:
 
     def envelope(self) -> dict[str, Any]:
         settled = self.status in SETTLED_STATUSES
-        execution = self.execution_status or (
-            "completed"
-            if self.status == "completed"
-            else "failed"
-            if self.status == "failed"
-            else "cancelled"
-            if self.status == "cancelled"
-            else self.status
-        )
+        execution = self.execution_status or self.status
         return {
             "task_id": self.task_id,
             "status": self.status,

@@ -31,7 +31,6 @@ from typing import Any
 import docker
 import pytest
 
-from harness.sandbox.cleanup import leaked_resources
 from harness.sandbox.client import get_client
 from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.errors import CleanupFailed
@@ -156,4 +155,4 @@ def sandbox(
     return sandbox_factory(sandbox_image, **sandbox_options)
 
 
-__all__ = ["SandboxFactory", "leaked_resources"]
+__all__ = ["SandboxFactory"]
