@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from benchmarks.programbench import BENCHMARK
 from benchmarks.programbench.tasks import InstanceOrder
 from harness.fsutil import atomic_write_text
+from harness.manifest import ManifestError, read_manifest
 
 EXPORT_SCHEMA = "harness.programbench.export.v1"
 SUBMISSION = "submission.tar.gz"
@@ -61,16 +61,12 @@ class ExportOrder(InstanceOrder):
 
 
 def _selected_ids(run: Path) -> list[str]:
-    manifest = run / "run_manifest.json"
-    if not manifest.exists():
-        return []
     try:
-        data = json.loads(manifest.read_text())
-    except json.JSONDecodeError:
-        return []
-    keys = ((data.get("selection") or {}).get("instance_ids")) or []
+        keys = read_manifest(run).selection.instance_ids
+    except ManifestError:
+        return []  # no (readable) manifest: the instance folders present decide
     prefix = f"{BENCHMARK}/"
-    return [k[len(prefix) :] for k in keys if isinstance(k, str) and k.startswith(prefix)]
+    return [k[len(prefix) :] for k in keys if k.startswith(prefix)]
 
 
 def requested_ids(run: Path, filter_spec: str | None = None) -> list[str]:

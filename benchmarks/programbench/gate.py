@@ -21,7 +21,6 @@ Exit status: 0 PASS, 1 FAIL, 2 refused (bad input, existing output).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -39,11 +38,12 @@ from benchmarks.programbench.scores import (
     reduce_tests,
 )
 from benchmarks.programbench.tasks import programbench_version
+from harness.fsutil import create_exclusive
+from harness.ledger import ledger_path
 from reports.stats import bootstrap_mean_ci
 
 GATE_SCHEMA = "harness.programbench.gate.v1"
 GATE_NAME = "gate.json"
-LEDGER_NAME = "result_index.jsonl"
 DEFAULT_SEED = 0
 DEFAULT_RESAMPLES = 10_000
 LEVEL = 0.95
@@ -178,7 +178,7 @@ def run_gate(
     resamples: int = DEFAULT_RESAMPLES,
 ) -> GateReport:
     """Compute the gate (nothing is written)."""
-    ledger = run_root / LEDGER_NAME
+    ledger = ledger_path(run_root)
     if not ledger.exists():
         raise FileNotFoundError(f"no ledger at {ledger}: is {run_root} a run root?")
     scored, unscored = read_run_scores(ledger)
@@ -219,12 +219,8 @@ def run_gate(
 def write_gate(report: GateReport, path: Path) -> None:
     """Exclusive create: an existing gate record is never overwritten (FileExistsError)."""
     data = (report.model_dump_json(by_alias=True, indent=2) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    if not create_exclusive(path, data):
+        raise FileExistsError(path)
 
 
 def _fmt(value: float | None) -> str:

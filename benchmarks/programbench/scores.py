@@ -17,7 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.programbench.tasks import tasks_dir
-from harness.models import NEAR_RESOLVED_AT, RESOLVED_AT
+from harness.ledger import read_ledger
+from harness.models import NEAR_RESOLVED_AT, RESOLVED_AT, Outcome
 
 HEADLINE_N = 200
 
@@ -141,30 +142,16 @@ def read_run_scores(ledger: Path) -> tuple[dict[str, RunScore], list[RunScore]]:
     official headline counts it); infrastructure failures and blocked/skipped rows without
     a score are left out of the pairing and listed.
     """
-    lines = ledger.read_text(errors="replace").split("\n")
-    last: dict[str, dict[str, Any]] = {}
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if all(not rest.strip() for rest in lines[i + 1 :]):
-                break  # a torn last line: the writer crashed mid-row
-            raise ValueError(f"{ledger}:{i + 1}: not a JSON row") from None
-        if not isinstance(row, dict) or not row.get("instance_id"):
-            continue
-        if row.get("benchmark") not in (None, "programbench"):
-            continue
-        last[str(row["instance_id"])] = row
+    last = {row.instance_id: row for row in read_ledger(ledger).latest.values()
+            if row.benchmark == "programbench"}
     scored: dict[str, RunScore] = {}
     unscored: list[RunScore] = []
     for iid, row in sorted(last.items()):
-        status, outcome, score = row.get("status"), row.get("outcome"), row.get("score")
+        status, outcome = row.status, row.outcome.value
         value: float | None = None
-        if isinstance(score, int | float) and not isinstance(score, bool):
-            value = float(score)
-        elif outcome == "agent_failed" or (outcome is None and status == "failed"):
+        if row.score is not None:
+            value = float(row.score)
+        elif row.outcome is Outcome.AGENT_FAILED:
             value = 0.0
         item = RunScore(instance_id=iid, score=value, status=status, outcome=outcome)
         if value is None:

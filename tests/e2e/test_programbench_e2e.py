@@ -12,6 +12,7 @@ import docker
 
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.fixture import ensure_fixture
+from benchmarks.programbench.submission import list_submission
 from harness.testing.suite import run_pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
@@ -24,7 +25,17 @@ def fixture_row(run) -> dict:
     row = run.latest[FIXTURE_ID]
     assert Path(run.root / row["output_paths"]["eval_json"]).is_file()
     assert (run.root / row["output_paths"]["submission"]).is_file()
+    # the protected reference never leaves the sandbox, not even into the host's copy
+    workspace = run.root / row["output_paths"]["workspace"]
+    assert workspace.is_dir() and not (workspace / "reference_executable").exists()
     return row
+
+
+def submitted(run) -> list[str]:
+    names = list_submission(run.root / run.latest[FIXTURE_ID]["output_paths"]["submission"])
+    assert not any(n.startswith(".git") or n in ("executable", "reference_executable")
+                   for n in names)
+    return sorted(names)
 
 
 def no_containers(run_id: str) -> None:
@@ -41,6 +52,7 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
     assert row["official_eval_status"] == "completed"
     assert row["tests_passed"] == row["tests_total"] == 3
     assert oracle.manifest["selection"]["count"] == 1
+    assert submitted(oracle) == ["README.md", "calculator.sh", "compile.sh"]
     no_containers(oracle.manifest["run_id"])
     nop = run_pytest(TARGET, tmp_path / "nop", "-k", "calculator", "--agent", "nop")
     assert nop.rc == 0, nop.out  # settled (unresolved) is not an infrastructure failure
@@ -48,6 +60,7 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
     assert row["score"] == 0.0 and row["resolved"] is False
     assert row["official_eval_status"] == "completed"
     assert row["details"]["eval_error_code"] == "compile_failed"
+    assert submitted(nop) == ["README.md"]
     assert "1 failed" in nop.out
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.programbench.export import ExportManifest, export_command, export_run
+from harness.manifest import new_manifest, write_manifest
 
 
 def _run(tmp: Path) -> Path:
@@ -21,16 +22,13 @@ def _run(tmp: Path) -> Path:
         folder.mkdir(parents=True)
         if data is not None:
             (folder / "submission.tar.gz").write_bytes(data)
-    manifest = {
-        "selection": {
-            "instance_ids": [
-                "programbench/a__x.1234567",
-                "programbench/d__w.1234567",
-                "cowork_bench/t1",
-            ]
-        }
-    }
-    (run / "run_manifest.json").write_text(json.dumps(manifest))
+    manifest = new_manifest(run_id="r", run_root=run, argv=[], dry_run=False, workers=0)
+    manifest.selection.instance_ids = [
+        "programbench/a__x.1234567",
+        "programbench/d__w.1234567",
+        "cowork_bench/t1",
+    ]
+    write_manifest(manifest, run)
     return run
 
 

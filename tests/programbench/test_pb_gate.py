@@ -16,9 +16,14 @@ TWO_SOLVE = LEADERBOARD / "20260702_dtl-supermath-2solve-cleanroom-v6.score.json
 WALK = "antonmedv__walk.bf802ef"
 
 
+ROW_DEFAULTS = {"benchmark": "programbench", "ts_unix": 1.0, "run_id": "run"}
+OUTCOMES = {"completed": "scored", "failed": "agent_failed", "infra_failed": "infra_failed"}
+
+
 def _ledger(run: Path, rows: list[dict[str, object]], tail: str = "") -> Path:
     run.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps({"benchmark": "programbench", **r}) + "\n" for r in rows) + tail
+    text = "".join(json.dumps({**ROW_DEFAULTS, "outcome": OUTCOMES.get(str(r.get("status")), "scored"),
+                               **r}) + "\n" for r in rows) + tail
     (run / "result_index.jsonl").write_text(text)
     return run
 
@@ -78,7 +83,7 @@ def test_ledger_reading_last_row_wins_torn_tail_and_unscored(tmp_path: Path) -> 
     (run / "result_index.jsonl").write_text(
         '{"instance_id": "a"\n{"instance_id": "b", "score": 1}\n'
     )
-    with pytest.raises(ValueError, match=":1: not a JSON row"):
+    with pytest.raises(ValueError, match="line 1 is corrupt"):
         read_run_scores(run / "result_index.jsonl")
 
 
