@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.programbench import BENCHMARK, FIXTURE_ID
+from benchmarks.programbench import BENCHMARK, CLEANROOM_TAG, FIXTURE_ID
+from benchmarks.programbench.task_body import DEFAULT_TIMEOUT_SEC
 from benchmarks.programbench.tasks import (
     DEFAULT_SHUFFLE_SEED,
     PBInstance,
@@ -20,7 +21,6 @@ from harness.errors import RefusalError
 EVAL_MODES = ("per-task", "batch", "off")
 DEFAULT_CPUS = 4.0
 DEFAULT_MEMORY = "16g"
-DEFAULT_TIMEOUT_SEC = 21600
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -129,7 +129,7 @@ class ProgramBenchAdapter(BenchmarkAdapter):
     def result_config(self, config: pytest.Config) -> dict[str, Any]:
         s = self.settings(config)
         return {"eval": s.eval_mode, "cpus": s.cpus, "memory": s.memory,
-                "task_timeout_sec": s.timeout, "image_tag": "task_cleanroom_v6"}
+                "task_timeout_sec": s.timeout, "image_tag": CLEANROOM_TAG}
 
     def selectors_given(self, config: pytest.Config) -> bool:
         s = self.settings(config)
