@@ -142,14 +142,6 @@ def remove(sandbox: Sandbox | None) -> None:
         sandbox.remove(verify=True, missing_ok=True)
 
 
-def exists(sandbox: Sandbox) -> bool:
-    try:
-        sandbox.api.inspect_container(sandbox.id)
-        return True
-    except NotFound:
-        return False
-
-
 def remove_labelled(labels: Mapping[str, str]) -> dict[str, Any]:
     """Remove every container and network carrying all ``labels``; list again to prove it.
 

@@ -221,8 +221,8 @@ def run_agent_phase(
         infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
         _infra(env, exc, "agent_phase")
     finally:
-        docker_ops.remove(container)
-    state: Literal["absent", "present"] = "present" if docker_ops.exists(container) else "absent"
+        docker_ops.remove(container)  # verified: raises unless the listing shows it gone
+    state: Literal["absent"] = "absent"
     finished_at = now_iso()
     config = traj_config(env, launch.strftime("%Y-%m-%d %H:%M:%S %A"), system_prompt, task_text)
     atomic_write_json(env.inst_dir / m.TRAJ_LOG, m.TrajLog(

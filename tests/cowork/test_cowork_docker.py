@@ -95,18 +95,38 @@ def verdict(res: object) -> tuple[bool | None, str]:
     return ev.passed, ev.receipt.stdout_tail
 
 
+# What the agent container holds: any answer or evaluator path anywhere under /workspace,
+# and the entries of this task's folder (to show the task tree itself was there).
+PROBE = r"""
+import json, os
+hits = [os.path.join(d, n) for d, dirs, files in os.walk("/workspace") for n in dirs + files
+        if n.startswith("groundtruth_workspace") or n == "evaluation"]
+tasks = sorted(os.listdir("tasks/finalpool"))
+task = sorted(os.listdir("tasks/finalpool/" + tasks[0])) if tasks else []
+print(json.dumps({"tasks": tasks, "task": task, "hits": hits}))
+"""
+
+
 @pytest.mark.parametrize("iid", FILE_TASKS)
 def test_file_task_oracle_passes_nop_fails(iid: str, images, run_ident) -> None:  # type: ignore[no-untyped-def]
-    results, _ = run_agents(iid, run_ident, {"nop": nop_agent, "oracle": oracle_agent})
+    agents = {"nop": nop_agent, "oracle": oracle_agent, "probe": ScriptAgent(PROBE, "probe")}
+    results, _ = run_agents(iid, run_ident, agents)
     passed, out = verdict(results["oracle"])
     assert passed is True, out
     passed, out = verdict(results["nop"])
     assert passed is False and "[FAIL]" in out
     inst = run_ident.run_root / "cowork_bench" / f"{iid}--oracle"
     assert classify_instance(inst).status == "passed"
-    # the agent container held the sanitised task: no groundtruth, no evaluator was copied out
     summary = m.AgentSummary.model_validate_json((inst / m.AGENT_SUMMARY).read_text())
     assert summary.agent_container_state == "absent" and summary.preprocess_exit_code == 0
+    # the agent container held the sanitised task: no groundtruth, no evaluator (the host
+    # task has both, and the eval container that scored the oracle had them)
+    tdir = FIXTURE / "tasks" / "finalpool" / iid
+    assert (tdir / "groundtruth_workspace").is_dir() and (tdir / "evaluation").is_dir()
+    probe_log = run_ident.run_root / "cowork_bench" / f"{iid}--probe" / m.AGENT_LOG_DIR
+    seen = json.loads((probe_log / "probe.log").read_text())
+    assert seen["hits"] == [] and seen["tasks"] == [iid]
+    assert {"docs", "preprocess", "task_config.json"} <= set(seen["task"])
     print(f"\n{iid}: {json.dumps({k: round(v, 2) for k, v in TIMINGS[iid].items()})}")
 
 

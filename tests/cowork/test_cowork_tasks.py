@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 
@@ -12,12 +14,14 @@ import pytest
 from cowork_helpers import FIXTURE
 
 from benchmarks.cowork_bench import PINNED_COMMIT
+from benchmarks.cowork_bench.phases import InstanceEnv, support_tar, task_tar
 from benchmarks.cowork_bench.tasks import (
     TaskConfigError,
     bench_provenance,
     bench_version,
     check_provenance,
     discover_tasks,
+    load_task,
 )
 from harness.errors import RefusalError
 
@@ -58,6 +62,26 @@ def test_fixture_tasks_are_discovered_with_their_facts() -> None:
     # groundtruth_workspace with only .gitkeep counts as no groundtruth (like upstream's 4)
     assert not tasks["gcal-standup-week"].has_groundtruth
     assert not tasks["gcal-standup-week"].has_initial_workspace
+
+
+def tar_names(data: bytes) -> set[str]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return set(tar.getnames())
+
+
+def test_the_agent_containers_task_tree_has_no_groundtruth_or_evaluator() -> None:
+    iid = "excel-sales-summary"
+    env = InstanceEnv(load_task(FIXTURE, iid), FIXTURE, FIXTURE, "net", None, None, "img")  # type: ignore[arg-type]
+    arc = f"tasks/finalpool/{iid}"
+    full, agent = tar_names(task_tar(env, sanitised=False)), tar_names(task_tar(env, True))
+    answers = {f"{arc}/groundtruth_workspace", f"{arc}/evaluation", f"{arc}/evaluation/main.py"}
+    assert answers <= full  # the eval container gets them ...
+    assert {n for n in agent if "groundtruth_workspace" in n or "/evaluation" in n} == set()
+    assert {f"{arc}/docs/task.md", f"{arc}/preprocess/main.py", f"{arc}/task_config.json",
+            f"{arc}/initial_workspace"} <= agent  # fmt: skip
+    # ... and the support tree (every container) holds no task and no seed
+    support = tar_names(support_tar(str(FIXTURE)))
+    assert not {n for n in support if n.split("/")[0] in ("tasks", "db")}
 
 
 def test_dot_entries_and_dirs_without_config_are_skipped(tmp_path: Path) -> None:
