@@ -6,8 +6,9 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pydantic import BaseModel
 
@@ -25,14 +26,20 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` so a reader sees the old or the new file, never half."""
+@contextlib.contextmanager
+def atomic_open(path: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """Write ``path`` through a temporary binary file beside it, atomically.
+
+    On a clean exit the file is fsynced, given ``mode`` and renamed over ``path`` (a reader
+    sees the old or the new file, never half); on an exception it is removed and ``path``
+    is left untouched.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
@@ -42,6 +49,12 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` so a reader sees the old or the new file, never half."""
+    with atomic_open(path, mode) as fh:
+        fh.write(data)
 
 
 def create_exclusive(path: Path, data: bytes, mode: int = 0o644) -> bool:

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import io
-import os
 import posixpath
 import tarfile
 import tempfile
@@ -24,6 +23,7 @@ from typing import IO
 import docker
 from docker.errors import APIError, NotFound
 
+from harness.fsutil import atomic_open
 from harness.sandbox.errors import CopyFailed
 
 Exclude = Callable[[str], bool]
@@ -209,16 +209,19 @@ def export_tar_gz(
 ) -> list[str]:
     """Write the contents of directory ``src`` as a gzip tarball, names relative to ``src``.
 
-    The file is written atomically (temporary file, then rename). Returns the entries.
+    The file is written atomically (fsynced temporary file, then rename; mode 0600).
+    Returns the entries.
     """
     dest_file.parent.mkdir(parents=True, exist_ok=True)
     tar, top = _open_archive(api, container_id, src)
     dropped = _hidden(protected, src)
     names: list[str] = []
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest_file.name}.", dir=dest_file.parent)
-    os.close(fd)
     try:
-        with tar, tarfile.open(tmp, mode="w:gz", format=tarfile.PAX_FORMAT) as out:
+        with (
+            tar,
+            atomic_open(dest_file, mode=0o600) as fh,
+            tarfile.open(fileobj=fh, mode="w:gz", format=tarfile.PAX_FORMAT) as out,
+        ):
             for member in tar:
                 rel = _relative(member.name, top)
                 if rel is None or _excluded(rel, exclude, dropped):
@@ -231,12 +234,8 @@ def export_tar_gz(
                     new = new.replace(linkname=target, deep=False)
                 out.addfile(new, tar.extractfile(member) if member.isreg() else None)
                 names.append(rel)
-        os.replace(tmp, dest_file)
     except (tarfile.TarError, OSError) as exc:
         raise CopyFailed(
             f"exporting {container_id[:12]}:{src} to {dest_file} failed: {exc}"
         ) from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return names

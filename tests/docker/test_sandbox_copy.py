@@ -124,3 +124,4 @@ def test_export_tar_gz_relative_entries_with_exclusions(sandbox: Sandbox, tmp_pa
     assert not [p for p in out.parent.iterdir() if p.name != "submission.tar.gz"], (
         "no temp file left"
     )
+    assert out.stat().st_mode & 0o777 == 0o600
