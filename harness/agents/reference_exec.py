@@ -8,11 +8,9 @@ a cancel sends TERM to the step's process from a second exec.
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import subprocess
-import tarfile
 import threading
 import time
 import uuid
@@ -136,17 +134,21 @@ _DOCKER_WRAPPER = (
 class DockerExecExecutor:
     def __init__(self, container_name: str, workdir: str | None, user: str | None) -> None:
         try:
-            import docker
             from docker.errors import DockerException, NotFound
+
+            from harness.sandbox.client import get_client
+            from harness.sandbox.errors import DockerUnavailable
         except ImportError as exc:  # pragma: no cover - docker is a dependency
             raise ExecutorUnavailable("the docker SDK is not installed") from exc
         try:
-            self._client = docker.from_env()
+            # docker-py's default timeout (60 s): it also bounds a step's exec_start read
+            self._client = get_client(timeout=60)
             self._container = self._client.containers.get(container_name)
         except NotFound as exc:
             raise ExecutorUnavailable(f"container {container_name!r} not found") from exc
-        except DockerException as exc:
-            raise ExecutorUnavailable(f"docker unavailable: {type(exc).__name__}") from exc
+        except (DockerUnavailable, DockerException) as exc:
+            cause = exc.__cause__ if isinstance(exc, DockerUnavailable) else exc
+            raise ExecutorUnavailable(f"docker unavailable: {type(cause).__name__}") from exc
         if self._container.status != "running":
             raise ExecutorUnavailable(
                 f"container {container_name!r} is {self._container.status}, not running"
@@ -207,15 +209,22 @@ class DockerExecExecutor:
         )
 
     def write(self, item: WriteFile) -> None:
-        base = PurePosixPath(self.workdir or "/")
-        data = item.content.encode("utf-8")
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(item.path)
-            info.size, info.mode, info.mtime = len(data), item.mode, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-        if not self._container.put_archive(str(base), buf.getvalue()):
-            raise ExecutorUnavailable(f"could not write {item.path!r} into the container")
+        from harness.sandbox.errors import CopyFailed
+        from harness.sandbox.transfer import pack_bytes, put_archive
+
+        path = str(PurePosixPath(self.workdir or "/") / item.path)
+        data = pack_bytes(
+            path,
+            item.content.encode("utf-8"),
+            mode=item.mode,
+            uid=0,
+            gid=0,
+            mtime=int(time.time()),
+        )
+        try:
+            put_archive(self._client.api, self._container.id, path, data)
+        except CopyFailed as exc:
+            raise ExecutorUnavailable(f"could not write {item.path!r} into the container") from exc
 
     def close(self) -> None:
         self._client.close()

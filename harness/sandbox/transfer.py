@@ -89,12 +89,15 @@ def pack_path(
     return out  # type: ignore[return-value]
 
 
-def pack_bytes(path: str, data: bytes, *, mode: int, uid: int, gid: int) -> bytes:
+def pack_bytes(
+    path: str, data: bytes, *, mode: int, uid: int, gid: int, mtime: float = 0
+) -> bytes:
     """A tar of one file at absolute ``path``, to unpack at ``/``."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         info = tarfile.TarInfo(path.strip("/"))
         info.size, info.mode, info.uid, info.gid = len(data), mode, uid, gid
+        info.mtime = mtime
         tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
