@@ -97,7 +97,7 @@ def test_run_budget_alone_gives_the_run_its_own_campaign(tmp_path: Path, run_roo
     worker.reserve("b/1")
     with pytest.raises(BudgetRefused) as refused:
         worker.reserve("b/2")
-    assert refused.value.reason in {"campaign_budget", "run_budget"}
+    assert refused.value.reason == "campaign_budget"
     worker.settle("b/1", 0.25, True)
     assert controller.finish("completed", 0).campaign_spent_usd == 0.25
 
