@@ -38,6 +38,9 @@ from benchmarks.cowork_bench.classify import (
 )
 from benchmarks.cowork_bench.diagnostic import read_record
 from benchmarks.cowork_bench.eval_once import file_fact, write_json_exclusive
+from harness.ledger import LedgerError, ledger_path, read_ledger
+from harness.manifest import ManifestError, read_manifest
+from harness.models import Manifest, Outcome, TaskRow
 
 SCHEMA = "harness.cowork.audit.v1"
 AuditClass = Literal["passed", "genuine_failure", "infrastructure", "not_attempted", "unknown"]
@@ -145,44 +148,27 @@ class AuditReport(BaseModel):
 # --------------------------------------------------------------------------- reading
 
 
-def selected_ids(run_root: Path) -> list[str]:
-    manifest = json.loads((run_root / "run_manifest.json").read_text(encoding="utf-8"))
-    ids = (manifest.get("selection") or {}).get("instance_ids") or []
+def selected_ids(manifest: Manifest) -> list[str]:
+    """The Cowork instance ids of the run's selection (the denominator)."""
     out = []
-    for key in ids:
-        bench, _, iid = str(key).rpartition("/")
+    for key in manifest.selection.instance_ids:
+        bench, _, iid = key.rpartition("/")
         if bench in ("", BENCHMARK):
             out.append(iid)
     return out
 
 
-def ancestor_roots(run_root: Path) -> dict[str, Path]:
+def ancestor_roots(manifest: Manifest) -> dict[str, Path]:
     """Run id -> run root of every ancestor a resumed run names."""
-    manifest = json.loads((run_root / "run_manifest.json").read_text(encoding="utf-8"))
-    resume = manifest.get("resume") or {}
-    roots = resume.get("ancestors") or []
-    ids = resume.get("ancestor_run_ids") or []
-    return {str(i): Path(r) for i, r in zip(ids, roots, strict=False)}
+    resume = manifest.resume
+    return {i: Path(r) for i, r in zip(resume.ancestor_run_ids, resume.ancestors, strict=False)}
 
 
-def latest_rows(run_root: Path) -> dict[str, dict[str, Any]]:
-    path = run_root / "result_index.jsonl"
-    if not path.exists():
-        return {}
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    while lines and not lines[-1].strip():
-        lines.pop()
-    rows: dict[str, dict[str, Any]] = {}
-    for index, line in enumerate(lines, start=1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if index == len(lines):
-                break  # torn last line: a crash mid-append
-            raise ValueError(f"{path}:{index}: corrupt ledger line") from None
-        if isinstance(row, dict) and row.get("benchmark", BENCHMARK) == BENCHMARK:
-            rows[str(row.get("instance_id"))] = row
-    return rows
+def latest_rows(run_root: Path) -> dict[str, TaskRow]:
+    """Instance id -> the last Cowork row (``read_ledger``: torn last line skipped, other
+    corruption raises ``LedgerError``)."""
+    latest = read_ledger(ledger_path(run_root)).latest.values()
+    return {row.instance_id: row for row in latest if row.benchmark == BENCHMARK}
 
 
 def _tool_texts(path: Path) -> Iterator[tuple[int, str]]:
@@ -236,16 +222,16 @@ def scan(inst_dir: Path) -> tuple[list[Finding], int]:
 
 
 def audit_task(
-    run_root: Path, iid: str, row: dict[str, Any] | None, ancestors: dict[str, Path] | None = None
+    run_root: Path, iid: str, row: TaskRow | None, ancestors: dict[str, Path] | None = None
 ) -> TaskAudit:
     """One task; a row carried forward by a resume is audited from its ancestor's folder."""
     inst = run_root / BENCHMARK / iid
     gaps: list[str] = []
-    ledger_status = row.get("status") if row else None
+    ledger_status = row.status if row else None
     carried_from = None
-    if row and row.get("outcome") == "carried_forward":
-        carried_from = str(row.get("carried_from"))
-        ledger_status = (row.get("details") or {}).get("carried_status") or ledger_status
+    if row and row.outcome is Outcome.CARRIED:
+        carried_from = str(row.carried_from)
+        ledger_status = row.details.get("carried_status") or ledger_status
         origin = (ancestors or {}).get(carried_from)
         if origin is None:
             gaps.append(f"carried_evidence_unavailable:{carried_from}")
@@ -300,7 +286,7 @@ def audit_task(
         instance_id=iid,
         ledger_status=ledger_status,
         classification=klass,
-        reason_code=row.get("reason_code") if row and not carried_from else evidence.reason_code,
+        reason_code=row.reason_code if row and not carried_from else evidence.reason_code,
         evidence_status=evidence.status,
         official_eval_status=receipt.state if receipt else "unavailable",
         official_pass=receipt.passed if receipt else None,
@@ -324,11 +310,13 @@ def audit_task(
 # --------------------------------------------------------------------------- whole run
 
 
-def build_report(run_root: Path) -> AuditReport:
+def build_report(run_root: Path, manifest: Manifest | None = None) -> AuditReport:
+    """Raises ``ManifestError`` / ``LedgerError`` (both ``ValueError``) on a bad run root."""
     run_root = Path(run_root)
-    ids = selected_ids(run_root)
+    manifest = manifest or read_manifest(run_root)
+    ids = selected_ids(manifest)
     rows = latest_rows(run_root)
-    ancestors = ancestor_roots(run_root)
+    ancestors = ancestor_roots(manifest)
     tasks = [audit_task(run_root, iid, rows.get(iid), ancestors) for iid in ids]
     counts: Counter[str] = Counter(t.classification for t in tasks)
     complete = all(t.cost.complete for t in tasks)
@@ -373,16 +361,19 @@ def audit_command(argv: list[str] | None = None) -> int:
         "--output", type=Path, required=True, help="report file (never overwritten)"
     )
     args = parser.parse_args(argv)
-    if not (args.run / "run_manifest.json").is_file():
-        print(
-            f"harness cowork audit: {args.run} has no run_manifest.json; pass a run root",
-            file=sys.stderr,
-        )
+    try:
+        manifest = read_manifest(args.run)
+    except ManifestError as exc:
+        print(f"harness cowork audit: {exc}", file=sys.stderr)
         return 2
     if args.output.exists():
         print(f"harness cowork audit: {args.output} exists; choose a new --output", file=sys.stderr)
         return 2
-    report = build_report(args.run)
+    try:
+        report = build_report(args.run, manifest)
+    except LedgerError as exc:
+        print(f"harness cowork audit: {exc}", file=sys.stderr)
+        return 2
     data = json.loads(report.model_dump_json(by_alias=True))
     if not write_json_exclusive(args.output, data):
         print(

@@ -9,6 +9,7 @@ from typing import Any
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun
 from harness.fsutil import atomic_write_json
+from harness.models import GitState, Manifest, Outcome, Selection, TaskRow, Versions
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cowork_mini"
 
@@ -68,3 +69,39 @@ class CountingChecker:
         res_log = Path(req.scratch_dir) / "res_log.json"
         res_log.write_text(json.dumps({"total_passed": 1, "total_checks": 1, "accuracy": 100}))
         return CheckerRun(exit_code=self.exit_code, stdout=self.stdout, res_log_path=str(res_log))
+
+
+# --------------------------------------------------------------------------- run roots
+
+T0 = 1_790_000_000.0
+OUTCOME_OF_STATUS = {"passed": Outcome.SCORED, "failed": Outcome.SCORED,
+                     "agent_failed": Outcome.AGENT_FAILED, "infra_failed": Outcome.INFRA_FAILED,
+                     "skipped": Outcome.CARRIED}  # fmt: skip
+
+
+def run_manifest(root: Path, run_id: str, iids: list[str], **fields: Any) -> Manifest:
+    """A finished run's manifest selecting ``cowork_bench/<iid>`` for each of ``iids``."""
+    keys = [f"cowork_bench/{i}" for i in iids]
+    data: dict[str, Any] = {
+        "run_id": run_id, "run_root": str(root), "created_at_unix": T0,
+        "created_at": "2026-09-21T10:13:20+00:00", "argv": ["pytest", "benchmarks/cowork_bench"],
+        "cwd": str(root), "benchmarks": ["cowork_bench"],
+        "versions": Versions(harness="0.1.0", python="3.11.7", pytest="9.2.0", platform="linux"),
+        "source": GitState(available=True, head="0123456789abcdef", dirty=False),
+        "selection": Selection(resolved=True, instance_ids=keys, count=len(keys),
+                               source="collection"),
+        "outcome": "completed", "exit_code": 0,
+    }  # fmt: skip
+    data.update(fields)
+    return Manifest(**data)
+
+
+def ledger_row(iid: str, status: str, reason: str, run_id: str = "r1", **fields: Any) -> str:
+    """One ``result_index.jsonl`` line (no newline) of a Cowork instance."""
+    data: dict[str, Any] = {
+        "ts_unix": T0 + 60, "run_id": run_id, "benchmark": "cowork_bench", "instance_id": iid,
+        "status": status, "outcome": OUTCOME_OF_STATUS[status], "reason_code": reason,
+        "infra": status == "infra_failed",
+    }  # fmt: skip
+    data.update(fields)
+    return TaskRow(**data).dump_line()

@@ -5,26 +5,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cowork_helpers import FIXTURE, CountingChecker, write_agent_phase, write_events
+from cowork_helpers import (
+    FIXTURE,
+    CountingChecker,
+    ledger_row,
+    run_manifest,
+    write_agent_phase,
+    write_events,
+)
 
 from benchmarks.cowork_bench.audit import audit_command, build_report
 from benchmarks.cowork_bench.eval_once import evaluate_once
 from harness.fsutil import atomic_write_json
 
-
-def row(iid: str, status: str, reason: str) -> str:
-    return json.dumps({"benchmark": "cowork_bench", "instance_id": iid, "status": status,
-                       "reason_code": reason})  # fmt: skip
+row = ledger_row
 
 
 def make_run(tmp_path: Path) -> Path:
     run = tmp_path / "run"
     ids = ["excel-sales-summary", "gcal-standup-week", "sklad-reorder-excel", "email-reply-invoice"]
-    atomic_write_json(run / "run_manifest.json", {
-        "run_id": "r1",
-        "selection": {"resolved": True, "instance_ids": [f"cowork_bench/{i}" for i in ids],
-                      "count": len(ids)},
-    })  # fmt: skip
+    atomic_write_json(run / "run_manifest.json", run_manifest(run, "r1", ids))
     base = run / "cowork_bench"
     # passed, with a clean agent log and complete cost
     sales = base / "excel-sales-summary"
@@ -110,3 +110,35 @@ def test_audit_never_changes_the_verdict_files(tmp_path: Path) -> None:
 def test_audit_refuses_a_directory_without_manifest(tmp_path: Path, capsys) -> None:
     assert audit_command([str(tmp_path), "--output", str(tmp_path / "a.json")]) == 2
     assert "run_manifest.json" in capsys.readouterr().err
+
+
+def test_audit_refuses_a_corrupt_ledger_or_manifest_in_one_line(tmp_path: Path, capsys) -> None:
+    run = make_run(tmp_path)
+    ledger = run / "result_index.jsonl"
+    ledger.write_text("not json\n" + ledger.read_text())
+    assert audit_command([str(run), "--output", str(tmp_path / "a.json")]) == 2
+    err = capsys.readouterr().err
+    assert "line 1 is corrupt" in err and len(err.strip().splitlines()) == 1
+    (run / "run_manifest.json").write_text('{"run_id": "r1"}')
+    assert audit_command([str(run), "--output", str(tmp_path / "a.json")]) == 2
+    err = capsys.readouterr().err
+    assert "run_manifest.json is corrupt" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "a.json").exists()
+
+
+def test_a_carried_row_is_audited_from_the_ancestor_folder(tmp_path: Path) -> None:
+    ancestor = make_run(tmp_path)
+    resumed = tmp_path / "resumed"
+    iid = "excel-sales-summary"
+    resume = {"ancestors": [str(ancestor)], "ancestor_run_ids": ["r1"], "generation": 1}
+    atomic_write_json(resumed / "run_manifest.json",
+                      run_manifest(resumed, "r2", [iid], resume=resume))  # fmt: skip
+    (resumed / "result_index.jsonl").write_text(
+        ledger_row(iid, "skipped", "carried", "r2", carried_from="r1",
+                   details={"carried_status": "passed"}) + "\n"
+    )  # fmt: skip
+    report = build_report(resumed)
+    (task,) = report.tasks
+    assert (task.carried_from, task.ledger_status) == ("r1", "passed")
+    assert task.classification == "passed"
+    assert task.evidence_dir == str(ancestor / "cowork_bench" / iid) and report.gaps == []
