@@ -20,13 +20,6 @@ import httpx
 
 from harness.agents.gateway import PollPolicy
 
-
-def probe_image() -> str:
-    """The project's shared base image (debootstrap, built once per machine and cached)."""
-    from harness.sandbox.images import base_recipe, ensure_image
-
-    return ensure_image(base_recipe()).image_id
-
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
 

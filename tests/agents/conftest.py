@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents_support import FAST, RefServer, probe_image, start_server
+from agents_support import FAST, RefServer, start_server
 
 from harness.agents.gateway import PollPolicy
 
@@ -37,10 +37,13 @@ def fast_policy() -> PollPolicy:
 
 
 @pytest.fixture
-def sandbox_factory(tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """Real Docker sandboxes (``harness.sandbox``) on the probe image; removed after.
+def sandbox_factory(
+    tmp_path: Path, sandbox_client: Any, sandbox_base_image: Any
+) -> Iterator[Callable[..., Any]]:
+    """Real Docker sandboxes (``harness.sandbox``) on the shared base image; removed after.
 
-    No Docker means an error, never a skip.
+    The session's client and base image come from :mod:`harness.sandbox.fixtures` (loaded
+    by the harness plugin). No Docker means an error, never a skip.
     """
     from harness.sandbox.container import Sandbox, SandboxSpec
 
@@ -50,7 +53,7 @@ def sandbox_factory(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     def _make(user: str = "1000:1000", workdir: str = "/workspace", **spec: Any) -> Any:
         sb = Sandbox.create(
             SandboxSpec(
-                image=probe_image(),
+                image=sandbox_base_image.image_id,
                 run_id=run_id,
                 instance_id=f"i{len(made)}",
                 run_root=tmp_path,
@@ -58,7 +61,8 @@ def sandbox_factory(tmp_path: Path) -> Iterator[Callable[..., Any]]:
                 workdir=workdir,
                 ttl_s=600,
                 **spec,
-            )
+            ),
+            client=sandbox_client,
         )
         made.append(sb)
         sb.exec(
