@@ -37,7 +37,7 @@ from benchmarks.cowork_bench.classify import (
     usage_records,
 )
 from benchmarks.cowork_bench.diagnostic import read_record
-from benchmarks.cowork_bench.eval_once import file_fact, write_json_exclusive
+from benchmarks.cowork_bench.eval_once import file_fact, publish_exclusive
 from harness.ledger import LedgerError, ledger_path, read_ledger
 from harness.manifest import ManifestError, read_manifest
 from harness.models import Manifest, Outcome, TaskRow
@@ -374,8 +374,7 @@ def audit_command(argv: list[str] | None = None) -> int:
     except LedgerError as exc:
         print(f"harness cowork audit: {exc}", file=sys.stderr)
         return 2
-    data = json.loads(report.model_dump_json(by_alias=True))
-    if not write_json_exclusive(args.output, data):
+    if not publish_exclusive(args.output, report):
         print(
             f"harness cowork audit: {args.output} appeared meanwhile; not overwritten",
             file=sys.stderr,

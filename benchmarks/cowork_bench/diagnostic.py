@@ -10,6 +10,7 @@ far did the truncated work get? The result appears only in the audit; the ledger
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from benchmarks.cowork_bench import models as m
@@ -19,9 +20,9 @@ from benchmarks.cowork_bench.eval_once import (
     CheckerRunner,
     now_iso,
     publish_exclusive,
-    write_json_exclusive,
 )
 from benchmarks.cowork_bench.tasks import task_dir
+from harness.fsutil import create_exclusive
 
 GT = "groundtruth_workspace"
 RECORD = "diagnostic.json"
@@ -84,7 +85,8 @@ def run_diagnostic(
     if reason is not None:
         publish_exclusive(ddir / RECORD, rec(outcome="ineligible", reason=reason))
         return read_record(inst_dir)
-    if not write_json_exclusive(ddir / CLAIM, {"attempt_id": attempt, "created_at": now_iso()}):
+    claim = {"attempt_id": attempt, "created_at": now_iso()}
+    if not create_exclusive(ddir / CLAIM, (json.dumps(claim, indent=2) + "\n").encode()):
         return rec(outcome="unknown", reason="claim_without_record")
     traj, _ = _load(inst_dir / m.TRAJ_LOG, m.TrajLog)
     launch = traj.config.launch_time if isinstance(traj, m.TrajLog) else None

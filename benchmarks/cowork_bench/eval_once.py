@@ -14,7 +14,6 @@ The checker's ``--res_log_file`` points at a scratch file (upstream checkers ove
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import time
@@ -283,16 +282,3 @@ def evaluate_once(
     )
     return EvalOutcome(kind=kind, attempt_id=claim.attempt_id, receipt=receipt)
 
-
-def write_json_exclusive(path: Path, data: dict[str, object]) -> bool:
-    """Exclusive create for plain JSON (used by the audit and the diagnostic)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, ensure_ascii=False)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    return True
