@@ -11,13 +11,15 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.agents.gateway_errors import GatewayError, GatewayUnavailable
 from harness.agents.gateway_models import HealthInfo, ServerSettings, ServerState, TaskResult
+
+T = TypeVar("T")
 
 
 class PollPolicy(BaseModel):
@@ -124,33 +126,51 @@ class GatewayHTTP:
         j = self.policy.jitter
         return max(0.0, delay * self._rng.uniform(1 - j, 1 + j))
 
-    def _get_json(self, path: str, budget_s: float | None = None) -> Any:
-        """GET with retries on transport errors, 5xx and 503 within the error budget."""
+    def _retrying(
+        self,
+        call: Callable[[], T],
+        budget_s: float | None,
+        make_error: Callable[[RetryableError], GatewayUnavailable],
+    ) -> T:
+        """``call()`` again (with back-off) while it raises :class:`RetryableError`, for at
+        most ``budget_s`` (the policy's error budget when None); then ``make_error(exc)``
+        is raised from the last error."""
         budget = self.policy.error_budget_s if budget_s is None else budget_s
         started = time.monotonic()
         attempt = 0
         while True:
             try:
-                response = self._send("GET", path)
-                if response.status_code == 503:
-                    raise RetryableError(f"HTTP 503: {error_text(response)}")
-                if response.status_code >= 400:
-                    raise GatewayError(
-                        f"GET {path}: HTTP {response.status_code}: {error_text(response)}",
-                        "gateway_http_error",
-                        status_code=response.status_code,
-                    )
-                try:
-                    return response.json()
-                except ValueError as exc:
-                    raise RetryableError(f"GET {path}: the answer is not JSON") from exc
+                return call()
             except RetryableError as exc:
                 if time.monotonic() - started >= budget:
-                    raise GatewayUnavailable(
-                        f"agent server {self.base_url} unreachable: GET {path}: {exc}"
-                    ) from exc
+                    raise make_error(exc) from exc
                 self._pause(attempt, budget - (time.monotonic() - started))
                 attempt += 1
+
+    def _get_json_once(self, path: str) -> Any:
+        response = self._send("GET", path)
+        if response.status_code == 503:
+            raise RetryableError(f"HTTP 503: {error_text(response)}")
+        if response.status_code >= 400:
+            raise GatewayError(
+                f"GET {path}: HTTP {response.status_code}: {error_text(response)}",
+                "gateway_http_error",
+                status_code=response.status_code,
+            )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise RetryableError(f"GET {path}: the answer is not JSON") from exc
+
+    def _get_json(self, path: str, budget_s: float | None = None) -> Any:
+        """GET with retries on transport errors, 5xx and 503 within the error budget."""
+        return self._retrying(
+            lambda: self._get_json_once(path),
+            budget_s,
+            lambda exc: GatewayUnavailable(
+                f"agent server {self.base_url} unreachable: GET {path}: {exc}"
+            ),
+        )
 
     # -- read-only endpoints -------------------------------------------------------------
 
@@ -187,18 +207,11 @@ class GatewayHTTP:
 
     def find_task(self, task_id: str, budget_s: float | None = None) -> TaskResult | None:
         """:meth:`get_task` with retries; ``GatewayUnavailable`` when the budget runs out."""
-        budget = self.policy.error_budget_s if budget_s is None else budget_s
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            try:
-                return self.get_task(task_id)
-            except RetryableError as exc:
-                if time.monotonic() - started >= budget:
-                    raise GatewayUnavailable(
-                        f"agent server {self.base_url} unreachable asking for task "
-                        f"{task_id}: {exc}",
-                        task_id=task_id,
-                    ) from exc
-                self._pause(attempt, budget - (time.monotonic() - started))
-                attempt += 1
+        return self._retrying(
+            lambda: self.get_task(task_id),
+            budget_s,
+            lambda exc: GatewayUnavailable(
+                f"agent server {self.base_url} unreachable asking for task {task_id}: {exc}",
+                task_id=task_id,
+            ),
+        )
