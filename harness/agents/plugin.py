@@ -157,31 +157,18 @@ def _writer(run: RunContext) -> Any:
 def _gateway_preflight(config: pytest.Config, run: RunContext, url: str, repo: str | None,
                        head: str | None, version: str | None, write: Any) -> None:
     from harness.agents.gateway import GatewayClient
-    from harness.agents.gateway_errors import GatewayError
-    from harness.agents.preflight import (
-        attest_runtime,
-        check_target_actor,
-        require_runtime,
-        require_target_actor,
-    )
+    from harness.agents.preflight import attest_runtime, preflight_target_actor, require_runtime
 
     extra = run.manifest.extra if run.manifest is not None else {}
     model = config.getoption("solve_model")
+
+    def record(found: dict[str, Any]) -> None:  # on disk before any refusal
+        extra["target_runtime_actor"] = found
+        write()
+
     with GatewayClient(url) as client:
         if model:
-            try:
-                settings = client.settings(budget_s=10.0).values()
-            except GatewayError as exc:
-                extra["target_runtime_actor"] = {"error": str(exc)[:500]}
-                write()
-                raise RefusalError(f"--gateway-url {url}: cannot read the agent server's "
-                                   f"settings ({exc}); start the server or fix the URL",
-                                   stage="target_actor_preflight",
-                                   reason="settings_unavailable") from exc
-            actor = check_target_actor(settings, model)
-            extra["target_runtime_actor"] = actor.model_dump(mode="json")
-            write()
-            require_target_actor(actor)
+            preflight_target_actor(client, model, budget_s=10.0, record=record)
         if run.dry_run:
             extra["runtime_attestation"] = {"skipped": "dry_run"}
             return
