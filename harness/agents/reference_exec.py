@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from harness.agents.reference_config import WriteFile
 
 OUTPUT_TAIL = 2000
+STEP_READ_TIMEOUT_S = 7 * 3600
 _POLL_S = 0.05
 
 
@@ -141,8 +142,10 @@ class DockerExecExecutor:
         except ImportError as exc:  # pragma: no cover - docker is a dependency
             raise ExecutorUnavailable("the docker SDK is not installed") from exc
         try:
-            # docker-py's default timeout (60 s): it also bounds a step's exec_start read
-            self._client = get_client(timeout=60)
+            # The client's read timeout also bounds a step's exec_start read, so it must
+            # outlast the longest step (a ProgramBench task may run 6 h); steps carry their
+            # own `timeout` inside the container.
+            self._client = get_client(timeout=STEP_READ_TIMEOUT_S)
             self._container = self._client.containers.get(container_name)
         except NotFound as exc:
             raise ExecutorUnavailable(f"container {container_name!r} not found") from exc
