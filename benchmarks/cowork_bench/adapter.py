@@ -26,6 +26,7 @@ from benchmarks.cowork_bench import BENCHMARK, PINNED_COMMIT
 from benchmarks.cowork_bench.tasks import (
     FINALPOOL,
     BenchProvenance,
+    CoworkTask,
     bench_provenance,
     bench_version,
     check_provenance,
@@ -218,6 +219,11 @@ class CoworkAdapter(BenchmarkAdapter):
     def provenance(self) -> BenchProvenance:
         return bench_provenance(self.options.root, expected=self.options.commit)
 
+    @cached_property
+    def tasks(self) -> list[CoworkTask]:
+        """The checkout's tasks, discovered once per session (instances and admission)."""
+        return discover_tasks(self.options.root)
+
     def instances(self, config: pytest.Config) -> list[InstanceSpec]:
         return [
             InstanceSpec(
@@ -226,7 +232,7 @@ class CoworkAdapter(BenchmarkAdapter):
                 keywords=t.keywords(),
                 data=t,
             )
-            for t in discover_tasks(self.options.root)
+            for t in self.tasks
         ]
 
     def version(self) -> str:
@@ -261,7 +267,7 @@ class CoworkAdapter(BenchmarkAdapter):
             bench_version=bench_version(prov),
             bench_gate=gate,
             applied_config=opts.applied_config(),
-            task_count=len(discover_tasks(opts.root)),
+            task_count=len(self.tasks),
         )
         if run.manifest is not None:
             run.manifest.extra["cowork"] = record.model_dump(mode="json", by_alias=True)

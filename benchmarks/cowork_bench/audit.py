@@ -237,7 +237,9 @@ def audit_task(
             gaps.append(f"carried_evidence_unavailable:{carried_from}")
         else:
             inst = origin / BENCHMARK / iid
-    evidence = classify_instance(inst)
+    records = usage_records(inst)
+    receipt = receipt_state(inst) if inst.is_dir() else None
+    evidence = classify_instance(inst, usage=records, receipt=receipt)
     if row is None:
         gaps.append("no_ledger_row")
         klass: AuditClass = "unknown"
@@ -245,7 +247,6 @@ def audit_task(
         klass = CLASS_OF_STATUS.get(str(ledger_status), "unknown")
         if ledger_status != evidence.status:
             gaps.append(f"ledger_evidence_disagree:{ledger_status}!={evidence.status}")
-    receipt = receipt_state(inst) if inst.is_dir() else None
     facts = ReceiptFacts(available=False)
     if receipt and receipt.receipt_file and (inst / receipt.receipt_file).exists():
         fact = file_fact(inst / receipt.receipt_file)
@@ -253,7 +254,7 @@ def audit_task(
             available=True, passed=receipt.passed, bytes=fact.bytes, sha256=fact.sha256
         )
     activity, cost, models = Activity(), TaskCost(), set()
-    for _src, _line, rec in usage_records(inst):
+    for _src, _line, rec in records:
         activity.usage_records += 1
         nested = rec.get("usage")
         usage: dict[str, Any] = nested if isinstance(nested, dict) else rec

@@ -33,6 +33,7 @@ ReceiptState = Literal[
     "completed", "declined", "unknown", "invalid", "unreadable", "unreported", "not_run"
 ]
 START_EVIDENCE = (m.PREPROCESS_LOG, m.AGENT_LOG_DIR, m.WORKSPACE_DIR, m.TRAJ_LOG)
+UsageRecords = list[tuple[str, int, dict[str, Any]]]  # (file, line, llm_usage record)
 
 
 class Unreadable(ValueError):
@@ -173,9 +174,9 @@ def receipt_state(inst_dir: Path) -> ReceiptView:
     )
 
 
-def usage_records(inst_dir: Path) -> list[tuple[str, int, dict[str, Any]]]:
+def usage_records(inst_dir: Path) -> UsageRecords:
     """``llm_usage`` records in the agent's JSONL logs: (file, line, record)."""
-    out: list[tuple[str, int, dict[str, Any]]] = []
+    out: UsageRecords = []
     logdir = inst_dir / m.AGENT_LOG_DIR
     if not logdir.is_dir():
         return out
@@ -205,15 +206,27 @@ def tokens_of(rec: dict[str, Any]) -> int:
     return total
 
 
-def paid_activity(inst_dir: Path) -> Literal["observed", "unknown"]:
-    return "observed" if any(tokens_of(r) > 0 for _, _, r in usage_records(inst_dir)) else "unknown"
+def paid_activity(
+    inst_dir: Path, records: UsageRecords | None = None
+) -> Literal["observed", "unknown"]:
+    """``records``: this folder's :func:`usage_records`, when the caller has them already."""
+    if records is None:
+        records = usage_records(inst_dir)
+    return "observed" if any(tokens_of(r) > 0 for _, _, r in records) else "unknown"
 
 
 def classify_instance(
-    inst_dir: Path, *, run_live: bool = False, interruption_cause: str | None = None
+    inst_dir: Path,
+    *,
+    run_live: bool = False,
+    interruption_cause: str | None = None,
+    usage: UsageRecords | None = None,
+    receipt: ReceiptView | None = None,
 ) -> Classification:
+    """``usage`` / ``receipt``: this folder's :func:`usage_records` / :func:`receipt_state`,
+    when the caller (the audit) has computed them already."""
     inst_dir = Path(inst_dir)
-    details: dict[str, Any] = {"paid_activity": paid_activity(inst_dir)}
+    details: dict[str, Any] = {"paid_activity": paid_activity(inst_dir, usage)}
     evidence = [name for name in START_EVIDENCE if (inst_dir / name).exists()]
     details["start_evidence"] = evidence
     infra, err = _load(inst_dir / m.INFRA_RECORD, m.InfraRecord)
@@ -238,7 +251,8 @@ def classify_instance(
             status="infra_failed", reason_code=f"interrupted:{cause}", details=details
         )
     details["adapter"] = summary.model_dump(by_alias=True)
-    receipt = receipt_state(inst_dir)
+    if receipt is None:
+        receipt = receipt_state(inst_dir)
     details["official_receipt"] = receipt.model_dump(by_alias=True)
     if summary.infra_failed:
         reason = summary.infra_reason or "agent_infra_failed"

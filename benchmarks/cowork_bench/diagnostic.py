@@ -16,8 +16,8 @@ from pathlib import Path
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.classify import _load, paid_activity, receipt_state
 from benchmarks.cowork_bench.eval_once import (
-    CheckerRequest,
     CheckerRunner,
+    checker_request,
     now_iso,
     publish_exclusive,
 )
@@ -89,20 +89,12 @@ def run_diagnostic(
     if not create_exclusive(ddir / CLAIM, (json.dumps(claim, indent=2) + "\n").encode()):
         return rec(outcome="unknown", reason="claim_without_record")
     traj, _ = _load(inst_dir / m.TRAJ_LOG, m.TrajLog)
-    launch = traj.config.launch_time if isinstance(traj, m.TrajLog) else None
+    has_gt = (task_dir(bench_root, instance_id) / GT).is_dir()
+    request = checker_request(inst_dir, instance_id, f"diagnostic-{attempt}", ddir,
+                              traj if isinstance(traj, m.TrajLog) else None, has_gt)  # fmt: skip
     started = now_iso()
     try:
-        run = runner(
-            CheckerRequest(
-                instance_id=instance_id,
-                attempt_id=f"diagnostic-{attempt}",
-                module=f"tasks.finalpool.{instance_id}.evaluation.main",
-                launch_time=" ".join((launch or "").split()[:2]),
-                workspace=str(inst_dir / m.WORKSPACE_DIR),
-                scratch_dir=str(ddir),
-                has_groundtruth_dir=(task_dir(bench_root, instance_id) / GT).is_dir(),
-            )
-        )
+        run = runner(request)
     except Exception as exc:
         record = rec(
             outcome="diagnostic_error",

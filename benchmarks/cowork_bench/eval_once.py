@@ -170,6 +170,26 @@ def _launch_time(traj: m.TrajLog | None) -> str:
     return " ".join(raw.split()[:2])  # upstream strips the weekday
 
 
+def checker_request(
+    inst_dir: Path,
+    instance_id: str,
+    attempt_id: str,
+    scratch_dir: Path,
+    traj: m.TrajLog | None,
+    has_groundtruth_dir: bool,
+) -> CheckerRequest:
+    """The checker run over this folder's workspace (official eval and residual diagnostic)."""
+    return CheckerRequest(
+        instance_id=instance_id,
+        attempt_id=attempt_id,
+        module=f"tasks.finalpool.{instance_id}.evaluation.main",
+        launch_time=_launch_time(traj),
+        workspace=str(inst_dir / m.WORKSPACE_DIR),
+        scratch_dir=str(scratch_dir),
+        has_groundtruth_dir=has_groundtruth_dir,
+    )
+
+
 def _reenter(inst_dir: Path, claim: m.EvalClaim, current: dict[str, m.FileFact]) -> EvalOutcome:
     mismatched = sorted(
         k
@@ -239,15 +259,8 @@ def evaluate_once(
     else:
         scratch = inst_dir / m.EVAL_DIR / claim.attempt_id
         scratch.mkdir(parents=True, exist_ok=True)
-        request = CheckerRequest(
-            instance_id=instance_id,
-            attempt_id=claim.attempt_id,
-            module=f"tasks.finalpool.{instance_id}.evaluation.main",
-            launch_time=_launch_time(traj),
-            workspace=str(inst_dir / m.WORKSPACE_DIR),
-            scratch_dir=str(scratch),
-            has_groundtruth_dir=current["groundtruth"].state == "present",
-        )
+        has_gt = current["groundtruth"].state == "present"
+        request = checker_request(inst_dir, instance_id, claim.attempt_id, scratch, traj, has_gt)
         try:
             run = runner(request)
         except Exception as exc:  # the runner's own failure (infra); the claim stays spent

@@ -51,7 +51,7 @@ from benchmarks.cowork_bench.phases import (
 )
 from benchmarks.cowork_bench.sidecar import PgSidecar, start_postgres
 from benchmarks.cowork_bench.task_body import build_task_body, description, docker_exec_ref
-from benchmarks.cowork_bench.tasks import CoworkTask
+from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs
 from harness.agents.checkpoint import new_task_id
 from harness.agents.gateway_models import TaskCreateRequest
 from harness.errors import InfraError
@@ -92,6 +92,7 @@ def run_instance(
     checker: CheckerRunner | None = None,
     agent_timeout_sec: float = 1800,
     diagnostic: bool = False,
+    docs: TaskDocs | None = None,
 ) -> InstanceResult:
     """Sidecar (unless one is given, with its network), agent phase, eval phase, teardown.
 
@@ -116,7 +117,7 @@ def run_instance(
             timings.update(sidecar.timings)
             timings["sidecar_total_s"] = time.monotonic() - t0
         env = InstanceEnv(task, Path(bench_root), inst_dir, sidecar.network, sidecar, ident,
-                          runtime, timings, ttl_s=ttl)  # fmt: skip
+                          runtime, timings, ttl_s=ttl, docs=docs)  # fmt: skip
         t1 = time.monotonic()
         result.summary = run_agent_phase(env, agent, agent_name, timeout_sec=agent_timeout_sec)
         timings["agent_phase_s"] = time.monotonic() - t1
@@ -207,7 +208,12 @@ def recover_attempt(ctx: InstanceContext, bench_root: Path) -> RecoveredAttempt 
 
 
 def write_body(
-    ctx: InstanceContext, task: CoworkTask, opts: CoworkOptions, container: str, setup_s: float
+    ctx: InstanceContext,
+    task: CoworkTask,
+    opts: CoworkOptions,
+    container: str,
+    setup_s: float,
+    docs: TaskDocs | None = None,
 ) -> TaskCreateRequest:
     body = build_task_body(
         opts.root,
@@ -217,6 +223,7 @@ def write_body(
         setup_overhead_sec=setup_s,
         max_steps=opts.max_steps,
         task_id=new_task_id(f"cowork-{task.instance_id}"),
+        docs=docs,
     )
     atomic_write_json(ctx.instance_dir / BODY_NAME, body.model_dump(mode="json", exclude_none=True))
     ctx.output("task_body", ctx.instance_dir / BODY_NAME)
@@ -271,11 +278,12 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
     task: CoworkTask = ctx.data
     started = time.monotonic()
     ctx.timeout_s = opts.task_timeout_sec
-    instruction = description(opts.root, task.instance_id, WORKSPACE)
+    docs = read_docs(opts.root, task.instance_id)  # once: instruction, task body, agent phase
+    instruction = description(opts.root, task.instance_id, WORKSPACE, docs)
     atomic_write_text(ctx.instance_dir / INSTRUCTION_NAME, instruction)
     ctx.output("instruction", ctx.instance_dir / INSTRUCTION_NAME)
     if ctx.dry_run:
-        write_body(ctx, task, opts, "<agent container>", 0.0)
+        write_body(ctx, task, opts, "<agent container>", 0.0, docs)
         ctx.prepared()
     recovered = recover_attempt(ctx, opts.root)
     if recovered is not None:
@@ -286,7 +294,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
     step = RunnerAgent(
         ctx,
         agent,
-        lambda name, setup_s: write_body(ctx, task, opts, name, setup_s),
+        lambda name, setup_s: write_body(ctx, task, opts, name, setup_s, docs),
         instruction,
         tuple(request.config.getoption("agent_env")),
         started,
@@ -301,6 +309,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         ident=ident,
         agent_timeout_sec=opts.task_timeout_sec,
         diagnostic=opts.diagnostic,
+        docs=docs,
     )
     details = ctx.result.details
     details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}

@@ -24,7 +24,7 @@ from benchmarks.cowork_bench import docker_ops
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun, now_iso
 from benchmarks.cowork_bench.sidecar import PgSidecar
-from benchmarks.cowork_bench.tasks import CoworkTask, task_dir
+from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs, task_dir
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json, atomic_write_text
 from harness.sandbox import Sandbox
@@ -54,6 +54,7 @@ class InstanceEnv:
     runtime_image: str  # image id of the runtime recipe
     timings: dict[str, float] = field(default_factory=dict)
     ttl_s: int = 7200  # containers expire by themselves after this (agent timeout + margin)
+    docs: TaskDocs | None = None  # the task's docs, when the caller has read them already
 
     @property
     def env(self) -> dict[str, str]:
@@ -173,11 +174,10 @@ def run_agent_phase(
 ) -> m.AgentSummary:
     """Preprocess, the agent step, copy-out; writes traj_log.json and agent_summary.json."""
     env.inst_dir.mkdir(parents=True, exist_ok=True)
-    tdir = task_dir(env.bench_root, env.task.instance_id)
     launch = launch or datetime.now(UTC)
     launch_time = launch.strftime("%Y-%m-%d %H:%M:%S")
-    task_text = (tdir / "docs" / "task.md").read_text(encoding="utf-8")
-    system_prompt = render_prompt((tdir / "docs" / "agent_system_prompt.md").read_text("utf-8"))
+    docs = env.docs or read_docs(env.bench_root, env.task.instance_id)
+    task_text, system_prompt = docs.task, render_prompt(docs.system_prompt)
     started_at, t0 = now_iso(), time.monotonic()
     status: m.BenchStatus = "failed"
     reason: str | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.cowork_bench.phases import WORKSPACE_PLACEHOLDER
-from benchmarks.cowork_bench.tasks import task_dir
+from benchmarks.cowork_bench.tasks import TaskDocs, read_docs
 from harness.agents.gateway_models import ExecutorRef, TaskCreateRequest
 
 SOURCE = "cowork-bench"
@@ -35,11 +35,13 @@ def gateway_timeout(
     return max(MIN_TIMEOUT_SEC, int(task_timeout_sec - setup_overhead_sec - margin_sec))
 
 
-def description(bench_root: Path, instance_id: str, workspace: str) -> str:
-    docs = task_dir(bench_root, instance_id) / "docs"
-    prompt = (docs / "agent_system_prompt.md").read_text(encoding="utf-8")
-    task = (docs / "task.md").read_text(encoding="utf-8")
-    return prompt.replace(WORKSPACE_PLACEHOLDER, workspace).rstrip() + "\n\n" + task.strip() + "\n"
+def description(
+    bench_root: Path, instance_id: str, workspace: str, docs: TaskDocs | None = None
+) -> str:
+    """``docs``: the task's docs when the caller has read them already."""
+    docs = docs or read_docs(bench_root, instance_id)
+    prompt = docs.system_prompt.replace(WORKSPACE_PLACEHOLDER, workspace)
+    return prompt.rstrip() + "\n\n" + docs.task.strip() + "\n"
 
 
 def docker_exec_ref(container_name: str, workspace: str) -> ExecutorRef:
@@ -63,6 +65,7 @@ def build_task_body(
     subagents: bool = False,
     max_steps: int | None = None,
     task_id: str | None = None,
+    docs: TaskDocs | None = None,
 ) -> TaskCreateRequest:
     """The request for one instance.
 
@@ -77,7 +80,7 @@ def build_task_body(
     if max_steps is not None:
         metadata["max_steps"] = max_steps
     return TaskCreateRequest(
-        description=description(bench_root, instance_id, workspace),
+        description=description(bench_root, instance_id, workspace, docs),
         task_id=task_id,
         workspace_root=workspace_root,
         workspace_mode="external",

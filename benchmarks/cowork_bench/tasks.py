@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -85,6 +86,23 @@ def load_task(root: Path, instance_id: str) -> CoworkTask:
         has_groundtruth=gt.is_dir() and any(p.name != ".gitkeep" for p in gt.iterdir()),
         prefix=instance_id.split("-", 1)[0],
         max_turns=data.get("max_turns"),
+    )
+
+
+@dataclass(frozen=True)
+class TaskDocs:
+    """A task's ``docs/agent_system_prompt.md`` (placeholder unfilled) and ``docs/task.md``;
+    read once per instance and handed to the instruction, the task body and the agent phase."""
+
+    system_prompt: str
+    task: str
+
+
+def read_docs(root: Path, instance_id: str) -> TaskDocs:
+    docs = task_dir(root, instance_id) / "docs"
+    return TaskDocs(
+        system_prompt=(docs / "agent_system_prompt.md").read_text(encoding="utf-8"),
+        task=(docs / "task.md").read_text(encoding="utf-8"),
     )
 
 
