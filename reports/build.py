@@ -20,7 +20,6 @@ from reports.metrics import headline
 from reports.run import RunData
 from reports.stats import DEFAULT_RESAMPLES
 
-PROGRAMBENCH_INFO = "programbench_info.txt"
 MAX_SUMMARY_BYTES = 512 * 1024
 
 
@@ -55,11 +54,10 @@ def provenance(run: RunData) -> Provenance:
 
 
 def summary_paths(run: RunData) -> tuple[list[str], list[str]]:
-    """Relative paths of the official summaries to show, and warnings about bad entries."""
+    """Relative paths of the official summaries the run declares
+    (``manifest.extra["official_summaries"]``), and warnings about bad entries."""
     paths: list[str] = []
     warnings: list[str] = []
-    if (run.root / PROGRAMBENCH_INFO).is_file():
-        paths.append(PROGRAMBENCH_INFO)
     declared = run.manifest.extra.get("official_summaries", [])
     if not isinstance(declared, list):
         return paths, ["manifest.extra.official_summaries is not a list of paths; ignored"]

@@ -96,7 +96,7 @@ def test_every_selected_instance_is_listed(programbench_run: Path, programbench_
 
 def test_official_summaries_are_shown(programbench_run: Path) -> None:
     manifest = read_json(programbench_run / "run_manifest.json")
-    manifest["extra"]["official_summaries"] = ["official/eval_summary.txt", "../etc/passwd.txt"]
+    manifest["extra"]["official_summaries"] += ["official/eval_summary.txt", "../etc/passwd.txt"]
     atomic_write_json(programbench_run / "run_manifest.json", manifest)
     (programbench_run / "official").mkdir()
     (programbench_run / "official" / "eval_summary.txt").write_text("Average 0.42 <b>\n")
