@@ -6,7 +6,8 @@ there), recovery of an earlier attempt's finished eval on resume, ``run_instance
 runner's agent, and the classification into the row.
 
 Every container and the network carry the run and instance labels; teardown removes them
-by those labels and lists again to prove nothing is left, also when the instance fails.
+by those labels and lists again to prove nothing is left, also when the instance fails
+(``--keep-sandboxes`` keeps the sidecar and network; the runner names the sweep command).
 
 Eval at most once per attempt. An *attempt* is one agent phase; its eval claim and receipt
 live in its instance folder. A resumed run re-runs only instances whose latest row is not
@@ -93,13 +94,16 @@ def run_instance(
     agent_timeout_sec: float = 1800,
     diagnostic: bool = False,
     docs: TaskDocs | None = None,
+    keep_sandboxes: bool = False,
 ) -> InstanceResult:
     """Sidecar (unless one is given, with its network), agent phase, eval phase, teardown.
 
     ``seed_path`` defaults to ``<bench_root>/db/init.sql.gz``. A given ``sidecar`` is reused
     and left running (the caller owns it); otherwise everything this instance created (by
-    its run and instance labels) is removed and the listing proves it. ``diagnostic`` runs
-    the residual diagnostic (audit only) while the sidecar still holds the agent's state.
+    its run and instance labels) is removed and the listing proves it, unless
+    ``keep_sandboxes`` (``--keep-sandboxes``: the sidecar and network stay for inspection
+    until ``harness sweep --run`` or their TTL). ``diagnostic`` runs the residual diagnostic
+    (audit only) while the sidecar still holds the agent's state.
     """
     inst_dir = Path(inst_dir)
     inst_dir.mkdir(parents=True, exist_ok=True)
@@ -135,7 +139,9 @@ def run_instance(
         atomic_write_json(inst_dir / m.INFRA_RECORD, record)
         result.infra = record
     finally:
-        if own:
+        if own and keep_sandboxes:
+            result.cleanup = {"kept": True}
+        elif own:
             result.cleanup = docker_ops.remove_labelled(ident.labels(task.instance_id))
     return result
 
@@ -310,6 +316,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         agent_timeout_sec=opts.task_timeout_sec,
         diagnostic=opts.diagnostic,
         docs=docs,
+        keep_sandboxes=bool(request.config.getoption("keep_sandboxes", False)),
     )
     details = ctx.result.details
     details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}

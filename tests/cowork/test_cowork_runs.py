@@ -33,6 +33,7 @@ from filelock import FileLock
 
 from benchmarks.cowork_bench import PINNED_COMMIT
 from benchmarks.cowork_bench.eval_once import evaluate_once
+from harness.sandbox.cleanup import sweep
 from harness.testing.suite import REPO_ROOT, Run, run_pytest
 
 TARGET = "benchmarks/cowork_bench"
@@ -317,6 +318,31 @@ def test_command_agent_runs_in_the_agent_container(tmp_path: Path) -> None:
     assert row["status"] == "passed" and row["details"]["agent"] == "command"
     assert "created 3 events" in (run.root / row["output_paths"]["agent_stdout"]).read_text()
     assert labelled(run.manifest["run_id"]) == []
+
+
+@pytest.mark.docker
+def test_keep_sandboxes_leaves_the_sidecar_until_harness_sweep(tmp_path: Path) -> None:
+    iid = "excel-sales-summary"
+    run = cowork(tmp_path / "keep", "--instance", iid, "--agent", "oracle", "--keep-sandboxes")
+    run_id = run.manifest["run_id"]
+    try:
+        assert run.rc == 0, run.out
+        row = run.latest[iid]
+        assert row["status"] == "passed" and row["details"]["cleanup"] == {"kept": True}
+        assert f"harness sweep --run {run_id}" in run.out
+        kept = labelled(run_id)  # the sidecar and the network (agent and eval containers go)
+        flt = {"label": [f"harness.run={run_id}", "harness.cowork.role=pg"]}
+        pg = docker.from_env().containers.list(all=True, filters=flt)
+        assert len(kept) == 2 and [c.name for c in pg] == [kept[0]], kept
+        later = cowork(tmp_path / "later", "--dry-run")  # its start-up sweep leaves it alone
+        assert later.rc == 0, later.out
+        assert labelled(run_id) == kept
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", "sweep", "--run", run_id],
+                              capture_output=True, text=True, cwd=REPO_ROOT)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert labelled(run_id) == []
+    finally:
+        sweep(run_id)  # whatever an assertion above left
 
 
 def bench_checkout(tmp: Path, seed: bytes | None = None) -> Path:
