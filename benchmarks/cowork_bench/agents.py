@@ -54,8 +54,7 @@ class ScriptAgent:
 
     def __call__(self, ctx: AgentContext) -> AgentOutcome:
         res = ctx.exec(["python3", "-c", self.script])
-        log = f"{AGENT_LOGS}/{self.name}.log"
-        ctx.exec(["python3", "-c", f"open({log!r}, 'w').write({(res.stdout + res.stderr)!r})"])
+        ctx.container.write_file(f"{AGENT_LOGS}/{self.name}.log", (res.stdout + res.stderr).encode())
         call = {"tool": "python_execute", "arguments": {"code": self.script}, "exit": res.exit_code}
         if res.exit_code != 0:
             return AgentOutcome(status="failed", reason_code="script_failed", tool_calls=[call])

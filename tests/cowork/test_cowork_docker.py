@@ -96,7 +96,8 @@ def verdict(res: object) -> tuple[bool | None, str]:
 
 
 # What the agent container holds: any answer or evaluator path anywhere under /workspace,
-# and the entries of this task's folder (to show the task tree itself was there).
+# and the entries of this task's folder (to show the task tree itself was there); then a
+# line longer than one command-line argument may be (the log must still hold it whole).
 PROBE = r"""
 import json, os
 hits = [os.path.join(d, n) for d, dirs, files in os.walk("/workspace") for n in dirs + files
@@ -104,6 +105,7 @@ hits = [os.path.join(d, n) for d, dirs, files in os.walk("/workspace") for n in 
 tasks = sorted(os.listdir("tasks/finalpool"))
 task = sorted(os.listdir("tasks/finalpool/" + tasks[0])) if tasks else []
 print(json.dumps({"tasks": tasks, "task": task, "hits": hits}))
+print("#" * 300_000)
 """
 
 
@@ -124,7 +126,9 @@ def test_file_task_oracle_passes_nop_fails(iid: str, images, run_ident) -> None:
     tdir = FIXTURE / "tasks" / "finalpool" / iid
     assert (tdir / "groundtruth_workspace").is_dir() and (tdir / "evaluation").is_dir()
     probe_log = run_ident.run_root / "cowork_bench" / f"{iid}--probe" / m.AGENT_LOG_DIR
-    seen = json.loads((probe_log / "probe.log").read_text())
+    first, long_line = (probe_log / "probe.log").read_text().splitlines()
+    seen = json.loads(first)
+    assert long_line == "#" * 300_000
     assert seen["hits"] == [] and seen["tasks"] == [iid]
     assert {"docs", "preprocess", "task_config.json"} <= set(seen["task"])
     print(f"\n{iid}: {json.dumps({k: round(v, 2) for k, v in TIMINGS[iid].items()})}")
