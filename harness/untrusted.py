@@ -1,0 +1,83 @@
+"""Reading files an agent wrote: regular files only, no link following, bounded size.
+
+Everything under an instance's exported workspace or agent folder was written by the agent
+(DESIGN.md section 8). A plain ``Path.read_text()`` follows a symlink to ``/etc/shadow``,
+blocks forever on a FIFO and reads ``/dev/zero`` until memory runs out. These helpers open
+with ``O_NOFOLLOW | O_NONBLOCK``, check the opened descriptor is a regular file, and read
+at most ``max_bytes`` (a larger file is refused, never truncated silently).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+DEFAULT_MAX_BYTES = 16 << 20
+
+
+class UntrustedFileError(OSError):
+    """An agent-written file that is not a regular file, or is larger than allowed."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path = path
+        self.why = why
+
+
+def _open(path: Path) -> int:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: the last component is a symlink
+            raise UntrustedFileError(path, "is a symbolic link (not followed)") from None
+        raise
+
+
+def read_untrusted_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """The bytes of the regular file ``path``; refuse links, special files and big files.
+
+    A symlinked *parent* directory is refused too: the real path must equal the path asked
+    for (after resolving the caller's own, trusted, prefix is the caller's business).
+    """
+    path = Path(path)
+    fd = _open(path)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedFileError(path, "is not a regular file")
+        if st.st_size > max_bytes:
+            raise UntrustedFileError(path, f"is {st.st_size} bytes, over the {max_bytes} cap")
+        chunks: list[bytes] = []
+        left = max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:
+            raise UntrustedFileError(path, f"grew past the {max_bytes} byte cap while read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def read_untrusted_text(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+    return read_untrusted_bytes(path, max_bytes).decode("utf-8", errors="replace")
+
+
+def iter_untrusted_lines(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[str]:
+    """Lines of an agent-written text file (JSONL logs), under the same checks."""
+    yield from read_untrusted_text(path, max_bytes).splitlines()
+
+
+def is_regular_file(path: Path) -> bool:
+    """True for a regular file that is not a symlink (``lstat``, never follows)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
