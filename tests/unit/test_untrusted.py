@@ -1,15 +1,35 @@
-import os, pytest
-from pathlib import Path
-from harness.untrusted import read_untrusted_bytes, UntrustedFileError, is_regular_file
+"""Agent-written files are read only as bounded regular files, never through links."""
 
-def test_reads(tmp_path: Path):
-    p = tmp_path / "a"; p.write_bytes(b"x" * 10)
-    assert read_untrusted_bytes(p) == b"x" * 10
-    with pytest.raises(UntrustedFileError): read_untrusted_bytes(p, 9)
-    l = tmp_path / "l"; l.symlink_to("/etc/passwd")
-    with pytest.raises(UntrustedFileError): read_untrusted_bytes(l)
-    f = tmp_path / "f"; os.mkfifo(f)
-    with pytest.raises(UntrustedFileError): read_untrusted_bytes(f)
-    z = tmp_path / "z"; z.symlink_to("/dev/zero")
-    with pytest.raises(UntrustedFileError): read_untrusted_bytes(z)
-    assert is_regular_file(p) and not is_regular_file(l) and not is_regular_file(f)
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.untrusted import UntrustedFileError, is_regular_file, read_untrusted_bytes
+
+
+def test_regular_file_is_read_within_its_cap(tmp_path: Path) -> None:
+    target = tmp_path / "a"
+    target.write_bytes(b"x" * 10)
+    assert read_untrusted_bytes(target) == b"x" * 10
+    with pytest.raises(UntrustedFileError, match="over the 9 byte cap"):
+        read_untrusted_bytes(target, 9)
+    assert is_regular_file(target)
+
+
+@pytest.mark.parametrize("kind", ["link_to_etc", "link_to_dev_zero", "fifo", "directory"])
+def test_links_and_special_files_are_refused(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / kind
+    if kind == "link_to_etc":
+        path.symlink_to("/etc/passwd")
+    elif kind == "link_to_dev_zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)  # a blocking open would hang here forever
+    else:
+        path.mkdir()
+    with pytest.raises(OSError):
+        read_untrusted_bytes(path)
+    assert not is_regular_file(path)
