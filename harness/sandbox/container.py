@@ -74,6 +74,9 @@ class Sandbox:
         self.name = name
         self.spec = spec
         self.protected: set[str] = set()
+        # sha256 hex -> size in bytes of every protected artifact, hashed inside the sandbox
+        # as root: copy-out drops any file with these bytes, whatever its name or place.
+        self.protected_hashes: dict[str, int] = {}
         self.removed = False
 
     # -- lifecycle ---------------------------------------------------------------
