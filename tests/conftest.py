@@ -14,6 +14,32 @@ from __future__ import annotations
 
 import pytest
 
+NO_DOCKER = "unix:///nonexistent/harness-test-not-marked-docker.sock"
+# Fixtures that reach the Docker engine: a test using one is a Docker test by construction.
+DOCKER_FIXTURES = frozenset(
+    {"sandbox_client", "sandbox_base_image", "sandbox_image", "sandbox_factory", "sandbox",
+     "docker_client", "base_image", "pb_fixture", "own_run"}
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if DOCKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.docker)
+
+
+@pytest.fixture(autouse=True)
+def _docker_only_for_docker_tests(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test without the ``docker`` marker cannot reach the engine: DOCKER_HOST points nowhere.
+
+    This is what keeps ``pytest tests -m "not docker"`` honest on a machine without Docker:
+    a test that needs the engine but forgot its marker fails here too, loudly.
+    """
+    if request.node.get_closest_marker("docker") is None:
+        monkeypatch.setenv("DOCKER_HOST", NO_DOCKER)
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config

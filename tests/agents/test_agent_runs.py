@@ -11,9 +11,12 @@ import secrets
 import threading
 from pathlib import Path
 
+import pytest
 from agents_support import start_server
 
 from harness.testing.suite import Suite
+
+pytestmark = pytest.mark.docker
 
 TASK = [{"id": "answer", "work": "agent", "answer": "42", "cost": 0.5}]
 

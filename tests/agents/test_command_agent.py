@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.agents import AgentRequest
 from harness.agents.command import CommandAgent, CommandAgentConfig
+
+pytestmark = pytest.mark.docker
 
 INSTRUCTION = "Write the answer to answer.txt.\nLine two: ünïcode.\n"
 

@@ -16,11 +16,14 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from agents_support import FAST, task_body
 
 from harness.agents import AgentOutcome, AgentRequest
 from harness.agents.command import CommandAgent, CommandAgentConfig
 from harness.agents.gateway_agent import GatewayAgent
+
+pytestmark = pytest.mark.docker
 
 KEY_NAME = "HARNESS_FAKE_API_KEY"
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from agents_support import FAST
 
 from harness.agents import AgentRequest
 from harness.agents.gateway import GatewayClient
 from harness.agents.gateway_agent import GatewayAgent
+
+pytestmark = pytest.mark.docker
 
 
 def _docker_body(container: str, plan: dict) -> dict:

@@ -120,6 +120,7 @@ def test_failing_campaign_save_stops_the_run(tmp_path: Path) -> None:
     assert monitor["stop_reason"] == "campaign_persistence_failed"
 
 
+@pytest.mark.docker
 def test_sigkilled_run_keeps_custody_until_reconciled(tmp_path: Path) -> None:
     campaign = tmp_path / "c.json"
     (tmp_path / "s").mkdir()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import docker
+import pytest
 
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.fixture import ensure_fixture
@@ -44,6 +44,7 @@ def no_containers(run_id: str) -> None:
     assert left == [], [c.name for c in left]
 
 
+@pytest.mark.docker
 def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
     oracle = run_pytest(TARGET, tmp_path / "oracle", "-k", "calculator", "--agent", "oracle")
     assert oracle.rc == 0, oracle.out
@@ -64,6 +65,7 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
     assert "1 failed" in nop.out
 
 
+@pytest.mark.docker
 def test_batch_eval_scores_at_session_end(tmp_path: Path) -> None:
     run = run_pytest(TARGET, tmp_path / "batch", "-k", "calculator", "--agent", "oracle",
                      "--eval", "batch")
@@ -76,6 +78,7 @@ def test_batch_eval_scores_at_session_end(tmp_path: Path) -> None:
     assert run.manifest["mean_score"] == 1.0
 
 
+@pytest.mark.docker
 def test_gateway_replays_the_oracle_through_the_reference_server(tmp_path: Path) -> None:
     files = ensure_fixture().oracle_contents()
     steps = [{"write": {"path": rel, "content": data.decode(),
@@ -104,9 +107,9 @@ def test_gateway_replays_the_oracle_through_the_reference_server(tmp_path: Path)
 
 
 def test_dry_run_writes_200_task_bodies_without_containers(tmp_path: Path) -> None:
-    t0 = time.monotonic()
+    # Not a docker test: DOCKER_HOST points nowhere (tests/conftest.py), so the dry run
+    # proves it needs no engine at all, and no container can have been created.
     run = run_pytest(TARGET, tmp_path / "dry", "--dry-run", "-n", "2")
-    elapsed = time.monotonic() - t0
     assert run.rc == 0, run.out
     assert run.manifest["outcome"] == "dry_run" and run.manifest["selection"]["count"] == 200
     bodies = list((run.root / "programbench").glob("*/programbench_task_body.json"))
@@ -118,12 +121,11 @@ def test_dry_run_writes_200_task_bodies_without_containers(tmp_path: Path) -> No
     order = json.loads((run.root / "instance_order.json").read_text())
     assert order["count"] == 201  # the fixture is known, and left out of an unselected run
     assert (run.root / "run_manifest.json").is_file()
-    no_containers(run.manifest["run_id"])
     assert run.latest and all(r["reason_code"] == "dry_run" for r in run.latest.values())
     assert not [r for r in run.latest.values() if "container" in r["details"]]
-    assert elapsed < 60, f"dry run took {elapsed:.1f}s"
 
 
+@pytest.mark.docker
 def test_missing_image_is_infra_not_a_score(tmp_path: Path) -> None:
     run = run_pytest(TARGET, tmp_path / "missing", "--instance", "abishekvashok__cmatrix.5c082c6",
                      "--agent", "nop")

@@ -46,16 +46,13 @@ def test_instance_fields_and_image_names() -> None:
     assert programbench_version() == "1.2.5"
 
 
-def test_loading_is_fast_in_a_fresh_process() -> None:
+def test_loading_in_a_fresh_process_finds_every_task() -> None:
     code = (
-        "import time; t = time.perf_counter();"
         "from benchmarks.programbench.tasks import load_instances;"
-        "n = len(load_instances()); print(n, time.perf_counter() - t)"
+        "print(len(load_instances()))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    count, seconds = out.stdout.split()
-    assert int(count) == 201
-    assert float(seconds) < 1.0
+    assert int(out.stdout) == 201  # the time it takes is measured in tests/perf
 
 
 def test_filter_is_an_anchored_regex_and_excludes_the_fixture_by_default() -> None:
