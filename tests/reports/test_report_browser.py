@@ -1,11 +1,13 @@
 """The HTML report of a real run, opened in headless Chromium (Debian's ``chromium``).
 
-The screenshot is saved to ``tests/artifacts/reports/report.png`` (git-ignored) and its
-path printed, so a failing CI run leaves something to look at.
+The screenshot is saved to ``$HARNESS_TEST_ARTIFACTS/reports/report.png`` (default: the
+session's pytest temporary folder, never the source tree) and its path printed, so a failing
+CI run leaves something to look at.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,11 @@ from harness.fsutil import read_json
 from reports.write import write_report
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "reports"
+
+
+def artifacts_dir(factory: pytest.TempPathFactory) -> Path:
+    root = os.environ.get("HARNESS_TEST_ARTIFACTS")
+    return (Path(root) if root else factory.getbasetemp()) / "reports"
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +45,10 @@ def visible_column(page: Any, index: int) -> list[str]:
     )
 
 
-def test_report_in_a_browser(real_run_root: Path, browser: Any) -> None:
+def test_report_in_a_browser(
+    real_run_root: Path, browser: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    artifacts = artifacts_dir(tmp_path_factory)
     html = real_run_root / "report" / "report.html"
     assert html.is_file(), "the runner writes the report at session end"
     paths = write_report(real_run_root, real_run_root / "report-again")
@@ -97,10 +106,10 @@ def test_report_in_a_browser(real_run_root: Path, browser: Any) -> None:
     assert href is not None
     assert (paths.output_dir / href).resolve().is_file()
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shot = ARTIFACTS / "report.png"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shot = artifacts / "report.png"
     page.screenshot(path=str(shot), full_page=True)
-    shutil.copy(paths.html, ARTIFACTS / "report.html")
+    shutil.copy(paths.html, artifacts / "report.html")
     print(f"report screenshot: {shot}")
 
     assert problems == []
