@@ -103,8 +103,9 @@ def _resolve(
             if hops[0] > MAX_LINK_HOPS:
                 return "too many levels of links", []
             why, cur = _resolve(root, cur, os.readlink(root.joinpath(*candidate)), hops)
-            if why is not None:
-                return f"through {'/'.join(candidate)}: {why}", []
+            if why is not None:  # name the first link of the chain only
+                prefix = "" if why.startswith("through ") else f"through {'/'.join(candidate)}: "
+                return prefix + why, []
             continue
         cur = candidate
     return None, cur
@@ -133,23 +134,23 @@ def sanitise_workspace(root: Path) -> WorkspaceSanitised:
     root = Path(root)
     if not root.is_dir() or root.is_symlink():
         return record
-    for rel, st in _walk(root):
+    for rel, st in _walk(root):  # decide on the whole tree first, then remove
         mode = st.st_mode
         if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
             continue
         if stat.S_ISLNK(mode):
-            target = os.readlink(root / rel)
             why = link_escape(root, rel)
             if why is None:
                 record.kept_links += 1
-                continue
-            os.unlink(root / rel)
-            record.removed.append(RemovedEntry(path=rel, kind="symlink", target=target, why=why))
+            else:
+                record.removed.append(RemovedEntry(
+                    path=rel, kind="symlink", target=os.readlink(root / rel), why=why))  # fmt: skip
             continue
-        os.unlink(root / rel)
         record.removed.append(
             RemovedEntry(path=rel, kind=_special_kind(mode), why="special file, not copied")
         )
+    for entry in record.removed:
+        os.unlink(root / entry.path)
     return record
 
 
