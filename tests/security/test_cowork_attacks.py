@@ -31,7 +31,7 @@ from harness.testing.suite import REPO_ROOT, Run, run_pytest
 from harness.untrusted import read_untrusted_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
-from agents_support import start_server  # noqa: E402
+from agents_support import start_server
 
 pytestmark = pytest.mark.docker
 
