@@ -56,7 +56,8 @@ def test_links_leaving_the_workspace_and_fifos_are_removed_inside_links_kept(
     assert removed["Sales_Summary.xlsx"].target == f"{GT}/Sales_Summary.xlsx"
     assert removed["Sales_Summary.xlsx"].why == "absolute target"
     assert "climbs out" in removed["gt"].why and "through gt:" in removed["sub/chain.xlsx"].why
-    assert removed["pipe"].kind == "fifo" and removed["loop_a"].why.endswith("too many levels of links")
+    assert removed["pipe"].kind == "fifo"
+    assert removed["loop_a"].why.endswith("too many levels of links")
     left = sorted(str(p.relative_to(ws)) for p in ws.rglob("*"))
     assert left == ["alias.txt", "mine.txt", "sub", "sub/up.txt", "subdir_link",
                     "via_dir_link.txt"]  # fmt: skip
