@@ -139,6 +139,14 @@ def test_gateway_agent_cheats_and_attacks_and_gets_nothing(tmp_path: Path) -> No
     }  # fmt: skip
 
 
+CGROUP_LIMITS = r"""
+c=/sys/fs/cgroup
+if [ -f $c/cpu.max ]; then read q p < $c/cpu.max; echo "cpu=$q/$p pids=$(cat $c/pids.max)"
+else echo "cpu=$(cat $c/cpu/cpu.cfs_quota_us)/$(cat $c/cpu/cpu.cfs_period_us)" \
+  "pids=$(cat $c/pids/pids.max)"; fi
+"""
+
+
 def test_command_agent_relative_groundtruth_link_fails_and_runs_unprivileged(
     tmp_path: Path,
 ) -> None:
@@ -146,9 +154,10 @@ def test_command_agent_relative_groundtruth_link_fails_and_runs_unprivileged(
         f"ln -s ../../tasks/finalpool/{IID}/groundtruth_workspace/Sales_Summary.xlsx "
         "Sales_Summary.xlsx && mkfifo /workspace/dumps/agent/tools.jsonl && "
         "ln -s /dev/zero /workspace/dumps/agent/events.jsonl && "
-        "echo uid=$(id -u) && grep -E '^(CapEff|NoNewPrivs):' /proc/self/status"
+        "echo uid=$(id -u) && grep -E '^(CapEff|NoNewPrivs):' /proc/self/status && " + CGROUP_LIMITS
     )
-    run = cowork(tmp_path / "cmd", "--agent", "command", "--agent-command", command)
+    run = cowork(tmp_path / "cmd", "--agent", "command", "--agent-command", command,
+                 "--cowork-cpus", "0.5", "--cowork-pids", "300")  # fmt: skip
     assert run.rc == 0, run.out
     row = run.latest[IID]
     assert (row["status"], row["reason_code"]) == ("failed", "verifier_failed")
@@ -157,4 +166,8 @@ def test_command_agent_relative_groundtruth_link_fails_and_runs_unprivileged(
     stdout = (run.root / row["output_paths"]["agent_stdout"]).read_text()
     assert "uid=1000" in stdout and "CapEff:\t0000000000000000" in stdout
     assert "NoNewPrivs:\t1" in stdout
+    assert "cpu=50000/100000 pids=300" in stdout  # the options reach the agent container
     assert "agent/events.jsonl" in {r["file"] for r in row["details"]["agent_logs_refused"]}
+    assert run.manifest["extra"]["cowork"]["applied_config"]["container_limits"] == {
+        "cpus": 0.5, "memory": "2g", "pids": 300
+    }  # fmt: skip
