@@ -9,6 +9,7 @@ at most ``max_bytes`` (a larger file is refused, never truncated silently).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from collections.abc import Iterator
@@ -81,3 +82,32 @@ def is_regular_file(path: Path) -> bool:
         return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+def hash_untrusted_file(path: Path, max_bytes: int | None = None) -> tuple[str, int]:
+    """``(sha256 hex, size)`` of the regular file ``path``, streamed (never whole in memory).
+
+    Same refusals as :func:`read_untrusted_bytes` (links, special files); ``max_bytes``
+    (None: no cap, the caller bounded the tree already) refuses a larger file.
+    """
+
+    path = Path(path)
+    fd = _open(path)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedFileError(path, "is not a regular file")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise UntrustedFileError(path, f"is {st.st_size} bytes, over the {max_bytes} cap")
+        digest, size = hashlib.sha256(), 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            size += len(chunk)
+            if max_bytes is not None and size > max_bytes:
+                raise UntrustedFileError(path, f"grew past the {max_bytes} byte cap while read")
+            digest.update(chunk)
+        return digest.hexdigest(), size
+    finally:
+        os.close(fd)

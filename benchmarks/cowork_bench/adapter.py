@@ -1,8 +1,9 @@
 """Cowork Bench as a runner benchmark: its options, its adapter and its admission record.
 
 Options (``pytest benchmarks/cowork_bench --help``): ``--cowork-root`` (required), the
-expected commit, the provenance waivers, the residual diagnostic, the task timeout and the
-step cap. Instances are the checkout's ``tasks/finalpool/*`` with two attribute markers,
+expected commit, the provenance waivers, the residual diagnostic, the task timeout, the
+step cap and the per-container limits (``--cowork-cpus`` 1, ``--cowork-memory`` 2g,
+``--cowork-pids`` 1024, applied to the agent, eval and database containers alike). Instances are the checkout's ``tasks/finalpool/*`` with two attribute markers,
 ``server`` (every MCP server of the task) and ``prefix`` (the legacy name prefix)::
 
     pytest benchmarks/cowork_bench --cowork-root ~/cowork_bench -m "server('emails')"
@@ -15,6 +16,7 @@ refusal is on disk.
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,12 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.cowork_bench import BENCHMARK, PINNED_COMMIT
+from benchmarks.cowork_bench.docker_ops import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY,
+    DEFAULT_PIDS,
+    Limits,
+)
 from benchmarks.cowork_bench.tasks import (
     FINALPOOL,
     BenchProvenance,
@@ -99,6 +107,24 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="N",
         help="agent step cap handed to the agent (default 100, upstream)",
     )
+    group.addoption(
+        "--cowork-cpus",
+        default=str(DEFAULT_CPUS),
+        metavar="N",
+        help=f"CPUs of each Cowork container: agent, eval, database (default {DEFAULT_CPUS:g})",
+    )
+    group.addoption(
+        "--cowork-memory",
+        default=DEFAULT_MEMORY,
+        metavar="SIZE",
+        help=f"memory of each Cowork container, no swap (default {DEFAULT_MEMORY})",
+    )
+    group.addoption(
+        "--cowork-pids",
+        default=str(DEFAULT_PIDS),
+        metavar="N",
+        help=f"process limit of each Cowork container (default {DEFAULT_PIDS})",
+    )
 
 
 def _bad(flag: str, value: Any, fix: str) -> RefusalError:
@@ -117,6 +143,13 @@ class CoworkOptions(BaseModel):
     diagnostic: bool
     task_timeout_sec: float = Field(gt=0)
     max_steps: int = Field(gt=0)
+    cpus: float = Field(default=DEFAULT_CPUS, gt=0)
+    memory: str = DEFAULT_MEMORY
+    pids: int = Field(default=DEFAULT_PIDS, gt=0)
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(cpus=self.cpus, memory=self.memory, pids=self.pids)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> CoworkOptions:
@@ -158,6 +191,21 @@ class CoworkOptions(BaseModel):
                 opt("cowork_max_steps"),
                 "is not a positive integer; pass e.g. 100",
             )
+        try:
+            cpus = float(opt("cowork_cpus"))
+        except ValueError:
+            cpus = -1.0
+        if not cpus > 0:
+            raise _bad("--cowork-cpus", opt("cowork_cpus"), "is not a positive number; pass e.g. 1")
+        memory = str(opt("cowork_memory")).strip().lower()
+        if not re.fullmatch(r"[1-9][0-9]*[kmg]?", memory):
+            raise _bad("--cowork-memory", opt("cowork_memory"), "is not a size; pass e.g. 2g")
+        try:
+            pids = int(opt("cowork_pids"))
+        except ValueError:
+            pids = -1
+        if pids <= 0:
+            raise _bad("--cowork-pids", opt("cowork_pids"), "is not a positive integer; pass 1024")
         return cls(
             root=root,
             commit=str(opt("cowork_commit")),
@@ -166,6 +214,9 @@ class CoworkOptions(BaseModel):
             diagnostic=bool(opt("diagnostic_eval_on_truncation")),
             task_timeout_sec=timeout,
             max_steps=steps,
+            cpus=cpus,
+            memory=memory,
+            pids=pids,
         )
 
     def applied_config(self) -> dict[str, Any]:
@@ -175,6 +226,7 @@ class CoworkOptions(BaseModel):
             "max_steps": self.max_steps,
             "diagnostic_eval_on_truncation": self.diagnostic,
             "expected_commit": self.commit,
+            "container_limits": {"cpus": self.cpus, "memory": self.memory, "pids": self.pids},
         }
 
 

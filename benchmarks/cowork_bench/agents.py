@@ -21,6 +21,7 @@ from harness.agents.base import Agent, AgentRequest
 from harness.agents.base import AgentOutcome as RunnerOutcome
 from harness.agents.gateway_models import TaskCreateRequest
 from harness.agents.plugin import run_agent
+from harness.fsutil import atomic_write_text
 from harness.runtime import InstanceContext
 from harness.sandbox import Sandbox
 
@@ -35,8 +36,8 @@ def oracle_agent(ctx: AgentContext) -> AgentOutcome:
     gt = task_dir(ctx.env.bench_root, ctx.env.task.instance_id) / "groundtruth_workspace"
     files = [p for p in sorted(gt.iterdir()) if p.name != ".gitkeep"] if gt.is_dir() else []
     if files:
-        docker_ops.put_archive(ctx.container, WORKSPACE,
-                               docker_ops.tar_tree([(p, p.name) for p in files]))  # fmt: skip
+        data = docker_ops.tar_tree([(p, p.name) for p in files], owner=docker_ops.AGENT_IDS)
+        docker_ops.put_archive(ctx.container, WORKSPACE, data)
     return AgentOutcome(status="success", reason_code="oracle")
 
 
@@ -65,7 +66,11 @@ class ScriptAgent:
 
 
 class AgentBox:
-    """The agent container as the runner's agents see it (``exec`` in the workspace)."""
+    """The agent container as the runner's agents see it (``exec`` in the workspace).
+
+    Every command runs as the unprivileged ``agent`` user, whatever user the agent asks
+    for (a ``--agent-user root`` gets ``agent`` too): the agent never acts as root here.
+    """
 
     def __init__(self, container: Sandbox) -> None:
         self.container = container
@@ -82,7 +87,7 @@ class AgentBox:
         stdin: bytes | None = None,
     ) -> Any:
         return self.container.exec(
-            cmd, user=user or "root", timeout=timeout, stdin=stdin, workdir=WORKSPACE
+            cmd, user=docker_ops.AGENT, timeout=timeout, stdin=stdin, workdir=WORKSPACE
         )
 
 
@@ -144,10 +149,8 @@ class RunnerAgent:
         )
         outcome = run_agent(self.ctx, self.agent, request)
         usage = usage_record(outcome)
-        if usage:
-            logdir = self.ctx.instance_dir / m.AGENT_LOG_DIR
-            logdir.mkdir(parents=True, exist_ok=True)
-            (logdir / "runtime_usage.jsonl").write_text(json.dumps(usage) + "\n")
+        if usage:  # beside, never inside, the folders the agent's export lands in
+            atomic_write_text(self.ctx.instance_dir / m.RUNTIME_USAGE, json.dumps(usage) + "\n")
         if outcome.truncated:  # also a "completed" best-effort stop: upstream's max_turns
             return AgentOutcome(
                 status="max_turns_reached", reason_code=outcome.reason_code or "deadline_local"

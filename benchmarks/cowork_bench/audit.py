@@ -31,7 +31,9 @@ from pydantic import BaseModel, Field
 from benchmarks.cowork_bench import BENCHMARK
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.classify import (
+    agent_log_paths,
     classify_instance,
+    read_agent_log,
     receipt_state,
     tokens_of,
     usage_records,
@@ -80,7 +82,11 @@ LIMITATIONS = [
 class Finding(BaseModel):
     source: str
     line: int
-    reason: Literal["answer_source_or_evaluator_reference", "possible_direct_postgres_access"]
+    reason: Literal[
+        "answer_source_or_evaluator_reference",
+        "possible_direct_postgres_access",
+        "agent_log_refused",
+    ]
 
 
 class Activity(BaseModel):
@@ -171,18 +177,17 @@ def latest_rows(run_root: Path) -> dict[str, TaskRow]:
     return {row.instance_id: row for row in latest if row.benchmark == BENCHMARK}
 
 
-def _tool_texts(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, text) of each tool call (JSON logs) or log line (plain logs)."""
+def _tool_texts(path: Path, text: str) -> Iterator[tuple[int, str]]:
+    """(line, text) of each tool call (JSON logs) or log line (plain logs) of ``text``."""
     if path.suffix == ".json":
         try:
-            data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+            data = json.loads(text)
         except json.JSONDecodeError:
             return
         calls = data.get("tool_calls", []) if isinstance(data, dict) else []
         for i, call in enumerate(calls, start=1):
             yield i, json.dumps(call, ensure_ascii=False)
         return
-    text = path.read_text(encoding="utf-8", errors="replace")
     for lineno, line in enumerate(text.splitlines(), start=1):
         if path.suffix == ".jsonl":
             try:
@@ -195,17 +200,23 @@ def _tool_texts(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def scan(inst_dir: Path) -> tuple[list[Finding], int]:
-    logdir = inst_dir / m.AGENT_LOG_DIR
+    """Findings in ``traj.json`` and the agent's logs (untrusted, bounded reads: a refused
+    log is an ``agent_log_refused`` finding, never a hang or an unbounded read)."""
     paths = [inst_dir / m.TRAJ] if (inst_dir / m.TRAJ).exists() else []
-    if logdir.is_dir():
-        paths += sorted(
-            p for p in logdir.iterdir() if p.suffix in (".jsonl", ".log") or p.name == m.TRAJ
-        )
+    paths += [
+        p
+        for p in agent_log_paths(inst_dir)
+        if (p.suffix in (".jsonl", ".log") or p.name == m.TRAJ) and p.name != m.RUNTIME_USAGE
+    ]
     findings: list[Finding] = []
     calls = 0
     for path in paths:
         source = path.relative_to(inst_dir).as_posix()
-        for line, text in _tool_texts(path):
+        body = read_agent_log(path)
+        if body is None:
+            findings.append(Finding(source=source, line=0, reason="agent_log_refused"))
+            continue
+        for line, text in _tool_texts(path, body):
             calls += path.suffix == ".json"
             if ANSWER_RE.search(text):
                 findings.append(

@@ -12,21 +12,30 @@ Order of the rules (reference §4 step 13, adapted to our files):
    ``failed`` (``verifier_failed``); anything else → ``infra_failed``
    (``official_eval_not_run`` or ``missing_eval_result``).
 
-``paid_activity`` is ``observed`` only when an agent log has an ``llm_usage`` record with
-tokens; otherwise ``unknown`` (absence of records proves nothing).
+``paid_activity`` is ``observed`` only when the harness's ``runtime_usage.jsonl`` or an agent
+log has an ``llm_usage`` record with tokens; otherwise ``unknown`` (absence of records proves
+nothing). Agent logs are untrusted: read through :mod:`harness.untrusted` (regular files
+only, no link following, at most ``AGENT_LOG_MAX_BYTES``); a refused one (a link, a FIFO, a
+device, too large, or named like a harness file) is listed in ``agent_logs_refused``.
+``workspace_sanitised.json`` (links and special files removed from the workspace) is
+repeated in the details as ``workspace_removed``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from benchmarks.cowork_bench import models as m
+from benchmarks.cowork_bench.workspace import SANITISED_NAME, WorkspaceSanitised
 from harness.models import Outcome
+from harness.untrusted import UntrustedFileError, read_untrusted_text
 
 Status = Literal["passed", "failed", "agent_failed", "infra_failed", "not_attempted"]
 ReceiptState = Literal[
@@ -174,24 +183,78 @@ def receipt_state(inst_dir: Path) -> ReceiptView:
     )
 
 
-def usage_records(inst_dir: Path) -> UsageRecords:
-    """``llm_usage`` records in the agent's JSONL logs: (file, line, record)."""
-    out: UsageRecords = []
-    logdir = inst_dir / m.AGENT_LOG_DIR
-    if not logdir.is_dir():
-        return out
-    for path in sorted(logdir.glob("*.jsonl")):
+def agent_log_paths(inst_dir: Path) -> list[Path]:
+    """The entries of ``<instance>/agent/`` (none if it is not a real directory), sorted."""
+    logdir = Path(inst_dir) / m.AGENT_LOG_DIR
+    try:
+        if not stat.S_ISDIR(os.lstat(logdir).st_mode):
+            return []
+        return sorted(logdir / name for name in os.listdir(logdir))
+    except OSError:
+        return []
+
+
+def read_agent_log(path: Path) -> str | None:
+    """An agent log's text, or None when it is refused (see :func:`refused_agent_logs`)."""
+    if path.name == m.RUNTIME_USAGE:
+        return None
+    try:
+        return read_untrusted_text(path, m.AGENT_LOG_MAX_BYTES)
+    except OSError:  # UntrustedFileError: a link, a special file, too large
+        return None
+
+
+def refused_agent_logs(inst_dir: Path) -> list[dict[str, str]]:
+    """Agent log entries the host does not read, and why (``lstat`` only, never opened)."""
+    out: list[dict[str, str]] = []
+    for path in agent_log_paths(inst_dir):
+        rel = f"{m.AGENT_LOG_DIR}/{path.name}"
         try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
+            st = os.lstat(path)
+        except OSError as exc:
+            out.append({"file": rel, "why": f"unreadable: {exc.strerror}"})
             continue
-        for lineno, line in enumerate(lines, start=1):
+        if stat.S_ISDIR(st.st_mode):
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            out.append({"file": rel, "why": f"symbolic link to {os.readlink(path)!r}"[:300]})
+        elif not stat.S_ISREG(st.st_mode):
+            out.append({"file": rel, "why": "not a regular file"})
+        elif st.st_size > m.AGENT_LOG_MAX_BYTES:
+            out.append({"file": rel, "why": f"{st.st_size} bytes, over the "
+                                            f"{m.AGENT_LOG_MAX_BYTES} byte cap"})  # fmt: skip
+        elif path.name == m.RUNTIME_USAGE:
+            out.append({"file": rel, "why": "named like the harness's record: ignored"})
+    return out
+
+
+def _harness_usage_text(inst_dir: Path) -> str | None:
+    try:  # the harness wrote it; read bounded all the same
+        return read_untrusted_text(Path(inst_dir) / m.RUNTIME_USAGE, m.AGENT_LOG_MAX_BYTES)
+    except (UntrustedFileError, FileNotFoundError):
+        return None
+
+
+def usage_records(inst_dir: Path) -> UsageRecords:
+    """``llm_usage`` records: the harness's ``runtime_usage.jsonl``, then the agent's JSONL
+    logs (untrusted, bounded): (file, line, record)."""
+    out: UsageRecords = []
+    sources: list[tuple[str, str | None]] = [(m.RUNTIME_USAGE, _harness_usage_text(inst_dir))]
+    sources += [
+        (f"{m.AGENT_LOG_DIR}/{p.name}", read_agent_log(p))
+        for p in agent_log_paths(inst_dir)
+        if p.suffix == ".jsonl"
+    ]
+    for name, text in sources:
+        if text is None:
+            continue
+        for lineno, line in enumerate(text.splitlines(), start=1):
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue
             if isinstance(rec, dict) and (rec.get("type") or rec.get("kind")) == "llm_usage":
-                out.append((path.name, lineno, rec))
+                out.append((name, lineno, rec))
     return out
 
 
@@ -227,8 +290,14 @@ def classify_instance(
     when the caller (the audit) has computed them already."""
     inst_dir = Path(inst_dir)
     details: dict[str, Any] = {"paid_activity": paid_activity(inst_dir, usage)}
-    evidence = [name for name in START_EVIDENCE if (inst_dir / name).exists()]
+    evidence = [name for name in START_EVIDENCE if os.path.lexists(inst_dir / name)]
     details["start_evidence"] = evidence
+    refused = refused_agent_logs(inst_dir)
+    if refused:
+        details["agent_logs_refused"] = refused
+    sanitised, _ = _load(inst_dir / SANITISED_NAME, WorkspaceSanitised)
+    if isinstance(sanitised, WorkspaceSanitised) and sanitised.removed:
+        details["workspace_removed"] = [r.model_dump() for r in sanitised.removed]
     infra, err = _load(inst_dir / m.INFRA_RECORD, m.InfraRecord)
     if isinstance(infra, m.InfraRecord):
         details["infra"] = infra.model_dump(by_alias=True)

@@ -6,6 +6,13 @@ Everything created here is a ``harness.sandbox`` resource: labelled with the run
 <ttl>`` under Docker's init and expire by themselves. Teardown removes by the exact run and
 instance labels and lists again to prove nothing is left. A caller holds the run's lock
 (``harness.sandbox.run_lock``) while it runs, so ``sweep_stale`` leaves it alone.
+
+Every container drops all capabilities, sets ``no-new-privileges`` and has CPU, memory and
+process limits (:class:`Limits`; options ``--cowork-cpus``, ``--cowork-memory``,
+``--cowork-pids``). The agent container's own user is the unprivileged ``agent`` (so a
+``docker exec`` without ``-u``, e.g. a gateway's process tools, is not root); the harness's
+set-up steps that need another owner go through the daemon (``put_archive`` with owners in
+the tar headers), never through a capability inside the container.
 """
 
 from __future__ import annotations
@@ -17,16 +24,32 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from docker.errors import APIError, NotFound
 
 from harness.errors import InfraError
 from harness.sandbox import Sandbox, SandboxSpec, create_internal_network, get_client
 from harness.sandbox import labels as L
+from harness.sandbox.images import AGENT_UID, AGENT_USER
 
 ROLE_LABEL = "harness.cowork.role"
 INSTANCE_LABEL = L.INSTANCE
+AGENT = AGENT_USER  # the unprivileged user of the runtime image (uid AGENT_UID)
+AGENT_IDS = (AGENT_UID, AGENT_UID)
+
+DEFAULT_CPUS = 1.0  # per container (capped at the host's CPU count)
+DEFAULT_MEMORY = "2g"  # per container, swap disabled
+DEFAULT_PIDS = 1024  # per container
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of every Cowork container (agent, eval, sidecar)."""
+
+    cpus: float = DEFAULT_CPUS
+    memory: str = DEFAULT_MEMORY
+    pids: int = DEFAULT_PIDS
 
 
 @dataclass(frozen=True)
@@ -64,8 +87,12 @@ def start(
     role: str,
     env: Mapping[str, str] | None = None,
     ttl_s: int = 7200,
-    memory: str = "2g",
+    limits: Limits | None = None,
+    user: str = "0",
 ) -> Sandbox:
+    """A container with no capabilities, ``no-new-privileges`` and ``limits``; ``user`` is
+    its own user (``docker exec`` without ``-u``)."""
+    limits = limits or Limits()
     spec = SandboxSpec(
         image=image,
         run_id=ident.run_id,
@@ -74,8 +101,13 @@ def start(
         worker=ident.worker,
         ttl_s=ttl_s,
         network=network,
-        cpus=None,
-        memory=memory,
+        cpus=limits.cpus,
+        memory=limits.memory,
+        pids_limit=limits.pids,
+        cap_drop=("ALL",),
+        no_new_privileges=True,
+        user="root" if user == "0" else user,
+        container_user=user,
         workdir="/",
         env=dict(env or {}),
         labels={ROLE_LABEL: role},
@@ -90,8 +122,13 @@ def exec_in(
     env: Mapping[str, str] | None = None,
     workdir: str | None = None,
     timeout_sec: float | None = None,
+    user: str = "root",
+    stdin: bytes | None = None,
 ) -> ExecResult:
-    res = sandbox.exec(cmd, user="root", timeout=timeout_sec, env=env, workdir=workdir or "/")
+    """Run ``cmd`` as ``user`` (root has no capabilities here); secrets go in ``stdin``."""
+    res = sandbox.exec(
+        cmd, user=user, timeout=timeout_sec, env=env, workdir=workdir or "/", stdin=stdin
+    )
     code = 124 if res.timed_out else (res.exit_code if res.exit_code is not None else -1)
     return ExecResult(
         exit_code=code,
@@ -102,7 +139,7 @@ def exec_in(
     )
 
 
-def put_archive(sandbox: Sandbox, dest: str, data: bytes) -> None:
+def put_archive(sandbox: Sandbox, dest: str, data: bytes | IO[bytes]) -> None:
     """Unpack the tar ``data`` into the existing directory ``dest`` of the container."""
     try:
         ok = sandbox.api.put_archive(sandbox.id, dest, data)
@@ -112,16 +149,31 @@ def put_archive(sandbox: Sandbox, dest: str, data: bytes) -> None:
         raise InfraError(f"copy into {sandbox.name}:{dest} refused", reason_code="copy_failed")
 
 
+def make_dirs(sandbox: Sandbox, dirs: list[tuple[str, int, int]]) -> None:
+    """Create (or re-own) absolute directories ``(path, uid, mode)`` through the daemon."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path, uid, mode in dirs:
+            info = tarfile.TarInfo(path.strip("/"))
+            info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, mode, uid, uid
+            tar.addfile(info)
+    put_archive(sandbox, "/", buf.getvalue())
+
+
 def tar_tree(
-    entries: list[tuple[Path, str]], *, exclude_names: frozenset[str] = frozenset()
+    entries: list[tuple[Path, str]],
+    *,
+    exclude_names: frozenset[str] = frozenset(),
+    owner: tuple[int, int] = (0, 0),
 ) -> bytes:
-    """A tar of host paths, each placed at an archive name; skips names in ``exclude_names``."""
+    """A tar of trusted host paths (the checkout), each placed at an archive name; skips
+    names in ``exclude_names``; every entry owned by ``owner`` (uid, gid)."""
 
     def _filter(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         if set(PurePosixPath(info.name).parts) & exclude_names:
             return None
-        info.uid = info.gid = 0
-        info.uname = info.gname = "root"
+        info.uid, info.gid = owner
+        info.uname = info.gname = ""
         return info
 
     buf = io.BytesIO()

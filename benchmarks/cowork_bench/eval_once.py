@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.tasks import task_dir
 from harness.fsutil import atomic_write_json, create_exclusive
+from harness.untrusted import hash_untrusted_file, is_regular_file
 
 TAIL_CHARS = 4000
 
@@ -78,24 +79,22 @@ def now_iso() -> str:
 
 
 def file_fact(path: Path) -> m.FileFact:
-    if path.is_file():
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        return m.FileFact(
-            path=str(path),
-            state="present",
-            kind="file",
-            bytes=path.stat().st_size,
-            sha256=h.hexdigest(),
-        )
+    """A regular file's size and sha256 (streamed, no link followed); else ``absent``."""
+    if is_regular_file(path):
+        try:
+            digest, size = hash_untrusted_file(path)
+        except OSError:
+            return m.FileFact(path=str(path), state="absent", kind="none")
+        return m.FileFact(path=str(path), state="present", kind="file", bytes=size, sha256=digest)
     return m.FileFact(path=str(path), state="absent", kind="none")
 
 
 def tree_fact(path: Path) -> m.FileFact:
-    """Digest of a directory: sha256 over sorted (relative path, kind, content hash)."""
-    if not path.is_dir():
+    """Digest of a directory: sha256 over sorted (relative path, kind, content hash).
+
+    Links are digested by their text (never followed); special files by their kind only.
+    """
+    if not path.is_dir() or path.is_symlink():
         return m.FileFact(path=str(path), state="absent", kind="none")
     outer = hashlib.sha256()
     total = count = 0
@@ -105,13 +104,15 @@ def tree_fact(path: Path) -> m.FileFact:
             continue
         if entry.is_symlink():
             outer.update(f"L {rel} {os.readlink(entry)}\n".encode())
-        elif entry.is_file():
+        elif is_regular_file(entry):
             fact = file_fact(entry)
             total += fact.bytes
             count += 1
             outer.update(f"F {rel} {fact.sha256}\n".encode())
         elif entry.is_dir():
             outer.update(f"D {rel}\n".encode())
+        else:
+            outer.update(f"S {rel}\n".encode())
     return m.FileFact(
         path=str(path),
         state="present",

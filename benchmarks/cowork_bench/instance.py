@@ -19,7 +19,9 @@ receipt; neither the agent nor the checker runs again. Otherwise a fresh attempt
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +97,7 @@ def run_instance(
     diagnostic: bool = False,
     docs: TaskDocs | None = None,
     keep_sandboxes: bool = False,
+    limits: docker_ops.Limits | None = None,
 ) -> InstanceResult:
     """Sidecar (unless one is given, with its network), agent phase, eval phase, teardown.
 
@@ -117,11 +120,12 @@ def run_instance(
             t0 = time.monotonic()
             net = docker_ops.create_network(ident, task.instance_id)
             seed = seed_path or Path(bench_root) / "db" / "init.sql.gz"
-            sidecar = start_postgres(net, ident, task.instance_id, seed, ttl_s=ttl)
+            sidecar = start_postgres(net, ident, task.instance_id, seed, ttl_s=ttl, limits=limits)
             timings.update(sidecar.timings)
             timings["sidecar_total_s"] = time.monotonic() - t0
         env = InstanceEnv(task, Path(bench_root), inst_dir, sidecar.network, sidecar, ident,
-                          runtime, timings, ttl_s=ttl, docs=docs)  # fmt: skip
+                          runtime, timings, ttl_s=ttl, docs=docs,
+                          limits=limits or docker_ops.Limits())  # fmt: skip
         t1 = time.monotonic()
         result.summary = run_agent_phase(env, agent, agent_name, timeout_sec=agent_timeout_sec)
         timings["agent_phase_s"] = time.monotonic() - t1
@@ -162,6 +166,19 @@ class RecoveredAttempt(BaseModel):
     recovered_at: str
 
 
+def _special_files(folder: str, names: list[str]) -> list[str]:
+    """``copytree`` ignore: FIFOs, sockets and devices (an agent's, never opened)."""
+    out = []
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(folder, name)).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            out.append(name)
+    return out
+
+
 def _never_checker(req: CheckerRequest) -> CheckerRun:
     raise RuntimeError("recovery must replay the receipt, never run the checker")
 
@@ -190,7 +207,8 @@ def recover_attempt(ctx: InstanceContext, bench_root: Path) -> RecoveredAttempt 
         # A claim exists, so this is read-only: it replays or reports why it cannot.
         if evaluate_once(src, bench_root, iid, _never_checker).kind != "replayed":
             continue
-        shutil.copytree(src, ctx.instance_dir, symlinks=True, dirs_exist_ok=True)
+        shutil.copytree(src, ctx.instance_dir, symlinks=True, dirs_exist_ok=True,
+                        ignore=_special_files)  # fmt: skip
         again = evaluate_once(ctx.instance_dir, bench_root, iid, _never_checker)
         claim = read_claim(ctx.instance_dir)
         if again.kind != "replayed" or claim is None:
@@ -317,6 +335,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         diagnostic=opts.diagnostic,
         docs=docs,
         keep_sandboxes=bool(request.config.getoption("keep_sandboxes", False)),
+        limits=opts.limits,
     )
     details = ctx.result.details
     details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}

@@ -7,8 +7,11 @@ Instance folder ``<run>/cowork_bench/<instance_id>/``::
     agent_summary.json       AgentSummary: the adapter's own record of the agent phase
     infra.json               InfraRecord: set-up failure before or around the agent (pg_fail, ...)
     preprocess.log           preprocess stdout+stderr
-    workspace/               the agent workspace, copied out of the agent container
-    agent/                   the agent's own logs (tools.jsonl, events.jsonl, *.log, traj.json)
+    workspace/               the agent workspace, copied out of the agent container (untrusted)
+    workspace_sanitised.json links leaving the workspace and special files removed from it
+    agent/                   the agent's own logs (tools.jsonl, events.jsonl, *.log, traj.json;
+                             untrusted: read only through harness.untrusted, bounded)
+    runtime_usage.jsonl      the harness's llm_usage record from the runtime's result
     eval_claim.json          EvalClaim (exclusive create, before the checker runs)
     eval_receipt-<id>.json   EvalReceipt (exclusive create, after)
     eval_res.json            upstream-format verdict {pass, details|failure}
@@ -31,6 +34,8 @@ INFRA_RECORD = "infra.json"
 PREPROCESS_LOG = "preprocess.log"
 WORKSPACE_DIR = "workspace"
 AGENT_LOG_DIR = "agent"
+RUNTIME_USAGE = "runtime_usage.jsonl"  # harness-written; an agent/ file of that name is ignored
+AGENT_LOG_MAX_BYTES = 16 << 20  # one agent log file read on the host; larger is refused
 EVAL_CLAIM = "eval_claim.json"
 EVAL_RES = "eval_res.json"
 EVAL_DIR = "eval"

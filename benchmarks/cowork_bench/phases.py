@@ -6,6 +6,14 @@ top-level entry except ``tasks``, ``db``, ``.git`` and run output, plus this tas
 container holds a *sanitised* task (no ``groundtruth_workspace*``, no ``evaluation``, like
 upstream's rsync); the eval container, started after the agent container is gone, holds the
 full task and a copy of the workspace. ``TZ=UTC`` and ``PGTZ=UTC`` everywhere.
+
+Who is who. ``/workspace`` and ``/workspace/dumps`` are root's; the workspace and the agent
+log folder are the ``agent`` user's (made through the daemon, see ``docker_ops``). Preprocess
+and the agent run as ``agent``; the agent container's environment holds only the agent's
+database role (preprocess gets the checker's role in its own exec environment, before the
+sidecar locks that role out for the agent phase). After copy-out the workspace is made inert
+(:mod:`benchmarks.cowork_bench.workspace`: links leaving it and special files removed, listed
+in ``workspace_sanitised.json``) and reaches the eval container by a no-follow pack.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun, now_iso
 from benchmarks.cowork_bench.sidecar import PgSidecar
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs, task_dir
+from benchmarks.cowork_bench.workspace import SANITISED_NAME, pack_workspace, sanitise_workspace
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json, atomic_write_text
 from harness.sandbox import Sandbox
@@ -55,10 +64,17 @@ class InstanceEnv:
     timings: dict[str, float] = field(default_factory=dict)
     ttl_s: int = 7200  # containers expire by themselves after this (agent timeout + margin)
     docs: TaskDocs | None = None  # the task's docs, when the caller has read them already
+    limits: docker_ops.Limits = field(default_factory=docker_ops.Limits)
 
     @property
     def env(self) -> dict[str, str]:
+        """The harness's steps (preprocess, checker): the checker's database role."""
         return {**BASE_ENV, **self.sidecar.client_env()}
+
+    @property
+    def agent_env(self) -> dict[str, str]:
+        """The agent container and its processes: the unprivileged database role."""
+        return {**BASE_ENV, **self.sidecar.agent_env()}
 
 
 class AgentOutcome(BaseModel):
@@ -84,9 +100,10 @@ class AgentContext:
         return docker_ops.exec_in(
             self.container,
             cmd,
-            env=self.env.env,
+            env=self.env.agent_env,
             workdir=ROOT,
             timeout_sec=min(left, timeout_sec) if timeout_sec else left,
+            user=docker_ops.AGENT,
         )
 
 
@@ -109,12 +126,20 @@ def task_tar(env: InstanceEnv, sanitised: bool) -> bytes:
 
 
 def _start(env: InstanceEnv, role: str, sanitised: bool) -> Sandbox:
+    """The agent container (``sanitised`` task, the agent's user and database role) or an
+    eval container (full task, root without capabilities, the checker's role)."""
+    agent = role == "agent"
     container = docker_ops.start(
         env.runtime_image, env.ident, env.task.instance_id,
-        network=env.network, role=role, env=env.env, ttl_s=env.ttl_s,
+        network=env.network, role=role, env=env.agent_env if agent else env.env,
+        ttl_s=env.ttl_s, limits=env.limits, user=docker_ops.AGENT if agent else "0",
     )  # fmt: skip
     try:
-        docker_ops.exec_in(container, ["mkdir", "-p", WORKSPACE, AGENT_LOGS, SCRATCH])
+        uid = docker_ops.AGENT_IDS[0] if agent else 0
+        docker_ops.make_dirs(container, [
+            (ROOT, 0, 0o755), ("/workspace/dumps", 0, 0o755), (WORKSPACE, uid, 0o755),
+            (AGENT_LOGS, uid, 0o755), (SCRATCH, 0, 0o755),
+        ])  # fmt: skip
         docker_ops.put_archive(container, ROOT, support_tar(str(env.bench_root)))
         docker_ops.put_archive(container, ROOT, task_tar(env, sanitised))
     except BaseException:
@@ -186,15 +211,18 @@ def run_agent_phase(
     outcome: AgentOutcome | None = None
     pre_rc: int | None = None
     container = _start(env, "agent", sanitised=True)
+    locked = False
     try:
         if env.task.has_initial_workspace:
-            src = f"{ROOT}/tasks/finalpool/{env.task.instance_id}/initial_workspace/."
-            docker_ops.exec_in(container, ["cp", "-a", src, WORKSPACE])
+            initial = task_dir(env.bench_root, env.task.instance_id) / "initial_workspace"
+            data = docker_ops.tar_tree([(p, p.name) for p in sorted(initial.iterdir())],
+                                       owner=docker_ops.AGENT_IDS)  # fmt: skip
+            docker_ops.put_archive(container, WORKSPACE, data)
         pre = docker_ops.exec_in(
             container,
             ["python3", "-m", env.task.module("preprocess"), "--agent_workspace", WORKSPACE,
              "--launch_time", launch_time],
-            env=env.env, workdir=ROOT, timeout_sec=600,
+            env=env.env, workdir=ROOT, timeout_sec=600, user=docker_ops.AGENT,
         )  # fmt: skip
         pre_rc = pre.exit_code
         atomic_write_text(env.inst_dir / m.PREPROCESS_LOG, pre.stdout + pre.stderr)
@@ -202,6 +230,8 @@ def run_agent_phase(
         if pre.exit_code != 0:
             infra_reason, reason = "preprocess_failed", "preprocess_failed"
         else:
+            locked = True
+            env.sidecar.enter_agent_phase()
             t1 = time.monotonic()
             ctx = AgentContext(env, container, task_text, system_prompt, t1 + timeout_sec)
             try:
@@ -221,7 +251,14 @@ def run_agent_phase(
         infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
         _infra(env, exc, "agent_phase")
     finally:
-        docker_ops.remove(container)  # verified: raises unless the listing shows it gone
+        try:
+            docker_ops.remove(container)  # verified: raises unless the listing shows it gone
+        finally:
+            if locked:  # the agent's processes are gone: the checker's role may log in
+                env.sidecar.leave_agent_phase()
+    if (env.inst_dir / m.WORKSPACE_DIR).is_dir():
+        atomic_write_json(env.inst_dir / SANITISED_NAME,
+                          sanitise_workspace(env.inst_dir / m.WORKSPACE_DIR))  # fmt: skip
     state: Literal["absent"] = "absent"
     finished_at = now_iso()
     config = traj_config(env, launch.strftime("%Y-%m-%d %H:%M:%S %A"), system_prompt, task_text)
@@ -252,9 +289,9 @@ def container_checker(
         container = _start(env, f"eval-{req.attempt_id[:8]}", sanitised=False)
         try:
             ws = Path(req.workspace)
-            if ws.is_dir():
-                data = docker_ops.tar_tree([(p, p.name) for p in sorted(ws.iterdir())])
-                docker_ops.put_archive(container, WORKSPACE, data)
+            if ws.is_dir() and not ws.is_symlink():
+                with pack_workspace(ws) as data:  # no host link followed, none leaving it
+                    docker_ops.put_archive(container, WORKSPACE, data)
             gt = f"{ROOT}/tasks/finalpool/{req.instance_id}/groundtruth_workspace"
             res = docker_ops.exec_in(
                 container,

@@ -5,10 +5,23 @@ the cluster, a ``pg_isready`` loop with a deadline proves readiness, the dump is
 loaded with ``gunzip | psql -v ON_ERROR_STOP=1`` as ``eigent``, then the upstream foreign-key
 fix recreates ``email.sent_log -> email.messages`` with ``ON DELETE CASCADE`` (a no-op when the
 constraint does not exist). Any failure is ``InfraError(reason_code="pg_fail")``.
+
+Two roles. ``eigent`` (superuser, the password ``camel`` is hard-coded upstream in every
+preprocess and checker) owns the task schemas; it is for the harness's steps only. The agent
+gets ``cowork_agent``: no superuser, no role or database creation, no DDL, only data access
+(``SELECT, INSERT, UPDATE, DELETE, TRUNCATE`` on every table and ``USAGE, SELECT, UPDATE`` on
+every sequence of the task schemas), with a random per-sidecar password. While an agent runs
+(:meth:`PgSidecar.enter_agent_phase` .. :meth:`PgSidecar.leave_agent_phase`) ``eigent`` cannot
+log in (``NOLOGIN``, its sessions ended), so the publicly known password is of no use to the
+agent; the checker logs in as ``eigent`` again after the agent container is gone. So
+``COPY ... TO PROGRAM``, ``ALTER ROLE ... SUPERUSER`` and trojan triggers are refused to the
+agent. Administrative SQL runs as the cluster's ``postgres`` user over the local socket
+(peer authentication), its text on stdin.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +35,37 @@ PG_USER = "eigent"
 PG_PASSWORD = "camel"  # hard-coded upstream in every preprocess and checker
 PG_DATABASE = "cowork_gym"
 PG_PORT = 5432
+AGENT_ROLE = "cowork_agent"
+
+CREATE_AGENT_ROLE_SQL = f"""
+CREATE ROLE {AGENT_ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS
+  NOINHERIT PASSWORD '%(password)s';
+GRANT CONNECT, TEMPORARY ON DATABASE {PG_DATABASE} TO {AGENT_ROLE};
+"""
+
+# After preprocess (it may create tables): data access on every task schema, then eigent out.
+ENTER_AGENT_SQL = f"""
+DO $$
+DECLARE s text;
+BEGIN
+  FOR s IN SELECT nspname FROM pg_namespace
+           WHERE nspname NOT LIKE 'pg\\_%' AND nspname <> 'information_schema' LOOP
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO {AGENT_ROLE}', s);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA %I '
+                   'TO {AGENT_ROLE}', s);
+    EXECUTE format('GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA %I TO {AGENT_ROLE}', s);
+  END LOOP;
+END
+$$;
+ALTER ROLE {PG_USER} NOLOGIN;
+SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+ WHERE usename = '{PG_USER}' AND pid <> pg_backend_pid();
+"""
+
+LEAVE_AGENT_SQL = f"""
+SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '{AGENT_ROLE}';
+ALTER ROLE {PG_USER} LOGIN;
+"""
 
 FK_FIX_SQL = """
 DO $$
@@ -47,19 +91,47 @@ class PgSidecar:
     container: Sandbox
     network: str
     timings: dict[str, float] = field(default_factory=dict)
+    agent_password: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
 
-    def client_env(self) -> dict[str, str]:
-        """Environment for preprocess and checkers (upstream copies ``PG*`` to ``PG_*``)."""
+    def _env(self, user: str, password: str) -> dict[str, str]:
         env = {
             "PGHOST": self.host,
             "PGPORT": str(self.port),
-            "PGUSER": PG_USER,
-            "PGPASSWORD": PG_PASSWORD,
+            "PGUSER": user,
+            "PGPASSWORD": password,
             "PGDATABASE": PG_DATABASE,
             "PGTZ": "UTC",
         }
         env.update({f"PG_{k[2:]}": v for k, v in list(env.items()) if k != "PGTZ"})
         return env
+
+    def client_env(self) -> dict[str, str]:
+        """Environment for preprocess and checkers (upstream copies ``PG*`` to ``PG_*``)."""
+        return self._env(PG_USER, PG_PASSWORD)
+
+    def agent_env(self) -> dict[str, str]:
+        """Environment of the agent container: the unprivileged ``cowork_agent`` role."""
+        return self._env(AGENT_ROLE, self.agent_password)
+
+    def admin_sql(self, sql: str, what: str, timeout_sec: float = 60) -> None:
+        """Run ``sql`` as the cluster's superuser (local socket, text on stdin)."""
+        res = docker_ops.exec_in(
+            self.container,
+            ["psql", "-d", PG_DATABASE, "-v", "ON_ERROR_STOP=1", "-q", "-X", "-o", "/dev/null"],
+            user="postgres",
+            stdin=sql.encode(),
+            timeout_sec=timeout_sec,
+        )
+        if res.exit_code != 0:
+            raise _fail(self.container, what, res.stderr)
+
+    def enter_agent_phase(self) -> None:
+        """Grant the agent role its data access (after preprocess); lock ``eigent`` out."""
+        self.admin_sql(ENTER_AGENT_SQL, "granting the agent role failed")
+
+    def leave_agent_phase(self) -> None:
+        """End the agent role's sessions; ``eigent`` may log in again (the checker)."""
+        self.admin_sql(LEAVE_AGENT_SQL, "restoring the checker role failed")
 
 
 def _fail(container: Sandbox, what: str, detail: str) -> InfraError:
@@ -143,6 +215,7 @@ def start_postgres(
     *,
     ready_timeout_sec: float = 120,
     ttl_s: int = 7200,
+    limits: docker_ops.Limits | None = None,
 ) -> PgSidecar:
     """Start, wait for and seed a sidecar on ``network``; reachable there by its name.
 
@@ -157,14 +230,14 @@ def start_postgres(
     try:
         container = docker_ops.start(
             image.image_id, ident, instance_id, network=network, role="pg",
-            env={"TZ": "UTC"}, ttl_s=ttl_s,
+            env={"TZ": "UTC"}, ttl_s=ttl_s, limits=limits,
         )  # fmt: skip
     except InfraError as exc:
         raise InfraError(f"postgres sidecar: {exc}", "pg_fail") from exc
     sidecar = PgSidecar(host=container.name, port=PG_PORT, container=container, network=network)
     try:
-        res = docker_ops.exec_in(
-            container, ["pg_ctlcluster", "15", "main", "start"], timeout_sec=120
+        res = docker_ops.exec_in(  # as the cluster's owner: no capability needed
+            container, ["pg_ctlcluster", "15", "main", "start"], timeout_sec=120, user="postgres"
         )
         if res.exit_code != 0:
             raise _fail(container, "pg_ctlcluster start failed", res.stdout + res.stderr)
@@ -174,6 +247,10 @@ def start_postgres(
         if seed_path is not None:
             seed(container, Path(seed_path))
         fix_sent_log_fk(container)
+        sidecar.admin_sql(
+            CREATE_AGENT_ROLE_SQL % {"password": sidecar.agent_password},
+            "creating the agent role failed",
+        )
         sidecar.timings["seed_s"] = time.monotonic() - t1
     except BaseException:
         docker_ops.remove(container)

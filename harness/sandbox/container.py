@@ -60,6 +60,9 @@ class SandboxSpec:
     init: bool = True
     no_new_privileges: bool = False
     shm_size: str | None = None
+    # The container's own user (main process, and ``docker exec`` without ``-u``, e.g. a
+    # gateway's process tools); "0" keeps root. Sandbox.exec always passes a user.
+    container_user: str = "0"
 
 
 class Sandbox:
@@ -112,7 +115,7 @@ class Sandbox:
                 host_config=host_config,
                 working_dir=spec.workdir,
                 environment=dict(spec.env) or None,
-                user="0",
+                user=spec.container_user,
                 detach=True,
             )
         except ImageNotFound as exc:

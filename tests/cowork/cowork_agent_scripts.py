@@ -6,7 +6,7 @@ sidecar's PG* environment) and, where the task asks, the workbook (openpyxl).
 
 GCAL_STANDUP = r"""
 import psycopg2
-conn = psycopg2.connect(dbname="cowork_gym", user="eigent", password="camel")
+conn = psycopg2.connect(dbname="cowork_gym")  # PGHOST, PGUSER, PGPASSWORD: the agent role
 with conn, conn.cursor() as cur:
     for day in ("2026-03-03", "2026-03-04", "2026-03-05"):
         cur.execute(
@@ -24,7 +24,7 @@ ws.append(["Metric", "Value"])
 for row in csv.DictReader(open(ws_dir + "/metrics.csv")):
     ws.append([row["metric"], int(row["value"])])
 wb.save(ws_dir + "/Weekly_Report.xlsx")
-conn = psycopg2.connect(dbname="cowork_gym", user="eigent", password="camel")
+conn = psycopg2.connect(dbname="cowork_gym")  # PGHOST, PGUSER, PGPASSWORD: the agent role
 with conn, conn.cursor() as cur:
     cur.execute("SELECT id FROM email.folders WHERE name = 'Sent'")
     sent = cur.fetchone()[0]
@@ -40,7 +40,7 @@ print("report written and sent")
 
 EMAIL_REPLY_INVOICE = r"""
 import json, psycopg2
-conn = psycopg2.connect(dbname="cowork_gym", user="eigent", password="camel")
+conn = psycopg2.connect(dbname="cowork_gym")  # PGHOST, PGUSER, PGPASSWORD: the agent role
 with conn, conn.cursor() as cur:
     cur.execute("SELECT subject FROM email.messages WHERE from_addr = 'client@example.com'")
     subject = cur.fetchone()[0]

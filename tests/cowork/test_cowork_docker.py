@@ -195,3 +195,28 @@ def test_broken_seed_is_pg_fail_and_leaves_nothing(images, run_ident, tmp_path: 
     assert classify_instance(inst).reason_code == "pg_fail"
     assert res.cleanup["remaining"] == [] and res.cleanup["removed_networks"]
     assert leaked_resources(run_id_prefix=run_ident.run_id)["containers"] == []
+
+
+def test_every_container_is_limited_unprivileged_and_the_agent_not_root(images, run_ident) -> None:  # type: ignore[no-untyped-def]
+    iid = "gcal-standup-week"
+    limits = docker_ops.Limits(cpus=0.5, memory="1g", pids=256)
+    net = docker_ops.create_network(run_ident, iid)
+    try:
+        sidecar = start_postgres(net, run_ident, iid, None, limits=limits)
+        agent = docker_ops.start(images["runtime"], run_ident, iid, network=net, role="agent",
+                                 limits=limits, user=docker_ops.AGENT)  # fmt: skip
+        checker = docker_ops.start(images["runtime"], run_ident, iid, network=net,
+                                   role="eval-test", limits=limits)  # fmt: skip
+        for box in (sidecar.container, agent, checker):
+            info = box.api.inspect_container(box.id)
+            host = info["HostConfig"]
+            assert host["NanoCpus"] == 500_000_000 and host["Memory"] == 1 << 30, box.name
+            assert host["PidsLimit"] == 256 and host["CapDrop"] == ["ALL"], box.name
+            assert host["SecurityOpt"] == ["no-new-privileges"], box.name
+        assert agent.api.inspect_container(agent.id)["Config"]["User"] == "agent"
+        # a `docker exec` without -u (a gateway's process tools) is the agent, not root
+        exec_id = agent.api.exec_create(agent.id, ["id", "-u"])["Id"]
+        assert agent.api.exec_start(exec_id).strip() == b"1000"
+    finally:
+        cleanup = docker_ops.remove_labelled(run_ident.labels(iid))
+    assert cleanup["remaining"] == []
