@@ -208,6 +208,8 @@ class Manifest(OpenModel):
     checkpoint: Checkpoint | None = None
     finished_at_unix: float | None = None
     resume_command: str | None = None
+    # key -> the image the instance ran in (ref, pulled_from, repo_digest, id): pinning
+    images: dict[str, dict[str, Any]] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @property

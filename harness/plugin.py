@@ -29,8 +29,8 @@ from harness.signals import StopGuard
 from harness.worker import WorkerHooks, harness_instance
 
 # The runner's own plugins: Docker sandbox fixtures, campaign budgets, agents.
-pytest_plugins = ["harness.sandbox.fixtures", "harness.sandbox.run_hooks", "harness.budget.plugin",
-                  "harness.agents.plugin"]
+pytest_plugins = ["harness.sandbox.fixtures", "harness.sandbox.run_hooks",
+                  "harness.sandbox.pull_plugin", "harness.budget.plugin", "harness.agents.plugin"]
 
 CONTROLLER_KEY = pytest.StashKey[Controller]()
 

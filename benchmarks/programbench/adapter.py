@@ -102,6 +102,13 @@ class ProgramBenchAdapter(BenchmarkAdapter):
             cached = self._settings = ProgramBenchSettings(config)
         return cached
 
+    def image_ref(self, instance_id: str) -> str | None:
+        """The canonical image of an instance (what ``programbench eval`` looks up)."""
+        from benchmarks.programbench.tasks import instances_by_id
+
+        inst = instances_by_id().get(instance_id)
+        return inst.image_ref() if inst is not None else None
+
     def selected(self, config: pytest.Config) -> list[PBInstance]:
         s = self.settings(config)
         try:

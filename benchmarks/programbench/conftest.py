@@ -39,8 +39,8 @@ def pytest_harness_session_results(config: pytest.Config, run: RunContext,
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The fixture is not one of the 200 tasks: a run that selects nothing in particular
     leaves it out (so the denominator stays 200); -k/-m/--instance/--pb-* select it."""
-    if user_selectors(config, [ADAPTER]):
-        return
+    if user_selectors(config, [ADAPTER]) or config.getoption("resume_from"):
+        return  # a resume runs the ancestor's selection, fixture included when it had it
     keep = [i for i in items if f"[{FIXTURE_ID}]" not in i.nodeid]
     if len(keep) != len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])

@@ -171,8 +171,12 @@ def _read_marker(marker: Path) -> FixturePaths | None:
     return paths
 
 
-def ensure_fixture(cache_dir: Path | str | None = None) -> FixturePaths:
-    """Build (once) and return the fixture; safe to call from every xdist worker."""
+def ensure_fixture(cache_dir: Path | str | None = None, *, image: bool = True) -> FixturePaths:
+    """Build (once) and return the fixture; safe to call from every xdist worker.
+
+    ``image=False`` makes the blob directory and oracle files only: the image comes from a
+    registry (``--image-mirror``), as a real task's would.
+    """
     fingerprint = fixture_fingerprint()
     root = fixture_cache_root(cache_dir) / fingerprint
     root.mkdir(parents=True, exist_ok=True)
@@ -196,6 +200,8 @@ def ensure_fixture(cache_dir: Path | str | None = None) -> FixturePaths:
                 programbench_version=programbench_version(),
                 fingerprint=fingerprint,
             )
+        if not image:
+            return paths
         # Always (re)assert the image: a no-op when its content-hash tag exists.
         tag, image_id = img.ensure_fixture_image(reference.read_bytes())
         if paths.image_id != image_id or paths.image != tag:

@@ -36,26 +36,30 @@ PROBES = (["./reference_executable", "--version"], ["./reference_executable", "-
           ["./reference_executable", "-h"], ["test", "-x", "./reference_executable"])
 
 
-def image_for(inst: PBInstance) -> tuple[str, str | None]:
-    """(image reference, PROGRAMBENCH_BLOB_DIR) of an instance; the fixture is built here."""
+def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
+                           config: pytest.Config) -> tuple[str, str | None]:
+    """(image ID, PROGRAMBENCH_BLOB_DIR) of an instance, pulled or built; recorded in the row.
+
+    A real task's image is pulled per ``--pull`` (from ``--image-mirror`` when given, pinned by
+    ``--image-digest-file``); the offline fixture is built here unless a mirror serves it.
+    """
+    from harness.sandbox.pull import resolve_image
+    from harness.sandbox.pull_plugin import pull_settings
+
+    blob_dir: str | None = None
+    settings = pull_settings(config, ctx.run_root, inst.instance_id)
     if inst.is_fixture:
         from benchmarks.programbench.fixture import ensure_fixture
 
-        fixture = ensure_fixture()
-        return fixture.image, fixture.blob_dir
-    return inst.image_ref(), None
-
-
-def check_image(client: Any, image: str) -> str:
-    import docker.errors
-
-    try:
-        return str(client.api.inspect_image(image)["Id"])
-    except docker.errors.ImageNotFound:
-        raise InfraError(
-            f"image {image} is not present: no registry is reachable, so load it first "
-            f"(docker load -i <file>) or build it; the offline fixture builds its own",
-            "image_missing") from None
+        fixture = ensure_fixture(image=settings.mirror is None)
+        blob_dir = fixture.blob_dir
+        if settings.mirror is None:
+            ctx.result.details["image"] = {"ref": fixture.image, "id": fixture.image_id,
+                                           "built_locally": True}
+            return fixture.image_id, blob_dir
+    record = resolve_image(client, inst.image_ref(), settings)
+    ctx.result.details["image"] = record.model_dump(exclude_none=True)
+    return record.id, blob_dir
 
 
 def preflight(ctx: InstanceContext, sandbox: Any) -> dict[str, Any]:
@@ -158,11 +162,12 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     if ctx.dry_run:
         write_body(ctx, inst, instruction, f"harness-{ctx.run_id}-{inst.instance_id}",
                    settings.timeout)
+        if request.config.getoption("pull") == "always":  # prefetch: pull, record, run nothing
+            resolve_instance_image(ctx, inst, request.getfixturevalue("sandbox_client"),
+                                   request.config)
         ctx.prepared()
     client = request.getfixturevalue("sandbox_client")
-    image, blob_dir = image_for(inst)
-    image_id = check_image(client, image)
-    ctx.result.details["image"] = {"ref": image, "id": image_id}
+    image_id, blob_dir = resolve_instance_image(ctx, inst, client, request.config)
     factory = request.getfixturevalue("sandbox_factory")
     sandbox = factory(image_id, user="agent", workdir=WORKSPACE, network="none",
                       cap_drop=("SYS_PTRACE",), cpus=settings.cpus, memory=settings.memory,

@@ -138,14 +138,80 @@ class _Slots:
             self.held.release()
 
 
-def remote_size(api: docker.APIClient, ref: str) -> int | None:
-    """Compressed size of ``ref`` from the registry, when the daemon can tell (else None)."""
+_ACCEPT = ", ".join([
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+])
+
+
+def _registry_url(ref: str) -> tuple[str, str, str]:
+    """``(base URL, repository path, tag or digest)`` of a reference, Docker Hub by default."""
+    name, sep, digest = ref.partition("@")
+    repo, tag = (name, digest) if sep else split_ref(ref)
+    first, _, rest = repo.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        host, path = first, rest
+    else:
+        host, path = "registry-1.docker.io", repo if "/" in repo else f"library/{repo}"
+    local = host.split(":")[0] in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
+    return f"{'http' if local else 'https'}://{host}", path, tag
+
+
+def remote_size(ref: str, timeout_s: float = 10.0) -> int | None:
+    """Compressed size of ``ref`` (layers + config) from the registry's manifest, or None.
+
+    Anonymous access only (a public registry's token flow, or a mirror without auth); any
+    failure means "unknown" and the disk check falls back to ``min_free_gb`` alone.
+    """
+    import httpx
+
+    base, path, tag = _registry_url(ref)
     try:
-        info = api.inspect_distribution(ref)
-    except (APIError, DockerException, OSError):
+        with httpx.Client(timeout=timeout_s, follow_redirects=True) as http:
+            headers = {"Accept": _ACCEPT}
+            url = f"{base}/v2/{path}/manifests/{tag}"
+            resp = http.get(url, headers=headers)
+            if resp.status_code == 401:
+                token = _anonymous_token(http, resp.headers.get("www-authenticate", ""))
+                if token is None:
+                    return None
+                headers["Authorization"] = f"Bearer {token}"
+                resp = http.get(url, headers=headers)
+            resp.raise_for_status()
+            doc = resp.json()
+            if "manifests" in doc:  # an index: the linux/amd64 entry
+                entry = next((m for m in doc["manifests"]
+                              if (m.get("platform") or {}).get("architecture") == "amd64"),
+                             None)
+                if entry is None:
+                    return None
+                resp = http.get(f"{base}/v2/{path}/manifests/{entry['digest']}", headers=headers)
+                resp.raise_for_status()
+                doc = resp.json()
+            layers = doc.get("layers") or []
+            return int(sum(int(x.get("size", 0)) for x in layers)
+                       + int((doc.get("config") or {}).get("size", 0)))
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return None
-    size = (info.get("Descriptor") or {}).get("size")
-    return int(size) if isinstance(size, int) and size > 1 << 20 else None
+
+
+def _anonymous_token(http: Any, challenge: str) -> str | None:
+    if not challenge.lower().startswith("bearer "):
+        return None
+    fields = dict(
+        part.split("=", 1) for part in challenge[7:].split(",") if "=" in part
+    )
+    realm = fields.pop("realm", "").strip('"')
+    if not realm:
+        return None
+    resp = http.get(realm, params={k: v.strip('"') for k, v in fields.items()})
+    if resp.status_code != 200:
+        return None
+    body = resp.json()
+    token = body.get("token") or body.get("access_token")
+    return str(token) if token else None
 
 
 def remote_digest(api: docker.APIClient, ref: str) -> str | None:
@@ -269,7 +335,7 @@ def _resolve_locked(api: docker.APIClient, ref: str, source: str, settings: Pull
             f"pull it first (`pytest ... --dry-run --pull always`) or allow pulls")
     pull_s: float | None = None
     if need_pull:
-        size = remote_size(api, source)
+        size = remote_size(source)
         check_disk(api, 2 * (size or 0), settings.min_free_gb, source)
         if lock_dir is not None:
             with _Slots(lock_dir, settings.jobs):

@@ -127,10 +127,18 @@ def test_dry_run_writes_200_task_bodies_without_containers(tmp_path: Path) -> No
 
 @pytest.mark.docker
 def test_missing_image_is_infra_not_a_score(tmp_path: Path) -> None:
+    # --pull never: the image is not here and may not be fetched
     run = run_pytest(TARGET, tmp_path / "missing", "--instance", "abishekvashok__cmatrix.5c082c6",
-                     "--agent", "nop")
+                     "--agent", "nop", "--pull", "never")
     assert run.rc == 1, run.out
     row = run.latest["abishekvashok__cmatrix.5c082c6"]
     assert row["status"] == "infra_failed" and row["reason_code"] == "image_missing"
     assert row["score"] is None
     assert "programbench/abishekvashok_1776_cmatrix.5c082c6:task_cleanroom_v6" in row["error"]
+    # the default (--pull missing) pulls; no registry answers here: a pull failure, not a score
+    run = run_pytest(TARGET, tmp_path / "unpulled", "--instance",
+                     "abishekvashok__cmatrix.5c082c6", "--agent", "nop", "--pull-retries", "0")
+    assert run.rc == 1, run.out
+    row = run.latest["abishekvashok__cmatrix.5c082c6"]
+    assert row["status"] == "infra_failed" and row["reason_code"] == "image_pull_failed"
+    assert row["score"] is None and "programbench/abishekvashok_1776_cmatrix" in row["error"]
