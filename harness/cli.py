@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "programbench": ("benchmarks.programbench.cli", "programbench_command",
                      "ProgramBench tools: export, gate"),
     "cowork": ("benchmarks.cowork_bench.cli", "cowork_command", "Cowork Bench tools: audit"),
+    "images": ("harness.sandbox.inventory", "images_command",
+               "list or prune the images this harness built or pulled"),
     "schema": ("harness.cli", "schema_command", "export the JSON Schemas of the runner's files"),
 }
 

@@ -13,7 +13,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "[setup] system packages"
 $SUDO apt-get update -qq
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-  debootstrap chromium gcc libc6-dev git ca-certificates e2fsprogs >/dev/null
+  debootstrap chromium gcc libc6-dev git ca-certificates e2fsprogs docker-registry >/dev/null
 
 echo "[setup] python packages"
 python3 -m pip install -q --upgrade pip

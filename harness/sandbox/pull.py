@@ -351,6 +351,9 @@ def _resolve_locked(api: docker.APIClient, ref: str, source: str, settings: Pull
     if source != ref:
         _tag(api, str(local["Id"]), ref)  # the scorer looks the canonical name up
     record = _record(api, ref, source, local, need_pull, pull_s)
+    from harness.sandbox.inventory import record_use
+
+    record_use(record.id, [ref, source], pulled=need_pull)
     if settings.pin and record.repo_digest != settings.pin:
         raise ImageMissing(
             f"image {ref} has digest {record.repo_digest}, not the pinned {settings.pin}")
