@@ -22,14 +22,16 @@ def build_parser(prog: str = "harness sweep") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Remove the containers, networks and volumes of a run, or of every "
-        "stale run (one whose run lock is no longer held), and list again to prove it.",
+        "stale run (one proven dead: its lease expired, or its owner pid is gone on this host), "
+        "and list again to prove it.",
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--run", metavar="RUN_ID", help="sweep everything labelled with this run")
     what.add_argument(
         "--all-stale",
         action="store_true",
-        help="sweep every run whose run lock is not held (its controller is gone)",
+        help="sweep every run proven dead (expired lease, or owner pid gone on this host; "
+        "a run without owner labels: expired TTL); the start-up sweep uses the same rule",
     )
     what.add_argument("--list", action="store_true", help="list what is labelled harness.run")
     parser.add_argument("--worker", help="with --run: only this worker's resources (gw0, main)")
