@@ -14,7 +14,8 @@ engine itself. Labels cannot change after creation, so the heartbeat is a sequen
   is stamped by the engine: expiry is ``CreatedAt + ttl_s`` compared with the engine's own
   clock (``docker info`` ``SystemTime``), so clocks of different hosts never matter.
   (A lease *container* would need an image and a process; Docker configs need swarm.)
-* At session end the heartbeat stops and the run's sweep removes the lease with the rest.
+  The lease carries no ``harness.run_root`` (see :func:`lease_labels`).
+* At session end the heartbeat stops and the lease is removed, then the run's sweep.
   ``--keep-sandboxes`` makes a lease labelled ``harness.lease.keep=1`` that never expires:
   only ``harness sweep --run`` (or the sandboxes' own TTL) ends such a run.
 
@@ -163,8 +164,12 @@ def lease_labels(
     run_id: str, run_root: Path | str, lease_id: str, ttl_s: float, keep: bool,
     owner: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
+    labels = L.run_labels(run_id, LEASE_WORKER, LEASE_WORKER, run_root, owner=owner)
+    # No harness.run_root: a local path means nothing on the engine, and sweeps of older
+    # harness versions leave a run with an unlabelled root alone (so do mixed fleets).
+    del labels[L.RUN_ROOT]
     return {
-        **L.run_labels(run_id, LEASE_WORKER, LEASE_WORKER, run_root, owner=owner),
+        **labels,
         LEASE: "1",
         LEASE_ID: lease_id,
         LEASE_TTL: f"{ttl_s:g}",

@@ -44,11 +44,15 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     _extra(run)["startup"] = {"stale_runs_swept": swept}
 
 
-def _stop_lease(config: pytest.Config, run: RunContext | None = None) -> None:
+def _stop_lease(config: pytest.Config, run: RunContext | None = None, *,
+                release: bool = False) -> None:
     lease = config.stash.get(LEASE_KEY, None)
     if lease is None:
         return
-    lease.stop()  # the final sweep removes the lease volume with the run's other resources
+    if release:
+        lease.release()  # a kept lease stays: later sweeps leave the run alone
+    else:
+        lease.stop()  # the lease expires (and its owner pid is gone) after the process
     if run is not None:
         _extra(run)["lease"] = lease.record()
 
@@ -67,7 +71,10 @@ def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
                                   summary: dict[str, Any]) -> None:
     from harness.sandbox.cleanup import sweep
 
-    _stop_lease(config, run)
+    try:
+        _stop_lease(config, run, release=True)
+    except Exception as exc:  # the sweep below removes the lease anyway
+        _extra(run)["lease_release_error"] = f"{type(exc).__name__}: {exc}"[:500]
     if config.getoption("keep_sandboxes", False):
         message = f"--keep-sandboxes: remove this run's sandboxes with: harness sweep --run {run.run_id}"
         _extra(run)["final"] = {"kept": True, "command": f"harness sweep --run {run.run_id}"}

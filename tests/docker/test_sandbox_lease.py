@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import multiprocessing
 import secrets
-import uuid
 from pathlib import Path
 
 import docker
 import pytest
+from sandbox_lease_support import foreign_run, other_host
 
 from harness.sandbox import labels as L
 from harness.sandbox.cleanup import leaked_resources, stale_runs, sweep, sweep_stale
@@ -28,27 +28,6 @@ from harness.sandbox.lease import (
 from harness.sandbox.lease_identity import Owner, current_owner, process_alive
 
 EMPTY = {"containers": [], "networks": [], "volumes": []}
-
-
-def other_host() -> Owner:
-    """A host that is not this one (another machine on the same engine)."""
-    return Owner(host=f"other-{secrets.token_hex(6)}", hostname="elsewhere",
-                 boot=str(uuid.uuid4()), pidns="pid:[4026531836]", pid=1, start="1")
-
-
-def foreign_run(client: docker.DockerClient, image: BuiltImage, run_id: str, root: Path,
-                owner: Owner, lease_ttl_s: float) -> list[str]:
-    """Stand-in for another host's run: a sandbox, a network and a lease, all its labels."""
-    labels = L.run_labels(run_id, "i1", "gw0", root, owner=owner.labels())
-    box = client.containers.run(image.image_id, ["sleep", "600"], detach=True, auto_remove=True,
-                                network_mode="none",
-                                labels={**labels, L.TTL: "600"},
-                                name=L.resource_name("harness", run_id, "i1"))
-    net = L.resource_name("harness-net", run_id, "i1")
-    client.api.create_network(net, driver="bridge", internal=True, labels=labels)
-    lease = create_lease_volume(client.api, run_id, root, lease_id=secrets.token_hex(8),
-                                ttl_s=lease_ttl_s, owner=owner.labels())
-    return [str(box.name), net, lease]
 
 
 def test_another_hosts_live_run_survives_and_its_expired_run_is_swept(
@@ -176,7 +155,7 @@ def test_resources_without_owner_labels_are_judged_by_ttl(
     """Older versions labelled no owner and made no lease: left alone until the TTL ends."""
     prefix = f"hxt-legacy-{secrets.token_hex(3)}-"
     fresh, expired = f"{prefix}fresh", f"{prefix}expired"
-    old_style = {L.INSTANCE: "i", L.WORKER: "main", L.RUN_ROOT: str(tmp_path / "nowhere")}
+    old_style = {L.INSTANCE: "i", L.WORKER: "main", L.RUN_ROOT: str(tmp_path)}
     try:
         for run_id, ttl in ((fresh, "600"), (expired, "0")):
             docker_client.containers.create(base_image.image_id, ["sleep", "600"],

@@ -26,6 +26,7 @@ from harness.sandbox.cli import sweep_command
 from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.errors import SweepIncomplete
 from harness.sandbox.images import BuiltImage
+from harness.sandbox.lease import Lease
 from harness.sandbox.network import create_internal_network
 
 EMPTY = {"containers": [], "networks": [], "volumes": []}
@@ -99,10 +100,11 @@ def test_sweep_that_cannot_remove_raises_sweep_incomplete(
 def _hold_run_with_sandboxes(
     image_id: str, run_id: str, root: str, ready: multiprocessing.synchronize.Event
 ) -> None:
-    """A stand-in controller + worker: start sandboxes (owned by this pid), then hang."""
+    """A stand-in controller + worker: a lease, sandboxes (owned by this pid), then hang."""
     from harness.sandbox.client import get_client
 
     client = get_client()
+    Lease(run_id, Path(root), ttl_s=600, client=client).renew()
     for inst in ("a", "b"):
         Sandbox.create(
             SandboxSpec(image=image_id, run_id=run_id, instance_id=inst, run_root=Path(root)),
@@ -128,6 +130,8 @@ def test_sigkilled_run_is_swept_by_the_next_startup(
     try:
         assert ready.wait(120), "the child did not start its sandboxes"
         # A live run (this process) whose root was deleted, and one whose root is here.
+        lease = Lease(gone, gone_root, ttl_s=600, client=docker_client)
+        lease.renew()
         Sandbox.create(_spec(base_image, gone, gone_root, "x"), client=docker_client)
         shutil.rmtree(gone_root, ignore_errors=True)
         live = Sandbox.create(_spec(base_image, alive, alive_root, "x"), client=docker_client)
