@@ -354,3 +354,52 @@ def scan_and_redact(root: Path, secrets: Mapping[str, str], *,
                     rel_to: Path | None = None) -> ScanReport:
     """Scan ``root`` for ``secrets`` and redact every hit in place (the one entry point)."""
     return SecretScanner(secrets).scan_tree(Path(root), rel_to=rel_to)
+
+
+def redact_json(value: Any, scanner: SecretScanner) -> Any:
+    """A JSON-like value with every string redacted (a row before it is recorded)."""
+    if isinstance(value, str):
+        return scanner.redact_text(value)
+    if isinstance(value, list):
+        return [redact_json(v, scanner) for v in value]
+    if isinstance(value, dict):
+        return {k: redact_json(v, scanner) for k, v in value.items()}
+    return value
+
+
+def redact_row(row: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """A row (as JSON data) with the values of ``names`` redacted from every string."""
+    redacted: dict[str, Any] = redact_json(row, SecretScanner(secrets_from_env(names)))
+    return redacted
+
+
+def instance_scan(folder: Path, run_root: Path, names: Sequence[str]) -> dict[str, Any]:
+    """Row details after an instance: ``secret_hits`` (and any scan errors); {} if no names."""
+    if not names:
+        return {}
+    try:
+        report = scan_and_redact(folder, secrets_from_env(names), rel_to=run_root)
+    except Exception as exc:  # a scan problem is recorded, never a lost row
+        return {"secret_hits": [], "secret_scan_error": f"{type(exc).__name__}: {exc}"[:500]}
+    out: dict[str, Any] = {"secret_hits": [h.record() for h in report.hits]}
+    if report.errors:
+        out["secret_scan_errors"] = report.errors[:20]
+    return out
+
+
+def run_scan(run_root: Path, names: Sequence[str]) -> dict[str, Any]:
+    """The manifest's ``secret_scan``: the run-end scan of the whole run root, plus the
+    instances whose rows recorded hits (from the ledger)."""
+    from harness.ledger import ledger_path, read_ledger
+
+    try:
+        record = scan_and_redact(run_root, secrets_from_env(names)).record()
+    except Exception as exc:
+        record = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    try:
+        latest = read_ledger(ledger_path(run_root)).latest
+        record["instances_with_hits"] = sorted(
+            key for key, row in latest.items() if row.details.get("secret_hits"))
+    except Exception as exc:
+        record["ledger_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    return record
