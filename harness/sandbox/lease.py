@@ -9,12 +9,13 @@ engine itself. Labels cannot change after creation, so the heartbeat is a sequen
 * At admission the controller creates a labelled, empty Docker volume
   ``harness-lease-<run>-<hex>`` (``harness.lease=1``, the run's labels, the owner's labels
   of :mod:`harness.sandbox.lease_identity`, ``harness.lease.ttl_s``). A thread renews it
-  every ``ttl_s / 3`` seconds by creating a fresh volume and then removing the older ones.
-  A volume is cheap (a folder on the engine, no image, no process), and its ``CreatedAt``
-  is stamped by the engine: expiry is ``CreatedAt + ttl_s`` compared with the engine's own
-  clock (``docker info`` ``SystemTime``), so clocks of different hosts never matter.
-  (A lease *container* would need an image and a process; Docker configs need swarm.)
-  The lease carries no ``harness.run_root`` (see :func:`lease_labels`).
+  every ``ttl_s / 3`` seconds by creating a fresh volume and then removing the older ones
+  (TTL 120 s, or ``$HARNESS_LEASE_TTL_S``). A volume is cheap (a folder on the engine, no
+  image, no process), and its ``CreatedAt`` is stamped by the engine: expiry is
+  ``CreatedAt + ttl_s`` compared with the engine's own clock (``docker info``
+  ``SystemTime``), so the clocks of different hosts never matter. (A lease *container*
+  would need an image and a process; Docker configs need swarm.) The lease carries no
+  ``harness.run_root`` (see :func:`lease_labels`).
 * At session end the heartbeat stops and the lease is removed, then the run's sweep.
   ``--keep-sandboxes`` makes a lease labelled ``harness.lease.keep=1`` that never expires:
   only ``harness sweep --run`` (or the sandboxes' own TTL) ends such a run.
@@ -41,6 +42,7 @@ Never the absence of a local path: a run root that does not exist here proves no
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import secrets
 import threading
@@ -64,10 +66,19 @@ LEASE_TTL = "harness.lease.ttl_s"
 LEASE_KEEP = "harness.lease.keep"
 LEASE_WORKER = "lease"  # the harness.worker label of lease volumes (worker sweeps skip it)
 
-LEASE_TTL_S = 120.0
+LEASE_TTL_S = 120.0  # default; HARNESS_LEASE_TTL_S overrides (at least 3 s)
+LEASE_TTL_ENV = "HARNESS_LEASE_TTL_S"
 LEGACY_TTL_S = 24 * 3600.0
 
 _FRACTION = re.compile(r"(\.\d{1,6})\d*")
+
+
+def default_ttl_s() -> float:
+    """The lease TTL of a run: ``$HARNESS_LEASE_TTL_S`` if a number >= 3, else 120 s."""
+    try:
+        return max(3.0, float(os.environ.get(LEASE_TTL_ENV, "")))
+    except ValueError:
+        return LEASE_TTL_S
 
 
 def parse_engine_time(value: Any) -> float | None:
@@ -194,7 +205,7 @@ class Lease:
 
     run_id: str
     run_root: Path
-    ttl_s: float = LEASE_TTL_S
+    ttl_s: float = field(default_factory=default_ttl_s)
     keep: bool = False
     client: docker.DockerClient | None = None
     lease_id: str = field(default_factory=lambda: secrets.token_hex(8))

@@ -5,7 +5,7 @@ so that a sweep on *any* host sharing the Docker engine can tell whose it is:
 
 * ``harness.host``: a random id made once per machine (or container) and kept in the
   harness cache folder (``$HARNESS_CACHE_DIR/host-id``, else ``~/.cache/harness/host-id``).
-  ``/etc/machine-id`` is not used: container images often ship the same one.
+  ``/etc/machine-id`` is only a fallback: container images often ship the same one.
 * ``harness.hostname``: for humans only.
 * ``harness.boot_id``, ``harness.pidns``: the kernel boot and the PID namespace of the
   owning process. A pid can be checked only where all three (host id, boot, PID namespace)
@@ -77,8 +77,19 @@ def cache_root() -> Path:
 
 @functools.lru_cache(maxsize=4)
 def host_id(cache: Path | None = None) -> str:
-    """This machine's stable harness host id (made once, atomically, in the cache folder)."""
-    folder = cache or cache_root()
+    """This machine's stable harness host id (made once, atomically, in the cache folder).
+
+    If the cache folder cannot be written: ``machine-<machine-id>-<hostname>`` (a pid is
+    still checked only where the boot id and PID namespace match too).
+    """
+    try:
+        return _stored_host_id(cache or cache_root())
+    except OSError:
+        machine = _read("/etc/machine-id") or "unknown"
+        return f"machine-{machine}-{socket.gethostname()}"
+
+
+def _stored_host_id(folder: Path) -> str:
     path = folder / HOST_ID_NAME
     try:
         value = path.read_text().strip()
