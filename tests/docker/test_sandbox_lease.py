@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import secrets
+import time
 from pathlib import Path
 
 import docker
@@ -12,7 +13,13 @@ import pytest
 from sandbox_lease_support import foreign_run, other_host
 
 from harness.sandbox import labels as L
-from harness.sandbox.cleanup import leaked_resources, stale_runs, sweep, sweep_stale
+from harness.sandbox.cleanup import (
+    leaked_resources,
+    run_resources,
+    stale_runs,
+    sweep,
+    sweep_stale,
+)
 from harness.sandbox.cli import sweep_command
 from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.images import BuiltImage
@@ -26,6 +33,7 @@ from harness.sandbox.lease import (
     judge,
 )
 from harness.sandbox.lease_identity import Owner, current_owner, process_alive
+from harness.testing.suite import wait_for
 
 EMPTY = {"containers": [], "networks": [], "volumes": []}
 
@@ -188,3 +196,28 @@ def test_judge_rule(case: str, stale: bool, docker_client: docker.DockerClient) 
                      now - (600 if case == "foreign-expired" else 5))
     items = [box] if case == "foreign-no-lease" else [box, lease]
     assert judge(items, me, now).stale is stale
+
+
+def test_heartbeat_keeps_a_live_run_valid_for_another_host_past_its_ttl(
+    docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """Seen from another host (its pid cannot be checked), only the renewals keep it alive."""
+    run_id = f"hxt-beat-{secrets.token_hex(3)}"
+    lease = Lease(run_id, tmp_path, ttl_s=3, client=docker_client)
+    elsewhere = other_host()
+    try:
+        lease.acquire()
+        first = engine_now(docker_client.api)
+        while engine_now(docker_client.api) < first + 7:  # more than twice the TTL
+            wait_for(lambda: lease.renewals >= 2, timeout=30)
+            items = run_resources(docker_client.api)[run_id]
+            verdict = judge(items, elsewhere, engine_now(docker_client.api))
+            assert not verdict.stale, verdict.reason
+            assert all(r.is_lease for r in items) and len(items) <= 2  # old one going
+            time.sleep(0.5)
+        lease.stop()
+        wait_for(lambda: judge(run_resources(docker_client.api)[run_id], elsewhere,
+                               engine_now(docker_client.api)).stale, timeout=30)
+    finally:
+        lease.release()
+        sweep(run_id, client=docker_client)
