@@ -39,7 +39,8 @@ EMPTY = {"containers": [], "networks": [], "volumes": []}
 
 
 def test_another_hosts_live_run_survives_and_its_expired_run_is_swept(
-    docker_client: docker.DockerClient, base_image: BuiltImage, tmp_path: Path
+    docker_client: docker.DockerClient, base_image: BuiltImage, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     prefix = f"hxt-lease-{secrets.token_hex(3)}-"
     live, dead = f"{prefix}live", f"{prefix}expired"
@@ -56,7 +57,9 @@ def test_another_hosts_live_run_survives_and_its_expired_run_is_swept(
         left = leaked_resources(docker_client, run_id_prefix=live)
         assert sorted(n.split(" ")[0] for names in left.values() for n in names) == sorted(
             live_names)
-        # `harness sweep --all-stale` applies the same rule
+        # `harness sweep --list` says why; `harness sweep --all-stale` applies the same rule
+        assert sweep_command(["--list", "--prefix", prefix]) == 0
+        assert f"run\t{live}\talive: lease of elsewhere valid" in capsys.readouterr().out
         assert sweep_command(["--all-stale", "--prefix", prefix]) == 0
         assert len(leaked_resources(docker_client, run_id_prefix=live)["containers"]) == 1
     finally:
