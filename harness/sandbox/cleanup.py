@@ -141,8 +141,8 @@ def stale_runs(
 ) -> dict[str, Verdict]:
     """Each labelled run (optionally only those with ``run_id_prefix``) and its verdict."""
     api = (client or get_client()).api
-    runs = run_resources(api)  # listed before the clock is read: leases look younger
-    now, here = engine_now(api), current_owner()
+    now = engine_now(api)  # read before listing: every lease listed is judged younger
+    runs, here = run_resources(api), current_owner()
     return {
         run_id: judge(items, here, now)
         for run_id, items in sorted(runs.items())
