@@ -48,6 +48,7 @@ NAME_MARKER = "REDACTED-SECRET"
 MIN_SECRET_BYTES = 8
 CHUNK = 1 << 20
 SPOOL_BYTES = 8 << 20  # a redacted archive member above this goes to a temporary file
+MAX_ARCHIVE_BYTES = 2 << 30  # a bigger .tar.gz (unpacked) is scanned as plain bytes only
 TAR_SUFFIXES = (".tar.gz", ".tgz")
 _NEWLINE = rb"(?:\r?\n)?"
 
@@ -233,28 +234,34 @@ class SecretScanner:
 
     def _scan_tar(self, fh: IO[bytes], path: Path, rel: str, mode: int, report: ScanReport,
                   *, redact: bool) -> bool:
-        """Scan an archive's members; rewrite it on a hit. False if it is no valid archive."""
-        found: dict[str, Counts] = {}
+        """Scan an archive's members; rewrite it on a hit. False if it is no valid archive
+        (or holds more than :data:`MAX_ARCHIVE_BYTES`): the caller scans its bytes."""
+        found: dict[int, tuple[str, Counts]] = {}  # by position in the archive
+        total = 0
         try:
             with tarfile.open(fileobj=fh, mode="r|gz") as tar:
-                for member in tar:
+                for index, member in enumerate(tar):
+                    total += member.size if member.isreg() else 0
+                    if total > MAX_ARCHIVE_BYTES:
+                        raise tarfile.TarError(f"over {MAX_ARCHIVE_BYTES} bytes unpacked")
                     counts = self._member_counts(member, tar)
-                    report.bytes += member.size if member.isreg() else 0
                     if counts:
-                        found[member.name] = counts
+                        found[index] = (member.name, counts)
         except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-            report.errors.append(f"{rel}: not a readable tar.gz ({exc}); scanned as bytes")
+            report.errors.append(f"{rel}: not opened as a tar.gz ({exc}); scanned as bytes")
             return False
-        for member_name, counts in found.items():
-            _add_hits(report, f"{rel}:{self.redact_text(member_name)}", counts)
+        report.bytes += total
+        for name, counts in found.values():
+            _add_hits(report, f"{rel}:{self.redact_text(name)}", counts)
         if found and redact:
             fh.seek(0)
-            self._rewrite(path, mode, lambda out: self._redact_tar(fh, out))
+            self._rewrite(path, mode, lambda out: self._redact_tar(fh, out, set(found)))
         return True
 
     def _member_counts(self, member: tarfile.TarInfo, tar: tarfile.TarFile) -> Counts:
         counts: Counts = Counter()
-        for text in (member.name, member.linkname):
+        pax = [v for k, v in member.pax_headers.items() if k not in ("path", "linkpath")]
+        for text in (member.name, member.linkname, member.uname, member.gname, *pax):
             counts.update(self.scan_bytes(text.encode("utf-8", "surrogateescape"))[1])
         if member.isreg():
             src = tar.extractfile(member)
@@ -266,10 +273,14 @@ class SecretScanner:
         data = self.scan_bytes(text.encode("utf-8", "surrogateescape"))[0]
         return data.decode("utf-8", "surrogateescape")
 
-    def _redact_tar(self, src: IO[bytes], out: IO[bytes]) -> None:
+    def _redact_tar(self, src: IO[bytes], out: IO[bytes], hit: set[int]) -> None:
+        """Copy the archive; the members at positions ``hit`` are redacted on the way."""
         with tarfile.open(fileobj=src, mode="r|gz") as tin, \
                 tarfile.open(fileobj=out, mode="w|gz", format=tarfile.PAX_FORMAT) as tout:
-            for member in tin:
+            for index, member in enumerate(tin):
+                if index not in hit:
+                    tout.addfile(member, tin.extractfile(member) if member.isreg() else None)
+                    continue
                 info = member.replace(
                     name=self.redact_text(member.name),
                     linkname=self.redact_text(member.linkname),
