@@ -35,7 +35,7 @@ from harness.sandbox.lease import (
 from harness.sandbox.lease_identity import Owner, current_owner, process_alive
 from harness.testing.suite import wait_for
 
-EMPTY = {"containers": [], "networks": [], "volumes": []}
+EMPTY: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
 
 
 def test_another_hosts_live_run_survives_and_its_expired_run_is_swept(
