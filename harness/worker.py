@@ -182,10 +182,32 @@ class WorkerHooks:
         if call.when == "call" and state.is_infra():
             report.user_properties.append((INFRA_PROPERTY, True))
         if call.when == "teardown":
-            row = state.build_row()
-            report.user_properties.append((ROW_PROPERTY, row.model_dump(mode="json",
-                                                                         by_alias=True)))
+            names = self._secret_names()
+            if names:  # after the instance's fixtures are gone: its files are final
+                from harness import secrets_scan
+
+                ctx = state.ctx
+                ctx.result.details.update(
+                    secrets_scan.instance_scan(ctx.instance_dir, ctx.run_root, names))
+            row = state.build_row().model_dump(mode="json", by_alias=True)
+            if names:
+                row = secrets_scan.redact_row(row, names)
+            report.user_properties.append((ROW_PROPERTY, row))
         return report
+
+    def _secret_names(self) -> list[str]:
+        """The ``--agent-env`` names: their values are scanned for and redacted."""
+        return list(self.config.getoption("agent_env", None) or [])
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_harness_session_finish(self, config: pytest.Config, run: RunContext,
+                                      summary: dict[str, Any]) -> None:
+        """Controller: scan the whole run root once more (files written after instances)."""
+        names = self._secret_names()
+        if names and run.manifest is not None:
+            from harness.secrets_scan import run_scan
+
+            run.manifest.extra["secret_scan"] = run_scan(run.run_root, names)
 
     def pytest_report_teststatus(self, report: pytest.TestReport,
                                  config: pytest.Config) -> tuple[str, str, str] | None:

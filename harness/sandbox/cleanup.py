@@ -3,13 +3,13 @@
 * :func:`sweep` removes every container, network and volume labelled with one run (and
   optionally one worker), lists again and raises :class:`SweepIncomplete`
   (``sweep_incomplete``) if anything survived.
-* Run locks: the controller holds an exclusive ``flock`` (``filelock.FileLock``) on
-  :func:`run_lock_path` for the whole run. :func:`sweep_stale` finds runs by label
-  and sweeps those whose lock is free or whose run root is gone: their controller is
-  dead, so their resources are orphans. A run root without a lock file (a runner or
-  test stand-in that never locks) is judged by its containers: while one runs, the
-  run is left alone (it expires by TTL); otherwise its leftovers are swept. Hold
-  :func:`run_lock` while a run has sandboxes.
+* :func:`sweep_stale` (the start-up sweep and ``harness sweep --all-stale``) groups what is
+  labelled ``harness.run`` by run and sweeps only the runs :func:`harness.sandbox.lease.judge`
+  proves dead: an expired lease, or an owner pid gone on this very host, or (resources
+  without owner labels or lease) an expired TTL. Another host's live run on the same engine
+  is left alone; a run root that does not exist here proves nothing.
+* Run locks: the controller holds an exclusive ``flock`` on :func:`run_lock_path` for the
+  whole run (it keeps two runs out of one run root; sweeps no longer read it).
 * :func:`leaked_resources` lists what is labelled ``harness.run`` (for assertions).
 """
 
@@ -18,17 +18,18 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
 from docker.errors import APIError, NotFound
 from filelock import FileLock
 
-from harness.layout import keep_marker, lock_path
+from harness.layout import lock_path
 from harness.sandbox import labels as L
 from harness.sandbox.client import get_client
 from harness.sandbox.errors import SweepIncomplete
+from harness.sandbox.lease import Resource, Verdict, engine_now, judge, parse_engine_time
+from harness.sandbox.lease_identity import current_owner
 
 SWEEP_WAIT_S = 30.0
 
@@ -121,64 +122,46 @@ def sweep(
         time.sleep(0.1)
 
 
-@dataclass
-class _Run:
-    roots: set[str] = field(default_factory=set)
-    running: bool = False  # some container of the run is running
-
-
-def _runs(api: docker.APIClient) -> dict[str, _Run]:
-    runs: dict[str, _Run] = {}
+def run_resources(api: docker.APIClient) -> dict[str, list[Resource]]:
+    """Everything labelled ``harness.run``, grouped by run id (volumes, leases, last)."""
+    runs: dict[str, list[Resource]] = {}
     for kind, items in _listing(api, [L.RUN]).items():
         for item in items:
             labels = item.get("Labels") or {}
             run_id = labels.get(L.RUN)
             if run_id:
-                run = runs.setdefault(run_id, _Run())
-                run.roots.add(labels.get(L.RUN_ROOT, ""))
-                # "created" counts as live: a sandbox is created, then started
-                run.running |= kind == "containers" and item.get("State") in (
-                    "running", "created", "restarting")
+                created = item.get("CreatedAt") if kind == "volumes" else item.get("Created")
+                runs.setdefault(run_id, []).append(
+                    Resource(kind, _name(kind, item), labels, parse_engine_time(created)))
     return runs
 
 
-def _stale(run: _Run) -> bool:
-    """Stale: every run root is gone, or its lock exists and is free.
-
-    A root without a lock file belongs to a runner that never took the lock (a test
-    stand-in, say): its running containers cannot be judged, so only its leftovers
-    (stopped containers, networks, volumes) are stale. Running ones expire by TTL.
-    """
-    for root in run.roots:
-        if not root:
-            return False  # no run root label: not ours to judge
-        if not Path(root).exists():
-            continue
-        if keep_marker(root).exists():
-            return False  # --keep-sandboxes: only `harness sweep --run` (or the TTL) ends them
-        if not run_lock_path(root).exists():
-            if run.running:
-                return False
-            continue
-        if lock_is_held(root):
-            return False
-    return True
+def stale_runs(
+    client: docker.DockerClient | None = None, *, run_id_prefix: str | None = None
+) -> dict[str, Verdict]:
+    """Each labelled run (optionally only those with ``run_id_prefix``) and its verdict."""
+    api = (client or get_client()).api
+    now = engine_now(api)  # read before listing: every lease listed is judged younger
+    runs, here = run_resources(api), current_owner()
+    return {
+        run_id: judge(items, here, now)
+        for run_id, items in sorted(runs.items())
+        if run_id_prefix is None or run_id.startswith(run_id_prefix)
+    }
 
 
 def sweep_stale(
     client: docker.DockerClient | None = None, *, run_id_prefix: str | None = None
 ) -> list[str]:
-    """Sweep every run whose lock is not held; return their run ids.
+    """Sweep every run proven dead (:func:`harness.sandbox.lease.judge`); return their ids.
 
     ``run_id_prefix`` limits the sweep to matching runs (tests use it so they can only
     touch runs they created).
     """
     client = client or get_client()
     swept = []
-    for run_id, run in sorted(_runs(client.api).items()):
-        if run_id_prefix is not None and not run_id.startswith(run_id_prefix):
-            continue
-        if _stale(run):
+    for run_id, verdict in stale_runs(client, run_id_prefix=run_id_prefix).items():
+        if verdict.stale:
             sweep(run_id, client=client)
             swept.append(run_id)
     return swept

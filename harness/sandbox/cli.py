@@ -2,7 +2,7 @@
 
     harness sweep --run RUN_ID [--worker gw0]
     harness sweep --all-stale [--prefix RUN_ID_PREFIX]
-    harness sweep --list
+    harness sweep --list          (resources, then each run: alive or stale, and why)
 
 Exit status: 0 done (or nothing to do), 1 something survived or Docker is unreachable,
 2 usage error.
@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.sandbox.cleanup import leaked_resources, sweep, sweep_stale
+from harness.sandbox.cleanup import leaked_resources, stale_runs, sweep, sweep_stale
 from harness.sandbox.errors import SandboxError
 
 
@@ -22,16 +22,18 @@ def build_parser(prog: str = "harness sweep") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Remove the containers, networks and volumes of a run, or of every "
-        "stale run (one whose run lock is no longer held), and list again to prove it.",
+        "stale run (one proven dead: its lease expired, or its owner pid is gone on this host), "
+        "and list again to prove it.",
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--run", metavar="RUN_ID", help="sweep everything labelled with this run")
     what.add_argument(
         "--all-stale",
         action="store_true",
-        help="sweep every run whose run lock is not held (its controller is gone)",
+        help="sweep every run proven dead (expired lease, or owner pid gone on this host; "
+        "a run without owner labels: expired TTL); the start-up sweep uses the same rule",
     )
-    what.add_argument("--list", action="store_true", help="list what is labelled harness.run")
+    what.add_argument("--list", action="store_true", help="list what is labelled harness.run, and each run's verdict (alive/stale, why)")
     parser.add_argument("--worker", help="with --run: only this worker's resources (gw0, main)")
     parser.add_argument("--prefix", help="with --all-stale/--list: only runs with this id prefix")
     return parser
@@ -53,6 +55,9 @@ def sweep_command(argv: Sequence[str] | None = None) -> int:
             for kind, names in found.items():
                 for name in names:
                     print(f"{kind[:-1]}\t{name}")
+            for run_id, verdict in stale_runs(run_id_prefix=args.prefix).items():
+                state = "stale" if verdict.stale else "alive"
+                print(f"run\t{run_id}\t{state}: {verdict.reason}")
             return 0
         if args.run:
             removed = sweep(args.run, args.worker)

@@ -1,14 +1,19 @@
 """Labels and names of everything the sandbox layer creates.
 
 Every container, network and volume carries ``harness.run``, ``harness.instance``,
-``harness.worker`` and ``harness.run_root``; cleanup selects by these exact labels.
+``harness.worker`` and ``harness.run_root``; cleanup selects by these exact labels. They also
+carry their owner (host id, boot, PID namespace, pid: :mod:`harness.sandbox.lease_identity`),
+which the stale sweep uses with the run's lease (:mod:`harness.sandbox.lease`).
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
+
+from harness.sandbox.lease_identity import current_owner
 
 RUN = "harness.run"
 INSTANCE = "harness.instance"
@@ -24,8 +29,16 @@ _UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 MAX_NAME = 63
 
 
-def run_labels(run_id: str, instance_id: str, worker: str, run_root: Path | str) -> dict[str, str]:
+def run_labels(
+    run_id: str,
+    instance_id: str,
+    worker: str,
+    run_root: Path | str,
+    owner: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The run's labels plus its owner's (``owner``: this process unless given)."""
     return {
+        **(current_owner().labels() if owner is None else owner),
         RUN: run_id,
         INSTANCE: instance_id,
         WORKER: worker,

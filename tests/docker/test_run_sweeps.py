@@ -1,6 +1,7 @@
 """The runner's sweeps on the real engine: the orphans of a SIGKILLed run are removed by
-the next run's start-up sweep; a crashed worker's sandbox is removed at once; the
-session-end sweep leaves nothing labelled with the run."""
+the next run's start-up sweep; another host's live run (fresh lease) survives it, an
+expired one does not; a crashed worker's sandbox is removed at once; the session-end sweep
+leaves nothing labelled with the run, its lease included."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ import sys
 from pathlib import Path
 
 import docker
+from sandbox_lease_support import foreign_run, other_host
 
+from harness.sandbox.cleanup import leaked_resources, sweep
+from harness.sandbox.images import BuiltImage
+from harness.sandbox.lease_identity import host_id
 from harness.testing.suite import Suite, finish, wait_for
 
 LONG_AGENT = [{"id": "long", "work": "agent", "timeout": 300}]
@@ -83,3 +88,32 @@ def test_keep_sandboxes_prints_the_sweep_command(tmp_path: Path) -> None:
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert labelled(run_id) == []
+
+
+def test_startup_sweep_spares_another_hosts_live_run_and_removes_an_expired_one(
+    tmp_path: Path, docker_client: docker.DockerClient, base_image: BuiltImage
+) -> None:
+    prefix = f"hxt-host-{os.urandom(3).hex()}-"
+    live, dead = f"{prefix}live", f"{prefix}expired"
+    nowhere = tmp_path / "other-host" / "run"  # the other host's run root: not on this host
+    try:
+        live_names = foreign_run(docker_client, base_image, live, nowhere, other_host(), 600)
+        foreign_run(docker_client, base_image, dead, nowhere, other_host(), 0)
+        (tmp_path / "suite").mkdir()
+        suite = Suite(tmp_path / "suite")
+        suite.tasks([{"id": "quick", "work": "succeed"}])
+        run = suite.run()
+        assert run.rc == 0, run.out
+        sweeps = run.manifest["extra"]["sweeps"]
+        assert live not in sweeps["startup"]["stale_runs_swept"]
+        left = leaked_resources(docker_client, run_id_prefix=live)
+        assert sorted(n.split(" ")[0] for names in left.values() for n in names) == sorted(
+            live_names)
+        # swept by this run's start-up sweep (or a concurrent run's: same rule)
+        assert leaked_resources(docker_client, run_id_prefix=dead) == {
+            "containers": [], "networks": [], "volumes": []}
+        assert sweeps["lease"]["host"] == host_id() and sweeps["lease"]["keep"] is False
+        assert leaked_resources(docker_client, run_id_prefix=run_id_of(run.root))["volumes"] == []
+    finally:
+        sweep(live, client=docker_client)
+        sweep(dead, client=docker_client)

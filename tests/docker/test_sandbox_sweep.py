@@ -1,4 +1,5 @@
-"""Point 7: sweeps by exact label that list again; stale runs found through run locks."""
+"""Point 7: sweeps by exact label that list again; stale runs are those proven dead (their
+owner pid gone on this host, or an expired lease: tests/docker/test_sandbox_lease.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from harness.sandbox.cleanup import (
     leaked_resources,
     lock_is_held,
     run_lock,
-    run_lock_path,
     sweep,
     sweep_stale,
 )
@@ -26,6 +26,7 @@ from harness.sandbox.cli import sweep_command
 from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.errors import SweepIncomplete
 from harness.sandbox.images import BuiltImage
+from harness.sandbox.lease import Lease
 from harness.sandbox.network import create_internal_network
 
 EMPTY = {"containers": [], "networks": [], "volumes": []}
@@ -99,12 +100,11 @@ def test_sweep_that_cannot_remove_raises_sweep_incomplete(
 def _hold_run_with_sandboxes(
     image_id: str, run_id: str, root: str, ready: multiprocessing.synchronize.Event
 ) -> None:
-    """A stand-in controller + worker: lock the run, start sandboxes, then hang."""
+    """A stand-in controller + worker: a lease, sandboxes (owned by this pid), then hang."""
     from harness.sandbox.client import get_client
 
-    lock = run_lock(root)
-    lock.acquire(timeout=0)
     client = get_client()
+    Lease(run_id, Path(root), ttl_s=600, client=client).renew()
     for inst in ("a", "b"):
         Sandbox.create(
             SandboxSpec(image=image_id, run_id=run_id, instance_id=inst, run_root=Path(root)),
@@ -129,27 +129,25 @@ def test_sigkilled_run_is_swept_by_the_next_startup(
     proc.start()
     try:
         assert ready.wait(120), "the child did not start its sandboxes"
-        # A run whose root was deleted, and a live run held by this process.
+        # A live run (this process) whose root was deleted, and one whose root is here.
+        lease = Lease(gone, gone_root, ttl_s=600, client=docker_client)
+        lease.renew()
         Sandbox.create(_spec(base_image, gone, gone_root, "x"), client=docker_client)
         shutil.rmtree(gone_root, ignore_errors=True)
-        alive_lock = run_lock(alive_root)
-        with alive_lock.acquire(timeout=0):
-            live = Sandbox.create(_spec(base_image, alive, alive_root, "x"), client=docker_client)
-            assert lock_is_held(dead_root) and lock_is_held(alive_root)
-            # While the child lives, its run is not stale.
-            # Another test's run may sweep first (every run sweeps stale runs at start-up):
-            # what matters is that only `gone` is swept, and that it is gone.
-            assert set(sweep_stale(docker_client, run_id_prefix=prefix)) <= {gone}
-            assert leaked_resources(docker_client, run_id_prefix=gone) == EMPTY
-            assert len(leaked_resources(docker_client, run_id_prefix=dead)["containers"]) == 2
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.join(30)
-            assert proc.exitcode == -signal.SIGKILL
-            assert not lock_is_held(dead_root), "the kernel drops a dead process's flock"
-            assert run_lock_path(dead_root).exists()
-            assert set(sweep_stale(docker_client, run_id_prefix=prefix)) <= {dead}
-            assert leaked_resources(docker_client, run_id_prefix=dead) == EMPTY
-            assert live.is_running()
+        live = Sandbox.create(_spec(base_image, alive, alive_root, "x"), client=docker_client)
+        # While their owners live, no run is stale: a missing run root proves nothing.
+        assert sweep_stale(docker_client, run_id_prefix=prefix) == []
+        assert len(leaked_resources(docker_client, run_id_prefix=gone)["containers"]) == 1
+        assert len(leaked_resources(docker_client, run_id_prefix=dead)["containers"]) == 2
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(30)
+        assert proc.exitcode == -signal.SIGKILL
+        # Another test's run may sweep first (every run sweeps stale runs at start-up):
+        # what matters is that only `dead` is swept, and that it is gone.
+        assert set(sweep_stale(docker_client, run_id_prefix=prefix)) <= {dead}
+        assert leaked_resources(docker_client, run_id_prefix=dead) == EMPTY
+        assert live.is_running()
+        assert len(leaked_resources(docker_client, run_id_prefix=gone)["containers"]) == 1
         live.remove()
     finally:
         if proc.is_alive():
@@ -190,21 +188,22 @@ def test_cli_reports_docker_unavailable(
     assert "docker_unavailable" in err and err[-1] == "\n" and err.count("\n") == 1
 
 
-def test_run_without_lock_file_keeps_running_sandboxes_but_loses_leftovers(
+def test_leftovers_of_a_dead_owner_are_swept_even_with_a_run_lock_file(
     docker_client: docker.DockerClient, base_image: BuiltImage, tmp_path: Path
 ) -> None:
+    """The run lock no longer decides: a child's network outlives it and is swept."""
     prefix = f"hxt-nolock-{secrets.token_hex(3)}-"
     run_id, root = f"{prefix}r", tmp_path / "unlocked"
-    root.mkdir()
+    ctx = multiprocessing.get_context("fork")
+    proc = ctx.Process(target=create_internal_network, args=(run_id, "x", "main", root))
     try:
-        sb = Sandbox.create(_spec(base_image, run_id, root, "x"), client=docker_client)
-        net = create_internal_network(run_id, "x", "main", root, client=docker_client)
-        assert not run_lock_path(root).exists()
-        assert sweep_stale(docker_client, run_id_prefix=prefix) == []
-        assert sb.is_running()
-        sb.remove()
-        assert sweep_stale(docker_client, run_id_prefix=prefix) == [run_id]
-        assert leaked_resources(docker_client, run_id_prefix=run_id) == EMPTY
-        assert net not in str(docker_client.api.networks(names=[net]))
+        with run_lock(root).acquire(timeout=0):  # held by this (live) process
+            proc.start()
+            proc.join(60)
+            assert proc.exitcode == 0 and lock_is_held(root)
+            net = leaked_resources(docker_client, run_id_prefix=run_id)["networks"]
+            assert len(net) == 1
+            assert set(sweep_stale(docker_client, run_id_prefix=prefix)) <= {run_id}
+            assert leaked_resources(docker_client, run_id_prefix=run_id) == EMPTY
     finally:
         sweep(run_id, client=docker_client)
