@@ -160,17 +160,17 @@ class Budget:
         self.bytes = self.files = 0
         self.seen_bytes = self.seen_files = 0
 
-    def seen(self, size: int) -> None:
-        """One streamed entry (kept or not)."""
+    def seen(self, size: int, name: str) -> None:
+        """One streamed entry (kept or not), counted from its header."""
         self.seen_files += 1
         self.seen_bytes += size
         lim = self.limits
         if self.seen_files > SCAN_FACTOR * lim.max_files:
             raise TooManyFiles(f"{self.what} holds more than {SCAN_FACTOR * lim.max_files} "
-                               f"entries, excluded caches included")
+                               f"entries, excluded caches included; at {name!r}")
         if self.seen_bytes > SCAN_FACTOR * lim.max_bytes:
             raise CopyTooLarge(f"{self.what} holds more than {SCAN_FACTOR * lim.max_bytes} "
-                               f"bytes, excluded caches included")
+                               f"bytes, excluded caches included: {name!r} is {size} bytes")
 
     def keep(self, size: int, name: str) -> None:
         """One kept entry; ``size`` is a regular file's size (sparse files count in full)."""
@@ -309,7 +309,7 @@ def open_members(
         try:
             with tarfile.open(fileobj=res.raw, mode="r|", bufsize=_READ) as tar:
                 for info in tar:
-                    budget.seen(info.size if info.isreg() else 0)
+                    budget.seen(info.size if info.isreg() else 0, info.name)
                     member = _member(tar, info, top)
                     if member is None:
                         continue
