@@ -45,6 +45,7 @@ import tarfile
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,6 +63,7 @@ from harness.sandbox.transfer import (
     Member,
     ProtectedContent,
 )
+from harness.untrusted import read_untrusted_bytes
 
 ROOT_ONLY_NAMES = frozenset({"executable", "reference_executable"})
 CACHE_DIR_NAMES = frozenset(
@@ -280,16 +282,29 @@ def pack_members(
 
 def _has_cachedir_tag(folder: Path) -> bool:
     try:
-        with open(folder / CACHEDIR_TAG, "rb") as fh:
-            return fh.read(len(CACHEDIR_SIGNATURE)) == CACHEDIR_SIGNATURE
+        return read_untrusted_bytes(folder / CACHEDIR_TAG, 1 << 16).startswith(
+            CACHEDIR_SIGNATURE)
     except OSError:
         return False
+
+
+def _open_regular(path: str) -> IO[bytes] | None:
+    """``path`` opened for reading if it is (still) a regular file; links never followed."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
 
 
 def _host_members(
     root: Path, guard: ProtectedContent, prefix: str = ""
 ) -> Iterator[Member]:
-    """A trusted host folder as archive members, in the daemon's order."""
+    """A host folder as archive members, in the daemon's order (links never followed)."""
     with os.scandir(root / prefix if prefix else root) as it:
         children = sorted(it, key=lambda e: os.fsencode(e.name))
     for child in children:
@@ -302,7 +317,11 @@ def _host_members(
         elif stat.S_ISLNK(st.st_mode):
             yield Member(rel, SYMLINK, mode=0o777, linkname=os.readlink(child.path))
         elif stat.S_ISREG(st.st_mode):
-            with open(child.path, "rb") as fh:
+            opened = _open_regular(child.path)
+            if opened is None:
+                yield Member(rel, SPECIAL)
+                continue
+            with opened as fh:
                 m = Member(rel, FILE, size=os.fstat(fh.fileno()).st_size, mode=mode, data=fh)
                 data = guard.data(m)
                 if data is None:

@@ -198,6 +198,32 @@ class Member:
     data: IO[bytes] | None = None  # FILE: readable until the next member
 
 
+class _MemberData(io.RawIOBase):
+    """A member's data whose stream errors (the daemon's archive broke) are CopyFailed."""
+
+    def __init__(self, inner: IO[bytes], what: str) -> None:
+        self.inner = inner
+        self.what = what
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        try:
+            return self.inner.read(-1 if size is None else size)
+        except (tarfile.TarError, OSError, RequestException, ValueError) as exc:
+            raise CopyFailed(f"the archive broke while reading {self.what}: {exc}") from exc
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.inner.close()
+        super().close()
+
+
 class ProtectedContent:
     """Drops members whose bytes equal a protected artifact (sha256 hex -> size)."""
 
@@ -272,7 +298,10 @@ def _member(tar: tarfile.TarFile, info: tarfile.TarInfo, top: str) -> Member | N
     if info.isdir():
         return Member(rel, DIR, mode=mode)
     if info.isreg():
-        return Member(rel, FILE, size=info.size, mode=mode, data=tar.extractfile(info))
+        data = tar.extractfile(info)
+        assert data is not None
+        reader = io.BufferedReader(_MemberData(data, repr(rel)), _READ)
+        return Member(rel, FILE, size=info.size, mode=mode, data=reader)
     if info.issym():
         return Member(rel, SYMLINK, mode=0o777, linkname=info.linkname)
     if info.islnk():

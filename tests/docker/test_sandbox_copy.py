@@ -212,3 +212,4 @@ def test_bytes_of_a_protected_artifact_never_come_out(sandbox: Sandbox, tmp_path
         for member in tar.getmembers():
             data = tar.extractfile(member) if member.isreg() else None
             assert data is None or data.read() != ref
+

@@ -73,10 +73,13 @@ def test_too_many_files_is_the_agents_failure(tmp_path: Path) -> None:
 def test_locked_folders_links_fifos_and_setuid_are_scored_normally_and_inert(
     tmp_path: Path,
 ) -> None:
+    """Also a left-behind process that keeps truncating a file (a tar of a shrinking file
+    breaks): the agent's processes are killed before the export, so it cannot force one."""
     command = (f"{oracle_script()} && mkdir locked && echo l > locked/f "
                f"&& chmod 000 locked/f locked && ln -s /etc/passwd passwd_link "
                f"&& ln -s /root root_link && mkfifo fifo && cp compile.sh suid.sh "
-               f"&& chmod 4755 suid.sh")
+               f"&& chmod 4755 suid.sh && (setsid sh -c 'while :; do truncate -s 64M churn.bin; "
+               f"truncate -s 1M churn.bin; done' </dev/null >/dev/null 2>&1 &)")
     run = attack(tmp_path, "inert", command)
     r = row(run)
     assert r["outcome"] == "scored" and r["score"] == 1.0 and r["resolved"] is True, run.out
@@ -88,6 +91,7 @@ def test_locked_folders_links_fifos_and_setuid_are_scored_normally_and_inert(
     assert members["root_link"].issym() and members["root_link"].size == 0
     assert members["locked"].mode == 0o755 and members["locked/f"].mode == 0o644
     assert members["suid.sh"].mode == 0o755 and "fifo" not in members
+    assert "churn.bin" in members
     # nothing of the agent's tree is materialised on the host, so nothing was followed
     assert special_entries(run.root) == []
     assert not (instance_dir(run) / "workspace").exists()
