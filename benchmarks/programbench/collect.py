@@ -31,8 +31,7 @@ from benchmarks.programbench.submission import (
     normalise_protected,
     pack_members,
 )
-from harness.sandbox.errors import CopyFailed
-from harness.sandbox.transfer import Budget, CopyRefused
+from harness.sandbox.transfer import ArchiveBroken, Budget, CopyRefused
 
 WORKSPACE = "/workspace"
 PROBE_TIMEOUT_S = 300
@@ -110,10 +109,11 @@ def export_submission(
     protected_paths: list[str],
     workspace: str = WORKSPACE,
 ) -> SubmissionInfo:
-    """Stream ``workspace`` into ``dest``; one retry if the daemon's stream breaks.
+    """Stream ``workspace`` into ``dest``; one retry if the daemon's stream breaks midway.
 
-    A second break while the sandbox still runs is put on the agent's content
-    (``workspace_unexportable``); a daemon or sandbox that is gone stays infrastructure.
+    A second break while the sandbox still runs is put on the agent's content (a file
+    shrinking under the daemon's tar: ``workspace_unexportable``); a daemon or sandbox that
+    is gone, or an archive the daemon refuses to start, stays infrastructure.
     """
     rules = PackRules(protected=normalise_protected(protected_paths),
                       tracked_build_dirs=facts.tracked_build_dirs,
@@ -123,7 +123,7 @@ def export_submission(
         try:
             with sandbox.stream_out(workspace, budget, spool_dir=dest.parent) as members:
                 return pack_members(members, dest, rules=rules, budget=budget)
-        except CopyFailed as exc:
+        except ArchiveBroken as exc:
             if attempt == 2 and sandbox.is_running():
                 raise CopyRefused(f"the workspace could not be exported: {exc}",
                                   "workspace_unexportable") from exc

@@ -49,7 +49,7 @@ from typing import IO
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.sandbox.errors import CopyFailed
+from harness.errors import InfraError
 from harness.sandbox.transfer import (
     DIR,
     FILE,
@@ -206,8 +206,8 @@ class _Packer:
     def add(self, tar: tarfile.TarFile, m: Member) -> None:
         key = _key(m.rel)
         if key <= self.last:
-            raise CopyFailed(f"the archive is not in path order at {m.rel!r}: cannot pack it "
-                             f"reproducibly")
+            raise InfraError(f"the daemon's archive is not in path order at {m.rel!r}: "
+                             f"cannot pack it reproducibly", "archive_order")
         self.last = key
         if self.pruned is not None and m.rel.startswith(self.pruned + "/"):
             return

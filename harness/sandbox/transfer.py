@@ -151,6 +151,12 @@ class TooManyFiles(CopyRefused):
     reason_code = "too_many_files"
 
 
+class ArchiveBroken(CopyFailed):
+    """The daemon's archive stream broke after it started (infra unless shown otherwise)."""
+
+    reason_code = "copy_stream_broken"
+
+
 class Budget:
     """Counts one copy-out against its :class:`CopyLimits`."""
 
@@ -212,7 +218,7 @@ class _MemberData(io.RawIOBase):
         try:
             return self.inner.read(-1 if size is None else size)
         except (tarfile.TarError, OSError, RequestException, ValueError) as exc:
-            raise CopyFailed(f"the archive broke while reading {self.what}: {exc}") from exc
+            raise ArchiveBroken(f"the archive broke while reading {self.what}: {exc}") from exc
 
     def readinto(self, b: Any) -> int:
         data = self.read(len(b))
@@ -357,7 +363,7 @@ def open_members(
                         if member.data is not None:
                             member.data.close()
         except (tarfile.TarError, OSError, RequestException, ValueError) as exc:
-            raise CopyFailed(
+            raise ArchiveBroken(
                 f"reading the archive of {container_id[:12]}:{src} failed: {exc}"
             ) from exc
 
