@@ -46,6 +46,7 @@ from typing import IO, Any
 import docker
 from docker.errors import APIError, NotFound
 from requests.exceptions import RequestException
+from urllib3.exceptions import HTTPError as Urllib3Error
 
 from harness.fsutil import atomic_open
 from harness.sandbox.errors import CopyFailed
@@ -56,6 +57,9 @@ _READ = 1 << 20
 DEFAULT_MAX_COPY_MB = 1024
 DEFAULT_MAX_COPY_FILES = 100_000
 SCAN_FACTOR = 4
+
+# What a daemon stream that breaks midway raises while it is read.
+_STREAM_ERRORS = (tarfile.TarError, OSError, EOFError, RequestException, Urllib3Error, ValueError)
 
 DIR, FILE, SYMLINK, HARDLINK = "dir", "file", "symlink", "hardlink"
 SPECIAL, PROTECTED, PROTECTED_CONTENT = "special", "protected", "protected_content"
@@ -217,7 +221,7 @@ class _MemberData(io.RawIOBase):
     def read(self, size: int | None = -1) -> bytes:
         try:
             return self.inner.read(-1 if size is None else size)
-        except (tarfile.TarError, OSError, RequestException, ValueError) as exc:
+        except _STREAM_ERRORS as exc:
             raise ArchiveBroken(f"the archive broke while reading {self.what}: {exc}") from exc
 
     def readinto(self, b: Any) -> int:
@@ -251,7 +255,11 @@ class ProtectedContent:
         digest = hashlib.sha256()
         while chunk := member.data.read(_READ):
             digest.update(chunk)
-            spool.write(chunk)
+            try:
+                spool.write(chunk)
+            except OSError as exc:  # the host's disk: infrastructure
+                spool.close()
+                raise CopyFailed(f"spooling {member.rel!r} to hash it failed: {exc}") from exc
         if digest.hexdigest() in self.hashes:
             spool.close()
             return None
@@ -333,8 +341,9 @@ def open_members(
     Every member is counted with ``budget.seen`` (from its header) before it is yielded.
     A protected path (absolute, below ``src``) or a file with a protected artifact's bytes
     comes out as one data-less PROTECTED or PROTECTED_CONTENT member (a protected
-    directory's contents not at all). Errors of the daemon or of the stream raise :class:`CopyFailed`; budget overruns
-    raise :class:`CopyRefused`. The connection is closed on exit, whatever happened.
+    directory's contents not at all). A daemon refusing the archive raises
+    :class:`CopyFailed`, a stream that breaks midway :class:`ArchiveBroken`, a budget
+    overrun :class:`CopyRefused`. The connection is closed on exit, whatever happened.
     """
     res, top = _open_archive(api, container_id, src)
     hidden = _hidden(protected, src)
@@ -362,7 +371,7 @@ def open_members(
                     finally:
                         if member.data is not None:
                             member.data.close()
-        except (tarfile.TarError, OSError, RequestException, ValueError) as exc:
+        except _STREAM_ERRORS as exc:
             raise ArchiveBroken(
                 f"reading the archive of {container_id[:12]}:{src} failed: {exc}"
             ) from exc
