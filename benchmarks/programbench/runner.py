@@ -2,7 +2,8 @@
 
 instruction -> (dry run: task body, stop) -> cleanroom sandbox (no network, SYS_PTRACE
 dropped, agent user, reference presented root-owned 0111) -> preflight -> agent ->
-``submission.tar.gz`` from the sandbox's workspace (also when the agent did not finish) ->
+``submission.tar.gz`` streamed from the sandbox's workspace (also when the agent did not
+finish; bounded: a workspace over the copy-out caps is the agent's failure) ->
 official ``programbench eval`` (per task, or batch at session end, or off) -> the row.
 """
 
@@ -15,9 +16,9 @@ from typing import Any
 import pytest
 
 from benchmarks.programbench.adapter import ProgramBenchAdapter
+from benchmarks.programbench.collect import export_submission, freeze, probe_workspace
 from benchmarks.programbench.instruction import render_instruction
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_instance
-from benchmarks.programbench.submission import build_submission
 from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
 from benchmarks.programbench.tasks import PBInstance
 from benchmarks.programbench.verdict import verdict
@@ -28,6 +29,7 @@ from harness.errors import InfraError
 from harness.fsutil import atomic_write_json
 from harness.models import Outcome
 from harness.runtime import InstanceContext
+from harness.sandbox.transfer import CopyRefused
 
 WORKSPACE = "/workspace"
 REFERENCE_PATH = f"{WORKSPACE}/{REFERENCE_NAME}"
@@ -118,17 +120,33 @@ def write_body(ctx: InstanceContext, inst: PBInstance, instruction: str, contain
     return body
 
 
-def collect_submission(ctx: InstanceContext, sandbox: Any) -> Path:
-    workspace = ctx.instance_dir / "workspace"
-    sandbox.copy_out(WORKSPACE, workspace)
-    ctx.output("workspace", workspace)
+def collect_submission(ctx: InstanceContext, sandbox: Any) -> Path | None:
+    """``submission.tar.gz`` streamed from the sandbox (no host copy of the workspace, no
+    host program run on it); None when the agent's workspace was refused (the instance is
+    then the agent's failure, with the reason code, and there is no submission)."""
     dest = ctx.instance_dir / "submission.tar.gz"
-    info = build_submission(workspace, dest, protected_paths=[REFERENCE_NAME])
+    freeze(sandbox)
+    facts = probe_workspace(sandbox, WORKSPACE)
+    if facts.probe_error:
+        ctx.result.details["workspace_probe_error"] = facts.probe_error
+    try:
+        info = export_submission(sandbox, dest, facts=facts, protected_paths=[REFERENCE_NAME],
+                                 workspace=WORKSPACE)
+    except CopyRefused as exc:
+        dest.unlink(missing_ok=True)
+        limits = sandbox.copy_limits
+        ctx.result.details["submission_refused"] = {
+            "reason": exc.reason_code, "error": str(exc)[:1000],
+            "max_copy_out_mb": limits.max_bytes >> 20, "max_copy_out_files": limits.max_files}
+        ctx.agent_failed(exc.reason_code, str(exc))
+        return None
     atomic_write_json(ctx.instance_dir / "submission_info.json", info)
     ctx.output("submission", dest)
     ctx.result.prediction_written = True
-    ctx.result.details["submission"] = {"files": getattr(info, "file_count", None),
-                                        "sha256": getattr(info, "sha256", None)}
+    ctx.result.details["submission"] = {"files": info.file_count, "sha256": info.sha256,
+                                        "bytes": info.content_bytes}
+    if info.protected_dropped:
+        ctx.result.details["submission"]["protected_dropped"] = info.protected_dropped
     return dest
 
 
@@ -183,7 +201,8 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
         env_allowlist=tuple(request.config.getoption("agent_env")),
         oracle=oracle_for(inst, sandbox), adapter="programbench"))
     ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
-    collect_submission(ctx, sandbox)
+    if collect_submission(ctx, sandbox) is None:
+        return  # the agent's workspace was refused: its failure, nothing to score
     reason = None if outcome.completed else (outcome.reason_code or "task_not_completed")
     if settings.eval_mode == "off":
         ctx.awaiting_eval("not_run", "submission_prepared")

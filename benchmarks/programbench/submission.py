@@ -1,18 +1,25 @@
-"""``submission.tar.gz`` from a workspace folder on the host.
+"""``submission.tar.gz``: the workspace packed the way ``programbench eval`` unpacks it
+(``tar -C /workspace -xzf -`` as root).
 
-The runner first exports the sandbox's ``/workspace`` to a host folder; this module packs it
-the way ``programbench eval`` unpacks it (``tar -C /workspace -xzf -`` as root).
+:func:`pack_members` packs a stream of :class:`~harness.sandbox.transfer.Member` records:
+straight from the sandbox's archive (:mod:`benchmarks.programbench.collect`; the workspace is
+never materialised on the host, and no program runs on it), or from a trusted host folder
+(:func:`build_submission`, for tests and fixtures). Kept entries count against the copy-out
+:class:`~harness.sandbox.transfer.Budget`.
 
 Exclusion rules (paths relative to the workspace root):
 
 * root only: ``executable``, ``reference_executable`` and the protected paths (eval deletes a
   shipped ``./executable`` anyway; the reference must never leave the sandbox);
+* anywhere: files whose bytes equal a protected artifact (sha256), whatever their name,
+  listed in ``protected_dropped``;
 * directories at any depth: ``.git``, ``.ouroboros``, ``__pycache__``, ``.pytest_cache``,
   ``.ruff_cache``, ``.mypy_cache``, ``node_modules``, ``htmlcov``, and any directory holding a
   valid ``CACHEDIR.TAG`` (the Cache Directory Tagging spec; cargo's ``target/`` has one);
 * files at any depth: ``.DS_Store``, ``.coverage``, ``coverage.xml``, ``*.pyc``, ``*.pyo``;
 * build outputs: the top-level ``build/``, ``dist/`` and ``target/`` only, and only when git
-  tracks no file inside them. Without a readable git repository they are kept.
+  tracks no file inside them. Without a readable git repository they are kept. Which are
+  tracked is asked of git inside the sandbox, as the agent user, never on the host.
 
 Unlike the seed, a folder named ``build``/``dist`` below the root, or a ``*.log``/``*.tmp``
 file, is source like any other and is kept: compile.sh may need it.
@@ -20,10 +27,12 @@ file, is source like any other and is kept: compile.sh may need it.
 Archive layout: entry names without a ``./`` prefix (``compile.sh``, ``src/main.rs``); no
 entry for the root itself, so unpacking never changes ``/workspace``'s own owner or mode;
 sub-directories have entries (empty ones survive). For a stable sha256 on identical trees:
-entries sorted by path, GNU format, uid/gid 0 with no names, mtime 2000-01-01T00:00:00Z (the
-date eval gives its synthetic git commit), modes normalised to 0755 (directories and files
-with any execute bit) or 0644, symlinks kept as links, gzip header without name or time.
-Sockets, FIFOs and devices are skipped and listed.
+entries sorted by path (depth first, names in byte order: the order the daemon streams),
+GNU format, uid/gid 0 with no names, mtime 2000-01-01T00:00:00Z (the date eval gives its
+synthetic git commit), modes normalised to 0755 (directories and files with any execute bit)
+or 0644, symlinks kept as links (inert entries, never resolved on the host), a second name
+of an already packed file as a hard link, gzip header without name or time. Sockets, FIFOs,
+devices and unsafe names are skipped and listed.
 """
 
 from __future__ import annotations
@@ -32,12 +41,29 @@ import gzip
 import hashlib
 import os
 import stat
-import subprocess
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from harness.errors import InfraError
+from harness.sandbox.transfer import (
+    DIR,
+    FILE,
+    HARDLINK,
+    PROTECTED,
+    PROTECTED_CONTENT,
+    SPECIAL,
+    SYMLINK,
+    Budget,
+    CopyLimits,
+    Member,
+    ProtectedContent,
+)
+from harness.untrusted import read_untrusted_bytes
 
 ROOT_ONLY_NAMES = frozenset({"executable", "reference_executable"})
 CACHE_DIR_NAMES = frozenset(
@@ -77,7 +103,8 @@ class SubmissionInfo(BaseModel):
     build_dirs_dropped: list[str] = Field(default_factory=list)
     build_dirs_kept: list[str] = Field(default_factory=list)
     skipped_special: list[str] = Field(default_factory=list)
-    unreadable: list[str] = Field(default_factory=list)
+    protected_dropped: list[str] = Field(default_factory=list)  # bytes of a protected artifact
+    content_bytes: int = 0  # regular files, uncompressed
     has_compile_sh: bool = False
 
     @property
@@ -85,88 +112,16 @@ class SubmissionInfo(BaseModel):
         return self.file_count == 0 and self.symlink_count == 0
 
 
-class _Walk:
-    def __init__(self, root: Path, drop_top: set[str], protected: set[str]) -> None:
-        self.root = root
-        self.drop_top = drop_top
-        self.protected = protected
-        self.entries: list[tuple[str, os.stat_result, Path]] = []
-        self.excluded: list[str] = []
-        self.special: list[str] = []
+@dataclass
+class PackRules:
+    """What to leave out, decided before packing (see the module docstring)."""
 
-    def _exclude(self, rel: str) -> None:
-        self.excluded.append(rel)
-
-    def run(self) -> None:
-        self._walk(self.root, "")
-
-    def _walk(self, folder: Path, prefix: str) -> None:
-        with os.scandir(folder) as it:
-            children = sorted(it, key=lambda e: e.name)
-        for child in children:
-            rel = f"{prefix}{child.name}"
-            st = child.stat(follow_symlinks=False)
-            is_dir = stat.S_ISDIR(st.st_mode)
-            if self._excluded(rel, child.name, is_dir, Path(child.path), at_root=not prefix):
-                self._exclude(rel + ("/" if is_dir else ""))
-                continue
-            if is_dir:
-                self.entries.append((rel, st, Path(child.path)))
-                self._walk(Path(child.path), rel + "/")
-            elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                self.entries.append((rel, st, Path(child.path)))
-            else:
-                self.special.append(rel)
-
-    def _excluded(self, rel: str, name: str, is_dir: bool, path: Path, *, at_root: bool) -> bool:
-        if rel in self.protected:
-            return True
-        if at_root and (name in ROOT_ONLY_NAMES or name in self.drop_top):
-            return True
-        if is_dir:
-            return name in CACHE_DIR_NAMES or _has_cachedir_tag(path)
-        return name in JUNK_FILE_NAMES or name.endswith(JUNK_SUFFIXES)
+    protected: set[str] = field(default_factory=set)  # relative paths
+    tracked_build_dirs: set[str] | None = None  # None: git could not tell (keep them all)
+    is_cache_dir: Callable[[str], bool] = lambda rel: False  # holds a valid CACHEDIR.TAG
 
 
-def _has_cachedir_tag(folder: Path) -> bool:
-    try:
-        with open(folder / CACHEDIR_TAG, "rb") as fh:
-            return fh.read(len(CACHEDIR_SIGNATURE)) == CACHEDIR_SIGNATURE
-    except OSError:
-        return False
-
-
-def _tracked_build_dirs(root: Path, present: list[str]) -> set[str] | None:
-    """Build-output dirs holding at least one git-tracked file; None when git cannot tell."""
-    if not (root / ".git").exists():
-        return None
-    try:
-        proc = subprocess.run(
-            ["git", "-c", "safe.directory=*", "-C", str(root), "ls-files", "-z", "--", *present],
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0:
-        return None
-    tracked = {p.split("/", 1)[0] for p in proc.stdout.decode(errors="replace").split("\0") if p}
-    return tracked & set(present)
-
-
-def _decide_build_dirs(root: Path) -> tuple[set[str], list[str]]:
-    present = [d for d in BUILD_OUTPUT_DIRS if (root / d).is_dir() and not (root / d).is_symlink()]
-    if not present:
-        return set(), []
-    tracked = _tracked_build_dirs(root, present)
-    if tracked is None:
-        return set(), present  # no git evidence: keep, never lose source
-    drop = {d for d in present if d not in tracked}
-    return drop, [d for d in present if d in tracked]
-
-
-def _normalise_protected(paths: Iterable[str]) -> set[str]:
+def normalise_protected(paths: Iterable[str]) -> set[str]:
     out: set[str] = set()
     for p in paths:
         p = p.strip()
@@ -179,23 +134,206 @@ def _normalise_protected(paths: Iterable[str]) -> set[str]:
     return out
 
 
-def _tarinfo(rel: str, st: os.stat_result, path: Path) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(rel)
+def _key(rel: str) -> tuple[bytes, ...]:
+    return tuple(rel.encode("utf-8", "surrogateescape").split(b"/"))
+
+
+def _tarinfo(m: Member) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(m.rel)
     info.mtime = FIXED_MTIME
     info.uid = info.gid = 0
     info.uname = info.gname = ""
-    if stat.S_ISDIR(st.st_mode):
-        info.type = tarfile.DIRTYPE
-        info.mode = 0o755
-    elif stat.S_ISLNK(st.st_mode):
-        info.type = tarfile.SYMTYPE
-        info.linkname = os.readlink(path)
-        info.mode = 0o777
+    if m.kind == DIR:
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+    elif m.kind == SYMLINK:
+        info.type, info.linkname, info.mode = tarfile.SYMTYPE, m.linkname, 0o777
     else:
-        info.type = tarfile.REGTYPE
-        info.mode = 0o755 if st.st_mode & 0o111 else 0o644
-        info.size = st.st_size
+        info.mode = 0o755 if m.mode & 0o111 else 0o644
+        if m.kind == HARDLINK:
+            info.type, info.linkname = tarfile.LNKTYPE, m.linkname
+        else:
+            info.type, info.size = tarfile.REGTYPE, m.size
     return info
+
+
+class _Packer:
+    def __init__(self, rules: PackRules, budget: Budget) -> None:
+        self.rules = rules
+        self.budget = budget
+        self.excluded: list[str] = []
+        self.special: list[str] = []
+        self.protected_dropped: list[str] = []
+        self.build_dropped: list[str] = []
+        self.build_kept: list[str] = []
+        self.files: set[str] = set()
+        self.counts = {"file": 0, "link": 0, "dir": 0, "bytes": 0}
+        self.pruned: str | None = None
+        self.last: tuple[bytes, ...] = ()
+
+    def _skip(self, m: Member) -> bool:
+        """True (and listed) when ``m`` stays out of the archive."""
+        name = m.rel.rsplit("/", 1)[-1]
+        at_root = "/" not in m.rel
+        is_dir = m.kind == DIR
+        if m.kind == PROTECTED_CONTENT:
+            self.protected_dropped.append(m.rel)
+            return True
+        if m.kind == SPECIAL:
+            self.special.append(m.rel)
+            return True
+        drop = m.kind == PROTECTED or m.rel in self.rules.protected
+        if not drop and at_root and name in ROOT_ONLY_NAMES:
+            drop = True
+        if not drop and at_root and is_dir and name in BUILD_OUTPUT_DIRS:
+            tracked = self.rules.tracked_build_dirs
+            if tracked is not None and name not in tracked:
+                self.build_dropped.append(name)
+                drop = True
+            else:
+                self.build_kept.append(name)
+        if not drop and is_dir:
+            drop = name in CACHE_DIR_NAMES or self.rules.is_cache_dir(m.rel)
+        elif not drop:
+            drop = name in JUNK_FILE_NAMES or name.endswith(JUNK_SUFFIXES)
+        if not drop and m.kind == HARDLINK and m.linkname not in self.files:
+            drop = True  # its first name stayed out: the bytes are not in the archive
+        if drop:
+            self.excluded.append(m.rel + ("/" if is_dir else ""))
+            if is_dir:
+                self.pruned = m.rel
+        return drop
+
+    def add(self, tar: tarfile.TarFile, m: Member) -> None:
+        key = _key(m.rel)
+        if key <= self.last:
+            raise InfraError(f"the daemon's archive is not in path order at {m.rel!r}: "
+                             f"cannot pack it reproducibly", "archive_order")
+        self.last = key
+        if self.pruned is not None and m.rel.startswith(self.pruned + "/"):
+            return
+        self.pruned = None
+        if self._skip(m):
+            return
+        self.budget.keep(m.size if m.kind == FILE else 0, m.rel)
+        tar.addfile(_tarinfo(m), m.data if m.kind == FILE else None)
+        if m.kind == DIR:
+            self.counts["dir"] += 1
+        elif m.kind == SYMLINK:
+            self.counts["link"] += 1
+        else:
+            self.counts["file"] += 1
+            self.counts["bytes"] += m.size
+            self.files.add(m.rel)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def pack_members(
+    members: Iterable[Member], dest: Path, *, rules: PackRules, budget: Budget
+) -> SubmissionInfo:
+    """Pack ``members`` (in path order) into ``dest``, written atomically.
+
+    On any error (a :class:`~harness.sandbox.transfer.CopyRefused` budget overrun included)
+    nothing is left at ``dest``: neither a partial archive nor an older one.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.unlink(missing_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    packer = _Packer(rules, budget)
+    try:
+        with (
+            open(tmp, "wb") as raw,
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar,
+        ):
+            for m in members:
+                packer.add(tar, m)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    c = packer.counts
+    return SubmissionInfo(
+        path=str(dest),
+        sha256=_sha256(dest),
+        size_bytes=dest.stat().st_size,
+        file_count=c["file"],
+        symlink_count=c["link"],
+        dir_count=c["dir"],
+        excluded_count=len(packer.excluded),
+        excluded=packer.excluded[:MAX_LISTED],
+        build_dirs_dropped=sorted(packer.build_dropped),
+        build_dirs_kept=sorted(packer.build_kept),
+        skipped_special=packer.special[:MAX_LISTED],
+        protected_dropped=packer.protected_dropped[:MAX_LISTED],
+        content_bytes=c["bytes"],
+        has_compile_sh="compile.sh" in packer.files,
+    )
+
+
+def _has_cachedir_tag(folder: Path) -> bool:
+    try:
+        return read_untrusted_bytes(folder / CACHEDIR_TAG, 1 << 16).startswith(
+            CACHEDIR_SIGNATURE)
+    except OSError:
+        return False
+
+
+def _open_regular(path: str) -> IO[bytes] | None:
+    """``path`` opened for reading if it is (still) a regular file; links never followed."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
+def _host_members(
+    root: Path, guard: ProtectedContent, prefix: str = ""
+) -> Iterator[Member]:
+    """A host folder as archive members, in the daemon's order (links never followed)."""
+    with os.scandir(root / prefix if prefix else root) as it:
+        children = sorted(it, key=lambda e: os.fsencode(e.name))
+    for child in children:
+        rel = prefix + child.name
+        st = child.stat(follow_symlinks=False)
+        mode = stat.S_IMODE(st.st_mode) & 0o777
+        if stat.S_ISDIR(st.st_mode):
+            yield Member(rel, DIR, mode=mode)
+            yield from _host_members(root, guard, rel + "/")
+        elif stat.S_ISLNK(st.st_mode):
+            yield Member(rel, SYMLINK, mode=0o777, linkname=os.readlink(child.path))
+        elif stat.S_ISREG(st.st_mode):
+            opened = _open_regular(child.path)
+            if opened is None:
+                yield Member(rel, SPECIAL)
+                continue
+            with opened as fh:
+                m = Member(rel, FILE, size=os.fstat(fh.fileno()).st_size, mode=mode, data=fh)
+                data = guard.data(m)
+                if data is None:
+                    yield Member(rel, PROTECTED_CONTENT, size=m.size)
+                    continue
+                m.data = data
+                try:
+                    yield m
+                finally:
+                    data.close()
+        else:
+            yield Member(rel, SPECIAL)
 
 
 def build_submission(
@@ -203,63 +341,27 @@ def build_submission(
     dest: Path,
     *,
     protected_paths: Iterable[str] = (),
+    tracked_build_dirs: Collection[str] | None = None,
+    protected_hashes: Mapping[str, int] | None = None,
+    limits: CopyLimits | None = None,
 ) -> SubmissionInfo:
-    """Pack ``workspace`` into ``dest`` (written atomically) and describe the result."""
+    """Pack a trusted host folder ``workspace`` into ``dest`` (tests, fixtures, tools).
+
+    Agent workspaces never come here: they are packed from the sandbox's archive
+    (:mod:`benchmarks.programbench.collect`). ``tracked_build_dirs`` are the top-level build
+    dirs git tracks files in (None: unknown, keep them).
+    """
     workspace = Path(workspace)
-    dest = Path(dest)
     if not workspace.is_dir():
         raise NotADirectoryError(f"workspace {workspace} is not a directory")
-    drop_top, kept_build = _decide_build_dirs(workspace)
-    walk = _Walk(workspace, drop_top, _normalise_protected(protected_paths))
-    walk.run()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    counts = {"file": 0, "link": 0, "dir": 0}
-    unreadable: list[str] = []
-    try:
-        with (
-            open(tmp, "wb") as raw,
-            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar,
-        ):
-            for rel, st, path in walk.entries:
-                info = _tarinfo(rel, st, path)
-                if info.type == tarfile.REGTYPE:
-                    try:
-                        fh = open(path, "rb")  # noqa: SIM115 - closed below
-                    except OSError:
-                        unreadable.append(rel)
-                        continue
-                    with fh:
-                        info.size = os.fstat(fh.fileno()).st_size
-                        tar.addfile(info, fh)
-                    counts["file"] += 1
-                else:
-                    tar.addfile(info)
-                    counts["link" if info.type == tarfile.SYMTYPE else "dir"] += 1
-        with open(tmp, "rb+") as fh2:
-            os.fsync(fh2.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    digest = hashlib.sha256(dest.read_bytes()).hexdigest()
-    names = {rel for rel, _, _ in walk.entries}
-    return SubmissionInfo(
-        path=str(dest),
-        sha256=digest,
-        size_bytes=dest.stat().st_size,
-        file_count=counts["file"],
-        symlink_count=counts["link"],
-        dir_count=counts["dir"],
-        excluded_count=len(walk.excluded),
-        excluded=walk.excluded[:MAX_LISTED],
-        build_dirs_dropped=sorted(drop_top),
-        build_dirs_kept=kept_build,
-        skipped_special=walk.special[:MAX_LISTED],
-        unreadable=unreadable[:MAX_LISTED],
-        has_compile_sh="compile.sh" in names and "compile.sh" not in unreadable,
+    rules = PackRules(
+        protected=normalise_protected(protected_paths),
+        tracked_build_dirs=None if tracked_build_dirs is None else set(tracked_build_dirs),
+        is_cache_dir=lambda rel: _has_cachedir_tag(workspace / rel),
     )
+    guard = ProtectedContent(protected_hashes or {})
+    budget = Budget(limits or CopyLimits(), str(workspace))
+    return pack_members(_host_members(workspace, guard), dest, rules=rules, budget=budget)
 
 
 def list_submission(path: Path) -> list[str]:

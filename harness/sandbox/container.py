@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -80,6 +81,7 @@ class Sandbox:
         # sha256 hex -> size in bytes of every protected artifact, hashed inside the sandbox
         # as root: copy-out drops any file with these bytes, whatever its name or place.
         self.protected_hashes: dict[str, int] = {}
+        self.copy_limits = transfer.CopyLimits()  # caps of every copy out of this sandbox
         self.removed = False
 
     # -- lifecycle ---------------------------------------------------------------
@@ -241,12 +243,15 @@ class Sandbox:
     def copy_out(
         self, src: str, dest: Path, *, exclude: transfer.Exclude | None = None
     ) -> list[str]:
-        """Extract ``src`` (a directory's contents, or a file) into host directory ``dest``.
+        """Extract directory ``src``'s contents into host directory ``dest``, bounded.
 
-        Protected artifacts (:meth:`install_protected`) are never copied out.
+        Protected artifacts (by path and by content) are never copied out; links are
+        written as links and never followed; over :attr:`copy_limits` raises
+        :class:`~harness.sandbox.transfer.CopyRefused` (an agent failure, not infra).
         """
         return transfer.extract_to(
-            self.api, self.id, src, Path(dest), exclude=exclude, protected=self.protected
+            self.api, self.id, src, Path(dest), exclude=exclude, protected=self.protected,
+            protected_hashes=self.protected_hashes, limits=self.copy_limits,
         )
 
     def export_tar_gz(
@@ -255,10 +260,22 @@ class Sandbox:
         """Write directory ``src`` as a ``.tar.gz`` on the host, entries relative to ``src``.
 
         ``exclude(relative_path)`` drops an entry (and, for a directory, all below it).
-        Protected artifacts are always left out.
+        Protected artifacts are always left out; :attr:`copy_limits` apply.
         """
         return transfer.export_tar_gz(
-            self.api, self.id, src, Path(dest_file), exclude=exclude, protected=self.protected
+            self.api, self.id, src, Path(dest_file), exclude=exclude, protected=self.protected,
+            protected_hashes=self.protected_hashes, limits=self.copy_limits,
+        )
+
+    def stream_out(
+        self, src: str, budget: transfer.Budget, *, spool_dir: Path | None = None
+    ) -> AbstractContextManager[Iterator[transfer.Member]]:
+        """``with sandbox.stream_out(src, budget) as members:`` the archive of ``src`` as
+        :class:`~harness.sandbox.transfer.Member` records, protected artifacts already
+        reduced to data-less ``protected`` members (see :func:`transfer.open_members`)."""
+        return transfer.open_members(
+            self.api, self.id, src, budget, protected=self.protected,
+            protected_hashes=self.protected_hashes, spool_dir=spool_dir,
         )
 
     def install_protected(self, binary: Path | bytes, dest: str) -> None:

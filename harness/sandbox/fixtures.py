@@ -15,7 +15,8 @@ Register it once (``pytest_plugins = ["harness.sandbox.fixtures"]``). Fixtures:
     ``sandbox_factory.network() -> name``: labelled with the current instance (from
     the ``harness_instance`` fixture: ``run_id``, ``run_root``, ``instance_id``,
     ``worker_id``, optional ``timeout_s``), removed at teardown and verified gone,
-    unless ``--keep-sandboxes`` (then a warning names the sweep command).
+    unless ``--keep-sandboxes`` (then a warning names the sweep command). Every sandbox
+    gets the copy-out caps of ``--max-copy-out-mb`` and ``--max-copy-out-files``.
 ``sandbox`` (function)
     One default sandbox from ``sandbox_factory(sandbox_image, **sandbox_options)``.
 
@@ -24,6 +25,7 @@ Every failure here is an :class:`~harness.errors.InfraError` with a reason code.
 
 from __future__ import annotations
 
+import argparse
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -36,27 +38,65 @@ from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.errors import CleanupFailed
 from harness.sandbox.images import BuiltImage, base_recipe, ensure_image
 from harness.sandbox.network import create_internal_network, remove_network
+from harness.sandbox.transfer import DEFAULT_MAX_COPY_FILES, DEFAULT_MAX_COPY_MB, CopyLimits
 
 TTL_MARGIN_S = 600
 DEFAULT_TTL_S = 3600
 
 
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a positive integer")
+    return value
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.getgroup("harness").addoption(
+    group = parser.getgroup("harness")
+    group.addoption(
         "--keep-sandboxes",
         action="store_true",
         default=False,
         help="leave sandbox containers running after each instance (debugging); "
         "remove them later with `harness sweep --run RUN_ID`",
     )
+    group.addoption(
+        "--max-copy-out-mb",
+        type=_positive_int,
+        default=DEFAULT_MAX_COPY_MB,
+        metavar="MB",
+        help=f"most bytes of files one instance may copy out of its sandbox (default "
+        f"{DEFAULT_MAX_COPY_MB}); more ends it as an agent failure (submission_too_large)",
+    )
+    group.addoption(
+        "--max-copy-out-files",
+        type=_positive_int,
+        default=DEFAULT_MAX_COPY_FILES,
+        metavar="N",
+        help=f"most entries one instance may copy out of its sandbox (default "
+        f"{DEFAULT_MAX_COPY_FILES}); more ends it as an agent failure (too_many_files)",
+    )
+
+
+def copy_limits(config: pytest.Config) -> CopyLimits:
+    """The copy-out caps given on the command line (defaults when not registered)."""
+    mb = config.getoption("max_copy_out_mb", DEFAULT_MAX_COPY_MB)
+    files = config.getoption("max_copy_out_files", DEFAULT_MAX_COPY_FILES)
+    return CopyLimits(max_bytes=int(mb) << 20, max_files=int(files))
 
 
 class SandboxFactory:
     """Creates sandboxes and internal networks for one instance; cleans them up."""
 
-    def __init__(self, client: docker.DockerClient, instance: Any) -> None:
+    def __init__(
+        self, client: docker.DockerClient, instance: Any, limits: CopyLimits | None = None
+    ) -> None:
         self.client = client
         self.instance = instance
+        self.limits = limits or CopyLimits()
         self.sandboxes: list[Sandbox] = []
         self.networks: list[str] = []
         timeout = getattr(instance, "timeout_s", None)
@@ -74,6 +114,7 @@ class SandboxFactory:
             **fields,
         )
         sandbox = Sandbox.create(spec, client=self.client)
+        sandbox.copy_limits = self.limits
         self.sandboxes.append(sandbox)
         return sandbox
 
@@ -134,7 +175,7 @@ def sandbox_options() -> dict[str, Any]:
 def sandbox_factory(
     request: pytest.FixtureRequest, sandbox_client: docker.DockerClient, harness_instance: Any
 ) -> Iterator[SandboxFactory]:
-    factory = SandboxFactory(sandbox_client, harness_instance)
+    factory = SandboxFactory(sandbox_client, harness_instance, copy_limits(request.config))
     yield factory
     if request.config.getoption("keep_sandboxes", False):
         if factory.sandboxes or factory.networks:

@@ -1,7 +1,9 @@
-"""Point 4: tar streams in and out: modes, symlinks (also pointing outside), empty dirs."""
+"""Point 4: tar streams in and out: modes, symlinks (also pointing outside), empty dirs;
+issue 11: copy-out bounded (bytes, files), inert (specials, setuid), protected bytes dropped."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import tarfile
@@ -9,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.errors import InfraError
 from harness.sandbox.container import Sandbox
 from harness.sandbox.errors import CopyFailed
+from harness.sandbox.transfer import CopyLimits, CopyRefused, CopyTooLarge, TooManyFiles
 
 
 def _tree(root: Path) -> Path:
@@ -125,3 +129,87 @@ def test_export_tar_gz_relative_entries_with_exclusions(sandbox: Sandbox, tmp_pa
         "no temp file left"
     )
     assert out.stat().st_mode & 0o777 == 0o600
+
+
+# -- copy-out is bounded and inert (issue 11) -------------------------------------------
+
+
+def _ls(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_sparse_file_is_refused_from_its_header_and_nothing_is_left(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    sandbox.exec("echo ok > a.txt && truncate -s 3G sparse.bin").check()
+    sandbox.copy_limits = CopyLimits(max_bytes=64 << 20, max_files=100)
+    out = tmp_path / "out"
+    with pytest.raises(CopyTooLarge) as big:
+        sandbox.export_tar_gz("/workspace", out / "sub.tar.gz")
+    assert big.value.reason_code == "submission_too_large" and "sparse.bin" in str(big.value)
+    assert _ls(out) == []  # no partial archive, no temporary file
+    with pytest.raises(CopyTooLarge):
+        sandbox.copy_out("/workspace", tmp_path / "tree")
+    du = sum(p.lstat().st_blocks * 512 for p in tmp_path.rglob("*"))
+    assert du < 1 << 20, du
+
+
+def test_excluded_caches_are_bounded_too(sandbox: Sandbox, tmp_path: Path) -> None:
+    sandbox.exec("mkdir -p node_modules && truncate -s 2G node_modules/blob && echo x > a").check()
+    sandbox.copy_limits = CopyLimits(max_bytes=16 << 20, max_files=100)
+    with pytest.raises(CopyTooLarge) as big:
+        sandbox.export_tar_gz("/workspace", tmp_path / "s.tar.gz",
+                              exclude=lambda rel: rel == "node_modules")
+    assert "excluded caches included" in str(big.value)
+
+
+def test_too_many_files(sandbox: Sandbox, tmp_path: Path) -> None:
+    sandbox.exec("mkdir many && cd many && seq 1 300 | xargs touch").check()
+    sandbox.copy_limits = CopyLimits(max_bytes=1 << 20, max_files=200)
+    with pytest.raises(TooManyFiles) as many:
+        sandbox.copy_out("/workspace", tmp_path / "tree")
+    assert many.value.reason_code == "too_many_files"
+    assert isinstance(many.value, CopyRefused) and not isinstance(many.value, InfraError)
+
+
+def test_fifos_devices_setuid_and_chmod_000_are_inert(sandbox: Sandbox, tmp_path: Path) -> None:
+    sandbox.exec(
+        "mkfifo pipe && echo s > suid && chmod 4755 suid && mkdir locked && echo l > locked/f"
+        " && chmod 000 locked/f locked && ln -s /etc/passwd pw && ln -s /root rootdir"
+    ).check()
+    sandbox.exec("mknod /workspace/null c 1 3", user="root").check()
+    dest = tmp_path / "tree"
+    written = sandbox.copy_out("/workspace", dest)
+    assert sorted(written) == ["locked", "locked/f", "pw", "rootdir", "suid"]
+    assert stat.S_IMODE((dest / "suid").stat().st_mode) == 0o755  # setuid dropped
+    assert (dest / "locked" / "f").read_text() == "l\n"  # the daemon reads as root
+    assert os.readlink(dest / "pw") == "/etc/passwd" and (dest / "pw").is_symlink()
+    names = sandbox.export_tar_gz("/workspace", tmp_path / "s.tar.gz")
+    assert "pipe" not in names and "null" not in names
+    with tarfile.open(tmp_path / "s.tar.gz", "r:gz") as tar:
+        assert tar.getmember("suid").mode == 0o755 and tar.getmember("pw").issym()
+
+
+def test_bytes_of_a_protected_artifact_never_come_out(sandbox: Sandbox, tmp_path: Path) -> None:
+    ref = b"\x7fELF reference bytes " * 100
+    sandbox.write_file("/workspace/vendor/ref.bin", ref, uid=1000, gid=1000)
+    sandbox.write_file("/workspace/deep/er/renamed", ref, mode=0o755, uid=1000, gid=1000)
+    sandbox.write_file("/workspace/same_size", b"y" * len(ref), uid=1000, gid=1000)
+    sandbox.exec("ln deep/er/renamed hard").check()  # a second name of the same bytes
+    sandbox.protected_hashes = {hashlib.sha256(ref).hexdigest(): len(ref)}
+    written = sandbox.copy_out("/workspace", tmp_path / "tree")
+    assert "same_size" in written
+    assert not {"vendor/ref.bin", "deep/er/renamed", "hard"} & set(written)
+    names = sandbox.export_tar_gz("/workspace", tmp_path / "s.tar.gz")
+    assert "same_size" in names and not {"vendor/ref.bin", "deep/er/renamed", "hard"} & set(names)
+    from benchmarks.programbench.collect import WorkspaceFacts, export_submission
+
+    info = export_submission(sandbox, tmp_path / "submission.tar.gz", facts=WorkspaceFacts(),
+                             protected_paths=[])
+    assert info.protected_dropped == ["deep/er/renamed", "vendor/ref.bin"]
+    assert "hard" in info.excluded  # its bytes went with its first name
+    with tarfile.open(info.path, "r:gz") as tar:
+        for member in tar.getmembers():
+            data = tar.extractfile(member) if member.isreg() else None
+            assert data is None or data.read() != ref
+

@@ -25,9 +25,9 @@ def fixture_row(run) -> dict:
     row = run.latest[FIXTURE_ID]
     assert Path(run.root / row["output_paths"]["eval_json"]).is_file()
     assert (run.root / row["output_paths"]["submission"]).is_file()
-    # the protected reference never leaves the sandbox, not even into the host's copy
-    workspace = run.root / row["output_paths"]["workspace"]
-    assert workspace.is_dir() and not (workspace / "reference_executable").exists()
+    # the workspace is streamed into the submission, never copied to the host as a tree
+    assert "workspace" not in row["output_paths"]
+    assert not (run.root / "programbench" / FIXTURE_ID / "workspace").exists()
     return row
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import tarfile
 import time
 from pathlib import Path
+
+import pytest
 
 from benchmarks.programbench.submission import (
     CACHEDIR_SIGNATURE,
@@ -14,6 +17,7 @@ from benchmarks.programbench.submission import (
     build_submission,
     list_submission,
 )
+from harness.sandbox.transfer import CopyLimits, CopyTooLarge, TooManyFiles
 
 
 def _write(root: Path, rel: str, text: str = "x", mode: int = 0o644) -> None:
@@ -21,14 +25,6 @@ def _write(root: Path, rel: str, text: str = "x", mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     path.chmod(mode)
-
-
-def _git(root: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root), *args],
-        check=True,
-        capture_output=True,
-    )
 
 
 def _pack(ws: Path, tmp: Path, **kw: object) -> tuple[SubmissionInfo, list[str]]:
@@ -92,12 +88,11 @@ def test_top_level_build_dirs_dropped_only_when_git_tracks_nothing_in_them(tmp_p
     _write(ws, "target/release/app", "binary")
     _write(ws, "dist/bundle.js", "generated")
     _write(ws, "build/gen.h", "tracked header")
-    _git(ws, "init", "-q")
-    _git(ws, "add", "compile.sh", "build/gen.h")
-    _git(ws, "commit", "-qm", "c")
-    info, names = _pack(ws, tmp_path)
-    assert "build/gen.h" in names
-    assert not any(n.startswith(("target/", "dist/")) for n in names)
+    _write(ws, "src/build/mod.rs", "not top-level: kept")
+    # what git inside the sandbox answered (benchmarks.programbench.collect.probe_workspace)
+    info, names = _pack(ws, tmp_path, tracked_build_dirs={"build"})
+    assert "build/gen.h" in names and "src/build/mod.rs" in names
+    assert not any(n.startswith(("target", "dist")) for n in names)
     assert info.build_dirs_dropped == ["dist", "target"]
     assert info.build_dirs_kept == ["build"]
 
@@ -181,3 +176,49 @@ def test_gnu_tar_unpacks_it_like_eval_does(tmp_path: Path) -> None:
     subprocess.run(["tar", "-C", str(dest), "-xzf", info.path], check=True)
     assert (dest / "deep/er/x.txt").read_text() == "x"
     assert os.access(dest / "compile.sh", os.X_OK)
+
+
+def test_bytes_of_a_protected_artifact_are_dropped_whatever_the_name(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ref = b"\x7fELF the reference program"
+    _write(ws, "main.c", "int main(){}")
+    (ws / "vendor").mkdir()
+    (ws / "vendor" / "ref.bin").write_bytes(ref)
+    (ws / "same_size.bin").write_bytes(b"x" * len(ref))  # hashed, kept
+    digest = hashlib.sha256(ref).hexdigest()
+    info, names = _pack(ws, tmp_path, protected_hashes={digest: len(ref)})
+    assert "vendor/ref.bin" not in names and "same_size.bin" in names and "vendor/" in names
+    assert info.protected_dropped == ["vendor/ref.bin"]
+
+
+def test_caps_refuse_and_leave_no_archive(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    for n in range(5):
+        _write(ws, f"f{n}.txt", "x" * 1000)
+    dest = tmp_path / "out" / "submission.tar.gz"
+    dest.parent.mkdir()
+    dest.write_bytes(b"an older attempt's archive")
+    with pytest.raises(TooManyFiles) as too_many:
+        build_submission(ws, dest, limits=CopyLimits(max_bytes=1 << 20, max_files=3))
+    assert too_many.value.reason_code == "too_many_files"
+    with pytest.raises(CopyTooLarge) as too_big:
+        build_submission(ws, dest, limits=CopyLimits(max_bytes=2500, max_files=100))
+    assert too_big.value.reason_code == "submission_too_large"
+    assert list(dest.parent.iterdir()) == []  # neither a partial nor the older archive
+
+
+def test_fifo_is_skipped_and_listed(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    _write(ws, "a.txt")
+    os.mkfifo(ws / "pipe")
+    info, names = _pack(ws, tmp_path)
+    assert names == ["a.txt"] and info.skipped_special == ["pipe"]
+
+
+def test_no_host_program_runs_on_an_exported_workspace() -> None:
+    """The packing path never spawns a process (git or other) on agent content."""
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "programbench"
+    for name in ("submission.py", "collect.py", "runner.py"):
+        text = (root / name).read_text()
+        assert "subprocess" not in text and "os.system" not in text, name
+        assert "popen" not in text.lower(), name
