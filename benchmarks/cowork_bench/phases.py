@@ -37,6 +37,7 @@ from benchmarks.cowork_bench.workspace import SANITISED_NAME, pack_workspace, sa
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json, atomic_write_text
 from harness.sandbox import Sandbox
+from harness.sandbox.transfer import CopyRefused
 
 ROOT = "/workspace"
 WORKSPACE = "/workspace/dumps/workspace"
@@ -245,8 +246,11 @@ def run_agent_phase(
                 infra_reason, reason = "adapter_crashed", "adapter_crashed"
                 error = f"{type(exc).__name__}: {exc}"
             env.timings["agent_s"] = time.monotonic() - t1
-        docker_ops.copy_out(container, WORKSPACE, env.inst_dir / m.WORKSPACE_DIR)
-        docker_ops.copy_out(container, AGENT_LOGS, env.inst_dir / m.AGENT_LOG_DIR)
+        try:
+            docker_ops.copy_out(container, WORKSPACE, env.inst_dir / m.WORKSPACE_DIR)
+            docker_ops.copy_out(container, AGENT_LOGS, env.inst_dir / m.AGENT_LOG_DIR)
+        except CopyRefused as exc:  # the agent's output broke a copy-out cap: its failure
+            status, reason, error = "failed", exc.reason_code, str(exc)
     except InfraError as exc:
         infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
         _infra(env, exc, "agent_phase")
