@@ -34,9 +34,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--prior-spend-usd", default=None, metavar="USD",
                     help="spend before the campaign file existed (creation only)")
     group.addoption("--per-task-reserve-usd", default=None, metavar="USD",
-                    help="reserve this much before each instance (default: learned)")
+                    help="hold this much for each instance in flight (default 0: per-task "
+                         "limits are never reserved automatically)")
     group.addoption("--budget-reserve-usd", default="0", metavar="USD",
-                    help="keep this much of the ceiling unspent (default 0)")
+                    help="one allowance for delayed/in-flight charges, kept unspent below "
+                         "the ceiling whatever the concurrency (default 0)")
     group.addoption("--budget-usd", default=None, metavar="USD",
                     help="this run's own spend limit")
     group.addoption("--meter", default="none",
