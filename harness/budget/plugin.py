@@ -93,9 +93,11 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
 
     settings = settings_from(config)
     controller = config.stash[CONTROLLER_KEY]
+    dry = run.dry_run  # a dry run spends nothing: it never creates or changes a campaign
     if run.manifest is not None:
         run.manifest.extra["budget"] = {
-            "enabled": settings.reservations_enabled,
+            "enabled": settings.reservations_enabled and not dry,
+            "dry_run_untouched": dry,
             "campaign_file": str(settings.campaign_path(run.run_root))
             if settings.reservations_enabled else None,
             "budget_usd": settings.budget_usd,
@@ -105,6 +107,9 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
             "meter_blindness_sec": settings.meter_blindness_sec,
             "min_free_disk_gb": settings.min_free_disk_gb,
         }
+    if dry:
+        return
+
     def on_stop(reason: str) -> None:
         controller.request_stop(reason, interrupt=True)
 

@@ -143,3 +143,22 @@ def test_sigkilled_run_keeps_custody_until_reconciled(tmp_path: Path) -> None:
     proceeds = suite.run(*args)
     assert proceeds.rc == 0, proceeds.out
     assert {r["status"] for r in proceeds.rows} == {"completed"}
+
+
+def test_point5_dry_run_never_creates_or_changes_a_campaign(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
+    suite = Suite(tmp_path / "s")
+    suite.tasks([{"id": "d", "work": "succeed", "cost": 1, "count": 2}])
+    campaign = tmp_path / "campaign.json"
+    budget = ("--campaign-file", str(campaign), "--campaign-budget-usd", "50",
+              "--budget-usd", "10", "--budget-reserve-usd", "5", "--no-report")
+    dry = suite.run("--dry-run", *budget)
+    assert dry.rc == 0, dry.out
+    assert not campaign.exists() and not Path(f"{campaign}.lock").exists()
+    paid = suite.run(*budget)
+    assert paid.rc == 0, paid.out
+    before = campaign.read_bytes()
+    again = suite.run("--dry-run", *budget)
+    assert again.rc == 0, again.out
+    assert campaign.read_bytes() == before
+    assert not (again.root / "monitor.json").exists()
