@@ -4,6 +4,7 @@ and the per-instance reservation (an autouse fixture that is a no-op unless enab
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Generator
 from dataclasses import replace
 from typing import Any
@@ -124,14 +125,35 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     cb.supervisor.start()
 
 
+@pytest.hookimpl(trylast=True)  # after the sandbox layer's final sweep
 def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
                                   summary: dict[str, Any]) -> None:
     cb = config.stash.get(BUDGET_KEY, None)
     if cb is None:
         return
-    monitor = cb.finish(summary["outcome"], summary["exit_code"])
+    unproven = cleanup_unproven(run.run_id)
+    if unproven is None:
+        monitor = cb.finish(summary["outcome"], summary["exit_code"])
+    else:
+        monitor = cb.keep_custody(summary["outcome"], summary["exit_code"], unproven)
+        sys.stderr.write(
+            f"harness: campaign custody of run {run.run_id} stays unsettled: {unproven}; "
+            f"once they are gone run: harness campaign reconcile {cb.campaign.path} "
+            f"--run {run.run_root}\n")
     if run.manifest is not None:
         run.manifest.extra.setdefault("budget", {})["final"] = monitor.model_dump(mode="json")
+
+
+def cleanup_unproven(run_id: str) -> str | None:
+    """Why the run's cleanup is not proven (a fresh Docker query still lists a container or
+    network labelled with the run, or cannot answer); None when the label is empty."""
+    from harness.budget.reconcile import leftovers_refusal, resources_left
+
+    try:
+        refusal = leftovers_refusal(run_id, resources_left(run_id))
+    except RefusalError as exc:
+        return str(exc)
+    return None if refusal is None else str(refusal)
 
 
 @pytest.fixture(autouse=True)

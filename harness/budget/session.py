@@ -147,6 +147,9 @@ class ControllerBudget:
     def finish(self, outcome: str, exit_code: int | None) -> Monitor:
         return self.supervisor.finish(outcome, exit_code)
 
+    def keep_custody(self, outcome: str, exit_code: int | None, why: str) -> Monitor:
+        return self.supervisor.keep_custody(outcome, exit_code, why)
+
 
 class WorkerBudget:
     """Per-instance reservations in any process (xdist worker or the single process)."""
