@@ -359,9 +359,18 @@ class Controller:
                 f"{type(exc).__name__}: {exc}"[:2000])
         if self.progress is not None:
             self.progress.close()
+        self.retry_ledger()
         self.finalize(outcome=outcome, exit_code=code, stop_reason=cause)
         self.write_report()
         return code
+
+    def retry_ledger(self) -> None:
+        """Rows a failed ledger write kept in memory: one more try, then on record."""
+        if self.writer is None or self.manifest is None or not self.writer.failures:
+            return
+        left = self.writer.flush_pending()
+        self.manifest.extra["diagnostic_write_failed"] = {
+            "failed_writes": self.writer.failures, "ledger_rows_unwritten": left}
 
     def write_report(self) -> None:
         """The HTML/Markdown report; a report problem never changes the run's exit status."""

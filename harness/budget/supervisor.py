@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.ledger import report_write_failure
+
 from . import accounting
 from . import errors as E
 from .campaign import Campaign
@@ -358,5 +360,5 @@ class MeterSupervisor:
     def _write(self, monitor: Monitor) -> None:
         try:
             write_monitor(self.run_root, monitor)
-        except OSError as exc:
-            self._note_error(f"could not write monitor.json: {exc}")
+        except OSError as exc:  # a diagnostic: valid work continues
+            report_write_failure(f"{self.run_root / 'monitor.json'}", exc)

@@ -162,3 +162,26 @@ def test_point5_dry_run_never_creates_or_changes_a_campaign(tmp_path: Path) -> N
     assert again.rc == 0, again.out
     assert campaign.read_bytes() == before
     assert not (again.root / "monitor.json").exists()
+
+
+def test_point7_failed_ledger_writes_do_not_stop_valid_work(tmp_path: Path) -> None:
+    """The run-root ledger cannot be appended to (immutable): every row is reported as
+    ``diagnostic_write_failed`` and kept in memory, and every instance still runs."""
+    (tmp_path / "s").mkdir()
+    suite = Suite(tmp_path / "s")
+    suite.tasks([{"id": "w", "work": "sleep", "seconds": 1.0, "cost": 0.1, "count": 3}])
+    proc, root = suite.start("--campaign-file", str(tmp_path / "c.json"),
+                             "--campaign-budget-usd", "10", "--no-report")
+    ledger = root / "result_index.jsonl"
+    wait_for(ledger.exists)
+    subprocess.run(["chattr", "+i", str(ledger)], check=True)
+    try:
+        out = finish(proc)
+    finally:
+        subprocess.run(["chattr", "-i", str(ledger)], check=True)
+    assert "diagnostic_write_failed" in out
+    assert len(Run.of(root).executions()) == 3, out
+    manifest = json.loads((root / "run_manifest.json").read_text())
+    assert manifest["counts"] == {"completed": 3}, out
+    assert manifest["extra"]["diagnostic_write_failed"]["ledger_rows_unwritten"] == 3
+    assert ledger.read_text() == ""

@@ -140,3 +140,18 @@ def test_point4_specification_paid_command_is_admitted(tmp_path: Path, run_root:
         worker.reserve("b/2")
     assert refused.value.reason == "run_budget"
     assert controller.finish("completed", 0).campaign_spent_usd == 150.0
+
+
+def test_point7_failed_monitor_write_is_reported_and_the_run_goes_on(
+    tmp_path: Path, run_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = _settings(tmp_path)
+    controller = ControllerBudget.start(settings, run_id="r", run_root=run_root)
+    assert controller is not None
+    (run_root / "monitor.json").mkdir()  # the monitor cannot be replaced
+    assert controller.supervisor.poll() is None  # no stop: a diagnostic, not a failure
+    assert "diagnostic_write_failed" in capsys.readouterr().err
+    worker = WorkerBudget(settings, "r", run_root)
+    assert worker.reserve("b/1") is not None
+    worker.settle("b/1", 1.0, True)
+    assert controller.finish("completed", 0).campaign_settlement == "recorded"
