@@ -210,3 +210,27 @@ def test_point6_custody_stays_unsettled_when_a_network_survives_cleanup(
          "--run", str(run.root)], capture_output=True, text=True)
     assert reconcile.returncode == 0, reconcile.stdout + reconcile.stderr
     assert json.loads(campaign.read_text())["active_runs"] == {}
+
+
+@pytest.mark.docker
+def test_point8_dead_runs_custody_refuses_until_reconciled_live_runs_share(
+    make_campaign: MakeCampaign, tmp_path: Path, docker_client: Any
+) -> None:
+    """Live runs (their controllers running) may share one campaign; an ``active_run``
+    whose process is dead refuses every new run until ``harness campaign reconcile``."""
+    campaign = make_campaign(100.0)
+    campaign.admit_run("live-a", tmp_path / "a", os.getpid())
+    live_b = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        campaign.admit_run("live-b", tmp_path / "b", live_b.pid)  # concurrent: admitted
+        crashed, crashed_root = _crash_a_run(campaign, tmp_path)
+        for attempt in ("next", "next-again"):
+            with pytest.raises(RefusalError) as refused:
+                campaign.admit_run(attempt, tmp_path / attempt, os.getpid())
+            assert refused.value.reason == "campaign_stale_run" and crashed in str(refused.value)
+        assert campaign_command(["reconcile", str(campaign.path), "--run", str(crashed_root)]) == 0
+        campaign.admit_run("next", tmp_path / "next", os.getpid())
+        assert set(campaign.snapshot().active_runs) == {"live-a", "live-b", "next"}
+    finally:
+        live_b.kill()
+        live_b.wait()
