@@ -76,8 +76,45 @@ def new_manifest(
     )
 
 
+def reportability(manifest: Manifest) -> list[str]:
+    """Why the run's figures are not reportable (empty: reportable). A reportable run names
+    a clean agent checkout (``--agent-repo``, the seed gate) and waived nothing on resume."""
+    extra = manifest.extra
+    reasons: list[str] = []
+    if manifest.dry_run:
+        reasons.append("dry run: no agent ran")
+    source = extra.get("agent_source")
+    if not isinstance(source, dict):
+        reasons.append("no --agent-repo: the agent's source checkout is unknown (no seed gate)")
+    elif source.get("dirty") is True:
+        reasons.append(f"dirty agent checkout {source.get('repo_dir')} (--allow-dirty-seed is "
+                       f"for development diagnostics)")
+    elif source.get("dirty") is None or not source.get("head"):
+        reasons.append(f"agent checkout {source.get('repo_dir')}: commit or status unknown")
+    attestation = extra.get("runtime_attestation")
+    if isinstance(attestation, dict) and attestation.get("overridden"):
+        reasons.append("agent runtime skew waived (--allow-runtime-skew)")
+    waived = (extra.get("resume_provenance") or {}).get("waived") or []
+    for record in waived:
+        if isinstance(record, dict):
+            reasons.append(f"resume waived {record.get('reason')} ({record.get('waived_by')})")
+    return reasons
+
+
+def subset_notice(selected: dict[str, int], sizes: dict[str, int | None]) -> str | None:
+    """"12 of 200 selected: not the benchmark score" for each benchmark whose selection is
+    smaller than the whole benchmark (None when every selection is whole)."""
+    parts = [f"{count} of {sizes[name]}" for name, count in sorted(selected.items())
+             if sizes.get(name) is not None and count != sizes[name]]
+    if not parts:
+        return None
+    return f"{', '.join(parts)} selected: not the benchmark score"
+
+
 def write_manifest(manifest: Manifest, run_root: Path | None = None) -> Path:
     path = manifest_path(Path(run_root or manifest.run_root))
+    manifest.not_reportable = reportability(manifest)
+    manifest.reportable = not manifest.not_reportable
     atomic_write_json(path, manifest)
     return path
 

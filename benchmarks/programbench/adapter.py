@@ -97,6 +97,7 @@ class ProgramBenchSettings:
 class ProgramBenchAdapter(BenchmarkAdapter):
     name = BENCHMARK
     marker_names = ("difficulty", "language")
+    benchmark_size = 200
 
     def settings(self, config: pytest.Config) -> ProgramBenchSettings:
         cached: ProgramBenchSettings | None = getattr(self, "_settings", None)
