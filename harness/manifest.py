@@ -3,6 +3,7 @@ the run, finalized with outcome and exit code on every exit path (refusals inclu
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from datetime import UTC, datetime
@@ -73,6 +74,7 @@ def new_manifest(
         source=source_state(),
         dry_run=dry_run,
         workers=workers,
+        extra={"host_load": {"cpus": os.cpu_count() or 1, "start": list(os.getloadavg())}},
     )
 
 
@@ -139,6 +141,9 @@ def finalize(
     if error is not None:
         manifest.error = {"type": type(error).__name__, "message": str(error)[:4000]}
     manifest.finished_at_unix = time.time()
+    load = manifest.extra.setdefault("host_load", {"cpus": os.cpu_count() or 1})
+    if isinstance(load, dict):
+        load["end"] = list(os.getloadavg())  # the gate warns when the host was overloaded
     manifest.checkpoint = Checkpoint(phase="finalized", at_unix=manifest.finished_at_unix)
     write_manifest(manifest)
 
