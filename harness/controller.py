@@ -228,9 +228,9 @@ class Controller:
             source="ancestor" if self.run.plan.selection is not None else "collection",
         )
         per_benchmark = Counter(k.split("/", 1)[0] for k in keys)
-        m.subset_notice = mf.subset_notice(
-            dict(per_benchmark),
-            {name: a.benchmark_size for name, a in self.run.adapters.items()})
+        sizes = {name: a.benchmark_size for name, a in self.run.adapters.items()}
+        m.extra["benchmark_sizes"] = sizes
+        m.subset_notice = mf.subset_notice(dict(per_benchmark), sizes)
         m.resume.carried = sum(1 for k in keys if k in self.run.plan.carried)
         m.resume.to_run = len(keys) - m.resume.carried
         mf.checkpoint(m, "selection_resolved")

@@ -82,6 +82,8 @@ def reportability(manifest: Manifest) -> list[str]:
     """Why the run's figures are not reportable (empty: reportable). A reportable run names
     a clean agent checkout (``--agent-repo``, the seed gate) and waived nothing on resume."""
     extra = manifest.extra
+    if "merged_from" in extra:  # harness merge: the union of its shards' reasons
+        return [str(r) for r in extra.get("merged_not_reportable") or []]
     reasons: list[str] = []
     if manifest.dry_run:
         reasons.append("dry run: no agent ran")

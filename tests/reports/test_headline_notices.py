@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 from harness.testing.suite import REPO_ROOT, Suite, run_pytest
@@ -77,3 +78,24 @@ def test_point15_cowork_subset_says_it_is_not_the_benchmark_score(tmp_path: Path
     assert run.manifest["subset_notice"] == notice
     assert notice in run.out
     assert _report(run.root)[0]["provenance"]["subset_notice"] == notice
+
+
+def test_point15_merged_shards_of_the_whole_benchmark_carry_no_subset_notice(
+    tmp_path: Path,
+) -> None:
+    shards = [run_pytest("benchmarks/programbench", tmp_path / f"s{i}", "--dry-run",
+                         "--shard", f"{i}/2", "--no-report", timeout=600) for i in (1, 2)]
+    for shard in shards:
+        assert shard.rc == 0, shard.out
+        count = shard.manifest["selection"]["count"]
+        assert shard.manifest["subset_notice"] == \
+            f"{count} of 200 selected: not the benchmark score"
+    out = tmp_path / "merged"
+    merge = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "merge", *(str(s.root) for s in shards),
+         "--output", str(out)], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert merge.returncode == 0, merge.stdout + merge.stderr
+    merged = json.loads((out / "run_manifest.json").read_text())
+    assert merged["selection"]["count"] == 200 and merged["subset_notice"] is None
+    assert merged["reportable"] is False  # its shards named no --agent-repo
+    assert any("--agent-repo" in r for r in merged["not_reportable"])
