@@ -34,7 +34,7 @@ from harness.resume import (
     ResumeError,
     check_generations,
     check_provenance,
-    local_image_id,
+    local_image_ids,
     plan_resume,
 )
 from harness.runtime import ROW_PROPERTY, RunContext
@@ -200,7 +200,7 @@ class Controller:
                                                 ("image_changed", "allow_image_change"))
                   if self.config.getoption(option)}
         try:
-            records = check_provenance(self.ancestry, self.manifest, waived, local_image_id)
+            records = check_provenance(self.ancestry, self.manifest, waived, local_image_ids())
         except ResumeError as exc:
             raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
         self.manifest.extra["resume_provenance"] = {"waived": records}

@@ -256,14 +256,20 @@ def check_provenance(ancestry: Ancestry, current: Manifest, waived: set[str],
     return [c.record() for c in changes]
 
 
-def local_image_id(ref: str) -> str | None:
-    """The id of the local image ``ref``; None when it is not present (or Docker cannot
-    tell: the instance then fails on its own with the runner's image error)."""
-    try:
-        import docker.errors
+def local_image_ids() -> Callable[[str], str | None]:
+    """A resolver ``ref -> id`` of local images (one Docker client, made on first use); None
+    when the image is not present or Docker cannot tell (the instance then fails on its own
+    with the runner's image error)."""
+    client: list[Any] = []
 
-        from harness.sandbox.client import get_client
+    def resolve(ref: str) -> str | None:
+        try:
+            if not client:
+                from harness.sandbox.client import get_client
 
-        return str(get_client().api.inspect_image(ref)["Id"])
-    except (docker.errors.ImageNotFound, docker.errors.DockerException):
-        return None
+                client.append(get_client())
+            return str(client[0].api.inspect_image(ref)["Id"])
+        except Exception:  # absent image, or no Docker: nothing to compare
+            return None
+
+    return resolve
