@@ -49,6 +49,9 @@ class BenchmarkAdapter:
     marker_names: Sequence[str] = ()
     # A run of this benchmark must name its agent (``--agent``); False for test benchmarks.
     needs_agent: bool = True
+    # Instances of the whole benchmark (the denominator of its published score); a run that
+    # selects fewer says "N of SIZE selected: not the benchmark score" with every headline.
+    benchmark_size: int | None = None
 
     def instances(self, config: pytest.Config) -> list[InstanceSpec]:
         raise NotImplementedError

@@ -29,7 +29,14 @@ from harness.layout import collection_file, lock_path, state_dir, workers_dir
 from harness.ledger import LedgerWriter, ledger_path, tally
 from harness.models import Manifest, Outcome, Plan, Refusal, Selection, TaskRow
 from harness.plan import fingerprint, new_run_id, validate_run_id
-from harness.resume import ResumeError, check_generations, plan_resume
+from harness.resume import (
+    Ancestry,
+    ResumeError,
+    check_generations,
+    check_provenance,
+    local_image_ids,
+    plan_resume,
+)
 from harness.runtime import ROW_PROPERTY, RunContext
 from harness.signals import StopGuard, read_stop, request_stop
 
@@ -83,6 +90,7 @@ class Controller:
         self.progress: Any = None  # reports.progress.Progress once the selection is known
         self.report_path: Path | None = None
         self.report_error: str | None = None
+        self.ancestry: Ancestry | None = None
 
     # admission --------------------------------------------------------------------------
     def resolve_root(self, benchmarks: list[str]) -> tuple[str, Path]:
@@ -144,6 +152,7 @@ class Controller:
                 self.plan_resume(run, config_dict, benchmark_versions)
             atomic_write_json(root / mf.PLAN_NAME, run.plan)
             self.config.hook.pytest_harness_admit(config=self.config, run=run)
+            self.check_resume_provenance()
         except RefusalError as exc:
             self.refuse(exc)
             raise
@@ -162,6 +171,7 @@ class Controller:
             )
         except ResumeError as exc:
             raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
+        self.ancestry = rp.ancestry
         selection = None if self.options.selectors_given else rp.selection
         remaining = [k for k in rp.selection if k not in rp.carried]
         try:
@@ -178,6 +188,22 @@ class Controller:
         m.resume.ancestors = rp.ancestor_roots
         m.resume.ancestor_run_ids = [a.run_id for a in rp.ancestry.manifests]
         m.resume.generation = rp.generation
+
+    def check_resume_provenance(self) -> None:
+        """After the admission hooks recorded this run's agent seed and runtime: a resume
+        must match every ancestor's, or name the waiver (recorded in the manifest)."""
+        if self.ancestry is None or self.manifest is None or self.run is None \
+                or self.run.plan.dry_run:
+            return
+        waived = {reason for reason, option in (("seed_changed", "allow_seed_change"),
+                                                ("runtime_changed", "allow_runtime_change"),
+                                                ("image_changed", "allow_image_change"))
+                  if self.config.getoption(option)}
+        try:
+            records = check_provenance(self.ancestry, self.manifest, waived, local_image_ids())
+        except ResumeError as exc:
+            raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
+        self.manifest.extra["resume_provenance"] = {"waived": records}
 
     def refuse(self, exc: RefusalError) -> None:
         self.refused = True
@@ -201,6 +227,10 @@ class Controller:
             selectors=m.selection.selectors,
             source="ancestor" if self.run.plan.selection is not None else "collection",
         )
+        per_benchmark = Counter(k.split("/", 1)[0] for k in keys)
+        sizes = {name: a.benchmark_size for name, a in self.run.adapters.items()}
+        m.extra["benchmark_sizes"] = sizes
+        m.subset_notice = mf.subset_notice(dict(per_benchmark), sizes)
         m.resume.carried = sum(1 for k in keys if k in self.run.plan.carried)
         m.resume.to_run = len(keys) - m.resume.carried
         mf.checkpoint(m, "selection_resolved")
@@ -359,9 +389,18 @@ class Controller:
                 f"{type(exc).__name__}: {exc}"[:2000])
         if self.progress is not None:
             self.progress.close()
+        self.retry_ledger()
         self.finalize(outcome=outcome, exit_code=code, stop_reason=cause)
         self.write_report()
         return code
+
+    def retry_ledger(self) -> None:
+        """Rows a failed ledger write kept in memory: one more try, then on record."""
+        if self.writer is None or self.manifest is None or not self.writer.failures:
+            return
+        left = self.writer.flush_pending()
+        self.manifest.extra["diagnostic_write_failed"] = {
+            "failed_writes": self.writer.failures, "ledger_rows_unwritten": left}
 
     def write_report(self) -> None:
         """The HTML/Markdown report; a report problem never changes the run's exit status."""

@@ -1,7 +1,9 @@
 """The append-only ledger ``result_index.jsonl``: one JSON row per settled instance.
 
 Writing: one line per row, flushed and fsynced, appended at the run root and copied to the
-instance's own folder. Only the controller writes. Reading: a torn last line (a crash in
+instance's own folder. Only the controller writes. A write that fails is a diagnostic, not
+the end of the run: ``diagnostic_write_failed`` goes to stderr, the line is kept in memory
+(in order, per file) and retried before the next line and at finish. Reading: a torn last line (a crash in
 the middle of a write) is skipped; garbage anywhere else is an error naming the line; the
 last row for an instance wins; the denominator comes from the manifest, never from here.
 """
@@ -9,6 +11,7 @@ last row for an instance wins; the denominator comes from the manifest, never fr
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -106,15 +109,55 @@ def tally(selection: list[str], latest: dict[str, TaskRow]) -> Tally:
     return Tally(dict(sorted(counts.items())), dict(sorted(outcomes.items())), mean)
 
 
+DIAGNOSTIC_WRITE_FAILED = "diagnostic_write_failed"
+
+
+def report_write_failure(what: str, exc: OSError) -> None:
+    """One stderr line for a failed diagnostic write (the run goes on)."""
+    sys.stderr.write(f"harness: {DIAGNOSTIC_WRITE_FAILED}: {what}: {exc}\n")
+    sys.stderr.flush()
+
+
 class LedgerWriter:
     """Appends rows at the run root and in each instance folder (controller only)."""
 
     def __init__(self, run_root: Path) -> None:
         self.run_root = Path(run_root)
         self.path = ledger_path(self.run_root)
+        self.pending: dict[Path, list[str]] = {}  # lines not written yet, per file, in order
+        self.failures = 0
 
-    def append(self, row: TaskRow) -> None:
+    @property
+    def unwritten(self) -> int:
+        """Lines of the run-root ledger still held in memory."""
+        return len(self.pending.get(self.path, []))
+
+    def append(self, row: TaskRow) -> bool:
+        """Write ``row`` at the run root and in its instance folder; False when some write
+        failed (reported, kept and retried: see the module doc)."""
         line = row.dump_line()
-        append_line(self.path, line)
         copy = instance_dir(self.run_root, row.benchmark, row.instance_id) / LEDGER_NAME
-        append_line(copy, line)
+        ok = True
+        for path in (self.path, copy):
+            self.pending.setdefault(path, []).append(line)
+            ok = self._flush(path) and ok
+        return ok
+
+    def flush_pending(self) -> int:
+        """Retry every held line; returns how many run-root lines are still unwritten."""
+        for path in list(self.pending):
+            self._flush(path)
+        return self.unwritten
+
+    def _flush(self, path: Path) -> bool:
+        lines = self.pending.get(path, [])
+        while lines:
+            try:
+                append_line(path, lines[0])
+            except OSError as exc:
+                self.failures += 1
+                report_write_failure(f"{path} ({len(lines)} row(s) kept in memory)", exc)
+                return False
+            lines.pop(0)
+        self.pending.pop(path, None)
+        return True

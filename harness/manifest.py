@@ -3,6 +3,7 @@ the run, finalized with outcome and exit code on every exit path (refusals inclu
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from datetime import UTC, datetime
@@ -73,11 +74,51 @@ def new_manifest(
         source=source_state(),
         dry_run=dry_run,
         workers=workers,
+        extra={"host_load": {"cpus": os.cpu_count() or 1, "start": list(os.getloadavg())}},
     )
+
+
+def reportability(manifest: Manifest) -> list[str]:
+    """Why the run's figures are not reportable (empty: reportable). A reportable run names
+    a clean agent checkout (``--agent-repo``, the seed gate) and waived nothing on resume."""
+    extra = manifest.extra
+    if "merged_from" in extra:  # harness merge: the union of its shards' reasons
+        return [str(r) for r in extra.get("merged_not_reportable") or []]
+    reasons: list[str] = []
+    if manifest.dry_run:
+        reasons.append("dry run: no agent ran")
+    source = extra.get("agent_source")
+    if not isinstance(source, dict):
+        reasons.append("no --agent-repo: the agent's source checkout is unknown (no seed gate)")
+    elif source.get("dirty") is True:
+        reasons.append(f"dirty agent checkout {source.get('repo_dir')} (--allow-dirty-seed is "
+                       f"for development diagnostics)")
+    elif source.get("dirty") is None or not source.get("head"):
+        reasons.append(f"agent checkout {source.get('repo_dir')}: commit or status unknown")
+    attestation = extra.get("runtime_attestation")
+    if isinstance(attestation, dict) and attestation.get("overridden"):
+        reasons.append("agent runtime skew waived (--allow-runtime-skew)")
+    waived = (extra.get("resume_provenance") or {}).get("waived") or []
+    for record in waived:
+        if isinstance(record, dict):
+            reasons.append(f"resume waived {record.get('reason')} ({record.get('waived_by')})")
+    return reasons
+
+
+def subset_notice(selected: dict[str, int], sizes: dict[str, int | None]) -> str | None:
+    """"12 of 200 selected: not the benchmark score" for each benchmark whose selection is
+    smaller than the whole benchmark (None when every selection is whole)."""
+    parts = [f"{count} of {sizes[name]}" for name, count in sorted(selected.items())
+             if sizes.get(name) is not None and count != sizes[name]]
+    if not parts:
+        return None
+    return f"{', '.join(parts)} selected: not the benchmark score"
 
 
 def write_manifest(manifest: Manifest, run_root: Path | None = None) -> Path:
     path = manifest_path(Path(run_root or manifest.run_root))
+    manifest.not_reportable = reportability(manifest)
+    manifest.reportable = not manifest.not_reportable
     atomic_write_json(path, manifest)
     return path
 
@@ -102,6 +143,9 @@ def finalize(
     if error is not None:
         manifest.error = {"type": type(error).__name__, "message": str(error)[:4000]}
     manifest.finished_at_unix = time.time()
+    load = manifest.extra.setdefault("host_load", {"cpus": os.cpu_count() or 1})
+    if isinstance(load, dict):
+        load["end"] = list(os.getloadavg())  # the gate warns when the host was overloaded
     manifest.checkpoint = Checkpoint(phase="finalized", at_unix=manifest.finished_at_unix)
     write_manifest(manifest)
 

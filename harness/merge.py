@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +11,13 @@ from pydantic import Field
 
 from harness.fsutil import atomic_write_json, atomic_write_text
 from harness.ledger import LEDGER_NAME, LedgerError, read_ledger, tally
-from harness.manifest import ManifestError, read_manifest, write_manifest
+from harness.manifest import (
+    ManifestError,
+    read_manifest,
+    reportability,
+    subset_notice,
+    write_manifest,
+)
 from harness.models import MERGE_SCHEMA, Manifest, Selection, StrictModel, TaskRow
 
 
@@ -112,7 +119,14 @@ def merge(roots: list[Path], output: Path) -> MergeRecord:
     merged.mean_score = figures.mean_score
     merged.outcome = "merged"
     merged.exit_code = 0
-    merged.extra = {"merged_from": [str(s.root) for s in shards]}
+    sizes = first.extra.get("benchmark_sizes") or {}
+    merged.extra = {
+        "merged_from": [str(s.root) for s in shards],
+        "merged_not_reportable": sorted({r for s in shards for r in reportability(s.manifest)}),
+        "benchmark_sizes": sizes,
+    }
+    merged.subset_notice = subset_notice(
+        dict(Counter(k.split("/", 1)[0] for k in selection)), sizes)
     write_manifest(merged, output)
     record = MergeRecord(
         created_at_unix=time.time(), output=str(output),

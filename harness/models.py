@@ -210,6 +210,12 @@ class Manifest(OpenModel):
     resume_command: str | None = None
     # key -> the image the instance ran in (ref, pulled_from, repo_digest, id): pinning
     images: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # False when the agent's source is unknown (no --agent-repo) or dirty, or a resume
+    # waived a provenance change; the reasons say which (see harness.manifest.reportability).
+    reportable: bool | None = None
+    not_reportable: list[str] = Field(default_factory=list)
+    # "12 of 200 selected: not the benchmark score" when the selection is a subset.
+    subset_notice: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @property

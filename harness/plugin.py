@@ -51,6 +51,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="continue an earlier run in a new run root")
     group.addoption("--max-recovery-generations", default="2",
                     help="most resume generations allowed while work remains (default 2)")
+    group.addoption("--allow-seed-change", action="store_true", default=False,
+                    help="resume although the agent seed commit (--agent-repo HEAD) differs "
+                         "from the ancestor's (waiver recorded in the manifest)")
+    group.addoption("--allow-runtime-change", action="store_true", default=False,
+                    help="resume although the agent server's runtime_version differs from "
+                         "the ancestor's (waiver recorded)")
+    group.addoption("--allow-image-change", action="store_true", default=False,
+                    help="resume although an instance image's digest differs from the one "
+                         "the ancestor ran (waiver recorded)")
     group.addoption("--shard", default=None, metavar="I/N",
                     help="run shard I of N (stable hash of the instance id)")
     group.addoption("--instance", action="append", default=[], metavar="ID",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,3 +166,110 @@ def check_generations(plan: ResumePlan, remaining: int, max_generations: int) ->
             f"the limit",
             "max_recovery_generations",
         )
+
+
+# Provenance a resume must share with every ancestor, and the flag that waives a change.
+WAIVER_FLAGS = {
+    "seed_changed": "--allow-seed-change",
+    "runtime_changed": "--allow-runtime-change",
+    "image_changed": "--allow-image-change",
+}
+
+
+@dataclass(frozen=True)
+class ProvenanceChange:
+    reason: str  # a key of WAIVER_FLAGS
+    root: str
+    detail: str
+
+    def record(self) -> dict[str, str]:
+        return {"reason": self.reason, "ancestor": self.root, "detail": self.detail,
+                "waived_by": WAIVER_FLAGS[self.reason]}
+
+
+def _seed(manifest: Manifest) -> str | None:
+    source = manifest.extra.get("agent_source")
+    head = source.get("head") if isinstance(source, dict) else None
+    return head if isinstance(head, str) else None
+
+
+def _runtime(manifest: Manifest) -> str | None:
+    att = manifest.extra.get("runtime_attestation")
+    version = att.get("runtime_version") if isinstance(att, dict) else None
+    return version if isinstance(version, str) else None
+
+
+def _images(rows: Mapping[str, TaskRow]) -> dict[str, str]:
+    """``ref -> image id`` of every instance image an ancestor's rows record."""
+    out: dict[str, str] = {}
+    for row in rows.values():
+        image = row.details.get("image")
+        if isinstance(image, dict) and isinstance(image.get("ref"), str) \
+                and isinstance(image.get("id"), str):
+            out[image["ref"]] = image["id"]
+    return out
+
+
+def provenance_changes(ancestry: Ancestry, current: Manifest,
+                       image_id: Callable[[str], str | None]) -> list[ProvenanceChange]:
+    """What differs between this run and its ancestors: the agent seed commit (the
+    ``--agent-repo`` checkout's HEAD; unknown without one), the agent server's
+    ``runtime_version``, and the digest of any instance image an ancestor ran (``image_id``
+    gives the local one, None when it is not present: not compared)."""
+    changes: list[ProvenanceChange] = []
+    seed, runtime = _seed(current), _runtime(current)
+    for root, manifest, rows in zip(ancestry.roots, ancestry.manifests, ancestry.rows,
+                                    strict=True):
+        if manifest.dry_run:  # prepared only: no agent ran, no image was used
+            continue
+        old_seed = _seed(manifest)
+        if old_seed != seed:
+            changes.append(ProvenanceChange(
+                "seed_changed", str(root),
+                f"agent seed commit {old_seed or 'unknown (no --agent-repo)'} in {root}, "
+                f"{seed or 'unknown (no --agent-repo)'} now"))
+        old_runtime = _runtime(manifest)
+        if old_runtime is not None and old_runtime != runtime:
+            changes.append(ProvenanceChange(
+                "runtime_changed", str(root),
+                f"agent runtime_version {old_runtime} in {root}, {runtime or 'unknown'} now"))
+        for ref, old_id in sorted(_images(rows).items()):
+            now = image_id(ref)
+            if now is not None and now != old_id:
+                changes.append(ProvenanceChange(
+                    "image_changed", str(root), f"image {ref} was {old_id} in {root}, {now} now"))
+    return changes
+
+
+def check_provenance(ancestry: Ancestry, current: Manifest, waived: set[str],
+                     image_id: Callable[[str], str | None]) -> list[dict[str, str]]:
+    """Refuse (ResumeError) a change that is not waived; return every change with its waiver
+    (to record in the manifest)."""
+    changes = provenance_changes(ancestry, current, image_id)
+    for change in changes:
+        if change.reason not in waived:
+            flag = WAIVER_FLAGS[change.reason]
+            raise ResumeError(
+                f"--resume-from {ancestry.roots[0]}: {change.detail}; resume with the same "
+                f"agent, runtime and images, or waive it with {flag} (recorded)",
+                change.reason)
+    return [c.record() for c in changes]
+
+
+def local_image_ids() -> Callable[[str], str | None]:
+    """A resolver ``ref -> id`` of local images (one Docker client, made on first use); None
+    when the image is not present or Docker cannot tell (the instance then fails on its own
+    with the runner's image error)."""
+    client: list[Any] = []
+
+    def resolve(ref: str) -> str | None:
+        try:
+            if not client:
+                from harness.sandbox.client import get_client
+
+                client.append(get_client())
+            return str(client[0].api.inspect_image(ref)["Id"])
+        except Exception:  # absent image, or no Docker: nothing to compare
+            return None
+
+    return resolve

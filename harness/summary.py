@@ -18,6 +18,10 @@ def print_summary(tr: Any, controller: Controller) -> None:
     tr.write_line(f"run {m.run_id}: {selected} selected; {counts}")
     if m.mean_score is not None:
         tr.write_line(f"mean score {m.mean_score:.4f} over {selected} (missing counts 0)")
+    if m.subset_notice:
+        tr.write_line(m.subset_notice)
+    if m.not_reportable:
+        tr.write_line(f"not reportable: {'; '.join(m.not_reportable)}")
     tr.write_line(f"outcome {m.outcome}, exit status {m.exit_code}"
                   + (f", stop reason {m.stop_reason}" if m.stop_reason else ""))
     tr.write_line(f"run root {m.run_root}")

@@ -50,6 +50,9 @@ def provenance(run: RunData) -> Provenance:
         selection_source=m.selection.source,
         resume_ancestors=list(m.resume.ancestor_run_ids or m.resume.ancestors),
         resume_generation=m.resume.generation,
+        reportable=m.reportable,
+        not_reportable=list(m.not_reportable),
+        subset_notice=m.subset_notice,
     )
 
 

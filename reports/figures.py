@@ -116,6 +116,9 @@ class Provenance(StrictModel):
     selection_source: str
     resume_ancestors: list[str]
     resume_generation: int
+    reportable: bool | None = None  # None: a manifest older than the rule
+    not_reportable: list[str] = Field(default_factory=list)
+    subset_notice: str | None = None  # "12 of 200 selected: not the benchmark score"
 
 
 class OfficialSummary(StrictModel):

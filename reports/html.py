@@ -190,7 +190,12 @@ def render_html(figures: ReportFigures, links: Links, summary_texts: Mapping[str
         f"<header><h1>Run {escape(p.run_id)}</h1>"
         f'<p class="sub">{escape(", ".join(p.benchmarks) or "no benchmark")} · '
         f"{escape(p.outcome)} · exit {escape(str(p.exit_code))} · "
-        f"{figures.headline.selected} selected</p></header>"
+        f"{figures.headline.selected} selected</p>"
+        + (f'<p class="notice" id="subset-notice"><strong>{escape(p.subset_notice)}</strong></p>'
+           if p.subset_notice else "")
+        + (f'<p class="notice" id="not-reportable"><strong>not reportable:</strong> '
+           f'{escape("; ".join(p.not_reportable))}</p>' if p.not_reportable else "")
+        + "</header>"
         + (f'<ul class="warnings" id="warnings">{warnings}</ul>' if warnings else "")
         + headline_section(figures.headline, figures.by_benchmark)
         + (compare_section(figures.compare) if figures.compare else "")

@@ -76,6 +76,10 @@ def render_markdown(figures: ReportFigures, summary_texts: Mapping[str, str]) ->
         + (" (dirty)" if p.git_dirty else ""),
         "",
     ]
+    if p.subset_notice:
+        lines += [f"**{p.subset_notice}**", ""]
+    if p.not_reportable:
+        lines += [f"**not reportable:** {'; '.join(p.not_reportable)}", ""]
     lines += _table(
         ["Metric", f"Raw (÷ {raw.denominator})", f"Excluding infra (÷ {ex.denominator})"],
         [

@@ -257,6 +257,7 @@ class CoworkRunRecord(BaseModel):
 
 class CoworkAdapter(BenchmarkAdapter):
     name = BENCHMARK
+    benchmark_size = 496  # the pinned dataset (issue 14: a subset says "N of 496")
     marker_names = ("server", "prefix")
     needs_agent = True
 

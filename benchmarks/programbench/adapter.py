@@ -12,6 +12,7 @@ from benchmarks.programbench.task_body import DEFAULT_TIMEOUT_SEC
 from benchmarks.programbench.tasks import (
     DEFAULT_SHUFFLE_SEED,
     PBInstance,
+    parse_slice,
     programbench_version,
     select_instances,
 )
@@ -28,7 +29,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--pb-filter", default=None, metavar="REGEX",
                     help="select instances whose id matches REGEX (re.match)")
     group.addoption("--pb-slice", default=None, metavar="A:B",
-                    help="select a slice of the (shuffled) instance order")
+                    help="keep a slice of the selected order (after -k/-m/--pb-filter), "
+                         "e.g. -m \"difficulty('easy')\" --pb-slice 0:3")
     group.addoption("--pb-shuffle", action="store_true", default=False,
                     help="shuffle the instance order (seeded, see --pb-seed)")
     group.addoption("--pb-seed", default=str(DEFAULT_SHUFFLE_SEED), metavar="N",
@@ -95,6 +97,7 @@ class ProgramBenchSettings:
 class ProgramBenchAdapter(BenchmarkAdapter):
     name = BENCHMARK
     marker_names = ("difficulty", "language")
+    benchmark_size = 200
 
     def settings(self, config: pytest.Config) -> ProgramBenchSettings:
         cached: ProgramBenchSettings | None = getattr(self, "_settings", None)
@@ -110,13 +113,24 @@ class ProgramBenchAdapter(BenchmarkAdapter):
         return inst.image_ref() if inst is not None else None
 
     def selected(self, config: pytest.Config) -> list[PBInstance]:
+        """The candidates in order, before -k/-m and ``--pb-slice`` (see :meth:`slice_of`)."""
         s = self.settings(config)
         try:
-            return select_instances(filter_spec=s.filter, slice_spec=s.slice, shuffle=s.shuffle,
-                                    seed=s.seed, include_fixture=True)
+            if s.slice:
+                parse_slice(s.slice)
+            return select_instances(filter_spec=s.filter, shuffle=s.shuffle, seed=s.seed,
+                                    include_fixture=True)
         except ValueError as exc:
             raise RefusalError(f"--pb-filter/--pb-slice: {exc}", stage="options",
                                reason="bad_option") from exc
+
+    def slice_of(self, config: pytest.Config, items: list[pytest.Item]) -> list[pytest.Item]:
+        """``--pb-slice`` over the selected order: after -k, -m and ``--pb-filter``, so
+        ``-m "difficulty('easy')" --pb-slice 0:3`` is the first three easy tasks."""
+        s = self.settings(config)
+        if not s.slice:
+            return items
+        return items[parse_slice(s.slice)]
 
     def instances(self, config: pytest.Config) -> list[InstanceSpec]:
         specs = []

@@ -14,6 +14,7 @@ from harness.adapter import BenchmarkAdapter
 from harness.models import TaskRow
 from harness.plugin import user_selectors
 from harness.runtime import RunContext
+from harness.worker import item_spec
 
 ADAPTER = ProgramBenchAdapter()
 
@@ -36,12 +37,29 @@ def pytest_harness_session_results(config: pytest.Config, run: RunContext,
     finish_session(config, run, ADAPTER, rows, append)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The fixture is not one of the 200 tasks: a run that selects nothing in particular
-    leaves it out (so the denominator stays 200); -k/-m/--instance/--pb-* select it."""
-    if user_selectors(config, [ADAPTER]) or config.getoption("resume_from"):
-        return  # a resume runs the ancestor's selection, fixture included when it had it
-    keep = [i for i in items if f"[{FIXTURE_ID}]" not in i.nodeid]
-    if len(keep) != len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
-        items[:] = keep
+    leaves it out (so the denominator stays 200); -k/-m/--instance/--pb-* select it.
+
+    ``--pb-slice`` applies to the selected order: after -k/-m (pytest's own hook ran before
+    this trylast one) and ``--pb-filter``, before ``--instance`` and ``--shard``.
+    """
+    if user_selectors(config, [ADAPTER]):
+        ours = [i for i in items if _is_programbench(i)]
+        kept = set(ADAPTER.slice_of(config, ours))
+        drop = [i for i in ours if i not in kept]
+    elif config.getoption("resume_from"):
+        drop = []  # a resume runs the ancestor's selection, fixture included when it had it
+    else:
+        drop = [i for i in items if f"[{FIXTURE_ID}]" in i.nodeid]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        gone = set(drop)
+        items[:] = [i for i in items if i not in gone]
+
+
+def _is_programbench(item: pytest.Item) -> bool:
+    found = item_spec(item)
+    return found is not None and found[0] == ADAPTER.name
+

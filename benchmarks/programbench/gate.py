@@ -8,6 +8,19 @@ on the shared subset with a seeded bootstrap 95% interval of the mean difference
   have, and (with ``--baseline``) >= the baseline's paired mean on the instances the run
   and the baseline share; FAIL otherwise, or when a comparison has no pair at all.
 
+``--tasks FILE`` (Gate-20: ``{"smoke": [10 ids], "unseen": [10 ids]}``, recorded in
+``gate.json``) fixes the instances: the reference's paired mean is over ALL of them (a task
+the reference lacks counts 0 for it, as the leaderboard's headline counts it), the
+baseline's over those it has. Every listed task must be scored in the run: a missing or
+infrastructure-failed task is never dropped or guessed; the gate refuses (exit 2) and lists
+the unscored tasks, so the operator resumes the run and gates again. Without ``--tasks``
+the run's own ledger instances are the list, with the same refusal.
+
+Host load: the 1-minute load average at the gate's start and end (and the run's, from its
+manifest, when recorded) is written to ``gate.json``; above ``--max-load-per-cpu`` (default
+1.0) per CPU the gate warns that the host was overloaded (the methodology pauses and
+re-runs rather than failing on an overloaded host).
+
 Per-test references are reduced per instance on the common key set of the reference and the
 run's own eval.json (``<run>/programbench/<iid>/<iid>.eval.json``) when that exists, both
 less the installed tests.json ignore list; otherwise on the reference's keys less that list,
@@ -21,6 +34,8 @@ Exit status: 0 PASS, 1 FAIL, 2 refused (bad input, existing output).
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -37,8 +52,8 @@ from benchmarks.programbench.scores import (
     read_run_scores,
     reduce_tests,
 )
-from benchmarks.programbench.tasks import programbench_version
-from harness.fsutil import create_exclusive
+from benchmarks.programbench.tasks import programbench_version, select_instances
+from harness.fsutil import create_exclusive, read_json
 from harness.ledger import ledger_path
 from reports.stats import bootstrap_mean_ci
 
@@ -48,6 +63,88 @@ DEFAULT_SEED = 0
 DEFAULT_RESAMPLES = 10_000
 LEVEL = 0.95
 EPS = 1e-12
+GATE_GROUP_SIZE = 10  # Gate-20: 10 smoke tasks + 10 unseen tasks
+DEFAULT_MAX_LOAD_PER_CPU = 1.0
+
+
+class GateRefused(ValueError):
+    """The gate cannot decide (exit 2); the message says why and what to do."""
+
+
+class TaskList(BaseModel):
+    """The Gate-20 task list (``--tasks``), recorded in ``gate.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    smoke: list[str]
+    unseen: list[str]
+
+    @property
+    def all(self) -> list[str]:
+        return [*self.smoke, *self.unseen]
+
+
+class HostLoad(BaseModel):
+    """1-minute load averages (``os.getloadavg``) while the gate (and the run) ran."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: int
+    max_load_per_cpu: float
+    start: list[float]
+    end: list[float]
+    run_start: list[float] | None = None
+    run_end: list[float] | None = None
+    peak_per_cpu: float
+    overloaded: bool
+
+
+def load_tasks(path: Path) -> TaskList:
+    """``{"smoke": [...], "unseen": [...]}``: 10 distinct ProgramBench ids each."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise GateRefused(f"--tasks {path}: cannot read it ({exc})") from exc
+    groups = data if isinstance(data, dict) else {}
+    smoke, unseen = groups.get("smoke"), groups.get("unseen")
+    known = {inst.instance_id for inst in select_instances()}
+    if not isinstance(smoke, list) or not isinstance(unseen, list) \
+            or len(smoke) != GATE_GROUP_SIZE or len(unseen) != GATE_GROUP_SIZE \
+            or set(groups) != {"smoke", "unseen"}:
+        raise GateRefused(f"--tasks {path} must be {{\"smoke\": [...], \"unseen\": [...]}} "
+                          f"listing {GATE_GROUP_SIZE} smoke and {GATE_GROUP_SIZE} unseen "
+                          f"instance ids")
+    ids = [*smoke, *unseen]
+    unknown = sorted(str(i) for i in ids if i not in known)
+    if unknown:
+        raise GateRefused(f"--tasks {path}: not ProgramBench tasks: {', '.join(unknown)}")
+    if len(set(ids)) != len(ids):
+        raise GateRefused(f"--tasks {path}: an instance is listed twice")
+    return TaskList(path=str(path), smoke=list(smoke), unseen=list(unseen))
+
+
+def _run_load(run_root: Path) -> tuple[list[float] | None, list[float] | None]:
+    try:
+        extra = read_json(run_root / "run_manifest.json").get("extra") or {}
+    except (OSError, ValueError, AttributeError):
+        return None, None
+    load = extra.get("host_load") if isinstance(extra, dict) else None
+    if not isinstance(load, dict):
+        return None, None
+    return load.get("start"), load.get("end")
+
+
+def host_load(run_root: Path, start: tuple[float, float, float],
+              max_load_per_cpu: float) -> HostLoad:
+    cpus = os.cpu_count() or 1
+    end = os.getloadavg()
+    run_start, run_end = _run_load(run_root)
+    ones = [start[0], end[0]] + [v[0] for v in (run_start, run_end) if v]
+    peak = max(ones) / cpus
+    return HostLoad(cpus=cpus, max_load_per_cpu=max_load_per_cpu, start=list(start),
+                    end=list(end), run_start=run_start, run_end=run_end,
+                    peak_per_cpu=round(peak, 4), overloaded=peak >= max_load_per_cpu)
 
 
 class Pair(BaseModel):
@@ -59,6 +156,7 @@ class Pair(BaseModel):
     diff: float
     basis: Literal["instance_score", "common_keys"]
     n_keys: int | None = None
+    reference_missing: bool = False  # the other entry lacks this task: it counts 0 for it
 
 
 class Comparison(BaseModel):
@@ -93,6 +191,8 @@ class GateReport(BaseModel):
     level: float = LEVEL
     run_scored: int
     unscored: list[RunScore] = Field(default_factory=list)
+    tasks: TaskList | None = None
+    host_load: HostLoad
     reference: Comparison
     baseline: Comparison | None = None
     verdict: Literal["PASS", "FAIL"]
@@ -129,9 +229,10 @@ def _pair(run_root: Path, run: RunScore, other: ScoresFile) -> Pair:
                     basis="common_keys",
                     n_keys=len(common),
                 )
-    ref = other.scores[iid]
+    ref = other.scores.get(iid)
     return Pair(
-        instance_id=iid, run=run.score, reference=ref, diff=run.score - ref, basis="instance_score"
+        instance_id=iid, run=run.score, reference=ref or 0.0, diff=run.score - (ref or 0.0),
+        basis="instance_score", reference_missing=ref is None,
     )
 
 
@@ -143,8 +244,11 @@ def compare(
     role: Literal["reference", "baseline"],
     seed: int = DEFAULT_SEED,
     resamples: int = DEFAULT_RESAMPLES,
+    over: list[str] | None = None,
 ) -> Comparison:
-    shared = sorted(set(scored) & set(other.scores))
+    """Pairs on the instances both have, or (``over``) on every listed one: a listed
+    instance the other entry lacks counts 0 for it."""
+    shared = sorted(over) if over is not None else sorted(set(scored) & set(other.scores))
     pairs = [_pair(run_root, scored[iid], other) for iid in shared]
     n = len(pairs)
     run_mean = sum(p.run for p in pairs) / n if n else None
@@ -176,20 +280,33 @@ def run_gate(
     *,
     seed: int = DEFAULT_SEED,
     resamples: int = DEFAULT_RESAMPLES,
+    tasks: TaskList | None = None,
+    max_load_per_cpu: float = DEFAULT_MAX_LOAD_PER_CPU,
 ) -> GateReport:
-    """Compute the gate (nothing is written)."""
+    """Compute the gate (nothing is written). GateRefused when a task is unscored."""
+    load_start = os.getloadavg()
     ledger = ledger_path(run_root)
     if not ledger.exists():
         raise FileNotFoundError(f"no ledger at {ledger}: is {run_root} a run root?")
     scored, unscored = read_run_scores(ledger)
-    ref = compare(
-        run_root, scored, load_scores(reference), role="reference", seed=seed, resamples=resamples
-    )
+    wanted = tasks.all if tasks is not None else sorted(
+        set(scored) | {u.instance_id for u in unscored})
+    status = {u.instance_id: u.status or u.outcome or "unscored" for u in unscored}
+    missing = [i for i in wanted if i not in scored]
+    if missing:
+        listed = ", ".join(f"{i} ({status.get(i, 'no row')})" for i in missing)
+        raise GateRefused(
+            f"{len(missing)} gate task(s) unscored (missing or infra-failed), never dropped: "
+            f"{listed}; resume the run (--resume-from {run_root}) and gate the new root")
+    ref_scores = load_scores(reference)
+    ref = compare(run_root, scored, ref_scores, role="reference", seed=seed,
+                  resamples=resamples, over=wanted if tasks is not None else None)
     base = None
     if baseline is not None:
-        base = compare(
-            run_root, scored, load_scores(baseline), role="baseline", seed=seed, resamples=resamples
-        )
+        base_scores = load_scores(baseline)
+        shared = [i for i in wanted if i in base_scores.scores] if tasks is not None else None
+        base = compare(run_root, scored, base_scores, role="baseline", seed=seed,
+                       resamples=resamples, over=shared)
     reasons: list[str] = []
     for comp in (ref, base):
         if comp is None:
@@ -201,6 +318,10 @@ def run_gate(
                 f"paired mean {comp.run_mean:.4f} < {comp.role} {comp.name} {comp.other_mean:.4f} "
                 f"on {comp.n_pairs} shared instances"
             )
+    load = host_load(run_root, load_start, max_load_per_cpu)
+    if load.overloaded and reasons:
+        reasons.append(f"host overloaded (peak load {load.peak_per_cpu:.2f} per CPU): the "
+                       f"methodology pauses and re-runs instead of failing")
     return GateReport(
         run_root=str(run_root),
         created_at_unix=time.time(),
@@ -209,6 +330,8 @@ def run_gate(
         resamples=resamples,
         run_scored=len(scored),
         unscored=unscored,
+        tasks=tasks,
+        host_load=load,
         reference=ref,
         baseline=base,
         verdict="FAIL" if reasons else "PASS",
@@ -230,6 +353,12 @@ def _fmt(value: float | None) -> str:
 def render(report: GateReport) -> str:
     lines = [f"ProgramBench gate: {report.verdict}  ({report.run_root})"]
     lines.append(f"  run instances scored: {report.run_scored}, not scored: {len(report.unscored)}")
+    if report.tasks is not None:
+        lines.append(f"  tasks {report.tasks.path}: {len(report.tasks.smoke)} smoke + "
+                     f"{len(report.tasks.unseen)} unseen")
+    load = report.host_load
+    lines.append(f"  host load (1 min) start {load.start[0]:.2f}, end {load.end[0]:.2f} on "
+                 f"{load.cpus} CPU(s)")
     for comp in (report.reference, report.baseline):
         if comp is None:
             continue
@@ -254,6 +383,11 @@ def gate_command(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES)
     parser.add_argument("--output", type=Path, help=f"where to write (default RUN/{GATE_NAME})")
+    parser.add_argument("--tasks", type=Path, metavar="FILE",
+                        help='Gate-20 task list: {"smoke": [10 ids], "unseen": [10 ids]}')
+    parser.add_argument("--max-load-per-cpu", type=float, default=DEFAULT_MAX_LOAD_PER_CPU,
+                        help="warn that the host was overloaded above this 1-minute load "
+                             f"average per CPU (default {DEFAULT_MAX_LOAD_PER_CPU:g})")
     try:
         args = parser.parse_args(None if argv is None else list(argv))
     except SystemExit as exc:
@@ -266,8 +400,10 @@ def gate_command(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     try:
+        tasks = load_tasks(args.tasks) if args.tasks is not None else None
         report = run_gate(
-            args.run, args.reference, args.baseline, seed=args.seed, resamples=args.resamples
+            args.run, args.reference, args.baseline, seed=args.seed, resamples=args.resamples,
+            tasks=tasks, max_load_per_cpu=args.max_load_per_cpu,
         )
         out.parent.mkdir(parents=True, exist_ok=True)
         write_gate(report, out)
@@ -276,4 +412,9 @@ def gate_command(argv: Sequence[str] | None = None) -> int:
         return 2
     print(render(report))
     print(f"  written: {out}")
+    if report.host_load.overloaded:
+        print(f"warning: host overloaded during the gate or the run (peak 1-minute load "
+              f"{report.host_load.peak_per_cpu:.2f} per CPU >= {args.max_load_per_cpu:g}): "
+              f"pause and re-run when contention clears; load data is in {out}",
+              file=sys.stderr)
     return 0 if report.verdict == "PASS" else 1

@@ -11,10 +11,11 @@ import pytest
 
 from benchmarks.programbench.adapter import ProgramBenchAdapter
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_batch, run_info
+from benchmarks.programbench.parity import cross_check, mismatch_row, parse_info
 from benchmarks.programbench.tasks import instance_order, programbench_version
 from benchmarks.programbench.verdict import verdict
 from harness.fsutil import atomic_write_json, atomic_write_text
-from harness.models import TaskRow
+from harness.models import Outcome, TaskRow
 from harness.runtime import RunContext
 
 INFO_NAME = "programbench_info.txt"
@@ -57,6 +58,7 @@ def finish_session(config: pytest.Config, run: RunContext, adapter: ProgramBench
     if not src.is_dir() or run.dry_run:
         return
     s = adapter.settings(config)
+    latest = dict(rows)
     pending = {r.instance_id: r for r in rows.values()
                if r.benchmark == adapter.name and r.official_eval_status == "pending"}
     if pending:
@@ -64,12 +66,40 @@ def finish_session(config: pytest.Config, run: RunContext, adapter: ProgramBench
         blob = next((b for b in blob_dirs if b), None)
         results = evaluate_batch(src, sorted(pending), docker_cpus=s.docker_cpus, blob_dir=blob)
         for iid, row in pending.items():
-            append(scored_row(row, results.get(iid), adapter))
+            new = scored_row(row, results.get(iid), adapter)
+            append(new)
+            latest[new.key] = new
     if any(Path(p).exists() for p in src.glob("*/*.eval.json")):
+        info_ok = True
         try:
             text = run_info(src)
         except (RuntimeError, OSError) as exc:
-            text = f"programbench info failed: {exc}\n"
+            text, info_ok = f"programbench info failed: {exc}\n", False
         atomic_write_text(run.run_root / INFO_NAME, text)
         if run.manifest is not None:
             run.manifest.extra.setdefault("official_summaries", []).append(INFO_NAME)
+        check_parity(run, adapter, text if info_ok else None, latest, append)
+
+
+def check_parity(run: RunContext, adapter: ProgramBenchAdapter, info_text: str | None,
+                 latest: dict[str, TaskRow], append: Callable[[TaskRow], None]) -> None:
+    """Cross-check every official score and the headline with ``programbench info``: a
+    disagreement becomes an error row (see :mod:`benchmarks.programbench.parity`)."""
+    if info_text is None:
+        if run.manifest is not None:
+            run.manifest.extra["official_parity"] = {"ok": False,
+                                                     "error": "programbench info failed"}
+        return
+    report = cross_check(parse_info(info_text), latest)
+    rows = {r.instance_id: r for r in latest.values() if r.benchmark == adapter.name}
+    for mismatch in report.mismatches:
+        row = rows.get(mismatch.instance_id)
+        if row is not None:
+            append(mismatch_row(row, mismatch, adapter.status_for(Outcome.INFRA_FAILED, None)))
+    if run.manifest is not None:
+        run.manifest.extra["official_parity"] = report.model_dump(mode="json")
+        if not report.headline_ok:
+            run.manifest.extra.setdefault("finish_errors", []).append(
+                f"official parity: headline {report.headline_ours} over "
+                f"{report.headline_instances_ours} instance(s), programbench info says "
+                f"{report.headline_official} over {report.headline_instances_official}")

@@ -37,7 +37,7 @@ REFERENCE_ARTIFACT = ProtectedArtifact(
 BUDGET_PROFILE = BudgetProfile(
     cost_hard_stop_pct=0,
     improvement_policy="until_deadline",
-    max_improvement_passes=3,
+    max_improvement_passes=6,
     reserve_finalization_pct=15,
     stall_rounds_threshold=12,
 )

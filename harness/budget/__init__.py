@@ -11,11 +11,11 @@ prior_spend_usd=None) -> Campaign``
 ``campaign.admit_run(run_id, run_root, pid) -> ActiveRun``
     Custody. RefusalError ``campaign_stale_run`` (naming the run) while the entry of a
     dead process exists; live concurrent runs are fine; idempotent for the same pid.
-``campaign.reserve(run_id, key, amount_usd=None, *, budget_reserve_usd=0,
-run_budget_usd=None, safety_factor=1.5) -> Reservation``
+``campaign.reserve(run_id, key, amount_usd=0, *, budget_reserve_usd=0,
+run_budget_usd=None) -> Reservation``
     Before an instance starts. ``BudgetRefused(reason)``: ``campaign_budget``,
     ``run_budget``, a stop reason the controller set, or ``campaign_persistence_failed``.
-    ``amount_usd`` None = learned (``campaign.learned_reserve_usd()``).
+    ``amount_usd`` is the explicit per-task reserve (never learned or automatic).
 ``campaign.settle(run_id, key, cost_usd, cost_known) -> Settlement``
     After it ran: ``Settlement.overran`` -> ``budget_overrun: true`` in the row.
 ``campaign.release(run_id, key)``

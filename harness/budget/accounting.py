@@ -15,9 +15,13 @@ report (or unrelated use of the key) is never ignored. When the meter reports ex
 the settled costs, spent equals their sum.
 
 An instance is admitted only if ``spent + outstanding + amount + budget_reserve <=
-ceiling`` (``outstanding`` = every reservation in the file, including those of crashed
-runs) and, when a run budget is set, ``run settled + run outstanding + amount <=
-run budget``. Money is compared with a tolerance of a nano-dollar.
+ceiling`` and ``spent + outstanding + budget_reserve < ceiling`` (some headroom is left:
+a known exhausted budget admits nothing), where ``outstanding`` = every reservation in
+the file, including those of crashed runs; and, when a run budget is set, the same two
+rules over the run's settled charges and reservations. ``amount`` is the explicit
+``--per-task-reserve-usd`` or 0: per-task limits are never reserved automatically, and
+``budget_reserve`` is one allowance for delayed charges, independent of concurrency.
+Money is compared with a tolerance of a nano-dollar.
 """
 
 from __future__ import annotations
@@ -59,12 +63,12 @@ def admission_refusal(
     run_budget_usd: float | None,
 ) -> str | None:
     """Return the refusal reason for reserving ``amount_usd``, or None when it fits."""
-    projected = spent_usd(state) + outstanding_usd(state) + amount_usd + budget_reserve_usd
-    if projected > state.ceiling_usd + EPS:
+    held = spent_usd(state) + outstanding_usd(state) + budget_reserve_usd
+    if held + amount_usd > state.ceiling_usd + EPS or held >= state.ceiling_usd - EPS:
         return CAMPAIGN_BUDGET
     if run_budget_usd is not None:
-        run_projected = run.settled_usd + run.outstanding_usd + amount_usd
-        if run_projected > run_budget_usd + EPS:
+        run_held = run.settled_usd + run.outstanding_usd
+        if run_held + amount_usd > run_budget_usd + EPS or run_held >= run_budget_usd - EPS:
             return RUN_BUDGET
     return None
 

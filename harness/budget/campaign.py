@@ -104,18 +104,17 @@ class Campaign(CampaignStore):
         self,
         run_id: str,
         key: str,
-        amount_usd: float | None = None,
+        amount_usd: float = 0.0,
         *,
         budget_reserve_usd: float = 0.0,
         run_budget_usd: float | None = None,
-        safety_factor: float = 1.5,
     ) -> Reservation:
-        """Reserve the expected cost of instance ``key`` before it starts.
+        """Admit instance ``key`` before it starts, holding ``amount_usd`` for it.
 
-        ``amount_usd`` None: learned from the campaign's known costs (see
-        :func:`accounting.learned_reserve`); with too little history that is a
-        CampaignStateError (the plugin refuses at startup instead). Raises
-        BudgetRefused(reason) when it does not fit, or when the run was stopped.
+        The amount is the explicit ``--per-task-reserve-usd`` (0 without it: a per-task
+        limit is never reserved automatically); ``budget_reserve_usd`` is the run's one
+        allowance for delayed charges, independent of how many instances are in flight.
+        Raises BudgetRefused(reason) when it does not fit, or when the run was stopped.
         """
 
         def change(state: CampaignState) -> tuple[Reservation | None, str | None]:
@@ -123,13 +122,6 @@ class Campaign(CampaignStore):
             if key in run.reservations or key in run.settled:
                 raise E.CampaignStateError(f"instance {key} of run {run_id} is already reserved")
             amount = amount_usd
-            if amount is None:
-                amount = accounting.learned_reserve(state.cost_history, safety_factor=safety_factor)
-                if amount is None:
-                    raise E.CampaignStateError(
-                        "no per-task reservation: pass --per-task-reserve-usd (the campaign "
-                        "has too few completed instances to learn one)"
-                    )
             if not accounting.is_money(amount):
                 raise ValueError(f"reservation must be a finite amount >= 0, got {amount!r}")
             reason = run.stop_reason or accounting.admission_refusal(

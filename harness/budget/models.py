@@ -189,3 +189,6 @@ class Monitor(_Open):
     finished: bool = False
     runner_exit_code: int | None = None
     campaign_settlement: Literal["recorded", "unconfirmed"] | None = None
+    # Why the run's custody stays in the campaign (cleanup could not prove its containers
+    # and networks gone): ``harness campaign reconcile`` ends it once they are.
+    custody_unsettled: str | None = None

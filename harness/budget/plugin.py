@@ -4,6 +4,7 @@ and the per-instance reservation (an autouse fixture that is a no-op unless enab
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Generator
 from dataclasses import replace
 from typing import Any
@@ -34,9 +35,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--prior-spend-usd", default=None, metavar="USD",
                     help="spend before the campaign file existed (creation only)")
     group.addoption("--per-task-reserve-usd", default=None, metavar="USD",
-                    help="reserve this much before each instance (default: learned)")
+                    help="hold this much for each instance in flight (default 0: per-task "
+                         "limits are never reserved automatically)")
     group.addoption("--budget-reserve-usd", default="0", metavar="USD",
-                    help="keep this much of the ceiling unspent (default 0)")
+                    help="one allowance for delayed/in-flight charges, kept unspent below "
+                         "the ceiling whatever the concurrency (default 0)")
     group.addoption("--budget-usd", default=None, metavar="USD",
                     help="this run's own spend limit")
     group.addoption("--meter", default="none",
@@ -91,9 +94,11 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
 
     settings = settings_from(config)
     controller = config.stash[CONTROLLER_KEY]
+    dry = run.dry_run  # a dry run spends nothing: it never creates or changes a campaign
     if run.manifest is not None:
         run.manifest.extra["budget"] = {
-            "enabled": settings.reservations_enabled,
+            "enabled": settings.reservations_enabled and not dry,
+            "dry_run_untouched": dry,
             "campaign_file": str(settings.campaign_path(run.run_root))
             if settings.reservations_enabled else None,
             "budget_usd": settings.budget_usd,
@@ -103,6 +108,9 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
             "meter_blindness_sec": settings.meter_blindness_sec,
             "min_free_disk_gb": settings.min_free_disk_gb,
         }
+    if dry:
+        return
+
     def on_stop(reason: str) -> None:
         controller.request_stop(reason, interrupt=True)
 
@@ -117,14 +125,35 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     cb.supervisor.start()
 
 
+@pytest.hookimpl(trylast=True)  # after the sandbox layer's final sweep
 def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
                                   summary: dict[str, Any]) -> None:
     cb = config.stash.get(BUDGET_KEY, None)
     if cb is None:
         return
-    monitor = cb.finish(summary["outcome"], summary["exit_code"])
+    unproven = cleanup_unproven(run.run_id)
+    if unproven is None:
+        monitor = cb.finish(summary["outcome"], summary["exit_code"])
+    else:
+        monitor = cb.keep_custody(summary["outcome"], summary["exit_code"], unproven)
+        sys.stderr.write(
+            f"harness: campaign custody of run {run.run_id} stays unsettled: {unproven}; "
+            f"once they are gone run: harness campaign reconcile {cb.campaign.path} "
+            f"--run {run.run_root}\n")
     if run.manifest is not None:
         run.manifest.extra.setdefault("budget", {})["final"] = monitor.model_dump(mode="json")
+
+
+def cleanup_unproven(run_id: str) -> str | None:
+    """Why the run's cleanup is not proven (a fresh Docker query still lists a container or
+    network labelled with the run, or cannot answer); None when the label is empty."""
+    from harness.budget.reconcile import leftovers_refusal, resources_left
+
+    try:
+        refusal = leftovers_refusal(run_id, resources_left(run_id))
+    except RefusalError as exc:
+        return str(exc)
+    return None if refusal is None else str(refusal)
 
 
 @pytest.fixture(autouse=True)

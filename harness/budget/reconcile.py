@@ -1,7 +1,7 @@
 """``harness campaign reconcile|show``: clear a crashed run's custody, show a campaign.
 
-Reconcile proves the crashed run left no container behind (Docker, by the sandbox layer's
-exact label ``harness.run=<run_id>``; the run id comes from
+Reconcile proves the crashed run left no container and no network behind (Docker, by the
+sandbox layer's exact label ``harness.run=<run_id>``; the run id comes from
 ``<run_root>/run_manifest.json``), then records the operator's reading and moves the entry
 into ``runs`` as ``reconciled``. Docker (and :mod:`harness.sandbox`, which imports it) is
 imported only when reconciling.
@@ -50,8 +50,9 @@ def run_id_of(run_root: str | os.PathLike[str]) -> str:
     return run_id
 
 
-def containers_left(run_id: str, client: Any = None) -> list[str]:
-    """Names of every container (running or not) labelled ``harness.run=<run_id>``."""
+def resources_left(run_id: str, client: Any = None) -> dict[str, list[str]]:
+    """Names of every container (running or not) and every network labelled
+    ``harness.run=<run_id>``, from a fresh query; RefusalError when Docker cannot tell."""
     try:
         # lazy: harness.sandbox imports docker, which pure budget logic never needs
         from harness.sandbox import labels as L
@@ -59,14 +60,33 @@ def containers_left(run_id: str, client: Any = None) -> list[str]:
 
         if client is None:
             client = get_client()
-        found = client.containers.list(all=True, filters={"label": f"{L.RUN}={run_id}"})
+        label = {"label": f"{L.RUN}={run_id}"}
+        containers = client.containers.list(all=True, filters=label)
+        networks = client.networks.list(filters=label)
     except Exception as exc:  # any Docker failure means nothing is proven
         raise _refuse(
             "docker_unavailable",
-            f"cannot list containers of run {run_id} ({type(exc).__name__}: {exc}); "
-            "reconcile needs Docker to prove none is left",
+            f"cannot list containers and networks of run {run_id} ({type(exc).__name__}: "
+            f"{exc}); Docker must prove none is left",
         ) from exc
-    return [str(getattr(c, "name", c)) for c in found]
+    return {
+        "containers": sorted(str(getattr(c, "name", c)) for c in containers),
+        "networks": sorted(str(getattr(n, "name", n)) for n in networks),
+    }
+
+
+def leftovers_refusal(run_id: str, left: dict[str, list[str]]) -> RefusalError | None:
+    """The refusal naming what a run left (None when nothing is left)."""
+    if not left["containers"] and not left["networks"]:
+        return None
+    reason = "containers_left" if left["containers"] else "networks_left"
+    named = [f"container {n}" for n in left["containers"]]
+    named += [f"network {n}" for n in left["networks"]]
+    return _refuse(
+        reason,
+        f"run {run_id} still has {len(named)} resource(s) labelled harness.run={run_id}: "
+        f"{', '.join(named)}; remove them (harness sweep --run {run_id}) and reconcile again",
+    )
 
 
 def reconcile(
@@ -89,15 +109,9 @@ def reconcile(
         )
     if custody.liveness(entry) == "alive":
         raise _refuse("campaign_run_alive", f"{custody.describe(entry)} is still running")
-    left = containers_left(run_id, docker_client)
-    if left:
-        from harness.sandbox import labels as L  # already imported by containers_left
-
-        raise _refuse(
-            "containers_left",
-            f"run {run_id} still has {len(left)} container(s) labelled {L.RUN}={run_id}: "
-            f"{', '.join(sorted(left))}; remove them (harness sweep) and reconcile again",
-        )
+    refusal = leftovers_refusal(run_id, resources_left(run_id, docker_client))
+    if refusal is not None:
+        raise refusal
     return campaign.reconcile_run(run_id, reading_usage)
 
 

@@ -34,7 +34,7 @@ class BudgetSettings:
     campaign_file: str | None = None  # --campaign-file
     campaign_budget_usd: float | None = None  # --campaign-budget-usd (needed to create)
     prior_spend_usd: float | None = None  # --prior-spend-usd (creation only)
-    per_task_reserve_usd: float | None = None  # --per-task-reserve-usd (else learned)
+    per_task_reserve_usd: float | None = None  # --per-task-reserve-usd (else none held)
     budget_reserve_usd: float = 0.0  # --budget-reserve-usd
     budget_usd: float | None = None  # --budget-usd (this run's own spend)
     meter: str = "none"  # --meter openrouter[=URL] | fake-file:PATH | none
@@ -43,7 +43,6 @@ class BudgetSettings:
     meter_retry_sec: float = 3.0
     meter_read_timeout_sec: float = 5.0
     min_free_disk_gb: float | None = None  # --min-free-disk-gb (GiB)
-    safety_factor: float = 1.5
     key_env: str = METER_KEY_ENV
 
     @property
@@ -128,14 +127,6 @@ class ControllerBudget:
                 E.BUDGET_METER_UNAVAILABLE,
                 f"the meter reads {reading.usage!r}, below the campaign's last accepted reading",
             )
-        if settings.per_task_reserve_usd is None and (
-            campaign.learned_reserve_usd(safety_factor=settings.safety_factor) is None
-        ):
-            raise _refuse(
-                "per_task_reserve_unknown",
-                f"campaign {path} has too few completed instances to learn a reservation: "
-                "pass --per-task-reserve-usd",
-            )
         campaign.admit_run(run_id, run_root, pid or os.getpid())
         supervisor = MeterSupervisor(
             campaign,
@@ -155,6 +146,9 @@ class ControllerBudget:
 
     def finish(self, outcome: str, exit_code: int | None) -> Monitor:
         return self.supervisor.finish(outcome, exit_code)
+
+    def keep_custody(self, outcome: str, exit_code: int | None, why: str) -> Monitor:
+        return self.supervisor.keep_custody(outcome, exit_code, why)
 
 
 class WorkerBudget:
@@ -182,10 +176,9 @@ class WorkerBudget:
         return self.campaign.reserve(
             self.run_id,
             key,
-            self.settings.per_task_reserve_usd,
+            self.settings.per_task_reserve_usd or 0.0,
             budget_reserve_usd=self.settings.budget_reserve_usd,
             run_budget_usd=self.settings.budget_usd,
-            safety_factor=self.settings.safety_factor,
         )
 
     def settle(self, key: str, cost_usd: float | None, cost_known: bool) -> Settlement | None:

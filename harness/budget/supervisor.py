@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.ledger import report_write_failure
+
 from . import accounting
 from . import errors as E
 from .campaign import Campaign
@@ -155,6 +157,31 @@ class MeterSupervisor:
             monitor.finished = True
             monitor.runner_exit_code = runner_exit_code
             monitor.campaign_settlement = "recorded" if settlement == "recorded" else "unconfirmed"
+            self._write(monitor)
+            self._final = monitor
+            return monitor
+
+    def keep_custody(self, outcome: str, runner_exit_code: int | None, why: str) -> Monitor:
+        """End supervision without ending custody: cleanup could not prove the run's
+        containers and networks gone, so the campaign keeps the run's entry (and its open
+        reservations) until ``harness campaign reconcile`` proves it. The final reading is
+        still saved when it is acceptable."""
+        self.halt()
+        with self._lock:
+            if self._final is not None:
+                return self._final
+            reading = self._read("final") if self.meter is not None else None
+            if reading is not None:
+                try:
+                    self.campaign.record_reading(reading)
+                except E.CampaignPersistenceError as exc:
+                    self._note_error(str(exc))
+            self._finished = True
+            monitor = self._monitor(self._snapshot())
+            monitor.finished = True
+            monitor.runner_exit_code = runner_exit_code
+            monitor.campaign_settlement = "unconfirmed"
+            monitor.custody_unsettled = why
             self._write(monitor)
             self._final = monitor
             return monitor
@@ -333,5 +360,5 @@ class MeterSupervisor:
     def _write(self, monitor: Monitor) -> None:
         try:
             write_monitor(self.run_root, monitor)
-        except OSError as exc:
-            self._note_error(f"could not write monitor.json: {exc}")
+        except OSError as exc:  # a diagnostic: valid work continues
+            report_write_failure(f"{self.run_root / 'monitor.json'}", exc)

@@ -8,7 +8,7 @@ Options (documented in the README's "Task images" section):
 ``--pull-min-free-gb G``          free disk to keep on the engine's data root (5)
 ``--image-mirror HOST[:PORT]``    pull ``HOST:PORT/<repository>:<tag>`` instead
 ``--image-digest-file FILE``      JSON ``{instance_id: "sha256:..."}``: run exactly these
-``--allow-image-change``          let a resume run instances whose image changed (recorded)
+``--allow-image-change``          (harness/plugin.py) let a resume run changed images (recorded)
 
 Benchmarks call :func:`pull_settings` for an instance and :func:`harness.sandbox.pull.
 resolve_image` with it, and put the :class:`~harness.sandbox.pull.ImageRecord` in the row's
@@ -52,8 +52,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="pull HOST[:PORT]/<repository>:<tag> instead of the canonical image")
     group.addoption("--image-digest-file", default=None, metavar="FILE",
                     help='JSON {"instance_id": "sha256:..."}: pin instances to exact digests')
-    group.addoption("--allow-image-change", action="store_true", default=False,
-                    help="let a resume run instances whose image differs from the ancestor's")
 
 
 def load_pins(path: str | None) -> dict[str, str]:

@@ -104,18 +104,17 @@ def test_run_budget_and_unknown_cost(make_campaign: MakeCampaign, run_root: Path
     assert campaign.snapshot().spent_usd == 2.0
 
 
-def test_learned_reservation_comes_from_completed_instances(
+def test_learned_figure_is_never_reserved_automatically(
     make_campaign: MakeCampaign, run_root: Path
 ) -> None:
     campaign = make_campaign(100.0)
     campaign.admit_run("r1", run_root, os.getpid())
-    with pytest.raises(CampaignStateError, match="per-task-reserve-usd"):
-        campaign.reserve("r1", "b/first")
+    assert campaign.reserve("r1", "b/first").amount_usd == 0.0
     for i in range(5):
         campaign.reserve("r1", f"b/{i}", 1.0)
         campaign.settle("r1", f"b/{i}", 0.4, True)
     assert campaign.learned_reserve_usd(safety_factor=2.0) == pytest.approx(0.8)
-    assert campaign.reserve("r1", "b/next", safety_factor=2.0).amount_usd == pytest.approx(0.8)
+    assert campaign.reserve("r1", "b/next").amount_usd == 0.0
 
 
 def test_readings_only_go_up_and_meter_spend_counts(

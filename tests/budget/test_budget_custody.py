@@ -145,3 +145,92 @@ def test_reconcile_refuses_a_live_run(
     (run_root / "run_manifest.json").write_text(json.dumps({"run_id": "live"}))
     assert campaign_command(["reconcile", str(campaign.path), "--run", str(run_root)]) == 2
     assert "still running" in capsys.readouterr().err
+
+
+@pytest.mark.docker
+def test_point6_reconcile_refuses_while_a_labelled_network_exists(
+    make_campaign: MakeCampaign,
+    tmp_path: Path,
+    docker_client: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    campaign = make_campaign(100.0)
+    crashed, crashed_root = _crash_a_run(campaign, tmp_path)
+    network = docker_client.networks.create(
+        f"{crashed}-net", internal=True, labels={"harness.run": crashed}
+    )
+    argv = ["reconcile", str(campaign.path), "--run", str(crashed_root)]
+    try:
+        assert campaign_command(argv) == 2
+        err = capsys.readouterr().err
+        assert "networks_left" in err and f"{crashed}-net" in err
+        assert crashed in campaign.snapshot().active_runs
+    finally:
+        network.remove()
+    assert campaign_command(argv) == 0
+    assert campaign.snapshot().active_runs == {}
+
+
+@pytest.mark.docker
+def test_point6_custody_stays_unsettled_when_a_network_survives_cleanup(
+    tmp_path: Path, docker_client: Any
+) -> None:
+    """The run's final sweep cannot remove a labelled network (a foreign container still
+    uses it): the run ends, but its custody stays in the campaign until reconciled."""
+    from harness.sandbox.images import base_recipe, ensure_image
+    from harness.testing.suite import Suite
+
+    run_id = f"unsettled-{uuid.uuid4().hex[:8]}"
+    image = ensure_image(base_recipe(), client=docker_client).image_id
+    network = docker_client.networks.create(
+        f"{run_id}-net", internal=True, labels={"harness.run": run_id}
+    )
+    holder = docker_client.containers.run(
+        image, ["sleep", "300"], detach=True, network=network.name, name=f"{run_id}-holder"
+    )
+    campaign = tmp_path / "campaign.json"
+    try:
+        (tmp_path / "s").mkdir()
+        suite = Suite(tmp_path / "s")
+        suite.tasks([{"id": "u", "work": "succeed", "cost": 1}])
+        run = suite.run("--run-id", run_id, "--campaign-file", str(campaign),
+                        "--campaign-budget-usd", "50", "--no-report", timeout=300)
+        assert run.rows and run.rows[-1]["status"] == "completed", run.out
+        state = json.loads(campaign.read_text())
+        assert run_id in state["active_runs"], "custody must stay unsettled"
+        monitor = json.loads((run.root / "monitor.json").read_text())
+        assert monitor["campaign_settlement"] == "unconfirmed"
+        assert f"{run_id}-net" in monitor["custody_unsettled"]
+        assert "harness campaign reconcile" in run.out
+    finally:
+        holder.remove(force=True)
+        network.remove()
+    reconcile = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "campaign", "reconcile", str(campaign),
+         "--run", str(run.root)], capture_output=True, text=True)
+    assert reconcile.returncode == 0, reconcile.stdout + reconcile.stderr
+    assert json.loads(campaign.read_text())["active_runs"] == {}
+
+
+@pytest.mark.docker
+def test_point8_dead_runs_custody_refuses_until_reconciled_live_runs_share(
+    make_campaign: MakeCampaign, tmp_path: Path, docker_client: Any
+) -> None:
+    """Live runs (their controllers running) may share one campaign; an ``active_run``
+    whose process is dead refuses every new run until ``harness campaign reconcile``."""
+    campaign = make_campaign(100.0)
+    campaign.admit_run("live-a", tmp_path / "a", os.getpid())
+    live_b = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        campaign.admit_run("live-b", tmp_path / "b", live_b.pid)  # concurrent: admitted
+        crashed, crashed_root = _crash_a_run(campaign, tmp_path)
+        for attempt in ("next", "next-again"):
+            with pytest.raises(RefusalError) as refused:
+                campaign.admit_run(attempt, tmp_path / attempt, os.getpid())
+            assert refused.value.reason == "campaign_stale_run" and crashed in str(refused.value)
+        assert campaign_command(["reconcile", str(campaign.path), "--run", str(crashed_root)]) == 0
+        campaign.admit_run("next", tmp_path / "next", os.getpid())
+        assert set(campaign.snapshot().active_runs) == {"live-a", "live-b", "next"}
+    finally:
+        live_b.kill()
+        live_b.wait()

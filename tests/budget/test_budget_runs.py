@@ -144,3 +144,45 @@ def test_sigkilled_run_keeps_custody_until_reconciled(tmp_path: Path) -> None:
     proceeds = suite.run(*args)
     assert proceeds.rc == 0, proceeds.out
     assert {r["status"] for r in proceeds.rows} == {"completed"}
+
+
+def test_point5_dry_run_never_creates_or_changes_a_campaign(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
+    suite = Suite(tmp_path / "s")
+    suite.tasks([{"id": "d", "work": "succeed", "cost": 1, "count": 2}])
+    campaign = tmp_path / "campaign.json"
+    budget = ("--campaign-file", str(campaign), "--campaign-budget-usd", "50",
+              "--budget-usd", "10", "--budget-reserve-usd", "5", "--no-report")
+    dry = suite.run("--dry-run", *budget)
+    assert dry.rc == 0, dry.out
+    assert not campaign.exists() and not Path(f"{campaign}.lock").exists()
+    paid = suite.run(*budget)
+    assert paid.rc == 0, paid.out
+    before = campaign.read_bytes()
+    again = suite.run("--dry-run", *budget)
+    assert again.rc == 0, again.out
+    assert campaign.read_bytes() == before
+    assert not (again.root / "monitor.json").exists()
+
+
+def test_point7_failed_ledger_writes_do_not_stop_valid_work(tmp_path: Path) -> None:
+    """The run-root ledger cannot be appended to (immutable): every row is reported as
+    ``diagnostic_write_failed`` and kept in memory, and every instance still runs."""
+    (tmp_path / "s").mkdir()
+    suite = Suite(tmp_path / "s")
+    suite.tasks([{"id": "w", "work": "sleep", "seconds": 1.0, "cost": 0.1, "count": 3}])
+    proc, root = suite.start("--campaign-file", str(tmp_path / "c.json"),
+                             "--campaign-budget-usd", "10", "--no-report")
+    ledger = root / "result_index.jsonl"
+    wait_for(ledger.exists)
+    subprocess.run(["chattr", "+i", str(ledger)], check=True)
+    try:
+        out = finish(proc)
+    finally:
+        subprocess.run(["chattr", "-i", str(ledger)], check=True)
+    assert "diagnostic_write_failed" in out
+    assert len(Run.of(root).executions()) == 3, out
+    manifest = json.loads((root / "run_manifest.json").read_text())
+    assert manifest["counts"] == {"completed": 3}, out
+    assert manifest["extra"]["diagnostic_write_failed"]["ledger_rows_unwritten"] == 3
+    assert ledger.read_text() == ""

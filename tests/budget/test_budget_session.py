@@ -63,11 +63,6 @@ def test_a_run_reserves_settles_and_is_recorded(tmp_path: Path, run_root: Path) 
 
 
 def test_refusals_before_any_instance(tmp_path: Path, run_root: Path) -> None:
-    with pytest.raises(RefusalError) as no_reserve:
-        ControllerBudget.start(
-            _settings(tmp_path, per_task_reserve_usd=None), run_id="r", run_root=run_root
-        )
-    assert no_reserve.value.reason == "per_task_reserve_unknown"
     with pytest.raises(RefusalError) as no_ceiling:
         ControllerBudget.start(
             _settings(tmp_path, campaign_file=str(tmp_path / "new.json"), campaign_budget_usd=None),
@@ -109,3 +104,54 @@ def test_no_budget_options_mean_no_reservations_but_the_disk_reserve(run_root: P
     with pytest.raises(BudgetRefused) as refused:
         worker.reserve("b/1")
     assert refused.value.reason == "disk_reserve" and "GiB free" in str(refused.value)
+
+
+def test_point4_reserve_is_explicit_allowance(tmp_path: Path, run_root: Path) -> None:
+    """``--budget-reserve-usd`` is one allowance for delayed charges, whatever the
+    concurrency; without ``--per-task-reserve-usd`` no per-task amount is held back, so 32
+    instances in flight reserve nothing more than the allowance."""
+    settings = _settings(tmp_path, campaign_budget_usd=10.0, budget_reserve_usd=4.0,
+                         per_task_reserve_usd=None, meter="none")
+    controller = ControllerBudget.start(settings, run_id="r", run_root=run_root)
+    assert controller is not None
+    worker = WorkerBudget(settings, "r", run_root)
+    held = [worker.reserve(f"b/{i}") for i in range(32)]
+    assert all(r is not None and r.amount_usd == 0.0 for r in held)
+    state = Campaign.open(settings.campaign_path(run_root)).snapshot()
+    assert state.outstanding_usd == 0.0
+    worker.settle("b/0", 6.0, True)  # spent 6 + allowance 4 = the ceiling: nothing fits
+    with pytest.raises(BudgetRefused) as refused:
+        worker.reserve("b/next")
+    assert refused.value.reason == "campaign_budget"
+
+
+def test_point4_specification_paid_command_is_admitted(tmp_path: Path, run_root: Path) -> None:
+    """The adapter specification's paid command: campaign file, campaign budget 1000, run
+    budget 150, reserve 100, no per-task reserve: admitted, not ``per_task_reserve_unknown``."""
+    settings = BudgetSettings(campaign_file=str(tmp_path / "campaign.json"),
+                              campaign_budget_usd=1000.0, budget_usd=150.0,
+                              budget_reserve_usd=100.0)
+    controller = ControllerBudget.start(settings, run_id="r", run_root=run_root)
+    assert controller is not None
+    worker = WorkerBudget(settings, "r", run_root)
+    assert worker.reserve("b/1") is not None
+    worker.settle("b/1", 150.0, True)  # the run budget is spent: the next one is refused
+    with pytest.raises(BudgetRefused) as refused:
+        worker.reserve("b/2")
+    assert refused.value.reason == "run_budget"
+    assert controller.finish("completed", 0).campaign_spent_usd == 150.0
+
+
+def test_point7_failed_monitor_write_is_reported_and_the_run_goes_on(
+    tmp_path: Path, run_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = _settings(tmp_path)
+    controller = ControllerBudget.start(settings, run_id="r", run_root=run_root)
+    assert controller is not None
+    (run_root / "monitor.json").mkdir()  # the monitor cannot be replaced
+    assert controller.supervisor.poll() is None  # no stop: a diagnostic, not a failure
+    assert "diagnostic_write_failed" in capsys.readouterr().err
+    worker = WorkerBudget(settings, "r", run_root)
+    assert worker.reserve("b/1") is not None
+    worker.settle("b/1", 1.0, True)
+    assert controller.finish("completed", 0).campaign_settlement == "recorded"

@@ -54,6 +54,7 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
     assert row["tests_passed"] == row["tests_total"] == 3
     assert oracle.manifest["selection"]["count"] == 1
     assert submitted(oracle) == ["README.md", "calculator.sh", "compile.sh"]
+    assert oracle.manifest["extra"]["official_parity"]["ok"] is True  # == programbench info
     no_containers(oracle.manifest["run_id"])
     nop = run_pytest(TARGET, tmp_path / "nop", "-k", "calculator", "--agent", "nop")
     assert nop.rc == 0, nop.out  # settled (unresolved) is not an infrastructure failure
@@ -62,6 +63,7 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
     assert row["official_eval_status"] == "completed"
     assert row["details"]["eval_error_code"] == "compile_failed"
     assert submitted(nop) == ["README.md"]
+    assert nop.manifest["extra"]["official_parity"]["ok"] is True
     assert "1 failed" in nop.out
 
 

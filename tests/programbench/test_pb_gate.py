@@ -10,7 +10,7 @@ import pytest
 from benchmarks.programbench.gate import GateReport, gate_command, run_gate
 from benchmarks.programbench.scores import load_scores, read_run_scores
 
-LEADERBOARD = Path("/work/shared/data/programbench/leaderboard")
+LEADERBOARD = Path(__file__).resolve().parents[1] / "data" / "programbench_leaderboard"
 OPUS = LEADERBOARD / "20260429_mini-v2.2.6_opus-4-7-xhigh.score.json"
 TWO_SOLVE = LEADERBOARD / "20260702_dtl-supermath-2solve-cleanroom-v6.score.json"
 WALK = "antonmedv__walk.bf802ef"
@@ -180,3 +180,64 @@ def test_gate_command_writes_once_and_exit_codes(
         == 2
     )
     assert gate_command(["--bogus"]) == 2
+
+
+HYPERFINE = "sharkdp__hyperfine.327d5f4"  # the one task the Opus entry lacks
+
+
+def _gate20(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A Gate-20 task list: 10 smoke + 10 unseen (one of them missing from Opus)."""
+    opus = sorted(load_scores(OPUS).scores)
+    smoke, unseen = opus[:10], [*opus[10:19], HYPERFINE]
+    path = tmp_path / "gate20.json"
+    path.write_text(json.dumps({"smoke": smoke, "unseen": unseen}))
+    return path, smoke + unseen
+
+
+def test_point13_gate_refuses_while_a_listed_task_is_unscored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks, ids = _gate20(tmp_path)
+    rows = _rows(dict.fromkeys(ids[:18], 0.5))
+    rows.append({"instance_id": ids[18], "status": "infra_failed", "score": None})
+    run = _ledger(tmp_path / "run", rows)  # ids[19] has no row at all
+    argv = [str(run), "--reference", str(OPUS), "--tasks", str(tasks), "--resamples", "200"]
+    assert gate_command(argv) == 2
+    err = capsys.readouterr().err
+    assert ids[18] in err and ids[19] in err and "unscored" in err
+    assert not (run / "gate.json").exists()
+
+
+def test_point13_gate_pairs_over_every_listed_task(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks, ids = _gate20(tmp_path)
+    opus = load_scores(OPUS).scores
+    run = _ledger(tmp_path / "run", _rows(dict.fromkeys(ids, 0.6)))
+    argv = [str(run), "--reference", str(OPUS), "--tasks", str(tasks), "--resamples", "200",
+            "--max-load-per-cpu", "0"]  # any load is "overloaded": the warning must show
+    code = gate_command(argv)
+    out = capsys.readouterr()
+    report = GateReport.model_validate_json((run / "gate.json").read_text())
+    assert report.tasks is not None
+    assert report.tasks.smoke == ids[:10] and report.tasks.unseen == ids[10:]
+    assert report.reference.n_pairs == 20  # every listed task, none dropped
+    missing = next(p for p in report.reference.pairs if p.instance_id == HYPERFINE)
+    assert missing.reference == 0.0 and missing.reference_missing
+    expected = sum(opus.get(i, 0.0) for i in ids) / 20
+    assert report.reference.other_mean == pytest.approx(expected)
+    assert report.reference.run_mean == pytest.approx(0.6)
+    assert code == (0 if expected <= 0.6 else 1)
+    load = report.host_load
+    assert len(load.start) == 3 and len(load.end) == 3 and load.cpus >= 1
+    assert load.overloaded and "overloaded" in out.err
+
+
+def test_point13_gate_task_list_must_be_ten_smoke_and_ten_unseen(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _ledger(tmp_path / "run", _rows({WALK: 1.0}))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"smoke": [WALK], "unseen": []}))
+    assert gate_command([str(run), "--reference", str(OPUS), "--tasks", str(bad)]) == 2
+    assert "10 smoke" in capsys.readouterr().err

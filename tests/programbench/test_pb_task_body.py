@@ -80,7 +80,7 @@ def test_task_body_shape() -> None:
     assert profile == {
         "cost_hard_stop_pct": 0,
         "improvement_policy": "until_deadline",
-        "max_improvement_passes": 3,
+        "max_improvement_passes": 6,
         "reserve_finalization_pct": 15,
         "stall_rounds_threshold": 12,
     }
@@ -90,6 +90,17 @@ def test_task_body_shape() -> None:
     assert body["memory_mode"] == "empty" and body["workspace_mode"] == "external"
     assert "workspace_root" not in body
     json.dumps(body)  # what is POSTed
+
+
+def test_point11_budget_profile_is_the_specifications() -> None:
+    """The ProgramBench adapter specification's pacing: until the deadline, at most 6
+    improvement passes, 15 % kept for finalization, a stall after 12 rounds."""
+    body = build_task_body(get_instance(CMATRIX), instruction="x", container_name="c1").body()
+    profile = body["metadata"]["budget_profile"]
+    assert profile["improvement_policy"] == "until_deadline"
+    assert profile["max_improvement_passes"] == 6
+    assert profile["reserve_finalization_pct"] == 15
+    assert profile["stall_rounds_threshold"] == 12
 
 
 def test_bind_mounted_workspace_becomes_workspace_root() -> None:

@@ -112,3 +112,25 @@ def test_instance_order_record() -> None:
     assert data["instance_ids"] == [i.instance_id for i in chosen]
     assert InstanceOrder.model_validate_json(order.model_dump_json()) == order
     assert instance_order(chosen, shuffle=False, seed=3).shuffle_seed is None
+
+
+def _collected(*args: str) -> list[str]:
+    """Instance ids that ``pytest benchmarks/programbench --collect-only`` selects."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "benchmarks/programbench",
+         "--collect-only", "-q", *args],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return [line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines()
+            if "::" in line and "[" in line]
+
+
+def test_point12_slice_applies_to_the_selected_order() -> None:
+    """``-m "difficulty('easy')" --pb-slice 0:3`` is the first three easy tasks, not the
+    easy tasks among the first three."""
+    easy = [i.instance_id for i in select_instances(include_fixture=True)
+            if i.difficulty == "easy"]
+    assert _collected("-m", "difficulty('easy')", "--pb-slice", "0:3") == easy[:3]
+    rust = [i.instance_id for i in select_instances(filter_spec="a") if i.language == "rs"]
+    assert _collected("-k", "rust", "--pb-filter", "a", "--pb-slice", "1:3") == rust[1:3]

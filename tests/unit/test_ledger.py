@@ -57,3 +57,20 @@ def test_missing_ledger_reads_empty(tmp_path):
 def test_instance_ids_are_validated():
     with pytest.raises(ValueError, match="invalid instance id"):
         row("../escape")
+
+
+def test_point7_failed_ledger_write_is_reported_kept_and_retried(tmp_path, capsys):
+    """A row the ledger cannot take is reported as ``diagnostic_write_failed`` on stderr,
+    kept in memory (in order) and written by the retry at finish."""
+    ledger = tmp_path / "result_index.jsonl"
+    ledger.mkdir()  # appending to it fails
+    writer = LedgerWriter(tmp_path)
+    assert writer.append(row("x", score=0.0)) is False
+    assert writer.append(row("x", score=1.0)) is False
+    assert "diagnostic_write_failed" in capsys.readouterr().err
+    assert writer.unwritten == 2
+    assert writer.flush_pending() == 2  # still failing: nothing lost, nothing reordered
+    ledger.rmdir()
+    assert writer.flush_pending() == 0
+    assert [r.score for r in read_ledger(ledger).rows] == [0.0, 1.0]
+    assert read_ledger(ledger).latest["b/x"].score == 1.0

@@ -1,0 +1,137 @@
+"""Official parity: the run's per-instance scores and headline against ``programbench info``.
+
+``programbench info <run>/programbench`` prints the official table over the eval.json files
+it finds: one line per instance (``✅`` for a solved instance, else the score as a rounded
+percentage, then a comment) and an ``Average`` line (rounded percentage over those files,
+and their count). Every ledger row that carries an official score is compared with its line,
+at the table's own precision, and the run's mean over the same instances with the Average
+line. A disagreement is never settled by picking one side: the instance gets a superseding
+error row (``infra_failed``, ``official_parity_mismatch``, both values in the error) and the
+manifest records the parity report (``official_parity``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.models import Outcome, TaskRow
+
+PARITY_MISMATCH = "official_parity_mismatch"
+SOLVED_MARK = "✅"
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_ID = re.compile(r"^[A-Za-z0-9][\w.-]*__[\w.-]+$")
+
+
+class InfoLine(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    instance_id: str
+    solved: bool
+    percent: str  # the table's text: "✅" or a rounded percentage such as "47"
+    comment: str = ""
+
+
+class InfoSummary(BaseModel):
+    """What ``programbench info`` printed, parsed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lines: dict[str, InfoLine] = Field(default_factory=dict)
+    average_percent: str | None = None
+    instances: int | None = None
+
+
+class Mismatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    instance_id: str
+    ours: str
+    official: str
+
+
+class ParityReport(BaseModel):
+    """``manifest.extra["official_parity"]``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checked: int
+    ok: bool
+    mismatches: list[Mismatch] = Field(default_factory=list)
+    headline_ours: str | None = None
+    headline_official: str | None = None
+    headline_instances_ours: int = 0
+    headline_instances_official: int | None = None
+    headline_ok: bool = True
+
+
+def percent_text(score: float) -> str:
+    """A score as the official table prints it."""
+    return SOLVED_MARK if score == 1.0 else f"{score * 100:.0f}"
+
+
+def parse_info(text: str) -> InfoSummary:
+    summary = InfoSummary()
+    for raw in text.splitlines():
+        line = _ANSI.sub("", raw).strip()
+        parts = line.split(None, 2)
+        if len(parts) < 2:
+            continue
+        if parts[0] == "Average":
+            summary.average_percent = parts[1]
+            count = re.search(r"(\d+)\s+instances?", line)
+            summary.instances = int(count.group(1)) if count else None
+        elif _ID.match(parts[0]):
+            summary.lines[parts[0]] = InfoLine(
+                instance_id=parts[0], solved=parts[1] == SOLVED_MARK, percent=parts[1],
+                comment=parts[2] if len(parts) > 2 else "")
+    return summary
+
+
+def _official_rows(latest: dict[str, TaskRow]) -> dict[str, TaskRow]:
+    return {r.instance_id: r for r in latest.values()
+            if r.benchmark == "programbench" and r.official_eval_status == "completed"
+            and r.score is not None}
+
+
+def cross_check(info: InfoSummary, latest: dict[str, TaskRow]) -> ParityReport:
+    """Compare every officially scored row, and the mean over them, with ``info``."""
+    rows = _official_rows(latest)
+    mismatches: list[Mismatch] = []
+    for iid, row in sorted(rows.items()):
+        assert row.score is not None
+        ours = percent_text(float(row.score))
+        line = info.lines.get(iid)
+        if line is None:
+            mismatches.append(Mismatch(instance_id=iid, ours=ours, official="absent"))
+        elif line.percent != ours or line.solved != bool(row.resolved):
+            mismatches.append(Mismatch(instance_id=iid, ours=f"{ours} (resolved "
+                                       f"{bool(row.resolved)})", official=line.percent))
+    for iid in sorted(set(info.lines) - set(rows)):
+        mismatches.append(Mismatch(instance_id=iid, ours="no official score in the ledger",
+                                   official=info.lines[iid].percent))
+    mean = sum(float(r.score or 0.0) for r in rows.values()) / len(rows) if rows else 0.0
+    ours_head = f"{mean * 100:.0f}"
+    headline_ok = info.average_percent == ours_head and info.instances == len(rows)
+    return ParityReport(
+        checked=len(rows), ok=not mismatches and headline_ok, mismatches=mismatches,
+        headline_ours=ours_head, headline_official=info.average_percent,
+        headline_instances_ours=len(rows), headline_instances_official=info.instances,
+        headline_ok=headline_ok)
+
+
+def mismatch_row(row: TaskRow, mismatch: Mismatch, status: str) -> TaskRow:
+    """The superseding error row of an instance whose score disagrees with the official
+    summary (``status``: the adapter's word for ``infra_failed``)."""
+    data = row.model_dump(by_alias=True)
+    data.update(
+        ts_unix=time.time(), status=status, outcome=Outcome.INFRA_FAILED.value,
+        reason_code=PARITY_MISMATCH, infra=True, score=None, resolved=None,
+        near_resolved=None, official_eval_status="error",
+        error=(f"official parity: the ledger scored {mismatch.instance_id} {mismatch.ours}, "
+               f"programbench info says {mismatch.official}"),
+    )
+    data["details"] = {**(data.get("details") or {}), "official_parity": mismatch.model_dump()}
+    return TaskRow.model_validate(data)
