@@ -79,6 +79,14 @@ PROTECTED_SANDBOX_CAP_DROP = (
 )
 PROTECTED_SANDBOX_ULIMITS = (("core", 0, 0),)
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+_MISSING_EXIT = 3
+LAUNCHER_FAILED_PREFIX = b"protected-exec: "  # how the launcher's own errors start (exit 126)
+
+
+class ProtectedMissing(ProtectedInstallFailed):
+    """None of the candidate paths holds a program to protect (and none was protected)."""
+
+    reason_code = "protected_missing"
 
 # Run as root: sh -c SCRIPT sh DIR UID NAME LAUNCHER CANDIDATE...
 PROTECT_SCRIPT = r"""
@@ -170,6 +178,8 @@ def protect_executable(
     out = res.stdout.decode(errors="replace")
     if not res.ok:
         err = res.stderr.decode(errors="replace").strip()[-400:]
+        if res.exit_code == _MISSING_EXIT:
+            raise ProtectedMissing(err)
         raise ProtectedInstallFailed(f"protecting {launcher} failed (exit {res.exit_code}): {err}")
     lines = out.splitlines()
     hashed = [ln.split() for ln in lines if ln.startswith("hash ")]
