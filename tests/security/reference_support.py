@@ -65,11 +65,11 @@ def run_attack(root: Path, command: str) -> tuple[Run, dict[str, Any]]:
     return run, row
 
 
-def attack_log(run: Run, row: dict[str, Any]) -> str:
-    """``/workspace/attack.log`` as exported (the agent wrote it: read without following)."""
+def attack_log(run: Run, row: dict[str, Any], name: str = "attack.log") -> str:
+    """``/workspace/<name>`` as exported (the agent wrote it: read without following)."""
     from harness.untrusted import read_untrusted_text
 
-    path = run.root / row["output_paths"]["workspace"] / "attack.log"
+    path = run.root / row["output_paths"]["workspace"] / name
     return read_untrusted_text(path, max_bytes=1_000_000)
 
 
