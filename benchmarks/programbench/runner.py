@@ -97,7 +97,23 @@ def preflight(ctx: InstanceContext, sandbox: Any) -> dict[str, Any]:
         probe["reference_probe"] = "launched"  # it ran, and answered no probe with 0
     mode_line = sandbox.exec(["stat", "-c", "%u %a", REFERENCE_PATH], user="root", timeout=30)
     probe["reference_mode"] = mode_line.stdout.decode().strip()
+    caps = agent_capabilities(sandbox)
+    if int(caps.get("CapEff", "1"), 16) or int(caps.get("CapPrm", "1"), 16):
+        raise InfraError(f"the agent user holds capabilities in the cleanroom sandbox: {caps}",
+                         "agent_user_privileged")
+    probe["agent_capabilities"] = caps
     return probe
+
+
+def agent_capabilities(sandbox: Any) -> dict[str, str]:
+    """The agent user's capability sets (hex) as its processes start in the sandbox."""
+    res = sandbox.exec(["cat", "/proc/self/status"], user="agent", timeout=30)
+    sets: dict[str, str] = {}
+    for line in res.stdout.decode(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        if key in ("CapPrm", "CapEff", "CapBnd", "NoNewPrivs"):
+            sets[key] = value.strip()
+    return sets
 
 
 def oracle_for(inst: PBInstance, sandbox: Any) -> Any:

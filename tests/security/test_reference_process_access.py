@@ -64,6 +64,9 @@ try strace_attach strace -p $pid -o strace_attach.txt
 python3 -c '{peek}' $pid
 try traced_start sh -c "strace -f -o traced.txt ./reference_executable 2 + 3 > traced_out.txt"
 echo "traced_out=$(cat traced_out.txt)"
+echo "setid_files=$(find / -xdev -perm /6000 -type f 2>/dev/null | tr '\n' ' ')"
+echo "cap_eff=$(awk '/^CapEff/ {{print $2}}' /proc/self/status)"
+echo "core_limit=$(ulimit -Hc)"
 }} > attack.log
 cat /tmp/full > /dev/null &                     # drain: the reference finishes
 wait $pid; echo "exit=$?" >> attack.log
@@ -82,6 +85,10 @@ def test_a_running_reference_cannot_be_read_or_traced(tmp_path: Path) -> None:
     # Traced from its start, the launcher runs without its owner and stops (exit 126).
     assert log["traced_start"] == "denied" and log["traced_out"] == "", log
     assert log["exit"] == "0", log  # the blocked reference then finished normally
+    # The launcher is the only privilege transition left; the agent holds no capability.
+    assert log["setid_files"].split() == ["/workspace/reference_executable"], log
+    assert log["cap_eff"] == "0000000000000000" and log["core_limit"] == "0", log
+    assert row["details"]["preflight"]["agent_capabilities"]["CapEff"] == "0000000000000000"
     errors = attack_log(run, row, "attack.err")
     assert "cannot open the protected program" in errors, errors
     assert assert_no_reference_bytes(run, row, ref) > 3
