@@ -14,8 +14,10 @@ and coreutils only, plus two static helpers compiled on the host by
 1. once per sandbox, ``strip_privileges.c`` clears every setuid/setgid bit and every file
    capability on the root filesystem, so the launcher is the only privilege transition left;
 2. the program is moved (a rename: the bytes never leave the sandbox, the host never reads
-   them) into :data:`PROTECTED_DIR`; its sha256 and size are computed there, as root, and
-   returned so copy-out can drop any file with those bytes, whatever its name;
+   them) into :data:`PROTECTED_DIR` (copied to a fresh inode if it had other hard links);
+   its sha256 and size are computed there, as root, and returned so copy-out can drop any
+   file with those bytes, whatever its name; any other copy of those bytes on the root
+   filesystem (the image's own, a former hard link) is made mode 0000, root's;
 3. the launcher is installed where the agent expects the program.
 
 The launcher opens the program with ``O_PATH`` while its effective uid is the owner (only
@@ -110,18 +112,29 @@ if [ -n "$src" ]; then
 elif [ ! -f "$target" ]; then
   echo "no program to protect at: $*" >&2; exit 3
 fi
-chown "$uid:$uid" "$target"
-chmod 0111 "$target"
 if [ "$(od -An -tx1 -N4 "$target" | tr -d ' \n')" != 7f454c46 ]; then
   echo "$src is not a compiled ELF executable (an execute-only script cannot run)" >&2; exit 4
 fi
+if [ "$(stat -c %h "$target")" != 1 ]; then
+  # Other hard links would share the inode (and its new owner and mode): own a fresh copy.
+  cp "$target" "$target.new"
+  mv -f "$target.new" "$target"
+fi
+chown "$uid:$uid" "$target"
+chmod 0111 "$target"
+sha=$(sha256sum "$target" | cut -d' ' -f1)
+size=$(wc -c < "$target")
+# Any other copy of the same bytes on this filesystem (the image's own, or a former hard
+# link) becomes unreadable and unrunnable: it would bypass the launcher.
+find / -xdev -type f -size "${size}c" ! -path "$dir/*" -exec sha256sum {} + 2>/dev/null \
+  | grep "^$sha  " | cut -c67- | while IFS= read -r copy; do
+    chown 0:0 "$copy" && chmod 0000 "$copy" && echo "copy $copy"
+  done
 mkdir -p "$(dirname "$launcher")"
 rm -f "$launcher"
 mv "$dir/.launcher-$name" "$launcher"
 chown "$uid:$uid" "$launcher"
 chmod 4111 "$launcher"
-sha=$(sha256sum "$target" | cut -d' ' -f1)
-size=$(wc -c < "$target")
 echo "hash $sha $size"
 echo "stat $(stat -c '%u:%a' "$dir" "$target" "$launcher" | tr '\n' ' ')"
 sed 's/^/stripped /' "$dir/.stripped"
@@ -139,6 +152,7 @@ class ProtectedExecutable:
     launcher_sha256: str
     launcher_size: int
     stripped: tuple[str, ...] = field(default=())  # "setid <path>" / "fcaps <path>"
+    copies: tuple[str, ...] = field(default=())  # other copies found, now mode 0000
 
 
 def launcher_bytes(target: str) -> bytes:
@@ -199,6 +213,7 @@ def protect_executable(
         launcher_sha256=hashlib.sha256(exe).hexdigest(),
         launcher_size=len(exe),
         stripped=tuple(ln.split(" ", 1)[1] for ln in lines if ln.startswith("stripped ")),
+        copies=tuple(ln.split(" ", 1)[1] for ln in lines if ln.startswith("copy ")),
     )
 
 

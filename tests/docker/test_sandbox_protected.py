@@ -243,6 +243,27 @@ def test_protect_in_place_moves_the_file_and_is_idempotent(sandbox: Sandbox,
     assert sandbox.exec(["/workspace/run_me", "q"]).stdout == b"argc=2\n[/workspace/run_me]\n[q]\n"
 
 
+def test_already_presented_program_and_its_other_copies(sandbox: Sandbox,
+                                                        program: Path) -> None:
+    """The real file already at the launcher's path, a hard link and a copy elsewhere."""
+    sandbox.copy_in(program, "/workspace")
+    setup = ("cd /workspace && chown 0:0 reference && chmod 0111 reference && "
+             "ln reference /opt/hardlink && cp -p reference /usr/local/bin/copy && "
+             "chmod 0755 /usr/local/bin/copy")
+    sandbox.exec(["sh", "-c", setup], user="root").check()
+    prot = sandbox.protect_executable(["/workspace/executable", "/workspace/reference"],
+                                      "/workspace/reference")
+    assert prot.sha256 == hashlib.sha256(program.read_bytes()).hexdigest()
+    assert sorted(prot.copies) == ["/opt/hardlink", "/usr/local/bin/copy"]
+    modes = sandbox.exec(["stat", "-c", "%u %a %h", "/opt/hardlink", "/usr/local/bin/copy",
+                          TARGET], user="root")
+    assert modes.stdout.decode().splitlines() == ["0 0 1", "0 0 1", f"{PROTECTED_UID} 111 1"]
+    for path in ("/opt/hardlink", "/usr/local/bin/copy"):
+        res = sandbox.exec(f"cat {path} > /dev/null || {path}")
+        assert res.exit_code != 0 and b"Permission denied" in res.stderr, res
+    assert sandbox.exec(["/workspace/reference"]).stdout == b"argc=1\n[/workspace/reference]\n"
+
+
 def test_other_privileged_files_are_stripped(sandbox_factory: SandboxFactory,
                                              sandbox_image: str, program: Path) -> None:
     """setuid/setgid bits and file capabilities: only the launcher is left privileged."""
