@@ -24,8 +24,8 @@ The launcher opens the program with ``O_PATH`` while its effective uid is the ow
 the directory search needs it; the file is never opened for reading), drops back to the
 caller's real uid and gid and checks it, removes every ``LD_*`` variable and glibc's other
 unsecure variables (``GCONV_PATH``, ``GLIBC_TUNABLES``, ``LOCPATH``, ... and ``TMPDIR``,
-which glibc itself drops from a setuid program's environment), and runs the opened file with ``execveat(fd, "", argv, env, AT_EMPTY_PATH)``, argv
-unchanged. So the program runs as the agent user (files it writes are the agent's), and:
+which glibc itself drops from a setuid program's environment), and runs the opened file
+with ``execveat(fd, "", argv, env, AT_EMPTY_PATH)``, argv unchanged. So the program runs as the agent user (files it writes are the agent's), and:
 
 * it cannot be read, copied, moved, renamed or hard-linked: it sits in a directory the
   agent cannot enter (moving or copying the launcher is harmless: it holds no program
@@ -40,9 +40,14 @@ unchanged. So the program runs as the agent user (files it writes are the agent'
   ``no_new_privileges`` makes the kernel ignore the setuid bit: the launcher cannot open the
   program and exits 126 with a message.
 
+What the program sees differs from a direct run only in: ``/proc/self/exe`` (the private
+path), ``AT_EXECFN`` (``/dev/fd/<n>``) and the removed variables; ``argv[0]``, the working
+directory, the other variables, the descriptors and the exit status are the caller's.
+
 ``no_new_privileges`` would disable the launcher, so a sandbox holding a protected program
-runs without it; instead: (a) step 1 leaves no other setuid/setgid file or file capability,
-and the launcher only transitions to an unprivileged uid that owns nothing but the protected
+runs without it; instead: (a) step 1 leaves no other setuid/setgid file or file capability
+(without it, a binary with ``cap_dac_override+ep`` reads anything: measured), and the
+launcher only transitions to an unprivileged uid that owns nothing but the protected
 files; (b) the sandbox drops the capabilities the agent could otherwise gain from a file
 (:data:`PROTECTED_SANDBOX_CAP_DROP`), keeping only what root set-up needs; the agent user
 has no capabilities; (c) core dumps are off (``ulimit -c`` hard 0,
