@@ -80,6 +80,7 @@ def fixture_fingerprint() -> str:
         "schema": FIXTURE_SCHEMA,
         "programbench": programbench_version(),
         "c": img.CALCULATOR_C,
+        "cflags": list(img.CFLAGS),
         "dockerfile": img.DOCKERFILE_BODY,
         "readme": img.README,
         "patch": [PYTEST_CALL, PYTEST_CALL_FIXED],

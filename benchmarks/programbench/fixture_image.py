@@ -7,8 +7,10 @@ published) and serves both phases:
   ``agent`` and a git repository (one commit with ``README.md``), the reference program at
   ``/workspace/executable`` owned by root with mode 0111 and untracked, like a real
   cleanroom image. A script cannot run with mode 0111 (its interpreter must read it), so the
-  reference is a static ELF compiled here from :data:`CALCULATOR_C`, which behaves like the
+  reference is an ELF compiled here from :data:`CALCULATOR_C`, which behaves like the
   package's fixture ``calculator.sh`` (``echo $(($1 $2 $3))``) on what the tests exercise.
+  It is dynamically linked against the image's Debian libc, like most real references, so
+  loader-injection attacks (``LD_PRELOAD``) are exercised by the security tests.
 * official eval: bash, git, python3 with pytest, pytest-xdist and pytest-timeout in
   ``/usr/bin`` (the project base image), ``safe.directory=*`` so eval's ``seed_git`` step,
   which runs as root in the agent-owned ``/workspace``, is allowed. No pip: eval's
@@ -32,6 +34,8 @@ from benchmarks.programbench import CLEANROOM_TAG, FIXTURE_ID
 FIXTURE_IMAGE_NAME = "programbench/" + FIXTURE_ID.replace("__", "_1776_")
 FIXTURE_IMAGE = f"{FIXTURE_IMAGE_NAME}:{CLEANROOM_TAG}"
 LAYER_NAME = "harness/programbench-fixture"
+# Dynamically linked (the host and the image share Debian's libc), stripped.
+CFLAGS = ("-O2", "-s")
 
 CALCULATOR_C = r"""
 #include <errno.h>
@@ -105,9 +109,9 @@ class FixtureBuildError(RuntimeError):
 
 
 def compile_reference(dest: Path) -> str:
-    """Compile :data:`CALCULATOR_C` into a static, stripped ELF at ``dest``; return its sha256.
+    """Compile :data:`CALCULATOR_C` into a dynamically linked, stripped ELF at ``dest``.
 
-    Needs ``gcc`` and the static C library (Debian: ``gcc`` + ``libc6-dev``) on the host.
+    Returns its sha256. Needs ``gcc`` and ``libc6-dev`` on the host (Debian, like the image).
     """
     gcc = shutil.which("gcc")
     if gcc is None:
@@ -120,7 +124,7 @@ def compile_reference(dest: Path) -> str:
         src.write_text(CALCULATOR_C)
         out = Path(tmp) / "calculator"
         proc = subprocess.run(
-            [gcc, "-static", "-O2", "-s", "-o", str(out), str(src)],
+            [gcc, *CFLAGS, "-o", str(out), str(src)],
             capture_output=True,
             text=True,
             timeout=120,
@@ -128,8 +132,8 @@ def compile_reference(dest: Path) -> str:
         )
         if proc.returncode != 0:
             raise FixtureBuildError(
-                f"gcc -static failed ({proc.returncode}): {proc.stderr.strip()[-500:]}; "
-                "the static C library is in Debian's libc6-dev"
+                f"gcc failed ({proc.returncode}): {proc.stderr.strip()[-500:]}; "
+                "the C library headers are in Debian's libc6-dev"
             )
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out, dest)

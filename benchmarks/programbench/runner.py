@@ -1,7 +1,8 @@
 """One ProgramBench instance, start to end.
 
-instruction -> (dry run: task body, stop) -> cleanroom sandbox (no network, SYS_PTRACE
-dropped, agent user, reference presented root-owned 0111) -> preflight -> agent ->
+instruction -> (dry run: task body, stop) -> cleanroom sandbox (no network, agent user,
+capabilities dropped, no core dumps, reference moved out of reach behind a setuid launcher:
+:mod:`harness.sandbox.protected`) -> preflight -> agent ->
 ``submission.tar.gz`` streamed from the sandbox's workspace (also when the agent did not
 finish; bounded: a workspace over the copy-out caps is the agent's failure) ->
 official ``programbench eval`` (per task, or batch at session end, or off) -> the row.
@@ -22,20 +23,27 @@ from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_i
 from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
 from benchmarks.programbench.tasks import PBInstance
 from benchmarks.programbench.verdict import verdict
-from benchmarks.programbench.workspace import present_reference_argv
+from benchmarks.programbench.workspace import present_reference
 from harness.agents.base import AgentOutcome, AgentRequest, OracleUnavailable
 from harness.agents.plugin import run_agent
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json
 from harness.models import Outcome
 from harness.runtime import InstanceContext
+from harness.sandbox.errors import ProtectedInstallFailed
+from harness.sandbox.protected import (
+    LAUNCHER_FAILED_PREFIX,
+    PROTECTED_SANDBOX_CAP_DROP,
+    PROTECTED_SANDBOX_ULIMITS,
+    ProtectedMissing,
+)
 from harness.sandbox.transfer import CopyRefused
 
 WORKSPACE = "/workspace"
 REFERENCE_PATH = f"{WORKSPACE}/{REFERENCE_NAME}"
 BODY_NAME = "programbench_task_body.json"
 PROBES = (["./reference_executable", "--version"], ["./reference_executable", "--help"],
-          ["./reference_executable", "-h"], ["test", "-x", "./reference_executable"])
+          ["./reference_executable", "-h"])
 
 
 def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
@@ -65,30 +73,53 @@ def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
 
 
 def preflight(ctx: InstanceContext, sandbox: Any) -> dict[str, Any]:
-    """Network mode none, reference presented and probed; every failure is infra."""
+    """Network mode none, reference protected and probed; every failure is infra."""
     info = sandbox.api.inspect_container(sandbox.id)
     mode = info["HostConfig"]["NetworkMode"]
     if mode != "none":
         raise InfraError(f"cleanroom sandbox has network mode {mode!r}, not 'none'",
                          "cleanroom_preflight_failed")
-    shown = sandbox.exec(present_reference_argv(), user="root", timeout=60)
-    if shown.exit_code != 0:
-        raise InfraError(f"no reference program in the cleanroom image: "
-                         f"{shown.stderr.decode(errors='replace').strip()[-300:]}",
-                         "reference_missing")
-    sandbox.protected.add(REFERENCE_PATH)  # never copied out of the sandbox
-    probe: dict[str, Any] = {"network_mode": mode}
+    try:
+        prot = present_reference(sandbox)  # records its hash: never copied out
+    except ProtectedMissing as exc:
+        raise InfraError(f"no reference program in the cleanroom image: {exc}",
+                         "reference_missing") from None
+    except ProtectedInstallFailed as exc:
+        raise InfraError(f"cannot protect the reference program: {exc}",
+                         "reference_protect_failed") from None
+    probe: dict[str, Any] = {"network_mode": mode,
+                             "reference": {"sha256": prot.sha256, "size": prot.size},
+                             "privileges_stripped": len(prot.stripped)}
     for argv in PROBES:
         res = sandbox.exec(argv, user="agent", timeout=30, workdir=WORKSPACE)
+        if res.exit_code == 126 and res.stderr.startswith(LAUNCHER_FAILED_PREFIX):
+            raise InfraError("the agent user cannot run the reference program: "
+                             f"{res.stderr.decode(errors='replace').strip()[-300:]}",
+                             "reference_probe_failed")
         if res.exit_code == 0:
             probe["reference_probe"] = " ".join(argv)
             break
     else:
-        raise InfraError("the agent user cannot run the reference program",
-                         "reference_probe_failed")
-    mode_line = sandbox.exec(["stat", "-c", "%U %a", REFERENCE_PATH], user="root", timeout=30)
+        probe["reference_probe"] = "launched"  # it ran, and answered no probe with 0
+    mode_line = sandbox.exec(["stat", "-c", "%u %a", REFERENCE_PATH], user="root", timeout=30)
     probe["reference_mode"] = mode_line.stdout.decode().strip()
+    caps = agent_capabilities(sandbox)
+    if int(caps.get("CapEff", "1"), 16) or int(caps.get("CapPrm", "1"), 16):
+        raise InfraError(f"the agent user holds capabilities in the cleanroom sandbox: {caps}",
+                         "agent_user_privileged")
+    probe["agent_capabilities"] = caps
     return probe
+
+
+def agent_capabilities(sandbox: Any) -> dict[str, str]:
+    """The agent user's capability sets (hex) as its processes start in the sandbox."""
+    res = sandbox.exec(["cat", "/proc/self/status"], user="agent", timeout=30)
+    sets: dict[str, str] = {}
+    for line in res.stdout.decode(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        if key in ("CapPrm", "CapEff", "CapBnd", "NoNewPrivs"):
+            sets[key] = value.strip()
+    return sets
 
 
 def oracle_for(inst: PBInstance, sandbox: Any) -> Any:
@@ -187,9 +218,11 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     client = request.getfixturevalue("sandbox_client")
     image_id, blob_dir = resolve_instance_image(ctx, inst, client, request.config)
     factory = request.getfixturevalue("sandbox_factory")
+    # No no_new_privileges: it would disable the reference's setuid launcher (see
+    # harness.sandbox.protected for what replaces it).
     sandbox = factory(image_id, user="agent", workdir=WORKSPACE, network="none",
-                      cap_drop=("SYS_PTRACE",), cpus=settings.cpus, memory=settings.memory,
-                      pids_limit=4096)
+                      cap_drop=PROTECTED_SANDBOX_CAP_DROP, ulimits=PROTECTED_SANDBOX_ULIMITS,
+                      cpus=settings.cpus, memory=settings.memory, pids_limit=4096)
     ctx.result.details["container"] = sandbox.name
     ctx.result.details["preflight"] = preflight(ctx, sandbox)
     body = write_body(ctx, inst, instruction, sandbox.name, settings.timeout)

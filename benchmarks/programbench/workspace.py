@@ -1,31 +1,40 @@
-"""How the runner presents a cleanroom workspace to the agent (pure: shell text, no Docker).
+"""How the runner presents a cleanroom workspace to the agent.
 
 A ``task_cleanroom_v6`` image ships the reference program as ``/workspace/executable``,
-owned by root, mode 0111. Before the agent starts, the runner runs
-:data:`PRESENT_REFERENCE_SCRIPT` **as root** inside the sandbox. It renames the program to
-``/workspace/reference_executable`` (the name the instruction and the gateway's protected
-artifact use, and which leaves ``./executable`` free for the agent's build), keeps it
-root-owned and execute-only (the agent user can run it but cannot read, copy or hash it;
-reading is refused by the kernel, not by a command filter), and keeps both names out of
-git through ``.git/info/exclude`` (invisible to the submission, which never ships ``.git``).
-It is idempotent and fails (non-zero) when no reference program is present.
+owned by root, mode 0111, in the agent-owned ``/workspace`` (where the agent could rename
+it, and, for a dynamically linked program, dump it with ``LD_PRELOAD``). Before the agent
+starts, :func:`present_reference` (as root, inside the sandbox):
+
+* moves the program out of the workspace into a directory only a dedicated uid can enter,
+  and puts a setuid launcher at ``/workspace/reference_executable`` (the name the
+  instruction and the gateway's protected artifact use, which leaves ``./executable`` free
+  for the agent's build); see :mod:`harness.sandbox.protected` for what the kernel then
+  refuses. The program's sha256 and size, hashed there as root, go to
+  ``sandbox.protected_hashes`` so no copy of its bytes is exported;
+* keeps both names out of git through ``.git/info/exclude`` (invisible to the submission,
+  which never ships ``.git``).
+
+An image whose ``reference_executable`` is already the real program (not a launcher) is
+handled the same way. Idempotent; no program at all raises
+:class:`~harness.sandbox.protected.ProtectedMissing`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from benchmarks.programbench.task_body import REFERENCE_NAME, WORKSPACE_BACKEND_PATH
+from harness.sandbox.errors import ProtectedInstallFailed
+from harness.sandbox.protected import ProtectedExecutable
 
 AGENT_USER = "agent"
+LAUNCHER_PATH = f"{WORKSPACE_BACKEND_PATH}/{REFERENCE_NAME}"
+REFERENCE_CANDIDATES = (f"{WORKSPACE_BACKEND_PATH}/executable", LAUNCHER_PATH)
 
-PRESENT_REFERENCE_SCRIPT = f"""\
+# Run as root after the launcher is in place (POSIX sh; runuser only without a repository).
+GIT_EXCLUDE_SCRIPT = f"""\
 set -eu
 cd {WORKSPACE_BACKEND_PATH}
-if [ -e executable ] && [ ! -e {REFERENCE_NAME} ]; then mv executable {REFERENCE_NAME}; fi
-if [ ! -f {REFERENCE_NAME} ]; then
-  echo "no reference program at {WORKSPACE_BACKEND_PATH}/{REFERENCE_NAME}" >&2; exit 3
-fi
-chown root:root {REFERENCE_NAME}
-chmod 0111 {REFERENCE_NAME}
 if [ ! -d .git ]; then runuser -u {AGENT_USER} -- git init -q {WORKSPACE_BACKEND_PATH}; fi
 mkdir -p .git/info
 touch .git/info/exclude
@@ -36,6 +45,15 @@ chown {AGENT_USER}: .git/info .git/info/exclude
 """
 
 
-def present_reference_argv() -> list[str]:
-    """``argv`` for ``docker exec -u root <container> ...`` that presents the reference."""
-    return ["bash", "-c", PRESENT_REFERENCE_SCRIPT]
+class ReferencePresentFailed(ProtectedInstallFailed):
+    reason_code = "reference_present_failed"
+
+
+def present_reference(sandbox: Any) -> ProtectedExecutable:
+    """Protect the image's reference behind the launcher; exclude both names from git."""
+    prot: ProtectedExecutable = sandbox.protect_executable(REFERENCE_CANDIDATES, LAUNCHER_PATH)
+    res = sandbox.exec(["sh", "-c", GIT_EXCLUDE_SCRIPT], user="root", timeout=60)
+    if res.exit_code != 0:
+        err = res.stderr.decode(errors="replace").strip()[-300:]
+        raise ReferencePresentFailed(f"excluding the reference from git failed: {err}")
+    return prot

@@ -6,7 +6,7 @@
                        user="agent", cap_drop=("SYS_PTRACE",))
     with Sandbox.create(spec) as sb:
         sb.copy_in(Path("seed"), "/workspace", uid=1000, gid=1000)
-        sb.install_protected(Path("ref-binary"), "/workspace/executable")
+        sb.install_protected(Path("ref-binary"), "/workspace/executable")  # a launcher
         result = sb.exec(["pytest", "-q"], timeout=600)
         sb.export_tar_gz("/workspace", out / "submission.tar.gz")
     # removed, and verified gone by listing
@@ -33,9 +33,19 @@ from docker.errors import APIError, ImageNotFound, NotFound
 from harness.sandbox import labels as L
 from harness.sandbox import transfer
 from harness.sandbox.client import get_client
-from harness.sandbox.errors import CleanupFailed, ContainerStartFailed, CopyFailed, ImageMissing
+from harness.sandbox.errors import (
+    CleanupFailed,
+    ContainerStartFailed,
+    CopyFailed,
+    ImageMissing,
+    ProtectedInstallFailed,
+)
 from harness.sandbox.execution import ExecResult, run_exec
-from harness.sandbox.protected import install_protected
+from harness.sandbox.protected import (
+    ProtectedExecutable,
+    install_protected,
+    protect_executable,
+)
 
 _REMOVE_WAIT_S = 30.0
 
@@ -59,11 +69,12 @@ class SandboxSpec:
     env: Mapping[str, str] = field(default_factory=dict, hash=False)
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
     init: bool = True
-    no_new_privileges: bool = False
+    no_new_privileges: bool = False  # True disables a protected executable's launcher
     shm_size: str | None = None
     # The container's own user (main process, and ``docker exec`` without ``-u``, e.g. a
     # gateway's process tools); "0" keeps root. Sandbox.exec always passes a user.
     container_user: str = "0"
+    ulimits: tuple[tuple[str, int, int], ...] = ()  # (name, soft, hard), e.g. ("core", 0, 0)
 
 
 class Sandbox:
@@ -107,6 +118,10 @@ class Sandbox:
             auto_remove=True,
             security_opt=["no-new-privileges"] if spec.no_new_privileges else None,
             shm_size=spec.shm_size,
+            ulimits=[
+                docker.types.Ulimit(name=n, soft=soft, hard=hard) for n, soft, hard in spec.ulimits
+            ]
+            or None,
         )
         try:
             created = api.create_container(
@@ -278,11 +293,32 @@ class Sandbox:
             protected_hashes=self.protected_hashes, spool_dir=spool_dir,
         )
 
-    def install_protected(self, binary: Path | bytes, dest: str) -> None:
-        """Install an executable as root-owned mode 0111: runnable, not readable."""
+    def install_protected(self, binary: Path | bytes, dest: str) -> ProtectedExecutable:
+        """Install an executable the agent can run at ``dest`` but not read (a launcher).
+
+        See :mod:`harness.sandbox.protected`; needs ``no_new_privileges`` off.
+        """
         data = binary if isinstance(binary, bytes) else Path(binary).read_bytes()
-        install_protected(self.api, self.id, data, dest)
-        self.protected.add(dest)
+        self._check_protectable(dest)
+        return self._record(install_protected(self.api, self.id, data, dest))
+
+    def protect_executable(self, candidates: Sequence[str], launcher: str) -> ProtectedExecutable:
+        """Move the first existing of ``candidates`` out of reach; a launcher at ``launcher``."""
+        self._check_protectable(launcher)
+        return self._record(protect_executable(self.api, self.id, list(candidates), launcher))
+
+    def _check_protectable(self, dest: str) -> None:
+        if self.spec.no_new_privileges:
+            raise ProtectedInstallFailed(
+                f"{dest}: a protected executable needs a sandbox without no_new_privileges "
+                "(it disables the setuid launcher)"
+            )
+
+    def _record(self, prot: ProtectedExecutable) -> ProtectedExecutable:
+        self.protected.add(prot.launcher)
+        self.protected_hashes[prot.sha256] = prot.size
+        self.protected_hashes[prot.launcher_sha256] = prot.launcher_size
+        return prot
 
 
 def _nano_cpus(cpus: float | None) -> int | None:

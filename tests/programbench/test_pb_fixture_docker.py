@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-from pb_support import docker_run
+from pb_support import cleanroom_sandbox, docker_run
 
 from benchmarks.programbench.fixture import FixturePaths, ensure_fixture
-from benchmarks.programbench.workspace import PRESENT_REFERENCE_SCRIPT
+from benchmarks.programbench.workspace import present_reference
 
 pytestmark = pytest.mark.docker
 
@@ -24,16 +24,9 @@ echo "run: $(./{ref_name} 2 + 3) $(./{ref_name} 4 '*' 3)"
 """
 
 
-def _check_agent_view(image: str, ref: str, prelude: str = "") -> str:
+def _check_agent_view(image: str, ref: str) -> str:
     name = ref.rsplit("/", 1)[-1]
-    script = DENIED.format(ref=ref, ref_name=name)
-    if prelude:
-        # Present as root first, then drop to the agent user inside the same container.
-        body = script.replace("'", "'\\''")
-        script = prelude + f"\nrunuser -u agent -- bash -c '{body}'"
-        proc = docker_run(image, script, user="root")
-    else:
-        proc = docker_run(image, script, user="agent")
+    proc = docker_run(image, DENIED.format(ref=ref, ref_name=name), user="agent")
     out = proc.stdout + proc.stderr
     for ok in ("CAT_OK", "CP_OK", "HASH_OK", "HEAD_OK"):
         assert ok not in out, out
@@ -46,20 +39,28 @@ def test_agent_can_run_but_not_read_the_reference(pb_fixture: FixturePaths) -> N
     _check_agent_view(pb_fixture.image, "executable")
 
 
-def test_presented_reference_stays_protected(pb_fixture: FixturePaths) -> None:
-    _check_agent_view(pb_fixture.image, "reference_executable", prelude=PRESENT_REFERENCE_SCRIPT)
-    check = docker_run(
-        pb_fixture.image,
-        PRESENT_REFERENCE_SCRIPT
-        + "\nPRESENT_REFERENCE_SCRIPT_AGAIN=1\n"
-        + PRESENT_REFERENCE_SCRIPT  # idempotent
-        + "\nstat -c '%U %a' reference_executable; test ! -e executable && echo NO_EXECUTABLE"
-        + "\nrunuser -u agent -- git status --porcelain; echo STATUS_DONE",
-    )
-    assert check.returncode == 0, check.stderr
-    lines = check.stdout.split()
-    assert "root" in lines and "111" in lines and "NO_EXECUTABLE" in lines
-    assert check.stdout.split("NO_EXECUTABLE", 1)[1].strip() == "STATUS_DONE"  # nothing untracked
+def test_reference_is_dynamically_linked(pb_fixture: FixturePaths) -> None:
+    """Like most real references: loader-injection attacks are exercised on the fixture."""
+    proc = docker_run(pb_fixture.image, "LD_TRACE_LOADED_OBJECTS=1 /workspace/executable")
+    assert proc.returncode == 0 and "libc.so.6" in proc.stdout, proc
+
+
+def test_presented_reference_stays_protected(pb_fixture: FixturePaths, tmp_path: Path) -> None:
+    with cleanroom_sandbox(pb_fixture.image_id, tmp_path / "run") as sandbox:
+        first = present_reference(sandbox)
+        again = present_reference(sandbox)  # idempotent
+        assert first.sha256 == again.sha256 == pb_fixture.reference_sha256
+        assert sandbox.protected_hashes[pb_fixture.reference_sha256] == first.size
+        res = sandbox.exec(["sh", "-c", DENIED.format(ref="reference_executable",
+                                                      ref_name="reference_executable")])
+        out = (res.stdout + res.stderr).decode()
+        for ok in ("CAT_OK", "CP_OK", "HASH_OK", "HEAD_OK"):
+            assert ok not in out, out
+        assert "run: 5 12" in out, out
+        shown = sandbox.exec("ls -A; stat -c '%u %a' reference_executable; "
+                             "git status --porcelain; echo STATUS_DONE").stdout.decode()
+        assert shown.split() == [".git", "README.md", "reference_executable", "1999", "4111",
+                                 "STATUS_DONE"]  # nothing untracked, no ./executable
 
 
 def test_image_shape_for_eval(pb_fixture: FixturePaths) -> None:
