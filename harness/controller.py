@@ -14,6 +14,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -246,6 +247,22 @@ class Controller:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         stream: Any = sys.stdout if is_tty or reporter is None else TerminalLines(reporter)
         self.progress = Progress(total, stream, is_tty=is_tty)
+        self.start_activity_poll()
+
+    def start_activity_poll(self, interval_s: float = 1.0) -> None:
+        """Show workers' activity files (image pulls) in the live view, polled once a second."""
+        if self.run is None or self.progress is None:
+            return
+        from harness.activity import read_all
+
+        root, progress = self.run.run_root, self.progress
+        self.activity_stop = threading.Event()
+
+        def loop() -> None:
+            while not self.activity_stop.wait(interval_s):
+                progress.set_activity(read_all(root))
+
+        threading.Thread(target=loop, name="harness-activity", daemon=True).start()
 
     def load_worker_selection(self, worker_id: str) -> None:
         if self.selection is not None or self.run is None:
@@ -387,6 +404,8 @@ class Controller:
         except Exception as exc:  # a finishing step must not lose the manifest
             self.manifest.extra.setdefault("finish_errors", []).append(
                 f"{type(exc).__name__}: {exc}"[:2000])
+        if getattr(self, "activity_stop", None) is not None:
+            self.activity_stop.set()
         if self.progress is not None:
             self.progress.close()
         self.retry_ledger()

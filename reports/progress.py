@@ -70,6 +70,7 @@ class Progress:
         self._lock = threading.RLock()
         self._running: dict[str, tuple[str, float]] = {}
         self._status: dict[str, str] = {}
+        self._activity: dict[str, str] = {}  # worker -> what it does now (e.g. an image pull)
         self._durations: list[float] = []
         self._peak = 0
         self._spent: float | None = None
@@ -99,6 +100,18 @@ class Progress:
         with self._lock:
             self._spent, self._reserved = spent_usd, reserved_usd
         self._event()
+
+    def set_activity(self, activity: dict[str, str]) -> None:
+        """What workers are doing besides running agents (image pulls): shown until gone."""
+        with self._lock:
+            changed = activity != self._activity
+            self._activity = dict(activity)
+        if changed:
+            self._event()
+
+    def activity(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._activity)
 
     # -- views --------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -133,7 +146,11 @@ class Progress:
         return work / slots
 
     def line(self) -> str:
-        return format_line(self.snapshot())
+        text = format_line(self.snapshot())
+        activity = self.activity()
+        if activity:
+            text += " | " + "; ".join(f"{w} {a}" for w, a in sorted(activity.items()))
+        return text
 
     # -- output -------------------------------------------------------------------------
     def _event(self) -> None:
@@ -183,6 +200,8 @@ class Progress:
             parts.append(table)
         if extra > 0:
             parts.append(Text(f"... and {extra} more running"))
+        for worker, what in sorted(self.activity().items()):
+            parts.append(Text(f"{worker} {what}"))
         return Group(*parts)
 
     def render(self) -> None:

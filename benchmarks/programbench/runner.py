@@ -67,7 +67,15 @@ def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
             ctx.result.details["image"] = {"ref": fixture.image, "id": fixture.image_id,
                                            "built_locally": True}
             return fixture.image_id, blob_dir
-    record = resolve_image(client, inst.image_ref(), settings)
+    from harness import activity
+
+    def progress(text: str) -> None:
+        activity.report(ctx.run_root, ctx.worker_id, inst.instance_id, text)
+
+    try:
+        record = resolve_image(client, inst.image_ref(), settings, progress=progress)
+    finally:
+        activity.clear(ctx.run_root, ctx.worker_id)
     ctx.result.details["image"] = record.model_dump(exclude_none=True)
     return record.id, blob_dir
 

@@ -244,6 +244,8 @@ def _pull_once(
     api: docker.APIClient, what: str, progress: Progress | None
 ) -> None:
     # docker-py splits "repo:tag" and "repo@sha256:..." itself (the digest goes as the tag)
+    if progress is not None:
+        progress(f"pulling {what}")
     stream = api.pull(what, stream=True, decode=True)
     layers: dict[str, tuple[int, int]] = {}
     last = 0.0
