@@ -66,11 +66,16 @@ def run_attack(root: Path, command: str) -> tuple[Run, dict[str, Any]]:
 
 
 def attack_log(run: Run, row: dict[str, Any], name: str = "attack.log") -> str:
-    """``/workspace/<name>`` as exported (the agent wrote it: read without following)."""
-    from harness.untrusted import read_untrusted_text
+    """``/workspace/<name>`` as exported: the member of submission.tar.gz (the agent wrote
+    it; the workspace reaches the host only inside that archive)."""
+    import tarfile
 
-    path = run.root / row["output_paths"]["workspace"] / name
-    return read_untrusted_text(path, max_bytes=1_000_000)
+    with tarfile.open(run.root / row["output_paths"]["submission"], "r:gz") as tar:
+        member = tar.getmember(name)
+        assert member.isreg() and member.size <= 1_000_000, member
+        data = tar.extractfile(member)
+        assert data is not None
+        return data.read().decode(errors="replace")
 
 
 def _leaks(data: bytes, ref: Reference) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -78,9 +79,13 @@ def test_preloaded_code_never_runs_in_the_reference(tmp_path: Path) -> None:
     # The reference ran, unchanged, and no library was loaded into it.
     assert (log["preload"], log["audit"], log["libpath"]) == ("5", "12", "2"), log
     assert log["control"] == "0", log
-    injected = run.root / row["output_paths"]["workspace"] / "injected"
-    marks = sorted(p for p in injected.iterdir() if not p.name.endswith(".dump"))
-    # Exactly one process loaded the library: the control (/bin/true), never the reference.
-    assert [p.read_text().strip() for p in marks] == ["/usr/bin/true"], marks
-    assert (injected / f"{marks[0].name}.dump").stat().st_size > 0  # the dumper works
+    with tarfile.open(run.root / row["output_paths"]["submission"], "r:gz") as tar:
+        injected = {m.name[len("injected/"):]: m for m in tar.getmembers()
+                    if m.name.startswith("injected/") and m.isreg()}
+        marks = sorted(n for n in injected if not n.endswith(".dump"))
+        # Exactly one process loaded the library: the control (/bin/true), never the reference.
+        texts = [tar.extractfile(injected[n]).read().decode().strip()  # type: ignore[union-attr]
+                 for n in marks]
+        assert texts == ["/usr/bin/true"], marks
+        assert injected[f"{marks[0]}.dump"].size > 0  # the dumper works
     assert assert_no_reference_bytes(run, row, ref) > 3

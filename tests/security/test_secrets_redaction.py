@@ -94,10 +94,11 @@ def test_agent_env_secret_leaked_in_every_form_is_redacted_and_recorded(
     for hit in hits:
         assert hit["secret"] == VAR and hit["count"] >= 1
         by_file.setdefault(hit["file"], set()).add(hit["form"])
-    leak = next(f for f in by_file if f.endswith("workspace/leak.txt"))
+    # the workspace reaches the host only inside submission.tar.gz (no host copy of the tree)
+    leak = next(f for f in by_file if f.endswith("submission.tar.gz:leak.txt"))
     assert {"raw", "base64", "hex", "hex_upper"} <= by_file[leak]
-    assert any(f.endswith("submission.tar.gz:leak.txt") for f in by_file)
-    assert any(f.endswith("(name)") for f in by_file), "the file named after the secret"
+    assert any("submission.tar.gz:notes/[harness:redacted-secret]" in f for f in by_file), (by_file,
+        "the file named after the secret (a member of the submission)")
     stdout = next(f for f in by_file if f.endswith("agent_stdout.log"))
     assert {"base64", "hex"} <= by_file[stdout]  # raw: already redacted by the agent runner
     scan = run.manifest["extra"]["secret_scan"]
