@@ -35,6 +35,10 @@ def add_options(parser: pytest.Parser) -> None:
                     help="shuffle the instance order (seeded, see --pb-seed)")
     group.addoption("--pb-seed", default=str(DEFAULT_SHUFFLE_SEED), metavar="N",
                     help=f"shuffle seed (default {DEFAULT_SHUFFLE_SEED})")
+    group.addoption("--pb-fixture-layout", choices=("debian", "cleanroom"), default="debian",
+                    help="agent-phase image of the offline fixture: debian (agent user, git "
+                         "repository) or cleanroom (like a published image: no agent user, "
+                         "root-owned /workspace); the official eval uses the canonical image")
     group.addoption("--pb-fixture", action="store_true", default=False,
                     help=f"include the offline fixture {FIXTURE_ID} in an unselected run "
                          f"(it is selected by -k/-m/--instance anyway)")

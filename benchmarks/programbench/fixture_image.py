@@ -104,6 +104,37 @@ USER root
 """
 
 
+# A second layout, like a published cleanroom image: default user root, NO agent user, a
+# root-owned /workspace holding only README.md and the reference at /workspace/executable, no
+# git repository and no safe.directory setting. The runner must adapt it (see
+# benchmarks.programbench.workspace.adapt_layout) and records what it changed in the row.
+CLEANROOM_LAYOUT_NAME = "harness/programbench-fixture-cleanroom"
+CLEANROOM_LAYOUT_BODY = """\
+COPY README.md /workspace/README.md
+COPY executable /workspace/executable
+RUN chown -R root:root /workspace && chmod 0755 /workspace \\
+ && chown root:root /workspace/executable && chmod 0111 /workspace/executable \\
+ && sed -i '/^agent:/d' /etc/passwd /etc/group /etc/shadow /etc/gshadow \\
+ && rm -rf /home/agent && ! grep -q '^agent:' /etc/passwd
+ENV PATH=/usr/local/bin:/usr/bin:/bin
+WORKDIR /workspace
+USER root
+"""
+
+
+def ensure_cleanroom_layout_image(reference_binary: bytes) -> str:
+    """Build (once) the cleanroom-layout variant of the fixture; return its image ID."""
+    from harness.sandbox.images import LayerRecipe, base_recipe, ensure_image
+
+    recipe = LayerRecipe(
+        name=CLEANROOM_LAYOUT_NAME,
+        base=base_recipe(),
+        dockerfile_body=CLEANROOM_LAYOUT_BODY,
+        files={"README.md": README.encode(), "executable": reference_binary},
+    )
+    return ensure_image(recipe).image_id
+
+
 class FixtureBuildError(RuntimeError):
     """The fixture could not be built (a missing compiler, Docker, the base image)."""
 

@@ -23,7 +23,7 @@ from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_i
 from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
 from benchmarks.programbench.tasks import PBInstance
 from benchmarks.programbench.verdict import verdict
-from benchmarks.programbench.workspace import present_reference
+from benchmarks.programbench.workspace import adapt_layout, present_reference
 from harness.agents.base import AgentOutcome, AgentRequest, OracleUnavailable
 from harness.agents.plugin import run_agent
 from harness.errors import InfraError
@@ -63,6 +63,14 @@ def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
 
         fixture = ensure_fixture(image=settings.mirror is None)
         blob_dir = fixture.blob_dir
+        if config.getoption("pb_fixture_layout") == "cleanroom":
+            from benchmarks.programbench.fixture_image import ensure_cleanroom_layout_image
+
+            reference = Path(fixture.blob_dir).parent / "reference" / "calculator"
+            image_id = ensure_cleanroom_layout_image(reference.read_bytes())
+            ctx.result.details["image"] = {"ref": "cleanroom-layout fixture", "id": image_id,
+                                           "built_locally": True}
+            return image_id, blob_dir
         if settings.mirror is None:
             ctx.result.details["image"] = {"ref": fixture.image, "id": fixture.image_id,
                                            "built_locally": True}
@@ -88,6 +96,7 @@ def preflight(ctx: InstanceContext, sandbox: Any) -> dict[str, Any]:
         raise InfraError(f"cleanroom sandbox has network mode {mode!r}, not 'none'",
                          "cleanroom_preflight_failed")
     try:
+        layout = adapt_layout(sandbox)  # a real image: no agent user, root-owned /workspace
         prot = present_reference(sandbox)  # records its hash: never copied out
     except ProtectedMissing as exc:
         raise InfraError(f"no reference program in the cleanroom image: {exc}",
@@ -95,7 +104,7 @@ def preflight(ctx: InstanceContext, sandbox: Any) -> dict[str, Any]:
     except ProtectedInstallFailed as exc:
         raise InfraError(f"cannot protect the reference program: {exc}",
                          "reference_protect_failed") from None
-    probe: dict[str, Any] = {"network_mode": mode,
+    probe: dict[str, Any] = {"network_mode": mode, "layout_adapted": layout,
                              "reference": {"sha256": prot.sha256, "size": prot.size},
                              "privileges_stripped": len(prot.stripped)}
     for argv in PROBES:

@@ -35,7 +35,13 @@ REFERENCE_CANDIDATES = (f"{WORKSPACE_BACKEND_PATH}/executable", LAUNCHER_PATH)
 GIT_EXCLUDE_SCRIPT = f"""\
 set -eu
 cd {WORKSPACE_BACKEND_PATH}
-if [ ! -d .git ]; then runuser -u {AGENT_USER} -- git init -q {WORKSPACE_BACKEND_PATH}; fi
+if [ ! -d .git ]; then
+  if command -v git >/dev/null 2>&1; then
+    git init -q {WORKSPACE_BACKEND_PATH} && chown -R {AGENT_USER}: .git
+  else
+    mkdir -p .git
+  fi
+fi
 mkdir -p .git/info
 touch .git/info/exclude
 for name in executable {REFERENCE_NAME}; do
@@ -43,6 +49,37 @@ for name in executable {REFERENCE_NAME}; do
 done
 chown {AGENT_USER}: .git/info .git/info/exclude
 """
+
+
+# Run as root before anything else: real cleanroom images may have no agent user, a
+# root-owned /workspace and no runuser. POSIX sh + coreutils only; prints what it changed.
+ADAPT_LAYOUT_SCRIPT = f"""\
+set -eu
+uid=1000
+if ! grep -q '^{AGENT_USER}:' /etc/passwd; then
+  if grep -q "^[^:]*:[^:]*:$uid:" /etc/passwd; then echo "agent_user_aliases_uid_$uid"; fi
+  echo "{AGENT_USER}:x:$uid:$uid:{AGENT_USER}:/home/{AGENT_USER}:/bin/sh" >> /etc/passwd
+  grep -q "^[^:]*:[^:]*:$uid:" /etc/group || echo "{AGENT_USER}:x:$uid:" >> /etc/group
+  mkdir -p /home/{AGENT_USER} && chown $uid:$uid /home/{AGENT_USER}
+  echo created_agent_user
+fi
+owner=$(stat -c %u {WORKSPACE_BACKEND_PATH})
+if [ "$owner" != "$uid" ]; then
+  find {WORKSPACE_BACKEND_PATH} -xdev -path {WORKSPACE_BACKEND_PATH}/executable -prune \\
+    -o -exec chown -h $uid:$uid {{}} +
+  echo "workspace_owner_${{owner}}_to_$uid"
+fi
+if ! command -v runuser >/dev/null 2>&1; then echo no_runuser; fi
+"""
+
+
+def adapt_layout(sandbox: Any) -> list[str]:
+    """Make a real cleanroom image's layout what the agent phase needs; list the changes."""
+    res = sandbox.exec(["sh", "-c", ADAPT_LAYOUT_SCRIPT], user="root", timeout=120)
+    if res.exit_code != 0:
+        err = res.stderr.decode(errors="replace").strip()[-300:]
+        raise ReferencePresentFailed(f"adapting the image layout failed: {err}")
+    return res.stdout.decode(errors="replace").split()
 
 
 class ReferencePresentFailed(ProtectedInstallFailed):
