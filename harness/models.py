@@ -89,6 +89,9 @@ class TaskRow(OpenModel):
     tests_total: int | None = None
     cost_usd: float | None = None
     cost_known: bool = False
+    # Did the agent spend anything? False: never started, or known free; True: cost or
+    # tokens recorded; None: it started and nothing says what it spent (assume it did).
+    paid_activity: bool | None = None
     tokens: Tokens | None = None
     prediction_written: bool = False
     output_paths: dict[str, str] = Field(default_factory=dict)

@@ -290,9 +290,22 @@ class RowState:
             tests_total=r.tests_total,
             cost_usd=r.cost_usd,
             cost_known=r.cost_known,
+            paid_activity=paid_activity(r),
             tokens=r.tokens,
             prediction_written=r.prediction_written,
             output_paths=dict(r.output_paths),
             error=error or r.error,
             details=details,
         )
+
+
+def paid_activity(r: InstanceResult) -> bool | None:
+    """What a row can say about the agent's spend, also when it was interrupted."""
+    if not r.agent_started:
+        return False
+    if (r.cost_usd or 0) > 0 or (r.tokens is not None and any(
+            (v or 0) > 0 for v in r.tokens.model_dump().values() if isinstance(v, int | float))):
+        return True
+    if r.cost_known and r.cost_usd == 0:
+        return False
+    return None

@@ -282,7 +282,10 @@ def audit_task(
             cost.estimated_usage_records += bool(rec.get("cost_estimated"))
         else:
             cost.unknown_usage_records += 1
-    cost.complete = cost.unknown_usage_records == 0
+    # No usage record is not "$0": it is unknown, unless the row itself knows the agent's
+    # cost (a free agent such as the oracle records cost_known with $0).
+    free = row is not None and row.cost_known and not row.cost_usd
+    cost.complete = cost.unknown_usage_records == 0 and (activity.usage_records > 0 or free)
     cost.total_usd = round(cost.known_usd, 6) if cost.complete else None
     findings, calls = scan(inst) if inst.is_dir() else ([], 0)
     activity.tool_calls = calls
