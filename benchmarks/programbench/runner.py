@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.programbench import scorer_guard
 from benchmarks.programbench.adapter import ProgramBenchAdapter
 from benchmarks.programbench.instruction import render_instruction
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_instance
@@ -141,9 +142,9 @@ def record_eval(ctx: InstanceContext, result: OfficialEvalResult, completed: boo
     assert v.score is not None
     ctx.scored(score=v.score, resolved=v.resolved, near_resolved=v.near_resolved,
                tests_passed=v.tests_passed, tests_total=v.tests_total,
-               reason_code=v.reason_code)
-    if v.outcome is Outcome.AGENT_FAILED:  # partial work scored, but the agent did not finish
-        ctx.agent_failed(v.reason_code)
+               reason_code=v.reason_code, official_eval_status=v.official_eval_status)
+    if v.outcome is Outcome.AGENT_FAILED:  # partial work scored, or the submission broke eval
+        ctx.agent_failed(v.reason_code, v.error)
 
 
 def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
@@ -178,7 +179,8 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
         env_allowlist=tuple(request.config.getoption("agent_env")),
         oracle=oracle_for(inst, sandbox), adapter="programbench"))
     ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
-    collect_submission(ctx, sandbox)
+    submission = collect_submission(ctx, sandbox)
+    ctx.result.details.update(scorer_guard.row_details(submission))  # before any eval mode
     reason = None if outcome.completed else (outcome.reason_code or "task_not_completed")
     if settings.eval_mode == "off":
         ctx.awaiting_eval("not_run", "submission_prepared")

@@ -121,7 +121,7 @@ def _normalise(name: str) -> str | None:
     return norm
 
 
-def _root_reason(parts: list[str]) -> Reason | None:
+def root_reason(parts: list[str]) -> Reason | None:
     top = parts[0]
     if top in ROOT_PYTEST_FILES:
         return "pytest_config"
@@ -185,7 +185,7 @@ def strip_pyproject(text: str) -> str | None:
     return result
 
 
-def _edit_config(name: str, data: bytes) -> bytes | None:
+def edit_config(name: str, data: bytes) -> bytes | None:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -252,7 +252,7 @@ def _copy_member(
     parts = norm.split("/")
     if any("/".join(parts[:i]) in symlinks for i in range(1, len(parts))):
         return drop("below_symlink")
-    reason = _root_reason(parts)
+    reason = root_reason(parts)
     if reason is not None:
         return drop(reason)
     if member.islnk():
@@ -269,7 +269,7 @@ def _copy_member(
             return drop("pytest_config_unstrippable")
         fh = tar.extractfile(member)
         data = fh.read() if fh is not None else b""
-        edited = _edit_config(norm, data)
+        edited = edit_config(norm, data)
         if edited is None:
             return drop("pytest_config_unstrippable")
         if edited != data:
@@ -331,3 +331,13 @@ def read_report(folder: Path) -> ScorerGuardReport | None:
         return ScorerGuardReport.model_validate_json((Path(folder) / REPORT_NAME).read_text())
     except (OSError, ValueError):
         return None
+
+
+def row_details(path: Path) -> dict[str, object]:
+    """Guard ``path`` and say so for the row (``details.scorer_files_removed``...)."""
+    try:
+        report = guard_submission(path)
+    except (GuardError, OSError) as exc:
+        return {"scorer_guard_error": str(exc)[:1000]}
+    return {"scorer_files_removed": report.removed_names,
+            "scorer_files_rewritten": list(report.rewritten)}

@@ -1,0 +1,203 @@
+"""The docker CLI ``programbench eval`` talks to: the real one, under our policy.
+
+The official package runs every container through ``$PROGRAMBENCH_DOCKER_EXECUTABLE``
+(read once, at import). We point it at a small generated script that runs this module, which
+passes each sub-command to the real ``docker`` unchanged (``exec``: same process, same stdin,
+same exit code) except:
+
+* ``run``/``create`` (also ``container run``/``container create``): ``--network none`` is
+  added; a ``--network``/``--net`` of the caller's, or a global option before the
+  sub-command, is refused (exit 125). The eval's compile and test containers have no
+  network, so a ``compile.sh`` cannot fetch the original source and a test-time program
+  cannot reach anything.
+* ``network``: refused (nothing may connect a container to a network).
+* ``commit`` (the eval commits the compile container once, after ``compile.sh``): first the
+  files a build could have written to steer the tests' pytest are deleted in that container
+  (the same root rules as :mod:`benchmarks.programbench.scorer_guard`, applied to
+  ``/workspace`` and ``/``), so generating a ``conftest.py`` at build time gains nothing.
+
+Each decision is appended to a JSON-lines log that the caller reads back as evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+from pydantic import BaseModel, ConfigDict, Field
+
+WRAPPER_NAME = "docker"
+LOG_NAME = "docker_policy.jsonl"
+REFUSED_RC = 125
+NETWORK_FLAGS = ("--network", "--net")
+CREATE_COMMANDS = ("run", "create")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MAX_CONFIG_BYTES = 1 << 20
+
+
+class PolicyRefused(Exception):
+    pass
+
+
+class DockerPolicy(BaseModel):
+    """What the policy did during one ``programbench eval`` call (``official_eval.json``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    network: str = "none"
+    real_docker: str = ""
+    containers_created: int = 0
+    refused: list[str] = Field(default_factory=list)
+    build_files_removed: list[str] = Field(default_factory=list)
+
+
+def rewrite(args: list[str]) -> list[str]:
+    """The argv (after ``docker``) the real CLI gets; raises :class:`PolicyRefused`."""
+    if not args:
+        return args
+    if args[0].startswith("-"):
+        raise PolicyRefused(f"global docker options are not allowed: {args[0]}")
+    head = 2 if args[0] == "container" and len(args) > 1 else 1
+    sub = args[head - 1]
+    if sub == "network":
+        raise PolicyRefused("docker network commands are not allowed")
+    if sub not in CREATE_COMMANDS:
+        return args
+    for arg in args[head:]:
+        if arg in NETWORK_FLAGS or arg.startswith(tuple(f + "=" for f in NETWORK_FLAGS)):
+            raise PolicyRefused(f"a container network may not be chosen: {arg}")
+    return [*args[:head], "--network", "none", *args[head:]]
+
+
+def _log(path: str | None, entry: dict[str, object]) -> None:
+    if not path:
+        return
+    line = json.dumps({"ts": round(time.time(), 3), **entry}) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def _exec_in(docker: str, container: str, argv: list[str], timeout: float = 120) -> bytes:
+    try:
+        proc = subprocess.run([docker, "exec", "-u", "0", container, *argv],
+                              capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return b""
+    return proc.stdout if proc.returncode == 0 else b""
+
+
+def build_overrides(docker: str, container: str) -> list[str]:
+    """Paths in ``container`` (absolute) that would steer the tests' pytest."""
+    from benchmarks.programbench.scorer_guard import (
+        EDITED_CONFIGS,
+        ROOT_PYTEST_FILES,
+        edit_config,
+        root_reason,
+    )
+
+    found: list[str] = []
+    listing = _exec_in(docker, container, ["find", "/workspace", "-mindepth", "1",
+                                           "-maxdepth", "2", "-print0"])
+    for raw in listing.split(b"\0"):
+        rel = raw.decode(errors="surrogateescape").removeprefix("/workspace/")
+        if not raw or rel.startswith("/"):
+            continue
+        parts = rel.split("/")
+        if root_reason(parts) is not None and (len(parts) == 1 or parts[0] != "eval"):
+            found.append(f"/workspace/{rel}")
+    for name in EDITED_CONFIGS:
+        path = f"/workspace/{name}"
+        if path in found:
+            continue
+        odd = f"if [ -L {path} ]; then echo y; elif [ -e {path} ] && [ ! -f {path} ]; then echo y; fi"
+        if _exec_in(docker, container, ["sh", "-c", odd], 30):
+            found.append(path)
+            continue
+        data = _exec_in(docker, container, ["head", "-c", str(MAX_CONFIG_BYTES + 1), path], 60)
+        if data and (len(data) > MAX_CONFIG_BYTES or edit_config(name, data) != data):
+            found.append(path)
+    for name in sorted(ROOT_PYTEST_FILES):
+        if _exec_in(docker, container, ["sh", "-c", f"test -e /{name} -o -L /{name} && echo y"],
+                    30):
+            found.append(f"/{name}")
+    return sorted(set(found))
+
+
+def main(argv: list[str]) -> NoReturn:
+    """``docker_policy --docker REAL [--log FILE] -- ARGS...``"""
+    sep = argv.index("--") if "--" in argv else len(argv)
+    opts, args = argv[:sep], argv[sep + 1 :]
+    docker = opts[opts.index("--docker") + 1]
+    log = opts[opts.index("--log") + 1] if "--log" in opts else None
+    try:
+        new = rewrite(args)
+    except PolicyRefused as exc:
+        _log(log, {"op": args[0] if args else "", "refused": str(exc)})
+        print(f"docker policy: refused: {exc}", file=sys.stderr)
+        sys.exit(REFUSED_RC)
+    sub = new[1] if new[:1] == ["container"] and len(new) > 1 else (new[0] if new else "")
+    if sub in CREATE_COMMANDS:
+        _log(log, {"op": sub, "network": "none"})
+    elif sub == "commit" and len(new) >= 2:
+        positional = [a for a in new[1:] if not a.startswith("-")]
+        container = positional[0] if positional else ""
+        removed = build_overrides(docker, container) if container else []
+        if removed:
+            subprocess.run([docker, "exec", "-u", "0", container, "rm", "-rf", "--", *removed],
+                           capture_output=True, timeout=300, check=False)
+        _log(log, {"op": "commit", "image": positional[1] if len(positional) > 1 else "",
+                   "build_files_removed": removed})
+    os.execv(docker, [docker, *new])
+
+
+def install(folder: Path, *, docker: str | None = None) -> tuple[Path, Path]:
+    """Write the wrapper script (and an empty log) into ``folder``: ``(wrapper, log)``."""
+    real = docker or shutil.which("docker")
+    if not real:
+        raise FileNotFoundError("no docker CLI on PATH for the eval's docker policy")
+    folder.mkdir(parents=True, exist_ok=True)
+    wrapper, log = folder / WRAPPER_NAME, folder / LOG_NAME
+    log.write_text("")
+    argv = [sys.executable, "-m", "benchmarks.programbench.docker_policy", "--docker",
+            str(Path(real).resolve()), "--log", str(log), "--"]
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}} "
+        f"exec {' '.join(shlex.quote(a) for a in argv)} \"$@\"\n"
+    )
+    wrapper.chmod(0o755)
+    return wrapper, log
+
+
+def summarize(log_text: str, real_docker: str = "",
+              instance_id: str | None = None) -> DockerPolicy:
+    """The policy's record of one eval call, from its log (build removals of ``instance_id``
+    only, when given: the eval commits ``programbench-compiled/<instance_id>:<hex>``)."""
+    policy = DockerPolicy(real_docker=real_docker)
+    for line in log_text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("refused"):
+            policy.refused.append(str(entry["refused"]))
+        elif entry.get("op") in CREATE_COMMANDS:
+            policy.containers_created += 1
+        elif entry.get("op") == "commit" and (instance_id is None or str(
+                entry.get("image", "")).startswith(f"programbench-compiled/{instance_id}:")):
+            policy.build_files_removed += [str(p) for p in entry.get("build_files_removed", [])]
+    return policy
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
