@@ -47,7 +47,7 @@ def fixture_row(run) -> dict:  # type: ignore[no-untyped-def]
 class _Recorder(http.server.BaseHTTPRequestHandler):
     hits: list[str]
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.hits.append(self.path)
         self.send_response(200)
         self.end_headers()
