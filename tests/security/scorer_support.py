@@ -94,3 +94,34 @@ def write(path: Path, text: str, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     path.chmod(mode)
+
+
+def raw_official_score(tmp: Path, files: dict[str, str]) -> float | None:
+    """Control: the same files scored by the bare official CLI (real docker, no guard, no
+    policy), as the issue measured it. None when it gave no verdict."""
+    import os
+    import tarfile
+
+    from benchmarks.programbench import CLEANROOM_TAG
+    from benchmarks.programbench.fixture import ensure_fixture
+    from benchmarks.programbench.official_eval import (
+        eval_json_path,
+        programbench_cli,
+        score_eval_json,
+    )
+
+    src = tmp / "raw-src"
+    sub = src / FIXTURE_ID / "submission.tar.gz"
+    sub.parent.mkdir(parents=True)
+    with tarfile.open(sub, "w:gz") as tar:
+        for rel, text in files.items():
+            path = tmp / "raw-ws" / rel
+            write(path, text, 0o755 if rel.endswith(".sh") else 0o644)
+            tar.add(path, arcname=rel)
+    env = {**os.environ, "PROGRAMBENCH_BLOB_DIR": ensure_fixture().blob_dir}
+    env.pop("PROGRAMBENCH_DOCKER_EXECUTABLE", None)
+    subprocess.run([*programbench_cli(), "eval", str(src), "--filter", f"^{FIXTURE_ID}$",
+                    "--docker-cpus", "1", "--image-tag", CLEANROOM_TAG, "-w", "1", "-f"],
+                   env=env, capture_output=True, timeout=900, check=False)
+    eval_json = eval_json_path(src, FIXTURE_ID)
+    return score_eval_json(FIXTURE_ID, eval_json).score if eval_json.exists() else None
