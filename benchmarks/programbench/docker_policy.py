@@ -9,7 +9,7 @@ same exit code) except:
   added; a ``--network``/``--net`` of the caller's, or a global option before the
   sub-command, is refused (exit 125). The eval's compile and test containers have no
   network, so a ``compile.sh`` cannot fetch the original source and a test-time program
-  cannot reach anything.
+  cannot reach anything. Created containers are logged with their id and image.
 * ``network``: refused (nothing may connect a container to a network).
 * ``commit`` (the eval commits the compile container once, after ``compile.sh``): first the
   files a build could have written to steer the tests' pytest are deleted in that container
@@ -54,6 +54,9 @@ class DockerPolicy(BaseModel):
     network: str = "none"
     real_docker: str = ""
     containers_created: int = 0
+    # containers started from the image the submission's build left (the eval's
+    # ``programbench-compiled/<iid>:<hex>``): their failures are the submission's
+    built_containers: list[str] = Field(default_factory=list)
     refused: list[str] = Field(default_factory=list)
     build_files_removed: list[str] = Field(default_factory=list)
 
@@ -74,6 +77,27 @@ def rewrite(args: list[str]) -> list[str]:
         if arg in NETWORK_FLAGS or arg.startswith(tuple(f + "=" for f in NETWORK_FLAGS)):
             raise PolicyRefused(f"a container network may not be chosen: {arg}")
     return [*args[:head], "--network", "none", *args[head:]]
+
+
+VALUE_FLAGS = frozenset({
+    "--name", "-w", "--workdir", "--cpus", "-e", "--env", "--network", "-u", "--user", "-v",
+    "--volume", "-m", "--memory", "-l", "--label", "--entrypoint", "--mount", "--cap-add",
+    "--cap-drop", "--pids-limit", "--env-file", "--hostname", "-h", "--platform",
+})
+
+
+def image_of(args: list[str]) -> str:
+    """The image of a ``run``/``create`` argv (the first positional after the options)."""
+    rest = args[2:] if args[:1] == ["container"] else args[1:]
+    skip = False
+    for arg in rest:
+        if skip:
+            skip = False
+        elif arg in VALUE_FLAGS:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return ""
 
 
 def _log(path: str | None, entry: dict[str, object]) -> None:
@@ -147,7 +171,13 @@ def main(argv: list[str]) -> NoReturn:
         sys.exit(REFUSED_RC)
     sub = new[1] if new[:1] == ["container"] and len(new) > 1 else (new[0] if new else "")
     if sub in CREATE_COMMANDS:
-        _log(log, {"op": sub, "network": "none"})
+        proc = subprocess.run([docker, *new], stdin=subprocess.DEVNULL, capture_output=True,
+                              check=False)
+        sys.stdout.buffer.write(proc.stdout)
+        sys.stderr.buffer.write(proc.stderr)
+        _log(log, {"op": sub, "network": "none", "image": image_of(new),
+                   "id": proc.stdout.decode(errors="replace").strip()})
+        sys.exit(proc.returncode)
     elif sub == "commit" and len(new) >= 2:
         positional = [a for a in new[1:] if not a.startswith("-")]
         container = positional[0] if positional else ""
@@ -193,6 +223,11 @@ def summarize(log_text: str, real_docker: str = "",
             policy.refused.append(str(entry["refused"]))
         elif entry.get("op") in CREATE_COMMANDS:
             policy.containers_created += 1
+            image = str(entry.get("image", ""))
+            built = f"programbench-compiled/{instance_id}:" if instance_id else (
+                "programbench-compiled/")
+            if entry.get("id") and image.startswith(built):
+                policy.built_containers.append(str(entry["id"]))
         elif entry.get("op") == "commit" and (instance_id is None or str(
                 entry.get("image", "")).startswith(f"programbench-compiled/{instance_id}:")):
             policy.build_files_removed += [str(p) for p in entry.get("build_files_removed", [])]

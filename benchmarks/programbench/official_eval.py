@@ -246,8 +246,16 @@ INFRA_MARKERS = (
 )
 
 
-def failure_cause(code: str, message: str) -> Literal["agent", "infra"]:
-    """Who made the CLI end an instance without a verdict (see :func:`cli_failure`)."""
+def failure_cause(code: str, message: str,
+                  built_containers: list[str] | None = None) -> Literal["agent", "infra"]:
+    """Who made the CLI end an instance without a verdict (see :func:`cli_failure`).
+
+    A container started from the image the submission's build left that is not running
+    (its ``sleep`` replaced, its init killed) is the submission's doing too."""
+    for cid in built_containers or []:
+        if len(cid) >= 12 and (cid in message or cid[:12] in message) and (
+                "is not running" in message):
+            return "agent"
     if any(marker in message for marker in INFRA_MARKERS):
         return "infra"
     if code in SUBMISSION_EXCEPTIONS or UNPACK_MARKER in message:
@@ -338,6 +346,7 @@ def _finish(
     stderr: Path,
     write_to: Path | None,
 ) -> OfficialEvalResult:
+    policy = summarize(run.policy_log, run.real_docker, instance_id)
     if run.timed_out:
         # An interrupted CLI may still write an eval.json (the stopped step recorded as a
         # failure): that is no verdict, so it is set aside, never scored.
@@ -369,11 +378,11 @@ def _finish(
             official_eval_status="error",
             error_code=code,
             error_message=message,
-            error_cause=failure_cause(code, message),
+            error_cause=failure_cause(code, message, policy.built_containers),
         )
     result = result.model_copy(
         update={
-            "docker_policy": summarize(run.policy_log, run.real_docker, instance_id),
+            "docker_policy": policy,
             "scorer_guard": read_report(write_to) if write_to is not None else None,
             "stdout_path": str(stdout),
             "stderr_path": str(stderr),

@@ -119,3 +119,18 @@ def test_a_submission_that_breaks_the_eval_is_the_agents_failure(tmp_path: Path)
     assert row["official_eval_status"] == "error" and row["score"] == 0.0
     assert row["details"]["eval_error_code"] == "EmptyTestResultError"
     assert official_eval_json(run, row)["error_cause"] == "agent"
+
+
+def test_a_build_that_kills_the_test_containers_is_the_agents_failure(tmp_path: Path) -> None:
+    # compile.sh runs as root in the image the tests later run in: replacing `sleep` makes
+    # every test container exit at once, so the eval cannot even unpack the tests
+    files = {"compile.sh": PRINT_42_COMPILE + "rm -f /usr/bin/sleep\n"
+                                              "printf '#!/bin/sh\\nexit 0\\n' > /usr/bin/sleep\n"
+                                              "chmod +x /usr/bin/sleep\n"}
+    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "command",
+                     "--agent-command", agent_command(files))
+    row = fixture_row(run)
+    assert row["infra"] is False and row["outcome"] == "agent_failed", run.out
+    assert row["reason_code"] == "submission_broke_eval" and row["score"] == 0.0
+    evidence = official_eval_json(run, row)
+    assert evidence["error_cause"] == "agent" and "is not running" in evidence["error_message"]

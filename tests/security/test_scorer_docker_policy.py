@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from scorer_support import FIXTURE_IMAGE, bridge_gateway, fetch_script, http_recorder, write
 
 from benchmarks.programbench import FIXTURE_ID
-from benchmarks.programbench.docker_policy import PolicyRefused, rewrite
+from benchmarks.programbench.docker_policy import PolicyRefused, image_of, rewrite
 from benchmarks.programbench.fixture import ensure_fixture
 from benchmarks.programbench.official_eval import evaluate_instance
 from benchmarks.programbench.submission import build_submission
@@ -33,6 +33,9 @@ def test_every_created_container_gets_network_none() -> None:
                     ["-H", "tcp://elsewhere:2375", "run", "img"]):
         with pytest.raises(PolicyRefused):
             rewrite(refused)
+    assert image_of(rewrite(run)) == "img"
+    assert image_of(["run", "-d", "--cpus", "2", "-e", "A=b", "--init", "repo/i:t", "sleep"]) == (
+        "repo/i:t")
 
 
 @pytest.mark.docker
