@@ -5,10 +5,19 @@ time). Its stdout/stderr are kept in files; each ``<iid>.eval.json`` is parsed w
 package's own model and scored exactly like ``programbench info`` does (active branches,
 ignored tests dropped, ``EvaluationResult.score``).
 
+Before the CLI sees a submission, :mod:`~benchmarks.programbench.scorer_guard` cuts out what
+would steer its pytest (idempotent; the runner already did it). The CLI's docker goes through
+:mod:`~benchmarks.programbench.docker_policy`: every eval container has network ``none``, and
+overrides written by ``compile.sh`` are deleted before the build is committed. Both are
+recorded in ``official_eval.json`` (``scorer_guard``, ``docker_policy``).
+
 An instance that produced no eval.json (a missing image, a failed DNS block, a missing blob,
 a crash, a timeout) is ``official_eval_status: error`` with the CLI's message; it never
-becomes a score of 0. An eval.json with a top-level ``error_code`` (e.g. ``compile_failed``)
-is a completed eval: the submission scored what it scored.
+becomes a score of 0 by itself. ``error_cause`` says who caused it: ``agent`` when the
+submission did (a results.xml its processes emptied or forged, a workspace the tests cannot
+be unpacked into, a dead container of the image its build left), else ``infra``. An
+eval.json with a top-level ``error_code`` (e.g. ``compile_failed``) is a completed eval: the
+submission scored what it scored.
 """
 
 from __future__ import annotations

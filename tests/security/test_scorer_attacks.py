@@ -134,3 +134,13 @@ def test_a_build_that_kills_the_test_containers_is_the_agents_failure(tmp_path: 
     assert row["reason_code"] == "submission_broke_eval" and row["score"] == 0.0
     evidence = official_eval_json(run, row)
     assert evidence["error_cause"] == "agent" and "is not running" in evidence["error_message"]
+
+
+def test_batch_eval_scores_the_guarded_submission(tmp_path: Path) -> None:
+    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "command",
+                     "--agent-command", agent_command(CHEAT), "--eval", "batch")
+    row = fixture_row(run)
+    assert row["official_eval_status"] == "completed", run.out
+    assert row["score"] == 0.0 and row["resolved"] is False and row["tests_passed"] == 0
+    assert "conftest.py" in row["details"]["scorer_files_removed"]
+    assert official_eval_json(run, row)["docker_policy"]["network"] == "none"
