@@ -11,7 +11,10 @@ same exit code) except:
   network, so a ``compile.sh`` cannot fetch the original source and a test-time program
   cannot reach anything. Created containers are logged with their id and image.
 * ``network``: refused (nothing may connect a container to a network).
-* ``commit`` (the eval commits the compile container once, after ``compile.sh``): first the
+* ``commit`` (the eval commits the compile container once, after ``compile.sh``, which runs
+  as root): a build that changed Python's own files, pytest or its plugins, added a ``.pth``,
+  ``sitecustomize``, a ``pytest11`` entry point, or a file a login shell reads, is refused
+  (exit 125, :data:`BUILD_TAMPER_MARKER`: the eval errors, the agent's failure). Otherwise the
   files a build could have written to steer the tests' pytest are deleted in that container
   (the same root rules as :mod:`benchmarks.programbench.scorer_guard`, applied to
   ``/workspace`` and ``/``), so generating a ``conftest.py`` at build time gains nothing.
@@ -157,6 +160,66 @@ def build_overrides(docker: str, container: str) -> list[str]:
     return sorted(set(found))
 
 
+BUILD_TAMPER_MARKER = "docker policy: the build changed what the tests' pytest runs on"
+PYTHON_ROOTS = ("/usr/lib/python3", "/usr/local/lib/python3", "/root/.local/lib/python",
+                "/etc/python3", "/usr/bin/python", "/usr/local/bin/python", "/usr/bin/pytest",
+                "/usr/local/bin/pytest", "/usr/bin/py.test")
+STEERING_NAMES = ("sitecustomize.py", "usercustomize.py")
+STEERING_DIRS = ("/_pytest/", "/pytest/", "/pluggy/", "/xdist/", "/iniconfig/", "/junitparser/")
+LOGIN_FILES = frozenset({"/etc/profile", "/etc/bash.bashrc", "/etc/bashrc", "/etc/environment",
+                         "/root/.profile", "/root/.bash_profile", "/root/.bash_login",
+                         "/root/.bashrc", "/root/.pam_environment"})
+MAX_DIFF_CHECKED = 5000
+
+
+def _steers(kind: str, path: str) -> bool | None:
+    """True: this build change steers the tests' Python/pytest or their login shell; None:
+    only if it is a regular file (a changed existing module); False: harmless."""
+    if path in LOGIN_FILES or path.startswith("/etc/profile.d/"):
+        return True
+    if not path.startswith(PYTHON_ROOTS):
+        return False
+    name = path.rsplit("/", 1)[-1]
+    if kind == "D" or name.endswith(".pth") or name in STEERING_NAMES:
+        return True
+    if name.endswith(".pyc") and path.startswith("/usr/lib/python3"):
+        return True  # a cached module the system's own sources would load
+    if any(d in path + "/" for d in STEERING_DIRS) or name.startswith(("pytest", "_pytest")):
+        return True
+    if name == "entry_points.txt" or kind == "C":
+        return None  # a [pytest11] entry point autoloads a plugin; a changed module steers
+    return False
+
+
+def build_tampering(docker: str, container: str) -> list[str]:
+    """Changes the build made outside ``/workspace`` that would steer the tests: Python's own
+    files, pytest and its plugins, ``.pth``/``sitecustomize``, plugin entry points, the files
+    a login shell reads (the eval runs its tests under ``bash -lc``)."""
+    try:
+        diff = subprocess.run([docker, "diff", container], capture_output=True, timeout=300,
+                              check=False).stdout.decode(errors="replace").splitlines()
+    except subprocess.TimeoutExpired:
+        return ["(docker diff timed out)"]
+    flagged: list[str] = []
+    maybe: list[str] = []
+    for line in diff[:MAX_DIFF_CHECKED]:
+        kind, _, path = line.partition(" ")
+        verdict = _steers(kind, path)
+        if verdict:
+            flagged.append(path)
+        elif verdict is None:
+            maybe.append(path)
+    if maybe:
+        # regular files only (a "C" directory is just the parent of an added file); an
+        # entry_points.txt counts when it declares a pytest plugin
+        script = ('for p in "$@"; do if [ -f "$p" ] && [ ! -L "$p" ]; then case "$p" in '
+                  '*/entry_points.txt) grep -q pytest11 "$p" && echo "$p";; *) echo "$p";; '
+                  'esac; fi; done')
+        out = _exec_in(docker, container, ["sh", "-c", script, "_", *maybe], 120)
+        flagged += [p for p in out.decode(errors="replace").splitlines() if p]
+    return sorted(set(flagged))
+
+
 def main(argv: list[str]) -> NoReturn:
     """``docker_policy --docker REAL [--log FILE] -- ARGS...``"""
     sep = argv.index("--") if "--" in argv else len(argv)
@@ -181,6 +244,12 @@ def main(argv: list[str]) -> NoReturn:
     elif sub == "commit" and len(new) >= 2:
         positional = [a for a in new[1:] if not a.startswith("-")]
         container = positional[0] if positional else ""
+        tampered = build_tampering(docker, container) if container else []
+        if tampered:
+            reason = f"{BUILD_TAMPER_MARKER}: {', '.join(tampered[:20])}"
+            _log(log, {"op": "commit", "refused": reason})
+            print(reason, file=sys.stderr)
+            sys.exit(REFUSED_RC)
         removed = build_overrides(docker, container) if container else []
         if removed:
             subprocess.run([docker, "exec", "-u", "0", container, "rm", "-rf", "--", *removed],

@@ -37,7 +37,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.programbench import CLEANROOM_TAG
-from benchmarks.programbench.docker_policy import DockerPolicy, install, summarize
+from benchmarks.programbench.docker_policy import (
+    BUILD_TAMPER_MARKER,
+    DockerPolicy,
+    install,
+    summarize,
+)
 from benchmarks.programbench.scorer_guard import (
     GuardError,
     ScorerGuardReport,
@@ -259,8 +264,11 @@ def failure_cause(code: str, message: str,
                   built_containers: list[str] | None = None) -> Literal["agent", "infra"]:
     """Who made the CLI end an instance without a verdict (see :func:`cli_failure`).
 
-    A container started from the image the submission's build left that is not running
-    (its ``sleep`` replaced, its init killed) is the submission's doing too."""
+    A build the docker policy refused to commit, or a container started from the image the
+    submission's build left that is not running (its ``sleep`` replaced, its init killed), is
+    the submission's doing too."""
+    if BUILD_TAMPER_MARKER in message:  # the policy refused to commit what compile.sh did
+        return "agent"
     for cid in built_containers or []:
         if len(cid) >= 12 and (cid in message or cid[:12] in message) and (
                 "is not running" in message):

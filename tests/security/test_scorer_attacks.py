@@ -144,3 +144,25 @@ def test_batch_eval_scores_the_guarded_submission(tmp_path: Path) -> None:
     assert row["score"] == 0.0 and row["resolved"] is False and row["tests_passed"] == 0
     assert "conftest.py" in row["details"]["scorer_files_removed"]
     assert official_eval_json(run, row)["docker_policy"]["network"] == "none"
+
+
+def test_a_build_that_plants_a_pytest_plugin_is_refused(tmp_path: Path) -> None:
+    # compile.sh runs as root: a plugin module plus a .pth that loads it in every Python
+    # process of the committed image would force every test to pass
+    plant = (
+        "D=/usr/local/lib/python3.11/dist-packages\nmkdir -p $D\n"
+        "cp /workspace/.hidden/force.py $D/force_pass_plugin.py\n"
+        "echo 'import os; os.environ.setdefault(\"PYTEST_PLUGINS\", \"force_pass_plugin\")'"
+        " > $D/zz_force.pth\n"
+    )
+    files = {"compile.sh": PRINT_42_COMPILE + plant, ".hidden/force.py": FORCE_PASS_CONFTEST}
+    # control: the bare official eval is fooled
+    assert raw_official_score(tmp_path / "control", files) == 1.0
+    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "command",
+                     "--agent-command", agent_command(files))
+    row = fixture_row(run)
+    assert row["infra"] is False and row["outcome"] == "agent_failed", run.out
+    assert row["reason_code"] == "submission_broke_eval" and row["score"] == 0.0
+    evidence = official_eval_json(run, row)
+    assert evidence["error_cause"] == "agent"
+    assert any("zz_force.pth" in r for r in evidence["docker_policy"]["refused"])
