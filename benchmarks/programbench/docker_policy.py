@@ -9,7 +9,9 @@ same exit code) except:
   added; a ``--network``/``--net`` of the caller's, or a global option before the
   sub-command, is refused (exit 125). The eval's compile and test containers have no
   network, so a ``compile.sh`` cannot fetch the original source and a test-time program
-  cannot reach anything. Created containers are logged with their id and image.
+  cannot reach anything. Each container (and the committed image) carries the label
+  ``harness.pb_eval=<call>``, so :func:`sweep` removes what a stopped CLI left behind.
+  Created containers are logged with their id and image.
 * ``network``: refused (nothing may connect a container to a network).
 * ``commit`` (the eval commits the compile container once, after ``compile.sh``, which runs
   as root): a build that changed Python's own files, pytest or its plugins, added a ``.pth``,
@@ -34,11 +36,10 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field
-
 WRAPPER_NAME = "docker"
 LOG_NAME = "docker_policy.jsonl"
 REFUSED_RC = 125
+LABEL_KEY = "harness.pb_eval"  # value: the policy folder's name, one per eval call
 NETWORK_FLAGS = ("--network", "--net")
 CREATE_COMMANDS = ("run", "create")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -49,22 +50,7 @@ class PolicyRefused(Exception):
     pass
 
 
-class DockerPolicy(BaseModel):
-    """What the policy did during one ``programbench eval`` call (``official_eval.json``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    network: str = "none"
-    real_docker: str = ""
-    containers_created: int = 0
-    # containers started from the image the submission's build left (the eval's
-    # ``programbench-compiled/<iid>:<hex>``): their failures are the submission's
-    built_containers: list[str] = Field(default_factory=list)
-    refused: list[str] = Field(default_factory=list)
-    build_files_removed: list[str] = Field(default_factory=list)
-
-
-def rewrite(args: list[str]) -> list[str]:
+def rewrite(args: list[str], label: str | None = None) -> list[str]:
     """The argv (after ``docker``) the real CLI gets; raises :class:`PolicyRefused`."""
     if not args:
         return args
@@ -79,7 +65,8 @@ def rewrite(args: list[str]) -> list[str]:
     for arg in args[head:]:
         if arg in NETWORK_FLAGS or arg.startswith(tuple(f + "=" for f in NETWORK_FLAGS)):
             raise PolicyRefused(f"a container network may not be chosen: {arg}")
-    return [*args[:head], "--network", "none", *args[head:]]
+    tag = ["--label", f"{LABEL_KEY}={label}"] if label else []
+    return [*args[:head], "--network", "none", *tag, *args[head:]]
 
 
 VALUE_FLAGS = frozenset({
@@ -227,7 +214,7 @@ def main(argv: list[str]) -> NoReturn:
     docker = opts[opts.index("--docker") + 1]
     log = opts[opts.index("--log") + 1] if "--log" in opts else None
     try:
-        new = rewrite(args)
+        new = rewrite(args, Path(log).parent.name if log else None)
     except PolicyRefused as exc:
         _log(log, {"op": args[0] if args else "", "refused": str(exc)})
         print(f"docker policy: refused: {exc}", file=sys.stderr)
@@ -256,7 +243,27 @@ def main(argv: list[str]) -> NoReturn:
                            capture_output=True, timeout=300, check=False)
         _log(log, {"op": "commit", "image": positional[1] if len(positional) > 1 else "",
                    "build_files_removed": removed})
+        if log:  # the committed image carries the call's label too (see sweep)
+            new = [new[0], "--change", f"LABEL {LABEL_KEY}={Path(log).parent.name}", *new[1:]]
     os.execv(docker, [docker, *new])
+
+
+def sweep(docker: str, label: str) -> int:
+    """Remove the containers and images of one eval call left behind (a CLI stopped between
+    ``docker run`` and learning the id cannot remove them itself). Returns how many."""
+    gone = 0
+    for listing, remove in ((["ps", "-aq"], ["rm", "-f"]), (["images", "-q"], ["rmi", "-f"])):
+        try:
+            ids = subprocess.run([docker, *listing, "--filter", f"label={LABEL_KEY}={label}"],
+                                 capture_output=True, text=True, timeout=60,
+                                 check=False).stdout.split()
+            if ids:
+                subprocess.run([docker, *remove, *sorted(set(ids))], capture_output=True,
+                               timeout=300, check=False)
+                gone += len(set(ids))
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    return gone
 
 
 def install(folder: Path, *, docker: str | None = None) -> tuple[Path, Path]:
@@ -276,31 +283,6 @@ def install(folder: Path, *, docker: str | None = None) -> tuple[Path, Path]:
     )
     wrapper.chmod(0o755)
     return wrapper, log
-
-
-def summarize(log_text: str, real_docker: str = "",
-              instance_id: str | None = None) -> DockerPolicy:
-    """The policy's record of one eval call, from its log (build removals of ``instance_id``
-    only, when given: the eval commits ``programbench-compiled/<instance_id>:<hex>``)."""
-    policy = DockerPolicy(real_docker=real_docker)
-    for line in log_text.splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if entry.get("refused"):
-            policy.refused.append(str(entry["refused"]))
-        elif entry.get("op") in CREATE_COMMANDS:
-            policy.containers_created += 1
-            image = str(entry.get("image", ""))
-            built = f"programbench-compiled/{instance_id}:" if instance_id else (
-                "programbench-compiled/")
-            if entry.get("id") and image.startswith(built):
-                policy.built_containers.append(str(entry["id"]))
-        elif entry.get("op") == "commit" and (instance_id is None or str(
-                entry.get("image", "")).startswith(f"programbench-compiled/{instance_id}:")):
-            policy.build_files_removed += [str(p) for p in entry.get("build_files_removed", [])]
-    return policy
 
 
 if __name__ == "__main__":

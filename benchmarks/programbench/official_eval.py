@@ -37,12 +37,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.programbench import CLEANROOM_TAG
-from benchmarks.programbench.docker_policy import (
-    BUILD_TAMPER_MARKER,
-    DockerPolicy,
-    install,
-    summarize,
-)
+from benchmarks.programbench.docker_policy import BUILD_TAMPER_MARKER, install, sweep
+from benchmarks.programbench.docker_policy_record import DockerPolicy, summarize
 from benchmarks.programbench.scorer_guard import (
     GuardError,
     ScorerGuardReport,
@@ -103,6 +99,7 @@ class CliRun(BaseModel):
     timed_out: bool = False
     real_docker: str = ""
     policy_log: str = ""
+    policy_label: str = ""
 
 
 def programbench_cli() -> list[str]:
@@ -157,10 +154,14 @@ def _run_cli(
         except OSError as exc:
             return CliRun(cmd=[*programbench_cli(), *args], returncode=None, stdout="",
                           stderr=f"docker policy: cannot install: {exc}", duration_s=0.0)
-        run = _run_cli_with(args, {PB_DOCKER_ENV: str(wrapper)}, blob_dir=blob_dir,
-                            stdout_path=stdout_path, stderr_path=stderr_path,
-                            timeout_s=timeout_s)
-        return run.model_copy(update={"real_docker": docker, "policy_log": log.read_text()})
+        try:
+            run = _run_cli_with(args, {PB_DOCKER_ENV: str(wrapper)}, blob_dir=blob_dir,
+                                stdout_path=stdout_path, stderr_path=stderr_path,
+                                timeout_s=timeout_s)
+        finally:
+            sweep(docker, Path(tmp).name)
+        return run.model_copy(update={"real_docker": docker, "policy_log": log.read_text(),
+                                      "policy_label": Path(tmp).name})
 
 
 def _run_cli_with(
@@ -363,7 +364,7 @@ def _finish(
     stderr: Path,
     write_to: Path | None,
 ) -> OfficialEvalResult:
-    policy = summarize(run.policy_log, run.real_docker, instance_id)
+    policy = summarize(run.policy_log, run.real_docker, instance_id, run.policy_label)
     if run.timed_out:
         # An interrupted CLI may still write an eval.json (the stopped step recorded as a
         # failure): that is no verdict, so it is set aside, never scored.

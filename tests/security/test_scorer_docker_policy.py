@@ -33,7 +33,9 @@ def test_every_created_container_gets_network_none() -> None:
                     ["-H", "tcp://elsewhere:2375", "run", "img"]):
         with pytest.raises(PolicyRefused):
             rewrite(refused)
-    assert image_of(rewrite(run)) == "img"
+    assert rewrite(["create", "img"], "pb-x") == [
+        "create", "--network", "none", "--label", "harness.pb_eval=pb-x", "img"]
+    assert image_of(rewrite(run, "pb-x")) == "img"
     assert image_of(["run", "-d", "--cpus", "2", "-e", "A=b", "--init", "repo/i:t", "sleep"]) == (
         "repo/i:t")
 
