@@ -12,6 +12,9 @@ same exit code) except:
   cannot reach anything. Each container (and the committed image) carries the label
   ``harness.pb_eval=<call>``, so :func:`sweep` removes what a stopped CLI left behind.
   Created containers are logged with their id and image.
+* the ``exec`` that runs a branch's ``eval/run.sh``: its pytest also loads
+  :mod:`~benchmarks.programbench.results_guard_plugin` (copied in under a random name), which
+  ends every process the program under test left behind before the JUnit XML is written.
 * ``network``: refused (nothing may connect a container to a network).
 * ``commit`` (the eval commits the compile container once, after ``compile.sh``, which runs
   as root): a build that changed Python's own files, pytest or its plugins, added a ``.pth``,
@@ -207,6 +210,47 @@ def build_tampering(docker: str, container: str) -> list[str]:
     return sorted(set(flagged))
 
 
+RUN_TESTS_MARKER = "./eval/run.sh"
+PLUGIN_SOURCE = Path(__file__).with_name("results_guard_plugin.py")
+
+
+def _exec_target(args: list[str]) -> tuple[int, str] | None:
+    """``(index, container)`` of an ``exec`` argv that runs the eval's ``run.sh``."""
+    if args[:1] != ["exec"] or RUN_TESTS_MARKER not in args[-1]:
+        return None
+    skip = False
+    for i, arg in enumerate(args[1:], start=1):
+        if skip:
+            skip = False
+        elif arg in VALUE_FLAGS:
+            skip = True
+        elif not arg.startswith("-"):
+            return i, arg
+    return None
+
+
+def guard_results(docker: str, args: list[str]) -> list[str]:
+    """The test-run ``exec`` with :mod:`results_guard_plugin` loaded into its pytest."""
+    import secrets
+
+    target = _exec_target(args)
+    if target is None:
+        return args
+    _, container = target
+    nonce = secrets.token_hex(8)
+    folder, module = f"/tmp/.hx-{nonce}", f"hx_results_guard_{nonce}"
+    copied = subprocess.run(
+        [docker, "exec", "-i", "-u", "0", container, "sh", "-c",
+         f"mkdir -m 700 {folder} && cat > {folder}/{module}.py"],
+        input=PLUGIN_SOURCE.read_bytes(), capture_output=True, timeout=120, check=False)
+    if copied.returncode != 0:
+        raise PolicyRefused("cannot install the results guard: "
+                            + copied.stderr.decode(errors="replace").strip()[-300:])
+    prefix = (f'export PYTHONPATH="{folder}${{PYTHONPATH:+:$PYTHONPATH}}" && '
+              f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:-}} -p {module}" && ')
+    return [*args[:-1], prefix + args[-1]]
+
+
 def main(argv: list[str]) -> NoReturn:
     """``docker_policy --docker REAL [--log FILE] -- ARGS...``"""
     sep = argv.index("--") if "--" in argv else len(argv)
@@ -228,6 +272,14 @@ def main(argv: list[str]) -> NoReturn:
         _log(log, {"op": sub, "network": "none", "image": image_of(new),
                    "id": proc.stdout.decode(errors="replace").strip()})
         sys.exit(proc.returncode)
+    elif _exec_target(new) is not None:
+        try:
+            new = guard_results(docker, new)
+        except (PolicyRefused, OSError, subprocess.TimeoutExpired) as exc:
+            _log(log, {"op": "exec", "refused": str(exc)})
+            print(f"docker policy: refused: {exc}", file=sys.stderr)
+            sys.exit(REFUSED_RC)
+        _log(log, {"op": "exec", "results_guard": True})
     elif sub == "commit" and len(new) >= 2:
         positional = [a for a in new[1:] if not a.startswith("-")]
         container = positional[0] if positional else ""

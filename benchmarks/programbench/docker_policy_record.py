@@ -19,6 +19,7 @@ class DockerPolicy(BaseModel):
     label: str = ""  # every container of this eval call carries harness.pb_eval=<label>
     real_docker: str = ""
     containers_created: int = 0
+    results_guarded: int = 0  # test runs whose pytest loaded the results guard
     # containers started from the image the submission's build left (the eval's
     # ``programbench-compiled/<iid>:<hex>``): their failures are the submission's
     built_containers: list[str] = Field(default_factory=list)
@@ -38,6 +39,8 @@ def summarize(log_text: str, real_docker: str = "", instance_id: str | None = No
             continue
         if entry.get("refused"):
             policy.refused.append(str(entry["refused"]))
+        elif entry.get("op") == "exec" and entry.get("results_guard"):
+            policy.results_guarded += 1
         elif entry.get("op") in CREATE_COMMANDS:
             policy.containers_created += 1
             image = str(entry.get("image", ""))

@@ -94,46 +94,38 @@ def test_honest_test_scaffolding_does_not_break_a_correct_solution(tmp_path: Pat
     assert "tests/test_x.py" in names  # kept: pytest never looks there
 
 
-def test_a_submission_that_breaks_the_eval_is_the_agents_failure(tmp_path: Path) -> None:
-    # The program under test leaves a process behind that empties the branch's results.xml
-    # as soon as pytest writes it: the eval has no verdict, and that is the agent's doing.
-    oracle = {rel: data.decode() for rel, data in ensure_fixture().oracle_contents().items()}
-    saboteur = (
+def test_a_program_that_forges_its_results_scores_what_it_earns(tmp_path: Path) -> None:
+    # The program under test (always 42) leaves a process behind that waits for pytest's
+    # results.xml and strips every failure from it: the bare eval reads all tests passed.
+    forger = (
+        "import os, re, time\n"
+        "path = '/workspace/eval/results.xml'\n"
+        "for _ in range(200000):\n"
+        "    try:\n"
+        "        text = open(path).read()\n"
+        "    except OSError:\n"
+        "        text = ''\n"
+        "    if '<failure' in text and text.rstrip().endswith('>'):\n"
+        "        text = re.sub(r'<failure.*?</failure>', '', text, flags=re.S)\n"
+        "        open(path, 'w').write(text.replace('failures=\"3\"', 'failures=\"0\"'))\n"
+        "    time.sleep(0.001)\n"
+    )
+    program = (
         "#!/bin/sh\n"
         "if [ ! -e /tmp/.spawned ]; then touch /tmp/.spawned\n"
-        "  setsid sh -c 'while :; do [ -s /workspace/eval/results.xml ] && "
-        ": > /workspace/eval/results.xml; sleep 0.002; done' >/dev/null 2>&1 </dev/null &\n"
-        "fi\nexec /workspace/calculator.sh \"$@\"\n"
+        "  setsid python3 /workspace/forger.py >/dev/null 2>&1 </dev/null &\n"
+        "fi\necho 42\n"
     )
-    files = {
-        "calculator.sh": oracle["calculator.sh"],
-        "saboteur.sh": saboteur,
-        "compile.sh": "#!/bin/bash\ncp saboteur.sh executable\nchmod +x executable "
-                      "calculator.sh\n",
-    }
+    files = {"forger.py": forger, "program.sh": program,
+             "compile.sh": "#!/bin/bash\ncp program.sh executable\nchmod +x executable\n"}
+    # control: the bare official eval is fooled
+    assert raw_official_score(tmp_path / "control", files) == 1.0
     run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "command",
                      "--agent-command", agent_command(files))
     row = fixture_row(run)
-    assert row["infra"] is False and row["outcome"] == "agent_failed", run.out
-    assert row["reason_code"] == "submission_broke_eval"
-    assert row["official_eval_status"] == "error" and row["score"] == 0.0
-    assert row["details"]["eval_error_code"] == "EmptyTestResultError"
-    assert official_eval_json(run, row)["error_cause"] == "agent"
-
-
-def test_a_build_that_kills_the_test_containers_is_the_agents_failure(tmp_path: Path) -> None:
-    # compile.sh runs as root in the image the tests later run in: replacing `sleep` makes
-    # every test container exit at once, so the eval cannot even unpack the tests
-    files = {"compile.sh": PRINT_42_COMPILE + "rm -f /usr/bin/sleep\n"
-                                              "printf '#!/bin/sh\\nexit 0\\n' > /usr/bin/sleep\n"
-                                              "chmod +x /usr/bin/sleep\n"}
-    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "command",
-                     "--agent-command", agent_command(files))
-    row = fixture_row(run)
-    assert row["infra"] is False and row["outcome"] == "agent_failed", run.out
-    assert row["reason_code"] == "submission_broke_eval" and row["score"] == 0.0
-    evidence = official_eval_json(run, row)
-    assert evidence["error_cause"] == "agent" and "is not running" in evidence["error_message"]
+    assert row["official_eval_status"] == "completed", run.out
+    assert row["score"] == 0.0 and row["resolved"] is False and row["tests_passed"] == 0
+    assert official_eval_json(run, row)["docker_policy"]["results_guarded"] >= 1
 
 
 def test_batch_eval_scores_the_guarded_submission(tmp_path: Path) -> None:
