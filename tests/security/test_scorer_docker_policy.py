@@ -65,3 +65,37 @@ def test_compile_and_tests_cannot_reach_the_host(tmp_path: Path) -> None:
     assert result.docker_policy is not None and result.docker_policy.network == "none"
     assert result.docker_policy.containers_created >= 2  # compile + one test branch
     assert result.docker_policy.refused == []
+
+
+def test_build_changes_that_steer_the_tests_are_told_apart_from_a_build() -> None:
+    from benchmarks.programbench.docker_policy import _steers
+
+    steering = [("A", "/usr/local/lib/python3.11/dist-packages/zz.pth"),
+                ("A", "/etc/python3.11/sitecustomize.py"),
+                ("A", "/usr/lib/python3/dist-packages/_pytest/x.py"),
+                ("D", "/usr/lib/python3.11/subprocess.py"),
+                ("A", "/usr/lib/python3.11/__pycache__/json.cpython-311.pyc"),
+                ("C", "/root/.profile"), ("A", "/etc/profile.d/zz.sh")]
+    for kind, path in steering:
+        assert _steers(kind, path) is True, path
+    harmless = [("A", "/root/.cargo/registry/x"), ("C", "/tmp"), ("A", "/usr/local/bin/tool"),
+                ("A", "/usr/local/lib/python3.11/dist-packages/calc/__init__.py")]
+    for kind, path in harmless:
+        assert _steers(kind, path) is False, path
+    # decided in the container: a changed file (not a parent dir), a pytest11 entry point
+    assert _steers("C", "/usr/lib/python3.11/json/decoder.py") is None
+    assert _steers("A", "/usr/local/lib/python3.11/dist-packages/x.dist-info/"
+                        "entry_points.txt") is None
+
+
+def test_results_guard_spares_only_pytest_its_line_and_the_keep_alive(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks.programbench import results_guard_plugin as plugin
+
+    monkeypatch.setattr(plugin.os, "getpid", lambda: 50)
+    table = {1: (0, 1), 7: (1, 2),          # init, its keep-alive `sleep`
+             30: (0, 10), 40: (30, 11),     # the exec's shell, run.sh
+             50: (40, 12), 60: (50, 13),    # pytest, an xdist worker
+             61: (60, 14),                  # a program a test left running below the worker
+             70: (1, 15), 71: (70, 16)}     # a daemon reparented to init, its child
+    assert plugin._kept(table) == {1, 7, 30, 40, 50, 60}
