@@ -122,31 +122,37 @@ def build_overrides(docker: str, container: str) -> list[str]:
         root_reason,
     )
 
-    found: list[str] = []
-    listing = _exec_in(docker, container, ["find", "/workspace", "-mindepth", "1",
-                                           "-maxdepth", "2", "-print0"])
-    for raw in listing.split(b"\0"):
-        rel = raw.decode(errors="surrogateescape").removeprefix("/workspace/")
-        if not raw or rel.startswith("/"):
-            continue
+    # one exec: the workspace's top two levels, then ini files at /, then the two editable
+    # configs when they are not regular files (links, FIFOs...), NUL-separated sections
+    tops = " ".join(f"/{n}" for n in sorted(ROOT_PYTEST_FILES))
+    configs = " ".join(f"/workspace/{n}" for n in EDITED_CONFIGS)
+    script = (
+        "find /workspace -mindepth 1 -maxdepth 2 -print0; printf '\\0--\\0'; "
+        f"for p in {tops}; do if [ -e $p ] || [ -L $p ]; then printf '%s\\0' $p; fi; done; "
+        "printf '\\0--\\0'; "
+        f"for p in {configs}; do if [ -L $p ] || {{ [ -e $p ] && [ ! -f $p ]; }}; then "
+        "printf '%s\\0' $p; fi; done"
+    )
+    out = _exec_in(docker, container, ["sh", "-c", script])
+    sections = out.split(b"\0--\0")
+    if len(sections) != 3:
+        return ["(the build's workspace could not be listed)"]
+    listing, at_root, odd = ([x.decode(errors="surrogateescape") for x in sec.split(b"\0") if x]
+                             for sec in sections)
+    found: list[str] = [*at_root, *odd]
+    for path in listing:
+        rel = path.removeprefix("/workspace/")
         parts = rel.split("/")
-        if root_reason(parts) is not None and (len(parts) == 1 or parts[0] != "eval"):
-            found.append(f"/workspace/{rel}")
+        if not rel.startswith("/") and root_reason(parts) is not None and (
+                len(parts) == 1 or parts[0] != "eval"):
+            found.append(path)
     for name in EDITED_CONFIGS:
         path = f"/workspace/{name}"
-        if path in found:
-            continue
-        odd = f"if [ -L {path} ]; then echo y; elif [ -e {path} ] && [ ! -f {path} ]; then echo y; fi"
-        if _exec_in(docker, container, ["sh", "-c", odd], 30):
-            found.append(path)
+        if path in found or path not in listing:
             continue
         data = _exec_in(docker, container, ["head", "-c", str(MAX_CONFIG_BYTES + 1), path], 60)
-        if data and (len(data) > MAX_CONFIG_BYTES or edit_config(name, data) != data):
+        if len(data) > MAX_CONFIG_BYTES or edit_config(name, data) != data:
             found.append(path)
-    for name in sorted(ROOT_PYTEST_FILES):
-        if _exec_in(docker, container, ["sh", "-c", f"test -e /{name} -o -L /{name} && echo y"],
-                    30):
-            found.append(f"/{name}")
     return sorted(set(found))
 
 
@@ -290,8 +296,9 @@ def main(argv: list[str]) -> NoReturn:
             print(reason, file=sys.stderr)
             sys.exit(REFUSED_RC)
         removed = build_overrides(docker, container) if container else []
-        if removed:
-            subprocess.run([docker, "exec", "-u", "0", container, "rm", "-rf", "--", *removed],
+        paths = [p for p in removed if p.startswith("/")]
+        if paths:
+            subprocess.run([docker, "exec", "-u", "0", container, "rm", "-rf", "--", *paths],
                            capture_output=True, timeout=300, check=False)
         _log(log, {"op": "commit", "image": positional[1] if len(positional) > 1 else "",
                    "build_files_removed": removed})
