@@ -5,10 +5,19 @@ time). Its stdout/stderr are kept in files; each ``<iid>.eval.json`` is parsed w
 package's own model and scored exactly like ``programbench info`` does (active branches,
 ignored tests dropped, ``EvaluationResult.score``).
 
+Before the CLI sees a submission, :mod:`~benchmarks.programbench.scorer_guard` cuts out what
+would steer its pytest (idempotent; the runner already did it). The CLI's docker goes through
+:mod:`~benchmarks.programbench.docker_policy`: every eval container has network ``none``, and
+overrides written by ``compile.sh`` are deleted before the build is committed. Both are
+recorded in ``official_eval.json`` (``scorer_guard``, ``docker_policy``).
+
 An instance that produced no eval.json (a missing image, a failed DNS block, a missing blob,
 a crash, a timeout) is ``official_eval_status: error`` with the CLI's message; it never
-becomes a score of 0. An eval.json with a top-level ``error_code`` (e.g. ``compile_failed``)
-is a completed eval: the submission scored what it scored.
+becomes a score of 0 by itself. ``error_cause`` says who caused it: ``agent`` when the
+submission did (a results.xml its processes emptied or forged, a workspace the tests cannot
+be unpacked into, a dead container of the image its build left), else ``infra``. An
+eval.json with a top-level ``error_code`` (e.g. ``compile_failed``) is a completed eval: the
+submission scored what it scored.
 """
 
 from __future__ import annotations
@@ -16,9 +25,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Literal
@@ -26,6 +37,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.programbench import CLEANROOM_TAG
+from benchmarks.programbench.docker_policy import BUILD_TAMPER_MARKER, install, sweep
+from benchmarks.programbench.docker_policy_record import DockerPolicy, summarize
+from benchmarks.programbench.scorer_guard import (
+    GuardError,
+    ScorerGuardReport,
+    guard_submission,
+    read_report,
+)
 from benchmarks.programbench.tasks import programbench_version, tasks_dir
 from harness.fsutil import atomic_write_text
 from harness.models import NEAR_RESOLVED_AT, RESOLVED_AT
@@ -34,6 +53,7 @@ RESULT_NAME = "official_eval.json"
 STOP_GRACE_S = 30.0
 STDOUT_NAME = "official_eval.stdout.txt"
 STDERR_NAME = "official_eval.stderr.txt"
+PB_DOCKER_ENV = "PROGRAMBENCH_DOCKER_EXECUTABLE"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):\s?(.*)$")
 
@@ -62,6 +82,10 @@ class OfficialEvalResult(BaseModel):
     returncode: int | None = None
     duration_s: float | None = None
     programbench_version: str = Field(default_factory=programbench_version)
+    # who caused an error without a verdict: the submission ("agent") or our dependencies
+    error_cause: Literal["agent", "infra"] | None = None
+    docker_policy: DockerPolicy | None = None  # the policy in force for the eval's docker
+    scorer_guard: ScorerGuardReport | None = None  # what was cut from the submission
 
 
 class CliRun(BaseModel):
@@ -73,6 +97,9 @@ class CliRun(BaseModel):
     stderr: str
     duration_s: float
     timed_out: bool = False
+    real_docker: str = ""
+    policy_log: str = ""
+    policy_label: str = ""
 
 
 def programbench_cli() -> list[str]:
@@ -105,6 +132,12 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
             continue
 
 
+def real_docker() -> str:
+    """The docker CLI the policy passes through to (the caller's choice, else ``docker``)."""
+    chosen = os.environ.get(PB_DOCKER_ENV) or "docker"
+    return shutil.which(chosen) or chosen
+
+
 def _run_cli(
     args: list[str],
     *,
@@ -113,8 +146,35 @@ def _run_cli(
     stderr_path: Path,
     timeout_s: float | None,
 ) -> CliRun:
+    """Run the CLI with its docker behind our policy (no network for any eval container)."""
+    with tempfile.TemporaryDirectory(prefix="pb-docker-policy-") as tmp:
+        docker = real_docker()
+        try:
+            wrapper, log = install(Path(tmp), docker=docker)
+        except OSError as exc:
+            return CliRun(cmd=[*programbench_cli(), *args], returncode=None, stdout="",
+                          stderr=f"docker policy: cannot install: {exc}", duration_s=0.0)
+        try:
+            run = _run_cli_with(args, {PB_DOCKER_ENV: str(wrapper)}, blob_dir=blob_dir,
+                                stdout_path=stdout_path, stderr_path=stderr_path,
+                                timeout_s=timeout_s)
+        finally:
+            sweep(docker, Path(tmp).name)
+        return run.model_copy(update={"real_docker": docker, "policy_log": log.read_text(),
+                                      "policy_label": Path(tmp).name})
+
+
+def _run_cli_with(
+    args: list[str],
+    extra_env: dict[str, str],
+    *,
+    blob_dir: Path | str | None,
+    stdout_path: Path,
+    stderr_path: Path,
+    timeout_s: float | None,
+) -> CliRun:
     cmd = [*programbench_cli(), *args]
-    env = dict(os.environ)
+    env = {**os.environ, **extra_env}
     if blob_dir is not None:
         env["PROGRAMBENCH_BLOB_DIR"] = str(blob_dir)
     env.setdefault("NO_COLOR", "1")
@@ -181,6 +241,44 @@ def cli_failure(run: CliRun, instance_id: str) -> tuple[str, str]:
                 break
     message = "\n".join(message_lines).strip() or f"programbench eval exited {run.returncode}"
     return code or "no_eval_json", message[-4000:]
+
+
+# Raised while the eval reads a branch's results.xml, which the submission's own processes
+# can rewrite (same container, same root user): a truncated or forged file is theirs.
+SUBMISSION_EXCEPTIONS = frozenset({"XmlParseError", "EmptyTestResultError", "UnicodeDecodeError"})
+# Unpacking the submission (or a branch's tests over the workspace the build left) failed in
+# the container's tar: the archive is ours and well formed, so the workspace's shape did it.
+UNPACK_MARKER = "tar stream into container failed"
+# Our side: the engine, the disk, the policy shim.
+INFRA_MARKERS = (
+    "Error response from daemon",
+    "Cannot connect to the Docker daemon",
+    "No space left on device",
+    "docker policy:",
+    "Failed to start container",
+    "docker commit failed",
+    "No such container",
+)
+
+
+def failure_cause(code: str, message: str,
+                  built_containers: list[str] | None = None) -> Literal["agent", "infra"]:
+    """Who made the CLI end an instance without a verdict (see :func:`cli_failure`).
+
+    A build the docker policy refused to commit, or a container started from the image the
+    submission's build left that is not running (its ``sleep`` replaced, its init killed), is
+    the submission's doing too."""
+    if BUILD_TAMPER_MARKER in message:  # the policy refused to commit what compile.sh did
+        return "agent"
+    for cid in built_containers or []:
+        if len(cid) >= 12 and (cid in message or cid[:12] in message) and (
+                "is not running" in message):
+            return "agent"
+    if any(marker in message for marker in INFRA_MARKERS):
+        return "infra"
+    if code in SUBMISSION_EXCEPTIONS or UNPACK_MARKER in message:
+        return "agent"
+    return "infra"
 
 
 def _tests_meta(instance_id: str) -> dict[str, object]:
@@ -266,6 +364,7 @@ def _finish(
     stderr: Path,
     write_to: Path | None,
 ) -> OfficialEvalResult:
+    policy = summarize(run.policy_log, run.real_docker, instance_id, run.policy_label)
     if run.timed_out:
         # An interrupted CLI may still write an eval.json (the stopped step recorded as a
         # failure): that is no verdict, so it is set aside, never scored.
@@ -276,6 +375,7 @@ def _finish(
             official_eval_status="error",
             error_code=code,
             error_message=message,
+            error_cause="infra",
         )
     elif eval_json.exists():
         try:
@@ -285,6 +385,7 @@ def _finish(
                 instance_id=instance_id,
                 official_eval_status="error",
                 error_code="eval_json_unreadable",
+                error_cause="infra",
                 error_message=f"{type(exc).__name__}: {exc}"[:4000],
                 eval_json=str(eval_json),
             )
@@ -295,9 +396,12 @@ def _finish(
             official_eval_status="error",
             error_code=code,
             error_message=message,
+            error_cause=failure_cause(code, message, policy.built_containers),
         )
     result = result.model_copy(
         update={
+            "docker_policy": policy,
+            "scorer_guard": read_report(write_to) if write_to is not None else None,
             "stdout_path": str(stdout),
             "stderr_path": str(stderr),
             "cmd": run.cmd,
@@ -314,6 +418,24 @@ def _discard_stale(path: Path) -> None:
     """Move an old eval.json aside so a failed run cannot be read as a fresh verdict."""
     if path.exists():
         os.replace(path, path.with_name(path.name + f".stale-{int(time.time())}"))
+
+
+def _guard(folder: Path, instance_id: str) -> OfficialEvalResult | None:
+    """Cut scorer overrides out of ``<folder>/submission.tar.gz`` (idempotent); an archive
+    that cannot be read is an error of the submission's, written as its verdict."""
+    try:
+        guard_submission(folder / "submission.tar.gz")
+    except (GuardError, OSError) as exc:
+        result = OfficialEvalResult(
+            instance_id=instance_id,
+            official_eval_status="error",
+            error_code="submission_unreadable",
+            error_message=str(exc)[:4000],
+            error_cause="agent",
+        )
+        atomic_write_text(folder / RESULT_NAME, result.model_dump_json(indent=2) + "\n")
+        return result
+    return None
 
 
 def evaluate_instance(
@@ -337,6 +459,9 @@ def evaluate_instance(
     folder = src / instance_id
     eval_json = eval_json_path(src, instance_id, out)
     _discard_stale(eval_json)
+    refused = _guard(folder, instance_id)
+    if refused is not None:
+        return refused
     stdout, stderr = folder / STDOUT_NAME, folder / STDERR_NAME
     args = _eval_args(
         src,
@@ -378,8 +503,15 @@ def evaluate_batch(
         )
     if not instance_ids:
         return {}
+    refused: dict[str, OfficialEvalResult] = {}
     for iid in instance_ids:
         _discard_stale(eval_json_path(src, iid, out))
+        bad = _guard(src / iid, iid)
+        if bad is not None:
+            refused[iid] = bad
+    instance_ids = [i for i in instance_ids if i not in refused]
+    if not instance_ids:
+        return refused
     pattern = "^(" + "|".join(re.escape(i) for i in sorted(instance_ids)) + ")$"
     stdout, stderr = src / STDOUT_NAME, src / STDERR_NAME
     args = _eval_args(
@@ -394,7 +526,7 @@ def evaluate_batch(
     run = _run_cli(
         args, blob_dir=blob_dir, stdout_path=stdout, stderr_path=stderr, timeout_s=timeout_s
     )
-    return {
+    return refused | {
         iid: _finish(iid, run, eval_json_path(src, iid, out), stdout, stderr, src / iid)
         for iid in instance_ids
     }

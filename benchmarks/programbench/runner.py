@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.programbench import scorer_guard
 from benchmarks.programbench.adapter import ProgramBenchAdapter
 from benchmarks.programbench.collect import export_submission, freeze, probe_workspace
 from benchmarks.programbench.instruction import render_instruction
@@ -198,6 +199,16 @@ def collect_submission(ctx: InstanceContext, sandbox: Any) -> Path | None:
     return dest
 
 
+def sha256_file(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def record_eval(ctx: InstanceContext, result: OfficialEvalResult, completed: bool,
                 reason: str | None) -> None:
     atomic_write_json(ctx.instance_dir / "official_eval.json", result)
@@ -211,9 +222,9 @@ def record_eval(ctx: InstanceContext, result: OfficialEvalResult, completed: boo
     assert v.score is not None
     ctx.scored(score=v.score, resolved=v.resolved, near_resolved=v.near_resolved,
                tests_passed=v.tests_passed, tests_total=v.tests_total,
-               reason_code=v.reason_code)
-    if v.outcome is Outcome.AGENT_FAILED:  # partial work scored, but the agent did not finish
-        ctx.agent_failed(v.reason_code)
+               reason_code=v.reason_code, official_eval_status=v.official_eval_status)
+    if v.outcome is Outcome.AGENT_FAILED:  # partial work scored, or the submission broke eval
+        ctx.agent_failed(v.reason_code, v.error)
 
 
 def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
@@ -251,8 +262,13 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
         env_allowlist=tuple(request.config.getoption("agent_env")),
         oracle=oracle_for(inst, sandbox), adapter="programbench"))
     ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
-    if collect_submission(ctx, sandbox) is None:
+    submission = collect_submission(ctx, sandbox)
+    if submission is None:
         return  # the agent's workspace was refused: its failure, nothing to score
+    ctx.result.details.update(scorer_guard.row_details(submission))  # before any eval mode
+    if ctx.result.details.get("scorer_files_removed") or ctx.result.details.get(
+            "scorer_files_rewritten"):  # the archive the eval scores, as it is on disk now
+        ctx.result.details["submission"]["sha256_scored"] = sha256_file(submission)
     reason = None if outcome.completed else (outcome.reason_code or "task_not_completed")
     if settings.eval_mode == "off":
         ctx.awaiting_eval("not_run", "submission_prepared")

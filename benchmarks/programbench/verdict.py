@@ -30,17 +30,44 @@ class Verdict:
                 "infra": self.outcome is Outcome.INFRA_FAILED}
 
 
+SUBMISSION_BROKE_EVAL = "submission_broke_eval"
+
+
+def guard_details(result: OfficialEvalResult | None) -> dict[str, Any]:
+    """What the scorer did not see: the row's ``scorer_files_*`` and policy evidence."""
+    if result is None:
+        return {}
+    details: dict[str, Any] = {}
+    if result.scorer_guard is not None:
+        details["scorer_files_removed"] = result.scorer_guard.removed_names
+        details["scorer_files_rewritten"] = list(result.scorer_guard.rewritten)
+    if result.docker_policy is not None:
+        details["eval_network"] = result.docker_policy.network
+        if result.docker_policy.build_files_removed:
+            details["scorer_build_files_removed"] = result.docker_policy.build_files_removed
+    return details
+
+
 def verdict(result: OfficialEvalResult | None, *, completed: bool,
             reason: str | None) -> Verdict:
-    """No eval.json is an infrastructure failure, never a 0; partial work of an agent that
-    did not finish is scored but stays ``agent_failed``."""
+    """No eval.json is an infrastructure failure, never a 0, unless the submission caused it
+    (``error_cause: agent``: it scores 0 as the agent's failure); partial work of an agent
+    that did not finish is scored but stays ``agent_failed``."""
+    if (result is not None and result.official_eval_status == "error"
+            and result.error_cause == "agent"):
+        broke: dict[str, Any] = {"eval_error_code": result.error_code, **guard_details(result)}
+        return Verdict(Outcome.AGENT_FAILED, SUBMISSION_BROKE_EVAL, "error", score=0.0,
+                       resolved=False, near_resolved=False, tests_passed=0,
+                       error=f"the submission made programbench eval fail: {result.error_code}: "
+                             f"{(result.error_message or '')[:500]}", details=broke)
     if result is None or result.official_eval_status != "completed" or result.score is None:
         code = result.error_code if result else "no_result"
         message = (result.error_message or "") if result else "the batch eval gave no result"
         return Verdict(Outcome.INFRA_FAILED, "official_eval_error", "error",
                        error=f"programbench eval produced no verdict: {code}: {message[:500]}")
     details: dict[str, Any] = {"eval_error_code": result.error_code,
-                               "executable_hash": result.executable_hash}
+                               "executable_hash": result.executable_hash,
+                               **guard_details(result)}
     partial = not completed
     if partial:
         details["partial_submission_scored"] = True

@@ -105,26 +105,22 @@ def test_timeout_is_an_error_and_leaves_no_container(
 ) -> None:
     import subprocess
 
-    def ours() -> set[str]:
-        out = subprocess.run(
-            ["docker", "ps", "-a", "--filter", "name=programbench-", "--format", "{{.Names}}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        # the eval's own containers only (a concurrent run's harness-programbench-* too)
-        return {name for name in out.split() if name.startswith("programbench-")}
-
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "compile.sh").write_text("#!/bin/bash\nsleep 60\n")
     make_run(tmp_path / "src", ws)
-    before = ours()
     result = evaluate_instance(
         tmp_path / "src", FIXTURE_ID, blob_dir=pb_fixture.blob_dir, timeout_s=4
     )
     assert result.official_eval_status == "error" and result.error_code == "timeout"
     assert result.score is None
     assert not (tmp_path / "src" / FIXTURE_ID / f"{FIXTURE_ID}.eval.json").exists()
-    leftover = ours() - before
-    assert not leftover, f"containers left behind: {leftover}"
+    assert result.docker_policy is not None and result.docker_policy.containers_created == 1
+    label = f"harness.pb_eval={result.docker_policy.label}"  # this eval call's containers
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={label}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert not left, f"containers left behind: {left}"

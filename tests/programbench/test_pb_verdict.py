@@ -49,3 +49,35 @@ def test_batch_row_matches_the_per_task_rule():
     broken = scored_row(pending_row(True), None, adapter)
     assert broken.status == "infra_failed" and broken.infra is True and broken.score is None
     assert not broken.settled
+
+
+def test_an_eval_error_the_submission_caused_is_the_agents_zero():
+    from benchmarks.programbench.official_eval import failure_cause
+
+    # what the CLI says when a branch's results.xml was emptied, or the workspace the
+    # build left cannot take the tests: the submission did it
+    assert failure_cause("EmptyTestResultError", "Empty test results XML for branch 'b'") == (
+        "agent")
+    assert failure_cause("RuntimeError", "tar stream into container failed: tar: eval: "
+                         "Cannot mkdir: Not a directory") == "agent"
+    # our dependencies: the engine, the disk, the image, the policy shim, an unknown crash
+    for message in ("Failed to start container: Unable to find image 'x:y' locally",
+                    "tar stream into container failed: Error response from daemon: "
+                    "container abc is not running",
+                    "tar stream into container failed: tar: x: No space left on device",
+                    "docker policy: refused: a container network may not be chosen",
+                    "KeyError: 'image_name'"):
+        assert failure_cause("RuntimeError", message) == "infra", message
+    v = verdict(result(official_eval_status="error", score=None, error_cause="agent",
+                       error_code="EmptyTestResultError", error_message="Empty test results"),
+                completed=True, reason=None)
+    assert (v.outcome, v.reason_code, v.official_eval_status) == (
+        Outcome.AGENT_FAILED, "submission_broke_eval", "error")
+    assert v.score == 0.0 and v.resolved is False
+    assert v.details["eval_error_code"] == "EmptyTestResultError"
+    row = scored_row(pending_row(True), result(official_eval_status="error", score=None,
+                                               error_cause="agent", error_code="X"),
+                     ProgramBenchAdapter())
+    assert (row.status, row.outcome, row.infra, row.score) == (
+        "failed", Outcome.AGENT_FAILED, False, 0.0)
+    assert row.settled

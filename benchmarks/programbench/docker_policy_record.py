@@ -1,0 +1,54 @@
+"""The record of :mod:`benchmarks.programbench.docker_policy` for ``official_eval.json``
+(kept apart so the shim, run for every docker call, starts without pydantic)."""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from benchmarks.programbench.docker_policy import CREATE_COMMANDS
+
+
+class DockerPolicy(BaseModel):
+    """What the policy did during one ``programbench eval`` call (``official_eval.json``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    network: str = "none"
+    label: str = ""  # every container of this eval call carries harness.pb_eval=<label>
+    real_docker: str = ""
+    containers_created: int = 0
+    results_guarded: int = 0  # test runs whose pytest loaded the results guard
+    # containers started from the image the submission's build left (the eval's
+    # ``programbench-compiled/<iid>:<hex>``): their failures are the submission's
+    built_containers: list[str] = Field(default_factory=list)
+    refused: list[str] = Field(default_factory=list)
+    build_files_removed: list[str] = Field(default_factory=list)
+
+
+def summarize(log_text: str, real_docker: str = "", instance_id: str | None = None,
+              label: str = "") -> DockerPolicy:
+    """The policy's record of one eval call, from its log (build removals of ``instance_id``
+    only, when given: the eval commits ``programbench-compiled/<instance_id>:<hex>``)."""
+    policy = DockerPolicy(real_docker=real_docker, label=label)
+    for line in log_text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("refused"):
+            policy.refused.append(str(entry["refused"]))
+        elif entry.get("op") == "exec" and entry.get("results_guard"):
+            policy.results_guarded += 1
+        elif entry.get("op") in CREATE_COMMANDS:
+            policy.containers_created += 1
+            image = str(entry.get("image", ""))
+            built = f"programbench-compiled/{instance_id}:" if instance_id else (
+                "programbench-compiled/")
+            if entry.get("id") and image.startswith(built):
+                policy.built_containers.append(str(entry["id"]))
+        elif entry.get("op") == "commit" and (instance_id is None or str(
+                entry.get("image", "")).startswith(f"programbench-compiled/{instance_id}:")):
+            policy.build_files_removed += [str(p) for p in entry.get("build_files_removed", [])]
+    return policy

@@ -1,0 +1,80 @@
+"""A pytest plugin the docker policy installs into each test container of the official eval
+(under a random module name, so no submission file can shadow it).
+
+The program under test runs as root in the same container as pytest; a process it leaves
+behind could rewrite ``eval/results.xml`` after pytest writes it (drop the failures: every
+test "passes"). Before pytest's JUnit writer runs (``tryfirst`` on ``pytest_sessionfinish``),
+every process is ended except pytest itself, its ancestors (``run.sh``, the exec's shell),
+its direct children (xdist workers) and the container's own init and keep-alive; a results
+path that is not a regular file is removed so the writer creates a fresh one. Nothing of the
+submission is alive when the verdict is written or read.
+
+Standard library and pytest only: this file is copied into the container as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+ROUNDS = 50
+
+
+def _table() -> dict[int, tuple[int, int]]:
+    """``{pid: (ppid, start time)}`` of the live (non-zombie) processes."""
+    out: dict[int, tuple[int, int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                data = fh.read()
+            rest = data[data.rindex(b")") + 2 :].split()
+            if rest[0] in (b"Z", b"X"):
+                continue
+            out[int(name)] = (int(rest[1]), int(rest[19]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _kept(table: dict[int, tuple[int, int]]) -> set[int]:
+    me = os.getpid()
+    keep = {1, me}
+    pid = me
+    while pid in table and table[pid][0] > 0 and table[pid][0] not in keep:
+        pid = table[pid][0]
+        keep.add(pid)
+    keep |= {p for p, (parent, _) in table.items() if parent == me}
+    init_children = [(start, p) for p, (parent, start) in table.items() if parent == 1]
+    if init_children:
+        keep.add(min(init_children)[1])  # the keep-alive (`sleep`), started before anything
+    return keep
+
+
+def end_foreign_processes() -> int:
+    """SIGKILL every process outside :func:`_kept`, until none is left; how many."""
+    ended = 0
+    for _ in range(ROUNDS):
+        table = _table()
+        keep = _kept(table)
+        foreign = [p for p in table if p not in keep]
+        if not foreign:
+            break
+        for pid in foreign:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                ended += 1
+            except OSError:
+                pass
+    return ended
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    end_foreign_processes()
+    xml = getattr(session.config.option, "xmlpath", None)
+    if xml and os.path.lexists(xml) and (os.path.islink(xml) or not os.path.isfile(xml)):
+        os.unlink(xml)

@@ -1,0 +1,343 @@
+"""Remove what would steer the official scorer from a ``submission.tar.gz``.
+
+``programbench eval`` unpacks the submission into ``/workspace`` and later runs each test
+branch there as ``cd /workspace && python3 -m pytest --rootdir=eval eval/tests/ ...``. What
+that pytest consults, and so what a submission could use to change its verdict:
+
+* ini files: pytest looks for ``pytest.ini``/``.pytest.ini``/``pytest.toml``/
+  ``.pytest.toml``/``tox.ini`` ``[pytest]``/``setup.cfg`` ``[tool:pytest]``/
+  ``pyproject.toml`` ``[tool.pytest...]`` in ``eval/tests``, ``eval``, ``/workspace`` and
+  above; the first one found is the configuration (``addopts``, plugins, ``confcutdir``). An
+  unparsable ``setup.cfg``/``pyproject.toml``, or a ``[pytest]`` section in ``setup.cfg``,
+  aborts pytest (every test unrun).
+* ``conftest.py``: pytest imports the ones in the directories of its arguments and their
+  parents (``/workspace/eval/tests``, ``/workspace/eval``, ``/workspace``; pytest 7 has no
+  ``confcutdir`` without an ini file). A ``conftest.py`` deeper in the submission
+  (``src/conftest.py``, ``tests/conftest.py``) is never on that path, so it is kept.
+* ``eval/``: the evaluator's reserved folder; the branch's tests are unpacked over it, so any
+  extra file there (a ``conftest.py``, an ini file, a test module) joins the run.
+* ``python3 -m`` puts the working directory first on ``sys.path``: a root module named like a
+  standard-library or pytest module (``subprocess.py``, ``pytest.py``, ``_pytest/__init__.py``)
+  replaces the real one inside the scorer. Only the module file (or the package's
+  ``__init__``) goes: a folder without it is a namespace portion, which never shadows.
+
+Rules: at the root, those ini files, ``conftest.py`` and ``eval/`` are removed (with all
+below them); ``setup.cfg`` and ``pyproject.toml`` lose only their pytest sections (a Python
+submission may need them to build), and are removed when they are not regular files, too
+large, unparsable, or still configure pytest after the cut. Entries with an absolute or
+``..`` path, entries below an archive symlink, and hard links to a removed entry are dropped
+too (the container's tar would write through them, or fail on them).
+
+Streaming: one pass, tar in -> tar out, no member held in memory except the two small config
+files. Idempotent: a guarded archive passes through unchanged (apart from re-compression).
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import hashlib
+import io
+import os
+import posixpath
+import re
+import sys
+import tarfile
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import IO, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+REPORT_NAME = "scorer_guard.json"
+ROOT_PYTEST_FILES = frozenset(
+    {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini"}
+)
+RESERVED_DIR = "eval"
+EDITED_CONFIGS = ("setup.cfg", "pyproject.toml")
+MAX_CONFIG_BYTES = 1 << 20
+# Modules the eval's pytest imports by name, beyond the standard library.
+PYTEST_MODULES = frozenset(
+    {
+        "pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "exceptiongroup",
+        "tomli", "attr", "attrs", "pygments", "colorama", "xdist", "execnet", "pytest_timeout",
+        "pytest_rerunfailures", "pytest_xdist", "programbench_pytest_timeout", "sitecustomize",
+        "usercustomize", "conftest", "typing_extensions",
+    }
+)
+SHADOW_NAMES = frozenset(sys.stdlib_module_names) | PYTEST_MODULES
+_MODULE_FILE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\.py|\.pyc|\.pyw|(\.[A-Za-z0-9_-]+)?\.so)$")
+_INIT_FILE = re.compile(r"^__init__(\.py|\.pyc|(\.[A-Za-z0-9_-]+)?\.so)$")
+
+Reason = Literal[
+    "pytest_config",
+    "reserved_eval_dir",
+    "shadows_module",
+    "unsafe_path",
+    "below_symlink",
+    "link_to_removed",
+    "pytest_config_unstrippable",
+]
+
+
+class RemovedEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    reason: Reason
+
+
+class ScorerGuardReport(BaseModel):
+    """``scorer_guard.json`` beside the submission: what the scorer will not see."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    removed: list[RemovedEntry] = Field(default_factory=list)
+    rewritten: list[str] = Field(default_factory=list)  # pytest sections cut out
+    entries_in: int = 0
+    entries_out: int = 0
+    sha256_in: str = ""
+    sha256_out: str = ""
+
+    @property
+    def removed_names(self) -> list[str]:
+        return [r.name for r in self.removed]
+
+
+class GuardError(Exception):
+    """The archive cannot be read (a corrupt or truncated tar.gz)."""
+
+
+def _normalise(name: str) -> str | None:
+    """The member's path as the container's tar writes it; None when it escapes the root."""
+    if name.startswith("/") or not name:
+        return None
+    norm = posixpath.normpath(name)
+    if norm == ".":
+        return ""
+    if norm.startswith("../") or norm == ".." or "/../" in f"/{name}/":
+        return None
+    return norm
+
+
+def root_reason(parts: list[str]) -> Reason | None:
+    top = parts[0]
+    if top in ROOT_PYTEST_FILES:
+        return "pytest_config"
+    if top == RESERVED_DIR:
+        return "reserved_eval_dir"
+    if len(parts) == 1:
+        match = _MODULE_FILE.match(top)
+        if match and match.group(1) in SHADOW_NAMES:
+            return "shadows_module"
+    elif len(parts) == 2 and top in SHADOW_NAMES and _INIT_FILE.match(parts[1]):
+        return "shadows_module"
+    return None
+
+
+def strip_setup_cfg(text: str) -> str | None:
+    """``setup.cfg`` without ``[tool:pytest]``/``[pytest]``; None when pytest could still
+    read a section of its own, or could not parse the file (either aborts or steers it)."""
+    import iniconfig
+
+    out: list[str] = []
+    skipping = False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("["):
+            name = line.strip().split("]", 1)[0].lstrip("[").strip()
+            skipping = name in ("tool:pytest", "pytest")
+        if not skipping:
+            out.append(line)
+    result = "".join(out)
+    try:
+        parsed = iniconfig.IniConfig("setup.cfg", data=result)
+    except Exception:
+        return None
+    if "tool:pytest" in parsed or "pytest" in parsed:
+        return None
+    return result
+
+
+_TOML_HEADER = re.compile(r"^\s*\[\[?(.+?)\]\]?\s*(#.*)?$")
+
+
+def strip_pyproject(text: str) -> str | None:
+    """``pyproject.toml`` without its ``[tool.pytest...]`` tables; None when it does not
+    parse, or still configures pytest (dotted keys, inline tables)."""
+    out: list[str] = []
+    skipping = False
+    for line in text.splitlines(keepends=True):
+        header = _TOML_HEADER.match(line)
+        if header:
+            key = re.sub(r"[\s\"']", "", header.group(1))
+            skipping = key == "tool.pytest" or key.startswith("tool.pytest.")
+        if not skipping:
+            out.append(line)
+    result = "".join(out)
+    try:
+        data = tomllib.loads(result)
+    except (tomllib.TOMLDecodeError, UnicodeError):
+        return None
+    tool = data.get("tool")
+    if isinstance(tool, dict) and "pytest" in tool:
+        return None
+    return result
+
+
+def edit_config(name: str, data: bytes) -> bytes | None:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    stripped = strip_setup_cfg(text) if name == "setup.cfg" else strip_pyproject(text)
+    return None if stripped is None else stripped.encode("utf-8")
+
+
+class _Hashing(io.RawIOBase):
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.digest = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: memoryview) -> int:  # type: ignore[override]
+        data = self.raw.read(len(buf))
+        self.digest.update(data)
+        buf[: len(data)] = data
+        return len(data)
+
+
+def guard_stream(src: IO[bytes], dst: IO[bytes]) -> ScorerGuardReport:
+    """Copy the tar.gz ``src`` to ``dst`` without what would steer the scorer."""
+    report = ScorerGuardReport()
+    hashed_in = _Hashing(src)
+    symlinks: set[str] = set()
+    removed: set[str] = set()
+    with gzip.GzipFile(fileobj=dst, mode="wb", filename="", mtime=0) as gz, tarfile.open(
+        fileobj=gz, mode="w|", format=tarfile.GNU_FORMAT
+    ) as out:
+        try:
+            with tarfile.open(fileobj=io.BufferedReader(hashed_in), mode="r|gz") as tar:
+                for member in tar:
+                    report.entries_in += 1
+                    _copy_member(tar, out, member, report, symlinks, removed)
+        except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise GuardError(f"the submission archive cannot be read: {exc}") from exc
+    report.sha256_in = hashed_in.digest.hexdigest()
+    return report
+
+
+def _copy_member(
+    tar: tarfile.TarFile,
+    out: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    report: ScorerGuardReport,
+    symlinks: set[str],
+    removed: set[str],
+) -> None:
+    def drop(reason: Reason) -> None:
+        report.removed.append(RemovedEntry(name=member.name, reason=reason))
+        if norm:
+            removed.add(norm)
+
+    norm = _normalise(member.name)
+    if norm is None:
+        return drop("unsafe_path")
+    if norm == "":
+        out.addfile(member)  # the root itself
+        report.entries_out += 1
+        return
+    parts = norm.split("/")
+    if any("/".join(parts[:i]) in symlinks for i in range(1, len(parts))):
+        return drop("below_symlink")
+    reason = root_reason(parts)
+    if reason is not None:
+        return drop(reason)
+    if member.islnk():
+        target = _normalise(member.linkname)
+        if not target:
+            return drop("unsafe_path")
+        if target in removed:
+            return drop("link_to_removed")
+        tparts = target.split("/")
+        if any("/".join(tparts[:i]) in symlinks for i in range(1, len(tparts) + 1)):
+            return drop("below_symlink")
+    if len(parts) == 1 and norm in EDITED_CONFIGS:
+        if not member.isreg() or member.size > MAX_CONFIG_BYTES:
+            return drop("pytest_config_unstrippable")
+        fh = tar.extractfile(member)
+        data = fh.read() if fh is not None else b""
+        edited = edit_config(norm, data)
+        if edited is None:
+            return drop("pytest_config_unstrippable")
+        if edited != data:
+            report.rewritten.append(member.name)
+            member = copy.copy(member)
+            member.size = len(edited)
+        out.addfile(member, io.BytesIO(edited))
+        report.entries_out += 1
+        return
+    if member.issym():
+        symlinks.add(norm)
+    if member.isreg():
+        if member.sparse is not None:
+            member = copy.copy(member)
+            member.type, member.sparse = tarfile.REGTYPE, None
+        out.addfile(member, tar.extractfile(member))
+    else:
+        out.addfile(member)
+    report.entries_out += 1
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def guard_submission(path: Path) -> ScorerGuardReport:
+    """Filter ``path`` in place and write ``scorer_guard.json`` beside it.
+
+    Idempotent: when the report beside it already names the current file, nothing runs.
+    Raises :class:`GuardError` when the archive cannot be read.
+    """
+    path = Path(path)
+    report_path = path.parent / REPORT_NAME
+    known = read_report(path.parent)
+    if known is not None and path.is_file() and known.sha256_out == _sha256(path):
+        return known
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
+            report = guard_stream(src, dst)
+        report.sha256_out = _sha256(Path(tmp))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    from harness.fsutil import atomic_write_text
+
+    atomic_write_text(report_path, report.model_dump_json(indent=2) + "\n")
+    return report
+
+
+def read_report(folder: Path) -> ScorerGuardReport | None:
+    try:
+        return ScorerGuardReport.model_validate_json((Path(folder) / REPORT_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def row_details(path: Path) -> dict[str, object]:
+    """Guard ``path`` and say so for the row (``details.scorer_files_removed``...)."""
+    try:
+        report = guard_submission(path)
+    except (GuardError, OSError) as exc:
+        return {"scorer_guard_error": str(exc)[:1000]}
+    return {"scorer_files_removed": report.removed_names,
+            "scorer_files_rewritten": list(report.rewritten)}

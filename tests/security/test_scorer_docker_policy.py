@@ -1,0 +1,101 @@
+"""No network for any container of the official eval: ``programbench eval`` drives docker
+through our policy shim, which forces ``--network none`` on every container it creates."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from scorer_support import FIXTURE_IMAGE, bridge_gateway, fetch_script, http_recorder, write
+
+from benchmarks.programbench import FIXTURE_ID
+from benchmarks.programbench.docker_policy import PolicyRefused, image_of, rewrite
+from benchmarks.programbench.fixture import ensure_fixture
+from benchmarks.programbench.official_eval import evaluate_instance
+from benchmarks.programbench.submission import build_submission
+
+
+def test_every_created_container_gets_network_none() -> None:
+    run = ["run", "-d", "--init", "--name", "x", "-w", "/workspace", "img", "sleep", "2h"]
+    assert rewrite(run) == ["run", "--network", "none", *run[1:]]
+    assert rewrite(["container", "create", "img"]) == [
+        "container", "create", "--network", "none", "img"]
+    for passthrough in (["exec", "-i", "c", "tar", "-xf", "-"], ["cp", "a", "c:/b"],
+                        ["commit", "c", "ref"], ["rmi", "-f", "ref"], []):
+        assert rewrite(passthrough) == passthrough
+    for refused in (["run", "--network", "host", "img"], ["run", "--net=bridge", "img"],
+                    ["create", "--network=host", "img"], ["network", "connect", "n", "c"],
+                    ["-H", "tcp://elsewhere:2375", "run", "img"]):
+        with pytest.raises(PolicyRefused):
+            rewrite(refused)
+    assert rewrite(["create", "img"], "pb-x") == [
+        "create", "--network", "none", "--label", "harness.pb_eval=pb-x", "img"]
+    assert image_of(rewrite(run, "pb-x")) == "img"
+    assert image_of(["run", "-d", "--cpus", "2", "-e", "A=b", "--init", "repo/i:t", "sleep"]) == (
+        "repo/i:t")
+
+
+@pytest.mark.docker
+def test_compile_and_tests_cannot_reach_the_host(tmp_path: Path) -> None:
+    fixture = ensure_fixture()
+    gateway = bridge_gateway()
+    with http_recorder() as (port, hits):
+        base = f"http://{gateway}:{port}"
+        # control: a container on Docker's default network reaches this server
+        subprocess.run(["docker", "run", "--rm", FIXTURE_IMAGE, "sh", "-c",
+                        fetch_script(f"{base}/control")], check=True, timeout=120)
+        assert hits == ["/control"]
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        shutil.copy(Path(fixture.oracle_dir) / "calculator.sh", ws / "calculator.sh")
+        program = f"#!/bin/sh\n{fetch_script(base + '/test')}\nexec /workspace/real.sh \"$@\"\n"
+        write(ws / "compile.sh", "#!/bin/bash\n" + fetch_script(f"{base}/compile") + "\n"
+              "cp calculator.sh real.sh\ncat > executable <<'EOF'\n" + program + "EOF\n"
+              "chmod +x executable real.sh\n", 0o755)
+        build_submission(ws, tmp_path / "src" / FIXTURE_ID / "submission.tar.gz")
+        result = evaluate_instance(tmp_path / "src", FIXTURE_ID, blob_dir=fixture.blob_dir)
+        assert hits == ["/control"]  # neither compile.sh nor the program under test got out
+    assert result.official_eval_status == "completed", result.error_message
+    assert result.score == 1.0  # a correct program loses nothing without network
+    assert result.docker_policy is not None and result.docker_policy.network == "none"
+    assert result.docker_policy.containers_created >= 2  # compile + one test branch
+    assert result.docker_policy.refused == []
+
+
+def test_build_changes_that_steer_the_tests_are_told_apart_from_a_build() -> None:
+    from benchmarks.programbench.docker_policy import _steers
+
+    steering = [("A", "/usr/local/lib/python3.11/dist-packages/zz.pth"),
+                ("A", "/etc/python3.11/sitecustomize.py"),
+                ("A", "/usr/lib/python3/dist-packages/_pytest/x.py"),
+                ("D", "/usr/lib/python3.11/subprocess.py"),
+                ("A", "/usr/lib/python3.11/__pycache__/json.cpython-311.pyc"),
+                ("C", "/root/.profile"), ("A", "/etc/profile.d/zz.sh")]
+    for kind, path in steering:
+        assert _steers(kind, path) is True, path
+    harmless = [("A", "/root/.cargo/registry/x"), ("C", "/tmp"), ("A", "/usr/local/bin/tool"),
+                ("A", "/usr/local/lib/python3.11/dist-packages/calc/__init__.py")]
+    for kind, path in harmless:
+        assert _steers(kind, path) is False, path
+    # decided in the container: a changed file (not a parent dir), a pytest11 entry point
+    assert _steers("C", "/usr/lib/python3.11/json/decoder.py") is None
+    assert _steers("A", "/usr/local/lib/python3.11/dist-packages/x.dist-info/"
+                        "entry_points.txt") is None
+
+
+def test_results_guard_spares_only_pytest_its_line_and_the_keep_alive(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks.programbench import results_guard_plugin as plugin
+
+    monkeypatch.setattr(plugin.os, "getpid", lambda: 50)
+    table = {1: (0, 1), 7: (1, 2),          # init, its keep-alive `sleep`
+             30: (0, 10), 40: (30, 11),     # the exec's shell, run.sh
+             50: (40, 12), 60: (50, 13),    # pytest, an xdist worker
+             61: (60, 14),                  # a program a test left running below the worker
+             70: (1, 15), 71: (70, 16)}     # a daemon reparented to init, its child
+    assert plugin._kept(table) == {1, 7, 30, 40, 50, 60}
