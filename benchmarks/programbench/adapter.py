@@ -35,6 +35,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="shuffle the instance order (seeded, see --pb-seed)")
     group.addoption("--pb-seed", default=str(DEFAULT_SHUFFLE_SEED), metavar="N",
                     help=f"shuffle seed (default {DEFAULT_SHUFFLE_SEED})")
+    group.addoption("--redo-existing", action="store_true", default=False,
+                    help="on resume, solve again an instance whose kept submission was never "
+                         "scored (default: score the kept submission, no new agent run)")
     group.addoption("--pb-fixture-layout", choices=("debian", "cleanroom"), default="debian",
                     help="agent-phase image of the offline fixture: debian (agent user, git "
                          "repository) or cleanroom (like a published image: no agent user, "

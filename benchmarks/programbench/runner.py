@@ -21,6 +21,7 @@ from benchmarks.programbench.adapter import ProgramBenchAdapter
 from benchmarks.programbench.collect import export_submission, freeze, probe_workspace
 from benchmarks.programbench.instruction import render_instruction
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_instance
+from benchmarks.programbench.rescore import adopt, find_kept_submission
 from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
 from benchmarks.programbench.tasks import PBInstance
 from benchmarks.programbench.verdict import verdict
@@ -245,6 +246,11 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
         ctx.prepared()
     client = request.getfixturevalue("sandbox_client")
     image_id, blob_dir = resolve_instance_image(ctx, inst, client, request.config)
+    kept = None if request.config.getoption("redo_existing") else find_kept_submission(ctx)
+    if kept is not None:  # a resume re-scores the kept submission, never buys a new solve
+        score_submission(ctx, settings, adopt(ctx, kept), kept.completed, kept.reason,
+                         blob_dir)
+        return
     factory = request.getfixturevalue("sandbox_factory")
     # No no_new_privileges: it would disable the reference's setuid launcher (see
     # harness.sandbox.protected for what replaces it).
@@ -270,17 +276,25 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
             "scorer_files_rewritten"):  # the archive the eval scores, as it is on disk now
         ctx.result.details["submission"]["sha256_scored"] = sha256_file(submission)
     reason = None if outcome.completed else (outcome.reason_code or "task_not_completed")
+    ctx.result.details["agent_outcome"] = {"completed": outcome.completed, "reason": reason}
+    score_submission(ctx, settings, submission, outcome.completed, reason, blob_dir)
+
+
+def score_submission(ctx: InstanceContext, settings: Any, submission: Path, completed: bool,
+                     reason: str | None, blob_dir: str | None) -> None:
+    """The eval step of an instance, per ``--eval``: off, batch (at session end), per task."""
+    inst: PBInstance = ctx.data
     if settings.eval_mode == "off":
         ctx.awaiting_eval("not_run", "submission_prepared")
         if reason:
             ctx.agent_failed(reason)
         return
     if settings.eval_mode == "batch":
-        ctx.result.details["eval_pending"] = {"completed": outcome.completed, "reason": reason,
+        ctx.result.details["eval_pending"] = {"completed": completed, "reason": reason,
                                              "blob_dir": blob_dir}
         ctx.awaiting_eval("pending", "eval_pending")
         return
     result = evaluate_instance(ctx.run_root / "programbench", inst.instance_id,
                                docker_cpus=settings.docker_cpus, blob_dir=blob_dir,
                                timeout_s=3 * 3600)
-    record_eval(ctx, result, outcome.completed, reason)
+    record_eval(ctx, result, completed, reason)

@@ -1,0 +1,96 @@
+"""Resume re-scores, it does not re-solve (issue 14 point 2).
+
+An instance whose agent finished and left a ``submission.tar.gz``, but whose official eval
+errored (``official_eval_error``), never ran (a batch eval cut short), or was switched off,
+is not given to the agent again on resume: the nearest ancestor's kept submission is copied
+into the new instance folder (after checking its sha256 against the ancestor's row) and
+scored. ``--redo-existing`` forces a new solve.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.ledger import ledger_path, read_ledger
+from harness.manifest import read_manifest
+from harness.runtime import InstanceContext
+
+RESCORABLE_REASONS = frozenset({"official_eval_error", "eval_pending", "submission_prepared"})
+COPIED = ("submission.tar.gz", "submission_info.json", "scorer_guard.json")
+
+
+@dataclass(frozen=True)
+class KeptSubmission:
+    run_root: Path
+    instance_dir: Path
+    completed: bool
+    reason: str | None
+    sha256: str
+    details: dict[str, Any]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _agent_state(details: dict[str, Any]) -> tuple[bool, str | None] | None:
+    for key in ("agent_outcome", "eval_pending"):
+        state = details.get(key)
+        if isinstance(state, dict) and isinstance(state.get("completed"), bool):
+            reason = state.get("reason")
+            return state["completed"], reason if isinstance(reason, str) else None
+    return None
+
+
+def find_kept_submission(ctx: InstanceContext) -> KeptSubmission | None:
+    """The nearest ancestor's submission this instance can be scored from, if any."""
+    if ctx.key not in ctx.run.plan.attempts:
+        return None
+    try:
+        ancestors = [Path(p) for p in read_manifest(ctx.run_root).resume.ancestors]
+    except Exception:  # the runner's own manifest: unreadable means no recovery
+        return None
+    for root in ancestors:
+        row = read_ledger(ledger_path(root)).latest.get(ctx.key)
+        if row is None:
+            continue
+        details = dict(row.details or {})
+        state = _agent_state(details)
+        submission = details.get("submission")
+        if (row.reason_code not in RESCORABLE_REASONS or state is None
+                or not isinstance(submission, dict)):
+            continue
+        src = root / ctx.benchmark / ctx.instance_id
+        kept = src / "submission.tar.gz"
+        want = submission.get("sha256_scored") or submission.get("sha256")
+        if not kept.is_file() or kept.is_symlink() or not want or _sha256(kept) != want:
+            continue
+        return KeptSubmission(run_root=root, instance_dir=src, completed=state[0],
+                              reason=state[1], sha256=str(want), details=details)
+    return None
+
+
+def adopt(ctx: InstanceContext, kept: KeptSubmission) -> Path:
+    """Copy the kept submission (and its descriptions) into this instance folder."""
+    for name in COPIED:
+        src = kept.instance_dir / name
+        if src.is_file() and not src.is_symlink():
+            shutil.copyfile(src, ctx.instance_dir / name)
+    dest = ctx.instance_dir / "submission.tar.gz"
+    ctx.output("submission", dest)
+    ctx.result.prediction_written = True
+    for key in ("submission", "scorer_files_removed", "scorer_files_rewritten", "image",
+                "agent", "agent_outcome"):
+        if key in kept.details:
+            ctx.result.details[key] = kept.details[key]
+    ctx.result.details["rescored_from"] = {"run_root": str(kept.run_root),
+                                           "sha256": kept.sha256}
+    return dest
