@@ -65,6 +65,7 @@ def start(
     env: Mapping[str, str] | None = None,
     ttl_s: int = 7200,
     memory: str = "2g",
+    runtime: str | None = None,
 ) -> Sandbox:
     spec = SandboxSpec(
         image=image,
@@ -79,6 +80,7 @@ def start(
         workdir="/",
         env=dict(env or {}),
         labels={ROLE_LABEL: role},
+        runtime=runtime,
     )
     return Sandbox.create(spec)
 

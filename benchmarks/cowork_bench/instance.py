@@ -95,6 +95,7 @@ def run_instance(
     diagnostic: bool = False,
     docs: TaskDocs | None = None,
     keep_sandboxes: bool = False,
+    sandbox_runtime: str | None = None,
 ) -> InstanceResult:
     """Sidecar (unless one is given, with its network), agent phase, eval phase, teardown.
 
@@ -102,7 +103,8 @@ def run_instance(
     and left running (the caller owns it); otherwise everything this instance created (by
     its run and instance labels) is removed and the listing proves it, unless
     ``keep_sandboxes`` (``--keep-sandboxes``: the sidecar and network stay for inspection
-    until ``harness sweep --run`` or their TTL). ``diagnostic`` runs the residual diagnostic
+    until ``harness sweep --run`` or their TTL). ``sandbox_runtime`` (``--runtime``) is the
+    agent container's OCI runtime. ``diagnostic`` runs the residual diagnostic
     (audit only) while the sidecar still holds the agent's state.
     """
     inst_dir = Path(inst_dir)
@@ -121,7 +123,8 @@ def run_instance(
             timings.update(sidecar.timings)
             timings["sidecar_total_s"] = time.monotonic() - t0
         env = InstanceEnv(task, Path(bench_root), inst_dir, sidecar.network, sidecar, ident,
-                          runtime, timings, ttl_s=ttl, docs=docs)  # fmt: skip
+                          runtime, timings, ttl_s=ttl, docs=docs,
+                          sandbox_runtime=sandbox_runtime)  # fmt: skip
         t1 = time.monotonic()
         result.summary = run_agent_phase(env, agent, agent_name, timeout_sec=agent_timeout_sec)
         timings["agent_phase_s"] = time.monotonic() - t1
@@ -317,6 +320,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         diagnostic=opts.diagnostic,
         docs=docs,
         keep_sandboxes=bool(request.config.getoption("keep_sandboxes", False)),
+        sandbox_runtime=request.config.getoption("sandbox_runtime", None),
     )
     details = ctx.result.details
     details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}

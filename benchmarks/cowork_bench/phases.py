@@ -55,6 +55,7 @@ class InstanceEnv:
     timings: dict[str, float] = field(default_factory=dict)
     ttl_s: int = 7200  # containers expire by themselves after this (agent timeout + margin)
     docs: TaskDocs | None = None  # the task's docs, when the caller has read them already
+    sandbox_runtime: str | None = None  # OCI runtime of the agent container (--runtime)
 
     @property
     def env(self) -> dict[str, str]:
@@ -108,10 +109,10 @@ def task_tar(env: InstanceEnv, sanitised: bool) -> bytes:
                                exclude_names=frozenset(exclude))  # fmt: skip
 
 
-def _start(env: InstanceEnv, role: str, sanitised: bool) -> Sandbox:
+def _start(env: InstanceEnv, role: str, sanitised: bool, runtime: str | None = None) -> Sandbox:
     container = docker_ops.start(
         env.runtime_image, env.ident, env.task.instance_id,
-        network=env.network, role=role, env=env.env, ttl_s=env.ttl_s,
+        network=env.network, role=role, env=env.env, ttl_s=env.ttl_s, runtime=runtime,
     )  # fmt: skip
     try:
         docker_ops.exec_in(container, ["mkdir", "-p", WORKSPACE, AGENT_LOGS, SCRATCH])
@@ -185,7 +186,7 @@ def run_agent_phase(
     error: str | None = None
     outcome: AgentOutcome | None = None
     pre_rc: int | None = None
-    container = _start(env, "agent", sanitised=True)
+    container = _start(env, "agent", sanitised=True, runtime=env.sandbox_runtime)
     try:
         if env.task.has_initial_workspace:
             src = f"{ROOT}/tasks/finalpool/{env.task.instance_id}/initial_workspace/."

@@ -60,6 +60,7 @@ class SandboxSpec:
     init: bool = True
     no_new_privileges: bool = False
     shm_size: str | None = None
+    runtime: str | None = None  # OCI runtime registered with dockerd, e.g. "runsc" (gVisor)
 
 
 class Sandbox:
@@ -102,6 +103,7 @@ class Sandbox:
             auto_remove=True,
             security_opt=["no-new-privileges"] if spec.no_new_privileges else None,
             shm_size=spec.shm_size,
+            runtime=spec.runtime,
         )
         try:
             created = api.create_container(
