@@ -19,6 +19,7 @@ pytestmark = pytest.mark.docker
 
 TARGET = "benchmarks/programbench"
 RUNTIME = "runsc"
+COWORK_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cowork_mini"
 
 
 def test_oracle_under_gvisor_scores_one_in_a_gvisor_sandbox(tmp_path: Path) -> None:
@@ -48,6 +49,18 @@ def test_oracle_under_gvisor_scores_one_in_a_gvisor_sandbox(tmp_path: Path) -> N
         sweep(run_id)
     left = client.containers.list(all=True, filters={"label": f"harness.run={run_id}"})
     assert left == [], [c.name for c in left]
+
+
+def test_cowork_agent_container_runs_under_gvisor(tmp_path: Path) -> None:
+    run = run_pytest("benchmarks/cowork_bench", tmp_path / "cowork", "--cowork-root",
+                     str(COWORK_FIXTURE), "--allow-dirty-bench", "-k", "excel-sales-summary",
+                     "--agent", "command", "--agent-command", "dmesg > kernel.txt",
+                     "--runtime", RUNTIME, timeout=600)
+    row = run.latest["excel-sales-summary"]
+    assert row["outcome"] == "scored" and row["reason_code"] == "verifier_failed", row
+    kernel = run.root / row["output_paths"]["workspace"] / "kernel.txt"
+    assert "Starting gVisor" in kernel.read_text(), kernel.read_text()[:500]
+    assert run.manifest["config"]["sandbox.runtime"] == RUNTIME
 
 
 def test_unregistered_runtime_is_refused_before_any_sandbox(tmp_path: Path) -> None:
