@@ -70,12 +70,14 @@ def sandbox_runtime(config: pytest.Config) -> str | None:
     return str(value) if value else None
 
 
+@pytest.hookimpl(optionalhook=True)  # the runner's hooks: this plugin also works alone
 def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
     """``sandbox.runtime`` when given (absent and None compare equal on resume)."""
     runtime = sandbox_runtime(config)
     return {"sandbox.runtime": runtime} if runtime else {}
 
 
+@pytest.hookimpl(optionalhook=True)  # the runner's hooks: this plugin also works alone
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     """Refuse a ``--runtime`` the daemon does not know; record its path and arguments."""
     from harness.errors import RefusalError
