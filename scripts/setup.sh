@@ -2,7 +2,8 @@
 # Set up a fresh Debian/Ubuntu machine for the runner (idempotent):
 #   system packages (debootstrap for local images, chromium for the report test, gcc for the
 #   ProgramBench fixture's reference program), the Python package with its dev extras, and
-#   the local Docker images (built from Debian packages, tagged by content hash, built once).
+#   the local Docker images (built from Debian packages, tagged by content hash, built once),
+#   and gVisor's runsc registered as a Docker runtime (for --runtime runsc).
 # Needs: Python >= 3.11 with pip, a running Docker Engine, root or sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,41 @@ echo "[setup] docker"
 if ! docker info >/dev/null 2>&1; then
   echo "[setup] Docker Engine is not reachable: start it (e.g. 'sudo systemctl start docker')" >&2
   exit 1
+fi
+
+echo "[setup] gVisor: runsc installed and registered with dockerd (for --runtime runsc)"
+# Debian's runsc (2022-12) misreads a container's network namespace as the host's on recent
+# kernels (google/gvisor#10704), so it is registered with --network=host: gVisor then uses
+# the container's own namespace (made by Docker: "none" has only loopback) through the host
+# stack. Registered once (an existing "runsc" entry is kept as is), other daemon.json keys
+# are kept, the file is replaced atomically, and dockerd reloads runtimes on SIGHUP (no
+# restart: running containers are untouched).
+runsc_registered() { docker info --format '{{json .Runtimes}}' | grep -q '"runsc":'; }
+if ! $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >/dev/null; then
+  echo "[setup] runsc is not installable here: --runtime runsc will be refused" >&2
+elif ! runsc_registered; then
+  $SUDO python3 - <<'PY'
+import json, os, tempfile
+path = "/etc/docker/daemon.json"
+cfg = json.load(open(path)) if os.path.exists(path) else {}
+cfg.setdefault("runtimes", {})["runsc"] = {"path": "/usr/bin/runsc",
+                                           "runtimeArgs": ["--network=host"]}
+os.makedirs(os.path.dirname(path), exist_ok=True)
+fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".daemon.json.")
+with os.fdopen(fd, "w") as f:
+    json.dump(cfg, f, indent=2)
+    f.write("\n")
+os.chmod(tmp, 0o644)
+os.replace(tmp, path)
+PY
+  if [ -s /var/run/docker.pid ]; then  # the system daemon's own pid file: no other dockerd
+    $SUDO kill -HUP "$(cat /var/run/docker.pid)"
+  else
+    $SUDO systemctl reload docker
+  fi
+  for _ in 1 2 3 4 5 6 7 8 9 10; do runsc_registered && break; sleep 1; done
+  runsc_registered \
+    || { echo "[setup] dockerd did not load the runsc runtime (see its log)" >&2; exit 1; }
 fi
 
 echo "[setup] local images (first time: a few minutes; later: cached)"

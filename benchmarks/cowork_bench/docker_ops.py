@@ -89,6 +89,7 @@ def start(
     ttl_s: int = 7200,
     limits: Limits | None = None,
     user: str = "0",
+    runtime: str | None = None,
 ) -> Sandbox:
     """A container with no capabilities, ``no-new-privileges`` and ``limits``; ``user`` is
     its own user (``docker exec`` without ``-u``)."""
@@ -111,6 +112,7 @@ def start(
         workdir="/",
         env=dict(env or {}),
         labels={ROLE_LABEL: role},
+        runtime=runtime,
     )
     return Sandbox.create(spec)
 

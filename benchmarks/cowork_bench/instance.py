@@ -98,6 +98,7 @@ def run_instance(
     docs: TaskDocs | None = None,
     keep_sandboxes: bool = False,
     limits: docker_ops.Limits | None = None,
+    sandbox_runtime: str | None = None,
 ) -> InstanceResult:
     """Sidecar (unless one is given, with its network), agent phase, eval phase, teardown.
 
@@ -105,7 +106,8 @@ def run_instance(
     and left running (the caller owns it); otherwise everything this instance created (by
     its run and instance labels) is removed and the listing proves it, unless
     ``keep_sandboxes`` (``--keep-sandboxes``: the sidecar and network stay for inspection
-    until ``harness sweep --run`` or their TTL). ``diagnostic`` runs the residual diagnostic
+    until ``harness sweep --run`` or their TTL). ``sandbox_runtime`` (``--runtime``) is the
+    agent container's OCI runtime. ``diagnostic`` runs the residual diagnostic
     (audit only) while the sidecar still holds the agent's state.
     """
     inst_dir = Path(inst_dir)
@@ -125,7 +127,8 @@ def run_instance(
             timings["sidecar_total_s"] = time.monotonic() - t0
         env = InstanceEnv(task, Path(bench_root), inst_dir, sidecar.network, sidecar, ident,
                           runtime, timings, ttl_s=ttl, docs=docs,
-                          limits=limits or docker_ops.Limits())  # fmt: skip
+                          limits=limits or docker_ops.Limits(),
+                          sandbox_runtime=sandbox_runtime)  # fmt: skip
         t1 = time.monotonic()
         result.summary = run_agent_phase(env, agent, agent_name, timeout_sec=agent_timeout_sec)
         timings["agent_phase_s"] = time.monotonic() - t1
@@ -336,6 +339,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         docs=docs,
         keep_sandboxes=bool(request.config.getoption("keep_sandboxes", False)),
         limits=opts.limits,
+        sandbox_runtime=request.config.getoption("sandbox_runtime", None),
     )
     details = ctx.result.details
     details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}

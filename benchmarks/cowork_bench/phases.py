@@ -66,6 +66,7 @@ class InstanceEnv:
     ttl_s: int = 7200  # containers expire by themselves after this (agent timeout + margin)
     docs: TaskDocs | None = None  # the task's docs, when the caller has read them already
     limits: docker_ops.Limits = field(default_factory=docker_ops.Limits)
+    sandbox_runtime: str | None = None  # OCI runtime of the agent container (--runtime)
 
     @property
     def env(self) -> dict[str, str]:
@@ -126,7 +127,7 @@ def task_tar(env: InstanceEnv, sanitised: bool) -> bytes:
                                exclude_names=frozenset(exclude))  # fmt: skip
 
 
-def _start(env: InstanceEnv, role: str, sanitised: bool) -> Sandbox:
+def _start(env: InstanceEnv, role: str, sanitised: bool, runtime: str | None = None) -> Sandbox:
     """The agent container (``sanitised`` task, the agent's user and database role) or an
     eval container (full task, root without capabilities, the checker's role)."""
     agent = role == "agent"
@@ -134,6 +135,7 @@ def _start(env: InstanceEnv, role: str, sanitised: bool) -> Sandbox:
         env.runtime_image, env.ident, env.task.instance_id,
         network=env.network, role=role, env=env.agent_env if agent else env.env,
         ttl_s=env.ttl_s, limits=env.limits, user=docker_ops.AGENT if agent else "0",
+        runtime=runtime,
     )  # fmt: skip
     try:
         uid = docker_ops.AGENT_IDS[0] if agent else 0
@@ -211,7 +213,7 @@ def run_agent_phase(
     error: str | None = None
     outcome: AgentOutcome | None = None
     pre_rc: int | None = None
-    container = _start(env, "agent", sanitised=True)
+    container = _start(env, "agent", sanitised=True, runtime=env.sandbox_runtime)
     locked = False
     try:
         if env.task.has_initial_workspace:

@@ -75,6 +75,7 @@ class SandboxSpec:
     # gateway's process tools); "0" keeps root. Sandbox.exec always passes a user.
     container_user: str = "0"
     ulimits: tuple[tuple[str, int, int], ...] = ()  # (name, soft, hard), e.g. ("core", 0, 0)
+    runtime: str | None = None  # OCI runtime registered with dockerd, e.g. "runsc" (gVisor)
 
 
 class Sandbox:
@@ -122,6 +123,7 @@ class Sandbox:
                 docker.types.Ulimit(name=n, soft=soft, hard=hard) for n, soft, hard in spec.ulimits
             ]
             or None,
+            runtime=spec.runtime,
         )
         try:
             created = api.create_container(

@@ -17,6 +17,8 @@ Register it once (``pytest_plugins = ["harness.sandbox.fixtures"]``). Fixtures:
     ``worker_id``, optional ``timeout_s``), removed at teardown and verified gone,
     unless ``--keep-sandboxes`` (then a warning names the sweep command). Every sandbox
     gets the copy-out caps of ``--max-copy-out-mb`` and ``--max-copy-out-files``.
+    it creates runs under ``--runtime NAME`` when given (an OCI runtime registered with
+    dockerd, e.g. gVisor's ``runsc``; checked at admission, recorded in the run's config).
 ``sandbox`` (function)
     One default sandbox from ``sandbox_factory(sandbox_image, **sandbox_options)``.
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 import argparse
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker
 import pytest
@@ -39,6 +41,9 @@ from harness.sandbox.errors import CleanupFailed
 from harness.sandbox.images import BuiltImage, base_recipe, ensure_image
 from harness.sandbox.network import create_internal_network, remove_network
 from harness.sandbox.transfer import DEFAULT_MAX_COPY_FILES, DEFAULT_MAX_COPY_MB, CopyLimits
+
+if TYPE_CHECKING:
+    from harness.runtime import RunContext
 
 TTL_MARGIN_S = 600
 DEFAULT_TTL_S = 3600
@@ -79,6 +84,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"most entries one instance may copy out of its sandbox (default "
         f"{DEFAULT_MAX_COPY_FILES}); more ends it as an agent failure (too_many_files)",
     )
+    group.addoption(
+        "--runtime",
+        dest="sandbox_runtime",
+        default=None,
+        metavar="NAME",
+        help="OCI runtime of every agent sandbox, registered with dockerd (e.g. runsc: "
+        "gVisor, see scripts/setup.sh); default: the daemon's default runtime",
+    )
 
 
 def copy_limits(config: pytest.Config) -> CopyLimits:
@@ -88,15 +101,54 @@ def copy_limits(config: pytest.Config) -> CopyLimits:
     return CopyLimits(max_bytes=int(mb) << 20, max_files=int(files))
 
 
+
+def sandbox_runtime(config: pytest.Config) -> str | None:
+    """The ``--runtime`` of the agent sandboxes (None: the daemon's default)."""
+    value = config.getoption("sandbox_runtime", None)
+    return str(value) if value else None
+
+
+@pytest.hookimpl(optionalhook=True)  # the runner's hooks: this plugin also works alone
+def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
+    """``sandbox.runtime`` when given (absent and None compare equal on resume)."""
+    runtime = sandbox_runtime(config)
+    return {"sandbox.runtime": runtime} if runtime else {}
+
+
+@pytest.hookimpl(optionalhook=True)  # the runner's hooks: this plugin also works alone
+def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+    """Refuse a ``--runtime`` the daemon does not know; record its path and arguments."""
+    from harness.errors import RefusalError
+    from harness.sandbox.errors import DockerUnavailable
+    from harness.sandbox.runtimes import RuntimeNotRegistered, runtime_entry
+
+    runtime = sandbox_runtime(config)
+    if runtime is None or run.dry_run:
+        return
+    try:
+        entry = runtime_entry(runtime, get_client())
+    except DockerUnavailable:
+        return  # each instance fails as infrastructure (docker_unavailable) anyway
+    except RuntimeNotRegistered as exc:
+        raise RefusalError(str(exc), stage="sandbox", reason="runtime_unavailable") from exc
+    if run.manifest is not None:
+        run.manifest.extra["sandbox_runtime"] = entry
+
+
 class SandboxFactory:
     """Creates sandboxes and internal networks for one instance; cleans them up."""
 
     def __init__(
-        self, client: docker.DockerClient, instance: Any, limits: CopyLimits | None = None
+        self,
+        client: docker.DockerClient,
+        instance: Any,
+        limits: CopyLimits | None = None,
+        runtime: str | None = None,
     ) -> None:
         self.client = client
         self.instance = instance
         self.limits = limits or CopyLimits()
+        self.runtime = runtime
         self.sandboxes: list[Sandbox] = []
         self.networks: list[str] = []
         timeout = getattr(instance, "timeout_s", None)
@@ -105,6 +157,7 @@ class SandboxFactory:
     def __call__(self, image: str | BuiltImage, **fields: Any) -> Sandbox:
         ref = image.image_id if isinstance(image, BuiltImage) else image
         fields.setdefault("ttl_s", self.ttl_s)
+        fields.setdefault("runtime", self.runtime)
         spec = SandboxSpec(
             image=ref,
             run_id=self.instance.run_id,
@@ -175,7 +228,8 @@ def sandbox_options() -> dict[str, Any]:
 def sandbox_factory(
     request: pytest.FixtureRequest, sandbox_client: docker.DockerClient, harness_instance: Any
 ) -> Iterator[SandboxFactory]:
-    factory = SandboxFactory(sandbox_client, harness_instance, copy_limits(request.config))
+    factory = SandboxFactory(sandbox_client, harness_instance, copy_limits(request.config),
+                             sandbox_runtime(request.config))
     yield factory
     if request.config.getoption("keep_sandboxes", False):
         if factory.sandboxes or factory.networks:
