@@ -11,6 +11,7 @@ from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.adapter import ProgramBenchAdapter, add_options
 from benchmarks.programbench.session import finish_session, write_instance_order
 from harness.adapter import BenchmarkAdapter
+from harness.errors import RefusalError
 from harness.models import TaskRow
 from harness.plugin import user_selectors
 from harness.runtime import RunContext
@@ -28,7 +29,21 @@ def pytest_harness_adapters(config: pytest.Config) -> list[BenchmarkAdapter]:
 
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+    refuse_setuid_less_runtime(config)
     write_instance_order(config, run, ADAPTER)
+
+
+def refuse_setuid_less_runtime(config: pytest.Config) -> None:
+    """The reference program is protected by a setuid launcher; gVisor's runsc (as packaged
+    by Debian) ignores setuid, so the launcher could not reach the program: refuse, naming
+    the fix, rather than run every instance into an infrastructure failure."""
+    runtime = config.getoption("sandbox_runtime", None)
+    if runtime and "runsc" in str(runtime):
+        raise RefusalError(
+            f"--runtime {runtime}: ProgramBench protects the reference program with a setuid "
+            "launcher, which gVisor ignores (the agent could not run the reference); run "
+            "ProgramBench on the default runtime (Cowork Bench supports --runtime runsc)",
+            stage="sandbox", reason="runtime_unsupported")
 
 
 def pytest_harness_session_results(config: pytest.Config, run: RunContext,

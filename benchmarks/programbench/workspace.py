@@ -63,7 +63,7 @@ if ! grep -q '^{AGENT_USER}:' /etc/passwd; then
   mkdir -p /home/{AGENT_USER} && chown $uid:$uid /home/{AGENT_USER}
   echo created_agent_user
 fi
-owner=$(stat -c %u {WORKSPACE_BACKEND_PATH})
+owner=$(find {WORKSPACE_BACKEND_PATH} -maxdepth 0 -printf %U)
 if [ "$owner" != "$uid" ]; then
   find {WORKSPACE_BACKEND_PATH} -xdev -path {WORKSPACE_BACKEND_PATH}/executable -prune \\
     -o -exec chown -h $uid:$uid {{}} +

@@ -11,8 +11,6 @@ from pathlib import Path
 import docker
 import pytest
 
-from benchmarks.programbench import FIXTURE_ID
-from harness.sandbox.cleanup import sweep
 from harness.testing.suite import run_pytest
 
 pytestmark = pytest.mark.docker
@@ -22,33 +20,31 @@ RUNTIME = "runsc"
 COWORK_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cowork_mini"
 
 
-def test_oracle_under_gvisor_scores_one_in_a_gvisor_sandbox(tmp_path: Path) -> None:
+def test_programbench_refuses_gvisor_which_ignores_the_reference_launchers_setuid(
+    tmp_path: Path,
+) -> None:
+    # Measured: under Debian's runsc a setuid program keeps the caller's euid (AT_SECURE 0),
+    # so the reference's launcher could not open the protected program: refused up front.
     run = run_pytest(TARGET, tmp_path / "runsc", "-k", "calculator", "--agent", "oracle",
-                     "--runtime", RUNTIME, "--keep-sandboxes")
-    assert (run.root / "run_manifest.json").is_file(), run.out
-    run_id = run.manifest["run_id"]
+                     "--runtime", RUNTIME)
+    assert run.rc == 2, run.out
+    assert run.manifest["refusal"]["reason"] == "runtime_unsupported"
+    assert "setuid" in run.manifest["refusal"]["message"]
+    assert not run.latest  # nothing ran
+
+
+def test_setuid_is_ignored_under_gvisor(tmp_path: Path) -> None:
+    """The fact the refusal rests on, checked on this machine's runsc."""
     client = docker.from_env()
-    try:
-        assert run.rc == 0, run.out
-        row = run.latest[FIXTURE_ID]
-        assert row["score"] == 1.0 and row["resolved"] is True
-        assert row["official_eval_status"] == "completed"
-        assert row["tests_passed"] == row["tests_total"] == 3
-        manifest = run.manifest
-        assert manifest["config"]["sandbox.runtime"] == RUNTIME
-        assert manifest["extra"]["sandbox_runtime"]["name"] == RUNTIME
-        assert str(manifest["extra"]["sandbox_runtime"]["path"]).endswith("runsc")
-        # the kept sandbox is the one the agent worked in: gVisor, not the host kernel
-        sandbox = client.containers.get(row["details"]["container"])
-        assert sandbox.attrs["HostConfig"]["Runtime"] == RUNTIME
-        code, out = sandbox.exec_run(["dmesg"], user="agent")
-        assert code == 0 and b"Starting gVisor" in out, out
-        code, out = sandbox.exec_run(["cat", "/workspace/calculator.sh"], user="agent")
-        assert code == 0 and out, out
-    finally:
-        sweep(run_id)
-    left = client.containers.list(all=True, filters={"label": f"harness.run={run_id}"})
-    assert left == [], [c.name for c in left]
+    from harness.sandbox.images import base_recipe, ensure_image
+
+    image = ensure_image(base_recipe()).image_id
+    script = ("cp /usr/bin/id /tmp/id && chown 1999 /tmp/id && chmod 4755 /tmp/id && "
+              "runuser -u agent -- /tmp/id -u")
+    for runtime, expected in ((None, b"1999"), (RUNTIME, b"1000")):
+        out = client.containers.run(image, ["sh", "-c", script], runtime=runtime,
+                                    network_mode="none", remove=True)
+        assert out.strip() == expected, (runtime, out)
 
 
 def test_cowork_agent_container_runs_under_gvisor(tmp_path: Path) -> None:
