@@ -31,7 +31,9 @@ from harness.testing.suite import REPO_ROOT, Run, run_pytest
 from harness.untrusted import read_untrusted_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agents_support import start_server
+from runtime_support import security_runtime, security_runtime_args
 
 pytestmark = pytest.mark.docker
 
@@ -68,9 +70,16 @@ printf '%s\n' '{{"type":"llm_usage","prompt_tokens":99999999,"completion_tokens"
 """
 
 
-def cowork(root: Path, *args: str) -> Run:
+# Every attack runs under the daemon's default runtime and under gVisor (runsc, registered
+# by scripts/setup.sh); HARNESS_TEST_RUNTIME picks one runtime for the default case.
+RUNTIMES = [pytest.param(None, id="default"), pytest.param("runsc", id="gvisor")]
+
+
+def cowork(root: Path, *args: str, runtime: str | None = None) -> Run:
+    extra = ["--runtime", runtime] if runtime else security_runtime_args()
     return run_pytest("benchmarks/cowork_bench", root, "--cowork-root", str(FIXTURE),
-                      "--allow-dirty-bench", "--instance", IID, *args, timeout=600)  # fmt: skip
+                      "--allow-dirty-bench", "--instance", IID, *args,
+                      *extra, timeout=600)  # fmt: skip
 
 
 def probe(inst: Path) -> dict[str, str]:
@@ -87,13 +96,16 @@ def probe(inst: Path) -> dict[str, str]:
     return out
 
 
-def test_gateway_agent_cheats_and_attacks_and_gets_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_gateway_agent_cheats_and_attacks_and_gets_nothing(
+    tmp_path: Path, runtime: str | None
+) -> None:
     step = {"run": f"bash -c {shlex.quote(ATTACK)}", "cost_usd": 0.01, "prompt_tokens": 500,
             "completion_tokens": 50}  # fmt: skip
     server = start_server(tmp_path / "server", {"default_plan": {"steps": [step]}})
     try:
         run = cowork(tmp_path / "gw", "--agent", "gateway", "--gateway-url", server.url,
-                     "--gateway-poll-sec", "0.2")  # fmt: skip
+                     "--gateway-poll-sec", "0.2", runtime=runtime)  # fmt: skip
     finally:
         server.stop()
     assert run.rc == 0, run.out  # settled: a scored failure, not infrastructure
@@ -122,7 +134,8 @@ def test_gateway_agent_cheats_and_attacks_and_gets_nothing(tmp_path: Path) -> No
     seen = probe(inst)
     assert seen["uid"] == "1000" and seen["pguser"] == "cowork_agent", seen["text"]
     assert seen["CapEff"] == seen["CapPrm"] == seen["CapBnd"] == "0000000000000000"
-    assert seen["NoNewPrivs"] == "1"
+    if (runtime or security_runtime()) is None:  # gVisor's /proc/self/status has no NoNewPrivs line
+        assert seen["NoNewPrivs"] == "1"
     assert seen["copy_rc"] != "0" and "pg_execute_server_program" in seen["text"]
     assert seen["alter_rc"] != "0" and "must be superuser to alter superuser roles" in seen["text"]
     assert seen["eigent_rc"] != "0" and 'role "eigent" is not permitted to log in' in seen["text"]
@@ -147,8 +160,9 @@ else echo "cpu=$(cat $c/cpu/cpu.cfs_quota_us)/$(cat $c/cpu/cpu.cfs_period_us)" \
 """
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)
 def test_command_agent_relative_groundtruth_link_fails_and_runs_unprivileged(
-    tmp_path: Path,
+    tmp_path: Path, runtime: str | None
 ) -> None:
     command = (
         f"ln -s ../../tasks/finalpool/{IID}/groundtruth_workspace/Sales_Summary.xlsx "
@@ -157,7 +171,7 @@ def test_command_agent_relative_groundtruth_link_fails_and_runs_unprivileged(
         "echo uid=$(id -u) && grep -E '^(CapEff|NoNewPrivs):' /proc/self/status && " + CGROUP_LIMITS
     )
     run = cowork(tmp_path / "cmd", "--agent", "command", "--agent-command", command,
-                 "--cowork-cpus", "0.5", "--cowork-pids", "300")  # fmt: skip
+                 "--cowork-cpus", "0.5", "--cowork-pids", "300", runtime=runtime)  # fmt: skip
     assert run.rc == 0, run.out
     row = run.latest[IID]
     assert (row["status"], row["reason_code"]) == ("failed", "verifier_failed")
@@ -165,8 +179,9 @@ def test_command_agent_relative_groundtruth_link_fails_and_runs_unprivileged(
     assert "climbs out" in removed["Sales_Summary.xlsx"]["why"]
     stdout = (run.root / row["output_paths"]["agent_stdout"]).read_text()
     assert "uid=1000" in stdout and "CapEff:\t0000000000000000" in stdout
-    assert "NoNewPrivs:\t1" in stdout
-    assert "cpu=50000/100000 pids=300" in stdout  # the options reach the agent container
+    if (runtime or security_runtime()) is None:  # gVisor shows neither NoNewPrivs nor the host cgroups
+        assert "NoNewPrivs:\t1" in stdout
+        assert "cpu=50000/100000 pids=300" in stdout  # the options reach the agent container
     assert "agent/events.jsonl" in {r["file"] for r in row["details"]["agent_logs_refused"]}
     assert run.manifest["extra"]["cowork"]["applied_config"]["container_limits"] == {
         "cpus": 0.5, "memory": "2g", "pids": 300
