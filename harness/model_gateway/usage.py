@@ -189,7 +189,8 @@ class InstanceMeter:
                 why = ("the cost of an earlier call is unknown"
                        if s.limit_reason == "cost_unknown" else
                        f"spent ${s.cost_usd:.6f} of ${self.limit_usd:g}")
-                return f"per-task model budget reached ({why}); no more model calls"
+                return f"per_task_limit_reached: the per-task model budget is spent ({why}); "\
+                       f"no more model calls"
             return None
 
     def record(self, usage: CallUsage, requested_model: str | None) -> None:
