@@ -223,10 +223,10 @@ def account(messages: list[dict[str, Any]], model: str,
         prompt, completion = prompt + p, completion + c
         table = prices.cost(p, c, model, cached=cached)
         reported = extra.get("cost")
-        if table is not None:
-            total += table
-        elif isinstance(reported, (int, float)) and reported > 0:
+        if isinstance(reported, (int, float)) and reported > 0:
             total += float(reported)
+        elif table is not None:
+            total += table
         else:
             unpriced += 1
     tokens = Tokens(prompt=prompt, completion=completion, total=prompt + completion)
