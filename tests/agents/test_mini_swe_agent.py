@@ -70,7 +70,8 @@ def test_mini_swe_agent_step_limit_is_an_agent_failure(tmp_path: Path) -> None:
         run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator",
                          "--agent", "mini-swe-agent", "--solve-model", MODEL,
                          "--agent-config",
-                         str(agent_config(tmp_path / "c.yaml", server.base_url, step_limit=4)))
+                         str(agent_config(tmp_path / "c.yaml", server.base_url, step_limit=4)),
+                         "--model-prices", str(prices(tmp_path / "p.json")))
     finally:
         server.stop()
     assert run.rc == 0, run.out  # scored, not an infrastructure failure
@@ -79,8 +80,44 @@ def test_mini_swe_agent_step_limit_is_an_agent_failure(tmp_path: Path) -> None:
     assert row["score"] == 0.0 and row["official_eval_status"] == "completed"
     assert row["details"]["agent_details"]["steps"] == 4
     assert row["tokens"]["prompt"] == 4000
-    # no price for the fake model anywhere: the cost is unknown, not $0
-    assert row["cost_known"] is False and row["cost_usd"] is None
-    assert row["details"]["cost_source"] == "unknown"
+    assert row["cost_known"] is True and row["details"]["cost_source"] == "agent_reported"
+    assert row["cost_usd"] == pytest.approx(4 * (1000 * 2.0 + 100 * 10.0) / 1e6)
     sub = run.root / row["output_paths"]["submission"]
     assert sub.is_file()
+
+
+@pytest.mark.docker
+def test_litellm_stays_off_the_collection_path_and_bad_configs_refuse(tmp_path: Path) -> None:
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from harness.agents.base import make_agent\n"
+        "a = make_agent('mini-swe-agent', {'solve_model': 'openai/x'})\n"
+        "assert a.config['agent']['step_limit'] == 1000, a.config['agent']\n"
+        "assert a.config['environment']['timeout'] == 180\n"
+        "print(sorted(m for m in ('litellm', 'minisweagent', 'openai') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "mini-swe-agent",
+                     "--solve-model", MODEL, "--agent-config", str(bad))
+    assert run.rc == 2 and "top level must be a mapping" in run.out, run.out
+    run = run_pytest(TARGET, tmp_path / "run2", "-k", "calculator", "--agent", "mini-swe-agent")
+    assert run.rc == 2 and "--solve-model" in run.out, run.out
+
+
+def test_an_unpriced_call_leaves_the_cost_unknown_not_zero() -> None:
+    from harness.agents.mini_swe import account
+    from harness.model_gateway.prices import ModelPrices
+
+    call = {"role": "assistant", "extra": {"cost": 0.0, "response": {
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2}}}}
+    priced = {"role": "assistant", "extra": {"cost": 0.5, "response": {
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2}}}}
+    tokens, cost, unpriced, source = account([priced, call], "openai/x", ModelPrices())
+    assert cost is None and unpriced == 1 and source == "unknown" and tokens.total == 24
+    tokens, cost, unpriced, source = account([priced, priced], "openai/x", ModelPrices())
+    assert cost == 1.0 and source == "agent_reported"
