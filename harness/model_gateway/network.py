@@ -62,7 +62,10 @@ async def main():
     srv = await asyncio.start_server(handle, "0.0.0.0", int(sys.argv[2]))
     print("relay ready", flush=True)
     async with srv:
-        await srv.serve_forever()
+        try:
+            await asyncio.wait_for(srv.serve_forever(), float(sys.argv[3]))
+        except asyncio.TimeoutError:
+            pass  # the sandbox's lifetime is over: an orphaned relay ends by itself
 asyncio.run(main())
 """
 
@@ -102,9 +105,12 @@ class GatewayLink:
                 security_opt=["no-new-privileges"], pids_limit=64, mem_limit="128m",
                 binds={str(socket_dir): {"bind": MOUNT, "mode": "rw"}}, init=True)
             labels = L.run_labels(spec.run_id, spec.instance_id, spec.worker, spec.run_root)
+            ttl = int(getattr(spec, "ttl_s", 0) or 0) or 7 * 3600
             created = api.create_container(
-                image, ["python3", "-c", RELAY, f"{MOUNT}/{socket_name}", str(PORT)],
-                name=name, labels=labels, host_config=host_config, user="0",
+                image, ["python3", "-c", RELAY, f"{MOUNT}/{socket_name}", str(PORT),
+                        str(ttl)],
+                name=name, labels={**labels, L.TTL: str(ttl)}, host_config=host_config,
+                user="0",
                 networking_config=api.create_networking_config(
                     {network: api.create_endpoint_config(aliases=[ALIAS])}))
             link.relay_id = created["Id"]
