@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "images": ("harness.sandbox.inventory", "images_command",
                "list or prune the images this harness built or pulled"),
     "schema": ("harness.cli", "schema_command", "export the JSON Schemas of the runner's files"),
+    "exec": ("harness.agents.host_exec", "exec_command",
+             "run a command in this instance's sandbox (for host-command agents)"),
 }
 
 

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harness.agents.gateway_models import describe_validation_error
 from harness.models import Tokens
 
-AGENT_KINDS = ("nop", "oracle", "command", "gateway")
+AGENT_KINDS = ("nop", "oracle", "command", "gateway", "mini-swe-agent", "host-command")
+COST_SOURCES = ("gateway", "agent_reported", "meter", "unknown")
 
 
 def sandbox_name(sandbox: Any) -> str | None:
@@ -143,6 +144,14 @@ class AgentOptions(BaseModel):
     poll_interval_s: float | None = None
     client_grace_s: float | None = None
     adapter: str | None = None
+    # mini-swe-agent
+    solve_model: str | None = None
+    agent_config: str | None = None
+    # model gateway (command agents) and prices (gateway, mini-swe-agent)
+    model_upstream: str | None = None
+    model_key_env: str | None = None
+    model_prices: str | None = None
+    per_task_limit_usd: float | None = None
 
 
 def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = None) -> Agent:
@@ -164,10 +173,22 @@ def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = Non
             from harness.agents.oracle import OracleAgent
 
             return OracleAgent()
+        if kind == "command" and opts.model_upstream:
+            from harness.model_gateway.agent import GatewayCommandAgent
+
+            return GatewayCommandAgent.from_options(opts)
         if kind == "command":
             from harness.agents.command import CommandAgent
 
             return CommandAgent.from_options(opts)
+        if kind == "mini-swe-agent":
+            from harness.agents.mini_swe import MiniSweAgent
+
+            return MiniSweAgent.from_options(opts)
+        if kind == "host-command":
+            from harness.agents.host_command import HostCommandAgent
+
+            return HostCommandAgent.from_options(opts)
         from harness.agents.gateway_agent import GatewayAgent
 
         return GatewayAgent.from_options(opts)

@@ -49,6 +49,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--agent-env", action="append", default=[], metavar="NAME",
                     help="environment variable passed to the command agent (repeatable; "
                          "values come from this environment, never argv)")
+    group.addoption("--agent-config", default=None, metavar="FILE",
+                    help="mini-swe-agent: YAML merged over the pinned programbench.yaml")
+    group.addoption("--model-upstream", default=None, metavar="URL",
+                    help="command agents: start the model gateway, forwarding to this "
+                         "OpenAI/Anthropic-compatible base URL")
+    group.addoption("--model-key-env", default=None, metavar="NAME",
+                    help="the gateway's provider key comes from $NAME "
+                         "(default HARNESS_MODEL_API_KEY; never passed to the sandbox)")
+    group.addoption("--model-prices", default=None, metavar="FILE",
+                    help="USD per million tokens per model (JSON), for calls whose "
+                         "response carries no cost")
+    group.addoption("--per-task-limit-usd", default=None, metavar="USD",
+                    help="the gateway refuses an instance's calls once it spent this much")
     group.addoption("--agent-repo", default=None, metavar="DIR",
                     help="source checkout of the agent under test, recorded for provenance")
     group.addoption("--allow-dirty-seed", action="store_true", default=False,
@@ -70,6 +83,12 @@ def agent_options(config: pytest.Config) -> AgentOptions:
         env=list(config.getoption("agent_env")),
         gateway_url=config.getoption("gateway_url") or os.environ.get(GATEWAY_URL_ENV),
         poll_interval_s=_float_option(config, "gateway_poll_sec"),
+        solve_model=config.getoption("solve_model"),
+        agent_config=config.getoption("agent_config"),
+        model_upstream=config.getoption("model_upstream"),
+        model_key_env=config.getoption("model_key_env"),
+        model_prices=config.getoption("model_prices"),
+        per_task_limit_usd=_float_option(config, "per_task_limit_usd"),
     )
 
 
@@ -95,6 +114,10 @@ def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
         "agent.solve_model": config.getoption("solve_model"),
         "agent.command": config.getoption("agent_command"),
         "agent.env": sorted(config.getoption("agent_env")),
+        "agent.config": config.getoption("agent_config"),
+        "agent.model_upstream": config.getoption("model_upstream"),
+        "agent.model_prices": config.getoption("model_prices"),
+        "agent.per_task_limit_usd": config.getoption("per_task_limit_usd"),
     }
 
 
@@ -223,6 +246,8 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
     r.cost_usd = outcome.cost_usd
     r.cost_known = outcome.cost_known
     r.tokens = outcome.tokens
+    r.details["cost_source"] = outcome.details.get("cost_source") or (
+        "agent_reported" if outcome.cost_known else "unknown")
     r.details["agent"] = outcome.agent
     r.details["runtime_outcome"] = outcome.runtime_outcome.model_dump(mode="json")
     if outcome.task_id:

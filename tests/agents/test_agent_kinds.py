@@ -28,7 +28,8 @@ def test_factory_kinds_and_one_line_errors():
     with pytest.raises(ValueError) as info:
         make_agent("claude")
     assert str(info.value) == (
-        "unknown agent kind 'claude': use one of nop, oracle, command, gateway"
+        "unknown agent kind 'claude': use one of nop, oracle, command, gateway, "
+        "mini-swe-agent, host-command"
     )
     with pytest.raises(ValueError, match="--agent-command"):
         make_agent("command")

@@ -1,0 +1,207 @@
+"""``--agent host-command``: an agent that runs on the host and drives the sandbox
+(SWE-agent, OpenHands and the like), given by ``--agent-command CMD``.
+
+CMD runs with ``bash -c`` in the instance folder, in its own process group, with this
+environment plus:
+
+- ``HARNESS_INSTANCE_ID``; ``HARNESS_INSTRUCTION_FILE`` (the instruction, on the host);
+- ``HARNESS_SANDBOX`` (the container's name, for the record) and ``HARNESS_EXEC_SOCKET``,
+  which ``harness exec`` uses to run commands in the sandbox as the agent user (see
+  :mod:`harness.agents.host_exec`): the agent needs no Docker socket;
+- ``HARNESS_COST_FILE``: where the agent may write ``{"cost_usd": N, "prompt_tokens": N,
+  "completion_tokens": N}``; read back as untrusted input (bounded, regular file only), it
+  becomes the row's cost (source ``agent_reported``).
+
+The task timeout kills the whole process group (``deadline_local``, truncated). stdout and
+stderr are stored in the instance folder, each cut at :data:`MAX_LOG_BYTES`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest, sandbox_name
+from harness.agents.host_exec import SOCKET_ENV, ExecService
+from harness.errors import InfraError
+from harness.fsutil import atomic_write_json
+from harness.models import Tokens
+from harness.untrusted import is_regular_file, read_untrusted_bytes
+
+MAX_LOG_BYTES = 8 << 20
+MAX_COST_FILE_BYTES = 64 << 10
+STDOUT_NAME = "host_agent_stdout.log"
+STDERR_NAME = "host_agent_stderr.log"
+RECORD_NAME = "host_agent.json"
+INSTRUCTION_NAME = "host_agent_instruction.md"
+COST_NAME = "host_agent_cost.json"
+KILL_GRACE_S = 5.0
+
+
+class HostRunRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: str = Field(default="harness.agents.host_command_run.v1", alias="schema")
+    command: str
+    sandbox: str | None
+    exit_code: int | None
+    timed_out: bool
+    wall_s: float
+    exec_calls: int
+    stdout_bytes: int
+    stderr_bytes: int
+    output_truncated: bool
+    cost_file: str | None = None
+    cost_error: str | None = None
+
+
+class ReportedCost(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    cost_usd: float | None = Field(default=None, ge=0)
+    prompt_tokens: int | None = Field(default=None, ge=0)
+    completion_tokens: int | None = Field(default=None, ge=0)
+
+
+def _pump(src: IO[bytes], dest: Path, limit: int, stats: dict[str, Any]) -> None:
+    """Copy at most ``limit`` bytes of ``src`` to ``dest``; drain (and count) the rest."""
+    total = 0
+    with dest.open("wb") as out:
+        while True:
+            chunk = src.read(1 << 16)
+            if not chunk:
+                break
+            room = limit - total
+            if room > 0:
+                out.write(chunk[:room])
+            total += len(chunk)
+    stats["bytes"] = total
+    stats["truncated"] = total > limit
+
+
+def read_reported_cost(path: Path) -> tuple[ReportedCost | None, str | None]:
+    if not path.exists():
+        return None, None
+    if not is_regular_file(path):
+        return None, "not a regular file"
+    try:
+        data = read_untrusted_bytes(path, MAX_COST_FILE_BYTES)
+        cost = ReportedCost.model_validate(json.loads(data))
+    except (OSError, ValueError) as exc:
+        return None, str(exc).splitlines()[0][:300]
+    if cost.cost_usd is not None and not math.isfinite(cost.cost_usd):
+        return None, "cost_usd is not finite"
+    return cost, None
+
+
+class HostCommandAgent:
+    kind = "host-command"
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    @classmethod
+    def from_options(cls, options: AgentOptions) -> HostCommandAgent:
+        cmd = options.command
+        if not cmd or not (cmd.strip() if isinstance(cmd, str) else cmd):
+            raise ValueError("--agent host-command needs the agent's command line "
+                             "(--agent-command CMD)")
+        return cls(cmd if isinstance(cmd, str) else " ".join(cmd))
+
+    def run(self, request: AgentRequest) -> AgentOutcome:
+        sandbox = request.sandbox
+        if sandbox is None:
+            raise InfraError("host-command needs a sandbox, none was given", "agent_no_sandbox")
+        out_dir = Path(request.instance_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        instruction = out_dir / INSTRUCTION_NAME
+        instruction.write_text(request.instruction)
+        cost_file = out_dir / COST_NAME
+        cost_file.unlink(missing_ok=True)
+        service = ExecService(sandbox, max_timeout_s=request.timeout_sec).start()
+        env = dict(os.environ)
+        env.update({"HARNESS_INSTANCE_ID": request.instance_id,
+                    "HARNESS_INSTRUCTION_FILE": str(instruction),
+                    "HARNESS_SANDBOX": sandbox_name(sandbox) or "",
+                    SOCKET_ENV: str(service.path),
+                    "HARNESS_COST_FILE": str(cost_file)})
+        started = time.monotonic()
+        timed_out = False
+        stats_out: dict[str, Any] = {}
+        stats_err: dict[str, Any] = {}
+        try:
+            try:
+                proc = subprocess.Popen(["bash", "-c", self.command], cwd=out_dir, env=env,
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, start_new_session=True)
+            except OSError as exc:
+                raise InfraError(f"host-command could not start: {exc}",
+                                 "agent_command_not_found") from exc
+            assert proc.stdout is not None and proc.stderr is not None
+            pumps = [threading.Thread(target=_pump, args=(proc.stdout, out_dir / STDOUT_NAME,
+                                                          MAX_LOG_BYTES, stats_out), daemon=True),
+                     threading.Thread(target=_pump, args=(proc.stderr, out_dir / STDERR_NAME,
+                                                          MAX_LOG_BYTES, stats_err), daemon=True)]
+            for t in pumps:
+                t.start()
+            try:
+                proc.wait(timeout=request.timeout_sec)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc)
+            finally:
+                if proc.poll() is None:
+                    _kill_group(proc)
+                for t in pumps:
+                    t.join(KILL_GRACE_S)
+        finally:
+            service.close()
+        wall = time.monotonic() - started
+        cost, cost_error = read_reported_cost(cost_file)
+        record = HostRunRecord(
+            command=self.command, sandbox=sandbox_name(sandbox), exit_code=proc.returncode,
+            timed_out=timed_out, wall_s=round(wall, 3), exec_calls=service.calls,
+            stdout_bytes=int(stats_out.get("bytes", 0)),
+            stderr_bytes=int(stats_err.get("bytes", 0)),
+            output_truncated=bool(stats_out.get("truncated") or stats_err.get("truncated")),
+            cost_file=str(cost_file) if cost is not None else None, cost_error=cost_error)
+        record_path = out_dir / RECORD_NAME
+        atomic_write_json(record_path, record)
+        known = cost is not None and cost.cost_usd is not None
+        tokens = Tokens()
+        if cost is not None and (cost.prompt_tokens is not None
+                                 or cost.completion_tokens is not None):
+            p, c = cost.prompt_tokens or 0, cost.completion_tokens or 0
+            tokens = Tokens(prompt=p, completion=c, total=p + c)
+        common: dict[str, Any] = {
+            "agent": self.kind, "exit_code": proc.returncode, "duration_s": round(wall, 3),
+            "cost_usd": cost.cost_usd if known and cost is not None else None,
+            "cost_known": known, "tokens": tokens,
+            "output_paths": {"agent_stdout": str(out_dir / STDOUT_NAME),
+                             "agent_stderr": str(out_dir / STDERR_NAME),
+                             "agent_record": str(record_path)},
+            "details": {"exec_calls": service.calls,
+                        "cost_source": "agent_reported" if known else "unknown"}}
+        if timed_out:
+            return AgentOutcome(completed=False, truncated=True, reason_code="deadline_local",
+                                **common)
+        if proc.returncode == 0:
+            return AgentOutcome(completed=True, reason_code="completed", **common)
+        return AgentOutcome(completed=False, reason_code="agent_exit_nonzero", **common)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(KILL_GRACE_S)

@@ -1,0 +1,352 @@
+"""``--agent mini-swe-agent``: the real ``mini-swe-agent`` package (``harness[mini]``,
+pinned 2.4.6), its loop in this process, every command in the instance's sandbox.
+
+Defaults are the pinned package's ``config/benchmarks/programbench.yaml`` (templates,
+step limit 1000, cost limit 0, 6 h wall clock, 180 s per command, the environment's
+variables); ``--agent-config FILE`` (YAML) is merged over them, ``--solve-model MODEL``
+(litellm form) names the model. The package's Docker environment is replaced by
+:class:`SandboxEnvironment`: ``bash -lc`` in ``/workspace`` as the agent user through
+``sandbox.exec`` (no Docker socket, no ``docker`` CLI); the Docker-only keys of the
+config (``run_args``, ``image``, ...) are recorded as ignored.
+
+litellm is imported only when an agent runs (it takes seconds and tries the network at
+import: ``LITELLM_LOCAL_MODEL_COST_MAP=True`` keeps it offline). Cost per call is
+litellm's when it knows the model, else the ``--model-prices`` table; when neither prices
+a call, the instance's cost is unknown (never $0). The trajectory
+(``mini_swe_agent.traj.json``) is bounded: each observation's stored output is cut to
+:data:`MAX_OUTPUT_CHARS`.
+
+Exit statuses: ``Submitted`` completes; ``LimitsExceeded`` is the agent's failure
+``step_limit_reached`` or ``cost_limit_reached``; ``TimeExceeded`` is ``deadline_local``
+(truncated); ``RepeatedFormatError`` is ``repeated_format_error``; a model API error
+after the package's retries is infrastructure (``model_api_error``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest
+from harness.errors import InfraError
+from harness.fsutil import atomic_write_json
+from harness.model_gateway.prices import ModelPrices, load_prices
+from harness.models import Tokens
+
+MINI_VERSION = "2.4.6"
+TRAJ_NAME = "mini_swe_agent.traj.json"
+RECORD_NAME = "mini_swe_agent.json"
+MAX_OUTPUT_CHARS = 100_000  # per command, kept in the observation (head + tail)
+SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+DOCKER_ONLY_KEYS = ("image", "run_args", "executable", "container_timeout", "pull_timeout",
+                    "environment_class", "forward_env")
+AGENT_USER = "agent"
+
+
+class MiniRunRecord(BaseModel):
+    """``mini_swe_agent.json``: how the agent ran and what it cost."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: str = Field(default="harness.agents.mini_swe_run.v1", alias="schema")
+    mini_version: str
+    model: str
+    config_files: list[str]
+    exit_status: str
+    reason_code: str
+    steps: int
+    cost_usd: float | None
+    cost_known: bool
+    cost_source: str
+    tokens: Tokens
+    unpriced_calls: int
+    ignored_environment_keys: list[str]
+    wall_s: float
+    error: str | None = None
+
+
+def _yaml_load(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"--agent-config {path}: cannot read it as YAML ({exc})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"--agent-config {path}: top level must be a mapping")
+    return data
+
+
+def default_config_path() -> Path:
+    """The pinned package's ProgramBench config (read without importing litellm)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("minisweagent")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError("--agent mini-swe-agent needs the mini-swe-agent package: "
+                         f"pip install 'harness[mini]' (mini-swe-agent=={MINI_VERSION})")
+    return Path(next(iter(spec.submodule_search_locations))) / "config" / "benchmarks" / \
+        "programbench.yaml"
+
+
+def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(config_file: str | None, model: str | None) -> tuple[dict[str, Any], list[str]]:
+    """The merged config and the files it came from; ValueError names what to fix."""
+    path = default_config_path()
+    files = [str(path)]
+    config = _yaml_load(path)
+    if config_file:
+        config = merge(config, _yaml_load(Path(config_file)))
+        files.append(str(Path(config_file).absolute()))
+    config.setdefault("model", {})
+    if model:
+        config["model"]["model_name"] = model
+    if not config["model"].get("model_name"):
+        raise ValueError("--agent mini-swe-agent needs the model: --solve-model MODEL "
+                         "(litellm form, e.g. openrouter/anthropic/claude-sonnet-4.5)")
+    for section in ("agent", "environment"):
+        if not isinstance(config.get(section, {}), dict):
+            raise ValueError(f"--agent-config: section {section!r} must be a mapping")
+    return config, files
+
+
+def _bounded(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - limit} characters cut by harness ...]\n" \
+           f"{text[-half:]}"
+
+
+class SandboxEnvironmentConfig(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    cwd: str = "/workspace"
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout: int = 180
+    interpreter: list[str] = Field(default_factory=lambda: ["bash", "-lc"])
+    user: str = AGENT_USER
+
+
+class SandboxEnvironment:
+    """A mini-swe-agent environment: each action runs in the sandbox as the agent user,
+    stdout and stderr merged, under the per-command timeout (the command's process tree is
+    killed on expiry, the sandbox stays usable)."""
+
+    def __init__(self, sandbox: Any, **kwargs: Any) -> None:
+        self.sandbox = sandbox
+        self.config = SandboxEnvironmentConfig(**kwargs)
+        self.container_id = getattr(sandbox, "id", None)
+
+    def execute(self, action: dict[str, Any], cwd: str = "", *,
+                timeout: int | None = None) -> dict[str, Any]:
+        command = str(action.get("command", ""))
+        limit = timeout or self.config.timeout
+        argv = ["/bin/sh", "-c", 'exec "$@" 2>&1', "sh", *self.config.interpreter, command]
+        try:
+            result = self.sandbox.exec(argv, user=self.config.user, timeout=limit,
+                                       workdir=cwd or self.config.cwd, env=self.config.env)
+        except Exception as exc:  # the exec itself failed: the sandbox is gone or broken
+            raise InfraError(f"mini-swe-agent: running a command in the sandbox failed: {exc}",
+                             "sandbox_exec_failed") from exc
+        text = result.stdout.decode("utf-8", "replace")
+        if result.timed_out:
+            output: dict[str, Any] = {
+                "output": _bounded(text), "returncode": -1,
+                "exception_info": f"An error occurred while executing the command: Command "
+                                  f"timed out after {limit} seconds",
+                "extra": {"exception_type": "TimeoutExpired"}}
+        else:
+            output = {"output": _bounded(text), "returncode": result.exit_code,
+                      "exception_info": ""}
+        self._check_finished(output)
+        return output
+
+    def _check_finished(self, output: dict[str, Any]) -> None:
+        lines = output.get("output", "").lstrip().splitlines(keepends=True)
+        if lines and lines[0].strip() == SUBMIT_MARKER and output["returncode"] == 0:
+            from minisweagent.exceptions import Submitted
+
+            submission = "".join(lines[1:])
+            raise Submitted({"role": "exit", "content": submission,
+                             "extra": {"exit_status": "Submitted", "submission": submission}})
+
+    def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
+        return {**self.config.model_dump(), **platform.uname()._asdict(), **kwargs}
+
+    def serialize(self) -> dict[str, Any]:
+        return {"info": {"config": {
+            "environment": self.config.model_dump(mode="json"),
+            "environment_type": f"{type(self).__module__}.{type(self).__name__}",
+            "sandbox": getattr(self.sandbox, "name", None)}}}
+
+
+def _usage_of(message: Mapping[str, Any]) -> tuple[int, int, int]:
+    response = (message.get("extra") or {}).get("response")
+    usage = response.get("usage") if isinstance(response, Mapping) else None
+    if not isinstance(usage, Mapping):
+        return 0, 0, 0
+    details = usage.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else 0
+    return (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+            int(cached or 0))
+
+
+def account(messages: list[dict[str, Any]], model: str,
+            prices: ModelPrices) -> tuple[Tokens, float | None, int, str]:
+    """(tokens, cost or None, unpriced calls, source) over the trajectory's model calls."""
+    prompt = completion = unpriced = 0
+    total = 0.0
+    for msg in messages:
+        extra = msg.get("extra") or {}
+        if "response" not in extra:
+            continue
+        p, c, cached = _usage_of(msg)
+        prompt, completion = prompt + p, completion + c
+        table = prices.cost(p, c, model, cached=cached)
+        reported = extra.get("cost")
+        if isinstance(reported, (int, float)) and reported > 0:
+            total += float(reported)
+        elif table is not None:
+            total += table
+        else:
+            unpriced += 1
+    tokens = Tokens(prompt=prompt, completion=completion, total=prompt + completion)
+    if unpriced:
+        return tokens, None, unpriced, "unknown"
+    return tokens, total, 0, "agent_reported"
+
+
+class MiniSweAgent:
+    kind = "mini-swe-agent"
+
+    def __init__(self, config: dict[str, Any], files: list[str], prices: ModelPrices) -> None:
+        self.config = config
+        self.files = files
+        self.prices = prices
+
+    @classmethod
+    def from_options(cls, options: AgentOptions) -> MiniSweAgent:
+        config, files = load_config(options.agent_config, options.solve_model)
+        return cls(config, files, load_prices(options.model_prices))
+
+    @property
+    def model_name(self) -> str:
+        return str(self.config["model"]["model_name"])
+
+    def run(self, request: AgentRequest) -> AgentOutcome:
+        if request.sandbox is None:
+            raise InfraError("mini-swe-agent needs a sandbox, none was given", "agent_no_sandbox")
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
+        from minisweagent import __version__
+        from minisweagent.agents.default import DefaultAgent
+        from minisweagent.models import get_model
+
+        out_dir = Path(request.instance_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        traj = out_dir / TRAJ_NAME
+        model_cfg = dict(self.config.get("model") or {})
+        model_cfg.setdefault("cost_tracking", "ignore_errors")  # unknown stays unknown: below
+        env_cfg = dict(self.config.get("environment") or {})
+        ignored = sorted(k for k in env_cfg if k in DOCKER_ONLY_KEYS)
+        env = SandboxEnvironment(request.sandbox,
+                                 **{k: v for k, v in env_cfg.items() if k not in ignored})
+        agent_cfg = dict(self.config.get("agent") or {})
+        if request.timeout_sec:
+            limit = int(agent_cfg.get("wall_time_limit_seconds") or 0)
+            agent_cfg["wall_time_limit_seconds"] = int(request.timeout_sec) if limit <= 0 \
+                else min(limit, int(request.timeout_sec))
+        agent_cfg["output_path"] = traj
+
+        class _Agent(DefaultAgent):  # type: ignore[misc]
+            def serialize(self, *extra_dicts: dict[str, Any]) -> dict[str, Any]:
+                data: dict[str, Any] = super().serialize(*extra_dicts)
+                for msg in data.get("messages", []):
+                    (msg.get("extra") or {}).pop("raw_output", None)
+                return data
+
+        started = time.monotonic()
+        error: str | None = None
+        infra: str | None = None
+        try:
+            model = get_model(config=model_cfg)
+            env.execute({"command": 'git config user.name "mini-swe-agent" && '
+                                    'git config user.email "mini-swe-agent@proton.me"'})
+            agent = _Agent(model, env, **agent_cfg)
+        except InfraError:
+            raise
+        except Exception as exc:
+            raise InfraError(f"mini-swe-agent could not start: {exc}", "agent_setup_failed") \
+                from exc
+        try:
+            info = agent.run(task=request.instruction)
+            status = str(info.get("exit_status") or "")
+        except InfraError as exc:
+            status, error, infra = "InfraError", str(exc), exc.reason_code
+        except Exception as exc:  # the package re-raises after recording it
+            status, error = type(exc).__name__, f"{type(exc).__name__}: {exc}"[:2000]
+            infra = "model_api_error" if _is_model_error(exc) else None
+        wall = time.monotonic() - started
+        tokens, cost, unpriced, source = account(agent.messages, self.model_name, self.prices)
+        step_limit = int(agent.config.step_limit or 0)
+        reason = _reason(status, agent.n_calls, step_limit, infra)
+        record = MiniRunRecord(
+            mini_version=__version__, model=self.model_name, config_files=self.files,
+            exit_status=status, reason_code=reason, steps=agent.n_calls, cost_usd=cost,
+            cost_known=cost is not None, cost_source=source, tokens=tokens,
+            unpriced_calls=unpriced, ignored_environment_keys=ignored, wall_s=round(wall, 3),
+            error=error)
+        record_path = out_dir / RECORD_NAME
+        atomic_write_json(record_path, record)
+        paths = {"agent_record": str(record_path)}
+        if traj.is_file():
+            paths["trajectory"] = str(traj)
+        return AgentOutcome(
+            agent=self.kind, completed=status == "Submitted", infra=infra is not None,
+            reason_code=reason, truncated=status == "TimeExceeded", cost_usd=cost,
+            cost_known=cost is not None, tokens=tokens, duration_s=round(wall, 3),
+            output_paths=paths,
+            details={"steps": agent.n_calls, "exit_status": status, "cost_source": source,
+                     "model": self.model_name, **({"error": error} if error else {})})
+
+
+def _is_model_error(exc: BaseException) -> bool:
+    module = type(exc).__module__ or ""
+    return module.startswith(("litellm", "openai", "httpx"))
+
+
+def _reason(status: str, steps: int, step_limit: int, infra: str | None) -> str:
+    if infra:
+        return infra
+    if status == "Submitted":
+        return "completed"
+    if status == "LimitsExceeded":
+        return "step_limit_reached" if 0 < step_limit <= steps else "cost_limit_reached"
+    if status == "TimeExceeded":
+        return "deadline_local"
+    if status == "RepeatedFormatError":
+        return "repeated_format_error"
+    return "agent_error"
+
+
+def dump_config(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)

@@ -1,0 +1,72 @@
+"""The model gateway's money: the per-task limit stops an in-sandbox agent that keeps
+calling (a refusal the agent sees; the row says ``per_task_limit_reached``), the row's
+cost is the scripted usage times the given prices, and a campaign of two such runs
+settles to exactly their sum."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.programbench import FIXTURE_ID
+from harness.testing.fake_model_server import start_fake_model_server
+from harness.testing.suite import run_pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "security"))
+from model_gateway_support import AGENT_COMMAND, SdkInjector, agent_report
+from model_scripts import step
+
+pytestmark = pytest.mark.docker
+TARGET = "benchmarks/programbench"
+KEY = "sk-budget-test-0123456789abcdef"
+PER_CALL = (1000 * 2.0 + 100 * 10.0) / 1e6  # 1000 prompt + 100 completion tokens
+LIMIT = 0.01  # four calls fit under it (0.009 < 0.01), the fifth is refused
+
+
+def gateway_run(tmp_path: Path, name: str, upstream_url: str, *extra: str):
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"models": {"fake-model": {"input_per_mtok": 2.0,
+                                                            "output_per_mtok": 10.0}}}))
+    params = {"key_parts": [KEY], "model": "fake-model", "stream": False, "max_steps": 50}
+    root = tmp_path / name
+    with SdkInjector(root, params):
+        return run_pytest(TARGET, root, "-k", "calculator", "--agent", "command",
+                          "--agent-command", AGENT_COMMAND, "--model-upstream", upstream_url,
+                          "--model-prices", str(prices), "--per-task-limit-usd", str(LIMIT),
+                          *extra, env={"HARNESS_MODEL_API_KEY": KEY})
+
+
+def test_per_task_limit_stops_the_agent_and_the_campaign_settles_exactly(
+        tmp_path: Path) -> None:
+    upstream = start_fake_model_server({"responses": [step("ls -la")], "loop": True})
+    campaign = tmp_path / "campaign.json"
+    budget = ("--campaign-file", str(campaign), "--campaign-budget-usd", "5",
+              "--per-task-reserve-usd", "1")
+    try:
+        runs = [gateway_run(tmp_path, f"r{i}", upstream.base_url, *budget) for i in (1, 2)]
+    finally:
+        upstream.stop()
+    for run in runs:
+        assert run.rc == 0, run.out
+        row = run.latest[FIXTURE_ID]
+        assert row["outcome"] == "agent_failed", row
+        assert row["reason_code"] == "per_task_limit_reached"
+        report = agent_report((run.root / row["output_paths"]["agent_stdout"]).read_text())
+        assert report["refused"]["status"] == 402 and "per_task_limit_reached" in \
+            report["refused"]["body"]
+        assert report["steps"] == 4
+        assert row["cost_known"] is True and row["details"]["cost_source"] == "gateway"
+        assert row["cost_usd"] == pytest.approx(4 * PER_CALL, abs=1e-12)
+        assert row["tokens"] == {"prompt": 4000, "completion": 400, "total": 4400}
+        assert row["details"]["budget_charged_usd"] == pytest.approx(4 * PER_CALL, abs=1e-12)
+        usage = json.loads((run.root / row["output_paths"]["model_gateway"]).read_text())
+        assert usage["calls"] == 4 and usage["refused"] == 1 and usage["priced_by_table"] == 4
+    assert upstream.requests == 8  # the refused calls never reached the provider
+    state = json.loads(campaign.read_text())
+    assert state["settled_usd"] == pytest.approx(8 * PER_CALL, abs=1e-12)
+    assert state["spent_usd"] == pytest.approx(8 * PER_CALL, abs=1e-12)
+    assert state["outstanding_usd"] == pytest.approx(0.0, abs=1e-12)

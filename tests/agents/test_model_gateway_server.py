@@ -1,0 +1,111 @@
+"""The gateway's proxy (no Docker): both APIs, streamed and not, metered per call; unknown
+prices stay unknown; the key replaces whatever the client sent; the limit refuses."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from harness.model_gateway.prices import ModelPrices
+from harness.model_gateway.server import GatewayServer
+from harness.model_gateway.usage import InstanceMeter
+from harness.testing.fake_model_server import FakeModelServer, start_fake_model_server
+
+sys.path.insert(0, str(Path(__file__).parent))
+from model_scripts import step
+
+KEY = "sk-gateway-unit-0123456789"
+PRICES = ModelPrices.model_validate({"models": {"priced": {"input_per_mtok": 1.0,
+                                                           "output_per_mtok": 4.0}}})
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> Iterator[FakeModelServer]:
+    server = start_fake_model_server({"responses": [step("ls", prompt=300, completion=20)],
+                                      "loop": True}, log=tmp_path / "up.jsonl")
+    yield server
+    server.stop()
+
+
+def gateway(upstream: FakeModelServer, limit: float | None = None) -> GatewayServer:
+    return GatewayServer(upstream.base_url, KEY, InstanceMeter(PRICES, limit)).start()
+
+
+def client(gw: GatewayServer) -> httpx.Client:
+    return httpx.Client(transport=httpx.HTTPTransport(uds=str(gw.socket_path)),
+                        base_url="http://model-gateway/v1",
+                        headers={"Authorization": "Bearer placeholder"})
+
+
+def test_openai_calls_streamed_or_not_are_metered_with_prices(
+        upstream: FakeModelServer, tmp_path: Path) -> None:
+    gw = gateway(upstream)
+    try:
+        with client(gw) as c:
+            plain = c.post("/chat/completions", json={"model": "priced", "messages": []})
+            assert plain.status_code == 200
+            assert plain.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] \
+                == "bash"
+            with c.stream("POST", "/chat/completions", json={
+                    "model": "priced", "messages": [], "stream": True}) as resp:
+                events = [json.loads(line[6:]) for line in resp.iter_lines()
+                          if line.startswith("data: {")]
+            assert events and all(e["choices"] for e in events)  # usage chunk not shown
+            with c.stream("POST", "/chat/completions", json={
+                    "model": "priced", "messages": [], "stream": True,
+                    "stream_options": {"include_usage": True}}) as resp:
+                asked = [json.loads(line[6:]) for line in resp.iter_lines()
+                         if line.startswith("data: {")]
+            assert asked[-1]["choices"] == [] and asked[-1]["usage"]["prompt_tokens"] == 300
+    finally:
+        gw.close()
+    s = gw.meter.snapshot()
+    assert (s.calls, s.prompt_tokens, s.completion_tokens) == (3, 900, 60)
+    assert s.cost_known and s.cost_usd == pytest.approx(3 * (300 * 1.0 + 20 * 4.0) / 1e6)
+    seen = [json.loads(x) for x in (tmp_path / "up.jsonl").read_text().splitlines()]
+    assert {r["auth_sha256"] for r in seen} == {hashlib.sha256(f"Bearer {KEY}".encode())
+                                                .hexdigest()}
+    assert not gw.socket_path.exists()
+
+
+def test_anthropic_messages_streamed_or_not_are_metered(upstream: FakeModelServer) -> None:
+    gw = gateway(upstream)
+    try:
+        with client(gw) as c:
+            plain = c.post("/messages", json={"model": "priced", "messages": [],
+                                              "max_tokens": 10})
+            assert plain.json()["content"][-1]["type"] == "tool_use"
+            with c.stream("POST", "/messages", json={"model": "priced", "messages": [],
+                                                     "max_tokens": 10, "stream": True}) as r:
+                names = [line[7:] for line in r.iter_lines() if line.startswith("event: ")]
+            assert names[0] == "message_start" and names[-1] == "message_stop"
+    finally:
+        gw.close()
+    s = gw.meter.snapshot()
+    assert (s.calls, s.prompt_tokens, s.completion_tokens) == (2, 600, 40)
+    assert s.cost_known
+
+
+def test_unpriced_model_leaves_cost_unknown_and_the_limit_then_refuses(
+        upstream: FakeModelServer) -> None:
+    gw = gateway(upstream, limit=5.0)
+    try:
+        with client(gw) as c:
+            first = c.post("/chat/completions", json={"model": "mystery", "messages": []})
+            assert first.status_code == 200
+            refused = c.post("/chat/completions", json={"model": "priced", "messages": []})
+            assert refused.status_code == 402
+            assert refused.json()["error"]["type"] == "per_task_limit_reached"
+            other = c.post("/files", json={})
+            assert other.status_code == 404
+    finally:
+        gw.close()
+    s = gw.meter.snapshot()
+    assert s.unpriced_calls == 1 and not s.cost_known and s.limit_reason == "cost_unknown"
+    assert upstream.requests == 1
