@@ -31,6 +31,15 @@ from pydantic import BaseModel
 from benchmarks.cowork_bench import docker_ops
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun, now_iso
+from benchmarks.cowork_bench.mcp_servers import (
+    INVENTORY_NAME,
+    LOG_DIR_NAME,
+    McpInventory,
+    container_env,
+    copy_logs,
+    plan_servers,
+    start_servers,
+)
 from benchmarks.cowork_bench.sidecar import PgSidecar
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs, task_dir
 from benchmarks.cowork_bench.workspace import SANITISED_NAME, pack_workspace, sanitise_workspace
@@ -65,6 +74,7 @@ class InstanceEnv:
     ttl_s: int = 7200  # containers expire by themselves after this (agent timeout + margin)
     docs: TaskDocs | None = None  # the task's docs, when the caller has read them already
     limits: docker_ops.Limits = field(default_factory=docker_ops.Limits)
+    allow_missing_tools: bool = False  # run the agent even when a named MCP server failed
 
     @property
     def env(self) -> dict[str, str]:
@@ -73,8 +83,9 @@ class InstanceEnv:
 
     @property
     def agent_env(self) -> dict[str, str]:
-        """The agent container and its processes: the unprivileged database role."""
-        return {**BASE_ENV, **self.sidecar.agent_env()}
+        """The agent container and its processes: the unprivileged database role, and where
+        its MCP servers are (``MCP_CLIENT_CONFIG``, ``MCP_HTTP_URLS``)."""
+        return {**BASE_ENV, **container_env(self.task), **self.sidecar.agent_env()}
 
 
 class AgentOutcome(BaseModel):
@@ -94,6 +105,7 @@ class AgentContext:
     task_text: str
     system_prompt: str
     deadline: float  # time.monotonic() value
+    mcp: McpInventory | None = None  # the task's MCP servers in this attempt
 
     def exec(self, cmd: list[str], timeout_sec: float | None = None) -> docker_ops.ExecResult:
         left = max(1.0, self.deadline - time.monotonic())
@@ -232,21 +244,30 @@ def run_agent_phase(
         else:
             locked = True
             env.sidecar.enter_agent_phase()
-            t1 = time.monotonic()
-            ctx = AgentContext(env, container, task_text, system_prompt, t1 + timeout_sec)
             try:
-                outcome = agent(ctx)
-                status, reason = outcome.status, outcome.reason_code
-                if outcome.infra_failed:
-                    infra_reason = reason or "agent_infra_failed"
-            except InfraError as exc:
+                inventory = start_task_servers(env, container)
+            except InfraError as exc:  # copy-out below still runs: the servers' stderr
                 infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
-            except Exception as exc:  # the adapter itself broke: not the model's fault
-                infra_reason, reason = "adapter_crashed", "adapter_crashed"
-                error = f"{type(exc).__name__}: {exc}"
-            env.timings["agent_s"] = time.monotonic() - t1
+                _infra(env, exc, "mcp_servers")
+            else:
+                t1 = time.monotonic()
+                ctx = AgentContext(env, container, task_text, system_prompt,
+                                   t1 + timeout_sec, mcp=inventory)  # fmt: skip
+                try:
+                    outcome = agent(ctx)
+                    status, reason = outcome.status, outcome.reason_code
+                    if outcome.infra_failed:
+                        infra_reason = reason or "agent_infra_failed"
+                except InfraError as exc:
+                    infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
+                except Exception as exc:  # the adapter itself broke: not the model's fault
+                    infra_reason, reason = "adapter_crashed", "adapter_crashed"
+                    error = f"{type(exc).__name__}: {exc}"
+                env.timings["agent_s"] = time.monotonic() - t1
         docker_ops.copy_out(container, WORKSPACE, env.inst_dir / m.WORKSPACE_DIR)
         docker_ops.copy_out(container, AGENT_LOGS, env.inst_dir / m.AGENT_LOG_DIR)
+        if env.task.servers:
+            copy_logs(container, env.inst_dir / LOG_DIR_NAME)
     except InfraError as exc:
         infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
         _infra(env, exc, "agent_phase")
@@ -278,6 +299,21 @@ def run_agent_phase(
     )  # fmt: skip
     atomic_write_json(env.inst_dir / m.AGENT_SUMMARY, summary)
     return summary
+
+
+def start_task_servers(env: InstanceEnv, container: Sandbox) -> McpInventory | None:
+    """The task's MCP servers as persistent sessions (:mod:`.mcp_servers`); the inventory
+    goes to ``mcp_servers.json``. A server that cannot start is ``InfraError``
+    ``mcp_unavailable`` (never a scored failure) unless ``allow_missing_tools``."""
+    if not env.task.servers:
+        return None
+    plan = plan_servers(env.bench_root, env.task, WORKSPACE)
+    inventory = start_servers(container, env.network, plan, env.task.instance_id, env.agent_env)
+    atomic_write_json(env.inst_dir / INVENTORY_NAME, inventory)
+    env.timings["mcp_start_s"] = inventory.started_s
+    if not inventory.ready and not env.allow_missing_tools:
+        raise InfraError(inventory.problem()[:2000], "mcp_unavailable")
+    return inventory
 
 
 def container_checker(

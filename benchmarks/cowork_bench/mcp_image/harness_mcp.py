@@ -118,8 +118,7 @@ class Upstream:
                     stdio_client(params, errlog=self.log.writer)
                 )
                 session = await stack.enter_async_context(
-                    ClientSession(read, write,
-                                  read_timeout_seconds=timedelta(seconds=self.timeout))
+                    ClientSession(read, write, read_timeout_seconds=timedelta(seconds=self.timeout))
                 )
                 with anyio.fail_after(self.timeout):
                     await session.initialize()
@@ -127,7 +126,7 @@ class Upstream:
                 self.session, self.tools, self.state = session, len(listed.tools), "ready"
                 self.ready.set()
                 await anyio.sleep_forever()
-        except BaseException as exc:  # noqa: BLE001 - reported in /status, never raised
+        except BaseException as exc:  # reported in /status, never raised
             if isinstance(exc, anyio.get_cancelled_exc_class()) and self.state == "ready":
                 raise
             self.state = "failed"
@@ -236,7 +235,7 @@ def probe(base: str, wait_s: float) -> None:
         if entry.get("state") == "ready":
             try:
                 entry["tool_list"] = asyncio.run(_list(f"{base}/{name}/mcp"))
-            except Exception as exc:  # noqa: BLE001 - reported, the caller decides
+            except Exception as exc:  # reported, the caller decides
                 entry.update(state="failed", error=f"listing tools: {_describe(exc, wait_s)}")
         out[name] = entry
     json.dump(out, sys.stdout)
