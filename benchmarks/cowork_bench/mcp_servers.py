@@ -21,10 +21,14 @@ Exposure:
 * inside the container, ``$MCP_CLIENT_CONFIG`` (``/workspace/dumps/mcp_config.json``, an
   ``mcpServers`` JSON whose stdio commands bridge to the persistent sessions) and
   ``$MCP_HTTP_URLS`` (``name=http://127.0.0.1:8765/<name>/mcp,...``);
-* outside, ``McpInventory.http_urls_outside``: the same endpoints at the agent container's
-  address on the instance's own internal network. The port is bound in the container's own
-  network namespace, never published on the host; another instance's containers sit on
-  another network and cannot reach it.
+* outside, two ways. ``McpInventory.http_urls_outside``: the same endpoints by the agent
+  container's name on the instance's own internal network, for an agent running in a
+  container attached to that network (Docker's DNS resolves the name there only). And
+  ``mcp_config_outside.json`` in the instance folder: an ``mcpServers`` config whose stdio
+  commands are ``docker exec -i -u agent <container> ... bridge <url>``, for an agent on the
+  host (the host has no address on the instance network, by design). The port is bound in
+  the container's own network namespace and never published on the host; another
+  instance's containers sit on another network and can neither resolve nor reach it.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ LOCAL_SERVERS = "/workspace/local_servers"  # the checkout's local_servers/ in t
 STDERR_LIMIT = 256 << 10  # bytes of one server's stderr kept
 PROBE_MARGIN_S = 30.0
 INVENTORY_NAME = "mcp_servers.json"
+OUTSIDE_CONFIG_NAME = "mcp_config_outside.json"
 LOG_DIR_NAME = "mcp"
 
 
@@ -117,6 +122,7 @@ class McpInventory(BaseModel):
     instance_id: str
     servers: list[ServerStatus]
     client_config: str | None = None
+    client_config_outside: dict[str, Any] = Field(default_factory=dict)  # docker exec bridges
     http_urls_inside: str = ""
     http_urls_outside: str = ""
     started_s: float = 0.0
@@ -200,20 +206,22 @@ def container_env(task: CoworkTask) -> dict[str, str]:
     return env
 
 
-def container_address(container: Sandbox, network: str) -> str:
-    info = container.api.inspect_container(container.id)
-    nets = (info.get("NetworkSettings") or {}).get("Networks") or {}
-    addr = str((nets.get(network) or {}).get("IPAddress") or "")
-    if not addr:
-        raise InfraError(f"{container.name} has no address on {network}", "mcp_unavailable")
-    return addr
-
-
-def client_config(servers: list[ServerStatus]) -> dict[str, Any]:
-    """The in-container agent's MCP client config: stdio bridges to the persistent sessions."""
+def client_config(servers: list[ServerStatus], container: str | None = None) -> dict[str, Any]:
+    """An MCP client config of stdio bridges to the persistent sessions: run in the agent
+    container, or (``container``) from the host through ``docker exec`` as the agent user."""
+    prefix = ["exec", "-i", "-u", docker_ops.AGENT, container] if container else []
     return {
         "mcpServers": {
-            s.name: {"command": PYTHON_BIN, "args": [SUPERVISOR, "bridge", url_inside(s.name)]}
+            s.name: {
+                "command": "docker" if container else PYTHON_BIN,
+                "args": [
+                    *prefix,
+                    *([PYTHON_BIN] if container else []),
+                    SUPERVISOR,
+                    "bridge",
+                    url_inside(s.name),
+                ],
+            }
             for s in servers
             if s.state == "ready"
         }
@@ -233,7 +241,6 @@ def _probe_entry(name: str, raw: Any) -> ServerStatus:
 
 def start_servers(
     container: Sandbox,
-    network: str,
     plan: McpPlan,
     instance_id: str,
     env: dict[str, str],
@@ -277,11 +284,10 @@ def start_servers(
             statuses[spec.name] = entry
     names = [*plan.unconfigured, *(spec.name for spec in plan.specs)]
     ordered = [statuses[n] for n in dict.fromkeys(names)]
-    address = container_address(container, network) if plan.specs else ""
     for st in ordered:
         if st.state == "ready":
             st.url_inside = url_inside(st.name)
-            st.url_outside = f"http://{address}:{MCP_PORT}/{st.name}/mcp"
+            st.url_outside = f"http://{container.name}:{MCP_PORT}/{st.name}/mcp"
     ready = [st for st in ordered if st.state == "ready"]
     if plan.specs:
         container.write_file(CLIENT_CONFIG, json.dumps(client_config(ordered), indent=1).encode())
@@ -289,6 +295,7 @@ def start_servers(
         instance_id=instance_id,
         servers=ordered,
         client_config=CLIENT_CONFIG if plan.specs else None,
+        client_config_outside=client_config(ordered, container.name) if plan.specs else {},
         http_urls_inside=",".join(f"{s.name}={s.url_inside}" for s in ready),
         http_urls_outside=",".join(f"{s.name}={s.url_outside}" for s in ready),
         started_s=round(time.monotonic() - t0, 3),

@@ -34,6 +34,7 @@ from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun, now_is
 from benchmarks.cowork_bench.mcp_servers import (
     INVENTORY_NAME,
     LOG_DIR_NAME,
+    OUTSIDE_CONFIG_NAME,
     McpInventory,
     container_env,
     copy_logs,
@@ -308,8 +309,9 @@ def start_task_servers(env: InstanceEnv, container: Sandbox) -> McpInventory | N
     if not env.task.servers:
         return None
     plan = plan_servers(env.bench_root, env.task, WORKSPACE)
-    inventory = start_servers(container, env.network, plan, env.task.instance_id, env.agent_env)
+    inventory = start_servers(container, plan, env.task.instance_id, env.agent_env)
     atomic_write_json(env.inst_dir / INVENTORY_NAME, inventory)
+    atomic_write_json(env.inst_dir / OUTSIDE_CONFIG_NAME, inventory.client_config_outside)
     env.timings["mcp_start_s"] = inventory.started_s
     if not inventory.ready and not env.allow_missing_tools:
         raise InfraError(inventory.problem()[:2000], "mcp_unavailable")
