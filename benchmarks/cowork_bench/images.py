@@ -11,7 +11,11 @@
   the registries here allow: a venv at ``/opt/venv`` (``PYTHON_BIN``, seeing the Debian
   packages) holding the ``mcp`` SDK from PyPI (exact pins, :data:`MCP_REQUIREMENTS`; the
   wheels are downloaded on the host with pip once, into the cache, and built in offline),
-  and the harness's MCP supervisor at ``/opt/harness_mcp`` (:mod:`.mcp_servers`).
+  and ``uv`` (``UV_PYTHON_DOWNLOADS=never``, offline: the containers have no network), Node
+  from Debian (``nodejs``), and the harness's MCP supervisor at ``/opt/harness_mcp``
+  (:mod:`.mcp_servers`). Upstream's servers are not installed: their Node dependencies come
+  from npm and their Python ones from a per-server ``uv sync``, neither of which this image
+  does; ``harness cowork qualify`` names each such server with the reason.
 
 Tags are content hashes of the recipes (``harness.sandbox.images``): built once, reused.
 """
@@ -44,6 +48,7 @@ MCP_REQUIREMENTS: tuple[str, ...] = (
     "python_dotenv==1.2.4", "python_multipart==0.0.34", "referencing==0.37.0",
     "rpds_py==2026.9.1", "sse_starlette==3.7.0", "starlette==1.10.0",
     "typing_extensions==4.16.0", "typing_inspection==0.4.5", "uvicorn==0.54.0",
+    "uv==0.13.9",
 )  # fmt: skip
 
 PG_RECIPE = r"""
@@ -76,16 +81,18 @@ RUN apt-get update \
 
 VENV_RECIPE = rf"""
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3-venv \
+ && apt-get install -y --no-install-recommends python3-venv nodejs \
  && rm -rf /var/lib/apt/lists/*
 COPY wheels/ /tmp/wheels/
 RUN python3 -m venv --system-site-packages {VENV} \
  && {VENV}/bin/pip install --no-index --no-cache-dir --find-links /tmp/wheels \
       $(ls /tmp/wheels | sed 's/-.*//') \
- && rm -rf /tmp/wheels && {PYTHON_BIN} -c "import mcp.server.fastmcp, uvicorn"
+ && rm -rf /tmp/wheels && {PYTHON_BIN} -c "import mcp.server.fastmcp, uvicorn" \
+ && ln -s {VENV}/bin/uv /usr/local/bin/uv && node --version
 COPY harness_mcp/ /opt/harness_mcp/
 RUN chmod -R a+rX /opt/harness_mcp
-ENV PYTHON_BIN={PYTHON_BIN}
+ENV PYTHON_BIN={PYTHON_BIN} LOCAL_SERVERS_PATH=/workspace/local_servers \
+    UV_PYTHON_DOWNLOADS=never UV_PYTHON={PYTHON_BIN} UV_OFFLINE=1 UV_NO_CACHE=1
 """
 
 ImageName = Literal["pg15", "runtime"]

@@ -233,7 +233,7 @@ def _probe_entry(name: str, raw: Any) -> ServerStatus:
         return ServerStatus(name=name, state="failed", error="no status from the supervisor")
     tools = [str(t.get("name")) for t in raw.get("tool_list") or [] if isinstance(t, dict)]
     error = raw.get("error")
-    error = str(error)[:500] if error is not None else None
+    error = str(error)[:900] if error is not None else None
     if raw.get("state") == "ready":
         return ServerStatus(name=name, state="ready", error=error, tools=tools)
     return ServerStatus(name=name, state="failed", error=error or "not ready", tools=tools)

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -66,6 +67,7 @@ class BoundedLog:
 
     def __init__(self, path: str, limit: int) -> None:
         rfd, wfd = os.pipe()
+        self.path = path
         self.writer = os.fdopen(wfd, "w")
         self._thread = threading.Thread(target=self._pump, args=(rfd, path, limit), daemon=True)
         self._thread.start()
@@ -99,6 +101,19 @@ class Upstream:
         self.ready = anyio.Event()
         self.log = BoundedLog(os.path.join(log_dir, f"{self.name}.stderr.log"), stderr_limit)
 
+    def stderr_tail(self, size: int = 300) -> str:
+        """The server's own words: its first line naming an error, else its last bytes."""
+        time.sleep(0.2)  # let the pump copy what the dead server wrote last
+        try:
+            with open(self.log.path, "rb") as fh:
+                text = fh.read(65536).decode("utf-8", "replace")
+        except OSError:
+            return ""
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        named = [ln for ln in lines if re.search(r"\berror\b\s*[:\[]", ln, re.IGNORECASE)]
+        said = named[0] if named else " ".join(" ".join(lines).split())[-size:]
+        return f" | stderr: {said[:size]}" if said else ""
+
     async def get_session(self) -> ClientSession:
         await self.ready.wait()
         if self.session is None:
@@ -130,7 +145,7 @@ class Upstream:
             if isinstance(exc, anyio.get_cancelled_exc_class()) and self.state == "ready":
                 raise
             self.state = "failed"
-            self.error = _describe(exc, self.timeout)
+            self.error = _describe(exc, self.timeout) + self.stderr_tail()
             self.session = None
             self.ready.set()
 
