@@ -190,7 +190,8 @@ def peer_http_agent(stdout: list[str]) -> Callable[[AgentContext], AgentOutcome]
         finally:
             docker_ops.remove(box)
         stdout.append(res.stdout + res.stderr)
-        status = "success" if res.exit_code == 0 else "failed"
-        return AgentOutcome(status=status, reason_code="peer_http_mcp")
+        if res.exit_code != 0:
+            return AgentOutcome(status="failed", reason_code="peer_http_mcp")
+        return AgentOutcome(status="success", reason_code="peer_http_mcp")
 
     return step
