@@ -185,6 +185,10 @@ def test_in_container_agent_uses_the_generated_config_four_tasks_share_no_port(
         )
         assert inv.ready and inv.client_config == "/workspace/dumps/mcp_config.json"
         hosts |= {s.url_outside.split("/")[2] for s in inv.servers if s.url_outside}
+    # Persistent sessions: every call of the agent's (a fresh bridge each) reached the one
+    # supervised server process, whose stderr is the instance's mcp/emails.stderr.log.
+    log = run.root / "cowork_bench" / "email-reply-invoice" / "mcp" / "emails.stderr.log"
+    assert log.read_text().count("CallToolRequest") == 3
     # One agent container per instance, each on its own internal network; the port is bound
     # in that container's network namespace (nothing on the host).
     assert len(hosts) == len(MCP_TASKS) and all(h.endswith(f":{MCP_PORT}") for h in hosts)
