@@ -81,6 +81,7 @@ class InstanceResult:
     timings: dict[str, float] = field(default_factory=dict)
     cleanup: dict[str, object] = field(default_factory=dict)
     diagnostic: m.DiagnosticRecord | None = None
+    runtime_image: str | None = None  # image id the agent and eval containers ran
 
 
 def run_instance(
@@ -117,7 +118,7 @@ def run_instance(
     ttl = int(agent_timeout_sec) + TTL_MARGIN_S
     result = InstanceResult(task.instance_id, None, None, None, timings)
     try:
-        runtime = ensure_image("runtime").image_id
+        runtime = result.runtime_image = ensure_image("runtime").image_id
         if sidecar is None:
             t0 = time.monotonic()
             net = docker_ops.create_network(ident, task.instance_id)
@@ -347,6 +348,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
     details = ctx.result.details
     details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}
     details["cleanup"] = res.cleanup
+    details["runtime_image"] = res.runtime_image
     inventory = ctx.instance_dir / INVENTORY_NAME  # harness-written, on the host
     if inventory.is_file():
         inv = McpInventory.model_validate_json(inventory.read_bytes())

@@ -178,6 +178,10 @@ def test_in_container_agent_uses_the_generated_config_four_tasks_share_no_port(
     for iid in MCP_TASKS:
         row = run.latest[iid]
         assert row["status"] == "passed", (iid, row)
+        assert row["details"]["runtime_image"].startswith("sha256:")
+        assert row["details"]["mcp_servers"] and set(row["details"]["mcp_servers"].values()) == {
+            "ready"
+        }
         stdout = (run.root / row["output_paths"]["agent_stdout"]).read_text()
         assert "mcp calls:" in stdout, stdout
         inv = McpInventory.model_validate_json(
