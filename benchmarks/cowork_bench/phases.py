@@ -7,8 +7,9 @@ container holds a *sanitised* task (no ``groundtruth_workspace*``, no ``evaluati
 upstream's rsync); the eval container, started after the agent container is gone, holds the
 full task and a copy of the workspace. ``TZ=UTC`` and ``PGTZ=UTC`` everywhere.
 
-Who is who. ``/workspace`` and ``/workspace/dumps`` are root's; the workspace and the agent
-log folder are the ``agent`` user's (made through the daemon, see ``docker_ops``). Preprocess
+Who is who. ``/workspace`` and ``/workspace/dumps`` are root's; this task's sanitised tree
+(preprocess may rebuild its ``tmp/``), the workspace and the agent log folder are the
+``agent`` user's (made through the daemon, see ``docker_ops``). Preprocess
 and the agent run as ``agent``; the agent container's environment holds only the agent's
 database role (preprocess gets the checker's role in its own exec environment, before the
 sidecar locks that role out for the agent phase). After copy-out the workspace is made inert
@@ -132,10 +133,14 @@ def support_tar(bench_root: str) -> bytes:
 
 
 def task_tar(env: InstanceEnv, sanitised: bool) -> bytes:
+    """This task's tree; the sanitised copy (agent container) is the agent user's, so its
+    preprocess may rebuild ``tasks/finalpool/<task>/tmp`` (mock pages) as upstream's
+    writable staging allows; the eval container gets a fresh root-owned full copy."""
     exclude = SANITISE | {"__pycache__"} if sanitised else frozenset({"__pycache__"})
     arc = f"tasks/finalpool/{env.task.instance_id}"
+    owner = docker_ops.AGENT_IDS if sanitised else (0, 0)
     return docker_ops.tar_tree([(task_dir(env.bench_root, env.task.instance_id), arc)],
-                               exclude_names=frozenset(exclude))  # fmt: skip
+                               exclude_names=frozenset(exclude), owner=owner)  # fmt: skip
 
 
 def _start(env: InstanceEnv, role: str, sanitised: bool) -> Sandbox:
