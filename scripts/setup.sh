@@ -60,6 +60,8 @@ PY
   runsc_registered \
     || { echo "[setup] dockerd did not load the runsc runtime (see its log)" >&2; exit 1; }
 fi
+echo "[setup] Cowork Bench MCP: the pinned mcp SDK wheels for the runtime image (PyPI, pip)"
+python3 -c "from benchmarks.cowork_bench.images import fetch_wheels; print(fetch_wheels())"
 
 echo "[setup] local images (first time: a few minutes; later: cached)"
 python3 -m harness.images

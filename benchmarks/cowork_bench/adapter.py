@@ -3,7 +3,8 @@
 Options (``pytest benchmarks/cowork_bench --help``): ``--cowork-root`` (required), the
 expected commit, the provenance waivers, the residual diagnostic, the task timeout, the
 step cap and the per-container limits (``--cowork-cpus`` 1, ``--cowork-memory`` 2g,
-``--cowork-pids`` 1024, applied to the agent, eval and database containers alike). Instances are the checkout's ``tasks/finalpool/*`` with two attribute markers,
+``--cowork-pids`` 1024, applied to the agent, eval and database containers alike) and
+``--allow-missing-tools`` (a task whose MCP servers cannot all start still runs). Instances are the checkout's ``tasks/finalpool/*`` with two attribute markers,
 ``server`` (every MCP server of the task) and ``prefix`` (the legacy name prefix)::
 
     pytest benchmarks/cowork_bench --cowork-root ~/cowork_bench -m "server('emails')"
@@ -96,6 +97,13 @@ def add_options(parser: pytest.Parser) -> None:
         "audit only (never changes the verdict)",
     )
     group.addoption(
+        "--allow-missing-tools",
+        action="store_true",
+        default=False,
+        help="run a task even when one of its MCP servers cannot start (recorded); by "
+        "default such a task is infra_failed mcp_unavailable and its agent never runs",
+    )
+    group.addoption(
         "--cowork-task-timeout",
         default=str(DEFAULT_TASK_TIMEOUT_SEC),
         metavar="SEC",
@@ -141,6 +149,7 @@ class CoworkOptions(BaseModel):
     allow_dirty: bool
     allow_commit_mismatch: bool
     diagnostic: bool
+    allow_missing_tools: bool = False
     task_timeout_sec: float = Field(gt=0)
     max_steps: int = Field(gt=0)
     cpus: float = Field(default=DEFAULT_CPUS, gt=0)
@@ -212,6 +221,7 @@ class CoworkOptions(BaseModel):
             allow_dirty=bool(opt("allow_dirty_bench")),
             allow_commit_mismatch=bool(opt("allow_bench_commit_mismatch")),
             diagnostic=bool(opt("diagnostic_eval_on_truncation")),
+            allow_missing_tools=bool(opt("allow_missing_tools")),
             task_timeout_sec=timeout,
             max_steps=steps,
             cpus=cpus,
@@ -225,6 +235,7 @@ class CoworkOptions(BaseModel):
             "task_timeout_sec": self.task_timeout_sec,
             "max_steps": self.max_steps,
             "diagnostic_eval_on_truncation": self.diagnostic,
+            "allow_missing_tools": self.allow_missing_tools,
             "expected_commit": self.commit,
             "container_limits": {"cpus": self.cpus, "memory": self.memory, "pids": self.pids},
         }

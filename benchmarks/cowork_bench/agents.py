@@ -55,7 +55,9 @@ class ScriptAgent:
 
     def __call__(self, ctx: AgentContext) -> AgentOutcome:
         res = ctx.exec(["python3", "-c", self.script])
-        ctx.container.write_file(f"{AGENT_LOGS}/{self.name}.log", (res.stdout + res.stderr).encode())
+        ctx.container.write_file(
+            f"{AGENT_LOGS}/{self.name}.log", (res.stdout + res.stderr).encode()
+        )
         call = {"tool": "python_execute", "arguments": {"code": self.script}, "exit": res.exit_code}
         if res.exit_code != 0:
             return AgentOutcome(status="failed", reason_code="script_failed", tool_calls=[call])
@@ -91,7 +93,8 @@ class AgentBox:
         )
 
 
-BodyFactory = Callable[[str, float], TaskCreateRequest]  # (container name, setup s) -> body
+# (container name, setup s, outside MCP_HTTP_URLS or None) -> body
+BodyFactory = Callable[[str, float, str | None], TaskCreateRequest]
 
 
 class RunnerAgent:
@@ -124,7 +127,8 @@ class RunnerAgent:
 
     def __call__(self, actx: AgentContext) -> AgentOutcome:
         left = max(1.0, actx.deadline - time.monotonic())
-        body = self.body(actx.container.name, time.monotonic() - self.started)
+        urls = actx.mcp.http_urls_outside if actx.mcp else None
+        body = self.body(actx.container.name, time.monotonic() - self.started, urls)
 
         def oracle(_request: AgentRequest) -> RunnerOutcome:
             oracle_agent(actx)

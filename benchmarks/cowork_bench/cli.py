@@ -1,4 +1,4 @@
-"""``harness cowork ...``: Cowork Bench tools (``audit``)."""
+"""``harness cowork ...``: Cowork Bench tools (``audit``, ``qualify``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,16 @@ from collections.abc import Sequence
 from harness.cli import dispatch
 
 COMMANDS = {
-    "audit": ("benchmarks.cowork_bench.audit", "audit_command",
-              "audit a finished run: classifications, eval attempts, manual-review flags"),
+    "audit": (
+        "benchmarks.cowork_bench.audit",
+        "audit_command",
+        "audit a finished run: classifications, eval attempts, manual-review flags",
+    ),
+    "qualify": (
+        "benchmarks.cowork_bench.qualify",
+        "qualify_command",
+        "start each task's MCP servers, list their tools: ready or why not",
+    ),
 }
 
 

@@ -295,4 +295,3 @@ def evaluate_once(
         "evaluated" if receipt.state == "completed" else receipt.state
     )
     return EvalOutcome(kind=kind, attempt_id=claim.attempt_id, receipt=receipt)
-

@@ -45,6 +45,7 @@ from benchmarks.cowork_bench.eval_once import (
     read_claim,
 )
 from benchmarks.cowork_bench.images import ensure_image
+from benchmarks.cowork_bench.mcp_servers import INVENTORY_NAME, McpInventory
 from benchmarks.cowork_bench.phases import (
     WORKSPACE,
     AgentStep,
@@ -80,6 +81,7 @@ class InstanceResult:
     timings: dict[str, float] = field(default_factory=dict)
     cleanup: dict[str, object] = field(default_factory=dict)
     diagnostic: m.DiagnosticRecord | None = None
+    runtime_image: str | None = None  # image id the agent and eval containers ran
 
 
 def run_instance(
@@ -99,6 +101,7 @@ def run_instance(
     keep_sandboxes: bool = False,
     limits: docker_ops.Limits | None = None,
     sandbox_runtime: str | None = None,
+    allow_missing_tools: bool = False,
 ) -> InstanceResult:
     """Sidecar (unless one is given, with its network), agent phase, eval phase, teardown.
 
@@ -117,7 +120,7 @@ def run_instance(
     ttl = int(agent_timeout_sec) + TTL_MARGIN_S
     result = InstanceResult(task.instance_id, None, None, None, timings)
     try:
-        runtime = ensure_image("runtime").image_id
+        runtime = result.runtime_image = ensure_image("runtime").image_id
         if sidecar is None:
             t0 = time.monotonic()
             net = docker_ops.create_network(ident, task.instance_id)
@@ -128,7 +131,8 @@ def run_instance(
         env = InstanceEnv(task, Path(bench_root), inst_dir, sidecar.network, sidecar, ident,
                           runtime, timings, ttl_s=ttl, docs=docs,
                           limits=limits or docker_ops.Limits(),
-                          sandbox_runtime=sandbox_runtime)  # fmt: skip
+                          sandbox_runtime=sandbox_runtime,
+                          allow_missing_tools=allow_missing_tools)  # fmt: skip
         t1 = time.monotonic()
         result.summary = run_agent_phase(env, agent, agent_name, timeout_sec=agent_timeout_sec)
         timings["agent_phase_s"] = time.monotonic() - t1
@@ -241,6 +245,7 @@ def write_body(
     container: str,
     setup_s: float,
     docs: TaskDocs | None = None,
+    mcp_http_urls: str | None = None,
 ) -> TaskCreateRequest:
     body = build_task_body(
         opts.root,
@@ -252,6 +257,8 @@ def write_body(
         task_id=new_task_id(f"cowork-{task.instance_id}"),
         docs=docs,
     )
+    if mcp_http_urls:  # the task's MCP servers, reachable from outside the agent container
+        body.metadata["mcp_http_urls"] = mcp_http_urls
     atomic_write_json(ctx.instance_dir / BODY_NAME, body.model_dump(mode="json", exclude_none=True))
     ctx.output("task_body", ctx.instance_dir / BODY_NAME)
     return body
@@ -265,7 +272,7 @@ def record_verdict(ctx: InstanceContext, c: Classification) -> None:
     r.details.update(fields["details"])
     r.details["cowork_status"] = c.status
     receipt = c.details.get("official_receipt") or {}
-    for name in (m.TRAJ_LOG, m.EVAL_RES, m.AGENT_SUMMARY, m.WORKSPACE_DIR):
+    for name in (m.TRAJ_LOG, m.EVAL_RES, m.AGENT_SUMMARY, m.WORKSPACE_DIR, INVENTORY_NAME):
         if (ctx.instance_dir / name).exists():
             ctx.output(name.removesuffix(".json"), ctx.instance_dir / name)
     if c.outcome is Outcome.SCORED:
@@ -321,7 +328,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
     step = RunnerAgent(
         ctx,
         agent,
-        lambda name, setup_s: write_body(ctx, task, opts, name, setup_s, docs),
+        lambda name, setup_s, urls: write_body(ctx, task, opts, name, setup_s, docs, urls),
         instruction,
         tuple(request.config.getoption("agent_env")),
         started,
@@ -340,10 +347,16 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         keep_sandboxes=bool(request.config.getoption("keep_sandboxes", False)),
         limits=opts.limits,
         sandbox_runtime=request.config.getoption("sandbox_runtime", None),
+        allow_missing_tools=opts.allow_missing_tools,
     )
     details = ctx.result.details
     details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}
     details["cleanup"] = res.cleanup
+    details["runtime_image"] = res.runtime_image
+    inventory = ctx.instance_dir / INVENTORY_NAME  # harness-written, on the host
+    if inventory.is_file():
+        inv = McpInventory.model_validate_json(inventory.read_bytes())
+        details["mcp_servers"] = {s.name: s.state for s in inv.servers}
     if res.eval is not None:
         details["eval_phase"] = {"kind": res.eval.kind, "attempt_id": res.eval.attempt_id}
     if res.diagnostic is not None:

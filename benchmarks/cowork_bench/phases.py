@@ -7,8 +7,9 @@ container holds a *sanitised* task (no ``groundtruth_workspace*``, no ``evaluati
 upstream's rsync); the eval container, started after the agent container is gone, holds the
 full task and a copy of the workspace. ``TZ=UTC`` and ``PGTZ=UTC`` everywhere.
 
-Who is who. ``/workspace`` and ``/workspace/dumps`` are root's; the workspace and the agent
-log folder are the ``agent`` user's (made through the daemon, see ``docker_ops``). Preprocess
+Who is who. ``/workspace`` and ``/workspace/dumps`` are root's; this task's sanitised tree
+(preprocess may rebuild its ``tmp/``), the workspace and the agent log folder are the
+``agent`` user's (made through the daemon, see ``docker_ops``). Preprocess
 and the agent run as ``agent``; the agent container's environment holds only the agent's
 database role (preprocess gets the checker's role in its own exec environment, before the
 sidecar locks that role out for the agent phase). After copy-out the workspace is made inert
@@ -31,6 +32,16 @@ from pydantic import BaseModel
 from benchmarks.cowork_bench import docker_ops
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun, now_iso
+from benchmarks.cowork_bench.mcp_servers import (
+    INVENTORY_NAME,
+    LOG_DIR_NAME,
+    OUTSIDE_CONFIG_NAME,
+    McpInventory,
+    container_env,
+    copy_logs,
+    plan_servers,
+    start_servers,
+)
 from benchmarks.cowork_bench.sidecar import PgSidecar
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs, task_dir
 from benchmarks.cowork_bench.workspace import SANITISED_NAME, pack_workspace, sanitise_workspace
@@ -67,6 +78,7 @@ class InstanceEnv:
     docs: TaskDocs | None = None  # the task's docs, when the caller has read them already
     limits: docker_ops.Limits = field(default_factory=docker_ops.Limits)
     sandbox_runtime: str | None = None  # OCI runtime of the agent container (--runtime)
+    allow_missing_tools: bool = False  # run the agent even when a named MCP server failed
 
     @property
     def env(self) -> dict[str, str]:
@@ -75,8 +87,9 @@ class InstanceEnv:
 
     @property
     def agent_env(self) -> dict[str, str]:
-        """The agent container and its processes: the unprivileged database role."""
-        return {**BASE_ENV, **self.sidecar.agent_env()}
+        """The agent container and its processes: the unprivileged database role, and where
+        its MCP servers are (``MCP_CLIENT_CONFIG``, ``MCP_HTTP_URLS``)."""
+        return {**BASE_ENV, **container_env(self.task), **self.sidecar.agent_env()}
 
 
 class AgentOutcome(BaseModel):
@@ -96,6 +109,7 @@ class AgentContext:
     task_text: str
     system_prompt: str
     deadline: float  # time.monotonic() value
+    mcp: McpInventory | None = None  # the task's MCP servers in this attempt
 
     def exec(self, cmd: list[str], timeout_sec: float | None = None) -> docker_ops.ExecResult:
         left = max(1.0, self.deadline - time.monotonic())
@@ -121,10 +135,14 @@ def support_tar(bench_root: str) -> bytes:
 
 
 def task_tar(env: InstanceEnv, sanitised: bool) -> bytes:
+    """This task's tree; the sanitised copy (agent container) is the agent user's, so its
+    preprocess may rebuild ``tasks/finalpool/<task>/tmp`` (mock pages) as upstream's
+    writable staging allows; the eval container gets a fresh root-owned full copy."""
     exclude = SANITISE | {"__pycache__"} if sanitised else frozenset({"__pycache__"})
     arc = f"tasks/finalpool/{env.task.instance_id}"
+    owner = docker_ops.AGENT_IDS if sanitised else (0, 0)
     return docker_ops.tar_tree([(task_dir(env.bench_root, env.task.instance_id), arc)],
-                               exclude_names=frozenset(exclude))  # fmt: skip
+                               exclude_names=frozenset(exclude), owner=owner)  # fmt: skip
 
 
 def _start(env: InstanceEnv, role: str, sanitised: bool, runtime: str | None = None) -> Sandbox:
@@ -235,24 +253,33 @@ def run_agent_phase(
         else:
             locked = True
             env.sidecar.enter_agent_phase()
-            t1 = time.monotonic()
-            ctx = AgentContext(env, container, task_text, system_prompt, t1 + timeout_sec)
             try:
-                outcome = agent(ctx)
-                status, reason = outcome.status, outcome.reason_code
-                if outcome.infra_failed:
-                    infra_reason = reason or "agent_infra_failed"
-            except InfraError as exc:
+                inventory = start_task_servers(env, container)
+            except InfraError as exc:  # copy-out below still runs: the servers' stderr
                 infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
-            except Exception as exc:  # the adapter itself broke: not the model's fault
-                infra_reason, reason = "adapter_crashed", "adapter_crashed"
-                error = f"{type(exc).__name__}: {exc}"
-            env.timings["agent_s"] = time.monotonic() - t1
+                _infra(env, exc, "mcp_servers")
+            else:
+                t1 = time.monotonic()
+                ctx = AgentContext(env, container, task_text, system_prompt,
+                                   t1 + timeout_sec, mcp=inventory)  # fmt: skip
+                try:
+                    outcome = agent(ctx)
+                    status, reason = outcome.status, outcome.reason_code
+                    if outcome.infra_failed:
+                        infra_reason = reason or "agent_infra_failed"
+                except InfraError as exc:
+                    infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
+                except Exception as exc:  # the adapter itself broke: not the model's fault
+                    infra_reason, reason = "adapter_crashed", "adapter_crashed"
+                    error = f"{type(exc).__name__}: {exc}"
+                env.timings["agent_s"] = time.monotonic() - t1
         try:
             docker_ops.copy_out(container, WORKSPACE, env.inst_dir / m.WORKSPACE_DIR)
             docker_ops.copy_out(container, AGENT_LOGS, env.inst_dir / m.AGENT_LOG_DIR)
         except CopyRefused as exc:  # the agent's output broke a copy-out cap: its failure
             status, reason, error = "failed", exc.reason_code, str(exc)
+        if env.task.servers:
+            copy_logs(container, env.inst_dir / LOG_DIR_NAME)
     except InfraError as exc:
         infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
         _infra(env, exc, "agent_phase")
@@ -284,6 +311,22 @@ def run_agent_phase(
     )  # fmt: skip
     atomic_write_json(env.inst_dir / m.AGENT_SUMMARY, summary)
     return summary
+
+
+def start_task_servers(env: InstanceEnv, container: Sandbox) -> McpInventory | None:
+    """The task's MCP servers as persistent sessions (:mod:`.mcp_servers`); the inventory
+    goes to ``mcp_servers.json``. A server that cannot start is ``InfraError``
+    ``mcp_unavailable`` (never a scored failure) unless ``allow_missing_tools``."""
+    if not env.task.servers:
+        return None
+    plan = plan_servers(env.bench_root, env.task, WORKSPACE)
+    inventory = start_servers(container, plan, env.task.instance_id, env.agent_env)
+    atomic_write_json(env.inst_dir / INVENTORY_NAME, inventory)
+    atomic_write_json(env.inst_dir / OUTSIDE_CONFIG_NAME, inventory.client_config_outside)
+    env.timings["mcp_start_s"] = inventory.started_s
+    if not inventory.ready and not env.allow_missing_tools:
+        raise InfraError(inventory.problem()[:2000], "mcp_unavailable")
+    return inventory
 
 
 def container_checker(
