@@ -7,11 +7,23 @@ process on stdin (a NUL-separated block a small bash prologue exports, then exec
 agent): values never appear in any argv, in ``docker inspect`` or in a file. The command
 runs under coreutils ``timeout`` (the task timeout), so it dies inside the container even if
 the exec connection is lost. stdout and stderr go to the instance folder, with any
-allow-listed value redacted. Exit 0 = completed; timeout = truncated ``deadline_local``.
+allow-listed value redacted, each capped: the first and the last ``OUTPUT_HEAD_BYTES`` /
+``OUTPUT_TAIL_BYTES`` (1 MiB each) are kept, the total size and the cut are recorded
+(``agent_command.json``), and the exec never holds more than that in memory.
+
+Whatever the agent does, the outcome is the agent's (``infra`` false) with a reason code:
+exit 0 = ``completed``; timeout = truncated ``deadline_local``; 126/127 = ``agent_exit_126``
+/ ``agent_exit_127`` (the program is not executable / not found in the sandbox: the user's
+command, not our machinery); killed by a signal = ``agent_killed_signal_<n>``; other codes =
+``agent_exit_nonzero``; the sandbox ended from inside while the agent ran (its PID 1 died,
+out of memory) = ``agent_sandbox_exited`` (``sandbox_lost``: nothing left to collect).
+Only a failure of Docker itself (or a sandbox stopped from outside) raises ``InfraError``.
+The agent never runs as root: a configured ``user`` of root is refused.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shlex
@@ -25,6 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest, sandbox_name
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_bytes, atomic_write_json
+from harness.sandbox.errors import SandboxError
+from harness.sandbox.execution import ContainerExit, container_exit
 
 INSTRUCTION_PATH = "/tmp/harness_instruction.md"
 INSTRUCTION_ENV = "HARNESS_INSTRUCTION_FILE"
@@ -35,6 +49,9 @@ RECORD_NAME = "agent_command.json"
 # Exit statuses of coreutils ``timeout``: 124 after TERM, 137 after the follow-up KILL.
 TIMEOUT_EXITS = frozenset({124, 137})
 MIN_REDACT_LEN = 4
+OUTPUT_HEAD_BYTES = 1 << 20  # kept from the start of each stored stream
+OUTPUT_TAIL_BYTES = 1 << 20  # kept from the end
+ROOT_USERS = frozenset({"root", "0"})
 
 # Reads NAME=VALUE entries (NUL-terminated, an empty entry ends the block) from stdin,
 # exports them, then execs the agent under `timeout`. Arguments: workdir, timeout,
@@ -64,6 +81,15 @@ class CommandAgentConfig(BaseModel):
     workdir: str | None = None
     kill_after_s: float = Field(default=10.0, ge=0)
     exec_margin_s: float = Field(default=30.0, ge=0)
+    output_head_bytes: int = Field(default=OUTPUT_HEAD_BYTES, ge=0)
+    output_tail_bytes: int = Field(default=OUTPUT_TAIL_BYTES, ge=0)
+
+    @field_validator("user")
+    @classmethod
+    def _not_root(cls, value: str | None) -> str | None:
+        if value is not None and value.split(":")[0] in ROOT_USERS:
+            raise ValueError("the agent may not run as root: name an unprivileged user")
+        return value
 
     @field_validator("env")
     @classmethod
@@ -100,6 +126,13 @@ class CommandRunRecord(BaseModel):
     redacted_values: int
     stdout_path: str
     stderr_path: str
+    stdout_bytes: int = 0  # what the agent wrote, before the cap
+    stderr_bytes: int = 0
+    stdout_truncated: bool = False  # the stored file keeps only its head and tail
+    stderr_truncated: bool = False
+    output_cap_bytes: list[int] = Field(default_factory=list)  # [head, tail] kept per stream
+    kill_survivors: str = ""  # pids that outlived the timeout kill (the agent escaped it)
+    sandbox_exit: dict[str, Any] | None = None  # the sandbox ended while the agent ran
 
 
 def _as_bytes(data: Any) -> bytes:
@@ -220,19 +253,29 @@ class CommandAgent:
         ]
         exec_timeout = None if not timeout else timeout + cfg.kill_after_s + cfg.exec_margin_s
         started = time.monotonic()
-        result = sandbox.exec(argv, user=user, timeout=exec_timeout, stdin=stdin)
+        since = time.time()
+        lost: ContainerExit | None = None
+        try:
+            result = sandbox.exec(
+                argv, user=user, timeout=exec_timeout, stdin=stdin, **self._capture(sandbox)
+            )
+        except SandboxError:
+            lost = _lost_sandbox(sandbox, since)
+            if lost is None:
+                raise  # Docker itself failed, or the sandbox was stopped from outside
+            result = None
+        if result is not None:
+            lost = _lost_sandbox(sandbox, since)
         wall = float(getattr(result, "wall_s", None) or time.monotonic() - started)
 
         out_dir = Path(request.instance_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        stdout, n_out = redact(_as_bytes(result.stdout), secrets)
-        stderr, n_err = redact(_as_bytes(result.stderr), secrets)
         stdout_path, stderr_path = out_dir / STDOUT_NAME, out_dir / STDERR_NAME
-        atomic_write_bytes(stdout_path, stdout)
-        atomic_write_bytes(stderr_path, stderr)
+        out = _store(stdout_path, result, "stdout", secrets, cfg)
+        err = _store(stderr_path, result, "stderr", secrets, cfg)
 
-        exit_code = result.exit_code
-        timed_out = bool(result.timed_out) or (
+        exit_code = getattr(result, "exit_code", None)
+        timed_out = bool(getattr(result, "timed_out", False)) or (
             bool(timeout) and exit_code in TIMEOUT_EXITS and wall >= 0.95 * float(timeout or 0)
         )
         record = CommandRunRecord(
@@ -248,13 +291,92 @@ class CommandAgent:
             exit_code=exit_code,
             timed_out=timed_out,
             wall_s=round(wall, 3),
-            redacted_values=n_out + n_err,
+            redacted_values=out.redacted + err.redacted,
             stdout_path=str(stdout_path),
             stderr_path=str(stderr_path),
+            stdout_bytes=out.total,
+            stderr_bytes=err.total,
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+            output_cap_bytes=[cfg.output_head_bytes, cfg.output_tail_bytes],
+            kill_survivors=str(getattr(result, "survivors", "") or ""),
+            sandbox_exit=None if lost is None else _exit_details(lost),
         )
         record_path = out_dir / RECORD_NAME
         atomic_write_json(record_path, record)
         return _outcome(record, record_path)
+
+    def _capture(self, sandbox: Any) -> dict[str, int]:
+        """Bound the exec's memory too when the sandbox's ``exec`` can (harness Sandbox)."""
+        try:
+            params = inspect.signature(sandbox.exec).parameters
+        except (TypeError, ValueError):
+            return {}
+        if "tail_output" not in params or "max_output" not in params:
+            return {}
+        return {
+            "max_output": self.config.output_head_bytes,
+            "tail_output": self.config.output_tail_bytes,
+        }
+
+
+class _Stored(BaseModel):
+    total: int
+    truncated: bool
+    redacted: int
+
+
+def _store(
+    path: Path, result: Any, stream: str, secrets: Mapping[str, str], cfg: CommandAgentConfig
+) -> _Stored:
+    """Write one stream: head, a marker line, tail when cut; secrets redacted; bounded."""
+    data = _as_bytes(getattr(result, stream, b""))
+    total = int(getattr(result, f"{stream}_total", 0) or len(data))
+    cut = getattr(result, f"{stream}_cut", None)
+    head_limit, tail_limit = cfg.output_head_bytes, cfg.output_tail_bytes
+    if cut is None and len(data) > head_limit + tail_limit:  # an exec that could not cap
+        cut = head_limit
+        data = data[:head_limit] + (data[len(data) - tail_limit :] if tail_limit else b"")
+    if cut is None:
+        body, count = redact(data, secrets)
+        atomic_write_bytes(path, body)
+        return _Stored(total=total, truncated=False, redacted=count)
+    head, tail = data[:cut], data[cut:]
+    # A secret may straddle a cut edge: drop what could hold a partial one on either side.
+    edge = max((len(v.encode("utf-8", "replace")) for v in secrets.values()), default=1) - 1
+    if edge > 0:
+        head, tail = head[: max(len(head) - edge, 0)], tail[edge:]
+    head, n_head = redact(head, secrets)
+    tail, n_tail = redact(tail, secrets)
+    omitted = total - len(head) - len(tail)
+    note = (
+        f"\n[harness: {omitted} bytes omitted here; the agent wrote {total} bytes; "
+        f"kept the first {len(head)} and the last {len(tail)}]\n"
+    ).encode()
+    atomic_write_bytes(path, head + note + tail)
+    return _Stored(total=total, truncated=True, redacted=n_head + n_tail)
+
+
+def _lost_sandbox(sandbox: Any, since: float) -> ContainerExit | None:
+    """The sandbox's exit when it ended from inside while the agent ran, else None.
+
+    A sandbox the harness removed, or one stopped from outside, is not the agent's doing;
+    a sandbox that is not a harness container (no Docker API) cannot be checked.
+    """
+    target = getattr(sandbox, "container", sandbox)  # Cowork's AgentBox wraps a Sandbox
+    api, cid = getattr(target, "api", None), getattr(target, "id", None)
+    if api is None or not isinstance(cid, str) or getattr(target, "removed", False):
+        return None
+    try:
+        state = container_exit(api, cid, since)
+    except SandboxError:
+        return None
+    return state if state.from_inside else None
+
+
+def _exit_details(state: ContainerExit) -> dict[str, Any]:
+    return {"exit_code": state.exit_code, "oom": state.oom, "cause": "ended_from_inside"}
+
 
 
 def _redact_command(command: str | list[str], secrets: Mapping[str, str]) -> str | list[str]:
@@ -274,12 +396,32 @@ def _fmt(seconds: float) -> str:
     return f"{seconds:g}" if seconds else "0"
 
 
+def reason_for_exit(exit_code: int | None) -> str:
+    """The agent-failure reason of a non-zero (or unknown) exit status."""
+    if exit_code is None:
+        return "agent_exit_unknown"
+    if exit_code in (126, 127):  # not executable / not found: the user's command line
+        return f"agent_exit_{exit_code}"
+    if 128 < exit_code < 160:
+        return f"agent_killed_signal_{exit_code - 128}"
+    return "agent_exit_nonzero"
+
+
 def _outcome(record: CommandRunRecord, record_path: Path) -> AgentOutcome:
     paths = {
         "agent_stdout": record.stdout_path,
         "agent_stderr": record.stderr_path,
         "agent_command": str(record_path),
     }
+    details: dict[str, Any] = {"env_missing": record.env_missing, "user": record.user}
+    if record.stdout_truncated or record.stderr_truncated:
+        details["output_truncated"] = {
+            "stdout_bytes": record.stdout_bytes,
+            "stderr_bytes": record.stderr_bytes,
+            "kept_head_tail_bytes": record.output_cap_bytes,
+        }
+    if record.kill_survivors:
+        details["kill_survivors"] = record.kill_survivors
     common: dict[str, Any] = {
         "agent": "command",
         "exit_code": record.exit_code,
@@ -287,15 +429,15 @@ def _outcome(record: CommandRunRecord, record_path: Path) -> AgentOutcome:
         "output_paths": paths,
         "cost_usd": None,
         "cost_known": False,
-        "details": {"env_missing": record.env_missing, "user": record.user},
+        "details": details,
     }
+    if record.sandbox_exit is not None:
+        details["sandbox_exit"] = record.sandbox_exit
+        return AgentOutcome(
+            completed=False, reason_code="agent_sandbox_exited", sandbox_lost=True, **common
+        )
     if record.timed_out:
         return AgentOutcome(completed=False, truncated=True, reason_code="deadline_local", **common)
     if record.exit_code == 0:
         return AgentOutcome(completed=True, reason_code="completed", **common)
-    if record.exit_code in (126, 127):
-        # The agent program is missing or not executable in the sandbox: set-up, not model.
-        return AgentOutcome(
-            completed=False, infra=True, reason_code="agent_command_not_found", **common
-        )
-    return AgentOutcome(completed=False, reason_code="agent_exit_nonzero", **common)
+    return AgentOutcome(completed=False, reason_code=reason_for_exit(record.exit_code), **common)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.agents import AgentRequest
 from harness.agents.command import CommandAgent, CommandAgentConfig
 
@@ -57,12 +59,18 @@ def test_argv_command_and_explicit_user(tmp_path, sandbox_factory):
     outcome = _run(
         tmp_path,
         sb,
-        ["python3", "-c", "import os; print(os.getuid())"],
-        user="root",
+        ["python3", "-c", "import os; print(os.getuid(), os.getcwd())"],
+        user="1000:1000",
         workdir="/tmp",
     )
     assert outcome.completed
-    assert (tmp_path / "inst" / "agent_stdout.log").read_text() == "0\n"
+    assert (tmp_path / "inst" / "agent_stdout.log").read_text() == "1000 /tmp\n"
+
+
+def test_root_user_is_refused():
+    for user in ("root", "0", "0:0"):
+        with pytest.raises(ValueError, match="may not run as root"):
+            CommandAgentConfig(command="true", user=user)
 
 
 def test_non_zero_exit_is_not_completed(tmp_path, sandbox_factory):
@@ -71,9 +79,10 @@ def test_non_zero_exit_is_not_completed(tmp_path, sandbox_factory):
     assert outcome.exit_code == 3 and outcome.reason_code == "agent_exit_nonzero"
 
 
-def test_missing_agent_program_is_infra(tmp_path, sandbox_factory):
+def test_missing_agent_program_is_the_agents_failure(tmp_path, sandbox_factory):
     outcome = _run(tmp_path, sandbox_factory(), ["no-such-agent-cli", "--yolo"])
-    assert outcome.infra and outcome.reason_code == "agent_command_not_found"
+    assert not outcome.infra and not outcome.completed
+    assert outcome.exit_code == 127 and outcome.reason_code == "agent_exit_127"
 
 
 def test_timeout_is_truncated_deadline_local_and_kills_the_agent(tmp_path, sandbox_factory):
