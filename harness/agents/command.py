@@ -341,13 +341,9 @@ def _store(
         body, count = redact(data, secrets)
         atomic_write_bytes(path, body)
         return _Stored(total=total, truncated=False, redacted=count)
-    head, tail = data[:cut], data[cut:]
-    # A secret may straddle a cut edge: drop what could hold a partial one on either side.
-    edge = max((len(v.encode("utf-8", "replace")) for v in secrets.values()), default=1) - 1
-    if edge > 0:
-        head, tail = head[: max(len(head) - edge, 0)], tail[edge:]
-    head, n_head = redact(head, secrets)
-    tail, n_tail = redact(tail, secrets)
+    head, n_head = redact(data[:cut], secrets)
+    tail, n_tail = redact(data[cut:], secrets)
+    head, tail = _strip_partial_secrets(head, tail, secrets)
     omitted = total - len(head) - len(tail)
     note = (
         f"\n[harness: {omitted} bytes omitted here; the agent wrote {total} bytes; "
@@ -355,6 +351,24 @@ def _store(
     ).encode()
     atomic_write_bytes(path, head + note + tail)
     return _Stored(total=total, truncated=True, redacted=n_head + n_tail)
+
+
+def _strip_partial_secrets(
+    head: bytes, tail: bytes, secrets: Mapping[str, str]
+) -> tuple[bytes, bytes]:
+    """A secret cut in two at the cut: drop its start ending the head, its end opening the
+    tail (whole copies are already redacted)."""
+    for value in secrets.values():
+        raw = value.encode("utf-8", "replace")
+        for k in range(len(raw) - 1, 0, -1):
+            if head.endswith(raw[:k]):
+                head = head[:-k]
+                break
+        for k in range(len(raw) - 1, 0, -1):
+            if tail.startswith(raw[-k:]):
+                tail = tail[k:]
+                break
+    return head, tail
 
 
 def _lost_sandbox(sandbox: Any, since: float) -> ContainerExit | None:

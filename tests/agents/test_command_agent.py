@@ -129,3 +129,40 @@ def test_allow_listed_env_reaches_the_agent_and_is_redacted(tmp_path, sandbox_fa
     assert record["env_names"] == ["AGENT_TOKEN", "MULTI"]
     assert record["env_missing"] == ["ABSENT_VAR"] and record["redacted_values"] == 1
     assert "tok-123456789" not in (tmp_path / "inst" / "agent_command.json").read_text()
+
+
+def test_sandbox_ended_from_inside_is_the_agents_failure(tmp_path, sandbox_factory):
+    """The container's PID 1 dies while the agent runs (as a root-capable agent could do):
+    an agent outcome that says why and that nothing is left to collect, never infra."""
+    import threading
+
+    sb = sandbox_factory()
+
+    def pid1_dies() -> None:
+        sb.exec(["kill", "-TERM", "1"], user="root", timeout=30)
+
+    threading.Timer(1.0, pid1_dies).start()
+    outcome = _run(tmp_path, sb, "echo running; sleep 60", timeout=120)
+    assert not outcome.infra and not outcome.completed and outcome.sandbox_lost
+    assert outcome.reason_code == "agent_sandbox_exited"
+    assert outcome.details["sandbox_exit"]["cause"] == "ended_from_inside"
+    record = json.loads((tmp_path / "inst" / "agent_command.json").read_text())
+    assert record["sandbox_exit"]["exit_code"] not in (None, 0)
+
+
+def test_stored_output_is_capped_and_no_secret_survives_the_cut(tmp_path, sandbox_factory):
+    environ = {"AGENT_TOKEN": "tok-0123456789abcdef"}
+    # the secret everywhere, so copies straddle both cut edges at some offsets
+    command = 'for i in $(seq 400); do printf "%s." "$AGENT_TOKEN"; done; echo END'
+    outcome = _run(
+        tmp_path, sandbox_factory(), command, environ=environ,
+        output_head_bytes=100, output_tail_bytes=64,
+    )  # fmt: skip
+    assert outcome.completed
+    stored = (tmp_path / "inst" / "agent_stdout.log").read_bytes()
+    assert b"0123456789" not in stored and b"tok-0123" not in stored
+    assert stored.startswith(b"[redacted:AGENT_TOKEN].") and stored.endswith(b".END\n")
+    assert b"bytes omitted here; the agent wrote 8404 bytes" in stored
+    record = json.loads((tmp_path / "inst" / "agent_command.json").read_text())
+    assert record["stdout_bytes"] == 8404 and record["stdout_truncated"]
+    assert outcome.details["output_truncated"]["stdout_bytes"] == 8404
