@@ -52,6 +52,7 @@ MIN_REDACT_LEN = 4
 OUTPUT_HEAD_BYTES = 1 << 20  # kept from the start of each stored stream
 OUTPUT_TAIL_BYTES = 1 << 20  # kept from the end
 ROOT_USERS = frozenset({"root", "0"})
+_SETTLE_S = 3.0  # how long a killed agent's sandbox may take to be reported as ended
 
 # Reads NAME=VALUE entries (NUL-terminated, an empty entry ends the block) from stdin,
 # exports them, then execs the agent under `timeout`. Arguments: workdir, timeout,
@@ -265,7 +266,10 @@ class CommandAgent:
                 raise  # Docker itself failed, or the sandbox was stopped from outside
             result = None
         if result is not None:
-            lost = _lost_sandbox(sandbox, since)
+            code = getattr(result, "exit_code", None)
+            # killed or unknown: the container may be dying right now; let it settle
+            settle = code is None or code > 128
+            lost = _lost_sandbox(sandbox, since, settle_s=_SETTLE_S if settle else 0.0)
         wall = float(getattr(result, "wall_s", None) or time.monotonic() - started)
 
         out_dir = Path(request.instance_dir)
@@ -371,7 +375,7 @@ def _strip_partial_secrets(
     return head, tail
 
 
-def _lost_sandbox(sandbox: Any, since: float) -> ContainerExit | None:
+def _lost_sandbox(sandbox: Any, since: float, settle_s: float = _SETTLE_S) -> ContainerExit | None:
     """The sandbox's exit when it ended from inside while the agent ran, else None.
 
     A sandbox the harness removed, or one stopped from outside, is not the agent's doing;
@@ -381,11 +385,15 @@ def _lost_sandbox(sandbox: Any, since: float) -> ContainerExit | None:
     api, cid = getattr(target, "api", None), getattr(target, "id", None)
     if api is None or not isinstance(cid, str) or getattr(target, "removed", False):
         return None
-    try:
-        state = container_exit(api, cid, since)
-    except SandboxError:
-        return None
-    return state if state.from_inside else None
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            state = container_exit(api, cid, since)
+        except SandboxError:
+            return None
+        if not state.running or time.monotonic() >= deadline:
+            return state if state.from_inside else None
+        time.sleep(0.1)
 
 
 def _exit_details(state: ContainerExit) -> dict[str, Any]:
