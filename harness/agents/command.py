@@ -18,6 +18,8 @@ command, not our machinery); killed by a signal = ``agent_killed_signal_<n>``; o
 ``agent_exit_nonzero``; the sandbox ended from inside while the agent ran (its PID 1 died,
 out of memory) = ``agent_sandbox_exited`` (``sandbox_lost``: nothing left to collect).
 Only a failure of Docker itself (or a sandbox stopped from outside) raises ``InfraError``.
+When the command ends, every process the agent's user left behind in the sandbox is killed
+(as root), so nothing of the agent runs while its work is collected.
 The agent never runs as root: a configured ``user`` of root is refused.
 """
 
@@ -38,7 +40,7 @@ from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest, sandbo
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_bytes, atomic_write_json
 from harness.sandbox.errors import SandboxError
-from harness.sandbox.execution import ContainerExit, container_exit
+from harness.sandbox.execution import ContainerExit, container_exit, kill_user_processes
 
 INSTRUCTION_PATH = "/tmp/harness_instruction.md"
 INSTRUCTION_ENV = "HARNESS_INSTRUCTION_FILE"
@@ -132,7 +134,7 @@ class CommandRunRecord(BaseModel):
     stdout_truncated: bool = False  # the stored file keeps only its head and tail
     stderr_truncated: bool = False
     output_cap_bytes: list[int] = Field(default_factory=list)  # [head, tail] kept per stream
-    kill_survivors: str = ""  # pids that outlived the timeout kill (the agent escaped it)
+    kill_survivors: str = ""  # pids that outlived the kills at the end (the agent escaped)
     sandbox_exit: dict[str, Any] | None = None  # the sandbox ended while the agent ran
 
 
@@ -271,6 +273,7 @@ class CommandAgent:
             settle = code is None or code > 128
             lost = _lost_sandbox(sandbox, since, settle_s=_SETTLE_S if settle else 0.0)
         wall = float(getattr(result, "wall_s", None) or time.monotonic() - started)
+        leftovers = "" if lost is not None else _end_leftovers(sandbox, user)
 
         out_dir = Path(request.instance_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -303,7 +306,9 @@ class CommandAgent:
             stdout_truncated=out.truncated,
             stderr_truncated=err.truncated,
             output_cap_bytes=[cfg.output_head_bytes, cfg.output_tail_bytes],
-            kill_survivors=str(getattr(result, "survivors", "") or ""),
+            kill_survivors=" ".join(
+                x for x in (str(getattr(result, "survivors", "") or ""), leftovers) if x
+            ),
             sandbox_exit=None if lost is None else _exit_details(lost),
         )
         record_path = out_dir / RECORD_NAME
@@ -373,6 +378,19 @@ def _strip_partial_secrets(
                 tail = tail[k:]
                 break
     return head, tail
+
+
+def _end_leftovers(sandbox: Any, user: str | None) -> str:
+    """End every process the agent left behind (daemons, children that left its session)
+    so nothing of it runs while its work is collected; the survivors, if any."""
+    api, cid = getattr(sandbox, "api", None), getattr(sandbox, "id", None)
+    user = user or _default_user(sandbox)
+    if api is None or not isinstance(cid, str) or not user or user.split(":")[0] in ROOT_USERS:
+        return ""  # not a harness Sandbox (a wrapper that picks its own user): leave it
+    try:
+        return kill_user_processes(api, cid, user)
+    except SandboxError as exc:
+        return f"(could not end leftovers: {exc})"
 
 
 def _lost_sandbox(sandbox: Any, since: float, settle_s: float = _SETTLE_S) -> ContainerExit | None:

@@ -144,6 +144,26 @@ done
 [ -z "$left" ] || { echo "survivors:$left"; exit 3; }
 """
 
+# As root: $1 = a numeric uid (never 0). Stops, then kills every process of that real uid.
+_KILL_UID = r"""
+want=$1; i=0; left=""
+[ "$want" = 0 ] && exit 2
+while [ $i -lt 20 ]; do
+  left=""
+  for d in /proc/[0-9]*; do
+    st=$(cat "$d/stat" 2>/dev/null) || continue
+    st=${st##*) }; set -- $st
+    [ "$1" = Z ] && continue
+    u=$(sed -n 's/^Uid:[[:space:]]*\([0-9]*\).*/\1/p' "$d/status" 2>/dev/null)
+    [ "$u" = "$want" ] && left="$left ${d#/proc/}"
+  done
+  [ -z "$left" ] && break
+  kill -STOP $left 2>/dev/null; kill -KILL $left 2>/dev/null
+  i=$((i+1)); sleep 0.05
+done
+[ -z "$left" ] || { echo "survivors:$left"; exit 3; }
+"""
+
 # A numeric uid for the root pass: "1000", "1000:1000" or a name resolved in the container.
 _UID = r"""u=${1%%:*}; case "$u" in ''|*[!0-9]*) id -u -- "$u";; *) echo "$u";; esac"""
 
@@ -424,6 +444,25 @@ def kill_tree(api: docker.APIClient, container_id: str, token: str, user: str) -
             f"could not kill a timed-out command in {container_id[:12]}: {exc}"
         ) from exc
     return " ".join(s.strip() for s in left)
+
+
+def kill_user_processes(api: docker.APIClient, container_id: str, user: str) -> str:
+    """Kill every process of ``user``'s real uid in the container (an unprivileged agent's
+    leftovers: daemons, children that left its session). Returns the survivors ("" if
+    none). Refuses root. Raises :class:`ExecFailed` only when Docker itself fails."""
+    try:
+        code, text = _run_small(api, container_id, ["/bin/sh", "-c", _UID, "sh", user], "root")
+        if code != 0 or not text.isdigit():
+            return f"(unknown user {user!r})"
+        if text == "0":
+            raise ValueError("kill_user_processes refuses root")
+        argv = ["/bin/sh", "-c", _KILL_UID, "sh", text]
+        code, text = _run_small(api, container_id, argv, "root")
+    except (APIError, NotFound) as exc:
+        raise ExecFailed(
+            f"could not end the processes of {user} in {container_id[:12]}: {exc}"
+        ) from exc
+    return "" if code == 0 else " ".join(_SURVIVORS_RE.findall(text)) or f"(exit {code})"
 
 
 def _exit_code(api: docker.APIClient, exec_id: str) -> int | None:

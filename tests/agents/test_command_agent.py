@@ -166,3 +166,16 @@ def test_stored_output_is_capped_and_no_secret_survives_the_cut(tmp_path, sandbo
     record = json.loads((tmp_path / "inst" / "agent_command.json").read_text())
     assert record["stdout_bytes"] == 8404 and record["stdout_truncated"]
     assert outcome.details["output_truncated"]["stdout_bytes"] == 8404
+
+
+def test_processes_the_agent_leaves_behind_are_ended_with_it(tmp_path, sandbox_factory):
+    sb = sandbox_factory()
+    command = (
+        "setsid sh -c 'sleep 5151; touch /workspace/late' </dev/null >/dev/null 2>&1 & "
+        "nohup sleep 5252 </dev/null >/dev/null 2>&1 & exit 0"
+    )
+    outcome = _run(tmp_path, sb, command)
+    assert outcome.completed
+    left = sb.exec(["ps", "-u", "1000", "-o", "pid=,args="], user="root", timeout=30)
+    assert left.stdout.decode().strip() == ""
+    assert sb.exec(["ps", "-eo", "args="], user="root").stdout.count(b"sleep 5") == 0
