@@ -145,27 +145,47 @@ done
 """
 
 # As root: $1 = a numeric uid (never 0). Stops, then kills every process of that real uid.
+# Builtins only (no fork), so it works while the uid's processes exhaust the pids limit.
 _KILL_UID = r"""
 want=$1; i=0; left=""
 [ "$want" = 0 ] && exit 2
-while [ $i -lt 20 ]; do
+uid_of() {
+  u=""
+  while read -r k a rest; do
+    if [ "$k" = "Uid:" ]; then u=$a; break; fi
+  done < "$1/status"
+} 2>/dev/null
+while [ $i -lt 50 ]; do
   left=""
   for d in /proc/[0-9]*; do
-    st=$(cat "$d/stat" 2>/dev/null) || continue
-    st=${st##*) }; set -- $st
-    [ "$1" = Z ] && continue
-    u=$(sed -n 's/^Uid:[[:space:]]*\([0-9]*\).*/\1/p' "$d/status" 2>/dev/null)
-    [ "$u" = "$want" ] && left="$left ${d#/proc/}"
+    uid_of "$d"
+    [ "$u" = "$want" ] || continue
+    st=""; read -r st < "$d/stat" 2>/dev/null
+    st=${st##*) }; set -f; set -- $st; set +f
+    [ "${1:-Z}" = Z ] && continue
+    kill -STOP "${d#/proc/}" 2>/dev/null
+    left="$left ${d#/proc/}"
   done
   [ -z "$left" ] && break
-  kill -STOP $left 2>/dev/null; kill -KILL $left 2>/dev/null
-  i=$((i+1)); sleep 0.05
+  kill -KILL $left 2>/dev/null
+  i=$((i+1))
 done
 [ -z "$left" ] || { echo "survivors:$left"; exit 3; }
 """
 
 # A numeric uid for the root pass: "1000", "1000:1000" or a name resolved in the container.
-_UID = r"""u=${1%%:*}; case "$u" in ''|*[!0-9]*) id -u -- "$u";; *) echo "$u";; esac"""
+# Builtins only: read from /etc/passwd, no `id` (a fork may be impossible).
+_UID = r"""
+u=${1%%:*}
+case "$u" in
+  ''|*[!0-9]*)
+    while IFS=: read -r n x id rest; do
+      if [ "$n" = "$u" ]; then echo "$id"; exit 0; fi
+    done < /etc/passwd
+    exit 1;;
+  *) echo "$u";;
+esac
+"""
 
 
 @dataclass(frozen=True)
@@ -457,7 +477,10 @@ def kill_user_processes(api: docker.APIClient, container_id: str, user: str) -> 
         if text == "0":
             raise ValueError("kill_user_processes refuses root")
         argv = ["/bin/sh", "-c", _KILL_UID, "sh", text]
-        code, text = _run_small(api, container_id, argv, "root")
+        for _ in range(5):  # the exec itself may not start while the pids limit is reached
+            code, text = _run_small(api, container_id, argv, "root")
+            if code == 0:
+                break
     except (APIError, NotFound) as exc:
         raise ExecFailed(
             f"could not end the processes of {user} in {container_id[:12]}: {exc}"

@@ -179,3 +179,14 @@ def test_processes_the_agent_leaves_behind_are_ended_with_it(tmp_path, sandbox_f
     left = sb.exec(["ps", "-u", "1000", "-o", "pid=,args="], user="root", timeout=30)
     assert left.stdout.decode().strip() == ""
     assert sb.exec(["ps", "-eo", "args="], user="root").stdout.count(b"sleep 5") == 0
+
+
+def test_a_fork_bomb_left_running_is_ended_and_the_sandbox_stays_usable(
+    tmp_path, sandbox_factory
+):
+    sb = sandbox_factory(pids_limit=64)
+    command = "b() { b & b & wait; }; (b </dev/null >/dev/null 2>&1 &); sleep 2; exit 0"
+    outcome = _run(tmp_path, sb, command)
+    assert not outcome.infra and outcome.reason_code == "completed"
+    left = sb.exec("ps -u 1000 -o pid=; echo ps=$?", user="root", timeout=30)
+    assert left.stdout == b"ps=1\n"  # ps could fork, and found no process of the agent
