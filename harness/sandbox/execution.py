@@ -53,6 +53,7 @@ from harness.sandbox.errors import ExecFailed, ExecTimeout
 MAX_OUTPUT_BYTES = 64 << 20  # per stream, the head kept by default; the rest is counted
 _AFTER_KILL_GRACE_S = 5.0
 _STOP_POLL_S = 0.2
+_START_TRIES = 20
 TOKEN_VAR = "HARNESS_EXEC_TOKEN"
 MARK_PREFIX = "harness-exec-"
 
@@ -471,16 +472,22 @@ def kill_user_processes(api: docker.APIClient, container_id: str, user: str) -> 
     leftovers: daemons, children that left its session). Returns the survivors ("" if
     none). Refuses root. Raises :class:`ExecFailed` only when Docker itself fails."""
     try:
-        code, text = _run_small(api, container_id, ["/bin/sh", "-c", _UID, "sh", user], "root")
-        if code != 0 or not text.isdigit():
-            return f"(unknown user {user!r})"
-        if text == "0":
+        # An exec may not even start while the user's processes hold every pid: retry.
+        for _ in range(_START_TRIES):
+            code, uid = _run_small(api, container_id, ["/bin/sh", "-c", _UID, "sh", user], "root")
+            if code == 0 and uid.isdigit():
+                break
+            time.sleep(0.1)
+        else:
+            return f"(could not resolve user {user!r})"
+        if uid == "0":
             raise ValueError("kill_user_processes refuses root")
-        argv = ["/bin/sh", "-c", _KILL_UID, "sh", text]
-        for _ in range(5):  # the exec itself may not start while the pids limit is reached
+        argv = ["/bin/sh", "-c", _KILL_UID, "sh", uid]
+        for _ in range(_START_TRIES):
             code, text = _run_small(api, container_id, argv, "root")
             if code == 0:
                 break
+            time.sleep(0.1)
     except (APIError, NotFound) as exc:
         raise ExecFailed(
             f"could not end the processes of {user} in {container_id[:12]}: {exc}"

@@ -187,6 +187,7 @@ def test_a_fork_bomb_left_running_is_ended_and_the_sandbox_stays_usable(
     sb = sandbox_factory(pids_limit=64)
     command = "b() { b & b & wait; }; (b </dev/null >/dev/null 2>&1 &); sleep 2; exit 0"
     outcome = _run(tmp_path, sb, command)
-    assert not outcome.infra and outcome.reason_code == "completed"
+    # its own `sleep` may find no free pid either: an agent outcome whichever way it ends
+    assert not outcome.infra and outcome.reason_code in ("completed", "agent_exit_nonzero")
     left = sb.exec("ps -u 1000 -o pid=; echo ps=$?", user="root", timeout=30)
     assert left.stdout == b"ps=1\n"  # ps could fork, and found no process of the agent
