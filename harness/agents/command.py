@@ -343,20 +343,27 @@ def _store(
     total = int(getattr(result, f"{stream}_total", 0) or len(data))
     cut = getattr(result, f"{stream}_cut", None)
     head_limit, tail_limit = cfg.output_head_bytes, cfg.output_tail_bytes
-    if cut is None and len(data) > head_limit + tail_limit:  # an exec that could not cap
-        cut = head_limit
-        data = data[:head_limit] + (data[len(data) - tail_limit :] if tail_limit else b"")
-    if cut is None:
-        body, count = redact(data, secrets)
+    head, tail = (data, b"") if cut is None else (data[:cut], data[cut:])
+    if cut is None and len(head) <= head_limit + tail_limit:
+        body, count = redact(head, secrets)
         atomic_write_bytes(path, body)
         return _Stored(total=total, truncated=False, redacted=count)
-    head, n_head = redact(data[:cut], secrets)
-    tail, n_tail = redact(data[cut:], secrets)
+    # Cut (or over the caps: an exec that could not cap as asked): keep our head and tail.
+    if cut is None:
+        head, tail = data[:head_limit], data[head_limit:]
+    head = head[:head_limit]
+    tail = tail[len(tail) - tail_limit :] if tail_limit and len(tail) > tail_limit else tail
+    tail = tail if tail_limit else b""
+    kept = len(head) + len(tail)
+    head, n_head = redact(head, secrets)
+    tail, n_tail = redact(tail, secrets)
+    before = len(head) + len(tail)
     head, tail = _strip_partial_secrets(head, tail, secrets)
-    omitted = total - len(head) - len(tail)
+    kept -= before - len(head) - len(tail)
+    omitted = total - kept
     note = (
         f"\n[harness: {omitted} bytes omitted here; the agent wrote {total} bytes; "
-        f"kept the first {len(head)} and the last {len(tail)}]\n"
+        f"kept its start and its end]\n"
     ).encode()
     atomic_write_bytes(path, head + note + tail)
     return _Stored(total=total, truncated=True, redacted=n_head + n_tail)

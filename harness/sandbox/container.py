@@ -33,7 +33,7 @@ from harness.sandbox import labels as L
 from harness.sandbox import transfer
 from harness.sandbox.client import get_client
 from harness.sandbox.errors import CleanupFailed, ContainerStartFailed, CopyFailed, ImageMissing
-from harness.sandbox.execution import ExecResult, run_exec
+from harness.sandbox.execution import MAX_OUTPUT_BYTES, ExecResult, run_exec
 from harness.sandbox.protected import install_protected
 
 _REMOVE_WAIT_S = 30.0
@@ -186,6 +186,8 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         workdir: str | None = None,
         shell: Sequence[str] = ("/bin/sh", "-c"),
+        max_output: int = MAX_OUTPUT_BYTES,
+        tail_output: int = 0,
     ) -> ExecResult:
         """Run ``cmd`` (argv list, or a string for ``shell``) and wait for it.
 
@@ -203,6 +205,8 @@ class Sandbox:
             env=env,
             workdir=workdir or self.spec.workdir,
             shell=shell,
+            max_output=max_output,
+            tail_output=tail_output,
         )
 
     # -- files -------------------------------------------------------------------
