@@ -96,6 +96,9 @@ class AgentOutcome(BaseModel):
     duration_s: float | None = None
     output_paths: dict[str, str] = Field(default_factory=dict)
     details: dict[str, Any] = Field(default_factory=dict)
+    # The agent ended its own sandbox (e.g. its PID 1 died): an agent failure with nothing
+    # left to collect, so the runner records it at once instead of collecting output.
+    sandbox_lost: bool = False
 
 
 class OracleUnavailable(Exception):

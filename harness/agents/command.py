@@ -7,11 +7,25 @@ process on stdin (a NUL-separated block a small bash prologue exports, then exec
 agent): values never appear in any argv, in ``docker inspect`` or in a file. The command
 runs under coreutils ``timeout`` (the task timeout), so it dies inside the container even if
 the exec connection is lost. stdout and stderr go to the instance folder, with any
-allow-listed value redacted. Exit 0 = completed; timeout = truncated ``deadline_local``.
+allow-listed value redacted, each capped: the first and the last ``OUTPUT_HEAD_BYTES`` /
+``OUTPUT_TAIL_BYTES`` (1 MiB each) are kept, the total size and the cut are recorded
+(``agent_command.json``), and the exec never holds more than that in memory.
+
+Whatever the agent does, the outcome is the agent's (``infra`` false) with a reason code:
+exit 0 = ``completed``; timeout = truncated ``deadline_local``; 126/127 = ``agent_exit_126``
+/ ``agent_exit_127`` (the program is not executable / not found in the sandbox: the user's
+command, not our machinery); killed by a signal = ``agent_killed_signal_<n>``; other codes =
+``agent_exit_nonzero``; the sandbox ended from inside while the agent ran (its PID 1 died,
+out of memory) = ``agent_sandbox_exited`` (``sandbox_lost``: nothing left to collect).
+Only a failure of Docker itself (or a sandbox stopped from outside) raises ``InfraError``.
+When the command ends, every process the agent's user left behind in the sandbox is killed
+(as root), so nothing of the agent runs while its work is collected.
+The agent never runs as root: a configured ``user`` of root is refused.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shlex
@@ -25,6 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest, sandbox_name
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_bytes, atomic_write_json
+from harness.sandbox.errors import SandboxError
+from harness.sandbox.execution import ContainerExit, container_exit, kill_user_processes
 
 INSTRUCTION_PATH = "/tmp/harness_instruction.md"
 INSTRUCTION_ENV = "HARNESS_INSTRUCTION_FILE"
@@ -35,6 +51,10 @@ RECORD_NAME = "agent_command.json"
 # Exit statuses of coreutils ``timeout``: 124 after TERM, 137 after the follow-up KILL.
 TIMEOUT_EXITS = frozenset({124, 137})
 MIN_REDACT_LEN = 4
+OUTPUT_HEAD_BYTES = 1 << 20  # kept from the start of each stored stream
+OUTPUT_TAIL_BYTES = 1 << 20  # kept from the end
+ROOT_USERS = frozenset({"root", "0"})
+_SETTLE_S = 3.0  # how long a killed agent's sandbox may take to be reported as ended
 
 # Reads NAME=VALUE entries (NUL-terminated, an empty entry ends the block) from stdin,
 # exports them, then execs the agent under `timeout`. Arguments: workdir, timeout,
@@ -64,6 +84,15 @@ class CommandAgentConfig(BaseModel):
     workdir: str | None = None
     kill_after_s: float = Field(default=10.0, ge=0)
     exec_margin_s: float = Field(default=30.0, ge=0)
+    output_head_bytes: int = Field(default=OUTPUT_HEAD_BYTES, ge=0)
+    output_tail_bytes: int = Field(default=OUTPUT_TAIL_BYTES, ge=0)
+
+    @field_validator("user")
+    @classmethod
+    def _not_root(cls, value: str | None) -> str | None:
+        if value is not None and value.split(":")[0] in ROOT_USERS:
+            raise ValueError("the agent may not run as root: name an unprivileged user")
+        return value
 
     @field_validator("env")
     @classmethod
@@ -100,6 +129,13 @@ class CommandRunRecord(BaseModel):
     redacted_values: int
     stdout_path: str
     stderr_path: str
+    stdout_bytes: int = 0  # what the agent wrote, before the cap
+    stderr_bytes: int = 0
+    stdout_truncated: bool = False  # the stored file keeps only its head and tail
+    stderr_truncated: bool = False
+    output_cap_bytes: list[int] = Field(default_factory=list)  # [head, tail] kept per stream
+    kill_survivors: str = ""  # pids that outlived the kills at the end (the agent escaped)
+    sandbox_exit: dict[str, Any] | None = None  # the sandbox ended while the agent ran
 
 
 def _as_bytes(data: Any) -> bytes:
@@ -220,19 +256,33 @@ class CommandAgent:
         ]
         exec_timeout = None if not timeout else timeout + cfg.kill_after_s + cfg.exec_margin_s
         started = time.monotonic()
-        result = sandbox.exec(argv, user=user, timeout=exec_timeout, stdin=stdin)
+        since = time.time()
+        lost: ContainerExit | None = None
+        try:
+            result = sandbox.exec(
+                argv, user=user, timeout=exec_timeout, stdin=stdin, **self._capture(sandbox)
+            )
+        except SandboxError:
+            lost = _lost_sandbox(sandbox, since)
+            if lost is None:
+                raise  # Docker itself failed, or the sandbox was stopped from outside
+            result = None
+        if result is not None:
+            code = getattr(result, "exit_code", None)
+            # killed or unknown: the container may be dying right now; let it settle
+            settle = code is None or code > 128
+            lost = _lost_sandbox(sandbox, since, settle_s=_SETTLE_S if settle else 0.0)
         wall = float(getattr(result, "wall_s", None) or time.monotonic() - started)
+        leftovers = "" if lost is not None else _end_leftovers(sandbox, user)
 
         out_dir = Path(request.instance_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        stdout, n_out = redact(_as_bytes(result.stdout), secrets)
-        stderr, n_err = redact(_as_bytes(result.stderr), secrets)
         stdout_path, stderr_path = out_dir / STDOUT_NAME, out_dir / STDERR_NAME
-        atomic_write_bytes(stdout_path, stdout)
-        atomic_write_bytes(stderr_path, stderr)
+        out = _store(stdout_path, result, "stdout", secrets, cfg)
+        err = _store(stderr_path, result, "stderr", secrets, cfg)
 
-        exit_code = result.exit_code
-        timed_out = bool(result.timed_out) or (
+        exit_code = getattr(result, "exit_code", None)
+        timed_out = bool(getattr(result, "timed_out", False)) or (
             bool(timeout) and exit_code in TIMEOUT_EXITS and wall >= 0.95 * float(timeout or 0)
         )
         record = CommandRunRecord(
@@ -248,13 +298,132 @@ class CommandAgent:
             exit_code=exit_code,
             timed_out=timed_out,
             wall_s=round(wall, 3),
-            redacted_values=n_out + n_err,
+            redacted_values=out.redacted + err.redacted,
             stdout_path=str(stdout_path),
             stderr_path=str(stderr_path),
+            stdout_bytes=out.total,
+            stderr_bytes=err.total,
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+            output_cap_bytes=[cfg.output_head_bytes, cfg.output_tail_bytes],
+            kill_survivors=" ".join(
+                x for x in (str(getattr(result, "survivors", "") or ""), leftovers) if x
+            ),
+            sandbox_exit=None if lost is None else _exit_details(lost),
         )
         record_path = out_dir / RECORD_NAME
         atomic_write_json(record_path, record)
         return _outcome(record, record_path)
+
+    def _capture(self, sandbox: Any) -> dict[str, int]:
+        """Bound the exec's memory too when the sandbox's ``exec`` can (harness Sandbox)."""
+        try:
+            params = inspect.signature(sandbox.exec).parameters
+        except (TypeError, ValueError):
+            return {}
+        if "tail_output" not in params or "max_output" not in params:
+            return {}
+        return {
+            "max_output": self.config.output_head_bytes,
+            "tail_output": self.config.output_tail_bytes,
+        }
+
+
+class _Stored(BaseModel):
+    total: int
+    truncated: bool
+    redacted: int
+
+
+def _store(
+    path: Path, result: Any, stream: str, secrets: Mapping[str, str], cfg: CommandAgentConfig
+) -> _Stored:
+    """Write one stream: head, a marker line, tail when cut; secrets redacted; bounded."""
+    data = _as_bytes(getattr(result, stream, b""))
+    total = int(getattr(result, f"{stream}_total", 0) or len(data))
+    cut = getattr(result, f"{stream}_cut", None)
+    head_limit, tail_limit = cfg.output_head_bytes, cfg.output_tail_bytes
+    head, tail = (data, b"") if cut is None else (data[:cut], data[cut:])
+    if cut is None and len(head) <= head_limit + tail_limit:
+        body, count = redact(head, secrets)
+        atomic_write_bytes(path, body)
+        return _Stored(total=total, truncated=False, redacted=count)
+    # Cut (or over the caps: an exec that could not cap as asked): keep our head and tail.
+    if cut is None:
+        head, tail = data[:head_limit], data[head_limit:]
+    head = head[:head_limit]
+    tail = tail[len(tail) - tail_limit :] if tail_limit and len(tail) > tail_limit else tail
+    tail = tail if tail_limit else b""
+    kept = len(head) + len(tail)
+    head, n_head = redact(head, secrets)
+    tail, n_tail = redact(tail, secrets)
+    before = len(head) + len(tail)
+    head, tail = _strip_partial_secrets(head, tail, secrets)
+    kept -= before - len(head) - len(tail)
+    omitted = total - kept
+    note = (
+        f"\n[harness: {omitted} bytes omitted here; the agent wrote {total} bytes; "
+        f"kept its start and its end]\n"
+    ).encode()
+    atomic_write_bytes(path, head + note + tail)
+    return _Stored(total=total, truncated=True, redacted=n_head + n_tail)
+
+
+def _strip_partial_secrets(
+    head: bytes, tail: bytes, secrets: Mapping[str, str]
+) -> tuple[bytes, bytes]:
+    """A secret cut in two at the cut: drop its start ending the head, its end opening the
+    tail (whole copies are already redacted)."""
+    for value in secrets.values():
+        raw = value.encode("utf-8", "replace")
+        for k in range(len(raw) - 1, 0, -1):
+            if head.endswith(raw[:k]):
+                head = head[:-k]
+                break
+        for k in range(len(raw) - 1, 0, -1):
+            if tail.startswith(raw[-k:]):
+                tail = tail[k:]
+                break
+    return head, tail
+
+
+def _end_leftovers(sandbox: Any, user: str | None) -> str:
+    """End every process the agent left behind (daemons, children that left its session)
+    so nothing of it runs while its work is collected; the survivors, if any."""
+    api, cid = getattr(sandbox, "api", None), getattr(sandbox, "id", None)
+    user = user or _default_user(sandbox)
+    if api is None or not isinstance(cid, str) or not user or user.split(":")[0] in ROOT_USERS:
+        return ""  # not a harness Sandbox (a wrapper that picks its own user): leave it
+    try:
+        return kill_user_processes(api, cid, user)
+    except SandboxError as exc:
+        return f"(could not end leftovers: {exc})"
+
+
+def _lost_sandbox(sandbox: Any, since: float, settle_s: float = _SETTLE_S) -> ContainerExit | None:
+    """The sandbox's exit when it ended from inside while the agent ran, else None.
+
+    A sandbox the harness removed, or one stopped from outside, is not the agent's doing;
+    a sandbox that is not a harness container (no Docker API) cannot be checked.
+    """
+    target = getattr(sandbox, "container", sandbox)  # Cowork's AgentBox wraps a Sandbox
+    api, cid = getattr(target, "api", None), getattr(target, "id", None)
+    if api is None or not isinstance(cid, str) or getattr(target, "removed", False):
+        return None
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            state = container_exit(api, cid, since)
+        except SandboxError:
+            return None
+        if not state.running or time.monotonic() >= deadline:
+            return state if state.from_inside else None
+        time.sleep(0.1)
+
+
+def _exit_details(state: ContainerExit) -> dict[str, Any]:
+    return {"exit_code": state.exit_code, "oom": state.oom, "cause": "ended_from_inside"}
+
 
 
 def _redact_command(command: str | list[str], secrets: Mapping[str, str]) -> str | list[str]:
@@ -274,12 +443,32 @@ def _fmt(seconds: float) -> str:
     return f"{seconds:g}" if seconds else "0"
 
 
+def reason_for_exit(exit_code: int | None) -> str:
+    """The agent-failure reason of a non-zero (or unknown) exit status."""
+    if exit_code is None:
+        return "agent_exit_unknown"
+    if exit_code in (126, 127):  # not executable / not found: the user's command line
+        return f"agent_exit_{exit_code}"
+    if 128 < exit_code < 160:
+        return f"agent_killed_signal_{exit_code - 128}"
+    return "agent_exit_nonzero"
+
+
 def _outcome(record: CommandRunRecord, record_path: Path) -> AgentOutcome:
     paths = {
         "agent_stdout": record.stdout_path,
         "agent_stderr": record.stderr_path,
         "agent_command": str(record_path),
     }
+    details: dict[str, Any] = {"env_missing": record.env_missing, "user": record.user}
+    if record.stdout_truncated or record.stderr_truncated:
+        details["output_truncated"] = {
+            "stdout_bytes": record.stdout_bytes,
+            "stderr_bytes": record.stderr_bytes,
+            "kept_head_tail_bytes": record.output_cap_bytes,
+        }
+    if record.kill_survivors:
+        details["kill_survivors"] = record.kill_survivors
     common: dict[str, Any] = {
         "agent": "command",
         "exit_code": record.exit_code,
@@ -287,15 +476,15 @@ def _outcome(record: CommandRunRecord, record_path: Path) -> AgentOutcome:
         "output_paths": paths,
         "cost_usd": None,
         "cost_known": False,
-        "details": {"env_missing": record.env_missing, "user": record.user},
+        "details": details,
     }
+    if record.sandbox_exit is not None:
+        details["sandbox_exit"] = record.sandbox_exit
+        return AgentOutcome(
+            completed=False, reason_code="agent_sandbox_exited", sandbox_lost=True, **common
+        )
     if record.timed_out:
         return AgentOutcome(completed=False, truncated=True, reason_code="deadline_local", **common)
     if record.exit_code == 0:
         return AgentOutcome(completed=True, reason_code="completed", **common)
-    if record.exit_code in (126, 127):
-        # The agent program is missing or not executable in the sandbox: set-up, not model.
-        return AgentOutcome(
-            completed=False, infra=True, reason_code="agent_command_not_found", **common
-        )
-    return AgentOutcome(completed=False, reason_code="agent_exit_nonzero", **common)
+    return AgentOutcome(completed=False, reason_code=reason_for_exit(record.exit_code), **common)

@@ -1,8 +1,9 @@
 """The ``gateway`` agent: one task on the agent server per instance.
 
 The adapter builds the task body (``AgentRequest.task_body``); this agent fills in the
-timeout when the body has none, reattaches or submits, waits, and classifies the settled
-result. A client-side give-up (timeout, lasting poll errors) is an infra outcome whose
+timeout when the body has none and, for a ``docker_exec`` executor, the unprivileged user
+its steps run as (``executor_ref.user``: the sandbox's user, else ``agent``; never root),
+reattaches or submits, waits, and classifies the settled result. A client-side give-up (timeout, lasting poll errors) is an infra outcome whose
 reason says the task is left reattachable; an interrupt cancels the task first.
 """
 
@@ -17,9 +18,20 @@ from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest, Runtim
 from harness.agents.checkpoint import CHECKPOINT_NAME
 from harness.agents.classify import classify_result
 from harness.agents.gateway import ClientPollError, ClientPollTimeout, GatewayClient, PollPolicy
-from harness.agents.gateway_models import TaskCreateRequest
+from harness.agents.gateway_models import TaskCreateRequest, is_root_user
 from harness.agents.gateway_run import validate_task_body
 from harness.errors import InfraError
+
+AGENT_USER = "agent"  # harness.sandbox.images.AGENT_USER (uid 1000) in every harness image
+
+
+def agent_user(sandbox: Any) -> str:
+    """The user the agent server's ``docker exec`` steps run as: the sandbox's default exec
+    user when it is not root, else the images' unprivileged ``agent``."""
+    user = getattr(getattr(sandbox, "spec", None), "user", None)
+    if isinstance(user, str) and user and not is_root_user(user):
+        return user
+    return AGENT_USER
 
 
 class GatewayAgent:
@@ -60,6 +72,9 @@ class GatewayAgent:
             data.get(k) for k in ("timeout_sec", "timeout", "deadline_at")
         ):
             data["timeout_sec"] = request.timeout_sec
+        ref = data.get("executor_ref")
+        if isinstance(ref, dict) and ref.get("type") == "docker_exec" and not ref.get("user"):
+            data["executor_ref"] = {**ref, "user": agent_user(request.sandbox)}
         return validate_task_body(data)
 
     def run(self, request: AgentRequest) -> AgentOutcome:

@@ -20,6 +20,9 @@ from harness.agents.gateway_errors import GatewayError, GatewayUnavailable
 from harness.agents.gateway_models import HealthInfo, ServerSettings, ServerState, TaskResult
 
 T = TypeVar("T")
+# An answer (a task result with its output) is read at most this far: what reaches memory
+# and the instance folder stays bounded whatever the agent made the server return.
+MAX_RESPONSE_BYTES = 32 << 20
 
 
 class PollPolicy(BaseModel):
@@ -107,7 +110,27 @@ class GatewayHTTP:
                 kwargs["json"] = body
             if timeout is not None:
                 kwargs["timeout"] = timeout
-            response = self._http.request(method, path, **kwargs)
+            with self._http.stream(method, path, **kwargs) as streamed:
+                content = bytearray()
+                for chunk in streamed.iter_bytes():  # decoded: a compressed bomb stops too
+                    content += chunk
+                    if len(content) > MAX_RESPONSE_BYTES:
+                        raise GatewayError(
+                            f"{method} {path}: the agent server's answer exceeds "
+                            f"{MAX_RESPONSE_BYTES >> 20} MiB; not read further",
+                            "gateway_response_too_large",
+                        )
+            headers = [
+                (k, v)
+                for k, v in streamed.headers.multi_items()
+                if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+            ]
+            response = httpx.Response(
+                streamed.status_code,
+                headers=headers,
+                content=bytes(content),
+                request=streamed.request,
+            )
         except httpx.TransportError as exc:
             raise RetryableError(describe_exc(exc)) from exc
         if response.status_code >= 500 and response.status_code != 503:

@@ -54,6 +54,11 @@ def describe_validation_error(exc: ValidationError, limit: int = 4) -> str:
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
+def is_root_user(user: str) -> bool:
+    """``root``, ``0`` or ``0:<group>``/``root:<group>`` (a ``docker exec -u`` value)."""
+    return user.strip().split(":")[0] in ("root", "0", "")
+
+
 def _check_backend_path(value: str, what: str) -> str:
     path = PurePosixPath(value)
     if not path.is_absolute():
@@ -90,6 +95,16 @@ class ExecutorRef(_Strict):
     workspace_host_path: str | None = None
     workspace_backend_path: str | None = None
     path_mappings: list[PathMapping] = Field(default_factory=list)
+    # The user every ``docker exec`` of the agent runs as (``docker exec -u``): never root.
+    # Not in the upstream reference (§1.3): an extension the reference server honours.
+    user: str | None = None
+
+    @field_validator("user")
+    @classmethod
+    def _unprivileged(cls, value: str | None) -> str | None:
+        if value is not None and is_root_user(value):
+            raise ValueError("executor_ref.user may not be root: name the unprivileged agent user")
+        return value
 
     @field_validator("workspace_backend_path")
     @classmethod

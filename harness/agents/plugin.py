@@ -24,7 +24,7 @@ from harness.agents.base import (
 from harness.agents.checkpoint import CHECKPOINT_NAME
 from harness.errors import InfraError, RefusalError
 from harness.models import Outcome
-from harness.runtime import InstanceContext, OutcomeSkip, RunContext
+from harness.runtime import InstanceContext, OutcomeSkip, RunContext, Unresolved
 
 GATEWAY_URL_ENV = "HARNESS_GATEWAY_URL"
 
@@ -261,4 +261,8 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
     if outcome.infra:
         raise InfraError(f"agent {outcome.agent}: {outcome.reason_code}",
                          outcome.reason_code or "agent_infra")
+    if outcome.sandbox_lost:  # the agent ended its own sandbox: nothing left to collect
+        reason = outcome.reason_code or "agent_sandbox_exited"
+        ctx.agent_failed(reason, f"the agent's sandbox ended while it ran: {reason}")
+        raise Unresolved(f"agent_failed: {reason}", pytrace=False)
     return outcome

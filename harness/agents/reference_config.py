@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from harness.agents.gateway_models import is_root_user
 from harness.models import StrictModel as _Strict
 
 # Setting names whose values are secrets: /api/settings shows only whether they are set.
@@ -103,9 +104,17 @@ class ReferenceServerConfig(_Strict):
     protected_roots: list[str] = Field(default_factory=list)
     # Where a task without a workspace runs its local steps.
     scratch_dir: str | None = None
-    # User for docker_exec steps (None: the container's default user).
-    docker_user: str | None = None
+    # User for docker_exec steps when executor_ref names none: the sandbox's agent user.
+    # Root is refused (here and in executor_ref.user): a step never runs privileged.
+    docker_user: str = "agent"
     default_step_timeout_s: float = Field(default=600.0, gt=0)
+
+    @field_validator("docker_user")
+    @classmethod
+    def _unprivileged(cls, value: str) -> str:
+        if is_root_user(value):
+            raise ValueError("docker_user may not be root: steps run as the agent user")
+        return value
 
     @model_validator(mode="after")
     def _patterns(self) -> ReferenceServerConfig:

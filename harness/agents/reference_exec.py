@@ -2,8 +2,9 @@
 
 ``local`` runs ``bash -c`` in the workspace with a minimal environment (never the server's
 own, so none of its secrets reach a step). ``docker_exec`` runs in the named container
-through the Docker API (``exec_create``/``exec_start``), under coreutils ``timeout``;
-a cancel sends TERM to the step's process from a second exec.
+through the Docker API as an unprivileged user (``executor_ref.user``, else the server's
+``docker_user``, ``agent`` by default; root is refused), with the harness's exec
+(:func:`harness.sandbox.execution.run_exec`): a timeout or cancel kills the step's tree.
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel
 
+from harness.agents.gateway_models import is_root_user
 from harness.agents.reference_config import WriteFile
+from harness.sandbox.execution import ExecResult, run_exec
 
-OUTPUT_TAIL = 2000
-STEP_READ_TIMEOUT_S = 7 * 3600
+OUTPUT_TAIL = 2000  # characters of a step's output reported in the task's steps
+OUTPUT_TAIL_BYTES = 8 * OUTPUT_TAIL  # bytes of it kept in memory while the step runs
 _POLL_S = 0.05
 
 
@@ -124,16 +126,17 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-# Records its pid, then execs the step under `timeout` (args: pidfile, timeout, command).
-_DOCKER_WRAPPER = (
-    'echo $$ > "$1"; __t=$2; __c=$3; '
-    'if [ "$__t" != 0 ] && command -v timeout >/dev/null 2>&1; then '
-    'exec timeout -k 5 "$__t" bash -c "$__c"; fi; exec bash -c "$__c"'
-)
-
-
 class DockerExecExecutor:
-    def __init__(self, container_name: str, workdir: str | None, user: str | None) -> None:
+    """Steps as ``docker exec -u <user>`` in the named container: never root.
+
+    Through :func:`harness.sandbox.execution.run_exec`: a timeout or a cancel kills the
+    step's whole tree without trusting any file the step could write, and only the last
+    bytes of its output are kept in memory. Plan files are written by the same user.
+    """
+
+    def __init__(self, container_name: str, workdir: str | None, user: str) -> None:
+        if is_root_user(user):
+            raise ExecutorUnavailable("docker_exec steps may not run as root")
         try:
             from docker.errors import DockerException, NotFound
 
@@ -142,10 +145,7 @@ class DockerExecExecutor:
         except ImportError as exc:  # pragma: no cover - docker is a dependency
             raise ExecutorUnavailable("the docker SDK is not installed") from exc
         try:
-            # The client's read timeout also bounds a step's exec_start read, so it must
-            # outlast the longest step (a ProgramBench task may run 6 h); steps carry their
-            # own `timeout` inside the container.
-            self._client = get_client(timeout=STEP_READ_TIMEOUT_S)
+            self._client = get_client()
             self._container = self._client.containers.get(container_name)
         except NotFound as exc:
             raise ExecutorUnavailable(f"container {container_name!r} not found") from exc
@@ -159,75 +159,59 @@ class DockerExecExecutor:
         self.workdir = workdir
         self.user = user
 
-    def _exec_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {}
-        if self.workdir:
-            kwargs["workdir"] = self.workdir
-        if self.user:
-            kwargs["user"] = self.user
-        return kwargs
+    def _exec(
+        self,
+        argv: list[str],
+        *,
+        timeout_s: float | None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
+        stop: threading.Event | None = None,
+    ) -> ExecResult:
+        from harness.sandbox.errors import SandboxError
+
+        try:
+            return run_exec(
+                self._client.api,
+                self._container.id,
+                argv,
+                user=self.user,
+                timeout=timeout_s,
+                env=env,
+                stdin=stdin,
+                workdir=self.workdir,
+                max_output=0,
+                tail_output=OUTPUT_TAIL_BYTES,
+                stop=stop,
+            )
+        except SandboxError as exc:
+            raise ExecutorUnavailable(f"docker exec failed: {exc}") from exc
 
     def run(
         self, command: str, *, timeout_s: float, env: dict[str, str], stop: threading.Event
     ) -> StepRun:
-        api = self._client.api
-        pidfile = f"/tmp/.harness-ref-{uuid.uuid4().hex[:12]}.pid"
-        exec_id = api.exec_create(
-            self._container.id,
-            ["bash", "-c", _DOCKER_WRAPPER, "ref-step", pidfile, f"{timeout_s:g}", command],
-            stdout=True,
-            stderr=True,
-            environment=env or None,
-            **self._exec_kwargs(),
-        )["Id"]
         started = time.monotonic()
-        box: dict[str, Any] = {}
-
-        def _start() -> None:
-            try:
-                box["out"] = api.exec_start(exec_id)
-            except Exception as exc:  # reported below
-                box["error"] = exc
-
-        worker = threading.Thread(target=_start, daemon=True)
-        worker.start()
-        cancelled = False
-        while worker.is_alive():
-            worker.join(_POLL_S)
-            if stop.is_set() and not cancelled:
-                cancelled = True
-                self._container.exec_run(
-                    ["sh", "-c", f'kill -TERM "$(cat {pidfile})" 2>/dev/null'], user="root"
-                )
-        self._container.exec_run(["rm", "-f", pidfile], user="root")
-        if "error" in box:
-            raise ExecutorUnavailable(f"docker exec failed: {type(box['error']).__name__}")
-        exit_code = api.exec_inspect(exec_id).get("ExitCode")
+        res = self._exec(["bash", "-c", command], timeout_s=timeout_s, env=env, stop=stop)
         return StepRun(
-            exit_code=exit_code,
-            output_tail=_tail(box.get("out") or b""),
-            timed_out=exit_code in (124, 137) and not cancelled,
-            cancelled=cancelled,
+            exit_code=res.exit_code,
+            output_tail=_tail(res.stdout + res.stderr),
+            timed_out=res.timed_out,
+            cancelled=res.stopped,
             duration_s=time.monotonic() - started,
         )
 
     def write(self, item: WriteFile) -> None:
-        from harness.sandbox.errors import CopyFailed
-        from harness.sandbox.transfer import pack_bytes, put_archive
-
         path = str(PurePosixPath(self.workdir or "/") / item.path)
-        data = pack_bytes(
-            path,
-            item.content.encode("utf-8"),
-            mode=item.mode,
-            uid=0,
-            gid=0,
-            mtime=int(time.time()),
+        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" "$1"'
+        res = self._exec(
+            ["/bin/sh", "-c", script, "sh", path, f"{item.mode:o}"],
+            timeout_s=60,
+            stdin=item.content.encode("utf-8"),
         )
-        try:
-            put_archive(self._client.api, self._container.id, path, data)
-        except CopyFailed as exc:
-            raise ExecutorUnavailable(f"could not write {item.path!r} into the container") from exc
+        if res.exit_code != 0:
+            raise ExecutorUnavailable(
+                f"could not write {item.path!r} as {self.user}: {_tail(res.stderr)[-200:]}"
+            )
 
     def close(self) -> None:
         self._client.close()

@@ -254,7 +254,7 @@ class TaskStore:
         if ref is not None and ref.type == "docker_exec":
             assert ref.container_name is not None
             return DockerExecExecutor(
-                ref.container_name, ref.workspace_backend_path, self.config.docker_user
+                ref.container_name, ref.workspace_backend_path, ref.user or self.config.docker_user
             )
         workspace = (ref.workspace_host_path if ref else None) or task.request.workspace_root
         if workspace is None:

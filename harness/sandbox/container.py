@@ -40,7 +40,7 @@ from harness.sandbox.errors import (
     ImageMissing,
     ProtectedInstallFailed,
 )
-from harness.sandbox.execution import ExecResult, run_exec
+from harness.sandbox.execution import MAX_OUTPUT_BYTES, ExecResult, run_exec
 from harness.sandbox.protected import (
     ProtectedExecutable,
     install_protected,
@@ -208,6 +208,8 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         workdir: str | None = None,
         shell: Sequence[str] = ("/bin/sh", "-c"),
+        max_output: int = MAX_OUTPUT_BYTES,
+        tail_output: int = 0,
     ) -> ExecResult:
         """Run ``cmd`` (argv list, or a string for ``shell``) and wait for it.
 
@@ -225,6 +227,8 @@ class Sandbox:
             env=env,
             workdir=workdir or self.spec.workdir,
             shell=shell,
+            max_output=max_output,
+            tail_output=tail_output,
         )
 
     # -- files -------------------------------------------------------------------

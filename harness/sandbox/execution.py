@@ -4,24 +4,42 @@ The SDK's ``exec_run`` blocks without a timeout, so this drives the exec endpoin
 directly: ``exec_create``, ``exec_start(socket=True)`` (a hijacked connection carrying
 the multiplexed stdout/stderr frames), ``exec_inspect`` for the exit code.
 
-Every command runs as ``sh -c 'echo $$ > "$1"; shift; exec "$@"' sh PGIDFILE CMD...``. runc
-starts each exec'd process as the leader of a new session and process group, so
-``$$`` is the group id of the command's whole tree; the command also carries a random
-``HARNESS_EXEC_TOKEN`` in its environment. On timeout a second exec, as the same
-user, kills that process group and every process still carrying the token (children
-that moved to a new group keep their environment), then checks ``/proc`` again until
-none is left (zombies aside). The same user, not root, because with ``SYS_PTRACE``
-dropped root may not read another user's ``/proc/<pid>/environ``. The container stays
-usable. A process that both leaves the group and clears its environment can escape
-the kill; the container's TTL and removal still end it.
+Every command runs under a small ``/bin/sh`` wrapper whose ``$0`` is
+``harness-exec-<token>`` (a random token per exec): the wrapper stays alive as the parent of
+the command, so its ``/proc/<pid>/cmdline`` names the exec. runc starts each exec'd process
+as the leader of a new session, so the wrapper's pid is also the session id of the whole
+tree. The command also carries the token in its environment as ``HARNESS_EXEC_TOKEN``.
+
+On timeout (or when ``stop`` is set) two execs kill the tree; neither reads a file the
+command could write, so nothing the command does can redirect the kill:
+
+1. as root: find the processes whose cmdline carries the marker, take their sessions and
+   process groups and every descendant (from ``/proc/<pid>/stat``, world-readable), keep
+   only processes whose *real uid* is the command's uid (a forged marker can only name the
+   command's own processes: never root's, never the harness's), stop them, then kill them;
+   repeat until none is left;
+2. as the command's user: kill every process still carrying the token in its environment
+   (children that left the session; root without ``SYS_PTRACE`` may not read another
+   user's ``/proc/<pid>/environ``).
+
+Processes that survive are reported in :attr:`ExecResult.survivors`, never raised: a
+command that escapes the kill is the command's doing, not an infrastructure failure. A
+process that both leaves the session (after its parent died) and clears its environment
+can escape; the container's TTL and removal still end it.
+
+Output is captured per stream into a bounded head (``max_output`` bytes) and, with
+``tail_output``, a ring buffer of the last bytes: memory stays bounded whatever the command
+prints, and :attr:`ExecResult.stdout_total` records how much it printed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import secrets
 import select
 import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,47 +50,159 @@ from docker.errors import APIError, NotFound
 
 from harness.sandbox.errors import ExecFailed, ExecTimeout
 
-MAX_OUTPUT_BYTES = 64 << 20  # per stream; the rest is counted as truncated
+MAX_OUTPUT_BYTES = 64 << 20  # per stream, the head kept by default; the rest is counted
 _AFTER_KILL_GRACE_S = 5.0
+_STOP_POLL_S = 0.2
+_START_TRIES = 20
 TOKEN_VAR = "HARNESS_EXEC_TOKEN"
+MARK_PREFIX = "harness-exec-"
 
-# $1 is the pgid file, then the command: sh (the session/group leader) writes its pid,
-# which is the group id, then execs the command in place (exit codes pass through).
-_WRAP = '{ echo $$ > "$1"; } 2>/dev/null; shift; exec "$@"'
+# $0 is the marker. The command runs as a child (not exec'd in place) so the wrapper, the
+# session leader, keeps the marker in its cmdline; its exit status passes through.
+_WRAP = '"$@"; __hx_rc=$?; exit $__hx_rc'
 
-# Run on timeout as the command's user: $1 = token. Kills the group and the token carriers, then
-# verifies through /proc (zombies, already dead, are ignored). Exit 1 if any survive.
-_KILL = r"""
-tok=$1; pf=/tmp/.harness-exec-$tok.pgid; pg=$(cat "$pf" 2>/dev/null)
-i=0
-while [ $i -lt 50 ]; do
-  [ -n "$pg" ] && kill -KILL "-$pg" 2>/dev/null  # dash: no "--"
-  left=""
+# Root pass. $1 = token, $2 = the command's numeric uid (the marker itself never appears in
+# this script's argv, nor in a helper's: it must not match itself). Prints "survivors: ..." and exits 3
+# if processes of the tree are left after 20 rounds. Zombies are ignored.
+_KILL_ROOT = r"""
+mark="harness-exec-$1"; want=$2; groups=" "; nl='
+'
+snap() {
   for d in /proc/[0-9]*; do
     st=$(cat "$d/stat" 2>/dev/null) || continue
     st=${st##*) }; set -- $st
     [ "$1" = Z ] && continue
-    if [ -n "$pg" ] && [ "$3" = "$pg" ]; then left="$left ${d#/proc/}"; continue; fi
+    echo "${d#/proc/} $2 $3 $4"
+  done
+}
+ruid() { sed -n 's/^Uid:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$1/status" 2>/dev/null; }
+targets() {
+  all=$(snap)
+  marked=$(grep -lsaF -f - /proc/[0-9]*/cmdline <<EOF
+$mark
+EOF
+)
+  for f in $marked; do
+    d=${f%/cmdline}; p=${d#/proc/}
+    [ "$(ruid "$p")" = "$want" ] || continue
+    st=$(cat "$d/stat" 2>/dev/null) || continue
+    st=${st##*) }; set -- $st
+    for g in "$p" "$3" "$4"; do
+      case "$groups" in *" $g "*) ;; *) groups="$groups$g ";; esac
+    done
+  done
+  found=" "; more=1
+  while [ $more = 1 ]; do
+    more=0
+    rest=$all
+    while [ -n "$rest" ]; do
+      line=${rest%%"$nl"*}
+      case "$rest" in *"$nl"*) rest=${rest#*"$nl"};; *) rest="";; esac
+      set -- $line
+      [ $# = 4 ] || continue
+      case "$found" in *" $1 "*) continue;; esac
+      hit=0
+      case "$groups" in *" $1 "*|*" $3 "*|*" $4 "*) hit=1;; esac
+      case "$found" in *" $2 "*) hit=1;; esac
+      [ $hit = 1 ] || continue
+      [ "$(ruid "$1")" = "$want" ] || continue
+      found="$found$1 "; more=1
+    done
+  done
+  echo $found
+}
+i=0; left=""
+while [ $i -lt 20 ]; do
+  left=$(targets)
+  [ -z "$left" ] && break
+  kill -STOP $left 2>/dev/null
+  left=$(targets)
+  [ -n "$left" ] && kill -KILL $left 2>/dev/null
+  i=$((i+1)); sleep 0.05
+done
+left=$(targets)
+[ -z "$left" ] || { echo "survivors: $left"; exit 3; }
+"""
+
+# User pass, as the command's user: $1 = token. Kills the processes carrying the token in
+# their environment (they may have left the session).
+_KILL_ENV = r"""
+tok=$1; i=0; left=""
+while [ $i -lt 20 ]; do
+  left=""
+  for d in /proc/[0-9]*; do
+    [ "${d#/proc/}" = $$ ] && continue
+    st=$(cat "$d/stat" 2>/dev/null) || continue
+    st=${st##*) }; set -- $st
+    [ "$1" = Z ] && continue
     if grep -qzx "HARNESS_EXEC_TOKEN=$tok" "$d/environ" 2>/dev/null; then
       kill -KILL "${d#/proc/}" 2>/dev/null; left="$left ${d#/proc/}"
     fi
   done
   [ -z "$left" ] && break
-  i=$((i+1)); sleep 0.1
+  i=$((i+1)); sleep 0.05
 done
-rm -f "$pf"
-[ -z "$left" ] || { echo "survivors:$left"; exit 1; }
+[ -z "$left" ] || { echo "survivors:$left"; exit 3; }
+"""
+
+# As root: $1 = a numeric uid (never 0). Stops, then kills every process of that real uid.
+# Builtins only (no fork), so it works while the uid's processes exhaust the pids limit.
+_KILL_UID = r"""
+want=$1; i=0; left=""
+[ "$want" = 0 ] && exit 2
+uid_of() {
+  u=""
+  while read -r k a rest; do
+    if [ "$k" = "Uid:" ]; then u=$a; break; fi
+  done < "$1/status"
+} 2>/dev/null
+while [ $i -lt 50 ]; do
+  left=""
+  for d in /proc/[0-9]*; do
+    uid_of "$d"
+    [ "$u" = "$want" ] || continue
+    st=""; read -r st < "$d/stat" 2>/dev/null
+    st=${st##*) }; set -f; set -- $st; set +f
+    [ "${1:-Z}" = Z ] && continue
+    kill -STOP "${d#/proc/}" 2>/dev/null
+    left="$left ${d#/proc/}"
+  done
+  [ -z "$left" ] && break
+  kill -KILL $left 2>/dev/null
+  i=$((i+1))
+done
+[ -z "$left" ] || { echo "survivors:$left"; exit 3; }
+"""
+
+# A numeric uid for the root pass: "1000", "1000:1000" or a name resolved in the container.
+# Builtins only: read from /etc/passwd, no `id` (a fork may be impossible).
+_UID = r"""
+u=${1%%:*}
+case "$u" in
+  ''|*[!0-9]*)
+    while IFS=: read -r n x id rest; do
+      if [ "$n" = "$u" ]; then echo "$id"; exit 0; fi
+    done < /etc/passwd
+    exit 1;;
+  *) echo "$u";;
+esac
 """
 
 
 @dataclass(frozen=True)
 class ExecResult:
     exit_code: int | None  # None only if Docker never reported one
-    stdout: bytes
+    stdout: bytes  # the kept head, then the kept tail (see stdout_cut)
     stderr: bytes
     wall_s: float
     timed_out: bool = False
-    truncated: bool = False  # output beyond MAX_OUTPUT_BYTES per stream was dropped
+    truncated: bool = False  # some output was dropped (head/tail limits)
+    stdout_total: int = 0  # bytes the command wrote to the stream
+    stderr_total: int = 0
+    stdout_cut: int | None = None  # offset in stdout where dropped bytes were, if any
+    stderr_cut: int | None = None
+    stopped: bool = False  # ended by the caller's ``stop`` event
+    survivors: str = ""  # processes of a killed tree that outlived the kill
 
     @property
     def ok(self) -> bool:
@@ -88,37 +218,73 @@ class ExecResult:
         return self
 
 
+def marker(token: str) -> str:
+    return f"{MARK_PREFIX}{token}"
+
+
 def wrap_argv(cmd: str | Sequence[str], token: str, shell: Sequence[str]) -> list[str]:
     argv = [*shell, cmd] if isinstance(cmd, str) else list(cmd)
     if not argv:
         raise ValueError("empty command")
-    return ["/bin/sh", "-c", _WRAP, "sh", f"/tmp/.harness-exec-{token}.pgid", *argv]
+    return ["/bin/sh", "-c", _WRAP, marker(token), *argv]
+
+
+class _Capture:
+    """One stream: the first ``head`` bytes and the last ``tail`` bytes, plus the total."""
+
+    def __init__(self, head: int, tail: int) -> None:
+        self.head_limit = max(head, 0)
+        self.tail_limit = max(tail, 0)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data: memoryview) -> None:
+        self.total += len(data)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data and self.tail_limit:
+            self.tail += data
+            if len(self.tail) > 2 * self.tail_limit:  # trim now and then: amortised O(1)
+                del self.tail[: len(self.tail) - self.tail_limit]
+
+    def finish(self) -> tuple[bytes, int | None]:
+        if len(self.tail) > self.tail_limit:
+            del self.tail[: len(self.tail) - self.tail_limit]
+        kept = len(self.head) + len(self.tail)
+        cut = len(self.head) if kept < self.total else None
+        return bytes(self.head) + bytes(self.tail), cut
 
 
 class _Demux:
-    """Split Docker's multiplexed stream: 8-byte header (stream id, size) + payload."""
+    """Split Docker's multiplexed stream (8-byte header: stream id, size; then the payload)
+    as it arrives: a frame's payload is never buffered whole."""
 
-    def __init__(self, limit: int) -> None:
-        self.buf = bytearray()
-        self.out = bytearray()
-        self.err = bytearray()
-        self.limit = limit
-        self.truncated = False
+    def __init__(self, head: int, tail: int = 0) -> None:
+        self.out = _Capture(head, tail)
+        self.err = _Capture(head, tail)
+        self._header = bytearray()
+        self._remaining = 0
+        self._target = self.out
 
     def feed(self, data: bytes) -> None:
-        self.buf += data
-        while len(self.buf) >= 8:
-            size = int.from_bytes(self.buf[4:8], "big")
-            if len(self.buf) < 8 + size:
-                return
-            target = self.err if self.buf[0] == 2 else self.out
-            room = self.limit - len(target)
-            payload = self.buf[8 : 8 + size]
-            if room < size:
-                self.truncated = True
-                payload = payload[: max(room, 0)]
-            target += payload
-            del self.buf[: 8 + size]
+        view = memoryview(data)
+        while view:
+            if self._remaining == 0:
+                need = 8 - len(self._header)
+                self._header += view[:need]
+                view = view[need:]
+                if len(self._header) == 8:
+                    self._target = self.err if self._header[0] == 2 else self.out
+                    self._remaining = int.from_bytes(self._header[4:8], "big")
+                    self._header.clear()
+                continue
+            chunk = view[: self._remaining]
+            self._target.add(chunk)
+            self._remaining -= len(chunk)
+            view = view[len(chunk) :]
 
 
 def _raw_socket(sock: Any) -> socket.socket:
@@ -159,7 +325,13 @@ def run_exec(
     workdir: str | None = None,
     shell: Sequence[str] = ("/bin/sh", "-c"),
     max_output: int = MAX_OUTPUT_BYTES,
+    tail_output: int = 0,
+    stop: threading.Event | None = None,
 ) -> ExecResult:
+    """Run ``cmd``; keep the first ``max_output`` and last ``tail_output`` bytes per stream.
+
+    ``stop`` (optional) ends the command early, like a timeout (``ExecResult.stopped``).
+    """
     token = secrets.token_hex(8)
     environment = [f"{k}={v}" for k, v in (env or {}).items()] + [f"{TOKEN_VAR}={token}"]
     started = time.monotonic()
@@ -179,40 +351,59 @@ def run_exec(
         raw = _raw_socket(sock)
     except (APIError, NotFound) as exc:
         raise ExecFailed(f"exec in {container_id[:12]} failed: {exc}") from exc
-    demux = _Demux(max_output)
+    demux = _Demux(max_output, tail_output)
     raw.setblocking(False)
     demux.feed(_buffered_ahead(sock))
     deadline = None if timeout is None else started + timeout
-    timed_out = False
+    ended = "eof"
+    survivors = ""
     try:
-        timed_out = _pump(raw, demux, stdin, deadline)
-        if timed_out:
-            _kill_tree(api, container_id, token, user)
-            _pump(raw, demux, None, time.monotonic() + _AFTER_KILL_GRACE_S)
+        ended = _pump(raw, demux, stdin, deadline, stop)
+        if ended != "eof":
+            survivors = kill_tree(api, container_id, token, user)
+            _pump(raw, demux, None, time.monotonic() + _AFTER_KILL_GRACE_S, None)
     finally:
         raw.close()
     exit_code = _exit_code(api, exec_id)
+    stdout, stdout_cut = demux.out.finish()
+    stderr, stderr_cut = demux.err.finish()
     return ExecResult(
         exit_code=exit_code,
-        stdout=bytes(demux.out),
-        stderr=bytes(demux.err),
+        stdout=stdout,
+        stderr=stderr,
         wall_s=time.monotonic() - started,
-        timed_out=timed_out,
-        truncated=demux.truncated,
+        timed_out=ended == "deadline",
+        truncated=stdout_cut is not None or stderr_cut is not None,
+        stdout_total=demux.out.total,
+        stderr_total=demux.err.total,
+        stdout_cut=stdout_cut,
+        stderr_cut=stderr_cut,
+        stopped=ended == "stop",
+        survivors=survivors,
     )
 
 
-def _pump(raw: socket.socket, demux: _Demux, stdin: bytes | None, deadline: float | None) -> bool:
-    """Move data until EOF (returns False) or the deadline (returns True)."""
+def _pump(
+    raw: socket.socket,
+    demux: _Demux,
+    stdin: bytes | None,
+    deadline: float | None,
+    stop: threading.Event | None,
+) -> str:
+    """Move data until EOF (``"eof"``), the deadline (``"deadline"``) or ``stop``."""
     raw.setblocking(False)
     pending = memoryview(stdin) if stdin is not None else None
     if pending is not None and not pending:
         raw.shutdown(socket.SHUT_WR)  # empty stdin: EOF at once
         pending = None
     while True:
+        if stop is not None and stop.is_set():
+            return "stop"
         wait = None if deadline is None else deadline - time.monotonic()
         if wait is not None and wait <= 0:
-            return True
+            return "deadline"
+        if stop is not None:
+            wait = _STOP_POLL_S if wait is None else min(wait, _STOP_POLL_S)
         readable, writable, _ = select.select([raw], [raw] if pending is not None else [], [], wait)
         if writable and pending is not None:
             try:
@@ -234,34 +425,147 @@ def _pump(raw: socket.socket, demux: _Demux, stdin: bytes | None, deadline: floa
             except ConnectionResetError:
                 data = b""
             if not data:
-                return False
+                return "eof"
             demux.feed(data)
 
 
-def _kill_tree(api: docker.APIClient, container_id: str, token: str, user: str) -> None:
+def _run_small(
+    api: docker.APIClient, container_id: str, argv: list[str], user: str
+) -> tuple[int | None, str]:
+    exec_id = api.exec_create(container_id, argv, user=user)["Id"]
+    output = api.exec_start(exec_id)
+    code = api.exec_inspect(exec_id).get("ExitCode")
+    text = output.decode(errors="replace") if isinstance(output, bytes) else str(output)
+    return code, text.strip()[-500:]
+
+
+_SURVIVORS_RE = re.compile(r"survivors:\s*([0-9 ]+)")
+
+
+def kill_tree(api: docker.APIClient, container_id: str, token: str, user: str) -> str:
+    """Kill the tree of the exec carrying ``token``, run as ``user`` (see the module doc).
+
+    Returns the pids that survived ("" when none). Raises :class:`ExecFailed` only when
+    Docker itself fails (the container is gone, the API errs).
+    """
     try:
-        argv = ["/bin/sh", "-c", _KILL, "sh", token]
-        exec_id = api.exec_create(container_id, argv, user=user)["Id"]
-        output = api.exec_start(exec_id)
-        code = api.exec_inspect(exec_id).get("ExitCode")
+        code, text = _run_small(api, container_id, ["/bin/sh", "-c", _UID, "sh", user], "root")
+        uid = text if code == 0 and text.isdigit() else None
+        left: list[str] = []
+        if uid is not None:
+            argv = ["/bin/sh", "-c", _KILL_ROOT, "sh", token, uid]
+            code, text = _run_small(api, container_id, argv, "root")
+            if code != 0:
+                left += _SURVIVORS_RE.findall(text) or [f"(root pass exit {code})"]
+        code, text = _run_small(api, container_id, ["/bin/sh", "-c", _KILL_ENV, "sh", token], user)
+        if code != 0:
+            left += _SURVIVORS_RE.findall(text) or [f"(user pass exit {code})"]
     except (APIError, NotFound) as exc:
         raise ExecFailed(
             f"could not kill a timed-out command in {container_id[:12]}: {exc}"
         ) from exc
-    if code != 0:
-        text = output.decode(errors="replace").strip() if isinstance(output, bytes) else str(output)
+    return " ".join(s.strip() for s in left)
+
+
+def kill_user_processes(api: docker.APIClient, container_id: str, user: str) -> str:
+    """Kill every process of ``user``'s real uid in the container (an unprivileged agent's
+    leftovers: daemons, children that left its session). Returns the survivors ("" if
+    none). Refuses root. Raises :class:`ExecFailed` only when Docker itself fails."""
+    try:
+        # An exec may not even start while the user's processes hold every pid: retry.
+        for _ in range(_START_TRIES):
+            code, uid = _run_small(api, container_id, ["/bin/sh", "-c", _UID, "sh", user], "root")
+            if code == 0 and uid.isdigit():
+                break
+            time.sleep(0.1)
+        else:
+            return f"(could not resolve user {user!r})"
+        if uid == "0":
+            raise ValueError("kill_user_processes refuses root")
+        argv = ["/bin/sh", "-c", _KILL_UID, "sh", uid]
+        for _ in range(_START_TRIES):
+            code, text = _run_small(api, container_id, argv, "root")
+            if code == 0:
+                break
+            time.sleep(0.1)
+    except (APIError, NotFound) as exc:
         raise ExecFailed(
-            f"a timed-out command in {container_id[:12]} left processes behind ({text})",
-            reason_code="exec_kill_failed",
-        )
+            f"could not end the processes of {user} in {container_id[:12]}: {exc}"
+        ) from exc
+    return "" if code == 0 else " ".join(_SURVIVORS_RE.findall(text)) or f"(exit {code})"
 
 
 def _exit_code(api: docker.APIClient, exec_id: str) -> int | None:
-    # The stream can end a moment before the daemon records the exit code.
+    # The stream can end a moment before the daemon records the exit code. None when the
+    # daemon no longer knows the exec (its container is gone): the caller decides why.
     for _ in range(200):
-        info = api.exec_inspect(exec_id)
+        try:
+            info = api.exec_inspect(exec_id)
+        except (APIError, NotFound):
+            return None
         if not info.get("Running"):
             code = info.get("ExitCode")
             return int(code) if code is not None else None
         time.sleep(0.01)
     return None
+
+
+@dataclass(frozen=True)
+class ContainerExit:
+    """Why a container stopped running, from the daemon's events (None fields: unknown)."""
+
+    running: bool
+    exit_code: int | None = None
+    killed_via_api: bool = False  # a kill/stop/remove request reached the daemon
+    oom: bool = False
+
+    @property
+    def from_inside(self) -> bool:
+        """It ended from inside (its PID 1 exited or was killed from within, or ran out of
+        memory), with no kill, stop or remove request from outside."""
+        return not self.running and not self.killed_via_api and (
+            self.oom or (self.exit_code is not None and self.exit_code != 0)
+        )
+
+
+# Requests from outside that precede a ``die`` (``destroy`` follows it, also with auto-remove).
+_OUTSIDE_ACTIONS = frozenset({"kill", "stop"})
+
+
+def container_exit(api: docker.APIClient, container_id: str, since: float) -> ContainerExit:
+    """Is the container running; if not, how did it end since ``since`` (epoch seconds)?
+
+    A container whose PID 1 exits on its own reports ``die`` (non-zero exit code) with no
+    ``kill``; ``docker kill/stop/rm -f`` (the harness, an operator, a sweep) report ``kill``
+    or ``stop`` first. A clean exit 0 is the sleep of PID 1 ending (the TTL): not inside.
+    Raises :class:`ExecFailed` when Docker cannot answer.
+    """
+    try:
+        info = api.inspect_container(container_id)
+        if info.get("State", {}).get("Running"):
+            return ContainerExit(running=True)
+    except NotFound:
+        pass
+    except APIError as exc:
+        raise ExecFailed(f"inspecting {container_id[:12]} failed: {exc}") from exc
+    code: int | None = None
+    outside = oom = False
+    try:
+        events = api.events(
+            since=int(since) - 2,
+            until=int(time.time()) + 1,
+            filters={"container": container_id, "type": "container"},
+            decode=True,
+        )
+        for event in events:
+            action = str(event.get("Action") or event.get("status") or "").split(":")[0]
+            if action in _OUTSIDE_ACTIONS and code is None:
+                outside = True
+            elif action == "oom":
+                oom = True
+            elif action == "die" and code is None:
+                raw = (event.get("Actor") or {}).get("Attributes", {}).get("exitCode")
+                code = int(raw) if raw is not None and str(raw).isdigit() else None
+    except APIError as exc:
+        raise ExecFailed(f"reading events of {container_id[:12]} failed: {exc}") from exc
+    return ContainerExit(running=False, exit_code=code, killed_via_api=outside, oom=oom)

@@ -347,3 +347,39 @@ def test_run_interrupted_cancels_the_task(ref_server, tmp_path):
     assert checkpoint is not None
     state = server.wait_for(lambda s: s["tasks"].get(checkpoint.task_id) == "cancelled")
     assert state["cancels"] == [checkpoint.task_id]
+
+
+def test_an_oversized_answer_is_not_read_whole(tmp_path):
+    """A task result bigger than the cap (e.g. an agent's huge output echoed back) stops
+    the read at the cap with a clear reason; memory and the instance folder stay bounded."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from harness.agents.gateway_errors import GatewayError
+    from harness.agents.gateway_http import MAX_RESPONSE_BYTES, GatewayHTTP
+
+    class Huge(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"task_id": "t", "status": "completed", "result": "')
+            chunk = b"x" * (1 << 20)
+            try:
+                for _ in range((MAX_RESPONSE_BYTES >> 20) + 8):
+                    self.wfile.write(chunk)
+            except OSError:
+                pass  # the client stopped reading: expected
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Huge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        with GatewayHTTP(url) as http, pytest.raises(GatewayError) as info:
+            http.get_task("t")
+        assert info.value.reason_code == "gateway_response_too_large"
+    finally:
+        server.shutdown()
