@@ -184,7 +184,7 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
             resolve_instance_image(ctx, inst, request.getfixturevalue("sandbox_client"),
                                    request.config)
         ctx.prepared()
-    client = request.getfixturevalue("sandbox_client")
+    client = request.getfixturevalue("sandbox_factory").client  # the instance's engine
     image_id, blob_dir = resolve_instance_image(ctx, inst, client, request.config)
     factory = request.getfixturevalue("sandbox_factory")
     sandbox = factory(image_id, user="agent", workdir=WORKSPACE, network="none",
