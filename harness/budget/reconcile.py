@@ -90,6 +90,13 @@ def reconcile(
     if custody.liveness(entry) == "alive":
         raise _refuse("campaign_run_alive", f"{custody.describe(entry)} is still running")
     left = containers_left(run_id, docker_client)
+    if docker_client is None:  # and on every other engine the run placed instances on
+        from harness.sandbox.engines import LOCAL, client_for, read_engines
+
+        for engine in read_engines(os.fspath(run_root)):
+            if engine.url != LOCAL:
+                left += [f"{n} (on {engine.url})"
+                         for n in containers_left(run_id, client_for(engine.url))]
     if left:
         from harness.sandbox import labels as L  # already imported by containers_left
 

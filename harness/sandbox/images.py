@@ -234,10 +234,10 @@ def ensure_image(
 
 def _from_controller(recipe: Recipe, client: docker.DockerClient, cache: Path) -> str | None:
     """An instance placed on another engine: build on the controller's engine, then move."""
-    from harness.sandbox.transfer_images import controller_client, ensure_on_engine
+    from harness.sandbox.transfer_images import controller_client, ensure_on_engine, same_engine
 
     source = controller_client()
-    if source.api.base_url == client.api.base_url:
+    if same_engine(source, client):
         source.close()
         return None  # this is the controller's engine: build here
     try:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,8 +102,11 @@ def _slot_paths(run_root: Path, engine: EngineRecord) -> list[Path]:
 
 
 def acquire(run_root: Path | str, engines: list[EngineRecord],
-            timeout_s: float | None = None) -> Slot:
-    """Block until a slot of a live engine is free; hold it. :class:`NoEngineLeft` if none."""
+            timeout_s: float | None = None, check: Callable[[str], bool] = alive) -> Slot:
+    """Block until a slot of a live engine is free; hold it. :class:`NoEngineLeft` if none.
+
+    ``check(url)`` tells whether the engine answers (a ping, checked on every placement).
+    """
     root = Path(run_root)
     engines_dir(root).mkdir(parents=True, exist_ok=True)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -119,7 +122,7 @@ def acquire(run_root: Path | str, engines: list[EngineRecord],
                 fd = _try_lock(path)
                 if fd is None:
                     continue
-                if not alive(engine.url):
+                if not check(engine.url):
                     os.close(fd)
                     mark_lost(root, engine.index, "did not answer a ping at placement")
                     break

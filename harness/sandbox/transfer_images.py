@@ -39,8 +39,15 @@ def _image_id(client: docker.DockerClient, ref: str) -> str | None:
         return None
 
 
-def _same_engine(a: docker.DockerClient, b: docker.DockerClient) -> bool:
-    return bool(a.api.base_url == b.api.base_url)
+def _identity(client: docker.DockerClient) -> tuple[str, str, str]:
+    info = client.api.info()
+    return str(info.get("ID")), str(info.get("Name")), str(info.get("DockerRootDir"))
+
+
+def same_engine(a: docker.DockerClient, b: docker.DockerClient) -> bool:
+    """Both clients talk to one engine. Not the base URL (every unix socket has the same),
+    nor the engine ID alone (daemons sharing a ``key.json``, or cloned hosts, share it)."""
+    return _identity(a) == _identity(b)
 
 
 def transfer(ref: str, source: docker.DockerClient, target: docker.DockerClient,
@@ -77,7 +84,7 @@ def ensure_on_engine(ref: str, target: docker.DockerClient) -> str | None:
         return None
     source = controller_client()
     try:
-        if _same_engine(source, target) or _image_id(source, ref) is None:
+        if same_engine(source, target) or _image_id(source, ref) is None:
             return None
         key = hashlib.sha256(f"{slot.engine.index}:{ref}".encode()).hexdigest()[:24]
         lock = placement.engines_dir(slot.run_root) / f"image-{key}.lock"
@@ -90,4 +97,4 @@ def ensure_on_engine(ref: str, target: docker.DockerClient) -> str | None:
     return str(record["id"])
 
 
-__all__ = ["controller_client", "ensure_on_engine", "transfer"]
+__all__ = ["controller_client", "ensure_on_engine", "same_engine", "transfer"]

@@ -14,6 +14,7 @@ Import it with ``sys.path.insert(0, str(Path(__file__).parent))`` and use
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -44,10 +45,8 @@ class Engine:
 
     def kill(self) -> None:
         """Kill the daemon (SIGKILL): the engine stops answering at once."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _driver() -> str:
@@ -89,6 +88,29 @@ def start_engine(root: Path) -> tuple[Engine, subprocess.Popen[bytes]]:
     raise RuntimeError("second dockerd did not answer within 60 s")
 
 
+def _descendants_of_engine(root: Path) -> list[int]:
+    """Processes of this engine (containerd, shims: their argv names ``root``) and children."""
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(root).encode() in (entry / "cmdline").read_bytes():
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    todo = list(found)
+    while todo:
+        pid = todo.pop()
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                kids = {int(k) for k in task.read_text().split()}
+            except OSError:
+                continue
+            todo.extend(kids - found)
+            found |= kids
+    return sorted(found)
+
+
 def stop_engine(engine: Engine, proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -97,6 +119,9 @@ def stop_engine(engine: Engine, proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+    for pid in _descendants_of_engine(engine.root):  # left behind by a killed engine
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     subprocess.run(["umount", "-R", "-l", str(engine.root / "data")], capture_output=True,
                    check=False)
     subprocess.run(["umount", "-R", "-l", str(engine.root / "exec")], capture_output=True,
