@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import threading
 import time
+import uuid
 from pathlib import Path
 
 import docker
@@ -47,17 +50,33 @@ def cowork(root: Path, *args: str, env: dict[str, str] | None = None) -> Run:
                       "--allow-dirty-bench", "--agent", "oracle", *args, env=env, timeout=900)
 
 
-def instance_intervals(client: docker.DockerClient, run_id: str, since: float,
-                       until: float) -> dict[str, tuple[float, float]]:
-    """Per instance: its first container create and last container destroy (engine events)."""
-    spans: dict[str, list[float]] = {}
-    for ev in client.events(since=int(since) - 1, until=int(until) + 1, decode=True,
-                            filters={"type": "container", "label": f"harness.run={run_id}"}):
-        if ev.get("Action") not in ("create", "destroy"):
-            continue
-        inst = ev["Actor"]["Attributes"].get("harness.instance", "?")
-        spans.setdefault(inst, []).append(ev["timeNano"] / 1e9)
-    return {k: (min(v), max(v)) for k, v in spans.items()}
+class EventLog:
+    """A live event stream of one engine for one run id (the engine keeps only its last 256
+    events, and the system engine is shared: read them as they happen)."""
+
+    def __init__(self, client: docker.DockerClient, run_id: str) -> None:
+        self.stream = client.events(decode=True, filters={
+            "type": "container", "label": f"harness.run={run_id}"})
+        self.events: list[dict] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(Exception):  # closing the stream ends the loop
+            for ev in self.stream:
+                self.events.append(ev)
+
+    def spans(self) -> dict[str, tuple[float, float]]:
+        """Per instance: its first container create and last container destroy."""
+        time.sleep(1)
+        self.stream.close()
+        self.thread.join(timeout=10)
+        spans: dict[str, list[float]] = {}
+        for ev in self.events:
+            if ev.get("Action") in ("create", "destroy"):
+                inst = ev["Actor"]["Attributes"].get("harness.instance", "?")
+                spans.setdefault(inst, []).append(ev["timeNano"] / 1e9)
+        return {k: (min(v), max(v)) for k, v in spans.items()}
 
 
 def max_overlap(intervals: list[tuple[float, float]]) -> int:
@@ -93,17 +112,15 @@ def test_programbench_fixture_on_the_second_engine_scores_one(
 
 def test_cowork_over_both_engines_capacity_one_each(tmp_path: Path, second_engine: Engine) -> None:
     path = engines_file(tmp_path, [(SYSTEM, 1), (second_engine.url, 1)])
-    started = time.time()
-    run = cowork(tmp_path / "run", "-n", "4", "--engines", str(path))
-    ended = time.time()
+    run_id = f"engines-{uuid.uuid4().hex[:8]}"
+    system, second = docker.from_env(), second_engine.client()
+    logs = [EventLog(system, run_id), EventLog(second, run_id)]
+    run = cowork(tmp_path / "run", "-n", "4", "--engines", str(path), "--run-id", run_id)
     assert run.rc == 0, run.out
     assert len(run.latest) == 5 and not any(r["infra"] for r in run.latest.values())
     used = {r["details"]["engine"]["index"] for r in run.latest.values()}
     assert used == {0, 1}, used
-    run_id = run.manifest["run_id"]
-    system, second = docker.from_env(), second_engine.client()
-    spans = [*instance_intervals(system, run_id, started, ended).values(),
-             *instance_intervals(second, run_id, started, ended).values()]
+    spans = [span for log in logs for span in log.spans().values()]
     assert len(spans) == 5, spans
     assert max_overlap(spans) <= 2, spans  # 4 workers, 2 slots: never more than 2 at once
     assert_no_leaks(second, tmp_path)
