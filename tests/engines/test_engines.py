@@ -15,6 +15,7 @@ import docker
 import pytest
 
 from benchmarks.programbench import FIXTURE_ID
+from harness.sandbox.cli import sweep_command
 from harness.testing.suite import Run, run_pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -125,6 +126,11 @@ def test_cowork_over_both_engines_capacity_one_each(tmp_path: Path, second_engin
     assert max_overlap(spans) <= 2, spans  # 4 workers, 2 slots: never more than 2 at once
     assert_no_leaks(second, tmp_path)
     assert_no_leaks(system, tmp_path)
+    # `harness sweep --docker-host` reaches the other engine (a leftover made by hand)
+    second.volumes.create(f"left-{run_id}", labels={"harness.run": run_id,
+                                                     "harness.run_root": str(run.root)})
+    assert sweep_command(["--run", run_id, "--docker-host", second_engine.url]) == 0
+    assert_no_leaks(second, tmp_path)
     second.close()
 
 
