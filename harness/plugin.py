@@ -30,7 +30,8 @@ from harness.worker import WorkerHooks, harness_instance
 
 # The runner's own plugins: Docker sandbox fixtures, campaign budgets, agents.
 pytest_plugins = ["harness.sandbox.fixtures", "harness.sandbox.run_hooks",
-                  "harness.sandbox.pull_plugin", "harness.budget.plugin", "harness.agents.plugin"]
+                  "harness.sandbox.pull_plugin", "harness.sandbox.engine_plugin", "harness.order",
+                  "harness.budget.plugin", "harness.agents.plugin"]
 
 CONTROLLER_KEY = pytest.StashKey[Controller]()
 

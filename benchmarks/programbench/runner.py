@@ -244,7 +244,7 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
             resolve_instance_image(ctx, inst, request.getfixturevalue("sandbox_client"),
                                    request.config)
         ctx.prepared()
-    client = request.getfixturevalue("sandbox_client")
+    client = request.getfixturevalue("sandbox_factory").client  # the instance's engine
     image_id, blob_dir = resolve_instance_image(ctx, inst, client, request.config)
     kept = None if request.config.getoption("redo_existing") else find_kept_submission(ctx)
     if kept is not None:  # a resume re-scores the kept submission, never buys a new solve

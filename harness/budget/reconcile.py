@@ -109,7 +109,16 @@ def reconcile(
         )
     if custody.liveness(entry) == "alive":
         raise _refuse("campaign_run_alive", f"{custody.describe(entry)} is still running")
-    refusal = leftovers_refusal(run_id, resources_left(run_id, docker_client))
+    left = resources_left(run_id, docker_client)
+    if docker_client is None:  # and on every other engine the run placed instances on
+        from harness.sandbox.engines import LOCAL, client_for, read_engines
+
+        for engine in read_engines(os.fspath(run_root)):
+            if engine.url != LOCAL:
+                more = resources_left(run_id, client_for(engine.url))
+                for kind in ("containers", "networks"):
+                    left[kind] += [f"{n} (on {engine.url})" for n in more[kind]]
+    refusal = leftovers_refusal(run_id, left)
     if refusal is not None:
         raise refusal
     return campaign.reconcile_run(run_id, reading_usage)

@@ -13,13 +13,15 @@ from harness.sandbox.errors import DockerUnavailable
 DEFAULT_TIMEOUT_S = 120
 
 
-def get_client(timeout: int = DEFAULT_TIMEOUT_S) -> docker.DockerClient:
-    """A client from the environment (``DOCKER_HOST`` etc.), pinged once.
+def get_client(
+    timeout: int = DEFAULT_TIMEOUT_S, environment: dict[str, str] | None = None
+) -> docker.DockerClient:
+    """A client from the environment (``DOCKER_HOST`` etc.; or ``environment``), pinged once.
 
     Raises :class:`DockerUnavailable` (``docker_unavailable``) when the daemon is not there.
     """
     try:
-        client = docker.from_env(timeout=timeout)
+        client = docker.from_env(timeout=timeout, environment=environment)
         client.api.ping()
     except (DockerException, OSError) as exc:
         raise DockerUnavailable(

@@ -40,7 +40,10 @@ from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.errors import CleanupFailed
 from harness.sandbox.images import BuiltImage, base_recipe, ensure_image
 from harness.sandbox.network import create_internal_network, remove_network
+from harness.sandbox.placement import active as active_slot
+from harness.sandbox.placement import controller_environment
 from harness.sandbox.transfer import DEFAULT_MAX_COPY_FILES, DEFAULT_MAX_COPY_MB, CopyLimits
+from harness.sandbox.transfer_images import ensure_on_engine
 
 if TYPE_CHECKING:
     from harness.runtime import RunContext
@@ -156,6 +159,7 @@ class SandboxFactory:
 
     def __call__(self, image: str | BuiltImage, **fields: Any) -> Sandbox:
         ref = image.image_id if isinstance(image, BuiltImage) else image
+        ensure_on_engine(ref, self.client)  # placed on another engine: bring the image
         fields.setdefault("ttl_s", self.ttl_s)
         fields.setdefault("runtime", self.runtime)
         spec = SandboxSpec(
@@ -206,7 +210,7 @@ class SandboxFactory:
 
 @pytest.fixture(scope="session")
 def sandbox_client() -> docker.DockerClient:
-    return get_client()
+    return get_client(environment=controller_environment())
 
 
 @pytest.fixture(scope="session")
@@ -228,7 +232,8 @@ def sandbox_options() -> dict[str, Any]:
 def sandbox_factory(
     request: pytest.FixtureRequest, sandbox_client: docker.DockerClient, harness_instance: Any
 ) -> Iterator[SandboxFactory]:
-    factory = SandboxFactory(sandbox_client, harness_instance, copy_limits(request.config),
+    client = get_client() if active_slot() else sandbox_client  # the instance's engine
+    factory = SandboxFactory(client, harness_instance, copy_limits(request.config),
                              sandbox_runtime(request.config))
     yield factory
     if request.config.getoption("keep_sandboxes", False):

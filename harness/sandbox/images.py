@@ -52,6 +52,7 @@ from docker.utils import parse_repository_tag
 from filelock import FileLock, Timeout
 
 from harness.fsutil import append_line
+from harness.sandbox import placement
 from harness.sandbox.client import get_client
 from harness.sandbox.errors import ImageBuildFailed
 
@@ -207,6 +208,8 @@ def ensure_image(
     cache = cache_dir_for(cache_dir)
     tag = recipe.tag
     image_id = image_id_of(client, tag)
+    if image_id is None and placement.active() is not None:
+        image_id = _from_controller(recipe, client, cache)
     if image_id is None:
         if isinstance(recipe, LayerRecipe):
             # Outside this recipe's lock: locks are always taken child before parent.
@@ -227,6 +230,21 @@ def ensure_image(
         repo, rtag = parse_repository_tag(retag)
         client.api.tag(image_id, repo, rtag or "latest", force=True)
     return BuiltImage(tag=tag, image_id=image_id)
+
+
+def _from_controller(recipe: Recipe, client: docker.DockerClient, cache: Path) -> str | None:
+    """An instance placed on another engine: build on the controller's engine, then move."""
+    from harness.sandbox.transfer_images import controller_client, ensure_on_engine, same_engine
+
+    source = controller_client()
+    if same_engine(source, client):
+        source.close()
+        return None  # this is the controller's engine: build here
+    try:
+        ensure_image(recipe, client=source, cache_dir=cache)
+    finally:
+        source.close()
+    return ensure_on_engine(recipe.tag, client) or image_id_of(client, recipe.tag)
 
 
 def _build(recipe: Recipe, client: docker.DockerClient, cache: Path) -> str:

@@ -20,6 +20,7 @@ INSTANCE = "harness.instance"
 WORKER = "harness.worker"
 RUN_ROOT = "harness.run_root"
 TTL = "harness.ttl_s"
+ENGINE = "harness.engine"  # the engine's URL, when the run places instances on engines
 RECIPE = "harness.recipe"  # on built images: the recipe's content hash
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
@@ -37,7 +38,11 @@ def run_labels(
     owner: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The run's labels plus its owner's (``owner``: this process unless given)."""
+    from harness.sandbox.placement import active
+
+    slot = active()
     return {
+        **({ENGINE: slot.engine.url} if slot is not None else {}),
         **(current_owner().labels() if owner is None else owner),
         RUN: run_id,
         INSTANCE: instance_id,

@@ -1,0 +1,109 @@
+"""Engines file parsing, slot placement and the longest-first order (no Docker)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from harness.order import ledger_durations
+from harness.sandbox import placement
+from harness.sandbox.engines import EngineError, EngineRecord, engine_specs, load_engines_file
+
+
+def record(index: int, capacity: int) -> EngineRecord:
+    return EngineRecord(url="local", capacity=capacity, index=index)
+
+
+def place(root: Path | str, engines: list[EngineRecord],
+          timeout_s: float | None = None) -> placement.Slot:
+    return placement.acquire(root, engines, timeout_s, check=lambda url: True)
+
+
+def test_engines_file_toml_and_json(tmp_path: Path) -> None:
+    toml = tmp_path / "e.toml"
+    toml.write_text('[[engines]]\nurl = "ssh://a"\ncapacity = 3\nlabels = {arch = "arm64"}\n'
+                    '[[engines]]\nurl = "tcp://b:2376"\n')
+    specs = engine_specs([], str(toml), workers=4)
+    assert [(s.url, s.capacity, s.labels) for s in specs] == [
+        ("ssh://a", 3, {"arch": "arm64"}), ("tcp://b:2376", 4, {})]
+    js = tmp_path / "e.json"
+    js.write_text(json.dumps({"engines": [{"url": "unix:///x.sock", "capacity": 1}]}))
+    assert load_engines_file(js)[0].capacity == 1
+
+
+@pytest.mark.parametrize("text", ['{"engines": []}', '{"engines": [{"capacity": 1}]}',
+                                  '{"engines": [{"url": "a", "cpus": 1}]}', "not json"])
+def test_a_bad_engines_file_is_one_line_naming_it(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "e.json"
+    path.write_text(text)
+    with pytest.raises(EngineError, match=r"^--engines .*e\.json: ") as info:
+        load_engines_file(path)
+    assert "\n" not in str(info.value)
+
+
+def test_duplicate_engines_and_both_options_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match="listed twice"):
+        engine_specs(["tcp://a", "tcp://a"], None, 2)
+    with pytest.raises(EngineError, match="either"):
+        engine_specs(["tcp://a"], str(tmp_path / "x.toml"), 2)
+    assert engine_specs([], None, 2) == []
+
+
+def test_slots_spread_over_engines_and_block_at_capacity(tmp_path: Path) -> None:
+    engines = [record(0, 1), record(1, 2)]
+    first = place(tmp_path, engines)
+    second = place(tmp_path, engines)
+    third = place(tmp_path, engines)
+    assert sorted(s.engine.index for s in (first, second, third)) == [0, 1, 1]
+    with pytest.raises(TimeoutError):
+        place(tmp_path, engines, timeout_s=0.5)
+    first.release()
+    assert place(tmp_path, engines, timeout_s=5).engine.index == 0
+
+
+def _hold(root: str, conn: multiprocessing.connection.Connection) -> None:
+    slot = place(root, [record(0, 1)])
+    conn.send(slot.engine.index)
+    conn.recv()  # hold until told, then exit without releasing: the kernel drops the lock
+
+
+def test_a_slot_is_held_across_processes_and_freed_when_its_holder_dies(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_hold, args=(str(tmp_path), child))
+    proc.start()
+    assert parent.recv() == 0
+    with pytest.raises(TimeoutError):
+        place(tmp_path, [record(0, 1)], timeout_s=0.5)
+    proc.kill()
+    proc.join()
+    assert place(tmp_path, [record(0, 1)], timeout_s=5).engine.index == 0
+
+
+def test_a_lost_engine_gets_nothing_and_none_left_is_an_error(tmp_path: Path) -> None:
+    engines = [record(0, 4), record(1, 4)]
+    placement.mark_lost(tmp_path, 0, "test")
+    assert place(tmp_path, engines).engine.index == 1
+    placement.mark_lost(tmp_path, 1, "test")
+    with pytest.raises(placement.NoEngineLeft):
+        place(tmp_path, engines)
+
+
+def test_durations_from_ledgers_last_row_wins(tmp_path: Path) -> None:
+    rows = [{"instance_id": "a", "duration_s": 5.0, "outcome": "completed"},
+            {"instance_id": "a", "duration_s": 7.0, "outcome": "completed"},
+            {"instance_id": "b", "duration_s": 0.0, "outcome": "skipped"}]
+    (tmp_path / "result_index.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in rows) + '\n{"torn')
+    assert ledger_durations([str(tmp_path)]) == {"a": 7.0}
+    with pytest.raises(pytest.UsageError, match=r"no result_index\.jsonl"):
+        ledger_durations([str(tmp_path / "nope")])
+
+
+def test_an_engine_that_does_not_answer_at_placement_is_marked_lost(tmp_path: Path) -> None:
+    engines = [EngineRecord(url="tcp://dead:2376", capacity=4, index=0), record(1, 1)]
+    slot = placement.acquire(tmp_path, engines, check=lambda url: url == "local")
+    assert slot.engine.index == 1 and placement.is_lost(tmp_path, 0)
