@@ -130,9 +130,12 @@ LEAKY_TEST = """
 import os
 from pathlib import Path
 
+import pytest
+
 from harness.sandbox import Sandbox, SandboxSpec
 
 
+@pytest.mark.docker
 def test_leaks(tmp_path):
     image = os.environ["BASE_IMAGE"]
     inside = SandboxSpec(image=image, run_id=os.environ["LEAK_IN"], instance_id="x", run_root=tmp_path / "run")
