@@ -4,7 +4,9 @@ Options (``pytest benchmarks/cowork_bench --help``): ``--cowork-root`` (required
 expected commit, the provenance waivers, the residual diagnostic, the task timeout, the
 step cap and the per-container limits (``--cowork-cpus`` 1, ``--cowork-memory`` 2g,
 ``--cowork-pids`` 1024, applied to the agent, eval and database containers alike) and
-``--allow-missing-tools`` (a task whose MCP servers cannot all start still runs). Instances are the checkout's ``tasks/finalpool/*`` with two attribute markers,
+``--allow-missing-tools`` (a task whose MCP servers cannot all start still runs),
+``--cowork-image``/``--cowork-pg-image`` (other images, resolved at admission:
+:mod:`.run_images`). Instances are the checkout's ``tasks/finalpool/*`` with two attribute markers,
 ``server`` (every MCP server of the task) and ``prefix`` (the legacy name prefix)::
 
     pytest benchmarks/cowork_bench --cowork-root ~/cowork_bench -m "server('emails')"
