@@ -354,8 +354,8 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         limits=opts.limits,
         sandbox_runtime=request.config.getoption("sandbox_runtime", None),
         allow_missing_tools=opts.allow_missing_tools,
-        runtime_image=adapter.images.image_id("runtime"),
-        pg_image=adapter.images.image_id("pg"),
+        runtime_image=adapter.images.image_id("runtime", ctx.run_root),
+        pg_image=adapter.images.image_id("pg", ctx.run_root),
     )
     details = ctx.result.details
     details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}

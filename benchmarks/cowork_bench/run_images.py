@@ -50,8 +50,13 @@ class RunImages:
     chosen: dict[Role, ChosenImage] = dataclasses.field(default_factory=dict)
     error: RefusalError | None = None
 
-    def image_id(self, role: Role) -> str | None:
-        """The ID to run for ``role`` (None: the harness's own image)."""
+    def image_id(self, role: Role, run_root: Path | None = None) -> str | None:
+        """The ID to run for ``role`` (None: the harness's own image): the one admitted into
+        ``run_root``'s manifest when it records one (what the result config names), else
+        this process's resolution."""
+        admitted = admitted_ids(run_root) if run_root is not None else {}
+        if role in admitted:
+            return admitted[role]
         if self.error is not None:  # admission refused: an instance never gets here
             raise InfraError(str(self.error), "image_missing")
         chosen = self.chosen.get(role)
@@ -59,6 +64,17 @@ class RunImages:
 
     def record(self) -> dict[str, Any]:
         return {role: c.model_dump(mode="json") for role, c in self.chosen.items()}
+
+
+def admitted_ids(run_root: Path) -> dict[str, str]:
+    """``extra.cowork.images`` of the run's manifest: role -> image ID (empty if none)."""
+    from harness.manifest import read_manifest
+
+    try:
+        images = (read_manifest(run_root).extra.get("cowork") or {}).get("images") or {}
+        return {str(role): ChosenImage.model_validate(c).id for role, c in images.items()}
+    except Exception:  # the manifest is the runner's; no record means this process decides
+        return {}
 
 
 def has_registry(ref: str) -> bool:

@@ -90,7 +90,8 @@ def test_build_image_then_run_the_agent_in_it(tmp_path: Path, built_tags: list[s
 
     pg = ensure_image("pg15")  # given by its tag: resolved like any image, then recorded
     run = cowork(tmp_path / "run", checkout, "--cowork-image", tag, "--cowork-pg-image", pg.tag,
-                 "--agent", "command", "--agent-command", "cat /marker > m.txt")  # fmt: skip
+                 "--agent", "command", "--agent-command", "cat /marker > m.txt",
+                 "-n", "1")  # fmt: skip  (a worker runs the image the controller admitted)
     assert run.rc == 0, run.out
     row = run.latest[IID]
     inst = run.root / "cowork_bench" / IID
