@@ -4,7 +4,9 @@ Options (``pytest benchmarks/cowork_bench --help``): ``--cowork-root`` (required
 expected commit, the provenance waivers, the residual diagnostic, the task timeout, the
 step cap and the per-container limits (``--cowork-cpus`` 1, ``--cowork-memory`` 2g,
 ``--cowork-pids`` 1024, applied to the agent, eval and database containers alike) and
-``--allow-missing-tools`` (a task whose MCP servers cannot all start still runs). Instances are the checkout's ``tasks/finalpool/*`` with two attribute markers,
+``--allow-missing-tools`` (a task whose MCP servers cannot all start still runs),
+``--cowork-image``/``--cowork-pg-image`` (other images, resolved at admission:
+:mod:`.run_images`). Instances are the checkout's ``tasks/finalpool/*`` with two attribute markers,
 ``server`` (every MCP server of the task) and ``prefix`` (the legacy name prefix)::
 
     pytest benchmarks/cowork_bench --cowork-root ~/cowork_bench -m "server('emails')"
@@ -32,6 +34,7 @@ from benchmarks.cowork_bench.docker_ops import (
     DEFAULT_PIDS,
     Limits,
 )
+from benchmarks.cowork_bench.run_images import ChosenImage, RunImages, resolve_images
 from benchmarks.cowork_bench.tasks import (
     FINALPOOL,
     BenchProvenance,
@@ -116,6 +119,20 @@ def add_options(parser: pytest.Parser) -> None:
         help="agent step cap handed to the agent (default 100, upstream)",
     )
     group.addoption(
+        "--cowork-image",
+        default=None,
+        metavar="REF",
+        help="run the agent and eval containers in REF (e.g. cowork-pack:<commit> from "
+        "`harness cowork build-image`) instead of the harness's Debian runtime image",
+    )
+    group.addoption(
+        "--cowork-pg-image",
+        default=None,
+        metavar="REF",
+        help="the PostgreSQL sidecar's image (pulled if missing, per --pull); it must follow "
+        "the harness's pg15 layout (default: the harness's Debian postgresql-15 image)",
+    )
+    group.addoption(
         "--cowork-cpus",
         default=str(DEFAULT_CPUS),
         metavar="N",
@@ -139,6 +156,10 @@ def _bad(flag: str, value: Any, fix: str) -> RefusalError:
     return RefusalError(f"{flag} {value!r} {fix}", stage="options", reason="bad_option")
 
 
+def _ref(value: Any) -> str | None:
+    return str(value).strip() or None if value else None
+
+
 class CoworkOptions(BaseModel):
     """The validated options of one session."""
 
@@ -155,6 +176,8 @@ class CoworkOptions(BaseModel):
     cpus: float = Field(default=DEFAULT_CPUS, gt=0)
     memory: str = DEFAULT_MEMORY
     pids: int = Field(default=DEFAULT_PIDS, gt=0)
+    image: str | None = None  # --cowork-image
+    pg_image: str | None = None  # --cowork-pg-image
 
     @property
     def limits(self) -> Limits:
@@ -227,6 +250,8 @@ class CoworkOptions(BaseModel):
             cpus=cpus,
             memory=memory,
             pids=pids,
+            image=_ref(opt("cowork_image")),
+            pg_image=_ref(opt("cowork_pg_image")),
         )
 
     def applied_config(self) -> dict[str, Any]:
@@ -238,6 +263,8 @@ class CoworkOptions(BaseModel):
             "allow_missing_tools": self.allow_missing_tools,
             "expected_commit": self.commit,
             "container_limits": {"cpus": self.cpus, "memory": self.memory, "pids": self.pids},
+            **({"cowork_image": self.image} if self.image else {}),
+            **({"cowork_pg_image": self.pg_image} if self.pg_image else {}),
         }
 
 
@@ -264,6 +291,7 @@ class CoworkRunRecord(BaseModel):
     bench_gate: BenchGate
     applied_config: dict[str, Any]
     task_count: int
+    images: dict[str, ChosenImage] = Field(default_factory=dict)  # given images, resolved
 
 
 class CoworkAdapter(BenchmarkAdapter):
@@ -302,8 +330,18 @@ class CoworkAdapter(BenchmarkAdapter):
     def version(self) -> str:
         return f"{bench_version(self.provenance)} {ADAPTER_VERSION}"
 
+    @cached_property
+    def images(self) -> RunImages:
+        """``--cowork-image``/``--cowork-pg-image`` resolved to IDs, once per process."""
+        return resolve_images(self.config, {"runtime": self.options.image,
+                                            "pg": self.options.pg_image})  # fmt: skip
+
     def result_config(self, config: pytest.Config) -> dict[str, Any]:
-        return self.options.applied_config()
+        """The applied options, plus the IDs of given images (a resume must run the same)."""
+        out = self.options.applied_config()
+        for role, chosen in self.images.chosen.items():
+            out[f"cowork_{'image' if role == 'runtime' else 'pg_image'}_id"] = chosen.id
+        return out
 
     def status_for(self, outcome: Outcome, resolved: bool | None) -> str:
         if outcome is Outcome.SCORED:
@@ -332,9 +370,12 @@ class CoworkAdapter(BenchmarkAdapter):
             bench_gate=gate,
             applied_config=opts.applied_config(),
             task_count=len(self.tasks),
+            images={str(k): v for k, v in self.images.chosen.items()},
         )
         if run.manifest is not None:
             run.manifest.extra["cowork"] = record.model_dump(mode="json", by_alias=True)
             write_manifest(run.manifest)
         if refusal is not None:
             raise refusal
+        if self.images.error is not None:
+            raise self.images.error

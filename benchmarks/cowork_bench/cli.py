@@ -1,4 +1,4 @@
-"""``harness cowork ...``: Cowork Bench tools (``audit``, ``qualify``)."""
+"""``harness cowork ...``: Cowork Bench tools (``audit``, ``qualify``, ``build-image``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ COMMANDS = {
         "benchmarks.cowork_bench.qualify",
         "qualify_command",
         "start each task's MCP servers, list their tools: ready or why not",
+    ),
+    "build-image": (
+        "benchmarks.cowork_bench.build_image",
+        "build_image_command",
+        "build the checkout's own image (its root Dockerfile) as cowork-pack:<commit>",
     ),
 }
 

@@ -82,6 +82,7 @@ class InstanceResult:
     cleanup: dict[str, object] = field(default_factory=dict)
     diagnostic: m.DiagnosticRecord | None = None
     runtime_image: str | None = None  # image id the agent and eval containers ran
+    pg_image: str | None = None  # image id of the PostgreSQL sidecar
 
 
 def run_instance(
@@ -102,6 +103,8 @@ def run_instance(
     limits: docker_ops.Limits | None = None,
     sandbox_runtime: str | None = None,
     allow_missing_tools: bool = False,
+    runtime_image: str | None = None,
+    pg_image: str | None = None,
 ) -> InstanceResult:
     """Sidecar (unless one is given, with its network), agent phase, eval phase, teardown.
 
@@ -110,7 +113,8 @@ def run_instance(
     its run and instance labels) is removed and the listing proves it, unless
     ``keep_sandboxes`` (``--keep-sandboxes``: the sidecar and network stay for inspection
     until ``harness sweep --run`` or their TTL). ``sandbox_runtime`` (``--runtime``) is the
-    agent container's OCI runtime. ``diagnostic`` runs the residual diagnostic
+    agent container's OCI runtime. ``runtime_image`` (``--cowork-image``) and ``pg_image``
+    (``--cowork-pg-image``) are image IDs replacing the harness's own. ``diagnostic`` runs the residual diagnostic
     (audit only) while the sidecar still holds the agent's state.
     """
     inst_dir = Path(inst_dir)
@@ -120,12 +124,14 @@ def run_instance(
     ttl = int(agent_timeout_sec) + TTL_MARGIN_S
     result = InstanceResult(task.instance_id, None, None, None, timings)
     try:
-        runtime = result.runtime_image = ensure_image("runtime").image_id
+        runtime = result.runtime_image = runtime_image or ensure_image("runtime").image_id
         if sidecar is None:
             t0 = time.monotonic()
             net = docker_ops.create_network(ident, task.instance_id)
             seed = seed_path or Path(bench_root) / "db" / "init.sql.gz"
-            sidecar = start_postgres(net, ident, task.instance_id, seed, ttl_s=ttl, limits=limits)
+            sidecar = start_postgres(net, ident, task.instance_id, seed, ttl_s=ttl, limits=limits,
+                                     image_id=pg_image)  # fmt: skip
+            result.pg_image = sidecar.image_id
             timings.update(sidecar.timings)
             timings["sidecar_total_s"] = time.monotonic() - t0
         env = InstanceEnv(task, Path(bench_root), inst_dir, sidecar.network, sidecar, ident,
@@ -348,11 +354,14 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         limits=opts.limits,
         sandbox_runtime=request.config.getoption("sandbox_runtime", None),
         allow_missing_tools=opts.allow_missing_tools,
+        runtime_image=adapter.images.image_id("runtime", ctx.run_root),
+        pg_image=adapter.images.image_id("pg", ctx.run_root),
     )
     details = ctx.result.details
     details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}
     details["cleanup"] = res.cleanup
     details["runtime_image"] = res.runtime_image
+    details["pg_image"] = res.pg_image
     inventory = ctx.instance_dir / INVENTORY_NAME  # harness-written, on the host
     if inventory.is_file():
         inv = McpInventory.model_validate_json(inventory.read_bytes())

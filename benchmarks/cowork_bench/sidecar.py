@@ -92,6 +92,7 @@ class PgSidecar:
     network: str
     timings: dict[str, float] = field(default_factory=dict)
     agent_password: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
+    image_id: str | None = None  # the image it runs (None: not recorded)
 
     def _env(self, user: str, password: str) -> dict[str, str]:
         env = {
@@ -216,25 +217,30 @@ def start_postgres(
     ready_timeout_sec: float = 120,
     ttl_s: int = 7200,
     limits: docker_ops.Limits | None = None,
+    image_id: str | None = None,
 ) -> PgSidecar:
     """Start, wait for and seed a sidecar on ``network``; reachable there by its name.
 
     Labelled with the run and instance (role ``pg``). On failure the container is removed
-    before ``InfraError(pg_fail)`` propagates.
+    before ``InfraError(pg_fail)`` propagates. ``image_id`` (``--cowork-pg-image``) replaces
+    the harness's pg15 image and must follow its layout (cluster ``15 main``, role
+    ``eigent``, database ``cowork_gym``).
     """
-    try:
-        image = ensure_image("pg15")
-    except InfraError as exc:
-        raise InfraError(f"postgres image: {exc}", "pg_fail") from exc
+    if image_id is None:
+        try:
+            image_id = ensure_image("pg15").image_id
+        except InfraError as exc:
+            raise InfraError(f"postgres image: {exc}", "pg_fail") from exc
     t0 = time.monotonic()
     try:
         container = docker_ops.start(
-            image.image_id, ident, instance_id, network=network, role="pg",
+            image_id, ident, instance_id, network=network, role="pg",
             env={"TZ": "UTC"}, ttl_s=ttl_s, limits=limits,
         )  # fmt: skip
     except InfraError as exc:
         raise InfraError(f"postgres sidecar: {exc}", "pg_fail") from exc
-    sidecar = PgSidecar(host=container.name, port=PG_PORT, container=container, network=network)
+    sidecar = PgSidecar(host=container.name, port=PG_PORT, container=container, network=network,
+                        image_id=image_id)  # fmt: skip
     try:
         res = docker_ops.exec_in(  # as the cluster's owner: no capability needed
             container, ["pg_ctlcluster", "15", "main", "start"], timeout_sec=120, user="postgres"

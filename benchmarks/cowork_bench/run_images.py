@@ -1,0 +1,148 @@
+"""Which images a Cowork run uses: ``--cowork-image`` and ``--cowork-pg-image``, resolved once.
+
+* ``--cowork-image REF``: the agent and eval containers run ``REF`` (e.g. the checkout's own
+  ``cowork-pack:<commit>`` from ``harness cowork build-image``) instead of the harness's
+  Debian runtime image. A local image is used as is; a missing one is pulled only when the
+  reference names a registry (``host[:port]/repo:tag``, ``localhost/...``), with the run's
+  pull settings; otherwise admission refuses it, naming ``harness cowork build-image``.
+* ``--cowork-pg-image REF``: the PostgreSQL sidecar's image, resolved like any task image
+  (:func:`harness.sandbox.pull.resolve_image`: local, else pulled, per ``--pull``). It must
+  follow the harness's pg15 image layout (a Debian ``postgresql-15`` cluster ``15 main``
+  started with ``pg_ctlcluster``, superuser role ``eigent``/``camel``, database
+  ``cowork_gym``): the official ``postgres:15`` image's entrypoint initialisation is not
+  used (the sidecar starts with the sandbox's own command, as every harness container).
+
+The resolved image IDs enter the run's result configuration (a resume with another image is
+refused) and ``extra.cowork.images`` of the manifest; each row's ``details.runtime_image``
+and ``details.pg_image`` name the IDs its containers ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from harness.errors import InfraError, RefusalError
+
+Role = Literal["runtime", "pg"]
+FLAGS: dict[Role, str] = {"runtime": "--cowork-image", "pg": "--cowork-pg-image"}
+
+
+class ChosenImage(BaseModel):
+    """``extra.cowork.images.<role>``: a given reference and the image ID it resolved to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ref: str
+    id: str
+    pulled: bool = False
+    repo_digest: str | None = None
+
+
+@dataclasses.dataclass
+class RunImages:
+    """The images given on the command line, resolved (``error``: admission refuses)."""
+
+    chosen: dict[Role, ChosenImage] = dataclasses.field(default_factory=dict)
+    error: RefusalError | None = None
+
+    def image_id(self, role: Role, run_root: Path | None = None) -> str | None:
+        """The ID to run for ``role`` (None: the harness's own image): the one admitted into
+        ``run_root``'s manifest when it records one (what the result config names), else
+        this process's resolution."""
+        admitted = admitted_ids(run_root) if run_root is not None else {}
+        if role in admitted:
+            return admitted[role]
+        if self.error is not None:  # admission refused: an instance never gets here
+            raise InfraError(str(self.error), "image_missing")
+        chosen = self.chosen.get(role)
+        return chosen.id if chosen else None
+
+    def record(self) -> dict[str, Any]:
+        return {role: c.model_dump(mode="json") for role, c in self.chosen.items()}
+
+
+def admitted_ids(run_root: Path) -> dict[str, str]:
+    """``extra.cowork.images`` of the run's manifest: role -> image ID (empty if none)."""
+    from harness.manifest import read_manifest
+
+    try:
+        images = (read_manifest(run_root).extra.get("cowork") or {}).get("images") or {}
+        return {str(role): ChosenImage.model_validate(c).id for role, c in images.items()}
+    except Exception:  # the manifest is the runner's; no record means this process decides
+        return {}
+
+
+def has_registry(ref: str) -> bool:
+    """``host.tld/...``, ``host:port/...`` or ``localhost/...``: a pull can find it."""
+    first, sep, _ = ref.partition("/")
+    return bool(sep) and ("." in first or ":" in first or first == "localhost")
+
+
+def _pull_settings(config: pytest.Config) -> Any:
+    """The run's pull settings without its per-run lock folder (one pull, at admission)."""
+    from harness.sandbox.pull import PullSettings
+    from harness.sandbox.pull_plugin import pull_settings
+
+    if config.getoption("pull", None) is None:  # the pull plugin is not loaded
+        return PullSettings()
+    return dataclasses.replace(pull_settings(config, Path("."), ""), lock_dir=None, pin=None)
+
+
+def _missing(role: Role, ref: str, why: str) -> RefusalError:
+    fix = (
+        "build it with `harness cowork build-image --cowork-root PATH` (or pass a "
+        "registry reference it can be pulled from)"
+        if role == "runtime"
+        else "pull or load it first, or leave the option out (the harness builds its own)"
+    )
+    return RefusalError(f"{FLAGS[role]} {ref}: {why}; {fix}", stage="options",
+                        reason="image_missing")  # fmt: skip
+
+
+def resolve_one(client: Any, role: Role, ref: str, config: pytest.Config) -> ChosenImage:
+    """Local image, else (the sidecar always, the runtime with a registry) a pull."""
+    from docker.errors import APIError, ImageNotFound
+
+    from harness.sandbox.pull import resolve_image
+
+    try:
+        local = client.api.inspect_image(ref)
+    except ImageNotFound:
+        local = None
+    except APIError as exc:
+        raise _missing(role, ref, f"the engine cannot inspect it ({exc})") from exc
+    if local is not None:
+        return ChosenImage(ref=ref, id=str(local["Id"]))
+    if role == "runtime" and not has_registry(ref):
+        raise _missing(role, ref, "no such image on the engine")
+    try:
+        rec = resolve_image(client, ref, _pull_settings(config))
+    except InfraError as exc:
+        line = " ".join(str(exc).split())[:300]
+        raise _missing(role, ref, f"not on the engine and not pullable ({line})") from exc
+    return ChosenImage(ref=ref, id=rec.id, pulled=rec.pulled, repo_digest=rec.repo_digest)
+
+
+def resolve_images(config: pytest.Config, refs: dict[Role, str | None]) -> RunImages:
+    """Resolve every given reference (none given: no Docker call at all)."""
+    given = {role: ref for role, ref in refs.items() if ref}
+    out = RunImages()
+    if not given:
+        return out
+    from harness.sandbox.client import get_client
+    from harness.sandbox.errors import SandboxError
+
+    try:
+        client = get_client()
+        for role, ref in given.items():
+            out.chosen[role] = resolve_one(client, role, ref, config)
+    except SandboxError as exc:
+        out.error = RefusalError(f"cowork images: {exc}", stage="options", reason="image_missing")
+    except RefusalError as exc:
+        out.error = exc
+    return out
