@@ -10,7 +10,6 @@ export never mixes with an older tree. Requested instances are the run's selecti
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import re
 import shutil
@@ -25,6 +24,7 @@ from benchmarks.programbench import BENCHMARK
 from benchmarks.programbench.tasks import InstanceOrder
 from harness.fsutil import atomic_write_text
 from harness.manifest import ManifestError, read_manifest
+from harness.untrusted import hash_untrusted_file
 
 EXPORT_SCHEMA = "harness.programbench.export.v1"
 SUBMISSION = "submission.tar.gz"
@@ -80,11 +80,7 @@ def requested_ids(run: Path, filter_spec: str | None = None) -> list[str]:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return hash_untrusted_file(path)[0]
 
 
 def export_run(run: Path, dest: Path, *, filter_spec: str | None = None) -> ExportManifest:

@@ -9,7 +9,6 @@ scored. ``--redo-existing`` forces a new solve.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from harness.ledger import ledger_path, read_ledger
 from harness.manifest import read_manifest
 from harness.runtime import InstanceContext
+from harness.untrusted import hash_untrusted_file
 
 RESCORABLE_REASONS = frozenset({"official_eval_error", "eval_pending", "submission_prepared"})
 COPIED = ("submission.tar.gz", "submission_info.json", "scorer_guard.json")
@@ -31,14 +31,6 @@ class KeptSubmission:
     reason: str | None
     sha256: str
     details: dict[str, Any]
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _agent_state(details: dict[str, Any]) -> tuple[bool, str | None] | None:
@@ -71,7 +63,7 @@ def find_kept_submission(ctx: InstanceContext) -> KeptSubmission | None:
         src = root / ctx.benchmark / ctx.instance_id
         kept = src / "submission.tar.gz"
         want = submission.get("sha256_scored") or submission.get("sha256")
-        if not kept.is_file() or kept.is_symlink() or not want or _sha256(kept) != want:
+        if not kept.is_file() or kept.is_symlink() or not want or hash_untrusted_file(kept)[0] != want:
             continue
         return KeptSubmission(run_root=root, instance_dir=src, completed=state[0],
                               reason=state[1], sha256=str(want), details=details)

@@ -40,6 +40,7 @@ from harness.sandbox.protected import (
     ProtectedMissing,
 )
 from harness.sandbox.transfer import CopyRefused
+from harness.untrusted import hash_untrusted_file
 
 WORKSPACE = "/workspace"
 REFERENCE_PATH = f"{WORKSPACE}/{REFERENCE_NAME}"
@@ -200,16 +201,6 @@ def collect_submission(ctx: InstanceContext, sandbox: Any) -> Path | None:
     return dest
 
 
-def sha256_file(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def record_eval(ctx: InstanceContext, result: OfficialEvalResult, completed: bool,
                 reason: str | None) -> None:
     atomic_write_json(ctx.instance_dir / "official_eval.json", result)
@@ -274,7 +265,7 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     ctx.result.details.update(scorer_guard.row_details(submission))  # before any eval mode
     if ctx.result.details.get("scorer_files_removed") or ctx.result.details.get(
             "scorer_files_rewritten"):  # the archive the eval scores, as it is on disk now
-        ctx.result.details["submission"]["sha256_scored"] = sha256_file(submission)
+        ctx.result.details["submission"]["sha256_scored"] = hash_untrusted_file(submission)[0]
     reason = None if outcome.completed else (outcome.reason_code or "task_not_completed")
     ctx.result.details["agent_outcome"] = {"completed": outcome.completed, "reason": reason}
     score_submission(ctx, settings, submission, outcome.completed, reason, blob_dir)
