@@ -158,15 +158,13 @@ def score_histogram(results: Sequence[InstanceResult]) -> Chart:
 def _group(
     known: list[tuple[InstanceResult, float]], fmt: Callable[[float], str]
 ) -> tuple[list[str], list[float], list[str]]:
-    """Neighbouring instances (already sorted, largest first) share one bar: its first value."""
-    size = -(-len(known) // MAX_BARS)
+    """``MAX_BARS`` bars of neighbouring instances (sorted, largest first): each its largest."""
+    n = len(known)
     labels, values, colors = [], [], []
-    for start in range(0, len(known), size):
-        chunk = known[start : start + size]
-        first, last = chunk[0][1], chunk[-1][1]
-        labels.append(
-            f"instances {start + 1}-{start + len(chunk)} ({fmt(last)} to {fmt(first)})"
-        )
+    for g in range(MAX_BARS):
+        start, end = g * n // MAX_BARS, (g + 1) * n // MAX_BARS
+        first, last = known[start][1], known[end - 1][1]
+        labels.append(f"instances {start + 1}-{end} ({fmt(last)} to {fmt(first)})")
         values.append(first)
         colors.append(DEFAULT_COLOR)
     return labels, values, colors

@@ -32,9 +32,19 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
+    env.filters["data_v"] = data_v
     # Compact JSON for the embedded table data (``tojson`` escapes <, >, & and ').
     env.policies["json.dumps_kwargs"] = {"separators": (",", ":"), "ensure_ascii": False}
     return env
+
+
+def data_v(value: float | int | str | None) -> str:
+    """A cell's sort key as ``report.js`` writes it (JavaScript's ``String(number)``)."""
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
 
 
 def _asset(name: str) -> str:

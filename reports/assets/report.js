@@ -141,6 +141,7 @@
       body.textContent = "";
       body.appendChild(fragment);
       info.textContent = "page " + (page + 1) + " of " + pages();
+      table.setAttribute("data-page", String(page + 1));  // rendered by script
       buttons[0].disabled = page === 0;
       buttons[1].disabled = page + 1 >= pages();
       pager.hidden = items.length <= size;
