@@ -115,3 +115,22 @@ def test_script_renders_the_same_rows_as_the_markup(big_report: ReportPaths, bro
     )
     static.close()
     scripted.close()
+
+
+def test_run_text_is_shown_as_text_never_run(make_run, make_row, browser: Any) -> None:
+    """Markup in ledger fields (embedded as JSON, drawn by script) stays text in both paths."""
+    evil = "</script><script>window.pwned = 1</script><img src=x onerror='window.pwned=2'>"
+    root = make_run("evil", [make_row("pb/x", status="failed", error=evil, worker=evil)])
+    html = write_report(root).html
+    for enabled in (False, True):
+        context = browser.new_context(java_script_enabled=enabled)
+        page = context.new_page()
+        page.goto(html.as_uri())
+        if enabled:
+            page.wait_for_selector("#instances-table[data-page='1']")
+            assert page.evaluate("window.pwned") is None
+        row = page.locator("#instances-table tbody tr[data-key='pb/x']")
+        assert row.locator("td").nth(3).inner_text() == evil
+        assert row.locator("td").nth(10).inner_text() == evil
+        assert page.locator("#instances-table img").count() == 0
+        context.close()
