@@ -1,119 +1,113 @@
-"""HTML tables: the sortable, filterable instance table and the paired comparison."""
+"""Table data for the HTML report: the paged instance table and the paired comparison.
+
+The instance table is data, not markup: one compact JSON array per row, embedded in the
+page and rendered a page at a time by ``report.js`` (a 10,000-row run keeps ~100 rows in
+the DOM). The first page is also written as markup by the template, from the same rows.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from html import escape
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from reports import fmt
 from reports.charts import status_color
 from reports.figures import CompareReport, InstanceResult
 
 Links = Mapping[str, Sequence[tuple[str, str]]]
+PAGE_SIZE = 100
+
+# Row layout: positions in each row array.
+KEY, STATUS = 0, 1
+Cell = str | float | int | None
+Row = list[Any]
 
 
-def _num(value: float | int | None, text: str) -> str:
-    data = "" if value is None else repr(value)
-    return f'<td class="num" data-v="{escape(data)}">{escape(text)}</td>'
+class Column(BaseModel):
+    """A column: header, kind (text|num|status|files), where its text and sort key are."""
+
+    model_config = ConfigDict(frozen=True)
+
+    label: str
+    kind: str
+    text: int  # index of the display text in the row array
+    value: int | None = None  # index of the sort value (num, status); None: the text
+    sortable: bool = True
 
 
-def _txt(text: str | None) -> str:
-    return f"<td>{escape(text or '')}</td>"
-
-
-def status_badge(status: str) -> str:
-    return f'<span class="status" style="background:{status_color(status)}">{escape(status)}</span>'
-
-
-def _tests(r: InstanceResult) -> str:
-    if r.tests_total is None:
-        return _num(None, "")
-    passed = r.tests_passed or 0
-    ratio = passed / r.tests_total if r.tests_total else 0.0
-    return _num(ratio, f"{passed}/{r.tests_total}")
-
-
-def _files(links: Sequence[tuple[str, str]]) -> str:
-    """The folder link, then the files folded in a ``<details>`` so rows stay one line."""
-    folder = [(label, h) for label, h in links if label == "folder"]
-    files = [(label, h) for label, h in links if label != "folder"]
-    parts = [f'<a href="{escape(h)}">{escape(label)}</a>' for label, h in folder]
-    if files:
-        items = "".join(f'<a href="{escape(h)}">{escape(label)}</a>' for label, h in files)
-        parts.append(f"<details><summary>{len(files)} files</summary>{items}</details>")
-    return f'<td class="files">{"".join(parts)}</td>'
-
-
-def instance_row(r: InstanceResult, links: Sequence[tuple[str, str]]) -> str:
-    reason = r.reason_code or ""
-    if r.error:
-        reason = f"{reason}: {r.error}" if reason else r.error
-    score_text = fmt.score(r.score) if r.attempted else "—"
-    cost_text = fmt.usd(r.cost_usd) if r.cost_known else ("unknown" if r.attempted else "")
-    return (
-        f'<tr data-status="{escape(r.status)}" data-key="{escape(r.key)}">'
-        f"{_txt(r.benchmark)}<td>{escape(r.instance_id)}</td>"
-        f'<td data-v="{escape(r.status)}">{status_badge(r.status)}</td>'
-        f"{_txt(reason)}"
-        f"{_num(r.score, score_text)}"
-        f"{_txt('yes' if r.resolved else 'no')}"
-        f"{_tests(r)}"
-        f"{_num(r.cost_usd if r.cost_known else None, cost_text)}"
-        f"{_num(r.duration_s, fmt.duration(r.duration_s) if r.duration_s is not None else '')}"
-        f"{_num(r.attempt, str(r.attempt) if r.attempt is not None else '')}"
-        f"{_txt(r.worker)}{_txt(r.carried_from)}"
-        f"{_files(links)}</tr>"
-    )
-
-
-INSTANCE_HEADERS = [
-    ("Benchmark", "text"),
-    ("Instance", "text"),
-    ("Status", "text"),
-    ("Reason", "text"),
-    ("Score", "num"),
-    ("Resolved", "text"),
-    ("Tests", "num"),
-    ("Cost", "num"),
-    ("Duration", "num"),
-    ("Attempt", "num"),
-    ("Worker", "text"),
-    ("Carried from", "text"),
-    ("Files", ""),
+INSTANCE_COLUMNS = [
+    Column(label="Benchmark", kind="text", text=2),
+    Column(label="Instance", kind="text", text=3),
+    Column(label="Status", kind="status", text=1, value=1),
+    Column(label="Reason", kind="text", text=4),
+    Column(label="Score", kind="num", text=6, value=5),
+    Column(label="Resolved", kind="text", text=7),
+    Column(label="Tests", kind="num", text=9, value=8),
+    Column(label="Cost", kind="num", text=11, value=10),
+    Column(label="Duration", kind="num", text=13, value=12),
+    Column(label="Attempt", kind="num", text=15, value=14),
+    Column(label="Worker", kind="text", text=16),
+    Column(label="Carried from", kind="text", text=17),
+    Column(label="Files", kind="files", text=18, sortable=False),
 ]
 
 
-def _head(headers: Sequence[tuple[str, str]]) -> str:
-    cells = []
-    for label, kind in headers:
-        attrs = f' data-type="{kind}"' if kind else ""
-        cls = ' class="num"' if kind == "num" else ""
-        cells.append(f'<th{attrs}{cls} scope="col">{escape(label)}</th>')
-    return f"<thead><tr>{''.join(cells)}</tr></thead>"
+def instance_row(r: InstanceResult, links: Sequence[tuple[str, str]]) -> Row:
+    reason = r.reason_code or ""
+    if r.error:
+        reason = f"{reason}: {r.error}" if reason else r.error
+    tests_v: float | None = None
+    tests_text = ""
+    if r.tests_total is not None:
+        passed = r.tests_passed or 0
+        tests_v = passed / r.tests_total if r.tests_total else 0.0
+        tests_text = f"{passed}/{r.tests_total}"
+    cost_v = r.cost_usd if r.cost_known else None
+    return [
+        r.key,
+        r.status,
+        r.benchmark,
+        r.instance_id,
+        reason,
+        r.score,
+        fmt.score(r.score) if r.attempted else "—",
+        "yes" if r.resolved else "no",
+        tests_v,
+        tests_text,
+        cost_v,
+        fmt.usd(r.cost_usd) if r.cost_known else ("unknown" if r.attempted else ""),
+        r.duration_s,
+        fmt.duration(r.duration_s) if r.duration_s is not None else "",
+        r.attempt,
+        str(r.attempt) if r.attempt is not None else "",
+        r.worker or "",
+        r.carried_from or "",
+        [list(link) for link in links],
+    ]
 
 
-def instance_table(results: Sequence[InstanceResult], links: Links, table_id: str) -> str:
-    rows = "".join(instance_row(r, links.get(r.key, ())) for r in results)
-    return (
-        f'<div class="scroll"><table id="{table_id}" class="sortable">{_head(INSTANCE_HEADERS)}'
-        f"<tbody>{rows}</tbody></table></div>"
-    )
-
-
-def instance_section(results: Sequence[InstanceResult], links: Links) -> str:
+def instance_table(
+    results: Sequence[InstanceResult], links: Links, table_id: str
+) -> dict[str, Any]:
+    """What the template and ``report.js`` need to show one paged instance table."""
+    rows = [instance_row(r, links.get(r.key, ())) for r in results]
     statuses = sorted({r.status for r in results})
-    options = "".join(f'<option value="{escape(s)}">{escape(s)}</option>' for s in statuses)
-    return (
-        '<section id="instances"><h2>Instances</h2>'
-        '<div class="controls">'
-        '<label>Filter <input id="filter-text" type="search" '
-        'placeholder="instance, status, reason..."></label>'
-        f'<label>Status <select id="filter-status"><option value="">all</option>{options}'
-        "</select></label>"
-        f'<span id="shown-count" class="muted">{len(results)} of {len(results)} shown</span>'
-        "</div>"
-        f"{instance_table(results, links, 'instances-table')}</section>"
-    )
+    return {
+        "id": table_id,
+        "columns": INSTANCE_COLUMNS,
+        "rows": rows,
+        "first_page": rows[:PAGE_SIZE],
+        "pages": max(1, -(-len(rows) // PAGE_SIZE)),
+        "statuses": statuses,
+        "data": {
+            "columns": [c.model_dump() for c in INSTANCE_COLUMNS],
+            "rows": rows,
+            "colors": {s: status_color(s) for s in statuses},
+            "pageSize": PAGE_SIZE,
+        },
+    }
 
 
 COMPARE_HEADERS = [
@@ -127,39 +121,48 @@ COMPARE_HEADERS = [
 ]
 
 
-def compare_section(cmp: CompareReport) -> str:
+def compare_view(cmp: CompareReport) -> dict[str, Any]:
+    """The comparison section's figures, formatted."""
     ci = cmp.bootstrap
     mc = cmp.mcnemar
-    warnings = "".join(f"<li>{escape(w)}</li>" for w in cmp.warnings)
     changed = [c for c in cmp.changes if c.change != "same"]
-    rows = "".join(
-        f'<tr data-change="{c.change}"><td>{escape(c.key)}</td><td>{c.change}</td>'
-        f"<td>{status_badge(c.status_a)}</td><td>{status_badge(c.status_b)}</td>"
-        f"{_num(c.score_a, fmt.score(c.score_a))}{_num(c.score_b, fmt.score(c.score_b))}"
-        f"{_num(c.delta, fmt.signed(c.delta))}</tr>"
-        for c in changed
-    )
-    summary = (
-        '<table class="metrics"><tbody>'
-        f"<tr><th>Baseline (A)</th><td>{escape(cmp.run_a.run_id)}</td></tr>"
-        f"<tr><th>This run (B)</th><td>{escape(cmp.run_b.run_id)}</td></tr>"
-        f"<tr><th>Shared instances</th><td>{cmp.shared} (only A: {len(cmp.only_a)}, "
-        f"only B: {len(cmp.only_b)})</td></tr>"
-        f"<tr><th>Mean score A / B</th><td>{fmt.score(cmp.mean_a)} / {fmt.score(cmp.mean_b)}"
-        "</td></tr>"
-        f"<tr><th>Mean difference B-A</th><td>{fmt.signed(ci.mean_diff)} "
-        f"[{fmt.signed(ci.low)}, {fmt.signed(ci.high)}] ({ci.level:.0%} bootstrap, "
-        f"{ci.resamples} resamples, seed {ci.seed})</td></tr>"
-        f"<tr><th>Resolved A / B</th><td>{cmp.resolved_a} / {cmp.resolved_b}</td></tr>"
-        f"<tr><th>McNemar</th><td>b={mc.b} (A only), c={mc.c} (B only): exact p="
-        f"{mc.exact_p:.4g}; χ² (cc)={mc.chi2:.3f}, p={mc.chi2_p:.4g}</td></tr>"
-        "</tbody></table>"
-    )
-    return (
-        '<section id="compare"><h2>Paired comparison</h2>'
-        + (f'<ul class="warnings">{warnings}</ul>' if warnings else "")
-        + summary
-        + f"<h3>Changed instances ({len(changed)} of {cmp.shared})</h3>"
-        + f'<table id="compare-table" class="sortable">{_head(COMPARE_HEADERS)}'
-        + f"<tbody>{rows}</tbody></table></section>"
-    )
+    return {
+        "cmp": cmp,
+        "headers": COMPARE_HEADERS,
+        "changed": [
+            {
+                "key": c.key,
+                "change": c.change,
+                "status_a": c.status_a,
+                "status_b": c.status_b,
+                "color_a": status_color(c.status_a),
+                "color_b": status_color(c.status_b),
+                "cells": [
+                    (c.score_a, fmt.score(c.score_a)),
+                    (c.score_b, fmt.score(c.score_b)),
+                    (c.delta, fmt.signed(c.delta)),
+                ],
+            }
+            for c in changed
+        ],
+        "summary": [
+            ("Baseline (A)", cmp.run_a.run_id),
+            ("This run (B)", cmp.run_b.run_id),
+            (
+                "Shared instances",
+                f"{cmp.shared} (only A: {len(cmp.only_a)}, only B: {len(cmp.only_b)})",
+            ),
+            ("Mean score A / B", f"{fmt.score(cmp.mean_a)} / {fmt.score(cmp.mean_b)}"),
+            (
+                "Mean difference B-A",
+                f"{fmt.signed(ci.mean_diff)} [{fmt.signed(ci.low)}, {fmt.signed(ci.high)}] "
+                f"({ci.level:.0%} bootstrap, {ci.resamples} resamples, seed {ci.seed})",
+            ),
+            ("Resolved A / B", f"{cmp.resolved_a} / {cmp.resolved_b}"),
+            (
+                "McNemar",
+                f"b={mc.b} (A only), c={mc.c} (B only): exact p={mc.exact_p:.4g}; "
+                f"χ² (cc)={mc.chi2:.3f}, p={mc.chi2_p:.4g}",
+            ),
+        ],
+    }

@@ -22,16 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright import sync_api
 
-from harness.fsutil import append_line, atomic_write_json
-from harness.models import (
-    GitState,
-    Manifest,
-    Outcome,
-    Selection,
-    TaskRow,
-    Versions,
-)
+from harness.models import Outcome, TaskRow
 
 # This folder is named like the package under test. When pytest puts ``tests/`` on
 # sys.path (plain ``pytest`` with a rootless tests/conftest.py), ``import reports`` would
@@ -40,52 +33,25 @@ from harness.models import (
 _REPO = str(Path(__file__).resolve().parents[2])
 if _REPO not in sys.path:
     sys.path.append(_REPO)
+sys.path.insert(0, str(Path(__file__).parent))
 
-T0 = 1_790_000_000.0
+from report_runs import row, write_run  # noqa: E402
 
 MakeRun = Callable[..., Path]
+CHROMIUM = Path("/usr/bin/chromium")
 
 
-def manifest_for(root: Path, run_id: str, keys: list[str], **extra: Any) -> Manifest:
-    benchmarks = sorted({k.split("/")[0] for k in keys}) or ["programbench"]
-    fields: dict[str, Any] = {
-        "run_id": run_id,
-        "run_root": str(root),
-        "created_at_unix": T0,
-        "created_at": "2026-09-21T10:13:20+00:00",
-        "argv": ["pytest", "benchmarks/programbench", "-n", "4"],
-        "cwd": "/work/main",
-        "benchmarks": benchmarks,
-        "benchmark_versions": {b: "1.2.5" for b in benchmarks},
-        "versions": Versions(harness="0.1.0", python="3.11.7", pytest="9.2.0", platform="linux"),
-        "source": GitState(available=True, head="0123456789abcdef", branch="main", dirty=False),
-        "selection": Selection(
-            resolved=True, instance_ids=keys, count=len(keys), source="collection"
-        ),
-        "workers": 4,
-        "config_fingerprint": "sha256:00112233aabbccdd",
-        "outcome": "completed",
-        "exit_code": 0,
-        "finished_at_unix": T0 + 3600,
-    }
-    fields.update(extra)
-    return Manifest(**fields)
-
-
-def row(key: str, run_id: str = "run-a", **fields: Any) -> TaskRow:
-    """A ledger row for ``key`` ("benchmark/instance_id"); fields override the defaults."""
-    benchmark, _, iid = key.partition("/")
-    data: dict[str, Any] = {
-        "ts_unix": T0 + 60,
-        "run_id": run_id,
-        "benchmark": benchmark,
-        "instance_id": iid,
-        "status": "completed",
-        "outcome": Outcome.SCORED,
-        "official_eval_status": "completed",
-    }
-    data.update(fields)
-    return TaskRow(**data)
+@pytest.fixture(scope="session")
+def browser() -> Any:
+    """Headless Chromium (Debian's ``chromium``) driven by playwright."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
+        )
+        yield browser
+        browser.close()
 
 
 @pytest.fixture
@@ -107,22 +73,9 @@ def make_run(tmp_path: Path) -> MakeRun:
         torn_tail: str | None = None,
         **manifest_fields: Any,
     ) -> Path:
-        root = tmp_path / name
-        root.mkdir()
-        keys = selection if selection is not None else list(dict.fromkeys(r.key for r in rows))
-        run_id = rows[0].run_id if rows else name
-        manifest = manifest_for(root, run_id, keys, **manifest_fields)
-        atomic_write_json(root / "run_manifest.json", manifest)
-        for r in rows:
-            append_line(root / "result_index.jsonl", r.dump_line())
-            if files:
-                folder = root / r.benchmark / r.instance_id
-                folder.mkdir(parents=True, exist_ok=True)
-                (folder / "agent.log").write_text(f"log of {r.instance_id}\n")
-        if torn_tail is not None:
-            with open(root / "result_index.jsonl", "a", encoding="utf-8") as fh:
-                fh.write(torn_tail)  # no newline: a crash mid-append
-        return root
+        return write_run(
+            tmp_path / name, rows, selection, files=files, torn_tail=torn_tail, **manifest_fields
+        )
 
     return make
 

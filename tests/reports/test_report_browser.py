@@ -13,29 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright import sync_api
 
 from harness.fsutil import read_json
 from reports.write import write_report
-
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 def artifacts_dir(factory: pytest.TempPathFactory) -> Path:
     root = os.environ.get("HARNESS_TEST_ARTIFACTS")
     return (Path(root) if root else factory.getbasetemp()) / "reports"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Any:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
-        )
-        yield browser
-        browser.close()
 
 
 def visible_column(page: Any, index: int) -> list[str]:
