@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from harness.models import NEAR_RESOLVED_AT, Outcome, TaskRow
+from harness.models import Outcome, TaskRow
 from harness.scoring import row_is_infra, row_is_resolved, row_score
 from reports.figures import (
     NOT_ATTEMPTED,
@@ -39,7 +39,7 @@ def result_from_row(row: TaskRow, *, in_selection: bool = True) -> InstanceResul
         score=score,
         raw_score=row.score,
         resolved=resolved,
-        near_resolved=resolved or row.near_resolved is True or score >= NEAR_RESOLVED_AT,
+        near_resolved=resolved or row.near_resolved is True,
         infra=row_is_infra(row),
         carried=row.outcome is Outcome.CARRIED or row.carried_from is not None,
         carried_from=row.carried_from,

@@ -124,3 +124,22 @@ def test_core_imports_and_runs_without_programbench(tmp_path: Path) -> None:
                           timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "merge" in proc.stdout and "report" in proc.stdout
+
+
+def test_vocabulary_and_threshold_are_the_adapters() -> None:
+    """The core's adapter speaks the runner's own words and has no threshold; ProgramBench
+    and Cowork bring theirs."""
+    from benchmarks.cowork_bench.adapter import CoworkAdapter
+    from benchmarks.programbench.adapter import ProgramBenchAdapter
+    from harness.adapter import BenchmarkAdapter
+    from harness.models import Outcome
+
+    core = BenchmarkAdapter()
+    assert core.status_for(Outcome.SCORED, True) == "scored"
+    assert core.near_resolved_at is None
+    pb = ProgramBenchAdapter()
+    assert pb.status_for(Outcome.SCORED, True) == "completed"
+    assert pb.status_for(Outcome.AGENT_FAILED, None) == "failed"
+    assert pb.near_resolved_at == 0.95
+    assert CoworkAdapter.status_for(CoworkAdapter.__new__(CoworkAdapter), Outcome.SCORED,
+                                    True) == "passed"
