@@ -143,3 +143,40 @@ def test_vocabulary_and_threshold_are_the_adapters() -> None:
     assert pb.near_resolved_at == 0.95
     assert CoworkAdapter.status_for(CoworkAdapter.__new__(CoworkAdapter), Outcome.SCORED,
                                     True) == "passed"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (``if TYPE_CHECKING`` included)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return out
+
+
+@pytest.mark.parametrize(("importer", "imported"), [
+    ("harness/agents/base.py", "harness.agents.oracle"),
+    ("harness/agents/base.py", "harness.agents.command"),
+    ("harness/agents/base.py", "harness.agents.gateway_agent"),
+    ("harness/agents/base.py", "harness.agents.mini_swe"),
+    ("harness/agents/base.py", "harness.agents.host_command"),
+    ("harness/agents/base.py", "harness.model_gateway.agent"),
+    ("harness/agents/gateway.py", "harness.agents.gateway_run"),
+    ("harness/sandbox/builders.py", "harness.sandbox.images"),
+])
+def test_former_import_cycles_stay_broken(importer: str, imported: str) -> None:
+    assert imported not in imported_modules(ROOT / importer)
+
+
+def test_agent_kinds_come_from_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.agents import base
+
+    assert type(base.make_agent("oracle")).__name__ == "OracleAgent"
+    monkeypatch.setitem(base.AGENT_MODULES, "echo", "harness.agents.base")
+    monkeypatch.setitem(base._FACTORIES, "echo", lambda options: base.NopAgent())
+    assert isinstance(base.make_agent("echo"), base.NopAgent)
+    with pytest.raises(ValueError, match="unknown agent kind 'nope'"):
+        base.make_agent("nope")
