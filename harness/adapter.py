@@ -52,6 +52,11 @@ class BenchmarkAdapter:
     # Instances of the whole benchmark (the denominator of its published score); a run that
     # selects fewer says "N of SIZE selected: not the benchmark score" with every headline.
     benchmark_size: int | None = None
+    # The ledger ``status`` word of each outcome, in this benchmark's own vocabulary; an
+    # outcome left out is recorded under the runner's own word (``Outcome.value``).
+    status_vocabulary: Mapping[Outcome, str] = {}
+    # Score at or above which an instance is "near-resolved" (almost); None: no such notion.
+    near_resolved_at: float | None = None
 
     def instances(self, config: pytest.Config) -> list[InstanceSpec]:
         raise NotImplementedError
@@ -68,14 +73,5 @@ class BenchmarkAdapter:
         return False
 
     def status_for(self, outcome: Outcome, resolved: bool | None) -> str:
-        """The ledger ``status`` in this benchmark's own vocabulary (ProgramBench's here)."""
-        return {
-            Outcome.SCORED: "completed",
-            Outcome.AGENT_FAILED: "failed",
-            Outcome.INFRA_FAILED: "infra_failed",
-            Outcome.BLOCKED: "blocked",
-            Outcome.NOT_ATTEMPTED: "blocked",
-            Outcome.SKIPPED: "skipped",
-            Outcome.CARRIED: "skipped",
-            Outcome.DRY_RUN: "skipped",
-        }[outcome]
+        """The ledger ``status`` of an outcome in this benchmark's vocabulary."""
+        return self.status_vocabulary.get(outcome, outcome.value)

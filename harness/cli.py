@@ -15,15 +15,10 @@ from pathlib import Path
 # name -> (module, function, help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "merge": ("harness.cli", "merge_command", "combine the run roots of a sharded run"),
-    "report": ("reports.cli", "report_command", "write the HTML and Markdown report of a run"),
-    "compare": ("reports.cli", "compare_command", "paired comparison of two runs"),
     "sweep": ("harness.sandbox.cli", "sweep_command", "remove a run's containers and networks"),
     "campaign": ("harness.budget.reconcile", "campaign_command", "campaign budget file tools"),
     "agent-server": ("harness.agents.reference_server", "agent_server_command",
                      "start the reference agent server"),
-    "programbench": ("benchmarks.programbench.cli", "programbench_command",
-                     "ProgramBench tools: export, gate"),
-    "cowork": ("benchmarks.cowork_bench.cli", "cowork_command", "Cowork Bench tools: audit"),
     "images": ("harness.sandbox.inventory", "images_command",
                "list or prune the images this harness built or pulled"),
     "schema": ("harness.cli", "schema_command", "export the JSON Schemas of the runner's files"),
@@ -97,8 +92,15 @@ def dispatch(prog: str, commands: dict[str, tuple[str, str, str]], argv: Sequenc
         return int(exc.code) if isinstance(exc.code, int) else 2
 
 
+def all_commands() -> dict[str, tuple[str, str, str]]:
+    """The core's commands, then those the report and the registered benchmarks add."""
+    from harness.registry import plugin_commands
+
+    return {**COMMANDS, **plugin_commands()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return dispatch("harness", COMMANDS, sys.argv[1:] if argv is None else argv,
+    return dispatch("harness", all_commands(), sys.argv[1:] if argv is None else argv,
                     "Runs are pytest sessions: pytest benchmarks/<name> "
                     "[--dry-run|--resume-from RUN]")
 

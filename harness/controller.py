@@ -88,7 +88,7 @@ class Controller:
         self.collection_errors = 0
         self.refused = False
         self.internal_errors = 0
-        self.progress: Any = None  # reports.progress.Progress once the selection is known
+        self.progress: Any = None  # the report plugin's progress view
         self.report_path: Path | None = None
         self.report_error: str | None = None
         self.ancestry: Ancestry | None = None
@@ -241,12 +241,15 @@ class Controller:
         mode = self.options.progress
         if mode == "off" or total == 0:
             return
-        from reports.progress import Progress
+        from harness.registry import report_plugin
 
+        report = report_plugin()
+        if report is None:
+            return
         is_tty = sys.stdout.isatty() if mode == "auto" else mode == "live"
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         stream: Any = sys.stdout if is_tty or reporter is None else TerminalLines(reporter)
-        self.progress = Progress(total, stream, is_tty=is_tty)
+        self.progress = report.progress(total, stream, is_tty=is_tty)
         self.start_activity_poll()
 
     def start_activity_poll(self, interval_s: float = 1.0) -> None:
@@ -426,10 +429,13 @@ class Controller:
         if self.run is None or not self.options.report or self.manifest is None:
             return
         try:
-            from reports.write import write_report
+            from harness.registry import report_plugin
 
-            paths = write_report(self.run.run_root, compare_to=self.options.compare_to)
-            self.report_path = paths.html
+            report = report_plugin()
+            if report is None:
+                return
+            self.report_path = report.write_report(self.run.run_root,
+                                                   compare_to=self.options.compare_to)
         except Exception as exc:
             self.report_error = f"{type(exc).__name__}: {exc}"
 

@@ -18,18 +18,10 @@ def main() -> int:
 
     steps: list[tuple[str, Callable[[], object]]] = [("base (debootstrap bookworm)", base)]
 
-    def programbench_fixture() -> object:
-        from benchmarks.programbench.fixture import ensure_fixture
+    from harness.registry import benchmarks
 
-        return ensure_fixture()
-
-    def cowork_images() -> object:
-        from benchmarks.cowork_bench.images import ensure_image as cowork_image
-
-        return [cowork_image("pg15"), cowork_image("runtime")]
-
-    steps.append(("ProgramBench offline fixture", programbench_fixture))
-    steps.append(("Cowork Bench PostgreSQL 15 and runtime", cowork_images))
+    for reg in benchmarks():
+        steps.extend((step.label, step.build) for step in reg.images)
     for name, build in steps:
         t0 = time.monotonic()
         build()

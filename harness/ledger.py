@@ -99,7 +99,7 @@ class Tally:
 def tally(selection: list[str], latest: dict[str, TaskRow]) -> Tally:
     """The run's figures over its selection (the denominator): a selected instance without a
     row scores 0, and each row's score follows the report's rule (one rule everywhere)."""
-    from reports.metrics import row_score  # the report's definition of an effective score
+    from harness.scoring import row_score  # the one rule, shared with the report
 
     rows = [latest[k] for k in selection if k in latest]
     counts = Counter(r.status for r in rows)

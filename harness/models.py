@@ -17,9 +17,9 @@ MANIFEST_SCHEMA = "harness.run_manifest.v1"
 PLAN_SCHEMA = "harness.plan.v1"
 MERGE_SCHEMA = "harness.merge.v1"
 
-# Resolved: every scored test passed; near-resolved ("almost"): at least 95% (ProgramBench).
+# Resolved: every scored test passed. A benchmark's "near-resolved" threshold, if it has
+# one, is its adapter's ``near_resolved_at``.
 RESOLVED_AT = 1.0
-NEAR_RESOLVED_AT = 0.95
 
 INSTANCE_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 

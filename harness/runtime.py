@@ -20,7 +20,6 @@ from harness.adapter import BenchmarkAdapter, InstanceSpec
 from harness.errors import InfraError, RunInterrupted
 from harness.ledger import instance_dir
 from harness.models import (
-    NEAR_RESOLVED_AT,
     RESOLVED_AT,
     Manifest,
     Outcome,
@@ -159,7 +158,9 @@ class InstanceContext:
         r.outcome = Outcome.SCORED
         r.score = float(score)
         r.resolved = score >= RESOLVED_AT if resolved is None else resolved
-        r.near_resolved = score >= NEAR_RESOLVED_AT if near_resolved is None else near_resolved
+        if near_resolved is None and self.adapter.near_resolved_at is not None:
+            near_resolved = score >= self.adapter.near_resolved_at
+        r.near_resolved = near_resolved
         r.official_eval_status = official_eval_status
         r.reason_code = reason_code or ("resolved" if r.resolved else "unresolved")
         r.tests_passed, r.tests_total = tests_passed, tests_total

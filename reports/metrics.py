@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from harness.models import NEAR_RESOLVED_AT, RESOLVED_AT, Outcome, TaskRow
+from harness.models import Outcome, TaskRow
+from harness.scoring import row_is_infra, row_is_resolved, row_score
 from reports.figures import (
     NOT_ATTEMPTED,
     CostTotals,
@@ -20,31 +21,7 @@ from reports.figures import (
 )
 from reports.stats import quantile
 
-PASS_STATUSES = frozenset({"passed"})
-INFRA_STATUS = "infra_failed"
-
-
-def row_is_infra(row: TaskRow) -> bool:
-    return row.outcome is Outcome.INFRA_FAILED or row.infra or row.status == INFRA_STATUS
-
-
-def row_is_resolved(row: TaskRow) -> bool:
-    if row_is_infra(row):
-        return False
-    return (
-        row.resolved is True
-        or (row.score is not None and row.score >= RESOLVED_AT)
-        or row.status in PASS_STATUSES
-    )
-
-
-def row_score(row: TaskRow) -> float:
-    """Effective score: the row's score, else 1 for a resolved (pass/fail) row, else 0."""
-    if row_is_infra(row):
-        return 0.0
-    if row.score is not None:
-        return float(row.score)
-    return 1.0 if row_is_resolved(row) else 0.0
+__all__ = ["row_is_infra", "row_is_resolved", "row_score"]
 
 
 def result_from_row(row: TaskRow, *, in_selection: bool = True) -> InstanceResult:
@@ -62,7 +39,7 @@ def result_from_row(row: TaskRow, *, in_selection: bool = True) -> InstanceResul
         score=score,
         raw_score=row.score,
         resolved=resolved,
-        near_resolved=resolved or row.near_resolved is True or score >= NEAR_RESOLVED_AT,
+        near_resolved=resolved or row.near_resolved is True,
         infra=row_is_infra(row),
         carried=row.outcome is Outcome.CARRIED or row.carried_from is not None,
         carried_from=row.carried_from,

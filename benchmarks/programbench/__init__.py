@@ -6,3 +6,5 @@ Modules are imported on demand; importing this package is cheap (no Docker, no C
 BENCHMARK = "programbench"
 FIXTURE_ID = "testorg__calculator.abc1234"
 CLEANROOM_TAG = "task_cleanroom_v6"
+# Near-resolved ("almost"): at least 95% of the scored tests pass (ProgramBench's notion).
+NEAR_RESOLVED_AT = 0.95

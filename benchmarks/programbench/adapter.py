@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.programbench import BENCHMARK, CLEANROOM_TAG, FIXTURE_ID
+from benchmarks.programbench import BENCHMARK, CLEANROOM_TAG, FIXTURE_ID, NEAR_RESOLVED_AT
 from benchmarks.programbench.task_body import DEFAULT_TIMEOUT_SEC
 from benchmarks.programbench.tasks import (
     DEFAULT_SHUFFLE_SEED,
@@ -18,6 +18,7 @@ from benchmarks.programbench.tasks import (
 )
 from harness.adapter import BenchmarkAdapter, InstanceSpec
 from harness.errors import RefusalError
+from harness.models import Outcome
 
 EVAL_MODES = ("per-task", "batch", "off")
 DEFAULT_CPUS = 4.0
@@ -105,6 +106,18 @@ class ProgramBenchAdapter(BenchmarkAdapter):
     name = BENCHMARK
     marker_names = ("difficulty", "language")
     benchmark_size = 200
+    near_resolved_at = NEAR_RESOLVED_AT
+    # ProgramBench's own status words (``programbench eval`` reports).
+    status_vocabulary = {
+        Outcome.SCORED: "completed",
+        Outcome.AGENT_FAILED: "failed",
+        Outcome.INFRA_FAILED: "infra_failed",
+        Outcome.BLOCKED: "blocked",
+        Outcome.NOT_ATTEMPTED: "blocked",
+        Outcome.SKIPPED: "skipped",
+        Outcome.CARRIED: "skipped",
+        Outcome.DRY_RUN: "skipped",
+    }
 
     def settings(self, config: pytest.Config) -> ProgramBenchSettings:
         cached: ProgramBenchSettings | None = getattr(self, "_settings", None)

@@ -36,7 +36,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.programbench import CLEANROOM_TAG
+from benchmarks.programbench import CLEANROOM_TAG, NEAR_RESOLVED_AT
 from benchmarks.programbench.docker_policy import BUILD_TAMPER_MARKER, install, sweep
 from benchmarks.programbench.docker_policy_record import DockerPolicy, summarize
 from benchmarks.programbench.scorer_guard import (
@@ -47,7 +47,7 @@ from benchmarks.programbench.scorer_guard import (
 )
 from benchmarks.programbench.tasks import programbench_version, tasks_dir
 from harness.fsutil import atomic_write_text
-from harness.models import NEAR_RESOLVED_AT, RESOLVED_AT
+from harness.models import RESOLVED_AT
 
 RESULT_NAME = "official_eval.json"
 STOP_GRACE_S = 30.0

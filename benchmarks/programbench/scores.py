@@ -16,9 +16,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from benchmarks.programbench import NEAR_RESOLVED_AT
 from benchmarks.programbench.tasks import tasks_dir
 from harness.ledger import read_ledger
-from harness.models import NEAR_RESOLVED_AT, RESOLVED_AT, Outcome
+from harness.models import RESOLVED_AT, Outcome
 
 HEADLINE_N = 200
 

@@ -9,6 +9,7 @@ could not run at all. :class:`OracleUnavailable` asks the runner for a skipped r
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harness.agents.gateway_models import describe_validation_error
 from harness.models import Tokens
 
-AGENT_KINDS = ("nop", "oracle", "command", "gateway", "mini-swe-agent", "host-command")
+# kind -> the module that registers it (``@register_agent(kind)``) when imported; a module
+# is imported only when its kind is asked for. Add a kind by adding its module here.
+AGENT_MODULES: dict[str, str] = {
+    "nop": "harness.agents.base",
+    "oracle": "harness.agents.oracle",
+    "command": "harness.agents.command",
+    "gateway": "harness.agents.gateway_agent",
+    "mini-swe-agent": "harness.agents.mini_swe",
+    "host-command": "harness.agents.host_command",
+}
+AGENT_KINDS = tuple(AGENT_MODULES)
 COST_SOURCES = ("gateway", "agent_reported", "meter", "unknown")
 
 
@@ -157,43 +168,43 @@ class AgentOptions(BaseModel):
     per_task_limit_usd: float | None = None
 
 
+AgentFactory = Callable[["AgentOptions"], "Agent"]
+_FACTORIES: dict[str, AgentFactory] = {}
+
+
+def register_agent(kind: str) -> Callable[[AgentFactory], AgentFactory]:
+    """Decorator: ``factory(options) -> Agent`` builds agents of ``kind``."""
+
+    def register(factory: AgentFactory) -> AgentFactory:
+        _FACTORIES[kind] = factory
+        return factory
+
+    return register
+
+
 def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = None) -> Agent:
-    """The agent of ``kind`` (``nop``, ``oracle``, ``command``, ``gateway``).
+    """The agent of ``kind`` (one of :data:`AGENT_KINDS`), from the registry.
 
     Every error is a one-line :class:`ValueError` naming the option to fix.
     """
-    if kind not in AGENT_KINDS:
-        raise ValueError(f"unknown agent kind {kind!r}: use one of {', '.join(AGENT_KINDS)}")
+    if kind not in AGENT_MODULES:
+        raise ValueError(f"unknown agent kind {kind!r}: use one of {', '.join(AGENT_MODULES)}")
     try:
         opts = (
             options
             if isinstance(options, AgentOptions)
             else AgentOptions.model_validate(dict(options or {}))
         )
-        if kind == "nop":
-            return NopAgent()
-        if kind == "oracle":
-            from harness.agents.oracle import OracleAgent
-
-            return OracleAgent()
-        if kind == "command" and opts.model_upstream:
-            from harness.model_gateway.agent import GatewayCommandAgent
-
-            return GatewayCommandAgent.from_options(opts)
-        if kind == "command":
-            from harness.agents.command import CommandAgent
-
-            return CommandAgent.from_options(opts)
-        if kind == "mini-swe-agent":
-            from harness.agents.mini_swe import MiniSweAgent
-
-            return MiniSweAgent.from_options(opts)
-        if kind == "host-command":
-            from harness.agents.host_command import HostCommandAgent
-
-            return HostCommandAgent.from_options(opts)
-        from harness.agents.gateway_agent import GatewayAgent
-
-        return GatewayAgent.from_options(opts)
+        if kind not in _FACTORIES:
+            importlib.import_module(AGENT_MODULES[kind])
+        factory = _FACTORIES.get(kind)
+        if factory is None:
+            raise ValueError(f"agent kind {kind!r}: {AGENT_MODULES[kind]} registers no factory")
+        return factory(opts)
     except ValidationError as exc:
         raise ValueError(f"--agent {kind}: {describe_validation_error(exc, limit=3)}") from None
+
+
+@register_agent("nop")
+def _nop(options: AgentOptions) -> Agent:
+    return NopAgent()

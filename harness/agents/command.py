@@ -25,6 +25,7 @@ The agent never runs as root: a configured ``user`` of root is refused.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import re
@@ -36,7 +37,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest, sandbox_name
+from harness.agents.base import (
+    Agent,
+    AgentOptions,
+    AgentOutcome,
+    AgentRequest,
+    register_agent,
+    sandbox_name,
+)
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_bytes, atomic_write_json
 from harness.sandbox.errors import SandboxError
@@ -488,3 +496,12 @@ def _outcome(record: CommandRunRecord, record_path: Path) -> AgentOutcome:
     if record.exit_code == 0:
         return AgentOutcome(completed=True, reason_code="completed", **common)
     return AgentOutcome(completed=False, reason_code=reason_for_exit(record.exit_code), **common)
+
+
+@register_agent("command")
+def _make(options: AgentOptions) -> Agent:
+    if options.model_upstream:  # the command agent behind the model gateway
+        gateway = importlib.import_module("harness.model_gateway.agent")
+        agent: Agent = gateway.GatewayCommandAgent.from_options(options)
+        return agent
+    return CommandAgent.from_options(options)

@@ -13,11 +13,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from harness.agents.checkpoint import write_checkpoint
+from harness.agents.gateway_body import validate_task_body
 from harness.agents.gateway_errors import (
     ClientPollError,
     ClientPollTimeout,
@@ -40,9 +41,6 @@ from harness.agents.gateway_models import (
     TaskCreateRequest,
     TaskResult,
 )
-
-if TYPE_CHECKING:
-    from harness.agents.gateway_run import ReattachDecision, TaskRun
 
 log = logging.getLogger("harness.agents.gateway")
 
@@ -69,8 +67,6 @@ class GatewayClient(GatewayHTTP):
 
     def submit(self, body: TaskCreateRequest | Mapping[str, Any]) -> SubmitResponse:
         """``POST /api/tasks``. 409, 400 and a lasting 503 raise distinct errors."""
-        from harness.agents.gateway_run import validate_task_body
-
         request = validate_task_body(body)
         payload = request.body()
         task_id = request.task_id
@@ -263,34 +259,6 @@ class GatewayClient(GatewayHTTP):
                     last=result,
                 )
             self._sleep(min(self._jitter(interval), max(deadline - now, 0.0)))
-
-    # -- the whole flow (gateway_run) ----------------------------------------------------
-
-    def reattach_decision(self, checkpoint_path: Path) -> ReattachDecision:
-        from harness.agents.gateway_run import reattach_decision
-
-        return reattach_decision(self, checkpoint_path)
-
-    def run_task(
-        self,
-        body: TaskCreateRequest | Mapping[str, Any],
-        *,
-        instance_dir: Path,
-        adapter: str = "harness",
-        timeout_s: float | None = None,
-        assign_task_id: bool = True,
-    ) -> TaskRun:
-        """Reattach or submit, then wait; cancel the task if interrupted (Ctrl-C, stop)."""
-        from harness.agents.gateway_run import run_task
-
-        return run_task(
-            self,
-            body,
-            instance_dir=instance_dir,
-            adapter=adapter,
-            timeout_s=timeout_s,
-            assign_task_id=assign_task_id,
-        )
 
 
 def _admission_reason(response: httpx.Response) -> str:

@@ -14,12 +14,19 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest, RuntimeOutcome
+from harness.agents.base import (
+    Agent,
+    AgentOptions,
+    AgentOutcome,
+    AgentRequest,
+    RuntimeOutcome,
+    register_agent,
+)
 from harness.agents.checkpoint import CHECKPOINT_NAME
 from harness.agents.classify import classify_result
 from harness.agents.gateway import ClientPollError, ClientPollTimeout, GatewayClient, PollPolicy
 from harness.agents.gateway_models import TaskCreateRequest, is_root_user
-from harness.agents.gateway_run import validate_task_body
+from harness.agents.gateway_run import run_task, validate_task_body
 from harness.errors import InfraError
 
 AGENT_USER = "agent"  # harness.sandbox.images.AGENT_USER (uid 1000) in every harness image
@@ -83,8 +90,8 @@ class GatewayAgent:
         body = self._body(request)
         with GatewayClient(self.base_url, policy=self.policy) as client:
             try:
-                run = client.run_task(
-                    body, instance_dir=instance_dir, adapter=adapter, timeout_s=request.timeout_sec
+                run = run_task(
+                    client, body, instance_dir=instance_dir, adapter=adapter, timeout_s=request.timeout_sec
                 )
             except (ClientPollTimeout, ClientPollError) as exc:
                 last = exc.last
@@ -114,3 +121,8 @@ class GatewayAgent:
             "gateway_url": self.base_url,
         }
         return outcome.model_copy(update={"output_paths": paths, "details": details})
+
+
+@register_agent("gateway")
+def _make(options: AgentOptions) -> Agent:
+    return GatewayAgent.from_options(options)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from harness.agents.checkpoint import (
     CHECKPOINT_NAME,
@@ -22,18 +22,20 @@ from harness.agents.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from harness.agents.gateway_errors import ClientPollTimeout, GatewayError, GatewayValidation
+from harness.agents.gateway_body import validate_task_body
+from harness.agents.gateway_errors import ClientPollTimeout, GatewayError
 from harness.agents.gateway_models import (
     CANCEL_REQUESTED,
     IN_FLIGHT_STATUSES,
     TaskCreateRequest,
     TaskResult,
-    describe_validation_error,
 )
 from harness.fsutil import atomic_write_json
 
 if TYPE_CHECKING:
     from harness.agents.gateway import GatewayClient
+
+__all__ = ["ReattachDecision", "TaskRun", "reattach_decision", "run_task", "validate_task_body"]
 
 log = logging.getLogger("harness.agents.gateway")
 
@@ -145,15 +147,3 @@ def run_task(
     )
 
 
-def validate_task_body(body: TaskCreateRequest | Mapping[str, Any]) -> TaskCreateRequest:
-    """The body as the contract model; a contract violation raises GatewayValidation."""
-    if isinstance(body, TaskCreateRequest):
-        return body
-    try:
-        return TaskCreateRequest.model_validate(dict(body))
-    except ValidationError as exc:
-        raise GatewayValidation(
-            "task body does not satisfy the agent server's contract: "
-            + describe_validation_error(exc),
-            "task_body_invalid",
-        ) from exc

@@ -31,7 +31,14 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest, sandbox_name
+from harness.agents.base import (
+    Agent,
+    AgentOptions,
+    AgentOutcome,
+    AgentRequest,
+    register_agent,
+    sandbox_name,
+)
 from harness.agents.host_exec import SOCKET_ENV, ExecService
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json
@@ -205,3 +212,8 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(KILL_GRACE_S)
+
+
+@register_agent("host-command")
+def _make(options: AgentOptions) -> Agent:
+    return HostCommandAgent.from_options(options)

@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest
+from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest, register_agent
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json
 from harness.model_gateway.prices import ModelPrices, load_prices
@@ -350,3 +350,8 @@ def _reason(status: str, steps: int, step_limit: int, infra: str | None) -> str:
 
 def dump_config(config: Mapping[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=str)
+
+
+@register_agent("mini-swe-agent")
+def _make(options: AgentOptions) -> Agent:
+    return MiniSweAgent.from_options(options)

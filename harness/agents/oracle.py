@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import time
 
-from harness.agents.base import AgentOutcome, AgentRequest, OraclePlan, OracleUnavailable
+from harness.agents.base import (
+    Agent,
+    AgentOptions,
+    AgentOutcome,
+    AgentRequest,
+    OraclePlan,
+    OracleUnavailable,
+    register_agent,
+)
 from harness.errors import InfraError
 
 
@@ -56,3 +64,8 @@ class OracleAgent:
             cost_usd=0.0,
             cost_known=True,
         )
+
+
+@register_agent("oracle")
+def _make(options: AgentOptions) -> Agent:
+    return OracleAgent()

@@ -32,7 +32,7 @@ from harness.sandbox.client import long_timeout
 from harness.sandbox.errors import ImageBuildFailed
 
 if TYPE_CHECKING:
-    from harness.sandbox.images import BaseRecipe, LayerRecipe
+    from harness.sandbox.recipes import BaseRecipe, LayerRecipe
 
 BUILD_TIMEOUT_S = 3600
 _CHUNK = 1 << 20

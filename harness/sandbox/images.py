@@ -37,14 +37,11 @@ the build logs (``logs/``) and ``builds.jsonl``, one line per real build.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 
 import docker
 from docker.errors import ImageNotFound
@@ -55,123 +52,47 @@ from harness.fsutil import append_line
 from harness.sandbox import placement
 from harness.sandbox.client import get_client
 from harness.sandbox.errors import ImageBuildFailed
+from harness.sandbox.recipes import (
+    AGENT_UID,
+    AGENT_USER,
+    BASE_PACKAGES,
+    BASE_SETUP,
+    DEFAULT_PATH,
+    RECIPE_SCHEMA,
+    WORKSPACE,
+    BaseRecipe,
+    LayerRecipe,
+    Recipe,
+    base_recipe,
+)
 
-# Bump to rebuild every image (e.g. when the builder itself changes what it produces).
-RECIPE_SCHEMA = "harness.image.v1"
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Recipes live in harness.sandbox.recipes (pure data); re-exported for existing callers.
+__all__ = [
+    "AGENT_UID",
+    "AGENT_USER",
+    "BASE_PACKAGES",
+    "BASE_SETUP",
+    "DEFAULT_PATH",
+    "RECIPE_SCHEMA",
+    "WORKSPACE",
+    "BaseRecipe",
+    "BuiltImage",
+    "LayerRecipe",
+    "Recipe",
+    "base_recipe",
+    "build_count",
+    "cache_dir_for",
+    "ensure_image",
+    "image_id_of",
+]
+
 BUILD_LOCK_TIMEOUT_S = 3600.0
-
-BASE_PACKAGES: tuple[str, ...] = (
-    "bash",
-    "coreutils",
-    "util-linux",  # setsid, flock, kill(1): essential in Debian, listed to be explicit
-    "procps",
-    "tar",
-    "gzip",
-    "xz-utils",
-    "sed",
-    "grep",
-    "findutils",
-    "git",
-    "ca-certificates",
-    "netbase",
-    "python3",
-    "python3-pytest",
-    "python3-pytest-xdist",
-    "python3-pytest-timeout",
-    "strace",
-    "iproute2",
-)
-
-AGENT_USER = "agent"
-AGENT_UID = 1000
-WORKSPACE = "/workspace"
-
-BASE_SETUP: tuple[str, ...] = (
-    f"useradd --create-home --uid {AGENT_UID} --user-group --shell /bin/bash {AGENT_USER}",
-    f"install -d -o {AGENT_USER} -g {AGENT_USER} -m 0755 {WORKSPACE}",
-)
-
-
-def _sha256(data: object) -> str:
-    blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()
-
-
-@dataclass(frozen=True)
-class BaseRecipe:
-    """A debootstrap rootfs imported as an image (``docker import``)."""
-
-    name: str = "harness/base"
-    suite: str = "bookworm"
-    variant: str = "minbase"
-    include: tuple[str, ...] = BASE_PACKAGES
-    mirror: str = "http://deb.debian.org/debian"
-    setup: tuple[str, ...] = ()  # shell commands run with chroot after debootstrap
-    env: tuple[tuple[str, str], ...] = (("PATH", DEFAULT_PATH), ("LANG", "C.UTF-8"))
-
-    def content_hash(self) -> str:
-        return _sha256(
-            {
-                "schema": RECIPE_SCHEMA,
-                "kind": "debootstrap",
-                "suite": self.suite,
-                "variant": self.variant,
-                "include": sorted(set(self.include)),
-                "mirror": self.mirror,
-                "setup": list(self.setup),
-                "env": [list(kv) for kv in self.env],
-            }
-        )
-
-    @property
-    def tag(self) -> str:
-        return f"{self.name}:{self.content_hash()[:24]}"
-
-
-@dataclass(frozen=True)
-class LayerRecipe:
-    """Dockerfile layers ``FROM`` a base (or another layer); ``files`` form the context."""
-
-    name: str
-    base: BaseRecipe | LayerRecipe
-    dockerfile_body: str  # everything after the FROM line
-    files: Mapping[str, bytes] = field(default_factory=dict, hash=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
-
-    def content_hash(self) -> str:
-        return _sha256(
-            {
-                "schema": RECIPE_SCHEMA,
-                "kind": "layer",
-                "base": self.base.content_hash(),
-                "body": self.dockerfile_body,
-                "files": {k: hashlib.sha256(v).hexdigest() for k, v in sorted(self.files.items())},
-            }
-        )
-
-    @property
-    def tag(self) -> str:
-        return f"{self.name}:{self.content_hash()[:24]}"
-
-
-Recipe = BaseRecipe | LayerRecipe
 
 
 @dataclass(frozen=True)
 class BuiltImage:
     tag: str
     image_id: str  # sha256:..., immutable: pin this in manifests
-
-
-_BASE = BaseRecipe(setup=BASE_SETUP)
-
-
-def base_recipe() -> BaseRecipe:
-    """The project's one shared base image recipe (see the module docstring)."""
-    return _BASE
 
 
 def cache_dir_for(cache_dir: Path | str | None = None) -> Path:

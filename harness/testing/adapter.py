@@ -13,6 +13,7 @@ import pytest
 from harness.adapter import BenchmarkAdapter, InstanceSpec
 from harness.errors import InfraError
 from harness.fsutil import append_line, atomic_write_json
+from harness.models import Outcome
 from harness.runtime import InstanceContext
 
 ENV_TASKS = "HARNESS_SELFTEST_TASKS"
@@ -23,6 +24,18 @@ class SelftestAdapter(BenchmarkAdapter):
     name = "selftest"
     marker_names = ("difficulty", "language")
     needs_agent = False  # only its ``agent`` work uses one (``--agent``, default nop)
+    near_resolved_at = 0.95
+    # The self-test's status words (the same as ProgramBench's, so its runs read alike).
+    status_vocabulary = {
+        Outcome.SCORED: "completed",
+        Outcome.AGENT_FAILED: "failed",
+        Outcome.INFRA_FAILED: "infra_failed",
+        Outcome.BLOCKED: "blocked",
+        Outcome.NOT_ATTEMPTED: "blocked",
+        Outcome.SKIPPED: "skipped",
+        Outcome.CARRIED: "skipped",
+        Outcome.DRY_RUN: "skipped",
+    }
 
     def _tasks_file(self, config: pytest.Config) -> Path:
         given = config.getoption("selftest_tasks", None) or os.environ.get(

@@ -2,7 +2,7 @@
 
     python gateway_client_main.py URL INSTANCE_DIR BODY_JSON_FILE
 
-Runs ``GatewayClient.run_task`` with a fast poll policy, prints ``ready <pid>`` once it is
+Runs ``gateway_run.run_task`` with a fast poll policy, prints ``ready <pid>`` once it is
 waiting (the checkpoint exists), and the settled task as one JSON line at the end.
 """
 
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from harness.agents.gateway import GatewayClient, PollPolicy
+from harness.agents.gateway_run import run_task
 
 POLICY = PollPolicy(
     interval_s=0.05,
@@ -43,7 +44,7 @@ def main() -> int:
     else:
         print("ready", flush=True)
     with GatewayClient(url, policy=POLICY) as client:
-        run = client.run_task(body, instance_dir=instance_dir, adapter="programbench", timeout_s=60)
+        run = run_task(client, body, instance_dir=instance_dir, adapter="programbench", timeout_s=60)
     print(
         json.dumps(
             {

@@ -22,6 +22,7 @@ from harness.agents.gateway import (
     PollPolicy,
 )
 from harness.agents.gateway_agent import GatewayAgent
+from harness.agents.gateway_run import reattach_decision, run_task
 from harness.errors import RunInterrupted
 
 PLAN = {
@@ -51,8 +52,8 @@ def _run(
     **fields: object,
 ):
     with GatewayClient(server_url, policy=policy) as client:
-        return client.run_task(
-            task_body(tmp / "ws", plan or PLAN, **fields),
+        return run_task(
+            client, task_body(tmp / "ws", plan or PLAN, **fields),
             instance_dir=tmp / "inst",
             adapter="programbench",
             timeout_s=30,
@@ -225,7 +226,7 @@ def test_never_settling_task_times_out_reattachable(ref_server, tmp_path):
     assert server.state()["cancels"] == []  # not cancelled: reattachable
     # A resumed run reattaches to it instead of submitting again.
     with GatewayClient(server.url, policy=FAST) as client:
-        decision = client.reattach_decision(tmp_path / "inst" / "task_checkpoint.json")
+        decision = reattach_decision(client, tmp_path / "inst" / "task_checkpoint.json")
     assert decision.action == "reattach" and decision.task_id == outcome.task_id
 
 
@@ -303,18 +304,18 @@ def test_reattach_rules_for_settled_tasks(ref_server, tmp_path):
     failed = _run(server.url, tmp_path, plan={"steps": [{"run": "exit 1"}]})
     assert failed.result.status == "failed"
     with GatewayClient(server.url, policy=FAST) as client:
-        decision = client.reattach_decision(inst / "task_checkpoint.json")
+        decision = reattach_decision(client, inst / "task_checkpoint.json")
         assert decision.action == "fresh" and decision.reason == "task_failed"
-        again = client.run_task(
-            task_body(tmp_path / "ws", PLAN),
+        again = run_task(
+            client, task_body(tmp_path / "ws", PLAN),
             instance_dir=inst,
             adapter="programbench",
             timeout_s=30,
         )
         assert not again.reattached and again.task_id != failed.task_id
         # completed -> reattach, no resubmission
-        third = client.run_task(
-            task_body(tmp_path / "ws", PLAN),
+        third = run_task(
+            client, task_body(tmp_path / "ws", PLAN),
             instance_dir=inst,
             adapter="programbench",
             timeout_s=30,
@@ -324,7 +325,7 @@ def test_reattach_rules_for_settled_tasks(ref_server, tmp_path):
     # unknown to the server (e.g. another server) -> fresh
     other = ref_server()
     with GatewayClient(other.url, policy=FAST) as client:
-        decision = client.reattach_decision(inst / "task_checkpoint.json")
+        decision = reattach_decision(client, inst / "task_checkpoint.json")
     assert decision.action == "fresh" and decision.reason == "task_unknown"
 
 
@@ -337,8 +338,8 @@ def test_run_interrupted_cancels_the_task(ref_server, tmp_path):
 
     client = GatewayClient(server.url, policy=FAST, sleep=stop_on_first_sleep)
     with client, pytest.raises(RunInterrupted):
-        client.run_task(
-            task_body(tmp_path / "ws", PLAN),
+        run_task(
+            client, task_body(tmp_path / "ws", PLAN),
             instance_dir=tmp_path / "inst",
             adapter="programbench",
             timeout_s=30,

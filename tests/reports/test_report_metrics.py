@@ -84,7 +84,8 @@ def test_carried_row_stands_for_the_ancestor_verdict(make_run, make_row: MakeRow
 def test_cowork_pass_fail_rows_give_pass_at_1(make_run, make_row: MakeRow) -> None:
     k = "cowork_bench/"
     rows = [
-        make_row(k + "t1", status="passed", score=None, resolved=None),
+        # The verdict is the row's ``resolved`` (the adapter's), never the word "passed".
+        make_row(k + "t1", status="passed", score=None, resolved=True),
         make_row(k + "t2", status="passed", score=1.0, resolved=True),
         make_row(k + "t3", status="failed", score=0.0, resolved=False),
         make_row(k + "t4", status="agent_failed", outcome=Outcome.AGENT_FAILED),
@@ -96,11 +97,15 @@ def test_cowork_pass_fail_rows_give_pass_at_1(make_run, make_row: MakeRow) -> No
     assert head.raw.pass_at_1 == pytest.approx(2 / 6)
     assert head.infra_excluded.pass_at_1 == pytest.approx(2 / 5)
     assert head.raw.mean_score == pytest.approx(2 / 6)
+    unknown = make_row(k + "t7", status="passed", score=None, resolved=None)
+    assert not result_from_row(unknown).resolved  # the report knows no benchmark's words
 
 
-def test_near_resolved_threshold_is_inclusive(make_row: MakeRow) -> None:
-    assert result_from_row(make_row("pb/x", score=0.95)).near_resolved
-    assert not result_from_row(make_row("pb/x", score=0.9499)).near_resolved
+def test_near_resolved_is_the_benchmarks_verdict(make_row: MakeRow) -> None:
+    # The threshold is the benchmark adapter's (recorded on the row), not the report's.
+    assert result_from_row(make_row("pb/x", score=0.95, near_resolved=True)).near_resolved
+    assert not result_from_row(make_row("pb/x", score=0.96, near_resolved=False)).near_resolved
+    assert not result_from_row(make_row("cw/x", score=0.99)).near_resolved
     assert result_from_row(make_row("pb/x", score=1.0)).resolved
     infra = make_row("pb/x", score=1.0, outcome=Outcome.INFRA_FAILED, infra=True)
     assert not result_from_row(infra).resolved  # infrastructure is never a verdict
