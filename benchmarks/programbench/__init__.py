@@ -6,3 +6,4 @@ Modules are imported on demand; importing this package is cheap (no Docker, no C
 BENCHMARK = "programbench"
 FIXTURE_ID = "testorg__calculator.abc1234"
 CLEANROOM_TAG = "task_cleanroom_v6"
+DEFAULT_TIMEOUT_SEC = 21600  # the official 6 h wall clock of the mini-SWE-agent baseline

@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.agents.gateway_models import describe_validation_error
 from harness.models import Tokens
 
 AGENT_KINDS = ("nop", "oracle", "command", "gateway", "mini-swe-agent", "host-command")
@@ -196,4 +195,6 @@ def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = Non
 
         return GatewayAgent.from_options(opts)
     except ValidationError as exc:
+        from harness.agents.gateway_models import describe_validation_error  # off collection
+
         raise ValueError(f"--agent {kind}: {describe_validation_error(exc, limit=3)}") from None
