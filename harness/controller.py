@@ -18,10 +18,9 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from filelock import Timeout, UnixFileLock
 
 from harness import manifest as mf
 from harness.errors import RefusalError
@@ -40,6 +39,9 @@ from harness.resume import (
 )
 from harness.runtime import ROW_PROPERTY, RunContext
 from harness.signals import StopGuard, read_stop, request_stop
+
+if TYPE_CHECKING:
+    from filelock import UnixFileLock
 
 EXIT_OK, EXIT_INFRA, EXIT_REFUSED, EXIT_STOPPED = 0, 1, 2, 3
 # Options that do not change results: left out of the fingerprint and the resume command.
@@ -125,6 +127,8 @@ class Controller:
         if root.exists():
             self.refuse_reused_root(run.run_id, root, argv)
         state_dir(root).mkdir(parents=True)
+        from filelock import Timeout, UnixFileLock  # off the collection path
+
         self.lock = UnixFileLock(str(lock_path(root)))
         try:
             self.lock.acquire(timeout=0)

@@ -8,3 +8,4 @@ FIXTURE_ID = "testorg__calculator.abc1234"
 CLEANROOM_TAG = "task_cleanroom_v6"
 # Near-resolved ("almost"): at least 95% of the scored tests pass (ProgramBench's notion).
 NEAR_RESOLVED_AT = 0.95
+DEFAULT_TIMEOUT_SEC = 21600  # the official 6 h wall clock of the mini-SWE-agent baseline

@@ -7,8 +7,13 @@ from typing import Any
 
 import pytest
 
-from benchmarks.programbench import BENCHMARK, CLEANROOM_TAG, FIXTURE_ID, NEAR_RESOLVED_AT
-from benchmarks.programbench.task_body import DEFAULT_TIMEOUT_SEC
+from benchmarks.programbench import (
+    BENCHMARK,
+    CLEANROOM_TAG,
+    DEFAULT_TIMEOUT_SEC,
+    FIXTURE_ID,
+    NEAR_RESOLVED_AT,
+)
 from benchmarks.programbench.tasks import (
     DEFAULT_SHUFFLE_SEED,
     PBInstance,

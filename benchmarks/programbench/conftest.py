@@ -9,7 +9,6 @@ import pytest
 
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.adapter import ProgramBenchAdapter, add_options
-from benchmarks.programbench.session import finish_session, write_instance_order
 from harness.adapter import BenchmarkAdapter
 from harness.errors import RefusalError
 from harness.models import TaskRow
@@ -29,6 +28,8 @@ def pytest_harness_adapters(config: pytest.Config) -> list[BenchmarkAdapter]:
 
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+    from benchmarks.programbench.session import write_instance_order  # off collection
+
     refuse_setuid_less_runtime(config)
     write_instance_order(config, run, ADAPTER)
 
@@ -49,6 +50,8 @@ def refuse_setuid_less_runtime(config: pytest.Config) -> None:
 def pytest_harness_session_results(config: pytest.Config, run: RunContext,
                                    rows: dict[str, TaskRow],
                                    append: Callable[[TaskRow], None]) -> None:
+    from benchmarks.programbench.session import finish_session  # scorer: at the end only
+
     finish_session(config, run, ADAPTER, rows, append)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.programbench import DEFAULT_TIMEOUT_SEC as DEFAULT_TIMEOUT_SEC
 from benchmarks.programbench.tasks import PBInstance
 from harness.agents.gateway_models import (
     AcceptanceClaim,
@@ -19,7 +20,6 @@ from harness.agents.gateway_models import (
 )
 
 SOURCE = "programbench"
-DEFAULT_TIMEOUT_SEC = 21600  # the official 6 h wall clock of the mini-SWE-agent baseline
 WORKSPACE_BACKEND_PATH = "/workspace"
 REFERENCE_NAME = "reference_executable"
 DISABLED_TOOLS = ("claude_code_edit",)

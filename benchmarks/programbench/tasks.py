@@ -1,8 +1,9 @@
 """ProgramBench instances from the installed ``programbench`` package, and their selection.
 
 Loading reads ``programbench/data/tasks/*/task.yaml`` through the package's own loader
-(``programbench.utils.load_data.load_all_instances``) and is cached per process: every
-xdist worker collects all 201 instances, so this stays well under a second.
+(``programbench.utils.load_data.load_all_instances``) and is cached per process (every
+xdist worker collects all 201 instances) and on disk (the parsed instances, keyed by the
+task files' sizes and mtimes): collection does not parse 201 YAML files each time.
 
 Selection mirrors ``programbench.utils.instance_filters.filter_instances``: sort by id,
 shuffle with ``random.Random(seed)`` (the package uses seed 42), then ``re.match`` the
@@ -11,10 +12,15 @@ filter, then apply the ``A:B`` slice. With ``seed=42`` the order is exactly the 
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
 import random
 import re
 from functools import lru_cache
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Literal
 
@@ -107,10 +113,14 @@ def tasks_dir() -> Path:
 
 @lru_cache(maxsize=1)
 def _load_cached() -> tuple[PBInstance, ...]:
+    key = _cache_key()
+    cached = _read_cache(key) if key is not None else None
+    if cached is not None:
+        return cached
     from programbench.utils.load_data import load_all_instances
 
     raw = load_all_instances(include_tests=False)
-    out = [
+    out = tuple(sorted((
         PBInstance(
             instance_id=item["instance_id"],
             image_name=item["image_name"],
@@ -121,8 +131,62 @@ def _load_cached() -> tuple[PBInstance, ...]:
             eval_clean_hashes=tuple(item.get("eval_clean_hashes") or ()),
         )
         for item in raw
-    ]
-    return tuple(sorted(out, key=lambda inst: inst.instance_id))
+    ), key=lambda inst: inst.instance_id))
+    if key is not None and Path(tasks_dir()) == _package_tasks_dir():
+        _write_cache(key, out)
+    return out
+
+
+# Parsing the 201 task.yaml files costs more than the rest of collection: the parsed
+# instances are kept in the user's cache, keyed by the package version and every task
+# file's name, size and mtime (like bytecode), so a changed or added task reloads.
+_CACHE_FORMAT = 1
+
+
+def _package_tasks_dir() -> Path | None:
+    spec = importlib.util.find_spec("programbench")  # located, not imported
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) / "data" / "tasks" if locations else None
+
+
+def _cache_key() -> str | None:
+    root = _package_tasks_dir()
+    if root is None or not root.is_dir():
+        return None
+    try:
+        digest = hashlib.sha256(f"{_CACHE_FORMAT}\0{programbench_version()}\0{root}".encode())
+        with os.scandir(root) as entries:
+            names = sorted(e.name for e in entries if e.is_dir())
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(root / name / "task.yaml")
+                digest.update(f"\0{name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    except (OSError, PackageNotFoundError):
+        return None
+    return digest.hexdigest()[:32]
+
+
+def _cache_path(key: str) -> Path:
+    env = os.environ.get("HARNESS_CACHE_DIR")
+    base = Path(env) if env else Path.home() / ".cache" / "harness"
+    return base / f"programbench-tasks-{key}.json"
+
+
+def _read_cache(key: str) -> tuple[PBInstance, ...] | None:
+    try:
+        data = json.loads(_cache_path(key).read_text(encoding="utf-8"))
+        return tuple(PBInstance.model_validate(item) for item in data)
+    except (OSError, ValueError):  # missing, unreadable or corrupt: load from the package
+        return None
+
+
+def _write_cache(key: str, instances: tuple[PBInstance, ...]) -> None:
+    from harness.fsutil import atomic_write_text
+
+    path = _cache_path(key)
+    with contextlib.suppress(OSError):  # a read-only home only costs the speed-up
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps([i.model_dump(mode="json") for i in instances]))
 
 
 def load_instances(*, include_fixture: bool = True) -> list[PBInstance]:

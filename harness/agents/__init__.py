@@ -1,17 +1,45 @@
 """Agents: ``nop``, ``oracle``, ``command`` (a CLI agent in the sandbox) and ``gateway``
 (a task on an agent server over HTTP), behind one small interface (:mod:`.base`)."""
 
-from harness.agents.base import (
-    AGENT_KINDS,
-    Agent,
-    AgentOptions,
-    AgentOutcome,
-    AgentRequest,
-    OraclePlan,
-    OracleUnavailable,
-    RuntimeOutcome,
-    make_agent,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.agents.base import (
+        AGENT_KINDS,
+        Agent,
+        AgentOptions,
+        AgentOutcome,
+        AgentRequest,
+        OraclePlan,
+        OracleUnavailable,
+        RuntimeOutcome,
+        make_agent,
+    )
+
+# Loaded on first use (PEP 562): importing one submodule does not import them all
+# (the collection path stays off Docker and the heavy models).
+_LAZY = {
+    "AGENT_KINDS": "harness.agents.base",
+    "Agent": "harness.agents.base",
+    "AgentOptions": "harness.agents.base",
+    "AgentOutcome": "harness.agents.base",
+    "AgentRequest": "harness.agents.base",
+    "OraclePlan": "harness.agents.base",
+    "OracleUnavailable": "harness.agents.base",
+    "RuntimeOutcome": "harness.agents.base",
+    "make_agent": "harness.agents.base",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AGENT_KINDS",

@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.agents.gateway_models import describe_validation_error
 from harness.models import Tokens
 
 # kind -> the module that registers it (``@register_agent(kind)``) when imported; a module
@@ -202,6 +201,8 @@ def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = Non
             raise ValueError(f"agent kind {kind!r}: {AGENT_MODULES[kind]} registers no factory")
         return factory(opts)
     except ValidationError as exc:
+        from harness.agents.gateway_models import describe_validation_error  # off collection
+
         raise ValueError(f"--agent {kind}: {describe_validation_error(exc, limit=3)}") from None
 
 

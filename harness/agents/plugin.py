@@ -21,7 +21,6 @@ from harness.agents.base import (
     OracleUnavailable,
     make_agent,
 )
-from harness.agents.checkpoint import CHECKPOINT_NAME
 from harness.errors import InfraError, RefusalError
 from harness.models import Outcome
 from harness.runtime import InstanceContext, OutcomeSkip, RunContext, Unresolved
@@ -213,6 +212,8 @@ def harness_agent(pytestconfig: pytest.Config) -> Agent:
 
 def carry_checkpoint(ctx: InstanceContext) -> None:
     """On resume, bring the ancestor's gateway checkpoint so the client can reattach."""
+    from harness.agents.checkpoint import CHECKPOINT_NAME
+
     target = ctx.instance_dir / CHECKPOINT_NAME
     if target.exists():
         return

@@ -44,41 +44,93 @@ All errors and reason codes: :mod:`.errors`.
 
 from __future__ import annotations
 
-from .campaign import Campaign
-from .disk import check_disk
-from .errors import (
-    BUDGET_METER_UNAVAILABLE,
-    CAMPAIGN_BUDGET,
-    CAMPAIGN_PERSISTENCE_FAILED,
-    DISK_RESERVE,
-    RUN_BUDGET,
-    BudgetRefused,
-    CampaignPersistenceError,
-    CampaignStateError,
-    MeterError,
-)
-from .meter import (
-    METER_KEY_ENV,
-    FakeFileMeter,
-    Meter,
-    OpenRouterKeyMeter,
-    key_fingerprint,
-    make_meter,
-)
-from .models import (
-    ActiveRun,
-    CampaignState,
-    DiskStatus,
-    MeterReading,
-    Monitor,
-    Reservation,
-    RunRecord,
-    Settlement,
-)
-from .monitor import read_monitor, write_monitor
-from .reconcile import campaign_command, reconcile
-from .session import BudgetSettings, ControllerBudget, WorkerBudget
-from .supervisor import MeterSupervisor
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .campaign import Campaign
+    from .disk import check_disk
+    from .errors import (
+        BUDGET_METER_UNAVAILABLE,
+        CAMPAIGN_BUDGET,
+        CAMPAIGN_PERSISTENCE_FAILED,
+        DISK_RESERVE,
+        RUN_BUDGET,
+        BudgetRefused,
+        CampaignPersistenceError,
+        CampaignStateError,
+        MeterError,
+    )
+    from .meter import (
+        METER_KEY_ENV,
+        FakeFileMeter,
+        Meter,
+        OpenRouterKeyMeter,
+        key_fingerprint,
+        make_meter,
+    )
+    from .models import (
+        ActiveRun,
+        CampaignState,
+        DiskStatus,
+        MeterReading,
+        Monitor,
+        Reservation,
+        RunRecord,
+        Settlement,
+    )
+    from .monitor import read_monitor, write_monitor
+    from .reconcile import campaign_command, reconcile
+    from .session import BudgetSettings, ControllerBudget, WorkerBudget
+    from .supervisor import MeterSupervisor
+
+# Loaded on first use (PEP 562): importing one submodule does not import them all
+# (the collection path stays off Docker and the heavy models).
+_LAZY = {
+    "Campaign": "harness.budget.campaign",
+    "check_disk": "harness.budget.disk",
+    "BUDGET_METER_UNAVAILABLE": "harness.budget.errors",
+    "CAMPAIGN_BUDGET": "harness.budget.errors",
+    "CAMPAIGN_PERSISTENCE_FAILED": "harness.budget.errors",
+    "DISK_RESERVE": "harness.budget.errors",
+    "RUN_BUDGET": "harness.budget.errors",
+    "BudgetRefused": "harness.budget.errors",
+    "CampaignPersistenceError": "harness.budget.errors",
+    "CampaignStateError": "harness.budget.errors",
+    "MeterError": "harness.budget.errors",
+    "METER_KEY_ENV": "harness.budget.meter",
+    "FakeFileMeter": "harness.budget.meter",
+    "Meter": "harness.budget.meter",
+    "OpenRouterKeyMeter": "harness.budget.meter",
+    "key_fingerprint": "harness.budget.meter",
+    "make_meter": "harness.budget.meter",
+    "ActiveRun": "harness.budget.models",
+    "CampaignState": "harness.budget.models",
+    "DiskStatus": "harness.budget.models",
+    "MeterReading": "harness.budget.models",
+    "Monitor": "harness.budget.models",
+    "Reservation": "harness.budget.models",
+    "RunRecord": "harness.budget.models",
+    "Settlement": "harness.budget.models",
+    "read_monitor": "harness.budget.monitor",
+    "write_monitor": "harness.budget.monitor",
+    "campaign_command": "harness.budget.reconcile",
+    "reconcile": "harness.budget.reconcile",
+    "BudgetSettings": "harness.budget.session",
+    "ControllerBudget": "harness.budget.session",
+    "WorkerBudget": "harness.budget.session",
+    "MeterSupervisor": "harness.budget.supervisor",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BUDGET_METER_UNAVAILABLE",

@@ -21,10 +21,12 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import MeterError
-from .models import MeterReading
+
+if TYPE_CHECKING:  # the budget models load when a meter reads, not at collection
+    from .models import MeterReading
 
 METER_KEY_ENV = "OPENROUTER_API_KEY"
 OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
@@ -109,6 +111,8 @@ class OpenRouterKeyMeter:
             raise MeterError("probe", f"meter probe exited {proc.returncode}: {tail}")
         if "error" in result:
             raise MeterError(str(result.get("error_type")), self._scrub(str(result["error"])))
+        from .models import MeterReading
+
         return MeterReading(
             usage=float(result["usage"]),
             requested_at_unix=requested,
@@ -139,6 +143,8 @@ class FakeFileMeter:
         except (KeyError, TypeError, ValueError) as exc:
             raise MeterError("parse", f"fake meter file {self.path} has no usage") from exc
         remaining = data.get("limit_remaining")
+        from .models import MeterReading
+
         return MeterReading(
             usage=usage,
             requested_at_unix=requested,

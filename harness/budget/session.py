@@ -16,15 +16,17 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.errors import RefusalError
 
 from . import errors as E
-from .campaign import Campaign
-from .disk import check_disk
 from .meter import METER_KEY_ENV, Meter, make_meter
-from .models import Monitor, Reservation, Settlement
-from .supervisor import MeterSupervisor
+
+if TYPE_CHECKING:  # the campaign and supervisor load when a budget starts, not at collection
+    from .campaign import Campaign
+    from .models import Monitor, Reservation, Settlement
+    from .supervisor import MeterSupervisor
 
 STAGE = "budget"
 
@@ -87,6 +89,9 @@ class ControllerBudget:
         on_stop: Callable[[str], None] | None = None,
     ) -> ControllerBudget | None:
         """None when reservations are off. RefusalError (exit 2) when the run must not start."""
+        from .campaign import Campaign
+        from .supervisor import MeterSupervisor
+
         if not settings.reservations_enabled:
             return None
         try:
@@ -155,6 +160,8 @@ class WorkerBudget:
     """Per-instance reservations in any process (xdist worker or the single process)."""
 
     def __init__(self, settings: BudgetSettings, run_id: str, run_root: str | os.PathLike[str]):
+        from .campaign import Campaign
+
         self.settings = settings
         self.run_id = run_id
         self.run_root = Path(run_root)
@@ -164,6 +171,8 @@ class WorkerBudget:
 
     def reserve(self, key: str) -> Reservation | None:
         """Before the instance starts; raises BudgetRefused (``disk_reserve`` included)."""
+        from .disk import check_disk
+
         disk = check_disk(self.run_root, self.settings.min_free_disk_gb)
         if not disk.ok:
             raise E.BudgetRefused(

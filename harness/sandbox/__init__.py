@@ -14,12 +14,58 @@ Public API (details in each module's docstring):
 * errors: :mod:`harness.sandbox.errors` (all :class:`~harness.errors.InfraError`)
 """
 
-from harness.sandbox.cleanup import leaked_resources, run_lock, run_lock_path, sweep, sweep_stale
-from harness.sandbox.client import get_client
-from harness.sandbox.container import Sandbox, SandboxSpec
-from harness.sandbox.execution import ExecResult
-from harness.sandbox.images import BaseRecipe, BuiltImage, LayerRecipe, base_recipe, ensure_image
-from harness.sandbox.network import create_internal_network
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.sandbox.cleanup import (
+        leaked_resources,
+        run_lock,
+        run_lock_path,
+        sweep,
+        sweep_stale,
+    )
+    from harness.sandbox.client import get_client
+    from harness.sandbox.container import Sandbox, SandboxSpec
+    from harness.sandbox.execution import ExecResult
+    from harness.sandbox.images import (
+        BaseRecipe,
+        BuiltImage,
+        LayerRecipe,
+        base_recipe,
+        ensure_image,
+    )
+    from harness.sandbox.network import create_internal_network
+
+# Loaded on first use (PEP 562): importing one submodule does not import them all
+# (the collection path stays off Docker and the heavy models).
+_LAZY = {
+    "leaked_resources": "harness.sandbox.cleanup",
+    "run_lock": "harness.sandbox.cleanup",
+    "run_lock_path": "harness.sandbox.cleanup",
+    "sweep": "harness.sandbox.cleanup",
+    "sweep_stale": "harness.sandbox.cleanup",
+    "get_client": "harness.sandbox.client",
+    "Sandbox": "harness.sandbox.container",
+    "SandboxSpec": "harness.sandbox.container",
+    "ExecResult": "harness.sandbox.execution",
+    "BaseRecipe": "harness.sandbox.images",
+    "BuiltImage": "harness.sandbox.images",
+    "LayerRecipe": "harness.sandbox.images",
+    "base_recipe": "harness.sandbox.images",
+    "ensure_image": "harness.sandbox.images",
+    "create_internal_network": "harness.sandbox.network",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BaseRecipe",

@@ -17,13 +17,15 @@ import json
 import os
 import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import docker
-from docker.errors import DockerException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.fsutil import atomic_write_json
 from harness.layout import state_dir
+
+if TYPE_CHECKING:  # docker-py loads when an engine is reached, not when pytest collects
+    import docker
 
 LOCAL = "local"  # the URL of "whatever DOCKER_HOST / the default socket is"
 PING_TIMEOUT_S = 10
@@ -85,6 +87,8 @@ def engine_specs(hosts: list[str], engines_file: str | None, workers: int) -> li
 
 def client_for(url: str, timeout: int = 120) -> docker.DockerClient:
     """A client of one engine (``local``: from the environment). Not pinged."""
+    import docker
+
     if url == LOCAL:
         return docker.from_env(timeout=timeout)
     env = {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
@@ -94,6 +98,8 @@ def client_for(url: str, timeout: int = 120) -> docker.DockerClient:
 
 def probe(spec: EngineSpec, index: int) -> EngineRecord:
     """Ping one engine and read its server version; an unreachable engine is recorded so."""
+    from docker.errors import DockerException
+
     try:
         client = client_for(spec.url, timeout=PING_TIMEOUT_S)
         try:
@@ -108,6 +114,8 @@ def probe(spec: EngineSpec, index: int) -> EngineRecord:
 
 def alive(url: str) -> bool:
     """True if the engine answers a ping within :data:`PING_TIMEOUT_S`."""
+    from docker.errors import DockerException
+
     try:
         client = client_for(url, timeout=PING_TIMEOUT_S)
         try:

@@ -288,6 +288,8 @@ class _Demux:
 
 
 def _raw_socket(sock: Any) -> socket.socket:
+    # docker-py's SocketIO hands out no public accessor: major version pinned in pyproject,
+    # the reach checked by tests/docker/test_docker_private_reaches.py
     raw = getattr(sock, "_sock", sock)
     if not isinstance(raw, socket.socket):
         raise ExecFailed(f"unsupported exec transport {type(raw).__name__}")
@@ -302,7 +304,7 @@ def _buffered_ahead(sock: Any) -> bytes:
     client). docker-py then hands out the raw socket and those bytes would be lost.
     Call with the socket non-blocking: an empty buffer then costs no wait.
     """
-    try:
+    try:  # docker-py/urllib3 private attributes: pinned and tested like _raw_socket's
         reader = sock._response.raw._fp.fp
     except AttributeError:
         return b""

@@ -32,21 +32,18 @@ import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import docker
 import pytest
 
-from harness.sandbox.client import get_client
-from harness.sandbox.container import Sandbox, SandboxSpec
-from harness.sandbox.errors import CleanupFailed
-from harness.sandbox.images import BuiltImage, base_recipe, ensure_image
-from harness.sandbox.network import create_internal_network, remove_network
-from harness.sandbox.placement import active as active_slot
-from harness.sandbox.placement import controller_environment
-from harness.sandbox.transfer import DEFAULT_MAX_COPY_FILES, DEFAULT_MAX_COPY_MB, CopyLimits
-from harness.sandbox.transfer_images import ensure_on_engine
+from harness.sandbox.limits import DEFAULT_MAX_COPY_FILES, DEFAULT_MAX_COPY_MB, CopyLimits
+
+# Docker and the sandbox modules load when a fixture runs, not when pytest collects.
 
 if TYPE_CHECKING:
+    import docker
+
     from harness.runtime import RunContext
+    from harness.sandbox.container import Sandbox
+    from harness.sandbox.images import BuiltImage
 
 TTL_MARGIN_S = 600
 DEFAULT_TTL_S = 3600
@@ -122,6 +119,7 @@ def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     """Refuse a ``--runtime`` the daemon does not know; record its path and arguments."""
     from harness.errors import RefusalError
+    from harness.sandbox.client import get_client
     from harness.sandbox.errors import DockerUnavailable
     from harness.sandbox.runtimes import RuntimeNotRegistered, runtime_entry
 
@@ -158,6 +156,10 @@ class SandboxFactory:
         self.ttl_s = int(timeout) + TTL_MARGIN_S if timeout else DEFAULT_TTL_S
 
     def __call__(self, image: str | BuiltImage, **fields: Any) -> Sandbox:
+        from harness.sandbox.container import Sandbox, SandboxSpec
+        from harness.sandbox.images import BuiltImage
+        from harness.sandbox.transfer_images import ensure_on_engine
+
         ref = image.image_id if isinstance(image, BuiltImage) else image
         ensure_on_engine(ref, self.client)  # placed on another engine: bring the image
         fields.setdefault("ttl_s", self.ttl_s)
@@ -176,6 +178,8 @@ class SandboxFactory:
         return sandbox
 
     def network(self) -> str:
+        from harness.sandbox.network import create_internal_network
+
         name = create_internal_network(
             self.instance.run_id,
             self.instance.instance_id,
@@ -188,6 +192,9 @@ class SandboxFactory:
 
     def close(self) -> None:
         """Remove every sandbox (verified by listing), then the networks."""
+        from harness.sandbox.errors import CleanupFailed
+        from harness.sandbox.network import remove_network
+
         errors = []
         for sandbox in reversed(self.sandboxes):
             try:
@@ -210,11 +217,16 @@ class SandboxFactory:
 
 @pytest.fixture(scope="session")
 def sandbox_client() -> docker.DockerClient:
+    from harness.sandbox.client import get_client
+    from harness.sandbox.placement import controller_environment
+
     return get_client(environment=controller_environment())
 
 
 @pytest.fixture(scope="session")
 def sandbox_base_image(sandbox_client: docker.DockerClient) -> BuiltImage:
+    from harness.sandbox.images import base_recipe, ensure_image
+
     return ensure_image(base_recipe(), client=sandbox_client)
 
 
@@ -232,6 +244,9 @@ def sandbox_options() -> dict[str, Any]:
 def sandbox_factory(
     request: pytest.FixtureRequest, sandbox_client: docker.DockerClient, harness_instance: Any
 ) -> Iterator[SandboxFactory]:
+    from harness.sandbox.client import get_client
+    from harness.sandbox.placement import active as active_slot
+
     client = get_client() if active_slot() else sandbox_client  # the instance's engine
     factory = SandboxFactory(client, harness_instance, copy_limits(request.config),
                              sandbox_runtime(request.config))

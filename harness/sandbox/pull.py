@@ -27,9 +27,8 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
@@ -38,9 +37,10 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.errors import InfraError
 from harness.sandbox.errors import ImageMissing
+from harness.sandbox.pull_settings import POLICIES as POLICIES
+from harness.sandbox.pull_settings import PullPolicy as PullPolicy
+from harness.sandbox.pull_settings import PullSettings, mirror_ref, split_ref
 
-PullPolicy = Literal["missing", "always", "never"]
-POLICIES: tuple[str, ...] = ("missing", "always", "never")
 Progress = Callable[[str], None]
 LABEL_PULLED = "harness.pulled"
 
@@ -61,39 +61,6 @@ class ImageRecord(BaseModel):
     pulled: bool = False  # pulled by this process (not found locally, or policy always)
     pull_s: float | None = None
     size_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class PullSettings:
-    policy: PullPolicy = "missing"
-    mirror: str | None = None
-    jobs: int = 2
-    lock_dir: Path | None = None  # the run's state folder: per-run markers and locks
-    retries: int = 3
-    backoff_s: float = 2.0
-    min_free_gb: float = 5.0
-    pin: str | None = None  # sha256:... the image must have
-
-
-def split_ref(ref: str) -> tuple[str, str]:
-    """``(repository, tag)``; a missing tag is ``latest``. Digests are not accepted here."""
-    if "@" in ref:
-        raise ValueError(f"{ref}: expected repository:tag, not a digest reference")
-    last = ref.rsplit("/", 1)[-1]
-    if ":" in last:
-        repo, tag = ref.rsplit(":", 1)
-        return repo, tag
-    return ref, "latest"
-
-
-def mirror_ref(ref: str, mirror: str | None) -> str:
-    """The reference to pull: ``HOST[:PORT]/<repository>:<tag>`` with a mirror."""
-    if not mirror:
-        return ref
-    host = mirror.strip().rstrip("/")
-    if "://" in host:
-        host = host.split("://", 1)[1]
-    return f"{host}/{ref}"
 
 
 def _digest_of(attrs: dict[str, Any], repo: str) -> str | None:

@@ -31,7 +31,7 @@ from harness.errors import RefusalError
 from harness.layout import state_dir
 from harness.models import TaskRow
 from harness.runtime import RunContext
-from harness.sandbox.pull import POLICIES, PullSettings, mirror_ref
+from harness.sandbox.pull_settings import POLICIES, PullSettings, mirror_ref
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 PINS_KEY = pytest.StashKey[dict[str, str]]()

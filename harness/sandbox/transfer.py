@@ -50,13 +50,13 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from harness.fsutil import atomic_open
 from harness.sandbox.errors import CopyFailed
+from harness.sandbox.limits import DEFAULT_MAX_COPY_FILES as DEFAULT_MAX_COPY_FILES
+from harness.sandbox.limits import DEFAULT_MAX_COPY_MB as DEFAULT_MAX_COPY_MB
+from harness.sandbox.limits import SCAN_FACTOR, CopyLimits
 
 Exclude = Callable[[str], bool]
 _SPOOL = 32 << 20
 _READ = 1 << 20
-DEFAULT_MAX_COPY_MB = 1024
-DEFAULT_MAX_COPY_FILES = 100_000
-SCAN_FACTOR = 4
 
 # What a daemon stream that breaks midway raises while it is read.
 _STREAM_ERRORS = (tarfile.TarError, OSError, EOFError, RequestException, Urllib3Error, ValueError)
@@ -126,14 +126,6 @@ def put_archive(
     if not ok:
         raise CopyFailed(f"copy into {container_id[:12]}:{what} was refused by the daemon")
 
-
-
-@dataclass(frozen=True)
-class CopyLimits:
-    """Per-copy caps on what a copy-out keeps (and, times ``SCAN_FACTOR``, streams)."""
-
-    max_bytes: int = DEFAULT_MAX_COPY_MB << 20
-    max_files: int = DEFAULT_MAX_COPY_FILES
 
 
 class CopyRefused(Exception):

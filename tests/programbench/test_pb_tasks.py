@@ -134,3 +134,22 @@ def test_point12_slice_applies_to_the_selected_order() -> None:
     assert _collected("-m", "difficulty('easy')", "--pb-slice", "0:3") == easy[:3]
     rust = [i.instance_id for i in select_instances(filter_spec="a") if i.language == "rs"]
     assert _collected("-k", "rust", "--pb-filter", "a", "--pb-slice", "1:3") == rust[1:3]
+
+
+def test_parsed_tasks_are_cached_on_disk_and_a_bad_cache_is_ignored(tmp_path, monkeypatch) -> None:
+    from benchmarks.programbench import tasks
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    tasks._load_cached.cache_clear()
+    try:
+        parsed = tasks._load_cached()
+        files = list(tmp_path.glob("programbench-tasks-*.json"))
+        assert len(files) == 1
+        tasks._load_cached.cache_clear()
+        assert tasks._load_cached() == parsed  # read back from the cache file
+        files[0].write_text("{not json")
+        tasks._load_cached.cache_clear()
+        assert tasks._load_cached() == parsed  # a corrupt cache reloads from the package
+        assert len(parsed) == 201
+    finally:
+        tasks._load_cached.cache_clear()

@@ -1,0 +1,28 @@
+"""The one private attribute of pytest the plugin touches: ``_keyboardinterrupt_memo``.
+
+A refusal (``pytest.exit`` from the harness) is printed once as ``Exit: ...``; pytest's
+terminal reporter would repeat it framed in ``!`` at unconfigure. No public API drops that
+repeat, so the plugin clears the reporter's ``_keyboardinterrupt_memo``; pyproject pins
+pytest's major version and this test fails loudly if the attribute stops working.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_refusal_is_printed_once(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "benchmarks/programbench", "-k", "calculator",
+         "--runtime", "runsc", "-p", "no:cacheprovider", "--run-root", str(tmp_path / "run")],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(REPO)))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-2000:]
+    assert out.count("ProgramBench protects the reference program") == 1, out[-2000:]
+    assert "!!!!" not in out, out[-2000:]
