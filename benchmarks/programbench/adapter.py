@@ -155,7 +155,16 @@ class ProgramBenchAdapter(BenchmarkAdapter):
         s = self.settings(config)
         if not s.slice:
             return items
-        return items[parse_slice(s.slice)]
+        # The selected order (--pb-filter/--pb-shuffle), not the execution order that
+        # --order longest-first may already have given the items.
+        rank = {inst.instance_id: n for n, inst in enumerate(self.selected(config))}
+        from harness.worker import item_spec
+
+        def position(item: pytest.Item) -> int:
+            found = item_spec(item)
+            return rank.get(found[1].instance_id, len(rank)) if found else len(rank)
+
+        return sorted(items, key=position)[parse_slice(s.slice)]
 
     def instances(self, config: pytest.Config) -> list[InstanceSpec]:
         specs = []

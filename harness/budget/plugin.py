@@ -4,6 +4,7 @@ and the per-instance reservation (an autouse fixture that is a no-op unless enab
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Generator
 from dataclasses import replace
@@ -131,7 +132,7 @@ def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
     cb = config.stash.get(BUDGET_KEY, None)
     if cb is None:
         return
-    unproven = cleanup_unproven(run.run_id)
+    unproven = cleanup_unproven(run.run_id, run.run_root)
     if unproven is None:
         monitor = cb.finish(summary["outcome"], summary["exit_code"])
     else:
@@ -144,11 +145,16 @@ def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
         run.manifest.extra.setdefault("budget", {})["final"] = monitor.model_dump(mode="json")
 
 
-def cleanup_unproven(run_id: str) -> str | None:
+def cleanup_unproven(run_id: str, run_root: str | os.PathLike[str]) -> str | None:
     """Why the run's cleanup is not proven (a fresh Docker query still lists a container or
-    network labelled with the run, or cannot answer); None when the label is empty."""
+    network labelled with the run, or cannot answer); None when the label is empty, or when
+    no process of the run ever labelled a Docker resource (nothing to prove, no Docker
+    needed)."""
     from harness.budget.reconcile import leftovers_refusal, resources_left
+    from harness.sandbox.labels import docker_used
 
+    if not docker_used(run_root):
+        return None
     try:
         refusal = leftovers_refusal(run_id, resources_left(run_id))
     except RefusalError as exc:

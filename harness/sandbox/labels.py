@@ -25,6 +25,11 @@ RECIPE = "harness.recipe"  # on built images: the recipe's content hash
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 
+# Written in the run root before the run's first Docker resource is labelled: a run without
+# it never created a container, network or volume, so its cleanup needs no Docker to prove.
+DOCKER_USED_MARKER = ".docker_resources"
+_marked: set[str] = set()
+
 # Docker accepts long names, but names also end up in host names, logs and CLI output:
 # keep them at most 63 characters.
 MAX_NAME = 63
@@ -40,6 +45,7 @@ def run_labels(
     """The run's labels plus its owner's (``owner``: this process unless given)."""
     from harness.sandbox.placement import active
 
+    mark_docker_used(run_root)
     slot = active()
     return {
         **({ENGINE: slot.engine.url} if slot is not None else {}),
@@ -49,6 +55,22 @@ def run_labels(
         WORKER: worker,
         RUN_ROOT: str(Path(run_root).absolute()),
     }
+
+
+def mark_docker_used(run_root: Path | str) -> None:
+    """Create the run root's :data:`DOCKER_USED_MARKER` (once per process and run root)."""
+    root = str(Path(run_root).absolute())
+    if root in _marked:
+        return
+    marker = Path(root) / DOCKER_USED_MARKER
+    if Path(root).is_dir():
+        marker.touch(exist_ok=True)
+        _marked.add(root)
+
+
+def docker_used(run_root: Path | str) -> bool:
+    """Whether any process of the run labelled a Docker resource with this run root."""
+    return (Path(run_root) / DOCKER_USED_MARKER).exists()
 
 
 def label_filters(run_id: str | None = None, worker: str | None = None) -> list[str]:
