@@ -3,8 +3,11 @@
 The adapter builds the task body (``AgentRequest.task_body``); this agent fills in the
 timeout when the body has none and, for a ``docker_exec`` executor, the unprivileged user
 its steps run as (``executor_ref.user``: the sandbox's user, else ``agent``; never root),
-reattaches or submits, waits, and classifies the settled result. A client-side give-up (timeout, lasting poll errors) is an infra outcome whose
-reason says the task is left reattachable; an interrupt cancels the task first.
+reattaches or submits, waits, and classifies the settled result. A client-side give-up
+(timeout, lasting poll errors) is an infra outcome; the task is cancelled then unless the
+adapter keeps the workspace for a reattach (``extra["reattach"]``), since its sandbox ends
+with the instance. An interrupt cancels the task first. A resume first settles the tasks
+earlier attempts left running (:mod:`harness.agents.gateway_orphans`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from harness.agents.checkpoint import CHECKPOINT_NAME
 from harness.agents.classify import classify_result
 from harness.agents.gateway import ClientPollError, ClientPollTimeout, GatewayClient, PollPolicy
 from harness.agents.gateway_models import TaskCreateRequest, is_root_user
+from harness.agents.gateway_orphans import settle_orphans
 from harness.agents.gateway_run import run_task, validate_task_body
 from harness.errors import InfraError
 
@@ -88,13 +92,23 @@ class GatewayAgent:
         instance_dir = Path(request.instance_dir)
         adapter = self.adapter or request.adapter
         body = self._body(request)
+        orphan_details: dict[str, Any] = {}
         with GatewayClient(self.base_url, policy=self.policy) as client:
+            # A resume that cannot reattach first settles what earlier attempts left running.
+            orphans = settle_orphans(client, request.extra.get("ancestor_checkpoints", ()))
+            if orphans:
+                orphan_details["orphan_tasks"] = orphans
             try:
                 run = run_task(
                     client, body, instance_dir=instance_dir, adapter=adapter, timeout_s=request.timeout_sec
                 )
             except (ClientPollTimeout, ClientPollError) as exc:
                 last = exc.last
+                # Its sandbox ends with the instance unless the workspace outlives the run
+                # (the adapter's ``reattach``): a task left running would spend for nothing.
+                reattachable = bool(request.extra.get("reattach"))
+                cancelled = (not reattachable and exc.task_id is not None
+                             and client.cancel(exc.task_id))
                 return AgentOutcome(
                     agent=self.kind,
                     completed=False,
@@ -105,7 +119,8 @@ class GatewayAgent:
                         available=last is not None, status=last.status if last else None
                     ),
                     output_paths={"task_checkpoint": str(instance_dir / CHECKPOINT_NAME)},
-                    details={"reattachable": True, "error": str(exc)},
+                    details={"reattachable": reattachable, "error": str(exc),
+                             "cancelled_on_give_up": cancelled, **orphan_details},
                 )
         outcome = classify_result(
             run.result, task_id=run.task_id, raw_result_path=run.result_path, agent=self.kind
@@ -119,6 +134,7 @@ class GatewayAgent:
             "reattach_reason": run.decision.reason,
             "polls": run.polls,
             "gateway_url": self.base_url,
+            **orphan_details,
         }
         return outcome.model_copy(update={"output_paths": paths, "details": details})
 

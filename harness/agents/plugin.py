@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,22 @@ def carry_checkpoint(ctx: InstanceContext) -> None:
             return
 
 
+def orphan_checkpoints(ctx: InstanceContext) -> list[str]:
+    """Checkpoints of earlier attempts at this instance whose tasks may still run: the
+    ancestors' (a resume) and this instance directory's own (an instance run again in the
+    same root), the latter moved aside so the new attempt starts fresh."""
+    from harness.agents.checkpoint import CHECKPOINT_NAME
+
+    found = [str(Path(root) / ctx.benchmark / ctx.instance_id / CHECKPOINT_NAME)
+             for root in ctx.run.plan.ancestors]
+    own = ctx.instance_dir / CHECKPOINT_NAME
+    if own.exists():
+        aside = own.with_name(f"{own.stem}.earlier-{os.getpid()}-{len(found)}{own.suffix}")
+        os.replace(own, aside)
+        found.append(str(aside))
+    return [p for p in found if Path(p).is_file()]
+
+
 def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> AgentOutcome:
     """Run the agent for this instance and record what the row needs.
 
@@ -233,10 +250,14 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
     (``completed`` false means the agent did not finish: the adapter decides whether to
     score partial work).
     """
-    if getattr(agent, "kind", "") == "gateway" and request.extra.get("reattach"):
-        # Only when the task's workspace outlives a run (an external workspace): a fresh
-        # sandbox cannot hold what an earlier task produced, so reattaching would be wrong.
-        carry_checkpoint(ctx)
+    if getattr(agent, "kind", "") == "gateway":
+        if request.extra.get("reattach"):
+            # Only when the task's workspace outlives a run (an external workspace): a fresh
+            # sandbox cannot hold what an earlier task produced, so reattaching would be wrong.
+            carry_checkpoint(ctx)
+        else:  # earlier attempts' tasks are cancelled before a fresh one is submitted
+            request = replace(request, extra={**request.extra,
+                                              "ancestor_checkpoints": orphan_checkpoints(ctx)})
     r = ctx.result
     r.agent_started = True
     try:

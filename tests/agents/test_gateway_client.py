@@ -208,6 +208,8 @@ def test_errors_beyond_the_budget_leave_the_task_reattachable(ref_server, tmp_pa
 
 
 def test_never_settling_task_times_out_reattachable(ref_server, tmp_path):
+    """With a workspace that outlives the run (the adapter's ``reattach``), the task is left
+    running for a resume to reattach to."""
     server = ref_server({"never_settle": True})
     agent = GatewayAgent(server.url, policy=FAST.model_copy(update={"client_grace_s": 0.0}))
     outcome = agent.run(
@@ -217,6 +219,7 @@ def test_never_settling_task_times_out_reattachable(ref_server, tmp_path):
             instruction="x",
             task_body=task_body(tmp_path / "ws", PLAN),
             timeout_sec=0.5,
+            extra={"reattach": True},
         )
     )
     assert outcome.infra and not outcome.completed
@@ -228,6 +231,76 @@ def test_never_settling_task_times_out_reattachable(ref_server, tmp_path):
     with GatewayClient(server.url, policy=FAST) as client:
         decision = reattach_decision(client, tmp_path / "inst" / "task_checkpoint.json")
     assert decision.action == "reattach" and decision.task_id == outcome.task_id
+
+
+def test_give_up_cancels_the_task_when_its_sandbox_ends_with_the_instance(ref_server, tmp_path):
+    """Issue 14 point 1: no adapter keeps the sandbox, so a task the client gave up on would
+    run (and spend) against a removed sandbox: it is cancelled and the row says so."""
+    server = ref_server({"never_settle": True})
+    agent = GatewayAgent(server.url, policy=FAST.model_copy(update={"client_grace_s": 0.0}))
+    outcome = agent.run(AgentRequest(instance_id="t", instance_dir=tmp_path / "inst",
+                                     instruction="x", task_body=task_body(tmp_path / "ws", PLAN),
+                                     timeout_sec=0.5))
+    assert outcome.infra and outcome.task_id is not None
+    assert outcome.details["reattachable"] is False
+    assert outcome.details["cancelled_on_give_up"] is True
+    assert server.state()["cancels"] == [outcome.task_id]
+    assert server.state()["tasks"][outcome.task_id] in {"cancel_requested", "cancelled"}
+
+
+def test_point1_a_resume_cancels_the_earlier_attempts_task_before_submitting(ref_server, tmp_path):
+    """Issue 14 point 1: a resumed instance whose ancestor left its gateway task running
+    (SIGKILL mid-wait: a checkpoint, no row) cancels that task and waits for it to settle
+    before it submits, so there are never two live paid tasks for one instance."""
+    server = ref_server({"never_settle": True})
+    ancestor = tmp_path / "ancestor"
+    with GatewayClient(server.url, policy=FAST) as client:  # the killed run's submission
+        from harness.agents.checkpoint import write_checkpoint
+
+        old_id = client.submit(task_body(tmp_path / "ws", PLAN)).task_id
+        ancestor.mkdir()
+        write_checkpoint(ancestor / "task_checkpoint.json", old_id, "running", None,
+                         server.url, 3)
+    assert server.state()["tasks"][old_id] in {"scheduled", "running"}
+
+    agent = GatewayAgent(server.url, policy=FAST.model_copy(update={"client_grace_s": 0.0}))
+    outcome = agent.run(AgentRequest(
+        instance_id="t", instance_dir=tmp_path / "inst", instruction="x",
+        task_body=task_body(tmp_path / "ws2", PLAN), timeout_sec=0.5,
+        extra={"ancestor_checkpoints": [str(ancestor / "task_checkpoint.json")]}))
+    state = server.state()
+    assert state["tasks"][old_id] == "cancelled"  # settled before the new one was sent
+    assert state["cancels"][0] == old_id
+    (orphan,) = outcome.details["orphan_tasks"]
+    assert orphan["task_id"] == old_id and orphan["action"] == "cancelled"
+    assert orphan["status_before"] in {"scheduled", "running"}
+    assert orphan["status"] == "cancelled"
+    live = [t for t, status in state["tasks"].items()
+            if status in {"requested", "scheduled", "running"}]
+    assert len(live) <= 1
+
+
+def test_point1_a_task_that_will_not_settle_blocks_a_second_submission(ref_server, tmp_path):
+    """When the earlier attempt's task does not settle after its cancel, the instance is an
+    infra failure and nothing new is submitted."""
+    from harness.agents.checkpoint import write_checkpoint
+    from harness.agents.gateway_errors import GatewayError
+
+    server = ref_server({"faults": [{"kind": "error", "match": "POST /api/tasks/*/cancel",
+                                     "status": 500}], "never_settle": True})
+    ancestor = tmp_path / "ancestor"
+    ancestor.mkdir()
+    with GatewayClient(server.url, policy=FAST) as client:
+        old_id = client.submit(task_body(tmp_path / "ws", PLAN)).task_id
+    write_checkpoint(ancestor / "task_checkpoint.json", old_id, "running", None, server.url, 1)
+    agent = GatewayAgent(server.url, policy=FAST)
+    with pytest.raises(GatewayError) as info:
+        agent.run(AgentRequest(
+            instance_id="t", instance_dir=tmp_path / "inst", instruction="x",
+            task_body=task_body(tmp_path / "ws2", PLAN), timeout_sec=0.5,
+            extra={"ancestor_checkpoints": [str(ancestor / "task_checkpoint.json")]}))
+    assert info.value.reason_code == "gateway_orphan_live"
+    assert server.state()["submissions"] == 1  # only the earlier attempt's
 
 
 def test_wait_never_treats_error_text_or_cancel_requested_as_terminal(ref_server, tmp_path):
