@@ -9,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agents_support import REPO, task_body
-
 from harness.agents.checkpoint import read_checkpoint
+from tests.agents.agents_support import REPO, task_body
 
 CLIENT = Path(__file__).with_name("gateway_client_main.py")
 
