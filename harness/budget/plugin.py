@@ -153,7 +153,7 @@ def cleanup_unproven(run_id: str, run_root: str | os.PathLike[str]) -> str | Non
     from harness.budget.reconcile import leftovers_refusal, resources_left
     from harness.sandbox.labels import docker_used
 
-    if not docker_used(run_root):
+    if not docker_used(os.fspath(run_root)):
         return None
     try:
         refusal = leftovers_refusal(run_id, resources_left(run_id))
