@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents_support import FAST, RefServer, start_server
 
 from harness.agents.gateway import PollPolicy
+from tests.agents.agents_support import FAST, RefServer, start_server
 
 
 @pytest.fixture

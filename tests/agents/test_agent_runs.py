@@ -12,9 +12,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from agents_support import start_server
 
 from harness.testing.suite import Suite
+from tests.agents.agents_support import start_server
 
 pytestmark = pytest.mark.docker
 

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-from agents_support import FAST, free_port, task_body
 
 from harness.agents.base import AgentRequest
 from harness.agents.checkpoint import read_checkpoint
@@ -24,6 +23,7 @@ from harness.agents.gateway import (
 from harness.agents.gateway_agent import GatewayAgent
 from harness.agents.gateway_run import reattach_decision, run_task
 from harness.errors import RunInterrupted
+from tests.agents.agents_support import FAST, free_port, task_body
 
 PLAN = {
     "steps": [

@@ -9,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agents_support import REPO, task_body
-
 from harness.agents.checkpoint import read_checkpoint
+from tests.agents.agents_support import REPO, task_body
 
 CLIENT = Path(__file__).with_name("gateway_client_main.py")
 
@@ -35,8 +34,10 @@ def _wait_ready(proc: subprocess.Popen[str]) -> None:
 
 def test_sigkilled_client_is_replaced_by_one_that_reattaches(ref_server, tmp_path):
     server = ref_server()
-    # The task runs ~1.5 s: long enough to kill the client while it waits.
-    plan = {"steps": [{"run": "sleep 1.5; echo built > out.txt", "cost_usd": 0.1}]}
+    # The task waits for ``release`` (bounded), which the test writes only once the second
+    # client has reattached: the task is still running then however slow the machine is.
+    plan = {"steps": [{"run": "for i in $(seq 1200); do [ -f release ] && break; sleep 0.05; "
+                              "done; echo built > out.txt", "cost_usd": 0.1}]}
     body_file = tmp_path / "body.json"
     body_file.write_text(json.dumps(task_body(tmp_path / "ws", plan)))
     inst = tmp_path / "inst"
@@ -50,7 +51,15 @@ def test_sigkilled_client_is_replaced_by_one_that_reattaches(ref_server, tmp_pat
     assert server.state()["tasks"][checkpoint.task_id] in {"scheduled", "running"}
 
     second = _spawn(server.url, inst, body_file)
+    assert second.stderr is not None
+    seen = []
+    for line in second.stderr:  # the client logs its reattach decision, then waits
+        seen.append(line)
+        if "reattaching to task" in line:
+            break
+    (tmp_path / "ws" / "release").touch()
     out, err = second.communicate(timeout=30)
+    err = "".join(seen) + err
     assert second.returncode == 0, err
     final = json.loads(out.strip().splitlines()[-1])
     assert final == {

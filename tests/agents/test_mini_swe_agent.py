@@ -13,9 +13,7 @@ import yaml
 from benchmarks.programbench import FIXTURE_ID
 from harness.testing.fake_model_server import start_fake_model_server
 from harness.testing.suite import run_pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from model_scripts import partial_script, solve_script
+from tests.agents.model_scripts import partial_script, solve_script
 
 pytestmark = pytest.mark.docker
 TARGET = "benchmarks/programbench"

@@ -6,7 +6,6 @@ settles to exactly their sum."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,8 @@ import pytest
 from benchmarks.programbench import FIXTURE_ID
 from harness.testing.fake_model_server import start_fake_model_server
 from harness.testing.suite import run_pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parents[1] / "security"))
-from model_gateway_support import AGENT_COMMAND, SdkInjector, agent_report
-from model_scripts import step
+from tests.agents.model_scripts import step
+from tests.security.model_gateway_support import AGENT_COMMAND, SdkInjector, agent_report
 
 pytestmark = pytest.mark.docker
 TARGET = "benchmarks/programbench"

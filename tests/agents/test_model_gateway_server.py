@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,9 +15,7 @@ from harness.model_gateway.prices import ModelPrices
 from harness.model_gateway.server import GatewayServer
 from harness.model_gateway.usage import InstanceMeter
 from harness.testing.fake_model_server import FakeModelServer, start_fake_model_server
-
-sys.path.insert(0, str(Path(__file__).parent))
-from model_scripts import step
+from tests.agents.model_scripts import step
 
 KEY = "sk-gateway-unit-0123456789"
 PRICES = ModelPrices.model_validate({"models": {"priced": {"input_per_mtok": 1.0,

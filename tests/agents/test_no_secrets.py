@@ -17,11 +17,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from agents_support import FAST, task_body
 
 from harness.agents import AgentOutcome, AgentRequest
 from harness.agents.command import CommandAgent, CommandAgentConfig
 from harness.agents.gateway_agent import GatewayAgent
+from tests.agents.agents_support import FAST, task_body
 
 pytestmark = pytest.mark.docker
 

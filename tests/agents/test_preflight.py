@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from agents_support import FAST, free_port
 
 from harness.agents.gateway import GatewayClient
 from harness.agents.preflight import (
@@ -16,6 +15,7 @@ from harness.agents.preflight import (
     version_matches,
 )
 from harness.errors import RefusalError
+from tests.agents.agents_support import FAST, free_port
 
 HEAD = "3f1c2a9b7d0e4f5a6b7c8d9e0f1a2b3c4d5e6f70"
 SOLVE = "openai::gpt-5.5"

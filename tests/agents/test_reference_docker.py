@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from agents_support import FAST
 
 from harness.agents import AgentRequest
 from harness.agents.gateway import GatewayClient
 from harness.agents.gateway_agent import GatewayAgent
+from tests.agents.agents_support import FAST
 
 pytestmark = pytest.mark.docker
 

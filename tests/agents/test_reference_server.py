@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import httpx
-from agents_support import REPO, task_body
 
 from harness.agents.reference_server import agent_server_command
+from tests.agents.agents_support import REPO, task_body
 
 
 def _post(url: str, path: str, body: object) -> httpx.Response:

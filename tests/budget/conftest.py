@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from budget_support import BASELINE, FINGERPRINT, KeyEndpoint
 
 from harness.budget import Campaign
+from tests.budget.budget_support import BASELINE, FINGERPRINT, KeyEndpoint
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from budget_support import FINGERPRINT
 
 from harness.budget import (
     BudgetRefused,
@@ -23,6 +22,7 @@ from harness.budget import (
     key_fingerprint,
 )
 from harness.errors import RefusalError
+from tests.budget.budget_support import FINGERPRINT
 
 MakeCampaign = Callable[..., Campaign]
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from budget_support import KeyEndpoint
 
 from harness.budget import (
     BudgetRefused,
@@ -29,6 +28,7 @@ from harness.budget import (
     make_meter,
     read_monitor,
 )
+from tests.budget.budget_support import KeyEndpoint
 
 MakeCampaign = Callable[..., Campaign]
 FAST: dict[str, Any] = {

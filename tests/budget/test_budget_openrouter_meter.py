@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 import pytest
-from budget_support import KeyEndpoint, children_running
 
 from harness.budget import (
     Campaign,
@@ -21,6 +20,7 @@ from harness.budget import (
     make_meter,
     read_monitor,
 )
+from tests.budget.budget_support import KeyEndpoint, children_running
 
 SECRET = "sk-or-v1-" + "5eC7e7" * 8
 

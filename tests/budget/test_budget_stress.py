@@ -12,9 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from budget_support import BASELINE, FINGERPRINT
-
 from harness.budget import Campaign, FakeFileMeter, MeterSupervisor, read_monitor
+from tests.budget.budget_support import BASELINE, FINGERPRINT
 
 PROCESSES = 8
 WORKERS = 2

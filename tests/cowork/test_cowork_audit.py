@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cowork_helpers import (
+from benchmarks.cowork_bench.audit import audit_command, build_report
+from benchmarks.cowork_bench.eval_once import evaluate_once
+from harness.fsutil import atomic_write_json
+from tests.cowork.cowork_helpers import (
     FIXTURE,
     CountingChecker,
     ledger_row,
@@ -13,10 +16,6 @@ from cowork_helpers import (
     write_agent_phase,
     write_events,
 )
-
-from benchmarks.cowork_bench.audit import audit_command, build_report
-from benchmarks.cowork_bench.eval_once import evaluate_once
-from harness.fsutil import atomic_write_json
 
 row = ledger_row
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cowork_helpers import FIXTURE, CountingChecker, write_agent_phase, write_events
-
 from benchmarks.cowork_bench.classify import classify_instance
 from benchmarks.cowork_bench.diagnostic import run_diagnostic
 from benchmarks.cowork_bench.eval_once import evaluate_once
 from benchmarks.cowork_bench.task_body import build_task_body, gateway_timeout
+from tests.cowork.cowork_helpers import FIXTURE, CountingChecker, write_agent_phase, write_events
 
 IID = "excel-sales-summary"
 USAGE = {"type": "llm_usage", "prompt_tokens": 10, "completion_tokens": 5}

@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cowork_agent_scripts import SCRIPTS
-from cowork_helpers import FIXTURE
 
 from benchmarks.cowork_bench import docker_ops
 from benchmarks.cowork_bench import models as m
@@ -29,6 +27,8 @@ from benchmarks.cowork_bench.phases import InstanceEnv, container_checker
 from benchmarks.cowork_bench.sidecar import PgSidecar, start_postgres
 from benchmarks.cowork_bench.tasks import load_task
 from harness.sandbox import leaked_resources, run_lock
+from tests.cowork.cowork_agent_scripts import SCRIPTS
+from tests.cowork.cowork_helpers import FIXTURE
 
 pytestmark = pytest.mark.docker
 

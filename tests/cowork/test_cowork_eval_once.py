@@ -10,8 +10,6 @@ import sys
 import threading
 from pathlib import Path
 
-from cowork_helpers import FIXTURE, CountingChecker, write_agent_phase
-
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.eval_once import (
     CheckerRequest,
@@ -20,6 +18,7 @@ from benchmarks.cowork_bench.eval_once import (
     publish_exclusive,
     read_claim,
 )
+from tests.cowork.cowork_helpers import FIXTURE, CountingChecker, write_agent_phase
 
 IID = "excel-sales-summary"
 

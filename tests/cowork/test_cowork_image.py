@@ -24,10 +24,10 @@ from pathlib import Path
 
 import docker
 import pytest
-from cowork_helpers import FIXTURE
 
 from benchmarks.cowork_bench.images import ensure_image
 from harness.testing.suite import REPO_ROOT, Run, run_pytest
+from tests.cowork.cowork_helpers import FIXTURE
 
 pytestmark = pytest.mark.docker
 

@@ -18,8 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cowork_helpers import FIXTURE
-from cowork_mcp_agents import IN_CONTAINER, host_stdio_agent, peer_http_agent
 
 from benchmarks.cowork_bench import docker_ops
 from benchmarks.cowork_bench.agents import nop_agent
@@ -38,6 +36,8 @@ from benchmarks.cowork_bench.sidecar import start_postgres
 from benchmarks.cowork_bench.tasks import CoworkTask, load_task
 from harness.sandbox import leaked_resources, run_lock
 from harness.testing.suite import REPO_ROOT, run_pytest
+from tests.cowork.cowork_helpers import FIXTURE
+from tests.cowork.cowork_mcp_agents import IN_CONTAINER, host_stdio_agent, peer_http_agent
 
 TARGET = "benchmarks/cowork_bench"
 MCP_TASKS = ["email-reply-invoice", "gcal-standup-week", "email-weekly-report",

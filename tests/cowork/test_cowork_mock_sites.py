@@ -16,9 +16,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cowork_helpers import FIXTURE
 
 from harness.testing.suite import run_pytest
+from tests.cowork.cowork_helpers import FIXTURE
 
 TASKS = ("mock-site-alpha", "mock-site-beta")
 PORT = 30123

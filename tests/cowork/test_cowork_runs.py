@@ -27,14 +27,14 @@ from typing import Any
 
 import docker
 import pytest
-from cowork_agent_scripts import SCRIPTS
-from cowork_helpers import FIXTURE, CountingChecker
 from filelock import FileLock
 
 from benchmarks.cowork_bench import PINNED_COMMIT
 from benchmarks.cowork_bench.eval_once import evaluate_once
 from harness.sandbox.cleanup import sweep
 from harness.testing.suite import REPO_ROOT, Run, run_pytest
+from tests.cowork.cowork_agent_scripts import SCRIPTS
+from tests.cowork.cowork_helpers import FIXTURE, CountingChecker
 
 TARGET = "benchmarks/cowork_bench"
 FILE_TASKS = ("excel-sales-summary", "sklad-reorder-excel")

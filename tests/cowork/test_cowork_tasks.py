@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from cowork_helpers import FIXTURE
 
 from benchmarks.cowork_bench import PINNED_COMMIT
 from benchmarks.cowork_bench.phases import InstanceEnv, support_tar, task_tar
@@ -24,6 +23,7 @@ from benchmarks.cowork_bench.tasks import (
     load_task,
 )
 from harness.errors import RefusalError
+from tests.cowork.cowork_helpers import FIXTURE
 
 CONFIG = {"needed_mcp_servers": ["emails", "pdf-tools"], "needed_local_tools": ["history"]}
 

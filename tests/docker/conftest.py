@@ -13,10 +13,10 @@ from pathlib import Path
 
 import docker
 import pytest
-from sandbox_support import new_run_id
 
 from harness.sandbox.cleanup import leaked_resources, run_lock, sweep
 from harness.sandbox.images import BuiltImage, base_recipe, ensure_image
+from tests.docker.sandbox_support import new_run_id
 
 PROTECTED_C = r"""
 #include <stdio.h>

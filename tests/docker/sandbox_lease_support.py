@@ -1,5 +1,5 @@
-"""Stand-ins for another host's run on the same Docker engine (importable: tests/docker is
-on sys.path)."""
+"""Stand-ins for another host's run on the same Docker engine
+(``tests.docker.sandbox_lease_support``)."""
 
 from __future__ import annotations
 

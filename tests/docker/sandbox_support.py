@@ -1,4 +1,4 @@
-"""Helpers shared by the Docker tests (importable: tests/docker is on sys.path)."""
+"""Helpers shared by the Docker tests (``tests.docker.sandbox_support``)."""
 
 from __future__ import annotations
 

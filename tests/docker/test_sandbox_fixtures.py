@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import docker
-from sandbox_support import new_run_id
 
 from harness.sandbox.cleanup import leaked_resources, sweep
+from tests.docker.sandbox_support import new_run_id
 
 INNER_CONFTEST = """
 import os

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import docker
 import pytest
-from sandbox_lease_support import foreign_run, other_host
 
 from harness.sandbox import labels as L
 from harness.sandbox.cleanup import (
@@ -34,6 +33,7 @@ from harness.sandbox.lease import (
 )
 from harness.sandbox.lease_identity import Owner, current_owner, process_alive
 from harness.testing.suite import wait_for
+from tests.docker.sandbox_lease_support import foreign_run, other_host
 
 EMPTY: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
 

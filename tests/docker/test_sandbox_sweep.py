@@ -29,7 +29,7 @@ from harness.sandbox.images import BuiltImage
 from harness.sandbox.lease import Lease
 from harness.sandbox.network import create_internal_network
 
-EMPTY = {"containers": [], "networks": [], "volumes": []}
+EMPTY: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
 
 
 def _spec(
@@ -139,6 +139,7 @@ def test_sigkilled_run_is_swept_by_the_next_startup(
         assert sweep_stale(docker_client, run_id_prefix=prefix) == []
         assert len(leaked_resources(docker_client, run_id_prefix=gone)["containers"]) == 1
         assert len(leaked_resources(docker_client, run_id_prefix=dead)["containers"]) == 2
+        assert proc.pid is not None
         os.kill(proc.pid, signal.SIGKILL)
         proc.join(30)
         assert proc.exitcode == -signal.SIGKILL

@@ -4,7 +4,6 @@ in real Docker: the README's main job, through every agent kind."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import docker
@@ -14,9 +13,7 @@ from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.fixture import ensure_fixture
 from benchmarks.programbench.submission import list_submission
 from harness.testing.suite import run_pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
-from agents_support import start_server
+from tests.agents.agents_support import start_server
 
 TARGET = "benchmarks/programbench"
 

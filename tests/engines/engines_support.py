@@ -8,8 +8,8 @@ the system engine's ``docker0``. Storage: ``fuse-overlayfs`` when the host engin
 283 MB base image here), else ``vfs``; ``HARNESS_TEST_ENGINE_DRIVER`` overrides. Images
 reach it through the harness itself (``docker save | docker load`` on first use).
 
-Import it with ``sys.path.insert(0, str(Path(__file__).parent))`` and use
-:func:`second_engine` (session scoped) in a test module.
+Import it as ``tests.engines.engines_support`` and use :func:`second_engine` (session
+scoped) in a test module.
 """
 
 from __future__ import annotations

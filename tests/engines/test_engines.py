@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import threading
 import time
 import uuid
@@ -17,9 +16,13 @@ import pytest
 from benchmarks.programbench import FIXTURE_ID
 from harness.sandbox.cli import sweep_command
 from harness.testing.suite import Run, run_pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engines_support import Engine, assert_no_leaks, restart, second_engine, stop_engine
+from tests.engines.engines_support import (
+    Engine,
+    assert_no_leaks,
+    restart,
+    second_engine,
+    stop_engine,
+)
 
 pytestmark = pytest.mark.docker
 __all__ = ["second_engine"]  # the session fixture, imported for the tests below

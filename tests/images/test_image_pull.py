@@ -15,13 +15,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from registry_support import Registry, push, running_registry
-
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.fixture import ensure_fixture
 from benchmarks.programbench.fixture_image import FIXTURE_IMAGE
 from harness.testing.suite import run_pytest
+from tests.images.registry_support import Registry, push, running_registry
 
 pytestmark = pytest.mark.docker
 
@@ -74,7 +72,7 @@ def test_prefetch_with_dry_run_pulls_and_records_without_running(registry, tmp_p
 
 
 def test_unreachable_registry_is_a_pull_failure_after_retries(tmp_path: Path) -> None:
-    from registry_support import free_port
+    from tests.images.registry_support import free_port
 
     dead = f"127.0.0.1:{free_port()}"  # nothing listens there
     run = run_pytest(TARGET, tmp_path / "dead", "-k", "calculator", "--agent", "oracle",

@@ -8,7 +8,6 @@ in Debian's headless ``chromium``, one fresh page per round.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,8 @@ from typing import Any
 import pytest
 from playwright import sync_api
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reports"))
-
-from report_runs import big_run_rows, write_run
-
 from reports.write import write_report
+from tests.reports.report_runs import big_run_rows, write_run
 
 ROWS = 10_000
 MAX_SECONDS = 3.0

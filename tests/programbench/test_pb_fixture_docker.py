@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-from pb_support import cleanroom_sandbox, docker_run
 
 from benchmarks.programbench.fixture import FixturePaths, ensure_fixture
 from benchmarks.programbench.workspace import present_reference
+from tests.programbench.pb_support import cleanroom_sandbox, docker_run
 
 pytestmark = pytest.mark.docker
 

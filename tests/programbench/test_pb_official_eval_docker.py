@@ -7,7 +7,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from pb_support import make_run
 
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.fixture import FixturePaths
@@ -18,6 +17,7 @@ from benchmarks.programbench.official_eval import (
     evaluate_instance,
     run_info,
 )
+from tests.programbench.pb_support import make_run
 
 pytestmark = pytest.mark.docker
 OTHER = "abishekvashok__cmatrix.5c082c6"  # its image is not on this machine

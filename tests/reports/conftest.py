@@ -25,17 +25,7 @@ import pytest
 from playwright import sync_api
 
 from harness.models import Outcome, TaskRow
-
-# This folder is named like the package under test. When pytest puts ``tests/`` on
-# sys.path (plain ``pytest`` with a rootless tests/conftest.py), ``import reports`` would
-# find this folder as a namespace package; a regular package anywhere on sys.path wins
-# over that, so make sure the repository root is on it (appended: lowest priority).
-_REPO = str(Path(__file__).resolve().parents[2])
-if _REPO not in sys.path:
-    sys.path.append(_REPO)
-sys.path.insert(0, str(Path(__file__).parent))
-
-from report_runs import row, write_run  # noqa: E402
+from tests.reports.report_runs import row, write_run
 
 MakeRun = Callable[..., Path]
 CHROMIUM = Path("/usr/bin/chromium")

@@ -5,10 +5,9 @@ from __future__ import annotations
 from html.parser import HTMLParser
 from pathlib import Path
 
-from report_runs import big_run_rows, write_run
-
 from reports.charts import MAX_BARS
 from reports.write import write_report
+from tests.reports.report_runs import big_run_rows, write_run
 
 
 class ChartCollector(HTMLParser):

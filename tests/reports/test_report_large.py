@@ -11,11 +11,11 @@ import re
 from typing import Any
 
 import pytest
-from report_runs import big_run_rows, write_run
 
 from reports.figures import ReportFigures
 from reports.html_tables import PAGE_SIZE
 from reports.write import ReportPaths, write_report
+from tests.reports.report_runs import big_run_rows, write_run
 
 ROWS = 10_000
 MAX_BYTES = 5 * 1024 * 1024

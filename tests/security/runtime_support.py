@@ -6,8 +6,7 @@ every attack whose harness run passes ``*security_runtime_args()`` to ``run_pyte
 registers it; an unregistered name makes each run refused, so the tests fail loudly).
 Unset or empty: the daemon's default runtime (runc). Usage in an attack test::
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from runtime_support import security_runtime_args
+    from tests.security.runtime_support import security_runtime_args
 
     run = run_pytest("benchmarks/programbench", root, "-k", "calculator",
                      "--agent", "command", "--agent-command", attack,

@@ -5,13 +5,11 @@ a resume would retry for free); what it prints is stored capped (head and tail).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from agentexec_support import assert_agent_outcome, attack, command_record
+from tests.security.agentexec_support import assert_agent_outcome, attack, command_record
 
 pytestmark = pytest.mark.docker
 

@@ -5,19 +5,15 @@ that user and refuses root. A scripted plan on the ProgramBench fixture, real Do
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
-from agentexec_support import TARGET
-from agents_support import start_server
-
 from benchmarks.programbench import FIXTURE_ID
 from harness.testing.suite import run_pytest
+from tests.agents.agents_support import start_server
+from tests.security.agentexec_support import TARGET
 
 pytestmark = pytest.mark.docker
 

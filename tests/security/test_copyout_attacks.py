@@ -8,14 +8,13 @@ scored by the real ``programbench eval`` when it gets that far.
 from __future__ import annotations
 
 import json
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from copyout_support import (
+from harness.sandbox.transfer import DEFAULT_MAX_COPY_MB
+from tests.security.copyout_support import (
     attack,
     disk_use,
     files_containing,
@@ -24,8 +23,6 @@ from copyout_support import (
     row,
     special_entries,
 )
-
-from harness.sandbox.transfer import DEFAULT_MAX_COPY_MB
 
 pytestmark = pytest.mark.docker
 

@@ -29,11 +29,8 @@ import pytest
 
 from harness.testing.suite import REPO_ROOT, Run, run_pytest
 from harness.untrusted import read_untrusted_text
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agents_support import start_server
-from runtime_support import security_runtime, security_runtime_args
+from tests.agents.agents_support import start_server
+from tests.security.runtime_support import security_runtime, security_runtime_args
 
 pytestmark = pytest.mark.docker
 

@@ -9,7 +9,6 @@ import hashlib
 import json
 import secrets
 import subprocess
-import sys
 from pathlib import Path
 
 import docker
@@ -18,11 +17,13 @@ import pytest
 from benchmarks.programbench import FIXTURE_ID
 from harness.testing.fake_model_server import start_fake_model_server
 from harness.testing.suite import run_pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parents[1] / "agents"))
-from model_gateway_support import AGENT_COMMAND, SdkInjector, agent_report, files_containing
-from model_scripts import solve_script
+from tests.agents.model_scripts import solve_script
+from tests.security.model_gateway_support import (
+    AGENT_COMMAND,
+    SdkInjector,
+    agent_report,
+    files_containing,
+)
 
 pytestmark = pytest.mark.docker
 TARGET = "benchmarks/programbench"

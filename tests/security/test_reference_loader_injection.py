@@ -13,14 +13,12 @@ A control run into ``/bin/true`` proves the library works; the reference never l
 from __future__ import annotations
 
 import base64
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from reference_support import (
+from tests.security.reference_support import (
     assert_no_reference_bytes,
     attack_log,
     fixture_reference,

@@ -8,13 +8,11 @@ cannot enter, so each attempt either fails or moves only the launcher (no refere
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from reference_support import (
+from tests.security.reference_support import (
     assert_no_reference_bytes,
     attack_log,
     fixture_reference,

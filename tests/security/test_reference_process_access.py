@@ -9,13 +9,11 @@ traced start makes the kernel ignore the launcher's setuid bit: the reference ne
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from reference_support import (
+from tests.security.reference_support import (
     assert_no_reference_bytes,
     attack_log,
     fixture_reference,

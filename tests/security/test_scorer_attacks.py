@@ -4,13 +4,14 @@ ProgramBench fixture, scored by the real ``programbench eval`` in real Docker.""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from scorer_support import (
+from benchmarks.programbench.fixture import ensure_fixture
+from benchmarks.programbench.submission import list_submission
+from harness.testing.suite import run_pytest
+from tests.security.scorer_support import (
     FORCE_PASS_CONFTEST,
     PRINT_42_COMPILE,
     TARGET,
@@ -18,10 +19,6 @@ from scorer_support import (
     fixture_row,
     raw_official_score,
 )
-
-from benchmarks.programbench.fixture import ensure_fixture
-from benchmarks.programbench.submission import list_submission
-from harness.testing.suite import run_pytest
 
 pytestmark = pytest.mark.docker
 

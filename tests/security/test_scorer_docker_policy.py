@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from scorer_support import FIXTURE_IMAGE, bridge_gateway, fetch_script, http_recorder, write
 
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.docker_policy import PolicyRefused, image_of, rewrite
 from benchmarks.programbench.fixture import ensure_fixture
 from benchmarks.programbench.official_eval import evaluate_instance
 from benchmarks.programbench.submission import build_submission
+from tests.security.scorer_support import (
+    FIXTURE_IMAGE,
+    bridge_gateway,
+    fetch_script,
+    http_recorder,
+    write,
+)
 
 
 def test_every_created_container_gets_network_none() -> None:
