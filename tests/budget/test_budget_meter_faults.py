@@ -22,13 +22,13 @@ from budget_support import KeyEndpoint
 from harness.budget import (
     BudgetRefused,
     Campaign,
-    FakeFileMeter,
     Meter,
     MeterSupervisor,
     Monitor,
     make_meter,
     read_monitor,
 )
+from harness.testing.fake_meter import FakeFileMeter
 
 MakeCampaign = Callable[..., Campaign]
 FAST: dict[str, Any] = {

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from budget_support import BASELINE, FINGERPRINT
 
-from harness.budget import Campaign, FakeFileMeter, MeterSupervisor, read_monitor
+from harness.budget import Campaign, MeterSupervisor, read_monitor
+from harness.testing.fake_meter import FakeFileMeter
 
 PROCESSES = 8
 WORKERS = 2
