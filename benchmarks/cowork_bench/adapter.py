@@ -28,7 +28,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.cowork_bench import BENCHMARK, PINNED_COMMIT
-from benchmarks.cowork_bench.docker_ops import (
+from benchmarks.cowork_bench.containers import (
     DEFAULT_CPUS,
     DEFAULT_MEMORY,
     DEFAULT_PIDS,

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.cowork_bench import docker_ops
 from benchmarks.cowork_bench import models as m
+from benchmarks.cowork_bench.containers import AGENT, AGENT_ID
 from benchmarks.cowork_bench.phases import AGENT_LOGS, WORKSPACE, AgentContext, AgentOutcome
 from benchmarks.cowork_bench.tasks import task_dir
 from harness.agents.base import Agent, AgentRequest
@@ -23,7 +23,7 @@ from harness.agents.gateway_models import TaskCreateRequest
 from harness.agents.plugin import run_agent
 from harness.fsutil import atomic_write_text
 from harness.runtime import InstanceContext
-from harness.sandbox import Sandbox
+from harness.sandbox import Sandbox, pack_tree
 
 RUNNER_DIR = "runner_agent"
 
@@ -36,8 +36,8 @@ def oracle_agent(ctx: AgentContext) -> AgentOutcome:
     gt = task_dir(ctx.env.bench_root, ctx.env.task.instance_id) / "groundtruth_workspace"
     files = [p for p in sorted(gt.iterdir()) if p.name != ".gitkeep"] if gt.is_dir() else []
     if files:
-        data = docker_ops.tar_tree([(p, p.name) for p in files], owner=docker_ops.AGENT_IDS)
-        docker_ops.put_archive(ctx.container, WORKSPACE, data)
+        data = pack_tree([(p, p.name) for p in files], uid=AGENT_ID, gid=AGENT_ID)
+        ctx.container.put_archive(WORKSPACE, data)
     return AgentOutcome(status="success", reason_code="oracle")
 
 
@@ -56,10 +56,11 @@ class ScriptAgent:
     def __call__(self, ctx: AgentContext) -> AgentOutcome:
         res = ctx.exec(["python3", "-c", self.script])
         ctx.container.write_file(
-            f"{AGENT_LOGS}/{self.name}.log", (res.stdout + res.stderr).encode()
+            f"{AGENT_LOGS}/{self.name}.log", (res.stdout_text + res.stderr_text).encode()
         )
-        call = {"tool": "python_execute", "arguments": {"code": self.script}, "exit": res.exit_code}
-        if res.exit_code != 0:
+        call = {"tool": "python_execute", "arguments": {"code": self.script},
+                "exit": res.exit_status}  # fmt: skip
+        if res.exit_status != 0:
             return AgentOutcome(status="failed", reason_code="script_failed", tool_calls=[call])
         return AgentOutcome(status="success", reason_code="script", tool_calls=[call])
 
@@ -89,7 +90,7 @@ class AgentBox:
         stdin: bytes | None = None,
     ) -> Any:
         return self.container.exec(
-            cmd, user=docker_ops.AGENT, timeout=timeout, stdin=stdin, workdir=WORKSPACE
+            cmd, user=AGENT, timeout=timeout, stdin=stdin, workdir=WORKSPACE
         )
 
 

@@ -29,11 +29,12 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.cowork_bench import BENCHMARK, docker_ops
+from benchmarks.cowork_bench import BENCHMARK
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.adapter import CoworkAdapter, CoworkOptions
 from benchmarks.cowork_bench.agents import RunnerAgent
 from benchmarks.cowork_bench.classify import Classification, classify_instance
+from benchmarks.cowork_bench.containers import Limits, RunIdentity
 from benchmarks.cowork_bench.diagnostic import run_diagnostic
 from benchmarks.cowork_bench.eval_once import (
     CheckerRequest,
@@ -63,6 +64,7 @@ from harness.fsutil import atomic_write_json, atomic_write_text
 from harness.manifest import read_manifest
 from harness.models import Outcome
 from harness.runtime import InstanceContext
+from harness.sandbox import create_internal_network, remove_labelled
 
 TTL_MARGIN_S = 3600  # container life beyond the agent timeout (preprocess, eval, teardown)
 BODY_NAME = "cowork_bench_task_body.json"
@@ -92,7 +94,7 @@ def run_instance(
     agent: AgentStep,
     agent_name: str,
     *,
-    ident: docker_ops.RunIdentity,
+    ident: RunIdentity,
     seed_path: Path | None = None,
     sidecar: PgSidecar | None = None,
     checker: CheckerRunner | None = None,
@@ -100,7 +102,7 @@ def run_instance(
     diagnostic: bool = False,
     docs: TaskDocs | None = None,
     keep_sandboxes: bool = False,
-    limits: docker_ops.Limits | None = None,
+    limits: Limits | None = None,
     sandbox_runtime: str | None = None,
     allow_missing_tools: bool = False,
     runtime_image: str | None = None,
@@ -127,7 +129,8 @@ def run_instance(
         runtime = result.runtime_image = runtime_image or ensure_image("runtime").image_id
         if sidecar is None:
             t0 = time.monotonic()
-            net = docker_ops.create_network(ident, task.instance_id)
+            net = create_internal_network(ident.run_id, task.instance_id, ident.worker,
+                                          ident.run_root)  # fmt: skip
             seed = seed_path or Path(bench_root) / "db" / "init.sql.gz"
             sidecar = start_postgres(net, ident, task.instance_id, seed, ttl_s=ttl, limits=limits,
                                      image_id=pg_image)  # fmt: skip
@@ -136,7 +139,7 @@ def run_instance(
             timings["sidecar_total_s"] = time.monotonic() - t0
         env = InstanceEnv(task, Path(bench_root), inst_dir, sidecar.network, sidecar, ident,
                           runtime, timings, ttl_s=ttl, docs=docs,
-                          limits=limits or docker_ops.Limits(),
+                          limits=limits or Limits(),
                           sandbox_runtime=sandbox_runtime,
                           allow_missing_tools=allow_missing_tools)  # fmt: skip
         t1 = time.monotonic()
@@ -159,8 +162,16 @@ def run_instance(
         if own and keep_sandboxes:
             result.cleanup = {"kept": True}
         elif own:
-            result.cleanup = docker_ops.remove_labelled(ident.labels(task.instance_id))
+            result.cleanup = teardown(ident, task.instance_id)
     return result
+
+
+def teardown(ident: RunIdentity, instance_id: str) -> dict[str, object]:
+    """Remove everything labelled with this run and instance, proven by a second listing
+    (``sweep_incomplete`` if anything is left); the row's ``details.cleanup``."""
+    gone = remove_labelled(ident.labels(instance_id))
+    return {"removed_containers": gone["containers"], "removed_networks": gone["networks"],
+            "remaining": []}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- recovery
@@ -339,7 +350,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         tuple(request.config.getoption("agent_env")),
         started,
     )
-    ident = docker_ops.RunIdentity(ctx.run_id, ctx.run_root, ctx.worker_id)
+    ident = RunIdentity(ctx.run_id, ctx.run_root, ctx.worker_id)
     res = run_instance(
         task,
         opts.root,

@@ -41,11 +41,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from benchmarks.cowork_bench import docker_ops
+from benchmarks.cowork_bench.containers import AGENT, AGENT_ID
 from benchmarks.cowork_bench.images import PYTHON_BIN, SUPERVISOR, VENV
 from benchmarks.cowork_bench.tasks import CoworkTask
 from harness.errors import InfraError
-from harness.sandbox import Sandbox
+from harness.sandbox import NewDir, Sandbox
 
 CONFIG_DIR = Path("configs") / "mcp_servers"
 MCP_PORT = 8765
@@ -209,7 +209,7 @@ def container_env(task: CoworkTask) -> dict[str, str]:
 def client_config(servers: list[ServerStatus], container: str | None = None) -> dict[str, Any]:
     """An MCP client config of stdio bridges to the persistent sessions: run in the agent
     container, or (``container``) from the host through ``docker exec`` as the agent user."""
-    prefix = ["exec", "-i", "-u", docker_ops.AGENT, container] if container else []
+    prefix = ["exec", "-i", "-u", AGENT, container] if container else []
     return {
         "mcpServers": {
             s.name: {
@@ -252,7 +252,7 @@ def start_servers(
     statuses = {n: ServerStatus(name=n, state="unconfigured", error=why)
                 for n, why in plan.unconfigured.items()}  # fmt: skip
     if plan.specs:
-        docker_ops.make_dirs(container, [(MCP_DIR, docker_ops.AGENT_IDS[0], 0o755)])
+        container.make_dirs([NewDir(MCP_DIR, AGENT_ID, AGENT_ID)])
         supervisor_spec = {"port": MCP_PORT, "host": "0.0.0.0", "log_dir": MCP_DIR,
                 "stderr_limit": STDERR_LIMIT,
                 "servers": [s.model_dump() for s in plan.specs]}  # fmt: skip
@@ -261,22 +261,21 @@ def start_servers(
         try:
             exec_id = container.api.exec_create(
                 container.id, [PYTHON_BIN, SUPERVISOR, "serve", SPEC_PATH],
-                user=docker_ops.AGENT, environment=run_env, workdir="/workspace/dumps",
+                user=AGENT, environment=run_env, workdir="/workspace/dumps",
             )  # fmt: skip
             container.api.exec_start(exec_id["Id"], detach=True)
         except Exception as exc:  # docker failed, not a server
             raise InfraError(f"starting the MCP supervisor: {exc}", "mcp_unavailable") from exc
         wait = max(s.timeout_s for s in plan.specs)
-        res = docker_ops.exec_in(
-            container,
+        res = container.exec(
             [PYTHON_BIN, SUPERVISOR, "probe", f"http://127.0.0.1:{MCP_PORT}", "--wait", str(wait)],
-            env=run_env, timeout_sec=wait * 2 + PROBE_MARGIN_S, user=docker_ops.AGENT,
+            env=run_env, timeout=wait * 2 + PROBE_MARGIN_S, user=AGENT, workdir="/",
         )  # fmt: skip
         try:
-            raw = json.loads(res.stdout) if res.exit_code == 0 else {}
+            raw = json.loads(res.stdout_text) if res.exit_status == 0 else {}
         except json.JSONDecodeError:
             raw = {}
-        why = f"probe exit {res.exit_code}: {res.stderr.strip()[-300:]}"
+        why = f"probe exit {res.exit_status}: {res.stderr_text.strip()[-300:]}"
         for spec in plan.specs:
             entry = _probe_entry(spec.name, raw.get(spec.name)) if raw else ServerStatus(
                 name=spec.name, state="failed", error=why)  # fmt: skip
@@ -304,6 +303,6 @@ def start_servers(
 
 def copy_logs(container: Sandbox, dest: Path) -> None:
     """The servers' stderr files (bounded by the supervisor) into ``dest``."""
-    res = docker_ops.exec_in(container, ["test", "-d", MCP_DIR], timeout_sec=30)
-    if res.exit_code == 0:
-        docker_ops.copy_out(container, MCP_DIR, dest)
+    res = container.exec(["test", "-d", MCP_DIR], user="root", timeout=30, workdir="/")
+    if res.exit_status == 0:
+        container.copy_out(MCP_DIR, dest)

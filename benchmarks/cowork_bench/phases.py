@@ -9,7 +9,7 @@ full task and a copy of the workspace. ``TZ=UTC`` and ``PGTZ=UTC`` everywhere.
 
 Who is who. ``/workspace`` and ``/workspace/dumps`` are root's; this task's sanitised tree
 (preprocess may rebuild its ``tmp/``), the workspace and the agent log folder are the
-``agent`` user's (made through the daemon, see ``docker_ops``). Preprocess
+``agent`` user's (made through the daemon, see :mod:`.containers`). Preprocess
 and the agent run as ``agent``; the agent container's environment holds only the agent's
 database role (preprocess gets the checker's role in its own exec environment, before the
 sidecar locks that role out for the agent phase). After copy-out the workspace is made inert
@@ -29,8 +29,14 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from benchmarks.cowork_bench import docker_ops
 from benchmarks.cowork_bench import models as m
+from benchmarks.cowork_bench.containers import (
+    AGENT,
+    AGENT_ID,
+    Limits,
+    RunIdentity,
+    container_spec,
+)
 from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun, now_iso
 from benchmarks.cowork_bench.mcp_servers import (
     INVENTORY_NAME,
@@ -47,7 +53,7 @@ from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs, task_
 from benchmarks.cowork_bench.workspace import SANITISED_NAME, pack_workspace, sanitise_workspace
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json, atomic_write_text
-from harness.sandbox import Sandbox
+from harness.sandbox import ExecResult, NewDir, Sandbox, pack_tree
 from harness.sandbox.transfer import CopyRefused
 
 ROOT = "/workspace"
@@ -71,12 +77,12 @@ class InstanceEnv:
     inst_dir: Path
     network: str
     sidecar: PgSidecar
-    ident: docker_ops.RunIdentity
+    ident: RunIdentity
     runtime_image: str  # image id of the runtime recipe
     timings: dict[str, float] = field(default_factory=dict)
     ttl_s: int = 7200  # containers expire by themselves after this (agent timeout + margin)
     docs: TaskDocs | None = None  # the task's docs, when the caller has read them already
-    limits: docker_ops.Limits = field(default_factory=docker_ops.Limits)
+    limits: Limits = field(default_factory=Limits)
     sandbox_runtime: str | None = None  # OCI runtime of the agent container (--runtime)
     allow_missing_tools: bool = False  # run the agent even when a named MCP server failed
 
@@ -111,15 +117,14 @@ class AgentContext:
     deadline: float  # time.monotonic() value
     mcp: McpInventory | None = None  # the task's MCP servers in this attempt
 
-    def exec(self, cmd: list[str], timeout_sec: float | None = None) -> docker_ops.ExecResult:
+    def exec(self, cmd: list[str], timeout_sec: float | None = None) -> ExecResult:
         left = max(1.0, self.deadline - time.monotonic())
-        return docker_ops.exec_in(
-            self.container,
+        return self.container.exec(
             cmd,
             env=self.env.agent_env,
             workdir=ROOT,
-            timeout_sec=min(left, timeout_sec) if timeout_sec else left,
-            user=docker_ops.AGENT,
+            timeout=min(left, timeout_sec) if timeout_sec else left,
+            user=AGENT,
         )
 
 
@@ -131,7 +136,7 @@ def support_tar(bench_root: str) -> bytes:
     """Everything at the checkout root the task code may import or read, minus ``tasks``."""
     root = Path(bench_root)
     entries = [(p, p.name) for p in sorted(root.iterdir()) if p.name not in SUPPORT_EXCLUDE]
-    return docker_ops.tar_tree(entries, exclude_names=frozenset({"__pycache__", ".git"}))
+    return pack_tree(entries, uid=0, gid=0, exclude_names={"__pycache__", ".git"})
 
 
 def task_tar(env: InstanceEnv, sanitised: bool) -> bytes:
@@ -140,31 +145,31 @@ def task_tar(env: InstanceEnv, sanitised: bool) -> bytes:
     writable staging allows; the eval container gets a fresh root-owned full copy."""
     exclude = SANITISE | {"__pycache__"} if sanitised else frozenset({"__pycache__"})
     arc = f"tasks/finalpool/{env.task.instance_id}"
-    owner = docker_ops.AGENT_IDS if sanitised else (0, 0)
-    return docker_ops.tar_tree([(task_dir(env.bench_root, env.task.instance_id), arc)],
-                               exclude_names=frozenset(exclude), owner=owner)  # fmt: skip
+    owner = AGENT_ID if sanitised else 0
+    return pack_tree([(task_dir(env.bench_root, env.task.instance_id), arc)],
+                     uid=owner, gid=owner, exclude_names=exclude)  # fmt: skip
 
 
 def _start(env: InstanceEnv, role: str, sanitised: bool, runtime: str | None = None) -> Sandbox:
     """The agent container (``sanitised`` task, the agent's user and database role) or an
     eval container (full task, root without capabilities, the checker's role)."""
     agent = role == "agent"
-    container = docker_ops.start(
+    container = Sandbox.create(container_spec(
         env.runtime_image, env.ident, env.task.instance_id,
         network=env.network, role=role, env=env.agent_env if agent else env.env,
-        ttl_s=env.ttl_s, limits=env.limits, user=docker_ops.AGENT if agent else "0",
+        ttl_s=env.ttl_s, limits=env.limits, user=AGENT if agent else "0",
         runtime=runtime,
-    )  # fmt: skip
+    ))  # fmt: skip
     try:
-        uid = docker_ops.AGENT_IDS[0] if agent else 0
-        docker_ops.make_dirs(container, [
-            (ROOT, 0, 0o755), ("/workspace/dumps", 0, 0o755), (WORKSPACE, uid, 0o755),
-            (AGENT_LOGS, uid, 0o755), (SCRATCH, 0, 0o755),
+        uid = AGENT_ID if agent else 0
+        container.make_dirs([
+            NewDir(ROOT), NewDir("/workspace/dumps"), NewDir(WORKSPACE, uid, uid),
+            NewDir(AGENT_LOGS, uid, uid), NewDir(SCRATCH),
         ])  # fmt: skip
-        docker_ops.put_archive(container, ROOT, support_tar(str(env.bench_root)))
-        docker_ops.put_archive(container, ROOT, task_tar(env, sanitised))
+        container.put_archive(ROOT, support_tar(str(env.bench_root)))
+        container.put_archive(ROOT, task_tar(env, sanitised))
     except BaseException:
-        docker_ops.remove(container)
+        container.remove()
         raise
     return container
 
@@ -236,19 +241,18 @@ def run_agent_phase(
     try:
         if env.task.has_initial_workspace:
             initial = task_dir(env.bench_root, env.task.instance_id) / "initial_workspace"
-            data = docker_ops.tar_tree([(p, p.name) for p in sorted(initial.iterdir())],
-                                       owner=docker_ops.AGENT_IDS)  # fmt: skip
-            docker_ops.put_archive(container, WORKSPACE, data)
-        pre = docker_ops.exec_in(
-            container,
+            data = pack_tree([(p, p.name) for p in sorted(initial.iterdir())],
+                             uid=AGENT_ID, gid=AGENT_ID)  # fmt: skip
+            container.put_archive(WORKSPACE, data)
+        pre = container.exec(
             ["python3", "-m", env.task.module("preprocess"), "--agent_workspace", WORKSPACE,
              "--launch_time", launch_time],
-            env=env.env, workdir=ROOT, timeout_sec=600, user=docker_ops.AGENT,
+            env=env.env, workdir=ROOT, timeout=600, user=AGENT,
         )  # fmt: skip
-        pre_rc = pre.exit_code
-        atomic_write_text(env.inst_dir / m.PREPROCESS_LOG, pre.stdout + pre.stderr)
-        env.timings["preprocess_s"] = pre.seconds
-        if pre.exit_code != 0:
+        pre_rc = pre.exit_status
+        atomic_write_text(env.inst_dir / m.PREPROCESS_LOG, pre.stdout_text + pre.stderr_text)
+        env.timings["preprocess_s"] = pre.wall_s
+        if pre.exit_status != 0:
             infra_reason, reason = "preprocess_failed", "preprocess_failed"
         else:
             locked = True
@@ -274,8 +278,8 @@ def run_agent_phase(
                     error = f"{type(exc).__name__}: {exc}"
                 env.timings["agent_s"] = time.monotonic() - t1
         try:
-            docker_ops.copy_out(container, WORKSPACE, env.inst_dir / m.WORKSPACE_DIR)
-            docker_ops.copy_out(container, AGENT_LOGS, env.inst_dir / m.AGENT_LOG_DIR)
+            container.copy_out(WORKSPACE, env.inst_dir / m.WORKSPACE_DIR)  # bounded, inert
+            container.copy_out(AGENT_LOGS, env.inst_dir / m.AGENT_LOG_DIR)
         except CopyRefused as exc:  # the agent's output broke a copy-out cap: its failure
             status, reason, error = "failed", exc.reason_code, str(exc)
         if env.task.servers:
@@ -285,7 +289,7 @@ def run_agent_phase(
         _infra(env, exc, "agent_phase")
     finally:
         try:
-            docker_ops.remove(container)  # verified: raises unless the listing shows it gone
+            container.remove()  # verified: raises unless the listing shows it gone
         finally:
             if locked:  # the agent's processes are gone: the checker's role may log in
                 env.sidecar.leave_agent_phase()
@@ -340,27 +344,25 @@ def container_checker(
             ws = Path(req.workspace)
             if ws.is_dir() and not ws.is_symlink():
                 with pack_workspace(ws) as data:  # no host link followed, none leaving it
-                    docker_ops.put_archive(container, WORKSPACE, data)
+                    container.put_archive(WORKSPACE, data)
             gt = f"{ROOT}/tasks/finalpool/{req.instance_id}/groundtruth_workspace"
-            res = docker_ops.exec_in(
-                container,
+            res = container.exec(
                 ["python3", "-m", req.module, "--res_log_file", f"{SCRATCH}/res_log.json",
                  "--agent_workspace", WORKSPACE,
                  "--groundtruth_workspace", gt if req.has_groundtruth_dir else "None",
                  "--launch_time", req.launch_time],
-                env=env.env, workdir=ROOT, timeout_sec=timeout_sec,
+                env=env.env, workdir=ROOT, timeout=timeout_sec,
             )  # fmt: skip
             scratch = Path(req.scratch_dir)
-            docker_ops.copy_out(container, SCRATCH, scratch)
-            atomic_write_text(
-                scratch / "checker.log", res.stdout + "\n--- stderr ---\n" + res.stderr
-            )
+            container.copy_out(SCRATCH, scratch)
+            out, err = res.stdout_text, res.stderr_text
+            atomic_write_text(scratch / "checker.log", out + "\n--- stderr ---\n" + err)
             res_log = scratch / "res_log.json"
             return CheckerRun(
-                exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr,
+                exit_code=res.exit_status, stdout=out, stderr=err,
                 res_log_path=str(res_log) if res_log.exists() else None,
             )  # fmt: skip
         finally:
-            docker_ops.remove(container)
+            container.remove()
 
     return run

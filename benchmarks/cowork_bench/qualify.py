@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.cowork_bench import docker_ops
+from benchmarks.cowork_bench.containers import RunIdentity
 from benchmarks.cowork_bench.images import ensure_image
 from benchmarks.cowork_bench.mcp_servers import McpInventory, plan_servers, start_servers
 from benchmarks.cowork_bench.phases import WORKSPACE, InstanceEnv, _start
@@ -32,6 +32,7 @@ from benchmarks.cowork_bench.sidecar import start_postgres
 from benchmarks.cowork_bench.tasks import FINALPOOL, CoworkTask, discover_tasks
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json
+from harness.sandbox import create_internal_network, remove_labelled
 from harness.sandbox import labels as L
 from harness.sandbox.cleanup import run_lock
 
@@ -63,7 +64,7 @@ def qualify_task(env: InstanceEnv) -> McpInventory:
         plan = plan_servers(env.bench_root, env.task, WORKSPACE)
         return start_servers(container, plan, env.task.instance_id, env.agent_env)
     finally:
-        docker_ops.remove(container)
+        container.remove()
 
 
 def summarise(task: CoworkTask, inv: McpInventory) -> TaskQualification:
@@ -80,11 +81,11 @@ def summarise(task: CoworkTask, inv: McpInventory) -> TaskQualification:
 
 def qualify(root: Path, tasks: list[CoworkTask], work: Path) -> QualifyReport:
     t0 = time.monotonic()
-    ident = docker_ops.RunIdentity(f"cowork-qualify-{int(time.time())}", work, "main")
+    ident = RunIdentity(f"cowork-qualify-{int(time.time())}", work, "main")
     image = ensure_image("runtime").image_id
     out: list[TaskQualification] = []
     try:
-        net = docker_ops.create_network(ident, QUALIFY_INSTANCE)
+        net = create_internal_network(ident.run_id, QUALIFY_INSTANCE, ident.worker, work)
         seed = root / "db" / "init.sql.gz"
         sidecar = start_postgres(net, ident, QUALIFY_INSTANCE, seed if seed.is_file() else None)
         sidecar.enter_agent_phase()  # the servers use the agent's role, as in a run
@@ -94,7 +95,7 @@ def qualify(root: Path, tasks: list[CoworkTask], work: Path) -> QualifyReport:
             out.append(summarise(task, inv))
             print(line(out[-1]), flush=True)
     finally:
-        docker_ops.remove_labelled({L.RUN: ident.run_id})
+        remove_labelled({L.RUN: ident.run_id})
     return QualifyReport(
         cowork_root=str(root), image_id=image, tasks=out, seconds=time.monotonic() - t0
     )

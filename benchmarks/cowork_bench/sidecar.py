@@ -26,10 +26,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.cowork_bench import docker_ops
+from benchmarks.cowork_bench.containers import Limits, RunIdentity, container_spec
 from benchmarks.cowork_bench.images import ensure_image
 from harness.errors import InfraError
-from harness.sandbox import Sandbox
+from harness.sandbox import ExecResult, NewDir, Sandbox, pack_tree
 
 PG_USER = "eigent"
 PG_PASSWORD = "camel"  # hard-coded upstream in every preprocess and checker
@@ -116,15 +116,14 @@ class PgSidecar:
 
     def admin_sql(self, sql: str, what: str, timeout_sec: float = 60) -> None:
         """Run ``sql`` as the cluster's superuser (local socket, text on stdin)."""
-        res = docker_ops.exec_in(
-            self.container,
+        res = self.container.exec(
             ["psql", "-d", PG_DATABASE, "-v", "ON_ERROR_STOP=1", "-q", "-X", "-o", "/dev/null"],
             user="postgres",
             stdin=sql.encode(),
-            timeout_sec=timeout_sec,
+            timeout=timeout_sec,
         )
-        if res.exit_code != 0:
-            raise _fail(self.container, what, res.stderr)
+        if res.exit_status != 0:
+            raise _fail(self.container, what, res.stderr_text)
 
     def enter_agent_phase(self) -> None:
         """Grant the agent role its data access (after preprocess); lock ``eigent`` out."""
@@ -140,9 +139,8 @@ def _fail(container: Sandbox, what: str, detail: str) -> InfraError:
     return InfraError(f"postgres sidecar {container.name}: {what}: {' | '.join(tail)}", "pg_fail")
 
 
-def _psql(container: Sandbox, args: list[str], timeout_sec: float) -> docker_ops.ExecResult:
-    return docker_ops.exec_in(
-        container,
+def _psql(container: Sandbox, args: list[str], timeout_sec: float) -> ExecResult:
+    return container.exec(
         [
             "psql",
             "-h",
@@ -157,7 +155,7 @@ def _psql(container: Sandbox, args: list[str], timeout_sec: float) -> docker_ops
             *args,
         ],
         env={"PGPASSWORD": PG_PASSWORD, "PGTZ": "UTC"},
-        timeout_sec=timeout_sec,
+        timeout=timeout_sec,
     )
 
 
@@ -166,25 +164,22 @@ def wait_ready(container: Sandbox, deadline_sec: float) -> float:
     started = time.monotonic()
     last = ""
     while True:
-        res = docker_ops.exec_in(
-            container,
+        res = container.exec(
             ["pg_isready", "-h", "127.0.0.1", "-p", str(PG_PORT), "-U", PG_USER, "-d", PG_DATABASE],
-            timeout_sec=10,
+            timeout=10,
         )
-        if res.exit_code == 0:
+        if res.exit_status == 0:
             return time.monotonic() - started
-        last = res.stdout + res.stderr
+        last = res.stdout_text + res.stderr_text
         if time.monotonic() - started > deadline_sec:
             raise _fail(container, f"not ready after {deadline_sec:.0f}s", last)
         time.sleep(0.2)
 
 
 def seed(container: Sandbox, seed_path: Path, timeout_sec: float = 600) -> None:
-    data = docker_ops.tar_tree([(seed_path, "init.sql.gz")])
-    docker_ops.exec_in(container, ["mkdir", "-p", "/seed"])
-    docker_ops.put_archive(container, "/seed", data)
-    res = docker_ops.exec_in(
-        container,
+    container.make_dirs([NewDir("/seed")])
+    container.put_archive("/seed", pack_tree([(seed_path, "init.sql.gz")], uid=0, gid=0))
+    res = container.exec(
         [
             "bash",
             "-o",
@@ -194,29 +189,29 @@ def seed(container: Sandbox, seed_path: Path, timeout_sec: float = 600) -> None:
             "-v ON_ERROR_STOP=1 -q >/dev/null",
         ],
         env={"PGPASSWORD": PG_PASSWORD, "PGTZ": "UTC"},
-        timeout_sec=timeout_sec,
+        timeout=timeout_sec,
     )
-    if res.exit_code != 0:
+    if res.exit_status != 0:
         raise _fail(
-            container, f"seeding {seed_path.name} failed (exit {res.exit_code})", res.stderr
+            container, f"seeding {seed_path.name} failed (exit {res.exit_status})", res.stderr_text
         )
 
 
 def fix_sent_log_fk(container: Sandbox) -> None:
     res = _psql(container, ["-c", FK_FIX_SQL], timeout_sec=60)
-    if res.exit_code != 0:
-        raise _fail(container, "foreign-key fix failed", res.stderr)
+    if res.exit_status != 0:
+        raise _fail(container, "foreign-key fix failed", res.stderr_text)
 
 
 def start_postgres(
     network: str,
-    ident: docker_ops.RunIdentity,
+    ident: RunIdentity,
     instance_id: str,
     seed_path: Path | None,
     *,
     ready_timeout_sec: float = 120,
     ttl_s: int = 7200,
-    limits: docker_ops.Limits | None = None,
+    limits: Limits | None = None,
     image_id: str | None = None,
 ) -> PgSidecar:
     """Start, wait for and seed a sidecar on ``network``; reachable there by its name.
@@ -233,20 +228,20 @@ def start_postgres(
             raise InfraError(f"postgres image: {exc}", "pg_fail") from exc
     t0 = time.monotonic()
     try:
-        container = docker_ops.start(
+        container = Sandbox.create(container_spec(
             image_id, ident, instance_id, network=network, role="pg",
             env={"TZ": "UTC"}, ttl_s=ttl_s, limits=limits,
-        )  # fmt: skip
+        ))  # fmt: skip
     except InfraError as exc:
         raise InfraError(f"postgres sidecar: {exc}", "pg_fail") from exc
     sidecar = PgSidecar(host=container.name, port=PG_PORT, container=container, network=network,
                         image_id=image_id)  # fmt: skip
     try:
-        res = docker_ops.exec_in(  # as the cluster's owner: no capability needed
-            container, ["pg_ctlcluster", "15", "main", "start"], timeout_sec=120, user="postgres"
+        res = container.exec(  # as the cluster's owner: no capability needed
+            ["pg_ctlcluster", "15", "main", "start"], timeout=120, user="postgres"
         )
-        if res.exit_code != 0:
-            raise _fail(container, "pg_ctlcluster start failed", res.stdout + res.stderr)
+        if res.exit_status != 0:
+            raise _fail(container, "pg_ctlcluster start failed", res.stdout_text + res.stderr_text)
         wait_ready(container, ready_timeout_sec)
         sidecar.timings["start_s"] = time.monotonic() - t0
         t1 = time.monotonic()
@@ -259,6 +254,6 @@ def start_postgres(
         )
         sidecar.timings["seed_s"] = time.monotonic() - t1
     except BaseException:
-        docker_ops.remove(container)
+        container.remove()
         raise
     return sidecar

@@ -1,6 +1,10 @@
-"""The reference agent server: the agent server's task API on loopback, running scripted
-plans instead of a model.
+"""The reference agent server: the reference implementation and self-test of the agent
+server's task API (what ``--agent gateway`` talks to), running scripted plans instead of a
+model. It is a user-facing tool, not only a test double: check a gateway setup end to end
+(health, settings, task lifecycle, ``docker_exec`` in the sandbox, cancel) before paying
+for a model, or compare a real server's behaviour with it.
 
+    harness agent-server --port 8770 --config server.json
     python -m harness.agents.reference_server --port 8770 --config server.json
 
 It answers ``/api/health``, ``/api/settings``, ``/api/state``, ``POST /api/tasks``,
@@ -9,7 +13,9 @@ task's plan (``metadata.reference_plan``, else the config's ``default_plan``) lo
 in the container named by ``executor_ref`` (``docker_exec``), and injects the faults its
 config asks for. It logs one line per request (method, path, status) and never a body,
 a setting value or an environment value. ``/api/state`` also reports counters (submissions,
-cancels) that tests read.
+cancels) that tests read. Its parts: :mod:`.reference_config` (the config, plans and
+faults), :mod:`.reference_tasks` (admission, runs, results), :mod:`.reference_exec`
+(where a step runs).
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ run_budget_usd=None) -> Reservation``
 retry_sec=3, read_timeout_sec=5, budget_reserve_usd=0, min_free_gb=None, on_stop=None)``
     ``.poll() -> stop_reason | None`` (or ``.start()`` a thread), ``.finish(outcome,
     runner_exit_code) -> Monitor``; keeps ``<run_root>/monitor.json``.
-``make_meter(spec) -> Meter | None`` (``openrouter[=URL]``, ``fake-file:PATH``, ``none``),
+``make_meter(spec) -> Meter | None`` (``openrouter[=URL]``, ``none``, a registered scheme:
+``fake-file:PATH`` is the test double :mod:`harness.testing.fake_meter`), ``register_meter``,
 ``key_fingerprint(secret)``, ``check_disk(path, min_free_gb) -> DiskStatus``,
 ``write_monitor(run_root, monitor)``, ``campaign_command(argv) -> int``.
 
@@ -63,11 +64,11 @@ if TYPE_CHECKING:
     )
     from .meter import (
         METER_KEY_ENV,
-        FakeFileMeter,
         Meter,
         OpenRouterKeyMeter,
         key_fingerprint,
         make_meter,
+        register_meter,
     )
     from .models import (
         ActiveRun,
@@ -99,11 +100,11 @@ _LAZY = {
     "CampaignStateError": "harness.budget.errors",
     "MeterError": "harness.budget.errors",
     "METER_KEY_ENV": "harness.budget.meter",
-    "FakeFileMeter": "harness.budget.meter",
     "Meter": "harness.budget.meter",
     "OpenRouterKeyMeter": "harness.budget.meter",
     "key_fingerprint": "harness.budget.meter",
     "make_meter": "harness.budget.meter",
+    "register_meter": "harness.budget.meter",
     "ActiveRun": "harness.budget.models",
     "CampaignState": "harness.budget.models",
     "DiskStatus": "harness.budget.models",
@@ -148,7 +149,6 @@ __all__ = [
     "CampaignStateError",
     "ControllerBudget",
     "DiskStatus",
-    "FakeFileMeter",
     "Meter",
     "MeterError",
     "MeterReading",
@@ -165,5 +165,6 @@ __all__ = [
     "make_meter",
     "read_monitor",
     "reconcile",
+    "register_meter",
     "write_monitor",
 ]

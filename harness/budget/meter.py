@@ -6,22 +6,24 @@
   ``Cache-Control: no-cache``; base ``https://openrouter.ai/api/v1`` or
   ``openrouter=<base url>``. The key (env ``OPENROUTER_API_KEY``) goes on stdin to a
   throwaway ``python -I -S`` process whose argv and environment hold no secret.
-* ``fake-file:PATH`` — a test source: PATH holds ``{"usage": x}`` (or a bare number),
-  written by a test. Not a billing meter.
+* ``fake-file:PATH`` — a test double, not a billing meter: PATH holds ``{"usage": x}`` (or
+  a bare number), written by a test (:mod:`harness.testing.fake_meter`, registered with
+  :func:`register_meter` and imported when the scheme is used).
 * ``none`` — no meter: spend is the sum of settled instance costs only.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from .errors import MeterError
 
@@ -58,6 +60,9 @@ class Meter(Protocol):
     def read(self, timeout_sec: float) -> MeterReading:
         """One reading within ``timeout_sec``; raises MeterError."""
         ...
+
+
+MeterFactory = TypeVar("MeterFactory", bound=Callable[[str], Meter])
 
 
 class OpenRouterKeyMeter:
@@ -122,36 +127,20 @@ class OpenRouterKeyMeter:
         )
 
 
-class FakeFileMeter:
-    """Test source, not a billing meter: the usage is whatever a test wrote to a file."""
+# Meters named by ``--meter SCHEME:ARG`` that live in other modules, imported on first use;
+# each registers its factory with :func:`register_meter`. ``fake-file`` is a test double.
+METER_MODULES: dict[str, str] = {"fake-file": "harness.testing.fake_meter"}
+_FACTORIES: dict[str, Callable[[str], Meter]] = {}
 
-    name = "fake-file"
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path).absolute()
-        self.fingerprint = "fake-file:" + hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
+def register_meter(scheme: str) -> Callable[[MeterFactory], MeterFactory]:
+    """Decorator: ``factory(arg) -> Meter`` builds the meter of ``--meter <scheme>:<arg>``."""
 
-    def read(self, timeout_sec: float) -> MeterReading:
-        requested = time.time()
-        try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise MeterError("unavailable", f"fake meter file {self.path}: {exc}") from exc
-        data = raw if isinstance(raw, dict) else {"usage": raw}
-        try:
-            usage = float(data["usage"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MeterError("parse", f"fake meter file {self.path} has no usage") from exc
-        remaining = data.get("limit_remaining")
-        from .models import MeterReading
+    def register(factory: MeterFactory) -> MeterFactory:
+        _FACTORIES[scheme] = factory
+        return factory
 
-        return MeterReading(
-            usage=usage,
-            requested_at_unix=requested,
-            observed_at_unix=time.time(),
-            limit_remaining=None if remaining is None else float(remaining),
-            source=self.name,
-        )
+    return register
 
 
 def make_meter(
@@ -167,6 +156,9 @@ def make_meter(
         if not key:
             raise ValueError(f"--meter openrouter needs the provider key in ${key_env}")
         return OpenRouterKeyMeter(key, base)
-    if spec.startswith("fake-file:"):
-        return FakeFileMeter(spec.partition(":")[2])
+    scheme, sep, arg = spec.partition(":")
+    if sep and scheme in METER_MODULES:
+        if scheme not in _FACTORIES:
+            importlib.import_module(METER_MODULES[scheme])
+        return _FACTORIES[scheme](arg)
     raise ValueError(f"unknown --meter {spec!r}: use openrouter[=URL], fake-file:PATH or none")

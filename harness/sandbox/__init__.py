@@ -5,11 +5,14 @@ Public API (details in each module's docstring):
 * images: :class:`BaseRecipe`, :class:`LayerRecipe`, :class:`BuiltImage`,
   :func:`ensure_image`, :func:`base_recipe`
 * containers: :class:`SandboxSpec`, :class:`Sandbox` (``create``, ``exec``, ``copy_in``,
-  ``write_file``, ``copy_out``, ``export_tar_gz``, ``install_protected``, ``remove``),
-  :class:`ExecResult`
+  ``write_file``, ``put_archive``, ``make_dirs``, ``copy_out``, ``export_tar_gz``,
+  ``install_protected``, ``remove``), :class:`ExecResult`
+* copy in: :func:`pack_tree` (trusted host trees for ``put_archive``), :class:`NewDir`
+  (for ``make_dirs``); copy out: :mod:`harness.sandbox.transfer` (bounded, inert)
 * networks: :func:`create_internal_network`
-* cleanup: :func:`sweep`, :func:`sweep_stale`, :func:`run_lock_path`, :func:`run_lock`,
-  :func:`leaked_resources`; CLI :func:`harness.sandbox.cli.sweep_command`
+* cleanup: :func:`sweep`, :func:`remove_labelled`, :func:`sweep_stale`,
+  :func:`run_lock_path`, :func:`run_lock`, :func:`leaked_resources`; CLI
+  :func:`harness.sandbox.cli.sweep_command`
 * pytest fixtures: :mod:`harness.sandbox.fixtures`
 * errors: :mod:`harness.sandbox.errors` (all :class:`~harness.errors.InfraError`)
 """
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from harness.sandbox.cleanup import (
         leaked_resources,
+        remove_labelled,
         run_lock,
         run_lock_path,
         sweep,
@@ -36,11 +40,13 @@ if TYPE_CHECKING:
         ensure_image,
     )
     from harness.sandbox.network import create_internal_network
+    from harness.sandbox.pack import NewDir, pack_tree
 
 # Loaded on first use (PEP 562): importing one submodule does not import them all
 # (the collection path stays off Docker and the heavy models).
 _LAZY = {
     "leaked_resources": "harness.sandbox.cleanup",
+    "remove_labelled": "harness.sandbox.cleanup",
     "run_lock": "harness.sandbox.cleanup",
     "run_lock_path": "harness.sandbox.cleanup",
     "sweep": "harness.sandbox.cleanup",
@@ -55,6 +61,8 @@ _LAZY = {
     "base_recipe": "harness.sandbox.images",
     "ensure_image": "harness.sandbox.images",
     "create_internal_network": "harness.sandbox.network",
+    "NewDir": "harness.sandbox.pack",
+    "pack_tree": "harness.sandbox.pack",
 }
 
 
@@ -72,6 +80,7 @@ __all__ = [
     "BuiltImage",
     "ExecResult",
     "LayerRecipe",
+    "NewDir",
     "Sandbox",
     "SandboxSpec",
     "base_recipe",
@@ -79,6 +88,8 @@ __all__ = [
     "ensure_image",
     "get_client",
     "leaked_resources",
+    "pack_tree",
+    "remove_labelled",
     "run_lock",
     "run_lock_path",
     "sweep",

@@ -2,7 +2,8 @@
 
 * :func:`sweep` removes every container, network and volume labelled with one run (and
   optionally one worker), lists again and raises :class:`SweepIncomplete`
-  (``sweep_incomplete``) if anything survived.
+  (``sweep_incomplete``) if anything survived; :func:`remove_labelled` does the same for
+  any set of exact labels (one instance of a run) and returns the names per kind.
 * :func:`sweep_stale` (the start-up sweep and ``harness sweep --all-stale``) groups what is
   labelled ``harness.run`` by run and sweeps only the runs :func:`harness.sandbox.lease.judge`
   proves dead: an expired lease, or an owner pid gone on this very host, or (resources
@@ -18,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import docker
@@ -90,6 +92,35 @@ def _remove(api: docker.APIClient, kind: str, item: dict) -> None:
         pass  # in use or removal in progress: the next round lists it again
 
 
+def _remove_matching(
+    api: docker.APIClient, filters: list[str], what: str, wait_s: float
+) -> list[tuple[str, str]]:
+    """Remove what matches every label filter until a listing is empty; ``(kind, name)`` of
+    everything seen, in order. Raises :class:`SweepIncomplete` naming what is left."""
+    removed: list[tuple[str, str]] = []
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            listing = _listing(api, filters)
+        except APIError as exc:
+            raise SweepIncomplete(f"sweep of {what}: listing failed: {exc}") from exc
+        left = [
+            (kind, item) for kind in ("containers", "networks", "volumes") for item in listing[kind]
+        ]
+        if not left:
+            return removed
+        if time.monotonic() > deadline:
+            names = ", ".join(f"{kind[:-1]} {_name(kind, item)}" for kind, item in left)
+            raise SweepIncomplete(f"sweep of {what} left {len(left)} resource(s): {names}")
+        for kind, item in left:
+            if (kind, _name(kind, item)) not in removed:
+                removed.append((kind, _name(kind, item)))
+            # Networks go only once their containers are gone.
+            if kind == "containers" or not listing["containers"]:
+                _remove(api, kind, item)
+        time.sleep(0.1)
+
+
 def sweep(
     run_id: str,
     worker: str | None = None,
@@ -99,27 +130,30 @@ def sweep(
 ) -> list[str]:
     """Remove everything labelled with ``run_id`` (and ``worker``); return what was removed."""
     api = (client or get_client()).api
-    filters = L.label_filters(run_id, worker)
-    removed: list[str] = []
-    deadline = time.monotonic() + wait_s
-    while True:
-        listing = _listing(api, filters)
-        left = [
-            (kind, item) for kind in ("containers", "networks", "volumes") for item in listing[kind]
-        ]
-        if not left:
-            return removed
-        if time.monotonic() > deadline:
-            names = ", ".join(f"{kind[:-1]} {_name(kind, item)}" for kind, item in left)
-            raise SweepIncomplete(f"sweep of run {run_id} left {len(left)} resource(s): {names}")
-        for kind, item in left:
-            name = _name(kind, item)
-            if name not in removed:
-                removed.append(name)
-            # Networks go only once their containers are gone.
-            if kind == "containers" or not listing["containers"]:
-                _remove(api, kind, item)
-        time.sleep(0.1)
+    found = _remove_matching(api, L.label_filters(run_id, worker), f"run {run_id}", wait_s)
+    return list(dict.fromkeys(name for _, name in found))
+
+
+def remove_labelled(
+    labels: Mapping[str, str],
+    *,
+    client: docker.DockerClient | None = None,
+    wait_s: float = SWEEP_WAIT_S,
+) -> dict[str, list[str]]:
+    """Remove every container, network and volume carrying all ``labels`` (exact values,
+    e.g. one run's instance), then list again to prove nothing is left.
+
+    Returns the names removed per kind (``containers``, ``networks``, ``volumes``; sorted);
+    raises :class:`SweepIncomplete` (``sweep_incomplete``) naming what is still listed
+    after ``wait_s``. An empty ``labels`` is refused: it would match every resource.
+    """
+    if not labels:
+        raise ValueError("remove_labelled needs at least one label")
+    api = (client or get_client()).api
+    filters = [f"{k}={v}" for k, v in labels.items()]
+    found = _remove_matching(api, filters, f"labels {dict(labels)}", wait_s)
+    return {kind: sorted({n for k, n in found if k == kind})
+            for kind in ("containers", "networks", "volumes")}
 
 
 def run_resources(api: docker.APIClient) -> dict[str, list[Resource]]:

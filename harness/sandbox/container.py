@@ -6,6 +6,8 @@
                        user="agent", cap_drop=("SYS_PTRACE",))
     with Sandbox.create(spec) as sb:
         sb.copy_in(Path("seed"), "/workspace", uid=1000, gid=1000)
+        sb.make_dirs([NewDir("/workspace/logs", uid=1000, gid=1000)])  # through the daemon
+        sb.put_archive("/workspace", pack_tree([(Path("lib"), "lib")], exclude_names={".git"}))
         sb.install_protected(Path("ref-binary"), "/workspace/executable")  # a launcher
         result = sb.exec(["pytest", "-q"], timeout=600)
         sb.export_tar_gz("/workspace", out / "submission.tar.gz")
@@ -21,17 +23,18 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 
 from harness.sandbox import labels as L
-from harness.sandbox import transfer
+from harness.sandbox import pack, transfer
 from harness.sandbox.client import get_client
 from harness.sandbox.errors import (
     CleanupFailed,
@@ -251,15 +254,31 @@ class Sandbox:
         """
         if uid is not None or gid is not None:
             self._make_owned_dir(dest_dir, uid, gid)
-        with transfer.pack_path(Path(src), dest_dir, uid=uid, gid=gid) as data:
-            transfer.put_archive(self.api, self.id, dest_dir, data)
+        with pack.pack_path(Path(src), dest_dir, uid=uid, gid=gid) as data:
+            pack.put_archive(self.api, self.id, dest_dir, data)
 
     def write_file(
         self, path: str, data: bytes, *, mode: int = 0o644, uid: int = 0, gid: int = 0
     ) -> None:
         """Write ``data`` to absolute ``path`` (missing parents are created, root 0755)."""
-        archive = transfer.pack_bytes(path, data, mode=mode, uid=uid, gid=gid)
-        transfer.put_archive(self.api, self.id, path, archive)
+        archive = pack.pack_bytes(path, data, mode=mode, uid=uid, gid=gid)
+        pack.put_archive(self.api, self.id, path, archive)
+
+    def put_archive(self, dest_dir: str, data: bytes | IO[bytes]) -> None:
+        """Unpack the tar ``data`` (names relative to ``dest_dir``, e.g. from
+        :func:`~harness.sandbox.pack.pack_tree`) into the existing directory ``dest_dir``.
+
+        The daemon applies the headers' owners and modes: no capability inside the
+        container is needed. Only for trusted tars (the harness's, a benchmark checkout's).
+        """
+        pack.put_archive(self.api, self.id, dest_dir, data, at=dest_dir)
+
+    def make_dirs(self, dirs: Iterable[pack.NewDir]) -> None:
+        """Create absolute directories with the owners and modes given (an existing one is
+        re-owned), through the daemon: also in a container without ``CAP_CHOWN``."""
+        dirs = list(dirs)
+        where = ", ".join(d.path for d in dirs)
+        pack.put_archive(self.api, self.id, where, pack.pack_dirs(dirs))
 
     def copy_out(
         self, src: str, dest: Path, *, exclude: transfer.Exclude | None = None

@@ -208,6 +208,24 @@ class ExecResult:
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
 
+    @property
+    def exit_status(self) -> int:
+        """The status a shell would report: 124 when the timeout killed the command (as
+        coreutils ``timeout`` says), -1 when Docker reported none, else :attr:`exit_code`."""
+        if self.timed_out:
+            return 124
+        return self.exit_code if self.exit_code is not None else -1
+
+    @property
+    def stdout_text(self) -> str:
+        """:attr:`stdout` as UTF-8 text (undecodable bytes replaced)."""
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def stderr_text(self) -> str:
+        """:attr:`stderr` as UTF-8 text (undecodable bytes replaced)."""
+        return self.stderr.decode("utf-8", "replace")
+
     def check(self) -> ExecResult:
         """Raise on timeout (``exec_timeout``) or a non-zero exit (``exec_failed``)."""
         if self.timed_out:

@@ -8,6 +8,7 @@ which the stale sweep uses with the run's lease (:mod:`harness.sandbox.lease`).
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 from collections.abc import Mapping
@@ -68,7 +69,7 @@ def mark_docker_used(run_root: Path | str) -> None:
         _marked.add(root)
 
 
-def docker_used(run_root: Path | str) -> bool:
+def docker_used(run_root: str | os.PathLike[str]) -> bool:
     """Whether any process of the run labelled a Docker resource with this run root."""
     return (Path(run_root) / DOCKER_USED_MARKER).exists()
 

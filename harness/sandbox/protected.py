@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 
 import docker
 
-from harness.sandbox import transfer
+from harness.sandbox import pack
 from harness.sandbox.errors import ProtectedInstallFailed
 from harness.sandbox.execution import run_exec
 from harness.sandbox.static_tools import build_static
@@ -188,8 +188,8 @@ def protect_executable(
         (f"{PROTECTED_DIR}/.launcher-{name}", exe, 0o700),
         (f"{PROTECTED_DIR}/.strip", build_static(STRIP_SOURCE), 0o700),
     ):
-        transfer.put_archive(
-            api, container_id, path, transfer.pack_bytes(path, data, mode=mode, uid=0, gid=0)
+        pack.put_archive(
+            api, container_id, path, pack.pack_bytes(path, data, mode=mode, uid=0, gid=0)
         )
     argv = ["sh", "-c", PROTECT_SCRIPT, "sh", PROTECTED_DIR, str(PROTECTED_UID), name,
             launcher, *candidates]
@@ -233,6 +233,6 @@ def install_protected(
         )
     name = posixpath.basename(dest)
     staged = f"{PROTECTED_DIR}/{name}"
-    archive = transfer.pack_bytes(staged, data, mode=0o100, uid=0, gid=0)
-    transfer.put_archive(api, container_id, staged, archive)
+    archive = pack.pack_bytes(staged, data, mode=0o100, uid=0, gid=0)
+    pack.put_archive(api, container_id, staged, archive)
     return protect_executable(api, container_id, [staged], dest, name=name)

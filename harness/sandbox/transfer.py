@@ -1,7 +1,5 @@
-"""Tar streams in and out of a container (``put_archive`` / ``get_archive``).
+"""Tar streams out of a container (``get_archive``); what goes in is :mod:`.pack`.
 
-* In: a host file or directory (its contents), or bytes, packed with :mod:`tarfile`
-  (modes, symlinks as symlinks, empty directories; optional owner override).
 * Out: the daemon's archive of a container path, read as a stream (never whole in memory)
   into :class:`Member` records (:func:`open_members`), then either extracted into a host
   directory (:func:`extract_to`) or re-packed as a ``.tar.gz`` (:func:`export_tar_gz`).
@@ -63,69 +61,6 @@ _STREAM_ERRORS = (tarfile.TarError, OSError, EOFError, RequestException, Urllib3
 
 DIR, FILE, SYMLINK, HARDLINK = "dir", "file", "symlink", "hardlink"
 SPECIAL, PROTECTED, PROTECTED_CONTENT = "special", "protected", "protected_content"
-
-
-def _owner_filter(uid: int | None, gid: int | None) -> Callable[[tarfile.TarInfo], tarfile.TarInfo]:
-    def apply(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        if uid is not None:
-            info.uid, info.uname = uid, ""
-        if gid is not None:
-            info.gid, info.gname = gid, ""
-        return info
-
-    return apply
-
-
-def pack_path(
-    src: Path, dest_dir: str, *, uid: int | None = None, gid: int | None = None
-) -> IO[bytes]:
-    """A tar of ``src`` (a file as itself, a directory as its contents) to unpack at ``/``.
-
-    Names carry ``dest_dir`` as a prefix: the daemon refuses a relative symlink that
-    climbs above the directory it unpacks into, so unpacking at ``/`` keeps links such
-    as ``../../elsewhere``. Missing parents are created by the daemon (root, 0755).
-    """
-    prefix = dest_dir.strip("/")
-    out = tempfile.SpooledTemporaryFile(max_size=_SPOOL)  # noqa: SIM115 (returned open)
-    owner = _owner_filter(uid, gid)
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        if src.is_dir() and not src.is_symlink():
-            for child in sorted(src.iterdir()):
-                tar.add(str(child), arcname=posixpath.join(prefix, child.name), filter=owner)
-        elif src.exists() or src.is_symlink():
-            tar.add(
-                str(src), arcname=posixpath.join(prefix, src.name), recursive=False, filter=owner
-            )
-        else:
-            raise CopyFailed(f"copy_in: {src} does not exist")
-    out.seek(0)
-    return out  # type: ignore[return-value]
-
-
-def pack_bytes(
-    path: str, data: bytes, *, mode: int, uid: int, gid: int, mtime: float = 0
-) -> bytes:
-    """A tar of one file at absolute ``path``, to unpack at ``/``."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        info = tarfile.TarInfo(path.strip("/"))
-        info.size, info.mode, info.uid, info.gid = len(data), mode, uid, gid
-        info.mtime = mtime
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def put_archive(
-    api: docker.APIClient, container_id: str, what: str, data: IO[bytes] | bytes
-) -> None:
-    """Unpack a tar made by :func:`pack_path`/:func:`pack_bytes` at the container's ``/``."""
-    try:
-        ok = api.put_archive(container_id, "/", data)
-    except (APIError, NotFound) as exc:
-        raise CopyFailed(f"copy into {container_id[:12]}:{what} failed: {exc}") from exc
-    if not ok:
-        raise CopyFailed(f"copy into {container_id[:12]}:{what} was refused by the daemon")
-
 
 
 class CopyRefused(Exception):

@@ -1,4 +1,17 @@
-"""The ``selftest`` benchmark adapter and its instance behaviour."""
+"""The ``selftest`` benchmark, a test double: instances that do what a test asks.
+
+Its instances come from a JSON file named by ``$HARNESS_SELFTEST_TASKS`` (or the
+``--selftest-tasks`` option): a list of ``{"id": ..., "work": ..., ...}`` objects, where
+``work`` is one of ``succeed`` (score 1), ``fail`` (score 0), ``partial`` (``score``),
+``agent_fail``, ``sleep`` (``seconds``, then the ``then`` work, default ``succeed``),
+``crash`` (``os._exit``), ``infra`` (an InfraError with ``reason``), ``raise`` (an
+unexpected exception), ``agent`` (:mod:`.agent_task`: a small task in a Docker sandbox
+through ``--agent``); ``cost`` is the agent's reported cost in USD. Optional
+``difficulty`` and ``language`` become markers; ``count`` expands an entry into N
+instances ``<id>-0000`` ... Each execution appends a line to
+``<run_root>/selftest_executions.log`` (instance id and pid) so tests can count how often
+an instance really ran.
+"""
 
 from __future__ import annotations
 

@@ -21,13 +21,13 @@ import pytest
 from harness.budget import (
     BudgetRefused,
     Campaign,
-    FakeFileMeter,
     Meter,
     MeterSupervisor,
     Monitor,
     make_meter,
     read_monitor,
 )
+from harness.testing.fake_meter import FakeFileMeter
 from tests.budget.budget_support import KeyEndpoint
 
 MakeCampaign = Callable[..., Campaign]

@@ -109,3 +109,23 @@ def test_meter_specs() -> None:
     meter = make_meter("openrouter", environ={"OPENROUTER_API_KEY": SECRET})
     assert isinstance(meter, OpenRouterKeyMeter)
     assert meter.url == "https://openrouter.ai/api/v1/key"
+
+
+def test_the_fake_file_meter_is_the_test_double_loaded_on_first_use(tmp_path: Path) -> None:
+    """``--meter fake-file:PATH`` works from a fresh interpreter: ``make_meter`` imports
+    the double from ``harness.testing`` (nothing else registered it)."""
+    import subprocess
+    import sys
+
+    usage = tmp_path / "usage.json"
+    usage.write_text('{"usage": 2.5, "limit_remaining": 7}')
+    code = ("import sys\nfrom harness.budget import make_meter\n"
+            "assert 'harness.testing.fake_meter' not in sys.modules\n"
+            f"m = make_meter({'fake-file:' + str(usage)!r})\nr = m.read(1)\n"
+            "print(type(m).__module__, m.name, r.usage, r.limit_remaining, r.source)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=60, check=True).stdout.split()
+    assert out == ["harness.testing.fake_meter", "fake-file", "2.5", "7.0", "fake-file"]
+    with pytest.raises(ValueError, match="unknown --meter 'fake-files:x'"):
+        make_meter("fake-files:x")

@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.budget import Campaign, FakeFileMeter, MeterSupervisor, read_monitor
+from harness.budget import Campaign, MeterSupervisor, read_monitor
+from harness.testing.fake_meter import FakeFileMeter
 from tests.budget.budget_support import BASELINE, FINGERPRINT
 
 PROCESSES = 8

@@ -21,9 +21,10 @@ import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from benchmarks.cowork_bench import docker_ops
+from benchmarks.cowork_bench.containers import AGENT, container_spec
 from benchmarks.cowork_bench.images import PYTHON_BIN
 from benchmarks.cowork_bench.phases import AgentContext, AgentOutcome
+from harness.sandbox import Sandbox
 
 Call = Callable[[str, str, dict[str, Any]], Awaitable[Any]]
 
@@ -180,17 +181,16 @@ def peer_http_agent(stdout: list[str]) -> Callable[[AgentContext], AgentOutcome]
 
     def step(ctx: AgentContext) -> AgentOutcome:
         assert ctx.mcp is not None
-        box = docker_ops.start(ctx.env.runtime_image, ctx.env.ident, ctx.env.task.instance_id,
-                               network=ctx.env.network, role="peer-agent", ttl_s=600,
-                               user=docker_ops.AGENT)  # fmt: skip
+        box = Sandbox.create(container_spec(
+            ctx.env.runtime_image, ctx.env.ident, ctx.env.task.instance_id,
+            network=ctx.env.network, role="peer-agent", ttl_s=600, user=AGENT))  # fmt: skip
         try:
             env = {"MCP_HTTP_URLS": ctx.mcp.http_urls_outside, "TASK": ctx.env.task.instance_id}
-            res = docker_ops.exec_in(box, [PYTHON_BIN, "-c", PEER_HTTP], env=env,
-                                     timeout_sec=300, user=docker_ops.AGENT)  # fmt: skip
+            res = box.exec([PYTHON_BIN, "-c", PEER_HTTP], env=env, timeout=300, user=AGENT)
         finally:
-            docker_ops.remove(box)
-        stdout.append(res.stdout + res.stderr)
-        if res.exit_code != 0:
+            box.remove()
+        stdout.append(res.stdout_text + res.stderr_text)
+        if res.exit_status != 0:
             return AgentOutcome(status="failed", reason_code="peer_http_mcp")
         return AgentOutcome(status="success", reason_code="peer_http_mcp")
 

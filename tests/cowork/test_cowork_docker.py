@@ -16,17 +16,23 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.cowork_bench import docker_ops
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.agents import ScriptAgent, nop_agent, oracle_agent
 from benchmarks.cowork_bench.classify import classify_instance
+from benchmarks.cowork_bench.containers import AGENT, Limits, RunIdentity, container_spec
 from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun, evaluate_once
 from benchmarks.cowork_bench.images import ensure_image
 from benchmarks.cowork_bench.instance import run_instance
 from benchmarks.cowork_bench.phases import InstanceEnv, container_checker
 from benchmarks.cowork_bench.sidecar import PgSidecar, start_postgres
 from benchmarks.cowork_bench.tasks import load_task
-from harness.sandbox import leaked_resources, run_lock
+from harness.sandbox import (
+    Sandbox,
+    create_internal_network,
+    leaked_resources,
+    remove_labelled,
+    run_lock,
+)
 from tests.cowork.cowork_agent_scripts import SCRIPTS
 from tests.cowork.cowork_helpers import FIXTURE
 
@@ -43,14 +49,18 @@ def images() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def run_ident(tmp_path_factory: pytest.TempPathFactory) -> Iterator[docker_ops.RunIdentity]:
+def run_ident(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunIdentity]:
     root = tmp_path_factory.mktemp("cowork_run")
-    ident = docker_ops.RunIdentity(f"cowork-test-{secrets.token_hex(4)}", root)
+    ident = RunIdentity(f"cowork-test-{secrets.token_hex(4)}", root)
     with run_lock(root).acquire(timeout=0):  # sweep_stale leaves a locked run alone
         yield ident
     assert leaked_resources(run_id_prefix=ident.run_id) == {
         "containers": [], "networks": [], "volumes": []
     }  # fmt: skip
+
+
+def network(ident: RunIdentity, iid: str) -> str:
+    return create_internal_network(ident.run_id, iid, ident.worker, ident.run_root)
 
 
 def counted(runner):  # type: ignore[no-untyped-def]
@@ -65,12 +75,12 @@ def counted(runner):  # type: ignore[no-untyped-def]
 
 
 def run_agents(
-    iid: str, ident: docker_ops.RunIdentity, agents: dict[str, object]
+    iid: str, ident: RunIdentity, agents: dict[str, object]
 ) -> tuple[dict[str, object], PgSidecar]:
     """One network + sidecar for the task; each agent in its own instance folder."""
     task = load_task(FIXTURE, iid)
     t0 = time.monotonic()
-    net = docker_ops.create_network(ident, iid)
+    net = network(ident, iid)
     sidecar = start_postgres(net, ident, iid, FIXTURE / "db" / "init.sql.gz")
     TIMINGS[iid] = {"sidecar_start_s": sidecar.timings["start_s"],
                     "sidecar_seed_s": sidecar.timings["seed_s"],
@@ -84,8 +94,8 @@ def run_agents(
             for k in ("agent_phase_s", "eval_s"):
                 TIMINGS[iid][f"{name}_{k}"] = res.timings.get(k, 0.0)
     finally:
-        cleanup = docker_ops.remove_labelled(ident.labels(iid))
-    assert cleanup["remaining"] == [] and sidecar.container.name in cleanup["removed_containers"]
+        cleanup = remove_labelled(ident.labels(iid))
+    assert sidecar.container.name in cleanup["containers"] and cleanup["networks"] == [net]
     return results, sidecar
 
 
@@ -157,7 +167,7 @@ def test_full_instance_and_eval_rerun_never_calls_the_checker_again(images, run_
     iid = "email-weekly-report"
     task = load_task(FIXTURE, iid)
     inst = run_ident.run_root / "cowork_bench" / f"{iid}--full"
-    net = docker_ops.create_network(run_ident, iid)
+    net = network(run_ident, iid)
     sidecar = start_postgres(net, run_ident, iid, FIXTURE / "db" / "init.sql.gz")
     try:
         env = InstanceEnv(task, FIXTURE, inst, net, sidecar, run_ident,
@@ -176,8 +186,8 @@ def test_full_instance_and_eval_rerun_never_calls_the_checker_again(images, run_
         res_log = json.loads(Path(res.eval.receipt.res_log.path).read_text())  # type: ignore[union-attr]
         assert res_log["total_checks"] == 4
     finally:
-        cleanup = docker_ops.remove_labelled(run_ident.labels(iid))
-    assert cleanup["remaining"] == []
+        cleanup = remove_labelled(run_ident.labels(iid))
+    assert cleanup["networks"] == [net]
 
 
 def test_broken_seed_is_pg_fail_and_leaves_nothing(images, run_ident, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -199,14 +209,14 @@ def test_broken_seed_is_pg_fail_and_leaves_nothing(images, run_ident, tmp_path: 
 
 def test_every_container_is_limited_unprivileged_and_the_agent_not_root(images, run_ident) -> None:  # type: ignore[no-untyped-def]
     iid = "gcal-standup-week"
-    limits = docker_ops.Limits(cpus=0.5, memory="1g", pids=256)
-    net = docker_ops.create_network(run_ident, iid)
+    limits = Limits(cpus=0.5, memory="1g", pids=256)
+    net = network(run_ident, iid)
     try:
         sidecar = start_postgres(net, run_ident, iid, None, limits=limits)
-        agent = docker_ops.start(images["runtime"], run_ident, iid, network=net, role="agent",
-                                 limits=limits, user=docker_ops.AGENT)  # fmt: skip
-        checker = docker_ops.start(images["runtime"], run_ident, iid, network=net,
-                                   role="eval-test", limits=limits)  # fmt: skip
+        agent = Sandbox.create(container_spec(images["runtime"], run_ident, iid, network=net,
+                                              role="agent", limits=limits, user=AGENT))
+        checker = Sandbox.create(container_spec(images["runtime"], run_ident, iid, network=net,
+                                                role="eval-test", limits=limits))
         for box in (sidecar.container, agent, checker):
             info = box.api.inspect_container(box.id)
             host = info["HostConfig"]
@@ -218,5 +228,5 @@ def test_every_container_is_limited_unprivileged_and_the_agent_not_root(images, 
         exec_id = agent.api.exec_create(agent.id, ["id", "-u"])["Id"]
         assert agent.api.exec_start(exec_id).strip() == b"1000"
     finally:
-        cleanup = docker_ops.remove_labelled(run_ident.labels(iid))
-    assert cleanup["remaining"] == []
+        cleanup = remove_labelled(run_ident.labels(iid))
+    assert len(cleanup["containers"]) == 3 and cleanup["networks"] == [net]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.cowork_bench import docker_ops
 from benchmarks.cowork_bench.agents import nop_agent
+from benchmarks.cowork_bench.containers import RunIdentity, container_spec
 from benchmarks.cowork_bench.images import PYTHON_BIN, ensure_image
 from benchmarks.cowork_bench.instance import run_instance
 from benchmarks.cowork_bench.mcp_servers import (
@@ -34,7 +34,13 @@ from benchmarks.cowork_bench.mcp_servers import (
 from benchmarks.cowork_bench.phases import WORKSPACE, AgentContext, AgentOutcome
 from benchmarks.cowork_bench.sidecar import start_postgres
 from benchmarks.cowork_bench.tasks import CoworkTask, load_task
-from harness.sandbox import leaked_resources, run_lock
+from harness.sandbox import (
+    Sandbox,
+    create_internal_network,
+    leaked_resources,
+    remove_labelled,
+    run_lock,
+)
 from harness.testing.suite import REPO_ROOT, run_pytest
 from tests.cowork.cowork_helpers import FIXTURE
 from tests.cowork.cowork_mcp_agents import IN_CONTAINER, host_stdio_agent, peer_http_agent
@@ -199,8 +205,8 @@ def test_in_container_agent_uses_the_generated_config_four_tasks_share_no_port(
 
 
 @pytest.fixture
-def run_ident(tmp_path: Path) -> Iterator[docker_ops.RunIdentity]:
-    ident = docker_ops.RunIdentity(f"cowork-mcp-{secrets.token_hex(4)}", tmp_path)
+def run_ident(tmp_path: Path) -> Iterator[RunIdentity]:
+    ident = RunIdentity(f"cowork-mcp-{secrets.token_hex(4)}", tmp_path)
     with run_lock(tmp_path).acquire(timeout=0):
         yield ident
     assert leaked_resources(run_id_prefix=ident.run_id) == {
@@ -208,22 +214,22 @@ def run_ident(tmp_path: Path) -> Iterator[docker_ops.RunIdentity]:
     }  # fmt: skip
 
 
-def reach(ident: docker_ops.RunIdentity, network: str, url: str) -> str:
+def reach(ident: RunIdentity, network: str, url: str) -> str:
     """What a container on ``network`` gets from ``url`` (an HTTP status or the error)."""
-    box = docker_ops.start(ensure_image("runtime").image_id, ident, "probe", network=network,
-                           role="probe", ttl_s=120)  # fmt: skip
+    box = Sandbox.create(container_spec(ensure_image("runtime").image_id, ident, "probe",
+                                        network=network, role="probe", ttl_s=120))
     try:
         code = ("import urllib.request, sys\ntry:\n"
                 f" print(urllib.request.urlopen({url!r}, timeout=3).status)\n"
                 "except Exception as e:\n print(type(e).__name__)")  # fmt: skip
-        return docker_ops.exec_in(box, ["python3", "-c", code], timeout_sec=30).stdout.strip()
+        return box.exec(["python3", "-c", code], timeout=30).stdout_text.strip()
     finally:
-        docker_ops.remove(box)
+        box.remove()
 
 
 @pytest.mark.docker
 def test_outside_agents_over_docker_exec_and_http_pass_nop_fails_other_networks_cannot_reach(
-    tmp_path: Path, run_ident: docker_ops.RunIdentity
+    tmp_path: Path, run_ident: RunIdentity
 ) -> None:
     iid = "email-reply-invoice"
     task = load_task(FIXTURE, iid)
@@ -239,21 +245,22 @@ def test_outside_agents_over_docker_exec_and_http_pass_nop_fails_other_networks_
         seen["ports"] = info["NetworkSettings"]["Ports"], info["HostConfig"]["PortBindings"]
         status = f"http://{ctx.container.name}:{MCP_PORT}/status"
         seen["same_network"] = reach(run_ident, ctx.env.network, status)
-        other = docker_ops.create_network(run_ident, "other-task")
+        other = create_internal_network(run_ident.run_id, "other-task", run_ident.worker,
+                                        run_ident.run_root)  # fmt: skip
         seen["other_network"] = reach(run_ident, other, status)
         return outcome
 
     agents = {"host": host_then_probe, "peer": peer_http_agent(peer_out), "nop": nop_agent}
     results = {}
     try:
-        net = docker_ops.create_network(run_ident, iid)
+        net = create_internal_network(run_ident.run_id, iid, run_ident.worker, tmp_path)
         sidecar = start_postgres(net, run_ident, iid, FIXTURE / "db" / "init.sql.gz")
         for name, step in agents.items():  # preprocess resets the mailbox each time
             inst = tmp_path / "cowork_bench" / f"{iid}--{name}"
             results[name] = run_instance(task, FIXTURE, inst, step, name,  # type: ignore[arg-type]
                                          ident=run_ident, sidecar=sidecar)  # fmt: skip
     finally:
-        docker_ops.remove_labelled({"harness.run": run_ident.run_id})
+        remove_labelled({"harness.run": run_ident.run_id})
     for name in ("host", "peer"):
         res = results[name]
         assert res.summary is not None and not res.summary.infra_failed, (name, res.summary)

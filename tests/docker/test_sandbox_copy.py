@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from harness.errors import InfraError
+from harness.sandbox import NewDir, pack_tree
 from harness.sandbox.container import Sandbox
 from harness.sandbox.errors import CopyFailed
+from harness.sandbox.fixtures import SandboxFactory
 from harness.sandbox.transfer import CopyLimits, CopyRefused, CopyTooLarge, TooManyFiles
 
 
@@ -73,6 +75,30 @@ def test_copy_in_a_single_file_and_bytes(sandbox: Sandbox, tmp_path: Path) -> No
     )
     out = res.stdout.decode().splitlines()
     assert out[0] == "one" and out[1] == "640 agent" and "b   i   n" in out[2]
+
+
+def test_make_dirs_and_put_archive_go_through_the_daemon_without_capabilities(
+    sandbox_factory: SandboxFactory, sandbox_image: str, tmp_path: Path
+) -> None:
+    """Root without CAP_CHOWN cannot give a directory to the agent; the daemon can."""
+    box = sandbox_factory(sandbox_image, cap_drop=("ALL",), no_new_privileges=True,
+                          workdir="/")  # fmt: skip
+    assert not box.exec(["chown", "1000", "/tmp"], user="root").ok  # no capability
+    box.make_dirs([NewDir("/srv/job"), NewDir("/srv/job/out", 1000, 1000, 0o750)])
+    lib = tmp_path / "lib"
+    (lib / ".git").mkdir(parents=True)
+    (lib / ".git" / "HEAD").write_text("ref\n")
+    (lib / "m.py").write_text("X = 1\n")
+    box.put_archive("/srv/job/out", pack_tree([(lib, "lib")], uid=1000, gid=1000,
+                                              exclude_names={".git"}))  # fmt: skip
+    # listed as the agent: root without CAP_DAC_OVERRIDE cannot read a 0750 agent directory
+    listing = "cd /srv/job && find . -mindepth 1 -printf '%p %m %u\\n' | sort"
+    assert box.exec(listing, user="agent").stdout_text.splitlines() == [
+        "./out 750 agent", "./out/lib 755 agent", "./out/lib/m.py 644 agent",
+    ]
+    assert box.exec("stat -c '%U %a' /srv/job", user="root").stdout_text == "root 755\n"
+    with pytest.raises(CopyFailed):  # an archive needs an existing directory
+        box.put_archive("/no/such/dir", pack_tree([(lib / "m.py", "m.py")]))
 
 
 def test_copy_out_round_trip_preserves_and_does_not_follow_links(

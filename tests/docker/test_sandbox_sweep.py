@@ -18,6 +18,7 @@ from harness.sandbox import labels as L
 from harness.sandbox.cleanup import (
     leaked_resources,
     lock_is_held,
+    remove_labelled,
     run_lock,
     sweep,
     sweep_stale,
@@ -75,6 +76,35 @@ def test_sweep_removes_exactly_one_runs_resources(
     finally:
         sweep(mine, client=docker_client)
         sweep(other, client=docker_client)
+
+
+def test_remove_labelled_removes_one_instance_and_lists_again(
+    docker_client: docker.DockerClient,
+    base_image: BuiltImage,
+    run_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run_id = f"hxt-rl-{secrets.token_hex(3)}"
+    try:
+        with run_lock(run_root).acquire(timeout=0):
+            one = Sandbox.create(_spec(base_image, run_id, run_root, "i1"), client=docker_client)
+            two = Sandbox.create(_spec(base_image, run_id, run_root, "i2"), client=docker_client)
+            net = create_internal_network(run_id, "i1", "main", run_root, client=docker_client)
+            gone = remove_labelled({L.RUN: run_id, L.INSTANCE: "i1"}, client=docker_client)
+            assert gone == {"containers": [one.name], "networks": [net], "volumes": []}
+            assert [n.split(" ")[0] for n in leaked_resources(
+                docker_client, run_id_prefix=run_id)["containers"]] == [two.name]
+            assert remove_labelled({L.RUN: run_id, L.INSTANCE: "i1"},
+                                   client=docker_client)["containers"] == []
+            with pytest.raises(ValueError, match="at least one label"):
+                remove_labelled({}, client=docker_client)
+            monkeypatch.setattr(sweep_mod, "_remove", lambda *a: None)  # a daemon that refuses
+            with pytest.raises(SweepIncomplete, match=two.name):
+                remove_labelled({L.RUN: run_id}, client=docker_client, wait_s=0.3)
+    finally:
+        monkeypatch.undo()
+        sweep(run_id, client=docker_client)
+    assert leaked_resources(docker_client, run_id_prefix=run_id) == EMPTY
 
 
 def test_sweep_that_cannot_remove_raises_sweep_incomplete(

@@ -1,0 +1,152 @@
+"""Tar streams into a container (``put_archive``): what the harness copies in.
+
+Everything packed here comes from the host side and is trusted (the harness's own files, a
+benchmark checkout): the agent's output leaves through :mod:`harness.sandbox.transfer`.
+
+* :func:`pack_path`: a host file, or a directory's contents, at a container directory
+  (modes, symlinks as symlinks, empty directories; optional owner override).
+* :func:`pack_bytes`: one file from bytes at an absolute path.
+* :func:`pack_tree`: host paths each placed whole at a chosen name, some names left out
+  (``.git``, caches); unpacked in a directory (:meth:`Sandbox.put_archive`).
+* :func:`pack_dirs`: directories with their owners and modes. The daemon makes them, so a
+  container without ``CAP_CHOWN`` (``cap_drop=ALL``) still gets another user's directory.
+
+The tars are unpacked by the daemon (:func:`put_archive`), which applies the owners in the
+headers; no capability inside the container is used.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import tarfile
+import tempfile
+from collections.abc import Callable, Collection, Iterable
+from pathlib import Path, PurePosixPath
+from typing import IO, NamedTuple
+
+import docker
+from docker.errors import APIError, NotFound
+
+from harness.sandbox.errors import CopyFailed
+
+_SPOOL = 32 << 20
+
+
+def _owner_filter(uid: int | None, gid: int | None) -> Callable[[tarfile.TarInfo], tarfile.TarInfo]:
+    def apply(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        if uid is not None:
+            info.uid, info.uname = uid, ""
+        if gid is not None:
+            info.gid, info.gname = gid, ""
+        return info
+
+    return apply
+
+
+def pack_path(
+    src: Path, dest_dir: str, *, uid: int | None = None, gid: int | None = None
+) -> IO[bytes]:
+    """A tar of ``src`` (a file as itself, a directory as its contents) to unpack at ``/``.
+
+    Names carry ``dest_dir`` as a prefix: the daemon refuses a relative symlink that
+    climbs above the directory it unpacks into, so unpacking at ``/`` keeps links such
+    as ``../../elsewhere``. Missing parents are created by the daemon (root, 0755).
+    """
+    prefix = dest_dir.strip("/")
+    out = tempfile.SpooledTemporaryFile(max_size=_SPOOL)  # noqa: SIM115 (returned open)
+    owner = _owner_filter(uid, gid)
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        if src.is_dir() and not src.is_symlink():
+            for child in sorted(src.iterdir()):
+                tar.add(str(child), arcname=posixpath.join(prefix, child.name), filter=owner)
+        elif src.exists() or src.is_symlink():
+            tar.add(
+                str(src), arcname=posixpath.join(prefix, src.name), recursive=False, filter=owner
+            )
+        else:
+            raise CopyFailed(f"copy_in: {src} does not exist")
+    out.seek(0)
+    return out  # type: ignore[return-value]
+
+
+def pack_bytes(
+    path: str, data: bytes, *, mode: int, uid: int, gid: int, mtime: float = 0
+) -> bytes:
+    """A tar of one file at absolute ``path``, to unpack at ``/``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo(path.strip("/"))
+        info.size, info.mode, info.uid, info.gid = len(data), mode, uid, gid
+        info.mtime = mtime
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def pack_tree(
+    entries: Iterable[tuple[Path, str]],
+    *,
+    uid: int | None = None,
+    gid: int | None = None,
+    exclude_names: Collection[str] = (),
+) -> bytes:
+    """A tar of trusted host paths, each ``(path, name)`` added whole (recursively) as
+    ``name``, to unpack in a directory with :meth:`Sandbox.put_archive`.
+
+    Symlinks stay symlinks (never followed); an entry with any path component in
+    ``exclude_names`` (e.g. ``.git``) is left out with everything below it; ``uid`` and
+    ``gid`` override the owners.
+    """
+    owner = _owner_filter(uid, gid)
+    excluded = frozenset(exclude_names)
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if not excluded.isdisjoint(PurePosixPath(info.name).parts):
+            return None
+        return owner(info)
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for src, name in entries:
+            tar.add(str(src), arcname=name, recursive=True, filter=keep)
+    return buf.getvalue()
+
+
+class NewDir(NamedTuple):
+    """A directory for :func:`pack_dirs`: an absolute ``path``, its owner and its mode."""
+
+    path: str
+    uid: int = 0
+    gid: int = 0
+    mode: int = 0o755
+
+
+def pack_dirs(dirs: Iterable[NewDir]) -> bytes:
+    """A tar of directory entries to unpack at ``/``: each is created (missing parents
+    root's, 0755), or an existing one gets the owner and mode named here."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for d in dirs:
+            info = tarfile.TarInfo(d.path.strip("/"))
+            info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, d.mode, d.uid, d.gid
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+def put_archive(
+    api: docker.APIClient,
+    container_id: str,
+    what: str,
+    data: IO[bytes] | bytes,
+    *,
+    at: str = "/",
+) -> None:
+    """Unpack a tar in the container's existing directory ``at``: ``/`` for the absolute
+    names of :func:`pack_path`, :func:`pack_bytes` and :func:`pack_dirs`; the directory
+    the names are relative to for :func:`pack_tree`. ``what`` names it in errors."""
+    try:
+        ok = api.put_archive(container_id, at, data)
+    except (APIError, NotFound) as exc:
+        raise CopyFailed(f"copy into {container_id[:12]}:{what} failed: {exc}") from exc
+    if not ok:
+        raise CopyFailed(f"copy into {container_id[:12]}:{what} was refused by the daemon")
