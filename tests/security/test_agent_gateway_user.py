@@ -5,6 +5,7 @@ that user and refuses root. A scripted plan on the ProgramBench fixture, real Do
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 
 import httpx
@@ -45,9 +46,10 @@ def test_gateway_steps_run_as_the_agent_user_and_cannot_read_the_reference(
     assert who["exit_code"] == 0 and who["output_tail"] == "1000\nagent\n"
     assert steal["exit_code"] != 0 and "Permission denied" in steal["output_tail"]
     assert kill["exit_code"] != 0
-    workspace = run.root / row["output_paths"]["workspace"]
-    stolen = workspace / "stolen.bin"
-    assert not stolen.exists() or stolen.stat().st_size == 0
+    # The workspace reaches the host only inside submission.tar.gz.
+    with tarfile.open(run.root / row["output_paths"]["submission"], "r:gz") as tar:
+        stolen = [m for m in tar.getmembers() if m.name.lstrip("./") == "stolen.bin"]
+    assert all(m.isreg() and m.size == 0 for m in stolen), stolen
     assert row["official_eval_status"] == "completed" and row["score"] == 0.0
 
 
