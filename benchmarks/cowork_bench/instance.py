@@ -65,6 +65,8 @@ from harness.manifest import read_manifest
 from harness.models import Outcome
 from harness.runtime import InstanceContext
 from harness.sandbox import create_internal_network, remove_labelled
+from harness.sandbox.fixtures import copy_limits as copy_limits_of
+from harness.sandbox.limits import CopyLimits
 
 TTL_MARGIN_S = 3600  # container life beyond the agent timeout (preprocess, eval, teardown)
 BODY_NAME = "cowork_bench_task_body.json"
@@ -107,6 +109,7 @@ def run_instance(
     allow_missing_tools: bool = False,
     runtime_image: str | None = None,
     pg_image: str | None = None,
+    copy_limits: CopyLimits | None = None,
 ) -> InstanceResult:
     """Sidecar (unless one is given, with its network), agent phase, eval phase, teardown.
 
@@ -117,7 +120,8 @@ def run_instance(
     until ``harness sweep --run`` or their TTL). ``sandbox_runtime`` (``--runtime``) is the
     agent container's OCI runtime. ``runtime_image`` (``--cowork-image``) and ``pg_image``
     (``--cowork-pg-image``) are image IDs replacing the harness's own. ``diagnostic`` runs the residual diagnostic
-    (audit only) while the sidecar still holds the agent's state.
+    (audit only) while the sidecar still holds the agent's state. ``copy_limits``
+    (``--max-copy-out-mb``, ``--max-copy-out-files``) cap every copy out of its containers.
     """
     inst_dir = Path(inst_dir)
     inst_dir.mkdir(parents=True, exist_ok=True)
@@ -141,7 +145,8 @@ def run_instance(
                           runtime, timings, ttl_s=ttl, docs=docs,
                           limits=limits or Limits(),
                           sandbox_runtime=sandbox_runtime,
-                          allow_missing_tools=allow_missing_tools)  # fmt: skip
+                          allow_missing_tools=allow_missing_tools,
+                          copy_limits=copy_limits or CopyLimits())  # fmt: skip
         t1 = time.monotonic()
         result.summary = run_agent_phase(env, agent, agent_name, timeout_sec=agent_timeout_sec)
         timings["agent_phase_s"] = time.monotonic() - t1
@@ -367,6 +372,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         allow_missing_tools=opts.allow_missing_tools,
         runtime_image=adapter.images.image_id("runtime", ctx.run_root),
         pg_image=adapter.images.image_id("pg", ctx.run_root),
+        copy_limits=copy_limits_of(request.config),
     )
     details = ctx.result.details
     details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}

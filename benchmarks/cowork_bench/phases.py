@@ -54,6 +54,7 @@ from benchmarks.cowork_bench.workspace import SANITISED_NAME, pack_workspace, sa
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json, atomic_write_text
 from harness.sandbox import ExecResult, NewDir, Sandbox, pack_tree
+from harness.sandbox.limits import CopyLimits
 from harness.sandbox.transfer import CopyRefused
 
 ROOT = "/workspace"
@@ -85,6 +86,7 @@ class InstanceEnv:
     limits: Limits = field(default_factory=Limits)
     sandbox_runtime: str | None = None  # OCI runtime of the agent container (--runtime)
     allow_missing_tools: bool = False  # run the agent even when a named MCP server failed
+    copy_limits: CopyLimits = field(default_factory=CopyLimits)  # every copy out (--max-copy-out-*)
 
     @property
     def env(self) -> dict[str, str]:
@@ -160,6 +162,7 @@ def _start(env: InstanceEnv, role: str, sanitised: bool, runtime: str | None = N
         ttl_s=env.ttl_s, limits=env.limits, user=AGENT if agent else "0",
         runtime=runtime,
     ))  # fmt: skip
+    container.copy_limits = env.copy_limits
     try:
         uid = AGENT_ID if agent else 0
         container.make_dirs([

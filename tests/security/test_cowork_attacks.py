@@ -183,3 +183,18 @@ def test_command_agent_relative_groundtruth_link_fails_and_runs_unprivileged(
     assert run.manifest["extra"]["cowork"]["applied_config"]["container_limits"] == {
         "cpus": 0.5, "memory": "2g", "pids": 300
     }  # fmt: skip
+
+
+def test_copy_out_caps_of_the_run_apply_to_cowork(tmp_path: Path) -> None:
+    """``--max-copy-out-files`` reaches Cowork's containers: an agent that floods its
+    workspace past the run's cap fails (its failure, not an infra retry) and nothing past
+    the cap reaches the host."""
+    command = "mkdir flood && for i in $(seq 1 300); do echo $i > flood/f$i; done"
+    run = cowork(tmp_path / "flood", "--agent", "command", "--agent-command", command,
+                 "--max-copy-out-files", "100")  # fmt: skip
+    assert run.rc == 0, run.out
+    row = run.latest[IID]
+    assert (row["status"], row["reason_code"]) == ("agent_failed", "too_many_files"), row
+    assert row["infra"] is False
+    flood = run.root / "cowork_bench" / IID / "workspace" / "flood"
+    assert not flood.exists() or len(list(flood.iterdir())) <= 100
