@@ -1,8 +1,9 @@
 """Agents: ``nop``, ``oracle``, ``command`` (a CLI agent in the sandbox) and ``gateway``
 (a task on an agent server over HTTP), behind one small interface (:mod:`.base`)."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from harness.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from harness.agents.base import (
@@ -32,13 +33,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [
