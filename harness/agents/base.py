@@ -152,6 +152,8 @@ class AgentOptions(BaseModel):
     instruction_via: str = "both"
     user: str | None = None
     workdir: str | None = None
+    kill_after_s: float | None = None
+    exec_margin_s: float | None = None
     # gateway
     gateway_url: str | None = None
     poll_interval_s: float | None = None

@@ -131,6 +131,8 @@ class CommandRunRecord(BaseModel):
     env_names: list[str]
     env_missing: list[str]
     timeout_sec: float | None
+    # When the harness kills the process tree itself: timeout + kill-after + exec margin.
+    exec_timeout_sec: float | None = None
     exit_code: int | None
     timed_out: bool
     wall_s: float
@@ -187,15 +189,18 @@ class CommandAgent:
     def from_options(cls, options: AgentOptions) -> CommandAgent:
         if not options.command:
             raise ValueError("the command agent needs a command line (--agent-command)")
-        return cls(
-            CommandAgentConfig(
-                command=options.command,
-                env=list(options.env),
-                instruction_via=options.instruction_via,  # type: ignore[arg-type]
-                user=options.user,
-                workdir=options.workdir,
-            )
+        config = CommandAgentConfig(
+            command=options.command,
+            env=list(options.env),
+            instruction_via=options.instruction_via,  # type: ignore[arg-type]
+            user=options.user,
+            workdir=options.workdir,
         )
+        if options.kill_after_s is not None:
+            config.kill_after_s = options.kill_after_s
+        if options.exec_margin_s is not None:
+            config.exec_margin_s = options.exec_margin_s
+        return cls(config)
 
     def missing_env(self, extra: Sequence[str] = ()) -> list[str]:
         """Allow-listed names absent from the runner's environment (a preflight check)."""
@@ -303,6 +308,7 @@ class CommandAgent:
             env_names=sorted(secrets),
             env_missing=missing,
             timeout_sec=timeout,
+            exec_timeout_sec=exec_timeout,
             exit_code=exit_code,
             timed_out=timed_out,
             wall_s=round(wall, 3),

@@ -46,6 +46,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="waive a runtime_version skew (recorded in the manifest)")
     group.addoption("--agent-command", default=None, metavar="CMD",
                     help="command line of a CLI agent run inside the sandbox")
+    group.addoption("--agent-kill-after", default=None, metavar="SEC",
+                    help="command agents: seconds between the task timeout's TERM and its "
+                         "KILL (default 10)")
+    group.addoption("--agent-exec-margin", default=None, metavar="SEC",
+                    help="command agents: seconds after timeout + kill-after before the "
+                         "harness itself kills the process tree (default 30)")
     group.addoption("--agent-env", action="append", default=[], metavar="NAME",
                     help="environment variable passed to the command agent (repeatable; "
                          "values come from this environment, never argv)")
@@ -89,6 +95,8 @@ def agent_options(config: pytest.Config) -> AgentOptions:
         model_key_env=config.getoption("model_key_env"),
         model_prices=config.getoption("model_prices"),
         per_task_limit_usd=_float_option(config, "per_task_limit_usd"),
+        kill_after_s=_float_option(config, "agent_kill_after"),
+        exec_margin_s=_float_option(config, "agent_exec_margin"),
     )
 
 

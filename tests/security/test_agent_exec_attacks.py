@@ -47,11 +47,13 @@ def test_forged_kill_target_cannot_turn_a_timeout_into_infra(tmp_path: Path) -> 
         "setsid sleep 700 & "
         "echo forged; sleep 800"
     )
-    run, row = attack(tmp_path / "run", command, "--task-timeout", "2")
+    run, row = attack(tmp_path / "run", command, "--task-timeout", "2",
+                      "--agent-kill-after", "1", "--agent-exec-margin", "3")
     assert_agent_outcome(run, row, "deadline_local")
     assert row["details"]["truncated"] is True
     record = command_record(run, row)
     assert record["timed_out"] and record["kill_survivors"] == ""
+    assert record["exec_timeout_sec"] == 2 + 1 + 3  # the options reach the exec-level kill
     assert (run.root / row["output_paths"]["agent_stdout"]).read_bytes() == b"forged\n"
     # the sandbox outlived the kill: the submission was collected and scored
     assert row["official_eval_status"] == "completed" and row["score"] == 0.0
