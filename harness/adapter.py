@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.models import Outcome, validate_instance_id
+from harness.outcomes import Outcome, validate_instance_id
 
 if TYPE_CHECKING:
     import pytest

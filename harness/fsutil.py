@@ -10,8 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from pydantic import BaseModel
-
 
 def _fsync_dir(path: Path) -> None:
     try:
@@ -87,8 +85,9 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def dumps_json(data: Any) -> str:
-    if isinstance(data, BaseModel):
-        return data.model_dump_json(by_alias=True, indent=2) + "\n"
+    dump = getattr(data, "model_dump_json", None)  # a pydantic model (not imported here)
+    if callable(dump) and not isinstance(data, type):
+        return str(dump(by_alias=True, indent=2)) + "\n"
     return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
 
 

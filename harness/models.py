@@ -6,11 +6,17 @@ files (``ouroboros.benchmark.*``) where one exists, so their readers keep workin
 
 from __future__ import annotations
 
-import re
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# The outcome vocabulary and instance ids live in harness.outcomes (no pydantic: the
+# collection path imports them); re-exported here.
+from harness.outcomes import INSTANCE_ID_RE as INSTANCE_ID_RE
+from harness.outcomes import SETTLED_OUTCOMES as SETTLED_OUTCOMES
+from harness.outcomes import Outcome as Outcome
+from harness.outcomes import instance_key as instance_key
+from harness.outcomes import validate_instance_id as validate_instance_id
 
 ROW_SCHEMA = "harness.task_result.v1"
 MANIFEST_SCHEMA = "harness.run_manifest.v1"
@@ -20,34 +26,6 @@ MERGE_SCHEMA = "harness.merge.v1"
 # Resolved: every scored test passed. A benchmark's "near-resolved" threshold, if it has
 # one, is its adapter's ``near_resolved_at``.
 RESOLVED_AT = 1.0
-
-INSTANCE_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
-
-
-def validate_instance_id(value: str) -> str:
-    if not INSTANCE_ID_RE.match(value) or value in {".", ".."}:
-        raise ValueError(
-            f"invalid instance id {value!r}: use only letters, digits, '.', '_' and '-'"
-        )
-    return value
-
-
-class Outcome(StrEnum):
-    """The runner's common outcome of one instance; each benchmark maps it to its status."""
-
-    SCORED = "scored"  # the official scorer gave a verdict
-    AGENT_FAILED = "agent_failed"  # the agent did not complete; nothing (or partial) scored
-    INFRA_FAILED = "infra_failed"  # Docker, network, gateway, budget plumbing: not the model
-    BLOCKED = "blocked"  # budget or stop request kept it from starting
-    NOT_ATTEMPTED = "not_attempted"  # the run ended before it started
-    SKIPPED = "skipped"  # the benchmark declined it (e.g. no oracle solution)
-    CARRIED = "carried_forward"  # settled in an ancestor run (resume)
-    DRY_RUN = "dry_run"  # inputs prepared, nothing run
-
-
-# Outcomes a resume keeps; the others are run again.
-SETTLED_OUTCOMES = frozenset({Outcome.SCORED, Outcome.AGENT_FAILED})
-
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -119,10 +97,6 @@ class TaskRow(OpenModel):
 
     def dump_line(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=False)
-
-
-def instance_key(benchmark: str, instance_id: str) -> str:
-    return f"{benchmark}/{instance_id}"
 
 
 class ShardSpec(StrictModel):

@@ -10,9 +10,10 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.models import Plan, ShardSpec
+if TYPE_CHECKING:  # the file models load when a run is planned, not at collection
+    from harness.models import Plan, ShardSpec
 
 SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -32,6 +33,8 @@ def parse_shard(text: str | None) -> ShardSpec | None:
     index, count = int(match.group(1)), int(match.group(2))
     if count < 1 or not 1 <= index <= count:
         raise PlanError(f"--shard {text!r} is out of range: I must be between 1 and N (N >= 1)")
+    from harness.models import ShardSpec
+
     return ShardSpec(index=index, count=count)
 
 

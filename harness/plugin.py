@@ -11,29 +11,28 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from harness import hookspecs
 from harness.adapter import BenchmarkAdapter
-from harness.controller import Controller
 from harness.errors import RefusalError
 from harness.fsutil import read_json
 from harness.layout import workers_dir
-from harness.manifest import PLAN_NAME
-from harness.models import Plan
 from harness.plan import PlanError, default_runs_root, parse_shard, rewrite_marker_args
-from harness.runtime import RunContext
 from harness.signals import StopGuard
 from harness.worker import WorkerHooks, harness_instance
+
+if TYPE_CHECKING:  # the controller and the file models load when a run starts
+    from harness.controller import Controller
 
 # The runner's own plugins: Docker sandbox fixtures, campaign budgets, agents.
 pytest_plugins = ["harness.sandbox.fixtures", "harness.sandbox.run_hooks",
                   "harness.sandbox.pull_plugin", "harness.sandbox.engine_plugin", "harness.order",
                   "harness.budget.plugin", "harness.agents.plugin"]
 
-CONTROLLER_KEY = pytest.StashKey[Controller]()
+CONTROLLER_KEY: pytest.StashKey[Controller] = pytest.StashKey()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -177,6 +176,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(hooks, "harness-worker")
     if config.option.collectonly:
         return
+    from harness.controller import Controller
+    from harness.manifest import PLAN_NAME
+    from harness.models import Plan
+    from harness.runtime import RunContext
+
     if worker_input is not None:
         info = worker_input.get("harness")
         if not info:

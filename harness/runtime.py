@@ -28,9 +28,9 @@ from harness.models import (
     Tokens,
     instance_key,
 )
+from harness.outcomes import INFRA_PROPERTY as INFRA_PROPERTY
+from harness.outcomes import ROW_PROPERTY as ROW_PROPERTY
 
-ROW_PROPERTY = "harness_row"
-INFRA_PROPERTY = "harness_infra"
 Role = Literal["single", "controller", "worker"]
 
 

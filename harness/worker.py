@@ -10,22 +10,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.adapter import BenchmarkAdapter, InstanceSpec
-from harness.models import Outcome, instance_key
-from harness.plan import select_keys
-from harness.runtime import (
-    INFRA_PROPERTY,
-    ROW_PROPERTY,
-    InstanceContext,
-    OutcomeSkip,
-    RowState,
-    RunContext,
-)
+from harness.outcomes import INFRA_PROPERTY, ROW_PROPERTY, Outcome, instance_key
 from harness.signals import StopGuard, read_stop
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the runtime (pydantic rows) loads when an instance runs, not at collection
     from harness.controller import Controller
+    from harness.runtime import InstanceContext, RowState, RunContext
 
-STATE_KEY = pytest.StashKey[RowState]()
+STATE_KEY: pytest.StashKey[RowState] = pytest.StashKey()
 
 
 def item_spec(item: pytest.Item) -> tuple[str, InstanceSpec] | None:
@@ -91,6 +83,8 @@ class WorkerHooks:
                     f"list them with --collect-only -q")
         found = {item: item_spec(item) for item in items}
         keys = {item: instance_key(f[0], f[1].instance_id) for item, f in found.items() if f}
+        from harness.plan import select_keys
+
         # Shard and frozen selection (plan.selection is None when the user gave selectors).
         kept = set(select_keys(keys.values(), self.run.plan)) if self.run else set(keys.values())
         for item in items:
@@ -139,6 +133,8 @@ class WorkerHooks:
         if found is None or self.run is None:
             return
         benchmark, spec = found
+        from harness.runtime import InstanceContext, OutcomeSkip, RowState
+
         ctx = InstanceContext(self.run, self.adapters[benchmark], spec, item.nodeid)
         item.stash[STATE_KEY] = RowState(ctx)
         self._phase("setup")

@@ -23,7 +23,7 @@ from benchmarks.programbench.tasks import (
 )
 from harness.adapter import BenchmarkAdapter, InstanceSpec
 from harness.errors import RefusalError
-from harness.models import Outcome
+from harness.outcomes import Outcome
 
 EVAL_MODES = ("per-task", "batch", "off")
 DEFAULT_CPUS = 4.0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -11,10 +12,12 @@ from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.adapter import ProgramBenchAdapter, add_options
 from harness.adapter import BenchmarkAdapter
 from harness.errors import RefusalError
-from harness.models import TaskRow
 from harness.plugin import user_selectors
-from harness.runtime import RunContext
 from harness.worker import item_spec
+
+if TYPE_CHECKING:  # loaded when a run starts, not at collection
+    from harness.models import TaskRow
+    from harness.runtime import RunContext
 
 ADAPTER = ProgramBenchAdapter()
 

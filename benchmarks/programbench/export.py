@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.programbench import BENCHMARK
-from benchmarks.programbench.tasks import InstanceOrder
+from benchmarks.programbench.order import InstanceOrder
 from harness.fsutil import atomic_write_text
 from harness.manifest import ManifestError, read_manifest
 from harness.untrusted import hash_untrusted_file

@@ -19,14 +19,17 @@ import json
 import os
 import random
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import TYPE_CHECKING, Any, Literal
 
 from benchmarks.programbench import CLEANROOM_TAG, FIXTURE_ID
+
+if TYPE_CHECKING:
+    from benchmarks.programbench.order import InstanceOrder
 
 Difficulty = Literal["easy", "medium", "hard", "none"]
 DEFAULT_SHUFFLE_SEED = 42
@@ -43,10 +46,18 @@ LANGUAGE_NAMES = {
 }
 
 
-class PBInstance(BaseModel):
-    """One ProgramBench task as shipped in the package (``task.yaml`` + derived names)."""
+DIFFICULTIES = ("easy", "medium", "hard", "none")
+_FIELDS = ("instance_id", "image_name", "repository", "commit", "language", "difficulty",
+           "eval_clean_hashes")
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+@dataclass(frozen=True)
+class PBInstance:
+    """One ProgramBench task as shipped in the package (``task.yaml`` + derived names).
+
+    A plain frozen dataclass (validated in ``__post_init__``): collection builds 201 of them
+    and must not need pydantic.
+    """
 
     instance_id: str
     image_name: str  # without tag, e.g. programbench/abishekvashok_1776_cmatrix.5c082c6
@@ -56,17 +67,33 @@ class PBInstance(BaseModel):
     difficulty: Difficulty = "none"
     eval_clean_hashes: tuple[str, ...] = ()
 
-    @field_validator("instance_id")
-    @classmethod
-    def _valid_id(cls, value: str) -> str:
-        if not _ID_RE.match(value):
-            raise ValueError(f"invalid instance id {value!r}")
-        return value
+    def __post_init__(self) -> None:
+        if not isinstance(self.instance_id, str) or not _ID_RE.match(self.instance_id):
+            raise ValueError(f"invalid instance id {self.instance_id!r}")
+        for name in ("image_name", "repository", "commit", "language"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{self.instance_id}: {name} must be a string")
+        if self.difficulty in (None, ""):
+            object.__setattr__(self, "difficulty", "none")
+        if self.difficulty not in DIFFICULTIES:
+            raise ValueError(f"{self.instance_id}: difficulty {self.difficulty!r} is not one "
+                             f"of {', '.join(DIFFICULTIES)}")
+        object.__setattr__(self, "eval_clean_hashes", tuple(self.eval_clean_hashes))
 
-    @field_validator("difficulty", mode="before")
     @classmethod
-    def _none_difficulty(cls, value: object) -> object:
-        return "none" if value in (None, "") else value
+    def from_dict(cls, data: Mapping[str, Any]) -> PBInstance:
+        """From :meth:`to_dict`'s form; unknown keys are refused (ValueError)."""
+        extra = set(data) - set(_FIELDS)
+        if extra:
+            raise ValueError(f"unknown instance fields: {', '.join(sorted(extra))}")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: (list(value) if isinstance(value, tuple) else value)
+                for name, value in ((n, getattr(self, n)) for n in _FIELDS)}
 
     @property
     def n_clean_hashes(self) -> int:
@@ -83,21 +110,6 @@ class PBInstance(BaseModel):
 
     def image_ref(self, tag: str = CLEANROOM_TAG) -> str:
         return f"{self.image_name}:{tag}"
-
-
-class InstanceOrder(BaseModel):
-    """``instance_order.json``: the selected ids in run order (the seed's four keys first)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    count: int
-    shuffle: bool
-    shuffle_seed: int | None
-    instance_ids: list[str]
-    filter: str | None = None
-    slice: str | None = None
-    include_fixture: bool = False
-    programbench_version: str = Field(default_factory=lambda: programbench_version())
 
 
 def programbench_version() -> str:
@@ -175,7 +187,7 @@ def _cache_path(key: str) -> Path:
 def _read_cache(key: str) -> tuple[PBInstance, ...] | None:
     try:
         data = json.loads(_cache_path(key).read_text(encoding="utf-8"))
-        return tuple(PBInstance.model_validate(item) for item in data)
+        return tuple(PBInstance.from_dict(item) for item in data)
     except (OSError, ValueError):  # missing, unreadable or corrupt: load from the package
         return None
 
@@ -186,7 +198,7 @@ def _write_cache(key: str, instances: tuple[PBInstance, ...]) -> None:
     path = _cache_path(key)
     with contextlib.suppress(OSError):  # a read-only home only costs the speed-up
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps([i.model_dump(mode="json") for i in instances]))
+        atomic_write_text(path, json.dumps([i.to_dict() for i in instances]))
 
 
 def load_instances(*, include_fixture: bool = True) -> list[PBInstance]:
@@ -265,6 +277,8 @@ def instance_order(
     include_fixture: bool = False,
 ) -> InstanceOrder:
     """The ``instance_order.json`` record of a selection (``shuffle_seed`` null when unshuffled)."""
+    from benchmarks.programbench.order import InstanceOrder
+
     return InstanceOrder(
         count=len(selected),
         shuffle=shuffle,
@@ -274,6 +288,14 @@ def instance_order(
         slice=slice_spec or None,
         include_fixture=include_fixture,
     )
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: the pydantic record loads on first use
+    if name == "InstanceOrder":
+        from benchmarks.programbench.order import InstanceOrder
+
+        return InstanceOrder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

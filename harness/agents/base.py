@@ -17,19 +17,10 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.agents.kinds import AGENT_KINDS as AGENT_KINDS
+from harness.agents.kinds import AGENT_MODULES as AGENT_MODULES
 from harness.models import Tokens
 
-# kind -> the module that registers it (``@register_agent(kind)``) when imported; a module
-# is imported only when its kind is asked for. Add a kind by adding its module here.
-AGENT_MODULES: dict[str, str] = {
-    "nop": "harness.agents.base",
-    "oracle": "harness.agents.oracle",
-    "command": "harness.agents.command",
-    "gateway": "harness.agents.gateway_agent",
-    "mini-swe-agent": "harness.agents.mini_swe",
-    "host-command": "harness.agents.host_command",
-}
-AGENT_KINDS = tuple(AGENT_MODULES)
 COST_SOURCES = ("gateway", "agent_reported", "meter", "unknown")
 
 

@@ -9,22 +9,17 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.agents.base import (
-    AGENT_KINDS,
-    Agent,
-    AgentOptions,
-    AgentOutcome,
-    AgentRequest,
-    OracleUnavailable,
-    make_agent,
-)
+from harness.agents.kinds import AGENT_KINDS
 from harness.errors import InfraError, RefusalError
-from harness.models import Outcome
-from harness.runtime import InstanceContext, OutcomeSkip, RunContext, Unresolved
+from harness.outcomes import Outcome
+
+if TYPE_CHECKING:  # agents and rows load when a run starts, not at collection
+    from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest
+    from harness.runtime import InstanceContext, RunContext
 
 GATEWAY_URL_ENV = "HARNESS_GATEWAY_URL"
 
@@ -84,6 +79,8 @@ def agent_kind(config: pytest.Config) -> str:
 
 
 def agent_options(config: pytest.Config) -> AgentOptions:
+    from harness.agents.base import AgentOptions
+
     return AgentOptions(
         command=config.getoption("agent_command"),
         env=list(config.getoption("agent_env")),
@@ -130,6 +127,8 @@ def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
 
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+    from harness.agents.base import make_agent
+
     kind = agent_kind(config)
     if not kind and not any(a.needs_agent for a in run.adapters.values()):
         kind = "nop"
@@ -214,6 +213,8 @@ def _gateway_preflight(config: pytest.Config, run: RunContext, url: str, repo: s
 @pytest.fixture(scope="session")
 def harness_agent(pytestconfig: pytest.Config) -> Agent:
     """The agent under test (one per process; agents keep no per-instance state)."""
+    from harness.agents.base import make_agent
+
     kind = agent_kind(pytestconfig) or "nop"
     options = agent_options(pytestconfig)
     return make_agent(kind, options)
@@ -258,6 +259,9 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
     (``completed`` false means the agent did not finish: the adapter decides whether to
     score partial work).
     """
+    from harness.agents.base import OracleUnavailable
+    from harness.runtime import OutcomeSkip, Unresolved
+
     if getattr(agent, "kind", "") == "gateway":
         if request.extra.get("reattach"):
             # Only when the task's workspace outlives a run (an external workspace): a fresh

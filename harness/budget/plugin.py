@@ -8,17 +8,19 @@ import os
 import sys
 from collections.abc import Generator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from harness.budget.errors import BudgetRefused, CampaignPersistenceError
 from harness.budget.session import BudgetSettings, ControllerBudget, WorkerBudget
 from harness.errors import InfraError, RefusalError
-from harness.models import Outcome
-from harness.runtime import OutcomeSkip, RunContext
+from harness.outcomes import Outcome
 from harness.signals import request_stop
 from harness.worker import STATE_KEY
+
+if TYPE_CHECKING:  # loaded when a run starts, not at collection
+    from harness.runtime import RunContext
 
 BUDGET_KEY = pytest.StashKey[ControllerBudget]()
 SETTINGS_KEY = pytest.StashKey[BudgetSettings]()
@@ -181,6 +183,8 @@ def harness_budget(request: pytest.FixtureRequest) -> Generator[WorkerBudget | N
         raise InfraError(str(exc), exc.reason_code) from exc
     except BudgetRefused as exc:
         request_stop(ctx.run_root, exc.reason)  # no new instance starts anywhere
+        from harness.runtime import OutcomeSkip
+
         raise OutcomeSkip(Outcome.BLOCKED, exc.reason, str(exc)) from exc
     try:
         yield wb

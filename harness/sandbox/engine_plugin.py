@@ -20,24 +20,16 @@ engine exactly as before.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from harness.errors import InfraError, RefusalError
-from harness.runtime import RunContext
-from harness.sandbox import placement
-from harness.sandbox.engines import (
-    LOCAL,
-    EngineError,
-    EngineRecord,
-    alive,
-    client_for,
-    engine_specs,
-    probe,
-    read_engines,
-    write_engines,
-)
+
+if TYPE_CHECKING:  # engines (pydantic records) and placement load when a run uses them
+    from harness.runtime import RunContext
+    from harness.sandbox import placement
+    from harness.sandbox.engines import EngineRecord
 
 ENGINE_LOST = "engine_lost"
 _cache: dict[str, list[EngineRecord]] = {}
@@ -54,6 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def run_engines(run_root: Any) -> list[EngineRecord]:
+    from harness.sandbox.engines import read_engines
+
     key = str(run_root)
     if key not in _cache:
         _cache[key] = read_engines(run_root)
@@ -61,6 +55,8 @@ def run_engines(run_root: Any) -> list[EngineRecord]:
 
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+    from harness.sandbox.engines import EngineError, engine_specs, probe, write_engines
+
     hosts = list(config.getoption("docker_host", None) or [])
     workers = int(getattr(config.option, "numprocesses", 0) or 0) or 1
     try:
@@ -81,6 +77,8 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
 
 def _lost(state: Any, slot: placement.Slot) -> None:
     """The engine stopped answering: mark it, and make an unsettled instance ``engine_lost``."""
+    from harness.sandbox import placement
+
     placement.mark_lost(slot.run_root, slot.engine.index, "stopped answering during an instance")
     ctx = state.ctx
     ctx.result.details["engine_lost"] = True
@@ -106,6 +104,9 @@ def harness_engine(request: pytest.FixtureRequest) -> Iterator[EngineRecord | No
     if not engines or ctx.dry_run or ctx.key in ctx.run.plan.carried:
         yield None
         return
+    from harness.sandbox import placement
+    from harness.sandbox.engines import LOCAL, alive
+
     try:
         slot = placement.acquire(ctx.run_root, engines)
     except placement.NoEngineLeft as exc:
@@ -122,6 +123,7 @@ def harness_engine(request: pytest.FixtureRequest) -> Iterator[EngineRecord | No
 
 def _sweep_engines(run: RunContext, worker: str | None = None) -> dict[str, Any]:
     from harness.sandbox.cleanup import sweep
+    from harness.sandbox.engines import LOCAL, alive, client_for
 
     out: dict[str, Any] = {}
     for engine in run_engines(run.run_root):
@@ -157,5 +159,7 @@ def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
     if not engines:
         return
     run.manifest.extra["engine_final"] = _sweep_engines(run)
+    from harness.sandbox import placement
+
     lost = [e.url for e in engines if placement.is_lost(run.run_root, e.index)]
     run.manifest.extra["engines_lost"] = lost

@@ -23,15 +23,17 @@ import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from harness.errors import RefusalError
 from harness.layout import state_dir
-from harness.models import TaskRow
-from harness.runtime import RunContext
 from harness.sandbox.pull_settings import POLICIES, PullSettings, mirror_ref
+
+if TYPE_CHECKING:
+    from harness.models import TaskRow
+    from harness.runtime import RunContext
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 PINS_KEY = pytest.StashKey[dict[str, str]]()

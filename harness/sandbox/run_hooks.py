@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.runtime import RunContext
-
 if TYPE_CHECKING:
+    from harness.runtime import RunContext
     from harness.sandbox.lease import Lease
 
 LEASE_KEY: pytest.StashKey[Lease] = pytest.StashKey()

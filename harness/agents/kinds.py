@@ -1,0 +1,16 @@
+"""The agent kinds and the module that registers each (no pydantic: option help and
+collection read them)."""
+
+from __future__ import annotations
+
+# kind -> the module that registers it (``@register_agent(kind)``) when imported; a module
+# is imported only when its kind is asked for. Add a kind by adding its module here.
+AGENT_MODULES: dict[str, str] = {
+    "nop": "harness.agents.base",
+    "oracle": "harness.agents.oracle",
+    "command": "harness.agents.command",
+    "gateway": "harness.agents.gateway_agent",
+    "mini-swe-agent": "harness.agents.mini_swe",
+    "host-command": "harness.agents.host_command",
+}
+AGENT_KINDS = tuple(AGENT_MODULES)
