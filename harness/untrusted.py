@@ -14,6 +14,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 DEFAULT_MAX_BYTES = 16 << 20
 
@@ -74,6 +75,20 @@ def read_untrusted_text(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
 def iter_untrusted_lines(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[str]:
     """Lines of an agent-written text file (JSONL logs), under the same checks."""
     yield from read_untrusted_text(path, max_bytes).splitlines()
+
+
+def open_regular(path: Path | str) -> IO[bytes] | None:
+    """``path`` opened for reading if it is (still) a regular file, else None: links never
+    followed, FIFOs and devices never opened for reading (``O_NONBLOCK``)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
 
 
 def is_regular_file(path: Path) -> bool:

@@ -30,6 +30,8 @@ from typing import IO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.untrusted import open_regular
+
 SANITISED_NAME = "workspace_sanitised.json"
 MAX_LINK_HOPS = 40  # like the kernel's MAXSYMLINKS
 _SPOOL = 32 << 20
@@ -154,18 +156,6 @@ def sanitise_workspace(root: Path) -> WorkspaceSanitised:
     return record
 
 
-def _open_regular(path: Path) -> IO[bytes] | None:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    return os.fdopen(fd, "rb")
-
-
 def pack_workspace(root: Path, *, uid: int = 0, gid: int = 0) -> IO[bytes]:
     """A tar of the workspace's contents for ``put_archive`` at the workspace directory.
 
@@ -191,7 +181,7 @@ def pack_workspace(root: Path, *, uid: int = 0, gid: int = 0) -> IO[bytes]:
                     info.type, info.linkname = tarfile.SYMTYPE, os.readlink(root / rel)
                     tar.addfile(info)
                 elif stat.S_ISREG(st.st_mode):
-                    fh = _open_regular(root / rel)
+                    fh = open_regular(root / rel)
                     if fh is None:
                         continue
                     with fh:

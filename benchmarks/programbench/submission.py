@@ -45,7 +45,6 @@ import tarfile
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -63,7 +62,7 @@ from harness.sandbox.transfer import (
     Member,
     ProtectedContent,
 )
-from harness.untrusted import read_untrusted_bytes
+from harness.untrusted import open_regular, read_untrusted_bytes
 
 ROOT_ONLY_NAMES = frozenset({"executable", "reference_executable"})
 CACHE_DIR_NAMES = frozenset(
@@ -288,19 +287,6 @@ def _has_cachedir_tag(folder: Path) -> bool:
         return False
 
 
-def _open_regular(path: str) -> IO[bytes] | None:
-    """``path`` opened for reading if it is (still) a regular file; links never followed."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    return os.fdopen(fd, "rb")
-
-
 def _host_members(
     root: Path, guard: ProtectedContent, prefix: str = ""
 ) -> Iterator[Member]:
@@ -317,7 +303,7 @@ def _host_members(
         elif stat.S_ISLNK(st.st_mode):
             yield Member(rel, SYMLINK, mode=0o777, linkname=os.readlink(child.path))
         elif stat.S_ISREG(st.st_mode):
-            opened = _open_regular(child.path)
+            opened = open_regular(child.path)
             if opened is None:
                 yield Member(rel, SPECIAL)
                 continue
