@@ -13,6 +13,7 @@ from typing import Any
 from harness.fsutil import append_line, atomic_write_json
 from harness.models import GitState, Manifest, Outcome, Selection, TaskRow, Versions
 
+REPO = Path(__file__).resolve().parents[2]  # the checkout the manifest says it ran in
 T0 = 1_790_000_000.0
 BULK_ROWS = 100
 
@@ -25,7 +26,7 @@ def manifest_for(root: Path, run_id: str, keys: list[str], **extra: Any) -> Mani
         "created_at_unix": T0,
         "created_at": "2026-09-21T10:13:20+00:00",
         "argv": ["pytest", "benchmarks/programbench", "-n", "4"],
-        "cwd": "/work/main",
+        "cwd": str(REPO),
         "benchmarks": benchmarks,
         "benchmark_versions": {b: "1.2.5" for b in benchmarks},
         "versions": Versions(harness="0.1.0", python="3.11.7", pytest="9.2.0", platform="linux"),

@@ -3,6 +3,7 @@ through our policy shim, which forces ``--network none`` on every container it c
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,6 +22,9 @@ from tests.security.scorer_support import (
     http_recorder,
     write,
 )
+
+# `docker diff` entries (container paths), committed data: tests/data/scorer/README.md
+DIFF_CASES = Path(__file__).resolve().parents[1] / "data" / "scorer" / "docker_diff_cases.json"
 
 
 def test_every_created_container_gets_network_none() -> None:
@@ -73,22 +77,14 @@ def test_compile_and_tests_cannot_reach_the_host(tmp_path: Path) -> None:
 def test_build_changes_that_steer_the_tests_are_told_apart_from_a_build() -> None:
     from benchmarks.programbench.docker_policy import _steers
 
-    steering = [("A", "/usr/local/lib/python3.11/dist-packages/zz.pth"),
-                ("A", "/etc/python3.11/sitecustomize.py"),
-                ("A", "/usr/lib/python3/dist-packages/_pytest/x.py"),
-                ("D", "/usr/lib/python3.11/subprocess.py"),
-                ("A", "/usr/lib/python3.11/__pycache__/json.cpython-311.pyc"),
-                ("C", "/root/.profile"), ("A", "/etc/profile.d/zz.sh")]
-    for kind, path in steering:
+    cases = json.loads(DIFF_CASES.read_text())
+    for kind, path in cases["steering"]:
         assert _steers(kind, path) is True, path
-    harmless = [("A", "/root/.cargo/registry/x"), ("C", "/tmp"), ("A", "/usr/local/bin/tool"),
-                ("A", "/usr/local/lib/python3.11/dist-packages/calc/__init__.py")]
-    for kind, path in harmless:
+    for kind, path in cases["harmless"]:
         assert _steers(kind, path) is False, path
     # decided in the container: a changed file (not a parent dir), a pytest11 entry point
-    assert _steers("C", "/usr/lib/python3.11/json/decoder.py") is None
-    assert _steers("A", "/usr/local/lib/python3.11/dist-packages/x.dist-info/"
-                        "entry_points.txt") is None
+    for kind, path in cases["decided_in_container"]:
+        assert _steers(kind, path) is None, path
 
 
 def test_results_guard_spares_only_pytest_its_line_and_the_keep_alive(
