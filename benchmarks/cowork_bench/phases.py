@@ -283,10 +283,10 @@ def run_agent_phase(
         try:
             container.copy_out(WORKSPACE, env.inst_dir / m.WORKSPACE_DIR)  # bounded, inert
             container.copy_out(AGENT_LOGS, env.inst_dir / m.AGENT_LOG_DIR)
+            if env.task.servers:  # agent-writable too (the supervisor runs as the agent)
+                copy_logs(container, env.inst_dir / LOG_DIR_NAME)
         except CopyRefused as exc:  # the agent's output broke a copy-out cap: its failure
             status, reason, error = "failed", exc.reason_code, str(exc)
-        if env.task.servers:
-            copy_logs(container, env.inst_dir / LOG_DIR_NAME)
     except InfraError as exc:
         infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
         _infra(env, exc, "agent_phase")

@@ -198,3 +198,22 @@ def test_copy_out_caps_of_the_run_apply_to_cowork(tmp_path: Path) -> None:
     assert row["infra"] is False
     flood = run.root / "cowork_bench" / IID / "workspace" / "flood"
     assert not flood.exists() or len(list(flood.iterdir())) <= 100
+
+
+def test_flooding_the_mcp_log_folder_is_the_agents_failure(tmp_path: Path) -> None:
+    """The MCP supervisor's log folder is the agent's (the supervisor runs as it): an agent
+    that floods it past ``--max-copy-out-files`` fails like a flooded workspace, never a
+    crash of the instance, and nothing past the cap reaches the host."""
+    task = "email-reply-invoice"  # a task with MCP servers: its logs are copied out
+    command = "for i in $(seq 1 300); do echo $i > /workspace/dumps/mcp/f$i; done"
+    run = run_pytest("benchmarks/cowork_bench", tmp_path / "mcpflood", "--cowork-root",
+                     str(FIXTURE), "--allow-dirty-bench", "--instance", task,
+                     "--agent", "command", "--agent-command", command,
+                     "--max-copy-out-files", "100", *security_runtime_args(),
+                     timeout=600)  # fmt: skip
+    assert run.rc == 0, run.out
+    row = run.latest[task]
+    assert (row["status"], row["reason_code"]) == ("agent_failed", "too_many_files"), row
+    assert row["infra"] is False
+    logs = run.root / "cowork_bench" / task / "mcp"
+    assert not logs.exists() or len(list(logs.iterdir())) <= 100
