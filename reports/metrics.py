@@ -21,8 +21,6 @@ from reports.figures import (
 )
 from reports.stats import quantile
 
-__all__ = ["row_is_infra", "row_is_resolved", "row_score"]
-
 
 def result_from_row(row: TaskRow, *, in_selection: bool = True) -> InstanceResult:
     score = row_score(row)
