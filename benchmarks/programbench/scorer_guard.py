@@ -50,6 +50,8 @@ from typing import IO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.untrusted import hash_untrusted_file
+
 REPORT_NAME = "scorer_guard.json"
 ROOT_PYTEST_FILES = frozenset(
     {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini"}
@@ -291,14 +293,6 @@ def _copy_member(
     report.entries_out += 1
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def guard_submission(path: Path) -> ScorerGuardReport:
     """Filter ``path`` in place and write ``scorer_guard.json`` beside it.
 
@@ -308,13 +302,13 @@ def guard_submission(path: Path) -> ScorerGuardReport:
     path = Path(path)
     report_path = path.parent / REPORT_NAME
     known = read_report(path.parent)
-    if known is not None and path.is_file() and known.sha256_out == _sha256(path):
+    if known is not None and path.is_file() and known.sha256_out == hash_untrusted_file(path)[0]:
         return known
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
             report = guard_stream(src, dst)
-        report.sha256_out = _sha256(Path(tmp))
+        report.sha256_out = hash_untrusted_file(Path(tmp))[0]
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:

@@ -38,7 +38,6 @@ devices and unsafe names are skipped and listed.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 import stat
 import tarfile
@@ -62,7 +61,7 @@ from harness.sandbox.transfer import (
     Member,
     ProtectedContent,
 )
-from harness.untrusted import open_regular, read_untrusted_bytes
+from harness.untrusted import hash_untrusted_file, open_regular, read_untrusted_bytes
 
 ROOT_ONLY_NAMES = frozenset({"executable", "reference_executable"})
 CACHE_DIR_NAMES = frozenset(
@@ -225,14 +224,6 @@ class _Packer:
             self.files.add(m.rel)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def pack_members(
     members: Iterable[Member], dest: Path, *, rules: PackRules, budget: Budget
 ) -> SubmissionInfo:
@@ -263,7 +254,7 @@ def pack_members(
     c = packer.counts
     return SubmissionInfo(
         path=str(dest),
-        sha256=_sha256(dest),
+        sha256=hash_untrusted_file(dest)[0],
         size_bytes=dest.stat().st_size,
         file_count=c["file"],
         symlink_count=c["link"],
