@@ -9,10 +9,10 @@ at most ``max_bytes`` (a larger file is refused, never truncated silently).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -28,14 +28,27 @@ class UntrustedFileError(OSError):
         self.why = why
 
 
-def _open(path: Path) -> int:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open(path: Path, max_bytes: int | None) -> int:
+    """A descriptor on the regular file ``path`` of at most ``max_bytes`` (None: any size)."""
     try:
-        return os.open(path, flags)
+        fd = os.open(path, _FLAGS)
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the last component is a symlink
+        if exc.errno == errno.ELOOP:  # the last component is a symlink
             raise UntrustedFileError(path, "is a symbolic link (not followed)") from None
         raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedFileError(path, "is not a regular file")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise UntrustedFileError(path, f"is {st.st_size} bytes, over the {max_bytes} cap")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def read_untrusted_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
@@ -45,13 +58,8 @@ def read_untrusted_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> byte
     for (after resolving the caller's own, trusted, prefix is the caller's business).
     """
     path = Path(path)
-    fd = _open(path)
+    fd = _open(path, max_bytes)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UntrustedFileError(path, "is not a regular file")
-        if st.st_size > max_bytes:
-            raise UntrustedFileError(path, f"is {st.st_size} bytes, over the {max_bytes} cap")
         chunks: list[bytes] = []
         left = max_bytes + 1
         while left > 0:
@@ -72,17 +80,11 @@ def read_untrusted_text(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     return read_untrusted_bytes(path, max_bytes).decode("utf-8", errors="replace")
 
 
-def iter_untrusted_lines(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[str]:
-    """Lines of an agent-written text file (JSONL logs), under the same checks."""
-    yield from read_untrusted_text(path, max_bytes).splitlines()
-
-
 def open_regular(path: Path | str) -> IO[bytes] | None:
     """``path`` opened for reading if it is (still) a regular file, else None: links never
     followed, FIFOs and devices never opened for reading (``O_NONBLOCK``)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, _FLAGS)
     except OSError:
         return None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -107,13 +109,8 @@ def hash_untrusted_file(path: Path, max_bytes: int | None = None) -> tuple[str, 
     """
 
     path = Path(path)
-    fd = _open(path)
+    fd = _open(path, max_bytes)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UntrustedFileError(path, "is not a regular file")
-        if max_bytes is not None and st.st_size > max_bytes:
-            raise UntrustedFileError(path, f"is {st.st_size} bytes, over the {max_bytes} cap")
         digest, size = hashlib.sha256(), 0
         while True:
             chunk = os.read(fd, 1 << 20)

@@ -399,6 +399,28 @@ class _Tree:
             os.close(fd)
 
 
+def _kept(members: Iterator[Member], exclude: Exclude | None, budget: Budget) -> Iterator[Member]:
+    """The members a copy-out writes, each counted with ``budget.keep``.
+
+    Special and protected members are skipped, so is an excluded member and everything
+    below it, and a hard link to a file not kept before it.
+    """
+    dropped: list[str] = []
+    files: set[str] = set()
+    for m in members:
+        if m.kind in (SPECIAL, PROTECTED, PROTECTED_CONTENT) or _under(m.rel, dropped):
+            continue
+        if exclude is not None and exclude(m.rel):
+            dropped.append(m.rel)
+            continue
+        if m.kind == HARDLINK and m.linkname not in files:
+            continue
+        budget.keep(m.size, m.rel)
+        if m.kind in (FILE, HARDLINK):
+            files.add(m.rel)
+        yield m
+
+
 def extract_to(
     api: docker.APIClient,
     container_id: str,
@@ -417,25 +439,13 @@ def extract_to(
     to files this copy wrote; FIFOs, devices and unsafe names are skipped.
     """
     budget = Budget(limits or CopyLimits(), f"{container_id[:12]}:{src}")
-    dropped: list[str] = []
     written: list[str] = []
-    files: set[str] = set()
     tree = _Tree(dest)
     try:
         with open_members(api, container_id, src, budget, protected=protected,
                           protected_hashes=protected_hashes, spool_dir=dest.parent) as members:
-            for m in members:
-                if m.kind in (SPECIAL, PROTECTED, PROTECTED_CONTENT) or _under(m.rel, dropped):
-                    continue
-                if exclude is not None and exclude(m.rel):
-                    dropped.append(m.rel)
-                    continue
-                if m.kind == HARDLINK and m.linkname not in files:
-                    continue
-                budget.keep(m.size, m.rel)
+            for m in _kept(members, exclude, budget):
                 tree.write(m)
-                if m.kind in (FILE, HARDLINK):
-                    files.add(m.rel)
                 written.append(m.rel)
     except OSError as exc:
         raise CopyFailed(f"extracting {container_id[:12]}:{src} into {dest} failed: {exc}") from exc
@@ -461,9 +471,7 @@ def export_tar_gz(
     nothing is left behind when the copy is refused. Returns the entries.
     """
     budget = Budget(limits or CopyLimits(), f"{container_id[:12]}:{src}")
-    dropped: list[str] = []
     names: list[str] = []
-    files: set[str] = set()
     try:
         with (
             open_members(api, container_id, src, budget, protected=protected,
@@ -472,27 +480,17 @@ def export_tar_gz(
             atomic_open(dest_file, mode=0o600) as fh,
             tarfile.open(fileobj=fh, mode="w:gz", format=tarfile.PAX_FORMAT) as out,
         ):
-            for m in members:
-                if m.kind in (SPECIAL, PROTECTED, PROTECTED_CONTENT) or _under(m.rel, dropped):
-                    continue
-                if exclude is not None and exclude(m.rel):
-                    dropped.append(m.rel)
-                    continue
-                if m.kind == HARDLINK and m.linkname not in files:
-                    continue
-                budget.keep(m.size, m.rel)
+            for m in _kept(members, exclude, budget):
                 info = tarfile.TarInfo(m.rel)
                 info.mode = m.mode
                 if m.kind == FILE:
                     info.size = m.size
-                    files.add(m.rel)
                 elif m.kind == DIR:
                     info.type = tarfile.DIRTYPE
                 elif m.kind == SYMLINK:
                     info.type, info.linkname = tarfile.SYMTYPE, m.linkname
                 else:
                     info.type, info.linkname = tarfile.LNKTYPE, m.linkname
-                    files.add(m.rel)
                 out.addfile(info, m.data)
                 names.append(m.rel)
     except OSError as exc:

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.untrusted import UntrustedFileError, is_regular_file, read_untrusted_bytes
+from harness.untrusted import (
+    UntrustedFileError,
+    hash_untrusted_file,
+    is_regular_file,
+    read_untrusted_bytes,
+)
 
 
 def test_regular_file_is_read_within_its_cap(tmp_path: Path) -> None:
@@ -32,4 +37,6 @@ def test_links_and_special_files_are_refused(tmp_path: Path, kind: str) -> None:
         path.mkdir()
     with pytest.raises(OSError):
         read_untrusted_bytes(path)
+    with pytest.raises(OSError):
+        hash_untrusted_file(path)
     assert not is_regular_file(path)
