@@ -87,11 +87,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if order == "given":
         return
     durations = ledger_durations(list(config.getoption("durations_from", []) or []))
-    if longest_first(items, durations):
-        config.stash[ACTIVE_KEY] = True
-
-
-ACTIVE_KEY = pytest.StashKey[bool]()
+    longest_first(items, durations)
 
 
 def _wants_scheduler(config: pytest.Config) -> bool:

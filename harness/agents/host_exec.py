@@ -156,7 +156,7 @@ def exec_command(argv: Sequence[str]) -> int:
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="argv, or one string run with bash -lc")
     args = parser.parse_args(list(argv))
-    cmd = [c for c in args.command if c != "--"] if args.command[:1] == ["--"] else args.command
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         print("harness exec: no command given; e.g. harness exec -- ls -la", file=sys.stderr)
         return 2

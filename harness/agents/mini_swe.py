@@ -24,7 +24,6 @@ after the package's retries is infrastructure (``model_api_error``).
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
@@ -346,10 +345,6 @@ def _reason(status: str, steps: int, step_limit: int, infra: str | None) -> str:
     if status == "RepeatedFormatError":
         return "repeated_format_error"
     return "agent_error"
-
-
-def dump_config(config: Mapping[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True, default=str)
 
 
 @register_agent("mini-swe-agent")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest
-from harness.agents.command import CommandAgent, CommandAgentConfig
+from harness.agents.command import CommandAgent
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json
 from harness.model_gateway.network import BASE_URL, GatewayLink
@@ -74,10 +74,8 @@ class GatewayCommandAgent:
         extra = sandbox_env()
         names = [n for n in options.env if n not in extra] + list(extra)
         overlay = {**{k: v for k, v in environ.items() if k != key_env}, **extra}
-        inner = CommandAgent(CommandAgentConfig(
-            command=options.command, env=names,
-            instruction_via=options.instruction_via,  # type: ignore[arg-type]
-            user=options.user, workdir=options.workdir), environ=overlay)
+        config = CommandAgent.from_options(options.model_copy(update={"env": names})).config
+        inner = CommandAgent(config, environ=overlay)
         return cls(inner, upstream, key_env, load_prices(options.model_prices),
                    options.per_task_limit_usd, environ)
 

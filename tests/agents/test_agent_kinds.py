@@ -45,6 +45,14 @@ def test_factory_kinds_and_one_line_errors():
     assert agent.missing_env() == ["HX_SURELY_UNSET"]
 
 
+def test_command_agent_behind_the_model_gateway_keeps_the_kill_timings(monkeypatch):
+    monkeypatch.setenv("HARNESS_MODEL_API_KEY", "sk-kinds-test")
+    agent = make_agent("command", {"command": "true", "model_upstream": "http://127.0.0.1:1",
+                                   "kill_after_s": 3.0, "exec_margin_s": 4.0})
+    config = agent.inner.config  # type: ignore[attr-defined]
+    assert (config.kill_after_s, config.exec_margin_s) == (3.0, 4.0)
+
+
 def test_nop_completes(tmp_path):
     outcome = make_agent("nop").run(_request(tmp_path))
     assert outcome.completed and not outcome.infra and outcome.cost_usd == 0.0

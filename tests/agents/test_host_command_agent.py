@@ -22,7 +22,8 @@ def agent_script(path: Path) -> Path:
              'test -n "$HARNESS_SANDBOX" && test -S "$HARNESS_EXEC_SOCKET"',
              'grep -q . "$HARNESS_INSTRUCTION_FILE"',
              'echo "user=$(harness exec -- id -un)"',
-             'echo "pwd=$(harness exec pwd)"']
+             'echo "pwd=$(harness exec pwd)"',
+             "echo \"args=$(harness exec -- printf '%s,' a -- b)\""]
     for rel, data in sorted(files.items()):
         lines.append(f"harness exec -- bash -c 'cat > {rel} && chmod 755 {rel}' <<'EOF'\n"
                      f"{data.decode()}EOF")
@@ -44,6 +45,7 @@ def test_host_command_agent_solves_the_fixture_through_harness_exec(tmp_path: Pa
     assert row["score"] == 1.0 and row["resolved"] is True, row
     out = (run.root / row["output_paths"]["agent_stdout"]).read_text()
     assert "user=agent" in out and "pwd=/workspace" in out and "sum=5" in out
+    assert "args=a,--,b," in out  # only the leading -- ends harness exec's options
     assert "timeout_rc=124" in out and "exit_rc=7" in out
     assert row["cost_usd"] == 0.25 and row["cost_known"] is True
     assert row["details"]["cost_source"] == "agent_reported"
