@@ -118,7 +118,16 @@ class GatewayServer:
             self._send(h, 404, _error_body(rel, 404, "not_found",
                                            f"the model gateway does not serve {method} {path}"))
             return
-        length = int(h.headers.get("Content-Length") or 0)
+        if h.headers.get("Transfer-Encoding", "").lower() not in ("", "identity"):
+            self._send(h, 411, _error_body(rel, 411, "length_required",
+                                           "send the body with a Content-Length"))
+            return
+        try:
+            length = int(h.headers.get("Content-Length") or 0)
+        except ValueError:
+            self._send(h, 400, _error_body(rel, 400, "invalid_request",
+                                           "Content-Length is not a number"))
+            return
         if length < 0 or length > MAX_BODY:
             self._send(h, 413, _error_body(rel, 413, "request_too_large", "request too large"))
             return

@@ -106,3 +106,27 @@ def test_unpriced_model_leaves_cost_unknown_and_the_limit_then_refuses(
     s = gw.meter.snapshot()
     assert s.unpriced_calls == 1 and not s.cost_known and s.limit_reason == "cost_unknown"
     assert upstream.requests == 1
+
+
+def test_malformed_bodies_from_the_agent_get_an_http_error_not_a_dropped_connection(
+        upstream: FakeModelServer) -> None:
+    """The agent writes these requests: a bad Content-Length or a chunked body is answered
+    (400, 411), the gateway keeps serving, and nothing reaches the provider."""
+    import socket
+
+    gw = gateway(upstream)
+    try:
+        for head, code in ((b"Content-Length: nope\r\n", b" 400 "),
+                           (b"Transfer-Encoding: chunked\r\n", b" 411 ")):
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.connect(str(gw.socket_path))
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\n" + head
+                             + b"\r\n2\r\n{}\r\n0\r\n\r\n")
+                status = sock.recv(4096).split(b"\r\n", 1)[0]
+            assert code in status, status
+        with client(gw) as c:  # still serving
+            ok = c.post("/chat/completions", json={"model": "priced", "messages": []})
+            assert ok.status_code == 200
+    finally:
+        gw.close()
+    assert gw.meter.snapshot().calls == 1
