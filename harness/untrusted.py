@@ -54,8 +54,10 @@ def _open(path: Path, max_bytes: int | None) -> int:
 def read_untrusted_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     """The bytes of the regular file ``path``; refuse links, special files and big files.
 
-    A symlinked *parent* directory is refused too: the real path must equal the path asked
-    for (after resolving the caller's own, trusted, prefix is the caller's business).
+    Only the last component is opened without following (``O_NOFOLLOW``): the parent
+    directories must be ones the harness made or walked without following links. Copy-out
+    guarantees it for the folders it writes (a copied folder the agent replaced by a link
+    arrives as an empty real folder: tests/docker/test_sandbox_copy.py).
     """
     path = Path(path)
     fd = _open(path, max_bytes)

@@ -121,6 +121,20 @@ def test_copy_out_round_trip_preserves_and_does_not_follow_links(
     assert (dest / "run.sh").stat().st_uid == os.getuid()  # owned by the host user
 
 
+def test_a_copied_folder_the_agent_replaced_by_a_link_comes_out_as_an_empty_folder(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The host reads fixed names under a copied-out folder (``agent/events.jsonl``) with
+    ``harness.untrusted``, which refuses a link in the last component only: the folder
+    itself must never arrive as a link to a host directory."""
+    res = sandbox.exec("mkdir -p /workspace/logs && rm -rf /workspace/logs && "
+                       "ln -s /etc /workspace/logs", user="root", timeout=30)
+    assert res.exit_code == 0, res.stderr
+    dest = tmp_path / "logs"
+    assert sandbox.copy_out("/workspace/logs", dest) == []
+    assert dest.is_dir() and not dest.is_symlink() and not any(dest.iterdir())
+
+
 def test_copy_out_of_a_missing_path_is_infra(sandbox: Sandbox, tmp_path: Path) -> None:
     with pytest.raises(CopyFailed) as info:
         sandbox.copy_out("/no/such/dir", tmp_path / "out")
