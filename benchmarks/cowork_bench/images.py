@@ -30,6 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+from harness.cache import cache_root
 from harness.errors import InfraError
 from harness.sandbox import BuiltImage, LayerRecipe, base_recipe
 from harness.sandbox import ensure_image as sandbox_ensure_image
@@ -102,9 +103,7 @@ PG_LAYER = LayerRecipe(name="harness/cowork-pg15", base=base_recipe(), dockerfil
 def wheel_dir() -> Path:
     """The host cache of the pinned wheels (one folder per requirement set)."""
     key = hashlib.sha256("\n".join(MCP_REQUIREMENTS).encode()).hexdigest()[:16]
-    base = os.environ.get("HARNESS_CACHE_DIR")
-    root = Path(base) if base else Path.home() / ".cache" / "harness"
-    return root / "wheels" / f"cowork-mcp-{key}"
+    return cache_root() / "wheels" / f"cowork-mcp-{key}"
 
 
 def fetch_wheels() -> Path:

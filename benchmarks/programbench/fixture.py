@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import tarfile
 import zipfile
 from pathlib import Path
@@ -34,6 +33,7 @@ from pydantic import BaseModel, ConfigDict
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench import fixture_image as img
 from benchmarks.programbench.tasks import programbench_version, tasks_dir
+from harness.cache import cache_root
 from harness.fsutil import atomic_write_bytes, atomic_write_text
 
 FIXTURE_SCHEMA = "harness.programbench.fixture.v1"
@@ -69,9 +69,7 @@ class FixturePaths(BaseModel):
 def fixture_cache_root(cache_dir: Path | str | None = None) -> Path:
     if cache_dir is not None:
         return Path(cache_dir)
-    env = os.environ.get("HARNESS_CACHE_DIR")
-    base = Path(env) if env else Path.home() / ".cache" / "harness"
-    return base / "programbench-fixture"
+    return cache_root() / "programbench-fixture"
 
 
 def fixture_fingerprint() -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from benchmarks.programbench import CLEANROOM_TAG, FIXTURE_ID
+from harness.cache import cache_root
 
 if TYPE_CHECKING:
     from benchmarks.programbench.order import InstanceOrder
@@ -179,9 +180,7 @@ def _cache_key() -> str | None:
 
 
 def _cache_path(key: str) -> Path:
-    env = os.environ.get("HARNESS_CACHE_DIR")
-    base = Path(env) if env else Path.home() / ".cache" / "harness"
-    return base / f"programbench-tasks-{key}.json"
+    return cache_root() / f"programbench-tasks-{key}.json"
 
 
 def _read_cache(key: str) -> tuple[PBInstance, ...] | None:

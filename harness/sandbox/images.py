@@ -48,6 +48,7 @@ from docker.errors import ImageNotFound
 from docker.utils import parse_repository_tag
 from filelock import FileLock, Timeout
 
+from harness.cache import cache_root
 from harness.fsutil import append_line
 from harness.sandbox import placement
 from harness.sandbox.client import get_client
@@ -98,10 +99,7 @@ class BuiltImage:
 def cache_dir_for(cache_dir: Path | str | None = None) -> Path:
     if cache_dir is not None:
         return Path(cache_dir)
-    env = os.environ.get("HARNESS_CACHE_DIR")
-    if env:
-        return Path(env) / "images"
-    return Path.home() / ".cache" / "harness" / "images"
+    return cache_root() / "images"
 
 
 def image_id_of(client: docker.DockerClient, ref: str) -> str | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from typing import Any
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.cache import cache_root
 from harness.fsutil import atomic_write_text
 from harness.sandbox import labels as L
 
@@ -46,8 +46,7 @@ class Inventory(BaseModel):
 
 
 def inventory_path() -> Path:
-    env = os.environ.get("HARNESS_CACHE_DIR")
-    return (Path(env) if env else Path.home() / ".cache" / "harness") / "images.json"
+    return cache_root() / "images.json"
 
 
 def _load(path: Path) -> Inventory:

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.cache import cache_root as cache_root
+
 HOST = "harness.host"
 HOSTNAME = "harness.hostname"
 BOOT = "harness.boot_id"
@@ -68,11 +70,6 @@ class Owner:
         """True if this owner's pid can be checked by ``here``: same host, boot, namespace."""
         return bool(self.boot and self.pidns) and (self.host, self.boot, self.pidns) == (
             here.host, here.boot, here.pidns)
-
-
-def cache_root() -> Path:
-    env = os.environ.get("HARNESS_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "harness"
 
 
 @functools.lru_cache(maxsize=4)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from harness.cache import cache_root
 from harness.fsutil import atomic_write_bytes
 from harness.sandbox.errors import ProtectedInstallFailed
 
@@ -25,10 +25,8 @@ SOURCE_DIR = Path(__file__).resolve().parent
 CFLAGS = ("-static", "-O2", "-s", "-Wall", "-Wextra", "-Werror")
 
 
-def cache_root() -> Path:
-    env = os.environ.get("HARNESS_CACHE_DIR")
-    base = Path(env) if env else Path.home() / ".cache" / "harness"
-    return base / "static-tools"
+def tools_cache() -> Path:
+    return cache_root() / "static-tools"
 
 
 def build_static(source: str, defines: Mapping[str, str] | None = None) -> bytes:
@@ -39,7 +37,7 @@ def build_static(source: str, defines: Mapping[str, str] | None = None) -> bytes
     text = (SOURCE_DIR / source).read_bytes()
     flags = [*CFLAGS, *(f"-D{k}={v}" for k, v in sorted((defines or {}).items()))]
     key = hashlib.sha256(json.dumps([text.hex(), flags]).encode()).hexdigest()[:24]
-    cached = cache_root() / key / Path(source).stem
+    cached = tools_cache() / key / Path(source).stem
     if cached.is_file():
         return cached.read_bytes()
     gcc = shutil.which("gcc")
