@@ -264,8 +264,10 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
         return  # the agent's workspace was refused: its failure, nothing to score
     ctx.result.details.update(scorer_guard.row_details(submission))  # before any eval mode
     if ctx.result.details.get("scorer_files_removed") or ctx.result.details.get(
-            "scorer_files_rewritten"):  # the archive the eval scores, as it is on disk now
-        ctx.result.details["submission"]["sha256_scored"] = hash_untrusted_file(submission)[0]
+            "scorer_files_rewritten"):  # the archive the eval scores, as the guard wrote it
+        report = scorer_guard.read_report(submission.parent)
+        ctx.result.details["submission"]["sha256_scored"] = (
+            report.sha256_out if report is not None else hash_untrusted_file(submission)[0])
     reason = None if outcome.completed else (outcome.reason_code or "task_not_completed")
     ctx.result.details["agent_outcome"] = {"completed": outcome.completed, "reason": reason}
     score_submission(ctx, settings, submission, outcome.completed, reason, blob_dir)

@@ -3,6 +3,7 @@ ProgramBench fixture, scored by the real ``programbench eval`` in real Docker.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -51,6 +52,8 @@ def test_wrong_program_with_forcing_conftest_scores_exactly_zero(tmp_path: Path)
     names = list_submission(run.root / row["output_paths"]["submission"])
     assert "compile.sh" in names and not {"conftest.py", "tox.ini"} & set(names)
     assert not any(n == "eval" or n.startswith("eval/") for n in names)
+    scored = (run.root / row["output_paths"]["submission"]).read_bytes()
+    assert row["details"]["submission"]["sha256_scored"] == hashlib.sha256(scored).hexdigest()
     evidence = official_eval_json(run, row)
     assert {r["name"] for r in evidence["scorer_guard"]["removed"]} == removed
     assert evidence["docker_policy"]["network"] == "none"
