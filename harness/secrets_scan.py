@@ -311,19 +311,33 @@ class SecretScanner:
         report.seconds = time.monotonic() - started
         return report
 
-    def _walk(self, folder: Path, base: Path, report: ScanReport, redact: bool) -> None:
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError as exc:
-            report.errors.append(f"{_rel(folder, base)}: {exc.strerror or exc}")
-            return
-        for entry in entries:
+    def _walk(self, root: Path, base: Path, report: ScanReport, redact: bool) -> None:
+        """Depth first without recursion (an agent's tree may be thousands of folders deep):
+        a folder's name is checked, and maybe renamed, after its contents."""
+        stack = [(root, self._entries(root, base, report))]
+        while stack:
+            folder, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                if stack:  # the root's own name is the caller's
+                    self._check_name(folder, base, report, redact)
+                continue
             path = Path(entry.path)
             if entry.is_dir(follow_symlinks=False):
-                self._walk(path, base, report, redact)
-            elif entry.is_file(follow_symlinks=False):
+                stack.append((path, self._entries(path, base, report)))
+                continue
+            if entry.is_file(follow_symlinks=False):
                 self.scan_file(path, _rel(path, base), report, redact=redact)
             self._check_name(path, base, report, redact)
+
+    @staticmethod
+    def _entries(folder: Path, base: Path, report: ScanReport) -> Iterator[os.DirEntry[str]]:
+        try:
+            return iter(sorted(os.scandir(folder), key=lambda e: e.name))
+        except OSError as exc:
+            report.errors.append(f"{_rel(folder, base)}: {exc.strerror or exc}")
+            return iter(())
 
     def _check_name(self, path: Path, base: Path, report: ScanReport, redact: bool) -> None:
         data, counts = self.scan_bytes(path.name.encode("utf-8", "surrogateescape"))

@@ -150,3 +150,22 @@ def test_a_big_file_is_scanned_with_bounded_memory(tmp_path: Path) -> None:
     assert [(h.form, h.count) for h in report.hits] == [("base64", 1)]
     assert report.bytes >= 48 << 20 and peak < 16 << 20, peak
     assert big.stat().st_size < (48 << 20) + 100
+
+
+def test_a_tree_deeper_than_the_recursion_limit_is_scanned_to_the_bottom(tmp_path: Path) -> None:
+    """An agent can nest folders thousands deep to get its files past a recursive walk."""
+    import sys
+
+    root = tmp_path / "run"
+    deepest = root / "ws"
+    deepest.mkdir(parents=True)
+    for _ in range(sys.getrecursionlimit() + 200):  # makedirs would recurse per level too
+        deepest = deepest / "d"
+        os.mkdir(deepest)
+    leak = deepest / "leak.log"
+    leak.write_text(f"token={SECRET}")
+    (deepest / f"named-{SECRET}").mkdir()
+    report = scan_and_redact(root, {NAME: SECRET})
+    assert report.errors == []
+    assert forms_left(leak.read_bytes()) == []
+    assert [p.name for p in deepest.iterdir() if p.is_dir()] == ["named-REDACTED-SECRET"]
