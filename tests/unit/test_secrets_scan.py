@@ -153,19 +153,27 @@ def test_a_big_file_is_scanned_with_bounded_memory(tmp_path: Path) -> None:
 
 
 def test_a_tree_deeper_than_the_recursion_limit_is_scanned_to_the_bottom(tmp_path: Path) -> None:
-    """An agent can nest folders thousands deep to get its files past a recursive walk."""
+    """An agent can nest folders past the recursion limit to get its files past a recursive
+    walk. The limit is lowered for the scan instead of nesting thousands deep, so that
+    pytest's own (recursive) tmp cleanup never meets such a tree."""
+    import inspect
     import sys
 
     root = tmp_path / "run"
     deepest = root / "ws"
     deepest.mkdir(parents=True)
-    for _ in range(sys.getrecursionlimit() + 200):  # makedirs would recurse per level too
+    for _ in range(400):
         deepest = deepest / "d"
         os.mkdir(deepest)
     leak = deepest / "leak.log"
     leak.write_text(f"token={SECRET}")
     (deepest / f"named-{SECRET}").mkdir()
-    report = scan_and_redact(root, {NAME: SECRET})
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 150)  # 400 levels are past it
+    try:
+        report = scan_and_redact(root, {NAME: SECRET})
+    finally:
+        sys.setrecursionlimit(limit)
     assert report.errors == []
     assert forms_left(leak.read_bytes()) == []
     assert [p.name for p in deepest.iterdir() if p.is_dir()] == ["named-REDACTED-SECRET"]
