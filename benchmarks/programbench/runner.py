@@ -27,6 +27,12 @@ from benchmarks.programbench.tasks import PBInstance
 from benchmarks.programbench.verdict import verdict
 from benchmarks.programbench.workspace import adapt_layout, present_reference
 from harness.agents.base import AgentOutcome, AgentRequest, OracleUnavailable
+from harness.agents.gateway_reattach import (
+    adopt_kept_sandbox,
+    keep_after_give_up,
+    reattach_labels,
+    record_sandbox,
+)
 from harness.agents.plugin import run_agent
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json
@@ -243,21 +249,34 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
                          blob_dir)
         return
     factory = request.getfixturevalue("sandbox_factory")
-    # No no_new_privileges: it would disable the reference's setuid launcher (see
-    # harness.sandbox.protected for what replaces it).
-    sandbox = factory(image_id, user="agent", workdir=WORKSPACE, network="none",
-                      cap_drop=PROTECTED_SANDBOX_CAP_DROP, ulimits=PROTECTED_SANDBOX_ULIMITS,
-                      cpus=settings.cpus, memory=settings.memory, pids_limit=4096)
-    ctx.result.details["container"] = sandbox.name
-    ctx.result.details["preflight"] = preflight(ctx, sandbox)
-    body = write_body(ctx, inst, instruction, sandbox.name, settings.timeout)
     agent = request.getfixturevalue("harness_agent")
+    # A resume reattaches to an unsettled gateway task in the sandbox it works in.
+    adopted = adopt_kept_sandbox(ctx, agent, factory)
+    if adopted is not None:
+        sandbox, extra = adopted
+    else:
+        # No no_new_privileges: it would disable the reference's setuid launcher (see
+        # harness.sandbox.protected for what replaces it).
+        sandbox = factory(image_id, user="agent", workdir=WORKSPACE, network="none",
+                          cap_drop=PROTECTED_SANDBOX_CAP_DROP, ulimits=PROTECTED_SANDBOX_ULIMITS,
+                          cpus=settings.cpus, memory=settings.memory, pids_limit=4096,
+                          labels=reattach_labels(agent))
+        ctx.result.details["preflight"] = preflight(ctx, sandbox)
+        extra = {"keep_sandbox": True} if reattach_labels(agent) else {}
+        if extra:
+            record_sandbox(ctx, sandbox)
+    ctx.result.details["container"] = sandbox.name
+    body = write_body(ctx, inst, instruction, sandbox.name, settings.timeout)
     started = time.monotonic()
-    outcome = run_agent(ctx, agent, AgentRequest(
-        instance_id=inst.instance_id, instance_dir=ctx.instance_dir, instruction=instruction,
-        task_body=body, sandbox=sandbox, timeout_sec=settings.timeout,
-        env_allowlist=tuple(request.config.getoption("agent_env")),
-        oracle=oracle_for(inst, sandbox), adapter="programbench"))
+    try:
+        outcome = run_agent(ctx, agent, AgentRequest(
+            instance_id=inst.instance_id, instance_dir=ctx.instance_dir, instruction=instruction,
+            task_body=body, sandbox=sandbox, timeout_sec=settings.timeout,
+            env_allowlist=tuple(request.config.getoption("agent_env")),
+            oracle=oracle_for(inst, sandbox), adapter="programbench", extra=extra))
+    except InfraError:
+        keep_after_give_up(ctx, factory, sandbox)  # the task still runs in it: resume
+        raise
     ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
     submission = collect_submission(ctx, sandbox)
     if submission is None:

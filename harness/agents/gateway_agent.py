@@ -5,8 +5,9 @@ timeout when the body has none and, for a ``docker_exec`` executor, the unprivil
 its steps run as (``executor_ref.user``: the sandbox's user, else ``agent``; never root),
 reattaches or submits, waits, and classifies the settled result. A client-side give-up
 (timeout, lasting poll errors) is an infra outcome; the task is cancelled then unless the
-adapter keeps the workspace for a reattach (``extra["reattach"]``), since its sandbox ends
-with the instance. An interrupt cancels the task first. A resume first settles the tasks
+adapter keeps its sandbox for a reattach (``extra["keep_sandbox"]``, or ``extra["reattach"]``
+for a sandbox adopted on resume: :mod:`harness.sandbox.reattach`), since otherwise its
+sandbox ends with the instance. An interrupt cancels the task first. A resume first settles the tasks
 earlier attempts left running (:mod:`harness.agents.gateway_orphans`).
 """
 
@@ -104,9 +105,11 @@ class GatewayAgent:
                 )
             except (ClientPollTimeout, ClientPollError) as exc:
                 last = exc.last
-                # Its sandbox ends with the instance unless the workspace outlives the run
-                # (the adapter's ``reattach``): a task left running would spend for nothing.
-                reattachable = bool(request.extra.get("reattach"))
+                # Its sandbox ends with the instance unless the adapter keeps it for a
+                # reattach (``keep_sandbox``, or ``reattach``: an adopted one): a task left
+                # running in a removed sandbox would spend for nothing.
+                reattachable = bool(request.extra.get("reattach")
+                                    or request.extra.get("keep_sandbox"))
                 cancelled = (not reattachable and exc.task_id is not None
                              and client.cancel(exc.task_id))
                 return AgentOutcome(

@@ -220,18 +220,21 @@ def harness_agent(pytestconfig: pytest.Config) -> Agent:
     return make_agent(kind, options)
 
 
-def carry_checkpoint(ctx: InstanceContext) -> None:
-    """On resume, bring the ancestor's gateway checkpoint so the client can reattach."""
+def carry_checkpoint(ctx: InstanceContext, source: str | None = None) -> None:
+    """On resume, bring the ancestor's gateway checkpoint (``source`` when given: the one of
+    the sandbox adopted for the reattach) so the client can reattach."""
     from harness.agents.checkpoint import CHECKPOINT_NAME
 
     target = ctx.instance_dir / CHECKPOINT_NAME
     if target.exists():
         return
-    for root in ctx.run.plan.ancestors:
-        source = Path(root) / ctx.benchmark / ctx.instance_id / CHECKPOINT_NAME
-        if source.exists():
-            shutil.copy2(source, target)
-            ctx.result.details["checkpoint_from"] = str(source)
+    found = [Path(source)] if source else [
+        Path(root) / ctx.benchmark / ctx.instance_id / CHECKPOINT_NAME
+        for root in ctx.run.plan.ancestors]
+    for path in found:
+        if path.exists():
+            shutil.copy2(path, target)
+            ctx.result.details["checkpoint_from"] = str(path)
             return
 
 
@@ -264,9 +267,10 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
 
     if getattr(agent, "kind", "") == "gateway":
         if request.extra.get("reattach"):
-            # Only when the task's workspace outlives a run (an external workspace): a fresh
-            # sandbox cannot hold what an earlier task produced, so reattaching would be wrong.
-            carry_checkpoint(ctx)
+            # Only with the sandbox the task works in (adopted: harness.sandbox.reattach) or
+            # a workspace outliving the run: a fresh sandbox cannot hold what an earlier task
+            # produced, so reattaching would be wrong.
+            carry_checkpoint(ctx, request.extra.get("reattach_checkpoint"))
         else:  # earlier attempts' tasks are cancelled before a fresh one is submitted
             request = replace(request, extra={**request.extra,
                                               "ancestor_checkpoints": orphan_checkpoints(ctx)})

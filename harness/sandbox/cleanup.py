@@ -8,7 +8,8 @@
   labelled ``harness.run`` by run and sweeps only the runs :func:`harness.sandbox.lease.judge`
   proves dead: an expired lease, or an owner pid gone on this very host, or (resources
   without owner labels or lease) an expired TTL. Another host's live run on the same engine
-  is left alone; a run root that does not exist here proves nothing.
+  is left alone; a run root that does not exist here proves nothing. A dead run's running
+  sandbox kept for a reattach (label ``harness.reattach``) is left to its TTL.
 * Run locks: the controller holds an exclusive ``flock`` on :func:`run_lock_path` for the
   whole run (it keeps two runs out of one run root; sweeps no longer read it).
 * :func:`leaked_resources` lists what is labelled ``harness.run`` (for assertions).
@@ -92,11 +93,31 @@ def _remove(api: docker.APIClient, kind: str, item: dict) -> None:
         pass  # in use or removal in progress: the next round lists it again
 
 
+def kept_for_reattach(item: dict) -> bool:
+    """A running container labelled :data:`~harness.sandbox.labels.REATTACH` (a listing
+    item): an agent server's task may still work in it."""
+    labels = item.get("Labels") or {}
+    return bool(labels.get(L.REATTACH)) and item.get("State") == "running"
+
+
+def _spare(listing: dict[str, list[dict]]) -> None:
+    """Drop kept sandboxes (and the networks they are attached to) from a listing."""
+    kept = [c for c in listing["containers"] if kept_for_reattach(c)]
+    if not kept:
+        return
+    nets = {name for c in kept
+            for name in ((c.get("NetworkSettings") or {}).get("Networks") or {})}
+    listing["containers"] = [c for c in listing["containers"] if not kept_for_reattach(c)]
+    listing["networks"] = [n for n in listing["networks"] if n.get("Name") not in nets]
+
+
 def _remove_matching(
-    api: docker.APIClient, filters: list[str], what: str, wait_s: float
+    api: docker.APIClient, filters: list[str], what: str, wait_s: float,
+    spare_kept: bool = False,
 ) -> list[tuple[str, str]]:
     """Remove what matches every label filter until a listing is empty; ``(kind, name)`` of
-    everything seen, in order. Raises :class:`SweepIncomplete` naming what is left."""
+    everything seen, in order. Raises :class:`SweepIncomplete` naming what is left.
+    ``spare_kept`` leaves running sandboxes kept for a reattach (:func:`kept_for_reattach`)."""
     removed: list[tuple[str, str]] = []
     deadline = time.monotonic() + wait_s
     while True:
@@ -104,6 +125,8 @@ def _remove_matching(
             listing = _listing(api, filters)
         except APIError as exc:
             raise SweepIncomplete(f"sweep of {what}: listing failed: {exc}") from exc
+        if spare_kept:
+            _spare(listing)
         left = [
             (kind, item) for kind in ("containers", "networks", "volumes") for item in listing[kind]
         ]
@@ -127,11 +150,38 @@ def sweep(
     *,
     client: docker.DockerClient | None = None,
     wait_s: float = SWEEP_WAIT_S,
+    spare_kept: bool = False,
 ) -> list[str]:
-    """Remove everything labelled with ``run_id`` (and ``worker``); return what was removed."""
+    """Remove everything labelled with ``run_id`` (and ``worker``); return what was removed.
+
+    ``spare_kept`` (the runner's automatic sweeps) leaves running sandboxes kept for a
+    reattach (:func:`kept_for_reattach`; list them with :func:`kept_sandboxes`); a sweep an
+    operator asks for removes them too.
+    """
     api = (client or get_client()).api
-    found = _remove_matching(api, L.label_filters(run_id, worker), f"run {run_id}", wait_s)
+    found = _remove_matching(api, L.label_filters(run_id, worker), f"run {run_id}", wait_s,
+                             spare_kept)
     return list(dict.fromkeys(name for _, name in found))
+
+
+def kept_sandboxes(run_id: str | None = None, *, client: docker.DockerClient | None = None,
+                   instance_id: str | None = None) -> list[dict[str, str]]:
+    """Running sandboxes kept for a reattach (of ``run_id``, else of every run; optionally
+    of one instance): ``{id, name, run, instance, run_root, ttl_s, created}`` each."""
+    api = (client or get_client()).api
+    filters = [*L.label_filters(run_id), L.REATTACH]
+    if instance_id is not None:
+        filters.append(f"{L.INSTANCE}={instance_id}")
+    out = []
+    for item in api.containers(all=True, filters={"label": filters}):
+        if not kept_for_reattach(item):
+            continue
+        labels = item.get("Labels") or {}
+        out.append({"id": str(item["Id"]), "name": _name("containers", item),
+                    "run": labels.get(L.RUN, ""), "instance": labels.get(L.INSTANCE, ""),
+                    "run_root": labels.get(L.RUN_ROOT, ""), "ttl_s": labels.get(L.TTL, ""),
+                    "created": str(item.get("Created", ""))})
+    return out
 
 
 def remove_labelled(
@@ -195,8 +245,8 @@ def sweep_stale(
     client = client or get_client()
     swept = []
     for run_id, verdict in stale_runs(client, run_id_prefix=run_id_prefix).items():
-        if verdict.stale:
-            sweep(run_id, client=client)
+        # A dead run's sandbox kept for a reattach stays until its TTL ends it.
+        if verdict.stale and sweep(run_id, client=client, spare_kept=True):
             swept.append(run_id)
     return swept
 

@@ -96,6 +96,7 @@ class Sandbox:
         # sha256 hex -> size in bytes of every protected artifact, hashed inside the sandbox
         # as root: copy-out drops any file with these bytes, whatever its name or place.
         self.protected_hashes: dict[str, int] = {}
+        self.protected_records: list[ProtectedExecutable] = []  # what was installed, in order
         self.copy_limits = transfer.CopyLimits()  # caps of every copy out of this sandbox
         self.removed = False
 
@@ -340,6 +341,7 @@ class Sandbox:
             )
 
     def _record(self, prot: ProtectedExecutable) -> ProtectedExecutable:
+        self.protected_records.append(prot)
         self.protected.add(prot.launcher)
         self.protected_hashes[prot.sha256] = prot.size
         self.protected_hashes[prot.launcher_sha256] = prot.launcher_size

@@ -134,7 +134,8 @@ def _sweep_engines(run: RunContext, worker: str | None = None) -> dict[str, Any]
             continue
         client = client_for(engine.url)
         try:
-            out[engine.url] = {"removed": sweep(run.run_id, worker, client=client)}
+            out[engine.url] = {"removed": sweep(run.run_id, worker, client=client,
+                                                spare_kept=True)}
         except Exception as exc:
             out[engine.url] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         finally:

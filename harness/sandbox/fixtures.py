@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from harness.runtime import RunContext
     from harness.sandbox.container import Sandbox
     from harness.sandbox.images import BuiltImage
+    from harness.sandbox.reattach import SandboxRecord
 
 TTL_MARGIN_S = 600
 DEFAULT_TTL_S = 3600
@@ -176,6 +177,30 @@ class SandboxFactory:
         sandbox.copy_limits = self.limits
         self.sandboxes.append(sandbox)
         return sandbox
+
+    def adopt(self, record: SandboxRecord) -> Sandbox:
+        """Take over a sandbox an earlier run kept for a reattach (:mod:`.reattach`); it is
+        removed with this instance's sandboxes unless kept again. Raises
+        :class:`~harness.sandbox.reattach.ReattachUnavailable`."""
+        from harness.sandbox.reattach import adopt
+
+        sandbox = adopt(self.client, record)
+        sandbox.copy_limits = self.limits
+        self.sandboxes.append(sandbox)
+        return sandbox
+
+    def keep(self, sandbox: Sandbox) -> None:
+        """Leave ``sandbox`` running when the instance ends: an agent server's task still
+        works in it (a resume reattaches). Only a sandbox labelled for a reattach; its TTL
+        ends it when nobody comes back."""
+        from harness.sandbox import labels as L
+
+        labels = (self.client.api.inspect_container(sandbox.id).get("Config") or {}).get(
+            "Labels") or {}
+        if not labels.get(L.REATTACH):
+            raise ValueError(f"sandbox {sandbox.name} was not created for a reattach")
+        if sandbox in self.sandboxes:
+            self.sandboxes.remove(sandbox)
 
     def network(self) -> str:
         from harness.sandbox.network import create_internal_network

@@ -23,6 +23,10 @@ RUN_ROOT = "harness.run_root"
 TTL = "harness.ttl_s"
 ENGINE = "harness.engine"  # the engine's URL, when the run places instances on engines
 RECIPE = "harness.recipe"  # on built images: the recipe's content hash
+# On a sandbox an agent server's task works in (``docker_exec``): while it runs, automatic
+# sweeps leave it alone, so a resume can reattach to the task and its sandbox; its TTL
+# (``sleep``, then ``auto_remove``) ends it when nobody does. ``harness sweep`` removes it.
+REATTACH = "harness.reattach"
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 

@@ -57,18 +57,19 @@ def _stop_lease(config: pytest.Config, run: RunContext | None = None, *,
 
 
 def pytest_harness_worker_crashed(config: pytest.Config, run: RunContext, worker_id: str) -> None:
-    from harness.sandbox.cleanup import sweep
+    from harness.sandbox.cleanup import kept_sandboxes, sweep
 
     if config.getoption("keep_sandboxes", False):
         return
-    removed = sweep(run.run_id, worker_id)
-    _extra(run).setdefault("worker_crashes", []).append({"worker": worker_id,
-                                                         "removed": removed})
+    removed = sweep(run.run_id, worker_id, spare_kept=True)
+    kept = [k["name"] for k in kept_sandboxes(run.run_id) if k["instance"]]
+    _extra(run).setdefault("worker_crashes", []).append(
+        {"worker": worker_id, "removed": removed, **({"kept_for_reattach": kept} if kept else {})})
 
 
 def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
                                   summary: dict[str, Any]) -> None:
-    from harness.sandbox.cleanup import sweep
+    from harness.sandbox.cleanup import kept_sandboxes, sweep
 
     try:
         _stop_lease(config, run, release=True)
@@ -82,11 +83,20 @@ def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
             reporter.write_line(message)
         return
     try:
-        removed = sweep(run.run_id)
+        removed = sweep(run.run_id, spare_kept=True)
+        kept = kept_sandboxes(run.run_id)
     except Exception as exc:
         _extra(run)["final"] = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
         return
     _extra(run)["final"] = {"removed": removed}
+    if kept:  # an agent server's task still works in them: a resume reattaches
+        _extra(run)["final"]["kept_for_reattach"] = [k["name"] for k in kept]
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"{len(kept)} sandbox(es) kept for a reattach (their agent-server task had "
+                f"not settled; each ends at its TTL): resume with --resume-from "
+                f"{run.run_root}, or remove them with: harness sweep --run {run.run_id}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -207,9 +207,11 @@ def test_errors_beyond_the_budget_leave_the_task_reattachable(ref_server, tmp_pa
     assert checkpoint is not None and checkpoint.task_id == info.value.task_id
 
 
-def test_never_settling_task_times_out_reattachable(ref_server, tmp_path):
-    """With a workspace that outlives the run (the adapter's ``reattach``), the task is left
-    running for a resume to reattach to."""
+@pytest.mark.parametrize("keep", ["reattach", "keep_sandbox"])
+def test_never_settling_task_times_out_reattachable(ref_server, tmp_path, keep):
+    """With a workspace that outlives the run (the adapter's ``reattach``) or a sandbox the
+    adapter keeps for a reattach (``keep_sandbox``), the task is left running for a resume to
+    reattach to."""
     server = ref_server({"never_settle": True})
     agent = GatewayAgent(server.url, policy=FAST.model_copy(update={"client_grace_s": 0.0}))
     outcome = agent.run(
@@ -219,7 +221,7 @@ def test_never_settling_task_times_out_reattachable(ref_server, tmp_path):
             instruction="x",
             task_body=task_body(tmp_path / "ws", PLAN),
             timeout_sec=0.5,
-            extra={"reattach": True},
+            extra={keep: True},
         )
     )
     assert outcome.infra and not outcome.completed
@@ -234,8 +236,8 @@ def test_never_settling_task_times_out_reattachable(ref_server, tmp_path):
 
 
 def test_give_up_cancels_the_task_when_its_sandbox_ends_with_the_instance(ref_server, tmp_path):
-    """Issue 14 point 1: no adapter keeps the sandbox, so a task the client gave up on would
-    run (and spend) against a removed sandbox: it is cancelled and the row says so."""
+    """Issue 14 point 1: when the adapter does not keep the sandbox, a task the client gave up
+    on would run (and spend) against a removed sandbox: it is cancelled and the row says so."""
     server = ref_server({"never_settle": True})
     agent = GatewayAgent(server.url, policy=FAST.model_copy(update={"client_grace_s": 0.0}))
     outcome = agent.run(AgentRequest(instance_id="t", instance_dir=tmp_path / "inst",
