@@ -304,6 +304,8 @@ def paid_activity(r: InstanceResult) -> bool | None:
     """What a row can say about the agent's spend, also when it was interrupted."""
     if not r.agent_started:
         return False
+    if r.details.get("paid_evidence"):  # e.g. an llm_usage event copied before the abort
+        return True
     if (r.cost_usd or 0) > 0 or (r.tokens is not None and any(
             (v or 0) > 0 for v in r.tokens.model_dump().values() if isinstance(v, int | float))):
         return True

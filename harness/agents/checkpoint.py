@@ -11,6 +11,7 @@ import re
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from harness.agents.gateway_models import TaskCheckpoint, TaskResult
 from harness.fsutil import atomic_write_json, read_json
@@ -35,6 +36,7 @@ def write_checkpoint(
     result: TaskResult | None,
     base_url: str | None,
     polls: int,
+    events: dict[str, Any] | None = None,
 ) -> None:
     checkpoint = TaskCheckpoint(
         task_id=task_id,
@@ -43,6 +45,7 @@ def write_checkpoint(
         base_url=base_url,
         polls=polls,
         task_result=result.model_dump(mode="json") if result is not None else None,
+        events=events,
     )
     atomic_write_json(path, checkpoint)
 

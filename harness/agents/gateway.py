@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -41,6 +41,9 @@ from harness.agents.gateway_models import (
     TaskCreateRequest,
     TaskResult,
 )
+
+if TYPE_CHECKING:
+    from harness.agents.gateway_events import EventLog
 
 log = logging.getLogger("harness.agents.gateway")
 
@@ -194,8 +197,12 @@ class GatewayClient(GatewayHTTP):
         timeout_s: float,
         checkpoint_path: Path | None = None,
         on_poll: Callable[[TaskResult], None] | None = None,
+        events: EventLog | None = None,
     ) -> TaskResult:
-        """Poll until the task's status is settled; raise when the client gives up."""
+        """Poll until the task's status is settled; raise when the client gives up.
+
+        ``events``: copied before every status request, so an abort keeps the evidence
+        (:mod:`harness.agents.gateway_events`); its state goes into the checkpoint."""
         deadline = time.monotonic() + timeout_s
         interval = self.policy.interval_s
         failing_since: float | None = None
@@ -204,6 +211,8 @@ class GatewayClient(GatewayHTTP):
         polls = 0
         while True:
             problem: str | None = None
+            if events is not None:
+                events.copy()
             try:
                 result = self.get_task(task_id)
                 if result is None:
@@ -246,6 +255,7 @@ class GatewayClient(GatewayHTTP):
                     result,
                     self.base_url,
                     polls,
+                    events.status.model_dump(mode="json") if events is not None else None,
                 )
             if on_poll is not None:
                 on_poll(result)

@@ -33,6 +33,7 @@ from harness.agents.gateway_models import TaskCreateRequest, is_root_user
 from harness.agents.gateway_orphans import settle_orphans
 from harness.agents.gateway_run import run_task, validate_task_body
 from harness.errors import InfraError
+from harness.secrets_scan import secrets_from_env
 
 AGENT_USER = "agent"  # harness.sandbox.images.AGENT_USER (uid 1000) in every harness image
 
@@ -101,7 +102,9 @@ class GatewayAgent:
                 orphan_details["orphan_tasks"] = orphans
             try:
                 run = run_task(
-                    client, body, instance_dir=instance_dir, adapter=adapter, timeout_s=request.timeout_sec
+                    client, body, instance_dir=instance_dir, adapter=adapter,
+                    timeout_s=request.timeout_sec,
+                    secrets=secrets_from_env(request.env_allowlist),
                 )
             except (ClientPollTimeout, ClientPollError) as exc:
                 last = exc.last
@@ -131,11 +134,14 @@ class GatewayAgent:
         paths = {"task_checkpoint": run.checkpoint_path, "task_result": run.result_path}
         if run.body_path:
             paths["task_body"] = run.body_path
+        if run.events_path:
+            paths["gateway_events"] = run.events_path
         details = {
             **outcome.details,
             "reattached": run.reattached,
             "reattach_reason": run.decision.reason,
             "polls": run.polls,
+            "events": run.events,
             "gateway_url": self.base_url,
             **orphan_details,
         }

@@ -8,10 +8,12 @@ budget; anything else is answered or raised at once. Reads of the server's ident
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable
 from typing import Any, Self, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -227,6 +229,30 @@ class GatewayHTTP:
             return TaskResult.parse_tolerant(response.json())
         except ValueError as exc:
             raise RetryableError(f"GET task {task_id}: the answer is not JSON") from exc
+
+    def task_events(self, task_id: str, cursor: str | int | None) -> Any:
+        """One page of a task's events past ``cursor`` (``GET /api/tasks/{id}/events``,
+        never waiting): the decoded JSON (an NDJSON answer as a list), or None when the
+        server has no such endpoint or task (404, 405, 501)."""
+        path = f"/api/tasks/{task_id}/events"
+        query = f"?cursor={quote(str(cursor), safe='')}&wait=0" if cursor is not None else "?wait=0"
+        response = self._send("GET", path + query)
+        if response.status_code in (404, 405, 501):
+            return None
+        if response.status_code == 503:
+            raise RetryableError(f"HTTP 503: {error_text(response)}")
+        if response.status_code >= 400:
+            raise GatewayError(f"GET {path}: HTTP {response.status_code}: {error_text(response)}",
+                               "gateway_http_error", status_code=response.status_code,
+                               task_id=task_id)
+        try:
+            return response.json()
+        except ValueError:
+            pass
+        try:  # newline-delimited JSON
+            return [json.loads(line) for line in response.text.splitlines() if line.strip()]
+        except ValueError as exc:
+            raise RetryableError(f"GET {path}: the answer is not JSON") from exc
 
     def find_task(self, task_id: str, budget_s: float | None = None) -> TaskResult | None:
         """:meth:`get_task` with retries; ``GatewayUnavailable`` when the budget runs out."""

@@ -359,3 +359,5 @@ class TaskCheckpoint(_Strict):
     base_url: str | None = None
     polls: int = 0
     task_result: dict[str, Any] | None = None
+    # The copy of the task's events so far (harness.agents.gateway_events.EventsState).
+    events: dict[str, Any] | None = None

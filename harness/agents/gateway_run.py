@@ -24,6 +24,7 @@ from harness.agents.checkpoint import (
 )
 from harness.agents.gateway_body import validate_task_body
 from harness.agents.gateway_errors import ClientPollTimeout, GatewayError
+from harness.agents.gateway_events import EventLog
 from harness.agents.gateway_models import (
     CANCEL_REQUESTED,
     IN_FLIGHT_STATUSES,
@@ -40,6 +41,7 @@ __all__ = ["ReattachDecision", "TaskRun", "reattach_decision", "run_task", "vali
 log = logging.getLogger("harness.agents.gateway")
 
 RESULT_NAME = "task_result.json"
+MAX_FINAL_EVENT_PAGES = 20
 DEFAULT_TASK_TIMEOUT_S = 6 * 3600.0
 
 
@@ -61,6 +63,8 @@ class TaskRun(BaseModel):
     checkpoint_path: str
     result_path: str
     polls: int
+    events_path: str | None = None
+    events: dict[str, Any] = {}
 
 
 def reattach_decision(client: GatewayClient, checkpoint_path: Path) -> ReattachDecision:
@@ -97,8 +101,12 @@ def run_task(
     adapter: str = "harness",
     timeout_s: float | None = None,
     assign_task_id: bool = True,
+    secrets: Mapping[str, str] | None = None,
 ) -> TaskRun:
-    """Reattach or submit, then wait; cancel the task if interrupted (Ctrl-C, stop)."""
+    """Reattach or submit, then wait; cancel the task if interrupted (Ctrl-C, stop).
+
+    The task's events are copied (scrubbed of ``secrets``) before every status request
+    (:mod:`harness.agents.gateway_events`)."""
     instance_dir = Path(instance_dir)
     instance_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_path = instance_dir / CHECKPOINT_NAME
@@ -124,7 +132,16 @@ def run_task(
             task_id = request.task_id  # known before the POST: cancellable if interrupted
             task_id = client.submit(request).task_id
             write_checkpoint(checkpoint_path, task_id, "submitted", None, client.base_url, 0)
-        result = client.wait(task_id, timeout_s=wait_s, checkpoint_path=checkpoint_path)
+        events = EventLog(client, task_id, instance_dir, secrets)
+        result = client.wait(task_id, timeout_s=wait_s, checkpoint_path=checkpoint_path,
+                             events=events)
+        for _ in range(MAX_FINAL_EVENT_PAGES):  # what the task logged as it settled
+            before = events.status.copied
+            if events.copy().copied == before:
+                break
+        write_checkpoint(checkpoint_path, task_id, result.status or "unknown", result,
+                         client.base_url, read_polls(checkpoint_path),
+                         events.status.model_dump(mode="json"))
     except Exception:
         raise
     except BaseException:
@@ -134,7 +151,6 @@ def run_task(
         raise
     result_path = instance_dir / RESULT_NAME
     atomic_write_json(result_path, result)
-    polls = read_checkpoint(checkpoint_path)
     return TaskRun(
         task_id=task_id,
         result=result,
@@ -143,7 +159,14 @@ def run_task(
         body_path=str(body_path) if body_path else None,
         checkpoint_path=str(checkpoint_path),
         result_path=str(result_path),
-        polls=polls.polls if polls else 0,
+        polls=read_polls(checkpoint_path),
+        events_path=str(events.path) if events.status.copied else None,
+        events=events.status.model_dump(mode="json"),
     )
+
+
+def read_polls(checkpoint_path: Path) -> int:
+    checkpoint = read_checkpoint(checkpoint_path)
+    return checkpoint.polls if checkpoint else 0
 
 

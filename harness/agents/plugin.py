@@ -254,6 +254,31 @@ def orphan_checkpoints(ctx: InstanceContext) -> list[str]:
     return [p for p in found if Path(p).is_file()]
 
 
+def record_gateway_evidence(ctx: InstanceContext) -> None:
+    """What the instance folder proves about a gateway task's spend, for the row's
+    ``paid_activity`` (``details.paid_evidence``), and its copied events as an output."""
+    from harness.agents.checkpoint import CHECKPOINT_NAME, read_checkpoint
+    from harness.agents.classify import result_cost
+    from harness.agents.gateway_events import EVENTS_NAME, read_events, usage_with_tokens
+    from harness.agents.gateway_models import TaskResult
+
+    events = ctx.instance_dir / EVENTS_NAME
+    if events.is_file():
+        ctx.output("gateway_events", events)
+    checkpoint = read_checkpoint(ctx.instance_dir / CHECKPOINT_NAME)
+    if (checkpoint is not None and (checkpoint.events or {}).get("usage_observed")) or any(
+            usage_with_tokens(e) for e in read_events(events)):  # copied, not yet checkpointed
+        ctx.result.details["paid_evidence"] = "gateway_events_llm_usage"
+        return
+    if checkpoint is not None and checkpoint.task_result:
+        try:
+            cost, _ = result_cost(TaskResult.parse_tolerant(checkpoint.task_result))
+        except ValueError:
+            return
+        if cost:
+            ctx.result.details["paid_evidence"] = "task_result_cost"
+
+
 def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> AgentOutcome:
     """Run the agent for this instance and record what the row needs.
 
@@ -281,6 +306,9 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
     except OracleUnavailable as exc:
         r.agent_started = False
         raise OutcomeSkip(Outcome.SKIPPED, exc.reason, str(exc)) from exc
+    finally:
+        if getattr(agent, "kind", "") == "gateway":  # also when interrupted or given up
+            record_gateway_evidence(ctx)
     r.cost_usd = outcome.cost_usd
     r.cost_known = outcome.cost_known
     r.tokens = outcome.tokens

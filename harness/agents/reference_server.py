@@ -8,7 +8,9 @@ for a model, or compare a real server's behaviour with it.
     python -m harness.agents.reference_server --port 8770 --config server.json
 
 It answers ``/api/health``, ``/api/settings``, ``/api/state``, ``POST /api/tasks``,
-``GET /api/tasks[/{id}]`` and ``POST /api/tasks/{id}/cancel`` like the real server, runs a
+``GET /api/tasks[/{id}]``, ``GET /api/tasks/{id}/events?cursor=N`` (its own event format:
+``{task_id, events: [{seq, ts, type: status|llm_usage|step, ...}], cursor}``) and
+``POST /api/tasks/{id}/cancel`` like the real server, runs a
 task's plan (``metadata.reference_plan``, else the config's ``default_plan``) locally or
 in the container named by ``executor_ref`` (``docker_exec``), and injects the faults its
 config asks for. It logs one line per request (method, path, status) and never a body,
@@ -32,7 +34,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import ValidationError
 
@@ -152,6 +154,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(200, envelope)
             if method == "POST" and len(parts) == 4 and parts[3] == "cancel":
                 return self._cancel(parts[2], body)
+            if method == "GET" and len(parts) == 4 and parts[3] == "events":
+                return self._events(parts[2])
         return self._send(404, {"ok": False, "error": "no such route"})
 
     def _submit(self, body: bytes) -> None:
@@ -176,6 +180,17 @@ class _Handler(BaseHTTPRequestHandler):
         except Admission as exc:
             return self._send(exc.status, exc.body)
         return self._send(200, {"ok": True, "task_id": task.task_id, "status": "scheduled"})
+
+    def _events(self, task_id: str) -> None:
+        query = parse_qs(urlsplit(self.path).query)
+        try:
+            cursor = max(int((query.get("cursor") or ["0"])[0] or 0), 0)
+        except ValueError:
+            return self._send(400, {"ok": False, "error": "cursor must be an integer"})
+        page = self.server.store.events(task_id, cursor, limit=500)
+        if page is None:
+            return self._send(404, {"ok": False, "error": "unknown task"})
+        return self._send(200, page)
 
     def _cancel(self, task_id: str, body: bytes) -> None:
         try:

@@ -60,6 +60,9 @@ class RefTask:
         self.completion_tokens = 0
         self.rounds = 0
         self.steps: list[dict[str, Any]] = []
+        # The task's event log (``GET /api/tasks/{id}/events``): status changes, each step's
+        # model usage (``llm_usage``) and its result, in order.
+        self.events: list[dict[str, Any]] = []
         self.created_at = time.time()
         self.updated_at = self.created_at
         self.stop = threading.Event()
@@ -245,9 +248,25 @@ class TaskStore:
 
     def _set(self, task: RefTask, **fields: Any) -> None:
         with self._lock:
+            if "status" in fields and fields["status"] != task.status:
+                self._event(task, "status", status=fields["status"],
+                            reason_code=fields.get("reason_code"))
             for key, value in fields.items():
                 setattr(task, key, value)
             task.updated_at = time.time()
+
+    def _event(self, task: RefTask, kind: str, **fields: Any) -> None:
+        """Append one event (the caller holds the lock)."""
+        task.events.append({"seq": len(task.events), "ts": time.time(), "type": kind, **fields})
+
+    def events(self, task_id: str, cursor: int, limit: int) -> dict[str, Any] | None:
+        """Events from ``cursor`` on (at most ``limit``) and the next cursor; None if unknown."""
+        with self._lock:
+            task = self.tasks.get(task_id)
+            if task is None:
+                return None
+            chunk = task.events[cursor:cursor + limit]
+            return {"task_id": task_id, "events": chunk, "cursor": cursor + len(chunk)}
 
     def _executor(self, task: RefTask) -> StepExecutor:
         ref = task.request.executor_ref
@@ -319,6 +338,12 @@ class TaskStore:
                         output_tail=run.output_tail,
                     )
                 with self._lock:
+                    if step.prompt_tokens or step.completion_tokens or step.cost_usd:
+                        self._event(task, "llm_usage", round=index,
+                                    prompt_tokens=step.prompt_tokens,
+                                    completion_tokens=step.completion_tokens,
+                                    cost_usd=step.cost_usd)
+                    self._event(task, "step", **record)
                     task.rounds += 1
                     task.cost_usd += step.cost_usd
                     task.cost_known = task.cost_known and step.cost_known

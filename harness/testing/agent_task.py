@@ -23,7 +23,13 @@ WORKSPACE = "/workspace"
 
 
 def task_body(ctx: InstanceContext, container: str, instruction: str, answer: str,
-              step_cost: float) -> dict[str, Any]:
+              step_cost: float, think_s: float = 0.0) -> dict[str, Any]:
+    """``think_s``: a last step that only waits (a task still running for that long)."""
+    steps: list[dict[str, Any]] = [
+        {"run": f"echo {shlex.quote(answer)} > {WORKSPACE}/answer.txt",
+         "cost_usd": step_cost, "prompt_tokens": 120, "completion_tokens": 30}]
+    if think_s:
+        steps.append({"run": "true", "sleep_s": think_s})
     return {
         "description": instruction,
         "task_id": f"{ctx.run_id}-{ctx.instance_id}-a{ctx.attempt}",
@@ -35,10 +41,7 @@ def task_body(ctx: InstanceContext, container: str, instruction: str, answer: st
         "actor_id": "selftest",
         "source": "selftest",
         "timeout_sec": 300,
-        "metadata": {"reference_plan": {"steps": [
-            {"run": f"echo {shlex.quote(answer)} > {WORKSPACE}/answer.txt",
-             "cost_usd": step_cost, "prompt_tokens": 120, "completion_tokens": 30},
-        ]}},
+        "metadata": {"reference_plan": {"steps": steps}},
     }
 
 
@@ -58,7 +61,8 @@ def run_agent_task(ctx: InstanceContext, request: pytest.FixtureRequest) -> None
     image = request.getfixturevalue("sandbox_image")
     sandbox = factory(image, user="agent", workdir=WORKSPACE, network="none",
                       cap_drop=("SYS_PTRACE",))
-    body = task_body(ctx, sandbox.name, instruction, answer, float(task.get("cost", 0.25)))
+    body = task_body(ctx, sandbox.name, instruction, answer, float(task.get("cost", 0.25)),
+                     float(task.get("think_s", 0.0)))
     outcome = run_agent(ctx, agent, AgentRequest(
         instance_id=ctx.instance_id, instance_dir=ctx.instance_dir, instruction=instruction,
         task_body=body, sandbox=sandbox, timeout_sec=float(task.get("timeout", 120)),

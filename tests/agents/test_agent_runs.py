@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import threading
 from pathlib import Path
 
 import pytest
 
-from harness.testing.suite import Suite
+from harness.testing.suite import Run, Suite, finish, wait_for
 from tests.agents.agents_support import start_server
 
 pytestmark = pytest.mark.docker
@@ -47,6 +48,34 @@ def test_gateway_agent_runs_a_whole_instance(tmp_path: Path) -> None:
     assert extra["runtime_attestation"]["runtime_version"] == "reference-1.0.0"
     assert run.manifest["config"]["agent.kind"] == "gateway"
     assert state["submissions"] == 1
+
+
+def test_point3_an_interrupted_gateway_row_keeps_the_events_proving_its_spend(
+        tmp_path: Path) -> None:
+    """Issue 14 point 3: the task reported no cost yet (its usage is in its events only);
+    Ctrl-C mid-task leaves an interrupted row whose ``paid_activity`` is observed, from the
+    events copied before the last status request."""
+    suite = Suite(tmp_path)
+    suite.tasks([{"id": "slow", "work": "agent", "answer": "42", "cost": 0, "think_s": 120}])
+    server = start_server(tmp_path / "server")
+    try:
+        proc, root = suite.start("--agent", "gateway", "--gateway-url", server.url,
+                                 "--gateway-poll-sec", "0.1")
+        events = root / "selftest" / "slow" / "gateway_events.jsonl"
+        wait_for(lambda: events.is_file() and "llm_usage" in events.read_text(), timeout=120)
+        os.killpg(proc.pid, signal.SIGINT)
+        out = finish(proc)
+        state = server.state()
+    finally:
+        server.stop()
+    assert proc.returncode == 3, out
+    row = Run.of(root).latest["slow"]
+    assert row["status"] == "infra_failed" and row["reason_code"].endswith("signal_2"), row
+    assert row["cost_usd"] in (None, 0.0)
+    assert row["paid_activity"] is True, (row["details"], row["output_paths"])
+    assert row["details"]["paid_evidence"] == "gateway_events_llm_usage"
+    assert (root / row["output_paths"]["gateway_events"]).is_file()
+    assert list(state["cancels"]) == [next(iter(state["tasks"]))]  # Ctrl-C cancels the task
 
 
 def test_gateway_refusals_are_recorded(tmp_path: Path) -> None:

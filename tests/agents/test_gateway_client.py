@@ -98,7 +98,8 @@ def test_gateway_agent_outcome_has_cost_tokens_and_runtime_outcome(ref_server, t
     assert outcome.runtime_outcome.available and outcome.runtime_outcome.status == "completed"
     assert outcome.runtime_outcome.execution_status == "completed"
     assert outcome.raw_result_path == str(tmp_path / "inst" / "task_result.json")
-    assert set(outcome.output_paths) == {"task_body", "task_checkpoint", "task_result"}
+    assert set(outcome.output_paths) == {"task_body", "task_checkpoint", "task_result",
+                                         "gateway_events"}
     body = json.loads((tmp_path / "inst" / "programbench_task_body.json").read_text())
     assert body["timeout_sec"] == 30  # filled from the request
 
