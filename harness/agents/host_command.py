@@ -1,8 +1,11 @@
 """``--agent host-command``: an agent that runs on the host and drives the sandbox
 (SWE-agent, OpenHands and the like), given by ``--agent-command CMD``.
 
-CMD runs with ``bash -c`` in the instance folder, in its own process group, with this
-environment plus:
+CMD runs with ``bash -c`` in the instance folder, in its own process group. Its environment
+is not the runner's: only the basics (:data:`BASE_ENV`: ``PATH``, ``HOME``, locale, Python's
+and pyenv's variables) and the variables named with ``--agent-env`` (a model key the agent
+needs) are passed, so a provider key, cloud credentials or ``HARNESS_MODEL_API_KEY`` in the
+runner's environment stay out of reach of the agent under test. Plus:
 
 - ``HARNESS_INSTANCE_ID``; ``HARNESS_INSTRUCTION_FILE`` (the instruction, on the host);
 - ``HARNESS_SANDBOX`` (the container's name, for the record) and ``HARNESS_EXEC_SOCKET``,
@@ -26,6 +29,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,6 +57,17 @@ RECORD_NAME = "host_agent.json"
 INSTRUCTION_NAME = "host_agent_instruction.md"
 COST_NAME = "host_agent_cost.json"
 KILL_GRACE_S = 5.0
+
+
+# What any program needs to start on the host; every other variable must be named.
+BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ",
+            "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_VERSION")
+
+
+def agent_environment(environ: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
+    """The host agent's environment: :data:`BASE_ENV`, ``LC_*`` and the ``names`` given."""
+    keep = set(BASE_ENV) | set(names)
+    return {k: v for k, v in environ.items() if k in keep or k.startswith("LC_")}
 
 
 class HostRunRecord(BaseModel):
@@ -136,7 +151,7 @@ class HostCommandAgent:
         cost_file = out_dir / COST_NAME
         cost_file.unlink(missing_ok=True)
         service = ExecService(sandbox, max_timeout_s=request.timeout_sec).start()
-        env = dict(os.environ)
+        env = agent_environment(os.environ, request.env_allowlist)
         env.update({"HARNESS_INSTANCE_ID": request.instance_id,
                     "HARNESS_INSTRUCTION_FILE": str(instruction),
                     "HARNESS_SANDBOX": sandbox_name(sandbox) or "",

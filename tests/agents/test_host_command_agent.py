@@ -23,7 +23,8 @@ def agent_script(path: Path) -> Path:
              'grep -q . "$HARNESS_INSTRUCTION_FILE"',
              'echo "user=$(harness exec -- id -un)"',
              'echo "pwd=$(harness exec pwd)"',
-             "echo \"args=$(harness exec -- printf '%s,' a -- b)\""]
+             "echo \"args=$(harness exec -- printf '%s,' a -- b)\"",
+             'echo "model_key=${HARNESS_MODEL_API_KEY:-absent} named_len=${#AGENT_TEST_KEY}"']
     for rel, data in sorted(files.items()):
         lines.append(f"harness exec -- bash -c 'cat > {rel} && chmod 755 {rel}' <<'EOF'\n"
                      f"{data.decode()}EOF")
@@ -39,7 +40,9 @@ def agent_script(path: Path) -> Path:
 def test_host_command_agent_solves_the_fixture_through_harness_exec(tmp_path: Path) -> None:
     script = agent_script(tmp_path / "agent.sh")
     run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "host-command",
-                     "--agent-command", f"bash {script}")
+                     "--agent-command", f"bash {script}", "--agent-env", "AGENT_TEST_KEY",
+                     env={"HARNESS_MODEL_API_KEY": "sk-planted-model-key-0123456789",
+                          "AGENT_TEST_KEY": "named-agent-key-0123456789"})
     assert run.rc == 0, run.out
     row = run.latest[FIXTURE_ID]
     assert row["score"] == 1.0 and row["resolved"] is True, row
@@ -47,6 +50,8 @@ def test_host_command_agent_solves_the_fixture_through_harness_exec(tmp_path: Pa
     assert "user=agent" in out and "pwd=/workspace" in out and "sum=5" in out
     assert "args=a,--,b," in out  # only the leading -- ends harness exec's options
     assert "timeout_rc=124" in out and "exit_rc=7" in out
+    # only named variables reach the host agent: the runner's model key does not
+    assert "model_key=absent named_len=26" in out
     assert row["cost_usd"] == 0.25 and row["cost_known"] is True
     assert row["details"]["cost_source"] == "agent_reported"
     assert row["tokens"] == {"prompt": 40, "completion": 2, "total": 42}
