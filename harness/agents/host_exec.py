@@ -74,6 +74,7 @@ class ExecService:
         self.sandbox = sandbox
         self.max_timeout_s = max_timeout_s
         self.calls = 0
+        self._calls_lock = threading.Lock()  # requests are served on concurrent threads
         self._dir = Path(tempfile.mkdtemp(prefix="hx-exec-"))
         os.chmod(self._dir, 0o700)
         self.path = self._dir / "exec.sock"
@@ -108,7 +109,8 @@ class ExecService:
         timeout = req.timeout_s
         if self.max_timeout_s is not None:
             timeout = min(timeout, self.max_timeout_s)
-        self.calls += 1
+        with self._calls_lock:
+            self.calls += 1
         try:
             res = self.sandbox.exec(req.argv, user=AGENT_USER, timeout=timeout, stdin=stdin,
                                     workdir=req.workdir)

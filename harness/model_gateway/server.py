@@ -139,15 +139,16 @@ class GatewayServer:
         if not isinstance(body, dict):
             self._send(h, 400, _error_body(rel, 400, "invalid_request", "body is not JSON"))
             return
-        refusal = self.meter.admit()
-        if refusal is not None:
-            self._send(h, 402, _error_body(rel, 402, REFUSAL_TYPE, refusal))
-            return
-        model = body.get("model") if isinstance(body.get("model"), str) else None
-        if body.get("stream") is True:
-            self._forward_stream(h, rel, body, model)
-        else:
-            self._forward_plain(h, "POST", rel, body, model)
+        with self.meter.call_slot():  # under a per-task limit: one call at a time
+            refusal = self.meter.admit()
+            if refusal is not None:
+                self._send(h, 402, _error_body(rel, 402, REFUSAL_TYPE, refusal))
+                return
+            model = body.get("model") if isinstance(body.get("model"), str) else None
+            if body.get("stream") is True:
+                self._forward_stream(h, rel, body, model)
+            else:
+                self._forward_plain(h, "POST", rel, body, model)
 
     def _forward_plain(self, h: BaseHTTPRequestHandler, method: str, rel: str,
                        body: dict[str, Any] | None, model: str | None) -> None:

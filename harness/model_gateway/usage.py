@@ -9,10 +9,11 @@ else unknown: the instance's cost is then unknown, never $0.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,8 +172,22 @@ class InstanceMeter:
     state: MeterState = field(default_factory=MeterState)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    # With a per-task limit, calls go out one at a time: each is admitted knowing what every
+    # earlier call cost, so the limit is overshot by at most the one call that crosses it
+    # (concurrent calls admitted together could each cross it).
+    slot: threading.Lock = field(default_factory=threading.Lock)
+
     def __post_init__(self) -> None:
         self.state.limit_usd = self.limit_usd
+
+    @contextlib.contextmanager
+    def call_slot(self) -> Iterator[None]:
+        """Held for a whole call (admission, forwarding, recording) under a limit."""
+        if self.limit_usd is None:
+            yield
+            return
+        with self.slot:
+            yield
 
     def admit(self) -> str | None:
         """None if a call may go out, else the refusal message."""

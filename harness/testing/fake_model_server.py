@@ -66,6 +66,7 @@ class FakeResponse(BaseModel):
     usage: FakeUsage = Field(default_factory=FakeUsage)
     status: int = 200
     error: str | None = None
+    delay_s: float = Field(default=0.0, ge=0, le=60)  # answer this much later (a slow model)
 
 
 class FakeScript(BaseModel):
@@ -244,6 +245,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(500, {"error": {"message": "fake model server: script exhausted",
                                        "type": "script_exhausted"}})
             return
+        if resp.delay_s:
+            time.sleep(resp.delay_s)
         if resp.status != 200:
             self._json(resp.status, {"error": {"message": resp.error or "scripted error",
                                                "type": "scripted_error"}})

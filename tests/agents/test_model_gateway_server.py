@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -130,3 +131,30 @@ def test_malformed_bodies_from_the_agent_get_an_http_error_not_a_dropped_connect
     finally:
         gw.close()
     assert gw.meter.snapshot().calls == 1
+
+
+def test_concurrent_calls_overshoot_the_per_task_limit_by_one_call_at_most(
+        tmp_path: Path) -> None:
+    """Six calls at once against a limit two calls cross: each call is admitted knowing the
+    cost of those before it, so two go out (the second crosses the limit) and four are
+    refused, where admitting them together let all six spend."""
+    slow = step("ls", prompt=300, completion=20)  # $0.00038 a call at PRICES
+    slow["delay_s"] = 0.3
+    upstream = start_fake_model_server({"responses": [slow], "loop": True},
+                                       log=tmp_path / "up.jsonl")
+    gw = gateway(upstream, limit=0.0005)
+    try:
+        def call(_: int) -> int:
+            with client(gw) as c:
+                return c.post("/chat/completions", json={"model": "priced", "messages": []},
+                              timeout=30).status_code
+
+        with ThreadPoolExecutor(6) as pool:
+            codes = sorted(pool.map(call, range(6)))
+        state = gw.meter.snapshot()
+    finally:
+        gw.close()
+        upstream.stop()
+    assert codes == [200, 200, 402, 402, 402, 402]
+    assert upstream.requests == 2 and state.refused == 4
+    assert state.cost_usd == pytest.approx(2 * 0.00038)
