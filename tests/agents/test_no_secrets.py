@@ -123,7 +123,9 @@ def test_fake_key_never_reaches_files_or_argv(tmp_path, monkeypatch, ref_server,
     assert outcomes["gateway"].completed
     assert (tmp_path / "runs" / "cmd" / "agent_stdout.log").read_text() == "done\n"
     assert _files_containing(tmp_path / "runs", needle) == []
+    # gateway_events.jsonl (the task's scrubbed events) is scanned by _files_containing above.
     assert sorted(p.name for p in (tmp_path / "runs" / "gw").iterdir()) == [
+        "gateway_events.jsonl",
         "harness_task_body.json",
         "task_checkpoint.json",
         "task_result.json",
