@@ -16,6 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# Plugins a subprocess run does without: the cache (no state between runs) and anyio's,
+# whose start-up probes every async backend (importing trio: about 0.5 s a process, most of
+# a small run; no suite here has an async test).
+QUIET_PLUGINS = ("-p", "no:cacheprovider", "-p", "no:anyio")
+
 SUITE_CONFTEST = 'pytest_plugins = ["harness.testing.plugin"]\n'
 SUITE_TEST = '''
 import pytest
@@ -81,7 +86,7 @@ class Suite:
         return path
 
     def command(self, root: Path | None, *args: str) -> list[str]:
-        cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+        cmd = [sys.executable, "-m", "pytest", *QUIET_PLUGINS, "-q",
                "-o", "console_output_style=classic", str(self.path / "test_selftest.py")]
         if root is not None:
             cmd += ["--run-root", str(root)]
@@ -137,7 +142,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def run_pytest(target: str, root: Path, *args: str, env: dict[str, str] | None = None,
                timeout: float = 900) -> Run:
     """Run ``pytest <target> --run-root <root> <args>`` from the repository root."""
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", target,
+    cmd = [sys.executable, "-m", "pytest", *QUIET_PLUGINS, "-q", target,
            "--run-root", str(root), *args]
     full_env = {k: v for k, v in os.environ.items()
                 if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
