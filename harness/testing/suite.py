@@ -6,6 +6,7 @@ pytest on it, in normal or ``-n 2`` mode, then read the run root through :class:
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -16,10 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.testing.forkrun import ForkServer
+
 # Plugins a subprocess run does without: the cache (no state between runs) and anyio's,
 # whose start-up probes every async backend (importing trio: about 0.5 s a process, most of
 # a small run; no suite here has an async test).
 QUIET_PLUGINS = ("-p", "no:cacheprovider", "-p", "no:anyio")
+
+# One warm fork server per test process, for the runs that go to their end (``Suite.run``,
+# :func:`run_pytest`); ended when the process exits (its stdin closes).
+FORK_SERVER = ForkServer()
+atexit.register(FORK_SERVER.close)
 
 SUITE_CONFTEST = 'pytest_plugins = ["harness.testing.plugin"]\n'
 SUITE_TEST = '''
@@ -104,10 +112,10 @@ class Suite:
         return self.path / "runs" / f"r{self.counter}"
 
     def run(self, *args: str, root: Path | None = None, timeout: float = 120) -> Run:
+        """Run pytest on the suite to its end (a fork of the warm server, see :mod:`.forkrun`)."""
         root = root or self.new_root()
-        proc = subprocess.run(self.command(root, *args), cwd=self.path, env=self.env(),
-                              capture_output=True, text=True, timeout=timeout)
-        return Run(proc.returncode, proc.stdout + proc.stderr, root)
+        done = FORK_SERVER.run(self.command(root, *args)[3:], self.path, self.env(), timeout)
+        return Run(done.returncode, done.output, root)
 
     def start(self, *args: str, root: Path | None = None) -> tuple[subprocess.Popen[str], Path]:
         root = root or self.new_root()
@@ -142,11 +150,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def run_pytest(target: str, root: Path, *args: str, env: dict[str, str] | None = None,
                timeout: float = 900) -> Run:
     """Run ``pytest <target> --run-root <root> <args>`` from the repository root."""
-    cmd = [sys.executable, "-m", "pytest", *QUIET_PLUGINS, "-q", target,
-           "--run-root", str(root), *args]
     full_env = {k: v for k, v in os.environ.items()
                 if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
     full_env.update(env or {})
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
-    return Run(proc.returncode, proc.stdout + proc.stderr, root)
+    done = FORK_SERVER.run([*QUIET_PLUGINS, "-q", target, "--run-root", str(root), *args],
+                           REPO_ROOT, full_env, timeout)
+    return Run(done.returncode, done.output, root)
