@@ -92,6 +92,7 @@ class ExecService:
         self._server = Server(str(self.path), Handler)
         os.chmod(self.path, 0o600)
         self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05},
                                         name="harness-exec", daemon=True)
 
     def start(self) -> ExecService:

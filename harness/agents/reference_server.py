@@ -231,7 +231,8 @@ def start_in_thread(
 ) -> ReferenceHTTPServer:
     """An in-process server on a background thread (``.url``; stop with ``.stop()``)."""
     server = ReferenceHTTPServer((host, port), config)
-    threading.Thread(target=server.serve_forever, daemon=True, name="reference-server").start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True, name="reference-server").start()
     return server
 
 

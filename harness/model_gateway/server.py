@@ -79,6 +79,7 @@ class GatewayServer:
         self._server = Server(str(self.socket_path), Handler)
         os.chmod(self.socket_path, 0o600)
         self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05},
                                         name="model-gateway", daemon=True)
 
     def start(self) -> GatewayServer:

@@ -320,6 +320,7 @@ def start_fake_model_server(script: FakeScript | dict[str, Any] | Path, *,
         script = FakeScript.model_validate(script)
     server = _Server((host, port), _State(script, log))
     thread = threading.Thread(target=server.serve_forever, name="fake-model-server",
+                              kwargs={"poll_interval": 0.05},
                               daemon=True)
     thread.start()
     return FakeModelServer(server, thread)

@@ -21,6 +21,7 @@ Runs that a test signals or watches while they run (``Suite.start``) keep using
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import runpy
@@ -41,7 +42,7 @@ PRELOAD = (
     "_pytest.fixtures", "_pytest.assertion.rewrite", "_pytest.junitxml", "xdist.plugin",
     "xdist.dsession", "execnet", "pydantic", "docker", "requests", "jinja2", "rich.console",
     "harness.plugin", "harness.controller", "harness.ledger", "harness.models",
-    "harness.testing.plugin", "harness.sandbox.cleanup", "reports.write",
+    "harness.testing.plugin", "harness.sandbox.cleanup",
 )  # fmt: skip
 # pytest warns when a module of an entry-point plugin's distribution was imported before it
 # could rewrite its asserts; here that is by design (the modules are the same files).
@@ -92,6 +93,11 @@ def serve() -> None:
     for name in PRELOAD:
         with contextlib.suppress(ImportError):  # not installed: a run that needs it fails
             importlib.import_module(name)
+    from harness import registry
+
+    registry.report_plugin()  # the report and the benchmarks, as registered (entry points)
+    registry.benchmarks()
+    gc.freeze()  # what is loaded now is never collected: each run's gc passes skip it
     for line in sys.stdin:
         req = json.loads(line)
         pid = os.fork()

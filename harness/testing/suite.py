@@ -19,10 +19,10 @@ from typing import Any
 
 from harness.testing.forkrun import ForkServer
 
-# Plugins a subprocess run does without: the cache (no state between runs) and anyio's,
-# whose start-up probes every async backend (importing trio: about 0.5 s a process, most of
-# a small run; no suite here has an async test).
-QUIET_PLUGINS = ("-p", "no:cacheprovider", "-p", "no:anyio")
+# Plugins a subprocess run does without: the cache (no state between runs), anyio's, whose
+# start-up probes every async backend (importing trio: about 0.5 s a process, most of a
+# small run; no suite here has an async test), and pytest-benchmark's (no suite benchmarks).
+QUIET_PLUGINS = ("-p", "no:cacheprovider", "-p", "no:anyio", "-p", "no:benchmark")
 
 # One warm fork server per test process, for the runs that go to their end (``Suite.run``,
 # :func:`run_pytest`); ended when the process exits (its stdin closes).

@@ -452,7 +452,8 @@ def test_an_oversized_answer_is_not_read_whole(tmp_path):
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Huge)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_port}"
         with GatewayHTTP(url) as http, pytest.raises(GatewayError) as info:

@@ -34,7 +34,11 @@ def test_eight_concurrent_runs_never_cross_the_ceiling(tmp_path: Path) -> None:
         tasks = [{"id": f"p{p}-t{i:02d}", "work": "succeed",
                   "cost": rng.randint(1, 64) / 32} for i in range(INSTANCES)]
         suite.tasks(tasks)
-        proc, root = suite.start("-n", "2", "--campaign-file", str(campaign),
+        # Eight processes reserving on one campaign file at once. (The xdist variant, two
+        # workers a run, costs twice the time on two cores and adds no kind of writer: a
+        # worker reserves exactly as a single process does; tests/budget/test_budget_stress.py
+        # races worker-style writers in processes of their own.)
+        proc, root = suite.start("--campaign-file", str(campaign),
                                  "--campaign-budget-usd", str(ceiling),
                                  "--per-task-reserve-usd", "2.0", "--no-report",
                                  "--harness-progress", "off")

@@ -1,7 +1,9 @@
 """Fixtures for subprocess runs of the built-in ``selftest`` benchmark.
 
 Each test builds a tiny benchmark suite in a temporary directory and runs pytest on it in a
-subprocess, in normal and ``-n 2`` modes (the ``mode`` fixture).
+subprocess. Tests where xdist changes what happens (the controller/worker split: the
+manifest, selection, an internal error, signals, dry runs) also run with ``-n 2`` through
+the ``mode`` fixture; the rest run once, in a single process.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ TASKS = [
 ]
 
 
-def test_k_selects_by_attribute_value(suite, mode):
+def test_k_selects_by_attribute_value(suite):
     suite.tasks(TASKS)
-    run = suite.run("-k", "easy", *mode)
+    run = suite.run("-k", "easy")
     assert run.rc == 0, run.out
     assert sorted(run.latest) == ["alpha", "gamma"]
     assert run.manifest["selection"]["instance_ids"] == ["selftest/alpha", "selftest/gamma"]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 
-def test_settled_run_exits_0_even_with_unresolved(suite, mode):
+def test_settled_run_exits_0_even_with_unresolved(suite):
     suite.tasks([{"id": "a", "work": "succeed"}, {"id": "b", "work": "fail"},
                  {"id": "c", "work": "agent_fail"}])
-    run = suite.run(*mode)
+    run = suite.run()
     assert run.rc == 0, run.out
     assert run.statuses() == {"a": "completed", "b": "completed", "c": "failed"}
     rows = run.latest
@@ -16,11 +16,11 @@ def test_settled_run_exits_0_even_with_unresolved(suite, mode):
     assert "1 passed" in run.out and "2 failed" in run.out
 
 
-def test_infra_failure_is_not_scored_and_exits_1(suite, mode):
+def test_infra_failure_is_not_scored_and_exits_1(suite):
     suite.tasks([{"id": "a", "work": "succeed"},
                  {"id": "b", "work": "infra", "reason": "image_missing"},
                  {"id": "c", "work": "raise"}])
-    run = suite.run(*mode)
+    run = suite.run()
     assert run.rc == 1, run.out
     rows = run.latest
     assert rows["b"]["status"] == "infra_failed" and rows["b"]["infra"] is True

@@ -37,7 +37,7 @@ def test_layout_and_manifest(suite, mode):
     assert workers <= ({"main"} if not mode else {"gw0", "gw1"})
 
 
-def test_manifest_is_on_disk_before_any_instance_runs(suite, mode):
+def test_manifest_is_on_disk_before_any_instance_runs(suite):
     (suite.path / "conftest.py").write_text(
         'pytest_plugins = ["harness.testing.plugin"]\n'
         "import json, pytest\n"
@@ -48,7 +48,7 @@ def test_manifest_is_on_disk_before_any_instance_runs(suite, mode):
         "    assert (harness_instance.run_root / 'plan.json').is_file()\n"
     )
     suite.tasks([{"id": "a", "work": "succeed"}, {"id": "b", "work": "succeed"}])
-    run = suite.run(*mode)
+    run = suite.run()
     assert run.rc == 0, run.out
 
 

@@ -63,7 +63,8 @@ def http_recorder() -> Iterator[tuple[int, list[str]]]:
     hits: list[str] = []
     handler = type("Handler", (_Recorder,), {"hits": hits})
     server = socketserver.ThreadingTCPServer(("0.0.0.0", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
     thread.start()
     try:
         yield server.server_address[1], hits
