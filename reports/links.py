@@ -12,13 +12,13 @@ MAX_FILES = 20
 
 
 def href(target: Path, output_dir: Path) -> str:
-    rel = os.path.relpath(target.resolve(), output_dir.resolve())
-    return quote(Path(rel).as_posix())
+    """The link from ``output_dir`` to ``target``, both absolute paths without symlinks."""
+    return quote(Path(os.path.relpath(target, output_dir)).as_posix())
 
 
 def _inside(path: Path, root: Path) -> bool:
     try:
-        path.resolve().relative_to(root.resolve())
+        path.relative_to(root)
     except ValueError:
         return False
     return True
@@ -27,7 +27,11 @@ def _inside(path: Path, root: Path) -> bool:
 def instance_links(
     run_root: Path, result: InstanceResult, output_dir: Path
 ) -> list[tuple[str, str]]:
-    """``(label, href)`` pairs: the instance folder, the row's named outputs, then its files."""
+    """``(label, href)`` pairs: the instance folder, the row's named outputs, then its files.
+
+    ``run_root`` and ``output_dir`` are resolved paths (the caller resolves them once: a
+    10,000-row report spent most of its time resolving the same two folders per row).
+    """
     folder = run_root / result.benchmark / result.instance_id
     links: list[tuple[str, str]] = []
     seen: set[Path] = set()
@@ -37,14 +41,14 @@ def instance_links(
         given = Path(value)
         candidates = [given] if given.is_absolute() else [run_root / given, folder / given]
         for path in candidates:
-            if path.exists() and _inside(path, run_root):
-                links.append((name, href(path, output_dir)))
-                seen.add(path.resolve())
+            if path.exists() and _inside(real := path.resolve(), run_root):
+                links.append((name, href(real, output_dir)))
+                seen.add(real)
                 break
     if folder.is_dir():
         files, more = _walk(folder, MAX_FILES)
-        for path in files:
-            if path.resolve() not in seen:
+        for path in files:  # under the resolved folder: a file's own path, never followed
+            if path not in seen:
                 links.append((path.relative_to(folder).as_posix(), href(path, output_dir)))
         if more:
             links.append(("more files…", href(folder, output_dir) + "/"))

@@ -82,8 +82,9 @@ def write_report(
 
     compare = compare_runs(baseline, run, resamples=resamples, seed=seed) if baseline else None
     figures = build_figures(run, compare)
+    root_real, out_real = root.resolve(), out.resolve()
     links = {
-        r.key: instance_links(root, r, out)
+        r.key: instance_links(root_real, r, out_real)
         for r in [*figures.instances, *figures.outside_selection]
     }
     texts = {
