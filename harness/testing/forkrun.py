@@ -9,19 +9,23 @@ working directory, environment, standard streams, signal handlers and exit statu
 ``python -m pytest`` would give, only with the imports already done. Nothing of one run
 survives into the next: the server itself never runs pytest.
 
-Protocol: one JSON request per line on the server's stdin (``argv``, ``cwd``, ``env``,
-``out``: the file that receives the run's stdout and stderr); the server answers with one
-line ``{"pid": N}`` when the run has started and one ``{"rc": N}`` when it has ended. A
-caller that gives up kills the run's process group; the server still answers ``rc``.
+Protocol: one JSON request per line on the server's stdin (``id``, ``module``: what
+``python -m`` would run, ``argv``, ``cwd``, ``env``, ``out``: the file that receives the
+child's stdout and stderr); the server answers ``{"id", "pid"}`` when the child has
+started and ``{"id", "rc"}`` when it has ended (its exit status as ``subprocess`` gives
+it: negative for a signal). Children run concurrently; each leads its own session, so a
+caller signals it, or its whole process group, by pid.
 
-Runs that a test signals or watches while they run (``Suite.start``) keep using
-``subprocess.Popen``: the fork server's children are not the test's children.
+:meth:`ForkServer.spawn` gives a :class:`ForkedProcess`, which answers the parts of
+``subprocess.Popen`` the tests use (``pid``, ``poll``, ``wait``, ``communicate``,
+``send_signal``, ``kill``, ``returncode``); :meth:`ForkServer.run` runs to the end.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import json
 import os
 import runpy
@@ -31,10 +35,9 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 # Imported by the server before it forks (third-party code and the harness's heavy modules).
 PRELOAD = (
@@ -47,10 +50,11 @@ PRELOAD = (
 # pytest warns when a module of an entry-point plugin's distribution was imported before it
 # could rewrite its asserts; here that is by design (the modules are the same files).
 ARGS = ("-W", "ignore::pytest.PytestAssertRewriteWarning")
+REAP_SEC = 0.01  # how often a server with running children looks for ended ones
 
 
 def _child(req: dict[str, Any]) -> None:
-    """Become ``python -m pytest ARGV`` in CWD with ENV; never returns."""
+    """Become ``python -m MODULE ARGV`` in CWD with ENV; never returns."""
     rc = 70
     try:
         os.setsid()
@@ -67,9 +71,10 @@ def _child(req: dict[str, Any]) -> None:
         os.environ.clear()
         os.environ.update(req["env"])
         sys.path[0] = os.getcwd()  # what ``python -m`` puts first
-        sys.argv = ["pytest", *ARGS, *req["argv"]]
+        module = req["module"]
+        sys.argv = [module, *(ARGS if module == "pytest" else ()), *req["argv"]]
         try:
-            runpy.run_module("pytest", run_name="__main__", alter_sys=True)  # python -m pytest
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
             rc = 0
         except SystemExit as exc:
             rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -86,8 +91,13 @@ def _child(req: dict[str, Any]) -> None:
             os._exit(rc)
 
 
+def _say(answer: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
 def serve() -> None:
-    """The server's loop: preload, then fork one child per request, one at a time."""
+    """The server's loop: preload, then fork a child per request and report its end."""
     import importlib
 
     for name in PRELOAD:
@@ -98,16 +108,68 @@ def serve() -> None:
     registry.report_plugin()  # the report and the benchmarks, as registered (entry points)
     registry.benchmarks()
     gc.freeze()  # what is loaded now is never collected: each run's gc passes skip it
-    for line in sys.stdin:
-        req = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            _child(req)
-        sys.stdout.write(json.dumps({"pid": pid}) + "\n")
-        sys.stdout.flush()
-        _, status = os.waitpid(pid, 0)
-        sys.stdout.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
-        sys.stdout.flush()
+    children: dict[int, str] = {}
+    open_input = True
+    while open_input or children:
+        ready, _, _ = select.select([sys.stdin] if open_input else [], [], [],
+                                    REAP_SEC if children else None)
+        if ready:
+            line = sys.stdin.readline()
+            if not line:
+                open_input = False  # the client is gone: finish the children, then stop
+            else:
+                req = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _child(req)
+                children[pid] = req["id"]
+                _say({"id": req["id"], "pid": pid})
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            _say({"id": children.pop(pid), "rc": os.waitstatus_to_exitcode(status)})
+
+
+class ForkedProcess:
+    """A child of the fork server, seen from the test (the parts of ``Popen`` tests use)."""
+
+    stdout = None
+    stderr = None
+
+    def __init__(self, pid: int, out: Path, ended: threading.Event,
+                 status: dict[str, int]) -> None:
+        self.pid = pid
+        self.out = out
+        self._ended = ended
+        self._status = status
+
+    @property
+    def returncode(self) -> int | None:
+        return self._status.get("rc")
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+        return self._status["rc"]
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, None]:
+        self.wait(timeout)
+        return self.out.read_text(errors="replace"), None
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 @dataclass
@@ -117,11 +179,14 @@ class Finished:
 
 
 class ForkServer:
-    """The client: one server process, started on first use, reused by later runs."""
+    """The client: one server process, started on first use, shared by the test's threads."""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
+        # request id -> (started, ended, {"pid": N, "rc": N} as they become known)
+        self._pending: dict[str, tuple[threading.Event, threading.Event, dict[str, int]]] = {}
+        self._ids = itertools.count()
 
     def _server(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
@@ -131,54 +196,73 @@ class ForkServer:
                 [sys.executable, "-m", "harness.testing.forkrun"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).parents[2],
             )  # fmt: skip
+            threading.Thread(target=self._read, args=(self._proc,), daemon=True,
+                             name="forkrun-reader").start()
         return self._proc
 
-    @staticmethod
-    def _answer(stream: IO[str], deadline: float | None) -> dict[str, Any] | None:
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready, _, _ = select.select([stream], [], [], wait)
-        if not ready:
-            return None
-        line = stream.readline()
-        if not line:
-            raise RuntimeError("the fork server ended unexpectedly")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            answer = json.loads(line)
+            with self._lock:
+                started, ended, status = self._pending[answer["id"]]
+                if "pid" in answer:
+                    status["pid"] = answer["pid"]
+                    started.set()
+                else:
+                    status["rc"] = answer["rc"]
+                    del self._pending[answer["id"]]
+                    ended.set()
+        with self._lock:  # the server ended: nothing pending will ever be answered
+            for started, ended, status in self._pending.values():
+                status.setdefault("rc", -int(signal.SIGKILL))
+                started.set()
+                ended.set()
+            self._pending.clear()
+
+    def spawn(self, module: str, argv: list[str], cwd: Path, env: dict[str, str],
+              out: Path) -> ForkedProcess:
+        """Start ``python -m MODULE ARGV`` in CWD with ENV, its output into OUT."""
+        started, ended = threading.Event(), threading.Event()
+        status: dict[str, int] = {}
+        with self._lock:
+            proc = self._server()
+            assert proc.stdin is not None
+            req_id = str(next(self._ids))
+            self._pending[req_id] = (started, ended, status)
+            proc.stdin.write(json.dumps({"id": req_id, "module": module, "argv": argv,
+                                         "cwd": str(cwd), "env": env, "out": str(out)}) + "\n")
+            proc.stdin.flush()
+        if not started.wait(60) or "pid" not in status:
+            raise RuntimeError("the fork server did not start the child")
+        return ForkedProcess(status["pid"], out, ended, status)
 
     def run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> Finished:
-        """Run ``python -m pytest ARGV`` (ARGV without ``-m pytest``); on timeout kill it
-        and raise ``subprocess.TimeoutExpired``."""
+        """Run ``python -m pytest ARGV`` to its end; on timeout kill its process group and
+        raise ``subprocess.TimeoutExpired``."""
         fd, name = tempfile.mkstemp(prefix="harness-forkrun-", suffix=".out")
         os.close(fd)
         out = Path(name)
         try:
-            return self._run(argv, cwd, env, timeout, out)
+            child = self.spawn("pytest", argv, cwd, env, out)
+            try:
+                output, _ = child.communicate(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                raise subprocess.TimeoutExpired(argv, timeout,
+                                                out.read_text(errors="replace")) from None
+            return Finished(child.wait(), output)
         finally:
             out.unlink(missing_ok=True)
-
-    def _run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
-             out: Path) -> Finished:
-        with self._lock:
-            proc = self._server()
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd),
-                                         "env": env, "out": str(out)}) + "\n")
-            proc.stdin.flush()
-            started = self._answer(proc.stdout, None)
-            assert started is not None
-            ended = self._answer(proc.stdout, time.monotonic() + timeout)
-            if ended is None:
-                os.killpg(started["pid"], signal.SIGKILL)
-                self._answer(proc.stdout, None)
-                raise subprocess.TimeoutExpired(argv, timeout, out.read_text(errors="replace"))
-            return Finished(int(ended["rc"]), out.read_text(errors="replace"))
 
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             assert self._proc.stdin is not None
             self._proc.stdin.close()
             try:
-                self._proc.wait(timeout=10)
+                self._proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.testing.forkrun import ForkServer
+from harness.testing.forkrun import ForkedProcess, ForkServer
 
 # Plugins a subprocess run does without: the cache (no state between runs), anyio's, whose
 # start-up probes every async backend (importing trio: about 0.5 s a process, most of a
@@ -87,6 +87,7 @@ class Suite:
         (path / "conftest.py").write_text(SUITE_CONFTEST)
         (path / "test_selftest.py").write_text(SUITE_TEST)
         self.counter = 0
+        self.started = 0
 
     def tasks(self, tasks: list[dict[str, Any]]) -> Path:
         path = self.path / "tasks.json"
@@ -117,11 +118,14 @@ class Suite:
         done = FORK_SERVER.run(self.command(root, *args)[3:], self.path, self.env(), timeout)
         return Run(done.returncode, done.output, root)
 
-    def start(self, *args: str, root: Path | None = None) -> tuple[subprocess.Popen[str], Path]:
+    def start(self, *args: str, root: Path | None = None) -> tuple[ForkedProcess, Path]:
+        """Start pytest on the suite and return at once (a fork of the warm server, leading
+        its own session: signal it, or its process group, by ``pid``)."""
         root = root or self.new_root()
-        proc = subprocess.Popen(self.command(root, *args), cwd=self.path, env=self.env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        self.started += 1
+        out = self.path / f".pytest-output-{self.started}.txt"
+        proc = FORK_SERVER.spawn("pytest", self.command(root, *args)[3:], self.path,
+                                 self.env(), out)
         return proc, root
 
 
@@ -134,7 +138,7 @@ def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> N
     raise AssertionError(f"condition not met within {timeout}s")
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 60) -> str:
+def finish(proc: ForkedProcess, timeout: float = 60) -> str:
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

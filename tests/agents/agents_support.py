@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -19,6 +18,8 @@ from typing import Any
 import httpx
 
 from harness.agents.gateway import PollPolicy
+from harness.testing.forkrun import ForkedProcess
+from harness.testing.suite import FORK_SERVER
 
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
@@ -33,7 +34,7 @@ def free_port() -> int:
 @dataclass
 class RefServer:
     url: str
-    proc: subprocess.Popen[bytes]
+    proc: ForkedProcess
     log_path: Path
     config_path: Path
 
@@ -74,22 +75,15 @@ def start_server(
     config_path.write_text(json.dumps(config or {}), encoding="utf-8")
     log_path = tmp / f"server-{name}.log"
     port = free_port()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "harness.agents.reference_server",
-                "--port",
-                str(port),
-                "--config",
-                str(config_path),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-            env={**os.environ, **(env or {})},
-        )
+    # A fork of the warm server (harness.testing.forkrun): a process of its own, as
+    # ``python -m harness.agents.reference_server`` would be, without the start-up imports.
+    proc = FORK_SERVER.spawn(
+        "harness.agents.reference_server",
+        ["--port", str(port), "--config", str(config_path)],
+        REPO,
+        {**os.environ, **(env or {})},
+        log_path,
+    )
     server = RefServer(f"http://127.0.0.1:{port}", proc, log_path, config_path)
     deadline = time.monotonic() + 15
     while True:

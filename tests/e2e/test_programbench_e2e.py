@@ -108,7 +108,7 @@ def test_gateway_replays_the_oracle_through_the_reference_server(tmp_path: Path)
 def test_dry_run_writes_200_task_bodies_without_containers(tmp_path: Path) -> None:
     # Not a docker test: DOCKER_HOST points nowhere (tests/conftest.py), so the dry run
     # proves it needs no engine at all, and no container can have been created.
-    run = run_pytest(TARGET, tmp_path / "dry", "--dry-run", "-n", "2")
+    run = run_pytest(TARGET, tmp_path / "dry", "--dry-run")
     assert run.rc == 0, run.out
     assert run.manifest["outcome"] == "dry_run" and run.manifest["selection"]["count"] == 200
     bodies = list((run.root / "programbench").glob("*/programbench_task_body.json"))
