@@ -33,10 +33,22 @@ DOCKER_FIXTURES = frozenset(
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if DOCKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        names = getattr(item, "fixturenames", ())
+        if DOCKER_FIXTURES.intersection(names):
             item.add_marker(pytest.mark.docker)
+        if "browser" in names:  # one Chromium launch (about 3 s) serves them all
+            item.add_marker(pytest.mark.xdist_group("browser"))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under ``-n``, tests are dealt as with ``--dist load``, except that an
+    ``xdist_group`` stays on one worker (``--dist loadgroup``)."""
+    from xdist.scheduler import LoadGroupScheduling
+
+    return LoadGroupScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -70,7 +70,7 @@ def fault_run(suite: Suite, tmp_path: Path, meter_file: Path, *extra: str):
     return suite.start("--campaign-file", str(tmp_path / "c.json"),
                        "--campaign-budget-usd", "100", "--per-task-reserve-usd", "1",
                        "--meter", f"fake-file:{meter_file}", "--meter-poll-sec", "0.2",
-                       "--meter-read-timeout-sec", "0.2", "--meter-blindness-sec", "1.5",
+                       "--meter-read-timeout-sec", "0.2", "--meter-blindness-sec", "0.8",
                        "--no-report", *extra)
 
 
@@ -174,7 +174,9 @@ def test_point7_failed_ledger_writes_do_not_stop_valid_work(tmp_path: Path) -> N
     ``diagnostic_write_failed`` and kept in memory, and every instance still runs."""
     (tmp_path / "s").mkdir()
     suite = Suite(tmp_path / "s")
-    suite.tasks([{"id": "w", "work": "sleep", "seconds": 1.0, "cost": 0.1, "count": 3}])
+    # The first instance leaves time to make the ledger immutable before its row is due.
+    suite.tasks([{"id": "a", "work": "sleep", "seconds": 1.0, "cost": 0.1},
+                 {"id": "b", "work": "sleep", "seconds": 0.1, "cost": 0.1, "count": 2}])
     proc, root = suite.start("--campaign-file", str(tmp_path / "c.json"),
                              "--campaign-budget-usd", "10", "--no-report")
     ledger = root / "result_index.jsonl"

@@ -58,7 +58,7 @@ def test_a_run_past_its_timeout_is_killed_and_the_server_goes_on(tmp_path: Path)
     try:
         with pytest.raises(subprocess.TimeoutExpired):
             server.run(["-q", "-p", "no:cacheprovider", str(tmp_path / "test_slow.py")],
-                       tmp_path, dict(os.environ), timeout=2)
+                       tmp_path, dict(os.environ), timeout=0.5)
         rc, _ = probe(server, tmp_path, {})
     finally:
         server.close()
