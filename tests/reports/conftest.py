@@ -12,11 +12,6 @@ Two sources, one shape (a run root: ``run_manifest.json``, ``result_index.jsonl`
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +20,7 @@ import pytest
 from playwright import sync_api
 
 from harness.models import Outcome, TaskRow
+from harness.testing.suite import Suite
 from tests.reports.report_runs import row, write_run
 
 MakeRun = Callable[..., Path]
@@ -191,7 +187,7 @@ def programbench_run(make_run: MakeRun) -> Path:
     return root
 
 
-SELFTEST_TASKS = [
+SELFTEST_TASKS: list[dict[str, Any]] = [
     {"id": "ok", "work": "succeed", "count": 3},
     {"id": "bad", "work": "fail"},
     {"id": "half", "work": "partial", "score": 0.5},
@@ -201,58 +197,16 @@ SELFTEST_TASKS = [
     {"id": "slow", "work": "sleep", "seconds": 0.2},
 ]
 
-SELFTEST_CONFTEST = 'pytest_plugins = ["harness.testing.plugin"]\n'
-SELFTEST_MODULE = textwrap.dedent(
-    """
-    import pytest
-    from harness.testing.adapter import run_selftest_instance
-
-    pytestmark = pytest.mark.harness_benchmark("selftest")
-
-
-    def test_selftest(harness_instance):
-        run_selftest_instance(harness_instance)
-    """
-)
-
-
-def run_selftest(base: Path, root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HARNESS_SELFTEST_TASKS": str(base / "tasks.json")}
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(base / "suite"),
-            "--run-root",
-            str(root),
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            *extra,
-        ],
-        cwd=base,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
 @pytest.fixture(scope="session")
 def real_run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished run of the built-in ``selftest`` benchmark (pytest in a subprocess)."""
+    """A finished ``-n 2`` run of the built-in ``selftest`` benchmark (a pytest process)."""
     base = tmp_path_factory.mktemp("selftest")
-    suite = base / "suite"
-    suite.mkdir()
-    (suite / "conftest.py").write_text(SELFTEST_CONFTEST)
-    (suite / "test_selftest.py").write_text(SELFTEST_MODULE)
-    (base / "tasks.json").write_text(json.dumps(SELFTEST_TASKS))
+    suite = Suite(base)
+    suite.tasks(SELFTEST_TASKS)
     root = base / "run"
-    proc = run_selftest(base, root, "-n", "2")
-    assert (root / "run_manifest.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert proc.returncode == 1, proc.stdout[-3000:]  # one infra failure -> exit 1
+    run = suite.run("-n", "2", root=root, timeout=300)
+    assert (root / "run_manifest.json").exists(), run.out[-3000:]
+    assert run.rc == 1, run.out[-3000:]  # one infra failure -> exit 1
     return root
 
 
@@ -261,6 +215,6 @@ def resumed_run_root(real_run_root: Path) -> Path:
     """``real_run_root`` resumed: settled instances carried forward, the infra one re-run."""
     base = real_run_root.parent
     root = base / "run-resumed"
-    proc = run_selftest(base, root, "--resume-from", str(real_run_root))
-    assert (root / "run_manifest.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = Suite(base).run("--resume-from", str(real_run_root), root=root, timeout=300)
+    assert (root / "run_manifest.json").exists(), run.out[-3000:]
     return root
