@@ -45,7 +45,11 @@ PRELOAD = (
     "_pytest.fixtures", "_pytest.assertion.rewrite", "_pytest.junitxml", "xdist.plugin",
     "xdist.dsession", "execnet", "pydantic", "docker", "requests", "jinja2", "rich.console",
     "harness.plugin", "harness.controller", "harness.ledger", "harness.models",
-    "harness.testing.plugin", "harness.sandbox.cleanup",
+    "harness.testing.plugin", "harness.sandbox.cleanup", "harness.agents.plugin",
+    "harness.budget.plugin", "harness.sandbox.fixtures", "harness.sandbox.run_hooks",
+    "harness.sandbox.engine_plugin", "harness.sandbox.pull_plugin", "harness.order",
+    "harness.summary", "pytest_timeout", "xdist.looponfail", "platformdirs", "pdb",
+    "unittest", "tomllib", "concurrent.futures",
 )  # fmt: skip
 # pytest warns when a module of an entry-point plugin's distribution was imported before it
 # could rewrite its asserts; here that is by design (the modules are the same files).
@@ -100,7 +104,9 @@ def serve() -> None:
     """The server's loop: preload, then fork a child per request and report its end."""
     import importlib
 
-    for name in PRELOAD:
+    from _pytest.config import default_plugins
+
+    for name in (*PRELOAD, *(f"_pytest.{p}" for p in default_plugins)):
         with contextlib.suppress(ImportError):  # not installed: a run that needs it fails
             importlib.import_module(name)
     from harness import registry

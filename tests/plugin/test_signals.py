@@ -74,7 +74,7 @@ def test_second_signal_exits_at_once(suite):
 
 
 def test_sigkill_then_resume_runs_each_instance_once(suite):
-    suite.tasks([{"id": "k", "work": "sleep", "seconds": 0.6, "count": 8}])
+    suite.tasks([{"id": "k", "work": "sleep", "seconds": 0.3, "count": 10}])
     proc, root = suite.start("-n", "2")
     wait_for(lambda: len(Run.of(root).rows) >= 3, timeout=60)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -85,7 +85,7 @@ def test_sigkill_then_resume_runs_each_instance_once(suite):
     second = suite.run("-n", "2", "--resume-from", str(root))
     assert second.rc == 0, second.out
     rows = second.latest
-    assert len(rows) == 8
+    assert len(rows) == 10
     for iid, row in first_rows.items():
         assert rows[iid]["outcome"] == "carried_forward"
         assert rows[iid]["carried_from"] == row["run_id"]

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright import sync_api
 
 from harness.models import Outcome, TaskRow
 from harness.testing.suite import Suite
@@ -32,6 +31,8 @@ def browser() -> Any:
     """Headless Chromium (Debian's ``chromium``) driven by playwright."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    from playwright import sync_api  # here, not at collection (about 0.2 s a process)
+
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
