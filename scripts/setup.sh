@@ -18,7 +18,7 @@ $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 
 echo "[setup] python packages"
 python3 -m pip install -q --upgrade pip
-python3 -m pip install -q -e '.[dev,mini,programbench]'
+python3 -m pip install -q -e '.[dev,mini,programbench,cowork]'
 
 echo "[setup] docker"
 if ! docker info >/dev/null 2>&1; then

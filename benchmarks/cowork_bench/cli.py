@@ -1,4 +1,5 @@
-"""``harness cowork ...``: Cowork Bench tools (``audit``, ``qualify``, ``build-image``)."""
+"""``harness cowork ...``: Cowork Bench tools (``audit``, ``qualify``, ``build-image``,
+``build-servers``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ COMMANDS = {
         "benchmarks.cowork_bench.build_image",
         "build_image_command",
         "build the checkout's own image (its root Dockerfile) as cowork-pack:<commit>",
+    ),
+    "build-servers": (
+        "benchmarks.cowork_bench.servers_image",
+        "build_servers_command",
+        "offline fallback: the runtime image with the checkout's Python MCP servers built",
     ),
 }
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,6 +54,7 @@ MCP_DIR = "/workspace/dumps/mcp"  # the supervisor's logs (agent-owned)
 SPEC_PATH = "/workspace/dumps/mcp_spec.json"  # root-owned, readable
 CLIENT_CONFIG = "/workspace/dumps/mcp_config.json"  # root-owned, readable
 LOCAL_SERVERS = "/workspace/local_servers"  # the checkout's local_servers/ in the container
+UPSTREAM_LOCAL_SERVERS = "/opt/local_servers"  # upstream's image: built there, named by -e
 STDERR_LIMIT = 256 << 10  # bytes of one server's stderr kept
 PROBE_MARGIN_S = 30.0
 INVENTORY_NAME = "mcp_servers.json"
@@ -156,9 +158,33 @@ def load_configs(root: Path) -> tuple[dict[str, ServerConfig], dict[str, str]]:
     return configs, broken
 
 
-def substitutions(instance_id: str, workspace: str) -> dict[str, str]:
+@lru_cache(maxsize=16)
+def local_servers_path(image_id: str) -> str:
+    """Where ``image_id`` keeps the servers ``${local_servers_paths}`` names: its own
+    ``LOCAL_SERVERS_PATH`` (the harness's images set it: the runtime image the per-container
+    copy of the checkout, ``harness cowork build-servers`` its built ``/opt/local_servers``),
+    else upstream's ``/opt/local_servers`` (its image builds the servers there and its run
+    scripts pass ``-e LOCAL_SERVERS_PATH=/opt/local_servers``)."""
+    import docker.errors
+
+    from harness.sandbox.client import get_client
+    from harness.sandbox.errors import SandboxError
+
+    try:
+        env = get_client().images.get(image_id).attrs.get("Config", {}).get("Env") or []
+    except (SandboxError, docker.errors.DockerException):
+        return LOCAL_SERVERS  # no engine or no such image: no container of it will start
+    for item in env:
+        key, _, value = str(item).partition("=")
+        if key == "LOCAL_SERVERS_PATH" and value:
+            return value
+    return UPSTREAM_LOCAL_SERVERS
+
+
+def substitutions(instance_id: str, workspace: str,
+                  local_servers: str = LOCAL_SERVERS) -> dict[str, str]:
     return {
-        "${local_servers_paths}": LOCAL_SERVERS,
+        "${local_servers_paths}": local_servers,
         "${agent_workspace}": workspace,
         "${task_dir}": f"/workspace/tasks/finalpool/{instance_id}",
     }
@@ -170,9 +196,10 @@ def _sub(value: str, subs: dict[str, str]) -> str:
     return value
 
 
-def plan_servers(root: Path, task: CoworkTask, workspace: str) -> McpPlan:
+def plan_servers(root: Path, task: CoworkTask, workspace: str,
+                 local_servers: str = LOCAL_SERVERS) -> McpPlan:
     configs, broken = load_configs(root)
-    subs = substitutions(task.instance_id, workspace)
+    subs = substitutions(task.instance_id, workspace, local_servers)
     specs: list[ServerSpec] = []
     unconfigured: dict[str, str] = {}
     for name in task.servers:
@@ -197,9 +224,9 @@ def url_inside(name: str) -> str:
     return f"http://127.0.0.1:{MCP_PORT}/{name}/mcp"
 
 
-def container_env(task: CoworkTask) -> dict[str, str]:
+def container_env(task: CoworkTask, local_servers: str = LOCAL_SERVERS) -> dict[str, str]:
     """What the agent container's environment says about its MCP servers (static)."""
-    env = {"PYTHON_BIN": PYTHON_BIN, "LOCAL_SERVERS_PATH": LOCAL_SERVERS}
+    env = {"PYTHON_BIN": PYTHON_BIN, "LOCAL_SERVERS_PATH": local_servers}
     if task.servers:
         env["MCP_CLIENT_CONFIG"] = CLIENT_CONFIG
         env["MCP_HTTP_URLS"] = ",".join(f"{n}={url_inside(n)}" for n in task.servers)

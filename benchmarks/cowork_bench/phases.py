@@ -45,6 +45,7 @@ from benchmarks.cowork_bench.mcp_servers import (
     McpInventory,
     container_env,
     copy_logs,
+    local_servers_path,
     plan_servers,
     start_servers,
 )
@@ -97,7 +98,13 @@ class InstanceEnv:
     def agent_env(self) -> dict[str, str]:
         """The agent container and its processes: the unprivileged database role, and where
         its MCP servers are (``MCP_CLIENT_CONFIG``, ``MCP_HTTP_URLS``)."""
-        return {**BASE_ENV, **container_env(self.task), **self.sidecar.agent_env()}
+        return {**BASE_ENV, **container_env(self.task, self.local_servers),
+                **self.sidecar.agent_env()}
+
+    @property
+    def local_servers(self) -> str:
+        """Where the agent container's image keeps ``${local_servers_paths}``."""
+        return local_servers_path(self.runtime_image)
 
 
 class AgentOutcome(BaseModel):
@@ -326,7 +333,7 @@ def start_task_servers(env: InstanceEnv, container: Sandbox) -> McpInventory | N
     ``mcp_unavailable`` (never a scored failure) unless ``allow_missing_tools``."""
     if not env.task.servers:
         return None
-    plan = plan_servers(env.bench_root, env.task, WORKSPACE)
+    plan = plan_servers(env.bench_root, env.task, WORKSPACE, env.local_servers)
     inventory = start_servers(container, plan, env.task.instance_id, env.agent_env)
     atomic_write_json(env.inst_dir / INVENTORY_NAME, inventory)
     atomic_write_json(env.inst_dir / OUTSIDE_CONFIG_NAME, inventory.client_config_outside)

@@ -58,10 +58,21 @@ class QualifyReport(BaseModel):
     seconds: float
 
 
+def local_image_id(ref: str) -> str | None:
+    import docker.errors
+
+    from harness.sandbox.client import get_client
+
+    try:
+        return str(get_client().images.get(ref).id)
+    except docker.errors.ImageNotFound:
+        return None
+
+
 def qualify_task(env: InstanceEnv) -> McpInventory:
     container = _start(env, "agent", sanitised=True)
     try:
-        plan = plan_servers(env.bench_root, env.task, WORKSPACE)
+        plan = plan_servers(env.bench_root, env.task, WORKSPACE, env.local_servers)
         return start_servers(container, plan, env.task.instance_id, env.agent_env)
     finally:
         container.remove()
@@ -79,10 +90,12 @@ def summarise(task: CoworkTask, inv: McpInventory) -> TaskQualification:
     )
 
 
-def qualify(root: Path, tasks: list[CoworkTask], work: Path) -> QualifyReport:
+def qualify(root: Path, tasks: list[CoworkTask], work: Path,
+            image: str | None = None) -> QualifyReport:
+    """Qualify ``tasks`` in ``image`` (an image ID; default the harness's runtime image)."""
     t0 = time.monotonic()
     ident = RunIdentity(f"cowork-qualify-{int(time.time())}", work, "main")
-    image = ensure_image("runtime").image_id
+    image = image or ensure_image("runtime").image_id
     out: list[TaskQualification] = []
     try:
         net = create_internal_network(ident.run_id, QUALIFY_INSTANCE, ident.worker, work)
@@ -118,6 +131,9 @@ def qualify_command(argv: list[str] | None = None) -> int:
         "--task", action="append", default=[], metavar="ID", help="a task (repeatable; all)"
     )
     parser.add_argument("--output", type=Path, help="also write the report as JSON here")
+    parser.add_argument("--cowork-image", metavar="REF", help="a local image to qualify in "
+                        "(cowork-pack:<commit>, harness/cowork-servers:<hash>); default the "
+                        "harness's runtime image")  # fmt: skip
     args = parser.parse_args(argv)
     root = args.cowork_root.expanduser().resolve()
     if not (root / FINALPOOL).is_dir():
@@ -131,10 +147,18 @@ def qualify_command(argv: list[str] | None = None) -> int:
             print(f"harness cowork qualify: unknown task(s) {unknown}", file=sys.stderr)
             return 2
         tasks = [known[t] for t in dict.fromkeys(args.task)]
+    image = None
+    if args.cowork_image:
+        image = local_image_id(args.cowork_image)
+        if image is None:
+            print(f"harness cowork qualify: --cowork-image {args.cowork_image}: no such local "
+                  "image; build it (harness cowork build-image / build-servers) or pull it",
+                  file=sys.stderr)  # fmt: skip
+            return 2
     with tempfile.TemporaryDirectory(prefix="cowork-qualify-") as work:
         try:
             with run_lock(work).acquire(timeout=0):  # sweeps leave a locked run alone
-                report = qualify(root, tasks, Path(work))
+                report = qualify(root, tasks, Path(work), image)
         except InfraError as exc:
             print(f"harness cowork qualify: infrastructure failed: {exc}", file=sys.stderr)
             return 2
