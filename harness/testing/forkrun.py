@@ -40,15 +40,16 @@ from pathlib import Path
 from typing import Any
 
 # Imported by the server before it forks (third-party code and the harness's heavy modules).
+# Not xdist: ``xdist.plugin`` freezes ``sys.path`` when imported, "at interpreter start-up",
+# and hands it to the workers; each run imports it after setting up its own path.
 PRELOAD = (
     "pytest", "_pytest.config", "_pytest.main", "_pytest.terminal", "_pytest.python",
-    "_pytest.fixtures", "_pytest.assertion.rewrite", "_pytest.junitxml", "xdist.plugin",
-    "xdist.dsession", "execnet", "pydantic", "docker", "requests", "jinja2", "rich.console",
+    "_pytest.fixtures", "_pytest.assertion.rewrite", "_pytest.junitxml", "execnet", "pydantic", "docker", "requests", "jinja2", "rich.console",
     "harness.plugin", "harness.controller", "harness.ledger", "harness.models",
     "harness.testing.plugin", "harness.sandbox.cleanup", "harness.agents.plugin",
     "harness.budget.plugin", "harness.sandbox.fixtures", "harness.sandbox.run_hooks",
     "harness.sandbox.engine_plugin", "harness.sandbox.pull_plugin", "harness.order",
-    "harness.summary", "pytest_timeout", "xdist.looponfail", "platformdirs", "pdb",
+    "harness.summary", "pytest_timeout", "platformdirs", "pdb",
     "unittest", "tomllib", "concurrent.futures",
 )  # fmt: skip
 # pytest warns when a module of an entry-point plugin's distribution was imported before it
@@ -75,6 +76,10 @@ def _child(req: dict[str, Any]) -> None:
         os.environ.clear()
         os.environ.update(req["env"])
         sys.path[0] = os.getcwd()  # what ``python -m`` puts first
+        # ... then $PYTHONPATH, which a fresh interpreter reads at start-up (e.g. a test's
+        # ``-p plugin`` module): the server's own start-up did not see the run's.
+        extra = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[1:1] = [p for p in extra if p not in sys.path]
         module = req["module"]
         sys.argv = [module, *(ARGS if module == "pytest" else ()), *req["argv"]]
         try:

@@ -24,9 +24,10 @@ LONG_AGENT = [{"id": "long", "work": "agent", "timeout": 300}]
 
 
 def labelled(run_id: str) -> list[str]:
-    client = docker.from_env()
-    return [c.name for c in client.containers.list(all=True,
-                                                   filters={"label": f"harness.run={run_id}"})]
+    """Names of the run's containers, from one listing (``containers.list`` inspects each one
+    after listing, and fails when a finished instance's container is removed in between)."""
+    listed = docker.from_env().api.containers(all=True, filters={"label": f"harness.run={run_id}"})
+    return [str(c["Names"][0]).lstrip("/") for c in listed]
 
 
 def run_id_of(root: Path) -> str:

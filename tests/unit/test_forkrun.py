@@ -63,3 +63,19 @@ def test_a_run_past_its_timeout_is_killed_and_the_server_goes_on(tmp_path: Path)
     finally:
         server.close()
     assert rc == 0
+
+
+def test_a_runs_pythonpath_reaches_it_and_its_xdist_workers(tmp_path: Path) -> None:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "forkrun_marker_plugin.py").write_text(
+        "def pytest_report_header():\n    return 'FORKRUN-PLUGIN-LOADED'\n")
+    (tmp_path / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    server = ForkServer()
+    try:
+        done = server.run(["-q", "-p", "no:cacheprovider", "-p", "forkrun_marker_plugin",
+                           "-n", "2", str(tmp_path / "test_ok.py")], tmp_path,
+                          {**os.environ, "PYTHONPATH": str(plugins)}, timeout=120)
+    finally:
+        server.close()
+    assert done.returncode == 0, done.output  # the workers imported the plugin too
