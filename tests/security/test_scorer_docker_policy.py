@@ -77,7 +77,9 @@ def test_compile_and_tests_cannot_reach_the_host(tmp_path: Path) -> None:
 def test_build_changes_that_steer_the_tests_are_told_apart_from_a_build() -> None:
     from benchmarks.programbench.docker_policy import _steers
 
-    cases = json.loads(DIFF_CASES.read_text())
+    # stored relative to the container's root: `docker diff` prints them from "/"
+    cases = {group: [(kind, "/" + rel) for kind, rel in pairs]
+             for group, pairs in json.loads(DIFF_CASES.read_text()).items()}
     for kind, path in cases["steering"]:
         assert _steers(kind, path) is True, path
     for kind, path in cases["harmless"]:
