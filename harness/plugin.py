@@ -224,9 +224,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _xdist_active(config: pytest.Config) -> bool:
-    numprocesses = getattr(config.option, "numprocesses", None)
+    """True when this process hands the items to xdist workers: a distribution mode and
+    somewhere to send them (``-n N`` fills ``--tx``). ``--dist loadgroup`` alone, as a
+    project's ``addopts`` may give it, runs the items here."""
     dist = getattr(config.option, "dist", "no")
-    return bool(numprocesses) or (dist not in (None, "no"))
+    return dist not in (None, "no") and bool(getattr(config.option, "tx", None))
 
 
 class ControllerHooks:

@@ -55,6 +55,9 @@ class ReportPlugin(Protocol):
 
     def write_report(self, run_root: Path, *, compare_to: Path | None) -> Path | None: ...
 
+    # Optional: ``preload()`` imports and compiles ahead what ``write_report`` needs, for a
+    # process that forks many runs (the tests' fork server calls it when present).
+
 
 def _load(value: str) -> Any:
     module_name, _, attr = value.partition(":")

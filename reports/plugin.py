@@ -19,6 +19,13 @@ class _Report:
 
         return Progress(total, stream, is_tty=is_tty)
 
+    def preload(self) -> None:
+        """Import and compile what :meth:`write_report` uses (a process that forks many runs,
+        such as the tests' fork server, calls this once)."""
+        from reports.html import TEMPLATE, environment
+
+        environment().get_template(TEMPLATE)
+
     def write_report(self, run_root: Path, *, compare_to: Path | None) -> Path | None:
         from reports.write import write_report
 

@@ -43,14 +43,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("browser"))
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """Under ``-n``, tests are dealt as with ``--dist load``, except that an
-    ``xdist_group`` stays on one worker (``--dist loadgroup``)."""
-    from xdist.scheduler import LoadGroupScheduling
-
-    return LoadGroupScheduling(config, log)
-
-
 @pytest.fixture(autouse=True)
 def _docker_only_for_docker_tests(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch

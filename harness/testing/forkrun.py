@@ -49,8 +49,13 @@ PRELOAD = (
     "harness.testing.plugin", "harness.sandbox.cleanup", "harness.agents.plugin",
     "harness.budget.plugin", "harness.sandbox.fixtures", "harness.sandbox.run_hooks",
     "harness.sandbox.engine_plugin", "harness.sandbox.pull_plugin", "harness.order",
-    "harness.summary", "pytest_timeout", "platformdirs", "pdb",
-    "unittest", "tomllib", "concurrent.futures",
+    "harness.summary", "harness.activity", "harness.agents.base", "harness.agents.provenance",
+    "harness.budget.accounting", "harness.budget.campaign", "harness.budget.custody",
+    "harness.budget.disk", "harness.budget.models", "harness.budget.monitor",
+    "harness.budget.store", "harness.budget.supervisor", "harness.sandbox.engines",
+    "harness.sandbox.placement", "harness.sandbox.runtimes", "pytest_timeout", "platformdirs",
+    "platformdirs.pytest_plugin", "pdb", "unittest", "tomllib", "concurrent.futures", "netrc",
+    "faulthandler", "readline",
 )  # fmt: skip
 # pytest warns when a module of an entry-point plugin's distribution was imported before it
 # could rewrite its asserts; here that is by design (the modules are the same files).
@@ -116,7 +121,10 @@ def serve() -> None:
             importlib.import_module(name)
     from harness import registry
 
-    registry.report_plugin()  # the report and the benchmarks, as registered (entry points)
+    report = registry.report_plugin()  # the report and the benchmarks, as registered
+    preload = getattr(report, "preload", None)
+    if preload is not None:
+        preload()  # its templates compiled once here, not in every run
     registry.benchmarks()
     gc.freeze()  # what is loaded now is never collected: each run's gc passes skip it
     children: dict[int, str] = {}

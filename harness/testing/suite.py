@@ -7,6 +7,7 @@ pytest on it, in normal or ``-n 2`` mode, then read the run root through :class:
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import signal
@@ -23,6 +24,20 @@ from harness.testing.forkrun import ForkedProcess, ForkServer
 # start-up probes every async backend (importing trio: about 0.5 s a process, most of a
 # small run; no suite here has an async test), and pytest-benchmark's (no suite benchmarks).
 QUIET_PLUGINS = ("-p", "no:cacheprovider", "-p", "no:anyio", "-p", "no:benchmark")
+
+_BASETEMPS = itertools.count()
+
+
+def private_basetemp(under: Path) -> list[str]:
+    """``--basetemp`` for one subprocess run, a new folder under ``under``.
+
+    Without it every run numbers a folder under the shared ``pytest-of-<user>`` and, in
+    doing so, deletes the oldest ones: whichever run came first paid for removing an
+    earlier session's trees (seconds for a 10,000-folder run root), at a random test.
+    """
+    parent = under / ".basetemp"
+    parent.mkdir(parents=True, exist_ok=True)  # pytest makes the folder, not its parents
+    return ["--basetemp", str(parent / f"{os.getpid()}-{next(_BASETEMPS)}")]
 
 # One warm fork server per test process, for the runs that go to their end (``Suite.run``,
 # :func:`run_pytest`); ended when the process exits (its stdin closes).
@@ -99,7 +114,7 @@ class Suite:
                "-o", "console_output_style=classic", str(self.path / "test_selftest.py")]
         if root is not None:
             cmd += ["--run-root", str(root)]
-        return cmd + list(args)
+        return cmd + private_basetemp(self.path) + list(args)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -157,6 +172,7 @@ def run_pytest(target: str, root: Path, *args: str, env: dict[str, str] | None =
     full_env = {k: v for k, v in os.environ.items()
                 if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
     full_env.update(env or {})
-    done = FORK_SERVER.run([*QUIET_PLUGINS, "-q", target, "--run-root", str(root), *args],
+    done = FORK_SERVER.run([*QUIET_PLUGINS, "-q", target, "--run-root", str(root),
+                            *private_basetemp(root.parent), *args],
                            REPO_ROOT, full_env, timeout)
     return Run(done.returncode, done.output, root)

@@ -7,6 +7,16 @@ import subprocess
 import sys
 
 
+def test_a_distribution_mode_without_workers_runs_the_items_here(suite):
+    """``--dist loadgroup`` without ``-n`` (a project's ``addopts`` may carry it) distributes
+    nothing: the items run in this process and each gets its row."""
+    suite.tasks([{"id": "a", "work": "succeed"}, {"id": "b", "work": "partial", "score": 0.5}])
+    run = suite.run("--dist", "loadgroup")
+    assert run.rc == 0, run.out
+    assert {k: r["score"] for k, r in run.latest.items()} == {"a": 1.0, "b": 0.5}
+    assert run.manifest["outcome"] == "completed" and run.manifest["workers"] in (0, 1)
+
+
 def test_layout_and_manifest(suite, mode):
     suite.tasks([{"id": "a", "work": "succeed"}, {"id": "b", "work": "partial", "score": 0.5}])
     run = suite.run(*mode)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from reports.figures import ReportFigures
 from reports.html_tables import PAGE_SIZE
 from reports.write import ReportPaths, write_report
-from tests.reports.report_runs import big_run_rows, write_run
+from tests.reports.report_runs import big_run_rows, scratch_tree, write_run
 
 # On one xdist worker with the other browser tests: the module's 10,000-row report and the
 # session's Chromium are each made once.
@@ -26,9 +27,9 @@ MAX_BYTES = 5 * 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def big_report(tmp_path_factory: pytest.TempPathFactory) -> ReportPaths:
-    root = write_run(tmp_path_factory.mktemp("big") / "run", big_run_rows(ROWS))
-    return write_report(root)
+def big_report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReportPaths]:
+    with scratch_tree(tmp_path_factory) as base:
+        yield write_report(write_run(base / "run", big_run_rows(ROWS)))
 
 
 def keys(page: Any) -> list[str]:
