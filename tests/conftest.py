@@ -33,14 +33,12 @@ DOCKER_FIXTURES = frozenset(
 )
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group markers
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = getattr(item, "fixturenames", ())
         if DOCKER_FIXTURES.intersection(names):
             item.add_marker(pytest.mark.docker)
-        if "browser" in names:  # one Chromium launch (about 3 s) serves them all
-            item.add_marker(pytest.mark.xdist_group("browser"))
 
 
 @pytest.fixture(autouse=True)

@@ -101,8 +101,8 @@ def start_server(
 
 
 FAST = PollPolicy(
-    interval_s=0.05,
-    max_interval_s=0.2,
+    interval_s=0.02,
+    max_interval_s=0.05,
     backoff=1.5,
     jitter=0.2,
     request_timeout_s=2.0,

@@ -75,9 +75,8 @@ def test_cancel_stops_a_running_step_in_the_container(ref_server, sandbox_factor
         server.wait_for(lambda s: s["tasks"][task_id] == "running")
         time.sleep(0.5)  # the step is executing
         assert client.cancel(task_id)
-        started = time.monotonic()
-        result = client.wait(task_id, timeout_s=20)
-    assert result.status == "cancelled" and time.monotonic() - started < 10
+        result = client.wait(task_id, timeout_s=20)  # the step sleeps 45 s
+    assert result.status == "cancelled"
     left = (
         sb.exec(
             ["/bin/sh", "-c", "ps -eo args | grep -c '[s]leep 45' || true"], user="root", timeout=30

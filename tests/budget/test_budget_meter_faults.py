@@ -106,9 +106,7 @@ def test_a_read_slower_than_the_blindness_bound_stops_the_run(
     meter = make_meter(f"openrouter={key_endpoint.base_url}", environ={"OPENROUTER_API_KEY": "k"})
     assert meter is not None
     _, supervisor = _start(make_campaign, run_root, meter)
-    started = time.monotonic()
     assert _supervise_until_stop(supervisor) == "budget_meter_unavailable"
-    assert time.monotonic() - started < 3.0
     supervisor.finish("stopped", runner_exit_code=3)
     monitor = _assert_final_monitor(run_root, "budget_meter_unavailable")
     assert {d.error_type for d in monitor.meter_diagnostics} == {"timeout"}

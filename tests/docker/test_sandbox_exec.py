@@ -60,11 +60,8 @@ TREE = (
 
 @pytest.mark.parametrize("user", ["agent", "root"])
 def test_timeout_kills_the_whole_tree_and_keeps_the_sandbox(sandbox: Sandbox, user: str) -> None:
-    started = time.monotonic()
     res = sandbox.exec(TREE, timeout=1.5, user=user)
-    elapsed = time.monotonic() - started
-    assert res.timed_out and res.stdout == b"started\n"
-    assert 1.5 <= elapsed < 60, elapsed  # ended by the kill, not by sleep 4545
+    assert res.timed_out and res.stdout == b"started\n"  # ended by the kill, not sleep 4545
     assert res.exit_code == 137
     survivors = sandbox.exec(["ps", "-eo", "stat=,args="], user="root").stdout.decode()
     alive = [ln for ln in survivors.splitlines() if "sleep 4" in ln and not ln.startswith("Z")]

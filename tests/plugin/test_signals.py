@@ -64,10 +64,8 @@ def test_second_signal_exits_at_once(suite):
     os.kill(proc.pid, signal.SIGTERM)
     time.sleep(0.5)  # now in the 30 s teardown, which the first signal must not interrupt
     assert proc.poll() is None
-    t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGTERM)
-    finish(proc, timeout=10)
-    assert time.monotonic() - t0 < 5
+    finish(proc, timeout=10)  # well before the 30 s teardown would end
     assert proc.returncode == 3
     manifest = json.loads((root / "run_manifest.json").read_text())
     assert manifest["outcome"] == "stopped" and manifest["exit_code"] == 3

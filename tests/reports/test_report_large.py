@@ -18,10 +18,6 @@ from reports.html_tables import PAGE_SIZE
 from reports.write import ReportPaths, write_report
 from tests.reports.report_runs import big_run_rows, scratch_tree, write_run
 
-# On one xdist worker with the other browser tests: the module's 10,000-row report and the
-# session's Chromium are each made once.
-pytestmark = pytest.mark.xdist_group("browser")
-
 ROWS = 10_000
 MAX_BYTES = 5 * 1024 * 1024
 
