@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from harness.budget import Campaign, MeterSupervisor, read_monitor
 from harness.testing.fake_meter import FakeFileMeter
+from harness.testing.suite import FORK_SERVER, REPO_ROOT as REPO
 from tests.budget.budget_support import BASELINE, FINGERPRINT
 
 PROCESSES = 8
@@ -27,7 +26,6 @@ def test_ceiling_holds_across_processes_and_spend_equals_settled_costs(tmp_path:
     campaign_file = tmp_path / "campaign.json"
     usage_file = tmp_path / "fake-usage.json"
     usage_file.write_text(json.dumps({"usage": BASELINE}))
-    worker_script = Path(__file__).with_name("stress_worker.py")
 
     # The parent plays a controller watching the campaign through the fake meter.
     observer_root = tmp_path / "observer"
@@ -57,18 +55,15 @@ def test_ceiling_holds_across_processes_and_spend_equals_settled_costs(tmp_path:
             "workers": WORKERS,
             "reserve": RESERVE,
         }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(worker_script), json.dumps(args)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-        )
+        # Processes of their own, forked from the tests' warm server (harness.testing.forkrun)
+        # rather than eight interpreter start-ups.
+        procs.append(FORK_SERVER.spawn("tests.budget.stress_worker", [json.dumps(args)], REPO,
+                                       dict(os.environ), tmp_path / f"worker{p}.out"))
     results = []
     for proc in procs:
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err.decode()
-        results.append(json.loads(out))
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+        results.append(json.loads(out.strip().splitlines()[-1]))
     final = supervisor.finish("completed", 0)
 
     settled_costs: list[float] = []
