@@ -59,6 +59,7 @@ IMAGE_PYTHON = (3, 11)  # Debian bookworm's python3, the runtime image's
 STATUS_FILE = ".harness_servers.json"
 SKIP_NAMES = frozenset({".git", "__pycache__", ".venv", "node_modules"})
 STEP_TIMEOUT_S = 900
+MESSAGE_CHARS = 400  # of a failed host step's error, in the server's recorded reason
 
 
 class ServerBuild(BaseModel):
@@ -77,9 +78,12 @@ def _run(cmd: list[str], cwd: Path) -> str:
     res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
                          check=False)  # fmt: skip
     if res.returncode != 0:
-        last = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or ["no output"]
+        # The end of the error as one line: uv and pip wrap the sentence that names the
+        # package over several lines.
+        said = " ".join((res.stderr.strip() or res.stdout.strip() or "no output").split())
+        said = said if len(said) <= MESSAGE_CHARS else "…" + said[-MESSAGE_CHARS:]
         raise InfraError(f"{Path(cmd[2] if cmd[1] == '-m' else cmd[0]).name} "
-                         f"{' '.join(cmd[3:5])}: {last[0][:300]}", "image_build_failed")  # fmt: skip
+                         f"{' '.join(cmd[3:5])}: {said}", "image_build_failed")  # fmt: skip
     return res.stdout
 
 

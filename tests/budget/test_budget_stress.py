@@ -12,7 +12,8 @@ from pathlib import Path
 
 from harness.budget import Campaign, MeterSupervisor, read_monitor
 from harness.testing.fake_meter import FakeFileMeter
-from harness.testing.suite import FORK_SERVER, REPO_ROOT as REPO
+from harness.testing.suite import FORK_SERVER
+from harness.testing.suite import REPO_ROOT as REPO
 from tests.budget.budget_support import BASELINE, FINGERPRINT
 
 PROCESSES = 8

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from benchmarks.cowork_bench.servers_image import relax_requires_python, servers_recipe
+from harness.testing.suite import REPO_ROOT
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cowork_mini"
 
@@ -32,3 +37,80 @@ def test_a_checkout_without_python_servers_records_each_server_it_copies() -> No
     assert [(b.name, b.kind, b.status) for b in builds] == [("mini_office", "other", "other")]
     assert "local_servers/mini_office/server.py" in recipe.files
     assert "ENV LOCAL_SERVERS_PATH=/opt/local_servers UV_NO_SYNC=1" in recipe.dockerfile_body
+
+
+# --------------------------------------------------------------------------- Docker
+
+SERVERS_FIXTURE = FIXTURE.parent / "cowork_servers"
+NOTES_YAML = (
+    "type: stdio\nname: notes\nparams:\n  command: uv\n  args:\n    - \"--directory\"\n"
+    "    - \"${local_servers_paths}/notes_server\"\n    - \"run\"\n    - \"notes-server\"\n"
+    "  cwd: \"${agent_workspace}\"\nclient_session_timeout_seconds: 60\n"
+)
+NOTES_TASK = "notes-keeper"
+
+
+def servers_checkout(tmp: Path) -> Path:
+    """``cowork_mini`` plus, in ``local_servers/``: the packaged Python server (asking for
+    Python 3.12 in this copy), a Python server whose dependency does not exist, and a Node
+    server without ``node_modules``; a yaml for the first and a task naming it."""
+    root = tmp / "bench"
+    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns(".ruff_cache", "__pycache__"))
+    local = root / "local_servers"
+    shutil.copytree(SERVERS_FIXTURE / "notes_server", local / "notes_server")
+    pyproject = local / "notes_server" / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('">=3.11"', '">=3.12"'))
+    (local / "missing_dep").mkdir()
+    (local / "missing_dep" / "pyproject.toml").write_text(
+        '[project]\nname = "missing-dep"\nversion = "0"\nrequires-python = ">=3.10"\n'
+        'dependencies = ["harness-test-no-such-distribution-4f1c==1.0"]\n'
+    )
+    (local / "node_only").mkdir()
+    (local / "node_only" / "package.json").write_text('{"name": "node-only", "version": "1.0.0"}')
+    (root / "configs" / "mcp_servers" / "notes.yaml").write_text(NOTES_YAML)
+    task = root / "tasks" / "finalpool" / NOTES_TASK
+    shutil.copytree(root / "tasks" / "finalpool" / "email-reply-invoice", task)
+    config = json.loads((task / "task_config.json").read_text())
+    config["needed_mcp_servers"] = ["notes"]
+    (task / "task_config.json").write_text(json.dumps(config))
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "bench"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    return root
+
+
+def harness_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
+                          text=True, cwd=REPO_ROOT, timeout=900)  # fmt: skip
+
+
+@pytest.mark.docker
+def test_build_servers_installs_a_packaged_python_server_and_qualify_lists_its_tools(
+    tmp_path: Path,
+) -> None:
+    root = servers_checkout(tmp_path)
+    built = harness_cli("cowork", "build-servers", "--cowork-root", str(root))
+    assert built.returncode == 0, built.stdout + built.stderr
+    record = json.loads(built.stdout.strip().splitlines()[-1])
+    tag = record["tag"]
+    try:
+        servers = {s["name"]: s for s in record["servers"]}
+        assert servers["notes_server"]["status"] == "built"
+        assert servers["notes_server"]["requires_python_adjusted"] == ">=3.12"
+        assert servers["missing_dep"]["status"] == "not_built"
+        assert "harness-test-no-such-distribution-4f1c" in servers["missing_dep"]["reason"]
+        assert servers["node_only"]["status"] == "node"
+        assert "node_modules not committed" in servers["node_only"]["reason"]
+        assert servers["mini_office"]["status"] == "other"
+        # Upstream's file is untouched; only the image's copy was relaxed.
+        assert '">=3.12"' in (root / "local_servers/notes_server/pyproject.toml").read_text()
+
+        out = tmp_path / "qualify.json"
+        proc = harness_cli("cowork", "qualify", "--cowork-root", str(root), "--cowork-image",
+                           tag, "--task", NOTES_TASK, "--output", str(out))  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"ready    {NOTES_TASK}" in proc.stdout
+        (report,) = json.loads(out.read_text())["tasks"]
+        assert report["ready"] and set(report["tools"]["notes"]) == {"add_note", "list_notes"}
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
