@@ -15,6 +15,11 @@ echo "[setup] system packages"
 $SUDO apt-get update -qq
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
   debootstrap chromium gcc libc6-dev git ca-certificates e2fsprogs docker-registry >/dev/null
+# npm prepares the Cowork checkout's Node MCP servers for `harness cowork build-servers`
+# (a machine with its own Node and npm keeps them).
+if ! command -v npm >/dev/null 2>&1; then
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+fi
 
 echo "[setup] python packages"
 python3 -m pip install -q --upgrade pip

@@ -15,11 +15,16 @@ layout), and each Python server (a folder with ``pyproject.toml``) installed int
 * upstream's ``requires-python`` is relaxed to the image's Python (3.11) only in our copy of
   ``pyproject.toml`` when it asks for a newer one, and the build records that it did.
 
+Each Node server (a folder with ``package.json``) is prepared on the host as upstream's
+Dockerfile does in its image: ``npm ci`` (``npm install`` without a lock), ``npm run build``
+when it has a build script, then ``npm prune --omit=dev``; the image's Node (Debian's) runs
+it. Where ``npm ping`` gets no answer from the registry, the installs run ``--offline`` (from
+npm's cache: a server without dependencies still builds). Committed ``node_modules`` are
+used as they are.
+
 A server whose preparation or install fails is still copied, and recorded as not built with
-the reason. Node servers are copied as committed: without npm (unreachable here) those
-whose ``node_modules`` are not committed cannot start, and ``harness cowork qualify`` names
-the missing module. ``/opt/local_servers/.harness_servers.json`` (and the last stdout line)
-say, per server, ``built``, ``not_built`` with the reason, or ``node``.
+the reason. ``/opt/local_servers/.harness_servers.json`` (and the last stdout line) say, per
+server, ``built`` or ``not_built`` with the reason (``other``: neither manifest).
 
 ``/opt/local_servers`` belongs to the agent user, who runs the servers (some write logs
 beside their code), and the venvs are byte-compiled (a read-only import of an uncompiled
@@ -69,12 +74,12 @@ class ServerBuild(BaseModel):
 
     name: str
     kind: str  # "python" or "node" (or "other": neither manifest)
-    status: str  # "built", "not_built", "node", "other"
+    status: str  # "built", "not_built", "other"
     reason: str | None = None
     requires_python_adjusted: str | None = None  # upstream's value, when relaxed here
 
 
-def _run(cmd: list[str], cwd: Path) -> str:
+def _run(cmd: list[str], cwd: Path, label: str | None = None) -> str:
     res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
                          check=False)  # fmt: skip
     if res.returncode != 0:
@@ -82,8 +87,9 @@ def _run(cmd: list[str], cwd: Path) -> str:
         # package over several lines.
         said = " ".join((res.stderr.strip() or res.stdout.strip() or "no output").split())
         said = said if len(said) <= MESSAGE_CHARS else "…" + said[-MESSAGE_CHARS:]
-        raise InfraError(f"{Path(cmd[2] if cmd[1] == '-m' else cmd[0]).name} "
-                         f"{' '.join(cmd[3:5])}: {said}", "image_build_failed")  # fmt: skip
+        label = label or (f"{Path(cmd[2] if cmd[1] == '-m' else cmd[0]).name} "
+                          f"{' '.join(cmd[3:5])}")  # fmt: skip
+        raise InfraError(f"{label}: {said}", "image_build_failed")
     return res.stdout
 
 
@@ -149,12 +155,59 @@ def prepare_python_server(src: Path, cache: Path,
     return out, adjusted
 
 
-def _files(tree: Path, arc: str) -> dict[str, bytes]:
+def npm_unreachable() -> str | None:
+    """None when the host's npm gets an answer from its registry, else why not."""
+    npm = shutil.which("npm")
+    if npm is None:
+        return "npm is not installed on the host"
+    try:
+        res = subprocess.run([npm, "ping", "--fetch-retries=0", "--fetch-timeout=20000"],
+                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"npm ping: {exc}"
+    if res.returncode != 0:
+        said = " ".join((res.stderr or res.stdout).split())
+        return f"npm registry unreachable (npm ping: {said[-200:]})"
+    return None
+
+
+def prepare_node_server(src: Path, cache: Path, offline: bool) -> Path:
+    """Our copy of the Node server ``src`` with its ``node_modules`` and build output, in a
+    cache folder keyed by its content (``npm ci``/``install``, ``run build``, ``prune``)."""
+    out = cache / f"{src.name}-{_tree_hash(src)}"
+    done = out / "done.json"
+    if done.is_file():
+        return out
+    if out.exists():
+        shutil.rmtree(out)
+    copy = out / "src"
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns(*(SKIP_NAMES - {"node_modules"})))
+    if (copy / "node_modules").is_dir():  # committed: used as it is
+        done.write_text("{}")
+        return out
+    npm = shutil.which("npm")
+    if npm is None:
+        raise InfraError("npm is not installed on the host: apt-get install -y npm",
+                         "image_build_failed")  # fmt: skip
+    flags = ["--no-audit", "--no-fund", "--loglevel=error", *(["--offline"] if offline else [])]
+    manifest = json.loads((copy / "package.json").read_text(encoding="utf-8"))
+    install = "ci" if (copy / "package-lock.json").is_file() else "install"
+    _run([npm, install, *flags], copy, f"npm {install}")
+    if "build" in (manifest.get("scripts") or {}):
+        _run([npm, "run", "build", "--loglevel=error"], copy, "npm run build")
+    if manifest.get("devDependencies"):
+        _run([npm, "prune", "--omit=dev", *flags], copy, "npm prune")
+    done.write_text("{}")
+    return out
+
+
+def _files(tree: Path, arc: str, keep: frozenset[str] = frozenset()) -> dict[str, bytes]:
+    skip = SKIP_NAMES - keep
     return {
         f"{arc}/{p.relative_to(tree).as_posix()}": p.read_bytes()
         for p in sorted(tree.rglob("*"))
         if p.is_file() and not p.is_symlink()
-        and not SKIP_NAMES.intersection(p.relative_to(tree).parts)
+        and not skip.intersection(p.relative_to(tree).parts)
     }
 
 
@@ -194,6 +247,7 @@ def servers_recipe(root: Path, exclude_newer: str | None = None
     files = _files(local, "local_servers")
     builds: list[ServerBuild] = []
     to_install: list[tuple[str, str]] = []
+    npm_offline: bool | None = None  # asked once, at the first Node server
     for src in sorted(p for p in local.iterdir() if p.is_dir()):
         if (src / "pyproject.toml").is_file():
             try:
@@ -211,9 +265,24 @@ def servers_recipe(root: Path, exclude_newer: str | None = None
             builds.append(ServerBuild(name=src.name, kind="python", status="built",
                                       requires_python_adjusted=adjusted))  # fmt: skip
         elif (src / "package.json").is_file():
-            builds.append(ServerBuild(name=src.name, kind="node", status="node",
-                                      reason=None if (src / "node_modules").is_dir() else
-                                      "node_modules not committed (npm unreachable)"))  # fmt: skip
+            if npm_offline is None:
+                unreachable = npm_unreachable()
+                npm_offline = unreachable is not None
+                if unreachable is not None:
+                    print(f"harness cowork build-servers: {unreachable}; Node servers are "
+                          "installed --offline, from npm's cache", file=sys.stderr)  # fmt: skip
+            try:
+                prepared_node = prepare_node_server(src, cache, offline=npm_offline)
+            except (InfraError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
+                why = f"preparing on the host: {exc}"
+                if npm_offline:
+                    why += " (npm's registry was unreachable: installs ran --offline)"
+                builds.append(ServerBuild(name=src.name, kind="node", status="not_built",
+                                          reason=why))  # fmt: skip
+                continue
+            files.update(_files(prepared_node / "src", f"local_servers/{src.name}",
+                                keep=frozenset({"node_modules"})))  # fmt: skip
+            builds.append(ServerBuild(name=src.name, kind="node", status="built"))
         else:
             builds.append(ServerBuild(name=src.name, kind="other", status="other"))
     files["install_server.sh"] = INSTALL.format(servers=SERVERS_DIR).encode()

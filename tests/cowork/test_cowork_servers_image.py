@@ -47,13 +47,19 @@ NOTES_YAML = (
     "    - \"${local_servers_paths}/notes_server\"\n    - \"run\"\n    - \"notes-server\"\n"
     "  cwd: \"${agent_workspace}\"\nclient_session_timeout_seconds: 60\n"
 )
+HELLO_YAML = (
+    "type: stdio\nname: hello\nparams:\n  command: node\n  args:\n"
+    "    - \"${local_servers_paths}/hello_node/build/index.js\"\n"
+    "  cwd: \"${agent_workspace}\"\nclient_session_timeout_seconds: 60\n"
+)
 NOTES_TASK = "notes-keeper"
 
 
 def servers_checkout(tmp: Path) -> Path:
     """``cowork_mini`` plus, in ``local_servers/``: the packaged Python server (asking for
-    Python 3.12 in this copy), a Python server whose dependency does not exist, and a Node
-    server without ``node_modules``; a yaml for the first and a task naming it."""
+    Python 3.12 in this copy), the Node server (a build script, no dependencies), and a
+    Python and a Node server whose dependency does not exist; yaml files for the first two
+    and a task naming them."""
     root = tmp / "bench"
     shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns(".ruff_cache", "__pycache__"))
     local = root / "local_servers"
@@ -65,13 +71,18 @@ def servers_checkout(tmp: Path) -> Path:
         '[project]\nname = "missing-dep"\nversion = "0"\nrequires-python = ">=3.10"\n'
         'dependencies = ["harness-test-no-such-distribution-4f1c==1.0"]\n'
     )
-    (local / "node_only").mkdir()
-    (local / "node_only" / "package.json").write_text('{"name": "node-only", "version": "1.0.0"}')
+    shutil.copytree(SERVERS_FIXTURE / "hello_node", local / "hello_node")
+    (local / "node_missing_dep").mkdir()
+    (local / "node_missing_dep" / "package.json").write_text(
+        '{"name": "node-missing-dep", "version": "1.0.0",'
+        ' "dependencies": {"harness-test-no-such-package-4f1c": "^1.0.0"}}'
+    )
     (root / "configs" / "mcp_servers" / "notes.yaml").write_text(NOTES_YAML)
+    (root / "configs" / "mcp_servers" / "hello.yaml").write_text(HELLO_YAML)
     task = root / "tasks" / "finalpool" / NOTES_TASK
     shutil.copytree(root / "tasks" / "finalpool" / "email-reply-invoice", task)
     config = json.loads((task / "task_config.json").read_text())
-    config["needed_mcp_servers"] = ["notes"]
+    config["needed_mcp_servers"] = ["notes", "hello"]
     (task / "task_config.json").write_text(json.dumps(config))
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "bench"]):
@@ -85,7 +96,7 @@ def harness_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.docker
-def test_build_servers_installs_a_packaged_python_server_and_qualify_lists_its_tools(
+def test_build_servers_installs_packaged_python_and_node_servers_and_qualify_lists_tools(
     tmp_path: Path,
 ) -> None:
     root = servers_checkout(tmp_path)
@@ -99,8 +110,9 @@ def test_build_servers_installs_a_packaged_python_server_and_qualify_lists_its_t
         assert servers["notes_server"]["requires_python_adjusted"] == ">=3.12"
         assert servers["missing_dep"]["status"] == "not_built"
         assert "harness-test-no-such-distribution-4f1c" in servers["missing_dep"]["reason"]
-        assert servers["node_only"]["status"] == "node"
-        assert "node_modules not committed" in servers["node_only"]["reason"]
+        assert (servers["hello_node"]["status"], servers["hello_node"]["kind"]) == ("built", "node")
+        assert servers["node_missing_dep"]["status"] == "not_built"
+        assert "npm install" in servers["node_missing_dep"]["reason"]
         assert servers["mini_office"]["status"] == "other"
         # Upstream's file is untouched; only the image's copy was relaxed.
         assert '">=3.12"' in (root / "local_servers/notes_server/pyproject.toml").read_text()
@@ -112,5 +124,6 @@ def test_build_servers_installs_a_packaged_python_server_and_qualify_lists_its_t
         assert f"ready    {NOTES_TASK}" in proc.stdout
         (report,) = json.loads(out.read_text())["tasks"]
         assert report["ready"] and set(report["tools"]["notes"]) == {"add_note", "list_notes"}
+        assert set(report["tools"]["hello"]) == {"greet", "node_version"}
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
