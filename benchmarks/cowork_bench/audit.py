@@ -369,7 +369,7 @@ def build_report(run_root: Path, manifest: Manifest | None = None) -> AuditRepor
 
 def audit_command(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="harness cowork audit", description=__doc__.split("\n")[0]
+        prog="harness cowork audit", description=" ".join(__doc__.split("\n\n")[0].split())
     )
     parser.add_argument("run", type=Path, help="a Cowork run root (holds run_manifest.json)")
     parser.add_argument(

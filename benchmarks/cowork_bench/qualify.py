@@ -124,7 +124,7 @@ def line(q: TaskQualification) -> str:
 
 def qualify_command(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="harness cowork qualify", description=__doc__.split("\n")[0]
+        prog="harness cowork qualify", description=" ".join(__doc__.split("\n\n")[0].split())
     )
     parser.add_argument("--cowork-root", type=Path, required=True, help="a Cowork checkout")
     parser.add_argument(

@@ -166,8 +166,10 @@ def npm_unreachable() -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"npm ping: {exc}"
     if res.returncode != 0:
-        said = " ".join((res.stderr or res.stdout).split())
-        return f"npm registry unreachable (npm ping: {said[-200:]})"
+        lines = (res.stderr or res.stdout).splitlines()
+        said = next((ln for ln in lines if " failed, reason: " in ln),  # npm names the URL
+                    next((ln for ln in lines if "error code" in ln), " ".join(lines)[-200:]))
+        return f"npm registry unreachable ({said.removeprefix('npm error ').strip()})"
     return None
 
 
@@ -326,7 +328,7 @@ def image_status(tag: str) -> list[dict[str, object]]:
 
 def build_servers_command(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="harness cowork build-servers",
-                                     description=__doc__.split("\n")[0])  # fmt: skip
+                                     description=" ".join(__doc__.split("\n\n")[0].split()))  # fmt: skip
     parser.add_argument("--cowork-root", type=Path, required=True, help="a Cowork checkout")
     parser.add_argument("--exclude-newer", metavar="DATE",
                         help="servers without a uv.lock resolve their dependencies as of DATE "
