@@ -202,6 +202,9 @@ def anthropic_events(resp: FakeResponse, model: str) -> Iterator[tuple[str, dict
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    # Headers and body leave in two writes: with Nagle's algorithm on, the body waited for the
+    # client's delayed ACK of the headers, about 40 ms a response on a kept-alive connection.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
