@@ -11,7 +11,9 @@ layout), and each Python server (a folder with ``pyproject.toml``) installed int
   lock, ``uv pip compile`` of its ``pyproject.toml`` for the image's Python, with releases
   up to the checkout's commit time (``--exclude-newer``; newer ones may have broken it);
 * ``pip wheel --no-deps`` of each requirement (a wheel from PyPI, or one built here from an
-  sdist; the host's glibc and CPython minor match the image's), and of the server itself;
+  sdist; the host's glibc and CPython minor match the image's), and of the server itself
+  unless it is a virtual project (no ``[build-system]``, or ``tool.uv.package = false``:
+  ``uv sync`` installs only its dependencies, and so does this build);
 * upstream's ``requires-python`` is relaxed to the image's Python (3.11) only in our copy of
   ``pyproject.toml`` when it asks for a newer one, and the build records that it did.
 
@@ -150,7 +152,8 @@ def prepare_python_server(src: Path, cache: Path,
     if any(line.strip() and not line.lstrip().startswith("#") for line in reqs.splitlines()):
         _run([py, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), "-r",
               str(out / "requirements.txt")], copy)  # fmt: skip
-    _run([py, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), "."], copy)
+    if is_packaged(copy / "pyproject.toml"):
+        _run([py, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), "."], copy)
     done.write_text(json.dumps({"adjusted": adjusted}))
     return out, adjusted
 
@@ -203,6 +206,18 @@ def prepare_node_server(src: Path, cache: Path, offline: bool) -> Path:
     return out
 
 
+def is_packaged(pyproject: Path) -> bool:
+    """Whether ``uv sync`` would install the project itself, not just its dependencies."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True  # pip then says what is wrong with it
+    package = data.get("tool", {}).get("uv", {}).get("package")
+    return bool(package) if package is not None else "build-system" in data
+
+
 def _files(tree: Path, arc: str, keep: frozenset[str] = frozenset()) -> dict[str, bytes]:
     skip = SKIP_NAMES - keep
     return {
@@ -216,11 +231,15 @@ def _files(tree: Path, arc: str, keep: frozenset[str] = frozenset()) -> dict[str
 INSTALL = r"""
 set -u
 cd {servers}/$1
+project=""  # $2: the project's name; empty for a virtual project (dependencies only)
+if [ -n "$2" ]; then
+  project=/tmp/server_wheels/$1/wheels/$(cd /tmp/server_wheels/$1/wheels && ls | grep -i \
+    "^$(echo "$2" | tr - _)-" | head -n 1)
+fi
 if uv venv -q --python /usr/bin/python3 .venv \
    && uv pip install -q --python .venv/bin/python --offline --no-index --compile-bytecode \
         --find-links /tmp/server_wheels/$1/wheels -r /tmp/server_wheels/$1/requirements.txt \
-        /tmp/server_wheels/$1/wheels/$(cd /tmp/server_wheels/$1/wheels && ls | grep -i \
-          "^$(echo "$2" | tr - _)-" | head -n 1) 2> /tmp/install-$1.err; then
+        $project 2> /tmp/install-$1.err; then
   echo built
 else
   rm -rf .venv; echo "not_built: $(tail -n 1 /tmp/install-$1.err)"
@@ -262,7 +281,8 @@ def servers_recipe(root: Path, exclude_newer: str | None = None
             files.update(_files(prepared / "wheels", f"server_wheels/{src.name}/wheels"))
             files[f"server_wheels/{src.name}/requirements.txt"] = (
                 prepared / "requirements.txt").read_bytes()
-            name = _project_name(prepared / "src" / "pyproject.toml") or src.name
+            pyproject = prepared / "src" / "pyproject.toml"
+            name = (_project_name(pyproject) or src.name) if is_packaged(pyproject) else ""
             to_install.append((src.name, name))
             builds.append(ServerBuild(name=src.name, kind="python", status="built",
                                       requires_python_adjusted=adjusted))  # fmt: skip

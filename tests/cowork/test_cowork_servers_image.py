@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.cowork_bench.servers_image import relax_requires_python, servers_recipe
+from benchmarks.cowork_bench.servers_image import (
+    is_packaged,
+    relax_requires_python,
+    servers_recipe,
+)
 from harness.testing.suite import REPO_ROOT
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cowork_mini"
@@ -30,6 +34,20 @@ def test_requires_python_is_relaxed_only_in_our_copy_and_only_when_it_excludes_3
     assert relax_requires_python(pyproject) == adjusted
     after = '[project]\nname = "x"\nrequires-python = ">=3.11"\n'
     assert pyproject.read_text() == (after if adjusted else before)
+
+
+@pytest.mark.parametrize(
+    ("text", "packaged"),
+    [('[project]\nname = "x"\n', False),
+     ('[build-system]\nrequires = ["hatchling"]\n[project]\nname = "x"\n', True),
+     ('[build-system]\nrequires = ["x"]\n[tool.uv]\npackage = false\n', False),
+     ('[project]\nname = "x"\n[tool.uv]\npackage = true\n', True)],
+)
+def test_a_project_without_a_build_system_is_virtual_as_uv_sync_sees_it(
+    tmp_path: Path, text: str, packaged: bool
+) -> None:
+    (tmp_path / "pyproject.toml").write_text(text)
+    assert is_packaged(tmp_path / "pyproject.toml") is packaged
 
 
 def test_a_checkout_without_python_servers_records_each_server_it_copies() -> None:
@@ -52,6 +70,11 @@ HELLO_YAML = (
     "    - \"${local_servers_paths}/hello_node/build/index.js\"\n"
     "  cwd: \"${agent_workspace}\"\nclient_session_timeout_seconds: 60\n"
 )
+SCRIPT_YAML = (
+    "type: stdio\nname: script\nparams:\n  command: uv\n  args:\n    - \"--directory\"\n"
+    "    - \"${local_servers_paths}/script_server\"\n    - \"run\"\n    - \"server.py\"\n"
+    "client_session_timeout_seconds: 60\n"
+)
 NOTES_TASK = "notes-keeper"
 
 
@@ -72,6 +95,7 @@ def servers_checkout(tmp: Path) -> Path:
         'dependencies = ["harness-test-no-such-distribution-4f1c==1.0"]\n'
     )
     shutil.copytree(SERVERS_FIXTURE / "hello_node", local / "hello_node")
+    shutil.copytree(SERVERS_FIXTURE / "script_server", local / "script_server")
     (local / "node_missing_dep").mkdir()
     (local / "node_missing_dep" / "package.json").write_text(
         '{"name": "node-missing-dep", "version": "1.0.0",'
@@ -79,10 +103,11 @@ def servers_checkout(tmp: Path) -> Path:
     )
     (root / "configs" / "mcp_servers" / "notes.yaml").write_text(NOTES_YAML)
     (root / "configs" / "mcp_servers" / "hello.yaml").write_text(HELLO_YAML)
+    (root / "configs" / "mcp_servers" / "script.yaml").write_text(SCRIPT_YAML)
     task = root / "tasks" / "finalpool" / NOTES_TASK
     shutil.copytree(root / "tasks" / "finalpool" / "email-reply-invoice", task)
     config = json.loads((task / "task_config.json").read_text())
-    config["needed_mcp_servers"] = ["notes", "hello"]
+    config["needed_mcp_servers"] = ["notes", "hello", "script"]
     (task / "task_config.json").write_text(json.dumps(config))
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "bench"]):
@@ -111,6 +136,7 @@ def test_build_servers_installs_packaged_python_and_node_servers_and_qualify_lis
         assert servers["missing_dep"]["status"] == "not_built"
         assert "harness-test-no-such-distribution-4f1c" in servers["missing_dep"]["reason"]
         assert (servers["hello_node"]["status"], servers["hello_node"]["kind"]) == ("built", "node")
+        assert servers["script_server"]["status"] == "built"  # its dependencies only
         assert servers["node_missing_dep"]["status"] == "not_built"
         assert "npm install" in servers["node_missing_dep"]["reason"]
         assert servers["mini_office"]["status"] == "other"
@@ -125,5 +151,6 @@ def test_build_servers_installs_packaged_python_and_node_servers_and_qualify_lis
         (report,) = json.loads(out.read_text())["tasks"]
         assert report["ready"] and set(report["tools"]["notes"]) == {"add_note", "list_notes"}
         assert set(report["tools"]["hello"]) == {"greet", "node_version"}
+        assert set(report["tools"]["script"]) == {"echo"}
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
