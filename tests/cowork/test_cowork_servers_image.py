@@ -80,9 +80,9 @@ NOTES_TASK = "notes-keeper"
 
 def servers_checkout(tmp: Path) -> Path:
     """``cowork_mini`` plus, in ``local_servers/``: the packaged Python server (asking for
-    Python 3.12 in this copy), the Node server (a build script, no dependencies), and a
-    Python and a Node server whose dependency does not exist; yaml files for the first two
-    and a task naming them."""
+    Python 3.12 in this copy), the Node server (a build script, no dependencies), the
+    script-style virtual project, and a Python and a Node server whose dependency does not
+    exist; yaml files for the first three and a task naming them."""
     root = tmp / "bench"
     shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns(".ruff_cache", "__pycache__"))
     local = root / "local_servers"
