@@ -224,9 +224,15 @@ def url_inside(name: str) -> str:
     return f"http://127.0.0.1:{MCP_PORT}/{name}/mcp"
 
 
+# The containers have no route out: a server's own update check can only wait for DNS. FastMCP
+# (upstream's word server) asks PyPI at start-up and, on the task's internal network, spent
+# about 10 s there: the whole of word.yaml's 10 s handshake (2.8 s without the check).
+QUIET_SERVERS = {"FASTMCP_CHECK_FOR_UPDATES": "off"}
+
+
 def container_env(task: CoworkTask, local_servers: str = LOCAL_SERVERS) -> dict[str, str]:
     """What the agent container's environment says about its MCP servers (static)."""
-    env = {"PYTHON_BIN": PYTHON_BIN, "LOCAL_SERVERS_PATH": local_servers}
+    env = {"PYTHON_BIN": PYTHON_BIN, "LOCAL_SERVERS_PATH": local_servers, **QUIET_SERVERS}
     if task.servers:
         env["MCP_CLIENT_CONFIG"] = CLIENT_CONFIG
         env["MCP_HTTP_URLS"] = ",".join(f"{n}={url_inside(n)}" for n in task.servers)

@@ -28,6 +28,11 @@ A server whose preparation or install fails is still copied, and recorded as not
 the reason. ``/opt/local_servers/.harness_servers.json`` (and the last stdout line) say, per
 server, ``built`` or ``not_built`` with the reason (``other``: neither manifest).
 
+Each ``.venv`` also sees the image's system packages (Debian's ``python3-psycopg2``,
+``-openpyxl``, ``-docx``, ``-pypdf``) behind its own: upstream's script-style servers import
+packages their ``pyproject.toml`` does not list (``moex-finance-mcp`` imports ``psycopg2``),
+which upstream's image has in ``/opt/venv``.
+
 ``/opt/local_servers`` belongs to the agent user, who runs the servers (some write logs
 beside their code), and the venvs are byte-compiled (a read-only import of an uncompiled
 venv was slow enough to miss a 10 s handshake). The image sets
@@ -236,7 +241,7 @@ if [ -n "$2" ]; then
   project=/tmp/server_wheels/$1/wheels/$(cd /tmp/server_wheels/$1/wheels && ls | grep -i \
     "^$(echo "$2" | tr - _)-" | head -n 1)
 fi
-if uv venv -q --python /usr/bin/python3 .venv \
+if uv venv -q --system-site-packages --python /usr/bin/python3 .venv \
    && uv pip install -q --python .venv/bin/python --offline --no-index --compile-bytecode \
         --find-links /tmp/server_wheels/$1/wheels -r /tmp/server_wheels/$1/requirements.txt \
         $project 2> /tmp/install-$1.err; then
