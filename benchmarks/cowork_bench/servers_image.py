@@ -9,7 +9,8 @@ layout), and each Python server (a folder with ``pyproject.toml``) installed int
 
 * the server's pinned requirements: ``uv export --frozen`` of its ``uv.lock``, or, without a
   lock, ``uv pip compile`` of its ``pyproject.toml`` for the image's Python, with releases
-  up to the checkout's commit time (``--exclude-newer``; newer ones may have broken it);
+  up to the last commit that changed the server's folder (``--exclude-newer`` sets another
+  date; newer releases may have broken it);
 * ``pip wheel --no-deps`` of each requirement (a wheel from PyPI, or one built here from an
   sdist; the host's glibc and CPython minor match the image's), and of the server itself
   unless it is a virtual project (no ``[build-system]``, or ``tool.uv.package = false``:
@@ -252,10 +253,12 @@ fi
 """
 
 
-def checkout_date(root: Path) -> str | None:
-    """The checkout's commit time (ISO 8601), when ``root`` is a git checkout."""
+def checkout_date(root: Path, path: str | None = None) -> str | None:
+    """The commit time (ISO 8601) of the checkout ``root``, or of the last commit that
+    changed ``path`` in it, when ``root`` is a git checkout."""
     try:
-        res = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%cI"],
+        res = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%cI",
+                              *(["--", path] if path else [])],
                              capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
     except OSError:
         return None
@@ -276,8 +279,11 @@ def servers_recipe(root: Path, exclude_newer: str | None = None
     npm_offline: bool | None = None  # asked once, at the first Node server
     for src in sorted(p for p in local.iterdir() if p.is_dir()):
         if (src / "pyproject.toml").is_file():
+            # Unlocked dependencies resolve as of when the server last changed (upstream's
+            # mcp-clickhouse-server, last changed before mcp 2.0, breaks on mcp 2.0).
+            when = exclude_newer or checkout_date(root, f"local_servers/{src.name}")
             try:
-                prepared, adjusted = prepare_python_server(src, cache, exclude_newer)
+                prepared, adjusted = prepare_python_server(src, cache, when)
             except (InfraError, subprocess.TimeoutExpired, OSError) as exc:
                 builds.append(ServerBuild(name=src.name, kind="python", status="not_built",
                                           reason=f"preparing on the host: {exc}"))  # fmt: skip
@@ -357,7 +363,8 @@ def build_servers_command(argv: list[str] | None = None) -> int:
     parser.add_argument("--cowork-root", type=Path, required=True, help="a Cowork checkout")
     parser.add_argument("--exclude-newer", metavar="DATE",
                         help="servers without a uv.lock resolve their dependencies as of DATE "
-                        "(default: the checkout's commit time; else the newest releases)")
+                        "(default: the last commit that changed the server's folder; outside "
+                        "a git checkout, the newest releases)")
     args = parser.parse_args(argv)
     root = args.cowork_root.expanduser().resolve()
     if not (root / "local_servers").is_dir():
@@ -365,7 +372,7 @@ def build_servers_command(argv: list[str] | None = None) -> int:
               "checkout", file=sys.stderr)  # fmt: skip
         return 2
     try:
-        recipe, _ = servers_recipe(root, args.exclude_newer or checkout_date(root))
+        recipe, _ = servers_recipe(root, args.exclude_newer)
         built = sandbox_ensure_image(recipe)
         status = image_status(recipe.tag)
     except (InfraError, subprocess.SubprocessError) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.cowork_bench.servers_image import (
+    checkout_date,
     is_packaged,
     relax_requires_python,
     servers_recipe,
@@ -48,6 +50,24 @@ def test_a_project_without_a_build_system_is_virtual_as_uv_sync_sees_it(
 ) -> None:
     (tmp_path / "pyproject.toml").write_text(text)
     assert is_packaged(tmp_path / "pyproject.toml") is packaged
+
+
+def test_an_unlocked_server_resolves_as_of_the_last_commit_that_changed_its_folder(
+    tmp_path: Path,
+) -> None:
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    for folder, when in (("old_server", "2026-07-12T15:51:45+03:00"),
+                         ("new_server", "2026-08-08T12:00:00+00:00")):
+        (tmp_path / "local_servers" / folder).mkdir(parents=True)
+        (tmp_path / "local_servers" / folder / "pyproject.toml").write_text("[project]\n")
+        env = {"GIT_COMMITTER_DATE": when, "GIT_AUTHOR_DATE": when, "PATH": os.environ["PATH"]}
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", folder], check=True, env=env)
+    assert checkout_date(tmp_path, "local_servers/old_server") == "2026-07-12T15:51:45+03:00"
+    assert checkout_date(tmp_path, "local_servers/new_server") == "2026-08-08T12:00:00Z"
+    assert checkout_date(tmp_path) == "2026-08-08T12:00:00Z"
+    assert checkout_date(tmp_path / "local_servers" / "nowhere") is None
 
 
 def test_a_checkout_without_python_servers_records_each_server_it_copies() -> None:
