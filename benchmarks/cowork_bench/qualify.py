@@ -78,9 +78,41 @@ def qualify_task(env: InstanceEnv) -> McpInventory:
         container.remove()
 
 
-def summarise(task: CoworkTask, inv: McpInventory) -> TaskQualification:
+def build_records(image: str) -> dict[str, str]:
+    """Server folder -> why it was not built, from the record ``harness cowork
+    build-servers`` leaves in its image (none in other images)."""
+    import subprocess
+
+    from benchmarks.cowork_bench.servers_image import image_status
+
+    try:
+        status = image_status(image)
+    except (subprocess.SubprocessError, OSError, ValueError):
+        return {}
+    return {str(s["name"]): str(s.get("reason") or "") for s in status
+            if s.get("status") == "not_built"}  # fmt: skip
+
+
+def not_built_note(spec_strings: list[str], local_servers: str,
+                   not_built: dict[str, str]) -> str | None:
+    """The build record's reason for the first ``local_servers`` folder a server's command,
+    arguments or cwd name, when that folder was not built into the image."""
+    for text in spec_strings:
+        if text.startswith(local_servers + "/"):
+            folder = text[len(local_servers) + 1:].split("/", 1)[0]
+            if folder in not_built:
+                return f"{folder} was not built into this image: {not_built[folder]}"
+    return None
+
+
+def summarise(task: CoworkTask, inv: McpInventory,
+              notes: dict[str, str] | None = None) -> TaskQualification:
+    notes = notes or {}
     servers = {
-        s.name: "ready" if s.state == "ready" else f"{s.state}: {s.error}" for s in inv.servers
+        s.name: "ready" if s.state == "ready"
+        else f"{s.state}: " + (f"{notes[s.name]}; then: " if s.name in notes else "")
+        + f"{s.error}"
+        for s in inv.servers
     }
     return TaskQualification(
         task=task.instance_id,
@@ -102,10 +134,17 @@ def qualify(root: Path, tasks: list[CoworkTask], work: Path,
         seed = root / "db" / "init.sql.gz"
         sidecar = start_postgres(net, ident, QUALIFY_INSTANCE, seed if seed.is_file() else None)
         sidecar.enter_agent_phase()  # the servers use the agent's role, as in a run
+        not_built = build_records(image)
         for task in tasks:
             env = InstanceEnv(task, root, work / task.instance_id, net, sidecar, ident, image)
             inv = qualify_task(env)
-            out.append(summarise(task, inv))
+            notes: dict[str, str] = {}
+            for spec in plan_servers(root, task, WORKSPACE, env.local_servers).specs:
+                note = not_built_note([spec.command, *spec.args, spec.cwd or ""],
+                                      env.local_servers, not_built)  # fmt: skip
+                if note is not None:
+                    notes[spec.name] = note
+            out.append(summarise(task, inv, notes))
             print(line(out[-1]), flush=True)
     finally:
         remove_labelled({L.RUN: ident.run_id})

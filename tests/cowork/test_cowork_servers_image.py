@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.cowork_bench.qualify import not_built_note
 from benchmarks.cowork_bench.servers_image import (
     checkout_date,
     is_packaged,
@@ -70,6 +71,17 @@ def test_an_unlocked_server_resolves_as_of_the_last_commit_that_changed_its_fold
     assert checkout_date(tmp_path / "local_servers" / "nowhere") is None
 
 
+def test_a_failing_server_is_told_apart_by_the_folder_its_command_names() -> None:
+    records = {"filesystem": "npm ci: ENOTCACHED", "moex": "pip wheel: no package"}
+    base = "/opt/local_servers"
+    note = not_built_note(["node", f"{base}/filesystem/dist/index.js", "/workspace"], base,
+                          records)  # fmt: skip
+    assert note == "filesystem was not built into this image: npm ci: ENOTCACHED"
+    assert not_built_note(["uv", "--directory", f"{base}/excel", "run", "x"], base,
+                          records) is None  # fmt: skip
+    assert not_built_note(["node", "/elsewhere/filesystem/index.js"], base, records) is None
+
+
 def test_a_checkout_without_python_servers_records_each_server_it_copies() -> None:
     recipe, builds = servers_recipe(FIXTURE)
     assert [(b.name, b.kind, b.status) for b in builds] == [("mini_office", "other", "other")]
@@ -96,6 +108,7 @@ SCRIPT_YAML = (
     "client_session_timeout_seconds: 60\n"
 )
 NOTES_TASK = "notes-keeper"
+UNBUILT_TASK = "needs-an-unbuilt-server"
 
 
 def servers_checkout(tmp: Path) -> Path:
@@ -129,6 +142,15 @@ def servers_checkout(tmp: Path) -> Path:
     config = json.loads((task / "task_config.json").read_text())
     config["needed_mcp_servers"] = ["notes", "hello", "script"]
     (task / "task_config.json").write_text(json.dumps(config))
+    (root / "configs" / "mcp_servers" / "unbuilt.yaml").write_text(
+        "type: stdio\nname: unbuilt\nparams:\n  command: node\n  args:\n"
+        "    - \"${local_servers_paths}/node_missing_dep/build/index.js\"\n"
+        "client_session_timeout_seconds: 20\n"
+    )
+    unbuilt = root / "tasks" / "finalpool" / UNBUILT_TASK
+    shutil.copytree(task, unbuilt)
+    (unbuilt / "task_config.json").write_text(json.dumps({**config,
+                                                          "needed_mcp_servers": ["unbuilt"]}))
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "bench"]):
         subprocess.run([*git, *args], check=True, capture_output=True)
@@ -165,10 +187,15 @@ def test_build_servers_installs_packaged_python_and_node_servers_and_qualify_lis
 
         out = tmp_path / "qualify.json"
         proc = harness_cli("cowork", "qualify", "--cowork-root", str(root), "--cowork-image",
-                           tag, "--task", NOTES_TASK, "--output", str(out))  # fmt: skip
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+                           tag, "--task", NOTES_TASK, "--task", UNBUILT_TASK,
+                           "--output", str(out))  # fmt: skip
+        assert proc.returncode == 1, proc.stdout + proc.stderr  # one task refused
         assert f"ready    {NOTES_TASK}" in proc.stdout
-        (report,) = json.loads(out.read_text())["tasks"]
+        report, refused = json.loads(out.read_text())["tasks"]
+        # The refusal names the image's build record, not only the missing file.
+        why = refused["servers"]["unbuilt"]
+        assert not refused["ready"] and why.startswith("failed: node_missing_dep was not built")
+        assert "harness-test-no-such-package-4f1c" in why
         assert report["ready"] and set(report["tools"]["notes"]) == {"add_note", "list_notes"}
         assert set(report["tools"]["hello"]) == {"greet", "node_version"}
         assert set(report["tools"]["script"]) == {"echo"}
