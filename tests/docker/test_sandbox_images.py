@@ -191,10 +191,17 @@ def test_failed_layer_build_is_one_line_naming_the_recipe(
     tmp_path: Path,
     cleanup_images: list[str],
 ) -> None:
-    recipe = _layer(secrets.token_hex(6), "RUN echo about to fail && exit 7\n")
+    nonce = secrets.token_hex(6)
+    recipe = _layer(nonce, "RUN echo about to fail && exit 7\n")
     cleanup_images.append(recipe.tag)
-    with pytest.raises(ImageBuildFailed) as info:
-        ensure_image(recipe, client=docker_client, cache_dir=tmp_path)
+    try:
+        with pytest.raises(ImageBuildFailed) as info:
+            ensure_image(recipe, client=docker_client, cache_dir=tmp_path)
+    finally:  # the failed build keeps the steps before RUN as an untagged (dangling) image
+        for image in docker_client.images.list(all=True,
+                                               filters={"label": f"harness.test.nonce={nonce}"}):
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                docker_client.images.remove(image.id, force=True)
     message = str(info.value)
     assert "\n" not in message
     assert "harness-test/layer" in message and "dockerfile_body" in message and "7" in message
