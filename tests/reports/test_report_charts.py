@@ -5,9 +5,11 @@ from __future__ import annotations
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
+
 from reports.charts import MAX_BARS
 from reports.write import write_report
-from tests.reports.report_runs import big_run_rows, write_run
+from tests.reports.report_runs import big_run_rows, scratch_tree, write_run
 
 
 class ChartCollector(HTMLParser):
@@ -84,9 +86,12 @@ def test_an_empty_run_still_labels_its_charts(make_run, make_row) -> None:
     )  # no durations, no costs
 
 
-def test_per_instance_charts_group_many_instances(tmp_path: Path) -> None:
-    root = write_run(tmp_path / "run", big_run_rows(1_000))
-    charts = charts_of(write_report(root).html.read_text())
+def test_per_instance_charts_group_many_instances(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    with scratch_tree(tmp_path_factory) as base:
+        root = write_run(base / "run", big_run_rows(1_000))
+        charts = charts_of(write_report(root).html.read_text())
     assert_labelled(charts)
     by_title = {"".join(c["title"]): c for c in charts}
     cost = by_title["Cost per instance (USD, known costs)"]
