@@ -38,6 +38,7 @@ from benchmarks.cowork_bench.classify import (
     tokens_of,
     usage_records,
 )
+from benchmarks.cowork_bench.cli import doc_summary
 from benchmarks.cowork_bench.diagnostic import read_record
 from benchmarks.cowork_bench.eval_once import file_fact, publish_exclusive
 from harness.ledger import LedgerError, ledger_path, read_ledger
@@ -369,7 +370,7 @@ def build_report(run_root: Path, manifest: Manifest | None = None) -> AuditRepor
 
 def audit_command(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="harness cowork audit", description=" ".join(__doc__.split("\n\n")[0].split())
+        prog="harness cowork audit", description=doc_summary(__doc__)
     )
     parser.add_argument("run", type=Path, help="a Cowork run root (holds run_manifest.json)")
     parser.add_argument(

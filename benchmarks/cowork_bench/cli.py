@@ -26,9 +26,14 @@ COMMANDS = {
     "build-servers": (
         "benchmarks.cowork_bench.servers_image",
         "build_servers_command",
-        "offline fallback: the runtime image with the checkout's Python MCP servers built",
+        "offline fallback: the runtime image with the checkout's Python and Node MCP servers",
     ),
 }
+
+
+def doc_summary(doc: str | None) -> str:
+    """A command module's docstring's first paragraph, as one line (its ``--help`` text)."""
+    return " ".join((doc or "").split("\n\n")[0].split())
 
 
 def cowork_command(argv: Sequence[str]) -> int:

@@ -24,9 +24,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from benchmarks.cowork_bench.cli import doc_summary
 from benchmarks.cowork_bench.containers import RunIdentity
 from benchmarks.cowork_bench.images import ensure_image
-from benchmarks.cowork_bench.mcp_servers import McpInventory, plan_servers, start_servers
+from benchmarks.cowork_bench.mcp_servers import (
+    McpInventory,
+    McpPlan,
+    ServerStatus,
+    plan_servers,
+    start_servers,
+)
 from benchmarks.cowork_bench.phases import WORKSPACE, InstanceEnv, _start
 from benchmarks.cowork_bench.sidecar import start_postgres
 from benchmarks.cowork_bench.tasks import FINALPOOL, CoworkTask, discover_tasks
@@ -69,10 +76,9 @@ def local_image_id(ref: str) -> str | None:
         return None
 
 
-def qualify_task(env: InstanceEnv) -> McpInventory:
+def qualify_task(env: InstanceEnv, plan: McpPlan) -> McpInventory:
     container = _start(env, "agent", sanitised=True)
     try:
-        plan = plan_servers(env.bench_root, env.task, WORKSPACE, env.local_servers)
         return start_servers(container, plan, env.task.instance_id, env.agent_env)
     finally:
         container.remove()
@@ -105,15 +111,24 @@ def not_built_note(spec_strings: list[str], local_servers: str,
     return None
 
 
+def build_notes(plan: McpPlan, local_servers: str, not_built: dict[str, str]
+                ) -> dict[str, str]:
+    """Server name -> the build record's reason, for the servers of ``plan`` whose folder
+    was not built into the image."""
+    notes = {spec.name: not_built_note([spec.command, *spec.args, spec.cwd or ""],
+                                       local_servers, not_built) for spec in plan.specs}
+    return {name: note for name, note in notes.items() if note is not None}  # fmt: skip
+
+
 def summarise(task: CoworkTask, inv: McpInventory,
               notes: dict[str, str] | None = None) -> TaskQualification:
-    notes = notes or {}
-    servers = {
-        s.name: "ready" if s.state == "ready"
-        else f"{s.state}: " + (f"{notes[s.name]}; then: " if s.name in notes else "")
-        + f"{s.error}"
-        for s in inv.servers
-    }
+    def state(s: ServerStatus) -> str:
+        if s.state == "ready":
+            return "ready"
+        note = (notes or {}).get(s.name)
+        return f"{s.state}: {note}; then: {s.error}" if note else f"{s.state}: {s.error}"
+
+    servers = {s.name: state(s) for s in inv.servers}
     return TaskQualification(
         task=task.instance_id,
         ready=inv.ready,
@@ -137,14 +152,9 @@ def qualify(root: Path, tasks: list[CoworkTask], work: Path,
         not_built = build_records(image)
         for task in tasks:
             env = InstanceEnv(task, root, work / task.instance_id, net, sidecar, ident, image)
-            inv = qualify_task(env)
-            notes: dict[str, str] = {}
-            for spec in plan_servers(root, task, WORKSPACE, env.local_servers).specs:
-                note = not_built_note([spec.command, *spec.args, spec.cwd or ""],
-                                      env.local_servers, not_built)  # fmt: skip
-                if note is not None:
-                    notes[spec.name] = note
-            out.append(summarise(task, inv, notes))
+            plan = plan_servers(root, task, WORKSPACE, env.local_servers)
+            inv = qualify_task(env, plan)
+            out.append(summarise(task, inv, build_notes(plan, env.local_servers, not_built)))
             print(line(out[-1]), flush=True)
     finally:
         remove_labelled({L.RUN: ident.run_id})
@@ -163,7 +173,7 @@ def line(q: TaskQualification) -> str:
 
 def qualify_command(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="harness cowork qualify", description=" ".join(__doc__.split("\n\n")[0].split())
+        prog="harness cowork qualify", description=doc_summary(__doc__)
     )
     parser.add_argument("--cowork-root", type=Path, required=True, help="a Cowork checkout")
     parser.add_argument(

@@ -59,6 +59,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from benchmarks.cowork_bench.cli import doc_summary
 from benchmarks.cowork_bench.containers import AGENT_ID
 from benchmarks.cowork_bench.images import runtime_recipe
 from harness.cache import cache_root
@@ -292,9 +293,8 @@ def servers_recipe(root: Path, exclude_newer: str | None = None
             files.update(_files(prepared / "wheels", f"server_wheels/{src.name}/wheels"))
             files[f"server_wheels/{src.name}/requirements.txt"] = (
                 prepared / "requirements.txt").read_bytes()
-            pyproject = prepared / "src" / "pyproject.toml"
-            name = (_project_name(pyproject) or src.name) if is_packaged(pyproject) else ""
-            to_install.append((src.name, name))
+            to_install.append((src.name, install_name(prepared / "src" / "pyproject.toml",
+                                                      src.name)))  # fmt: skip
             builds.append(ServerBuild(name=src.name, kind="python", status="built",
                                       requires_python_adjusted=adjusted))  # fmt: skip
         elif (src / "package.json").is_file():
@@ -338,14 +338,17 @@ ENV LOCAL_SERVERS_PATH={SERVERS_DIR} UV_NO_SYNC=1
                        files=files), builds  # fmt: skip
 
 
-def _project_name(pyproject: Path) -> str | None:
+def install_name(pyproject: Path, default: str) -> str:
+    """The project's name, whose wheel the image installs; empty for a virtual project
+    (only its dependencies are installed)."""
     import tomllib
 
+    if not is_packaged(pyproject):
+        return ""
     try:
-        name = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["name"]
+        return str(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["name"])
     except (OSError, KeyError, ValueError):
-        return None
-    return str(name)
+        return default
 
 
 def image_status(tag: str) -> list[dict[str, object]]:
@@ -359,7 +362,7 @@ def image_status(tag: str) -> list[dict[str, object]]:
 
 def build_servers_command(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="harness cowork build-servers",
-                                     description=" ".join(__doc__.split("\n\n")[0].split()))  # fmt: skip
+                                     description=doc_summary(__doc__))  # fmt: skip
     parser.add_argument("--cowork-root", type=Path, required=True, help="a Cowork checkout")
     parser.add_argument("--exclude-newer", metavar="DATE",
                         help="servers without a uv.lock resolve their dependencies as of DATE "

@@ -60,8 +60,11 @@ KILL_GRACE_S = 5.0
 
 
 # What any program needs to start on the host; every other variable must be named.
+# Python's bytecode settings too: without them the agent's own ``harness exec`` wrote
+# ``__pycache__`` into the harness's installation where the runner had turned that off.
 BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ",
-            "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_VERSION")
+            "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_VERSION",
+            "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
 
 
 def agent_environment(environ: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:

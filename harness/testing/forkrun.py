@@ -44,7 +44,8 @@ from typing import Any
 # and hands it to the workers; each run imports it after setting up its own path.
 PRELOAD = (
     "pytest", "_pytest.config", "_pytest.main", "_pytest.terminal", "_pytest.python",
-    "_pytest.fixtures", "_pytest.assertion.rewrite", "_pytest.junitxml", "execnet", "pydantic", "docker", "requests", "jinja2", "rich.console",
+    "_pytest.fixtures", "_pytest.assertion.rewrite", "_pytest.junitxml", "execnet", "pydantic",
+    "docker", "requests", "jinja2", "rich.console",
     "harness.plugin", "harness.controller", "harness.ledger", "harness.models",
     "harness.testing.plugin", "harness.sandbox.cleanup", "harness.agents.plugin",
     "harness.budget.plugin", "harness.sandbox.fixtures", "harness.sandbox.run_hooks",
