@@ -8,6 +8,12 @@ at the table's own precision, and the run's mean over the same instances with th
 line. A disagreement is never settled by picking one side: the instance gets a superseding
 error row (``infra_failed``, ``official_parity_mismatch``, both values in the error) and the
 manifest records the parity report (``official_parity``).
+
+Parity covers exactly the scores this run's evaluations produced: ``programbench info`` reads
+this run root only, so a score carried forward from an ancestor by ``--resume-from`` (its
+eval.json lies in the ancestor's root, checked by the ancestor's own parity) is neither
+compared nor rewritten, and the headline is compared over the same instances on both sides.
+The report counts the carried scores it left alone (``carried``).
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ class ParityReport(BaseModel):
     headline_instances_ours: int = 0
     headline_instances_official: int | None = None
     headline_ok: bool = True
+    carried: int = 0  # scores carried from an ancestor run: its parity, never rewritten here
 
 
 def percent_text(score: float) -> str:
@@ -90,15 +97,22 @@ def parse_info(text: str) -> InfoSummary:
     return summary
 
 
+def _scored(row: TaskRow) -> bool:
+    return (row.benchmark == "programbench" and row.official_eval_status == "completed"
+            and row.score is not None)
+
+
 def _official_rows(latest: dict[str, TaskRow]) -> dict[str, TaskRow]:
+    """The rows whose official score this run's evaluations produced (not carried ones)."""
     return {r.instance_id: r for r in latest.values()
-            if r.benchmark == "programbench" and r.official_eval_status == "completed"
-            and r.score is not None}
+            if _scored(r) and r.outcome is not Outcome.CARRIED}
 
 
 def cross_check(info: InfoSummary, latest: dict[str, TaskRow]) -> ParityReport:
-    """Compare every officially scored row, and the mean over them, with ``info``."""
+    """Compare every row this run scored officially, and the mean over them, with ``info``
+    (``programbench info`` over this run root). Carried rows are counted, never checked."""
     rows = _official_rows(latest)
+    carried = sum(1 for r in latest.values() if _scored(r) and r.outcome is Outcome.CARRIED)
     mismatches: list[Mismatch] = []
     for iid, row in sorted(rows.items()):
         assert row.score is not None
@@ -119,7 +133,7 @@ def cross_check(info: InfoSummary, latest: dict[str, TaskRow]) -> ParityReport:
         checked=len(rows), ok=not mismatches and headline_ok, mismatches=mismatches,
         headline_ours=ours_head, headline_official=info.average_percent,
         headline_instances_ours=len(rows), headline_instances_official=info.instances,
-        headline_ok=headline_ok)
+        headline_ok=headline_ok, carried=carried)
 
 
 def mismatch_row(row: TaskRow, mismatch: Mismatch, status: str) -> TaskRow:

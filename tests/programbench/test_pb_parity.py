@@ -71,3 +71,46 @@ def test_point14_a_disagreement_is_an_error_row(tmp_path: Path) -> None:
     only_gotests = {f"programbench/{GOTESTS}": _row(GOTESTS, gotests)}
     stray = cross_check(info, only_gotests)
     assert [m.instance_id for m in stray.mismatches] == [WALK] and not stray.ok
+
+
+def _carried(iid: str, score: float) -> TaskRow:
+    """A row a resume carried forward: the ancestor's official score, untouched."""
+    row = _row(iid, score).model_copy(update={
+        "run_id": "resume", "outcome": Outcome.CARRIED, "reason_code": "settled_in_ancestor",
+        "carried_from": "ancestor", "details": {"carried_status": "completed",
+                                                "carried_outcome": "scored"}})
+    return TaskRow.model_validate(row.model_dump(by_alias=True))
+
+
+def test_issue23_a_resume_never_rewrites_a_carried_score(tmp_path: Path) -> None:
+    """Issue 23 point 1: a resume's ``programbench info`` reads the new run root only, so a
+    score carried from the ancestor has no line there. It is not this run's to check: no
+    error row replaces it, and the headline compares this run's own evaluations on both
+    sides (the official Average is over this root's eval.json files)."""
+    from benchmarks.programbench.adapter import ProgramBenchAdapter
+    from benchmarks.programbench.session import check_parity
+    from harness.models import Plan
+    from harness.runtime import RunContext
+
+    src = tmp_path / "programbench"
+    walk = _eval_json(src, WALK, 0.5)  # the only instance this resume evaluated
+    info = parse_info(run_info(src))
+    assert set(info.lines) == {WALK}  # the carried instance is not in this root
+    carried = _carried(GOTESTS, 1.0)
+    latest = {f"programbench/{WALK}": _row(WALK, walk), carried.key: carried}
+    report = cross_check(info, latest)
+    assert report.ok and report.mismatches == [], report
+    assert report.checked == 1 and report.carried == 1
+    assert report.headline_instances_ours == report.headline_instances_official == 1
+    assert report.headline_ours == f"{walk * 100:.0f}"
+
+    appended: list[TaskRow] = []
+    run = RunContext(run_id="resume", run_root=tmp_path, worker_id="main", role="controller",
+                     plan=Plan(run_id="resume", created_at_unix=1.0),
+                     adapters={})
+    check_parity(run, ProgramBenchAdapter(), run_info(src), latest, appended.append)
+    assert appended == []  # no official_parity_mismatch row: the carried score stands
+    # a carried row with an eval.json in this root would be a stray line: still flagged
+    _eval_json(src, GOTESTS, 1.0)
+    stray = cross_check(parse_info(run_info(src)), latest)
+    assert [m.instance_id for m in stray.mismatches] == [GOTESTS] and not stray.ok
