@@ -32,10 +32,11 @@ from benchmarks.programbench.tasks import select_instances
 
 pytestmark = [pytest.mark.perf, pytest.mark.docker]
 ROUNDS = int(os.environ.get("PB_PERF_ROUNDS", "5"))
-MAX_RATIO = 1.5  # generous: on a shared 2-core host, Docker noise is +-20%
+GOAL_RATIO = 1.05  # issue 29: the harness's official eval at most 5% over the direct CLI
 
 
-def test_eval_overhead_against_the_direct_cli(benchmark: Any, tmp_path: Path) -> None:
+def test_eval_overhead_against_the_direct_cli(benchmark: Any, tmp_path: Path,
+                                              perf_goal: Any) -> None:
     fixture = ensure_fixture()
     src = tmp_path / "src"
     build_submission(Path(fixture.oracle_dir), src / FIXTURE_ID / "submission.tar.gz")
@@ -82,8 +83,8 @@ def test_eval_overhead_against_the_direct_cli(benchmark: Any, tmp_path: Path) ->
     parse_ms = (time.perf_counter() - started) * 10
     benchmark.extra_info["harness_parse_ms"] = round(parse_ms, 3)
     print(f"harness-side scoring of eval.json: {parse_ms:.2f} ms per task")
-    assert parse_ms < 50
-    assert ratio_min < MAX_RATIO
+    perf_goal("eval_json_scoring_ms", parse_ms, 50, op="<", unit="ms")
+    perf_goal("programbench_eval_vs_direct_cli_median", ratio_median, GOAL_RATIO)
 
 
 def test_dry_run_task_bodies_for_all_200(benchmark: Any) -> None:
