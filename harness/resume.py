@@ -110,7 +110,9 @@ def plan_resume(
 ) -> ResumePlan:
     ancestry = walk_ancestry(start)
     for root, manifest in zip(ancestry.roots, ancestry.manifests, strict=True):
-        diffs = config_differences(manifest.config, config)
+        # A key this harness no longer fingerprints (it was found not to change results, e.g.
+        # programbench.eval) cannot make an ancestor incompatible; every current key counts.
+        diffs = [d for d in config_differences(manifest.config, config) if d in config]
         if manifest.dry_run:  # prepared only: nothing it holds depends on the agent
             diffs = [d for d in diffs if not d.startswith("agent.")]
         if diffs:

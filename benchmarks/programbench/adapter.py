@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,8 +183,10 @@ class ProgramBenchAdapter(BenchmarkAdapter):
         return f"programbench=={programbench_version()}"
 
     def result_config(self, config: pytest.Config) -> dict[str, Any]:
+        """Not ``--eval``: per task, batch or off, a score is the same official CLI's verdict
+        on the same submission, so a resume of an ``--eval off`` run may score it."""
         s = self.settings(config)
-        return {"eval": s.eval_mode, "cpus": s.cpus, "memory": s.memory,
+        return {"cpus": s.cpus, "memory": s.memory,
                 "task_timeout_sec": s.timeout, "image_tag": CLEANROOM_TAG}
 
     def selectors_given(self, config: pytest.Config) -> bool:

@@ -37,7 +37,7 @@ from harness.agents.plugin import run_agent
 from harness.errors import InfraError
 from harness.fsutil import atomic_write_json
 from harness.models import Outcome
-from harness.runtime import InstanceContext
+from harness.runtime import InstanceContext, OutcomeSkip
 from harness.sandbox.errors import ProtectedInstallFailed
 from harness.sandbox.protected import (
     LAUNCHER_FAILED_PREFIX,
@@ -51,6 +51,7 @@ from harness.untrusted import hash_untrusted_file
 WORKSPACE = "/workspace"
 REFERENCE_PATH = f"{WORKSPACE}/{REFERENCE_NAME}"
 BODY_NAME = "programbench_task_body.json"
+EVAL_OFF_REASON = "submission_prepared"  # --eval off: kept for a later eval (rescore.py)
 PROBES = (["./reference_executable", "--version"], ["./reference_executable", "--help"],
           ["./reference_executable", "-h"])
 
@@ -297,10 +298,12 @@ def score_submission(ctx: InstanceContext, settings: Any, submission: Path, comp
     """The eval step of an instance, per ``--eval``: off, batch (at session end), per task."""
     inst: PBInstance = ctx.data
     if settings.eval_mode == "off":
-        ctx.awaiting_eval("not_run", "submission_prepared")
-        if reason:
-            ctx.agent_failed(reason)
-        return
+        # Not a score (never a 0): skipped, so a resume with an eval scores the kept
+        # submission (see :mod:`benchmarks.programbench.rescore`) instead of carrying it.
+        ctx.result.official_eval_status = "not_run"
+        raise OutcomeSkip(Outcome.SKIPPED, EVAL_OFF_REASON,
+                          "--eval off: submission kept, not scored; resume with --eval "
+                          "per-task or batch to score it")
     if settings.eval_mode == "batch":
         ctx.result.details["eval_pending"] = {"completed": completed, "reason": reason,
                                              "blob_dir": blob_dir}

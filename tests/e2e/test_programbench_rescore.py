@@ -44,3 +44,26 @@ def test_point2_resume_rescores_the_kept_submission(tmp_path: Path) -> None:
     solved = third.latest[FIXTURE_ID]
     assert "rescored_from" not in solved["details"] and "container" in solved["details"]
     assert solved["score"] == 1.0
+
+
+def test_issue23_eval_off_is_not_a_score_and_a_resume_scores_it(tmp_path: Path) -> None:
+    """Issue 23 point 7: an ``--eval off`` row is no settled score of 0. It is skipped with
+    the submission kept, and a resume with an eval scores that submission (no new solve)."""
+    first = run_pytest(TARGET, tmp_path / "a", "-k", "calculator", "--agent", "oracle",
+                       "--eval", "off")
+    assert first.rc == 0, first.out
+    row = first.latest[FIXTURE_ID]
+    assert (row["outcome"], row["status"], row["reason_code"]) == (
+        "skipped", "skipped", "submission_prepared"), first.out
+    assert row["score"] is None and row["official_eval_status"] == "not_run"
+    assert (first.root / row["output_paths"]["submission"]).is_file()
+
+    second = run_pytest(TARGET, tmp_path / "b", "--resume-from", str(first.root),
+                        "--agent", "oracle")
+    assert second.rc == 0, second.out
+    scored = second.latest[FIXTURE_ID]
+    assert scored["outcome"] == "scored" and scored["official_eval_status"] == "completed"
+    assert scored["score"] == 1.0 and scored["resolved"] is True
+    assert scored["details"]["rescored_from"]["run_root"] == str(first.root)
+    assert "container" not in scored["details"]  # the kept submission, no second solve
+    assert (second.root / scored["output_paths"]["eval_json"]).is_file()
