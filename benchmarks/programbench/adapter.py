@@ -12,18 +12,19 @@ from benchmarks.programbench import (
     BENCHMARK,
     CLEANROOM_TAG,
     DEFAULT_TIMEOUT_SEC,
-    FIXTURE_ID,
     NEAR_RESOLVED_AT,
 )
 from benchmarks.programbench.tasks import (
     DEFAULT_SHUFFLE_SEED,
     PBInstance,
+    fixture_ids,
     parse_slice,
     programbench_version,
     select_instances,
 )
 from harness.adapter import BenchmarkAdapter, InstanceSpec
 from harness.errors import RefusalError
+from harness.fsutil import read_json
 from harness.outcomes import Outcome
 
 EVAL_MODES = ("per-task", "batch", "off")
@@ -49,9 +50,11 @@ def add_options(parser: pytest.Parser) -> None:
                     help="agent-phase image of the offline fixture: debian (agent user, git "
                          "repository) or cleanroom (like a published image: no agent user, "
                          "root-owned /workspace); the official eval uses the canonical image")
-    group.addoption("--pb-fixture", action="store_true", default=False,
-                    help=f"include the offline fixture {FIXTURE_ID} in an unselected run "
-                         f"(it is selected by -k/-m/--instance anyway)")
+    group.addoption("--pb-fixtures", action="store_true", default=False,
+                    help="run the offline fixture tasks (every id starting with testorg__, "
+                         "e.g. testorg__calculator.abc1234) instead of the 200 real tasks; "
+                         "-k/-m/--instance/--task-file narrow among them. A resume of such a "
+                         "run keeps it without the flag")
     group.addoption("--eval", dest="pb_eval", default="per-task", metavar="MODE",
                     help="official scoring: per-task (as soon as a submission exists), "
                          "batch (once at session end) or off")
@@ -72,6 +75,21 @@ def _bad(flag: str, value: Any, fix: str) -> RefusalError:
     return RefusalError(f"{flag} {value!r} {fix}", stage="options", reason="bad_option")
 
 
+FIXTURES_CONFIG_KEY = f"{BENCHMARK}.fixtures"
+
+
+def ancestor_ran_fixtures(resume_from: str | None) -> bool:
+    """True when ``--resume-from`` names a run of the fixture tasks (``--pb-fixtures``); an
+    unreadable ancestor is left to the resume's own refusal."""
+    if not resume_from:
+        return False
+    try:
+        config = read_json(Path(resume_from) / "run_manifest.json").get("config")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(config, dict) and config.get(FIXTURES_CONFIG_KEY) is True
+
+
 class ProgramBenchSettings:
     """The adapter's options, validated once (one-line errors naming the option)."""
 
@@ -80,7 +98,10 @@ class ProgramBenchSettings:
         self.filter: str | None = opt("pb_filter")
         self.slice: str | None = opt("pb_slice")
         self.shuffle: bool = opt("pb_shuffle")
-        self.fixture: bool = opt("pb_fixture")
+        # The offline fixture tasks instead of the real ones: --pb-fixtures, or a resume of
+        # a run that had it (its recorded config), so the resume needs no flag to repeat.
+        self.fixtures: bool = bool(opt("pb_fixtures")) or ancestor_ran_fixtures(
+            config.getoption("resume_from", None))
         try:
             self.seed = int(opt("pb_seed"))
         except ValueError:
@@ -129,6 +150,8 @@ class ProgramBenchAdapter(BenchmarkAdapter):
         cached: ProgramBenchSettings | None = getattr(self, "_settings", None)
         if cached is None:
             cached = self._settings = ProgramBenchSettings(config)
+            if cached.fixtures:  # the denominator of a fixture run is the fixture tasks
+                self.benchmark_size = len(fixture_ids())
         return cached
 
     def image_ref(self, instance_id: str) -> str | None:
@@ -145,7 +168,7 @@ class ProgramBenchAdapter(BenchmarkAdapter):
             if s.slice:
                 parse_slice(s.slice)
             return select_instances(filter_spec=s.filter, shuffle=s.shuffle, seed=s.seed,
-                                    include_fixture=True)
+                                    fixtures_only=s.fixtures)
         except ValueError as exc:
             raise RefusalError(f"--pb-filter/--pb-slice: {exc}", stage="options",
                                reason="bad_option") from exc
@@ -186,9 +209,13 @@ class ProgramBenchAdapter(BenchmarkAdapter):
         """Not ``--eval``: per task, batch or off, a score is the same official CLI's verdict
         on the same submission, so a resume of an ``--eval off`` run may score it."""
         s = self.settings(config)
-        return {"cpus": s.cpus, "memory": s.memory,
-                "task_timeout_sec": s.timeout, "image_tag": CLEANROOM_TAG}
+        out: dict[str, Any] = {"cpus": s.cpus, "memory": s.memory,
+                               "task_timeout_sec": s.timeout, "image_tag": CLEANROOM_TAG}
+        if s.fixtures:  # only then: a real run's fingerprint is what it always was
+            out["fixtures"] = True
+        return out
 
     def selectors_given(self, config: pytest.Config) -> bool:
+        """``--pb-filter``/``--pb-slice``; ``--pb-fixtures`` picks the pool, not a subset."""
         s = self.settings(config)
-        return bool(s.filter or s.slice or s.fixture)
+        return bool(s.filter or s.slice)

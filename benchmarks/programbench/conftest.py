@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.adapter import ProgramBenchAdapter, add_options
+from benchmarks.programbench.tasks import FIXTURE_PREFIX
 from harness.adapter import BenchmarkAdapter
 from harness.errors import RefusalError
-from harness.plugin import user_selectors
+from harness.plugin import requested_ids
 from harness.worker import item_spec
 
 if TYPE_CHECKING:  # loaded when a run starts, not at collection
@@ -58,22 +58,31 @@ def pytest_harness_session_results(config: pytest.Config, run: RunContext,
     finish_session(config, run, ADAPTER, rows, append)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A fixture task named without ``--pb-fixtures`` is refused with the flag that runs it
+    (the fixture tasks never join a selection of the real ones)."""
+    if config.option.help or config.option.version or ADAPTER.settings(config).fixtures:
+        return
+    named = [i for i in requested_ids(config) if i.startswith(FIXTURE_PREFIX)]
+    if named:
+        pytest.exit(f"{', '.join(named)}: an offline fixture task, not one of the "
+                    f"{ADAPTER.benchmark_size} ProgramBench tasks; add --pb-fixtures to run "
+                    f"the fixture tasks", returncode=2)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The fixture is not one of the 200 tasks: a run that selects nothing in particular
-    leaves it out (so the denominator stays 200); -k/-m/--instance/--pb-* select it.
-
-    ``--pb-slice`` applies to the selected order: after -k/-m (pytest's own hook ran before
+    """``--pb-slice`` applies to the selected order: after -k/-m (pytest's own hook ran before
     this trylast one) and ``--pb-filter``, before ``--instance`` and ``--shard``.
+
+    Which tasks are collected at all is the adapter's: the 200 real tasks, or with
+    ``--pb-fixtures`` (or a resume of such a run) the offline fixture tasks instead.
     """
-    if user_selectors(config, [ADAPTER]):
-        ours = [i for i in items if _is_programbench(i)]
-        kept = set(ADAPTER.slice_of(config, ours))
-        drop = [i for i in ours if i not in kept]
-    elif config.getoption("resume_from"):
-        drop = []  # a resume runs the ancestor's selection, fixture included when it had it
-    else:
-        drop = [i for i in items if f"[{FIXTURE_ID}]" in i.nodeid]
+    if not ADAPTER.settings(config).slice:
+        return
+    ours = [i for i in items if _is_programbench(i)]
+    kept = set(ADAPTER.slice_of(config, ours))
+    drop = [i for i in ours if i not in kept]
     if drop:
         config.hook.pytest_deselected(items=drop)
         gone = set(drop)
@@ -83,4 +92,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _is_programbench(item: pytest.Item) -> bool:
     found = item_spec(item)
     return found is not None and found[0] == ADAPTER.name
-

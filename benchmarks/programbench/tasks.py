@@ -201,11 +201,16 @@ def _write_cache(key: str, instances: tuple[PBInstance, ...]) -> None:
 
 
 def load_instances(*, include_fixture: bool = True) -> list[PBInstance]:
-    """All instances sorted by id: 200 tasks plus (by default) the calculator fixture."""
+    """All instances sorted by id: 200 tasks plus (by default) the offline fixture tasks."""
     items = _load_cached()
     if include_fixture:
         return list(items)
     return [inst for inst in items if not inst.is_fixture]
+
+
+def fixture_ids() -> list[str]:
+    """The offline fixture tasks' ids (``testorg__*``), sorted: ``--pb-fixtures`` runs them."""
+    return [inst.instance_id for inst in _load_cached() if inst.is_fixture]
 
 
 def instances_by_id() -> dict[str, PBInstance]:
@@ -246,14 +251,18 @@ def select_instances(
     shuffle: bool = False,
     seed: int = DEFAULT_SHUFFLE_SEED,
     include_fixture: bool = False,
+    fixtures_only: bool = False,
 ) -> list[PBInstance]:
     """Apply ``--pb-filter`` / ``--pb-shuffle --pb-seed`` / ``--pb-slice``, in the package's order.
 
-    The fixture ``testorg__calculator.abc1234`` takes part only with ``include_fixture``
-    (its image is not published; the offline fixture builds it locally).
+    The pool is the 200 real tasks; ``fixtures_only`` makes it the offline fixture tasks
+    instead (ids starting ``testorg__``: their images are not published, the offline fixture
+    builds them locally; ``--pb-fixtures``), ``include_fixture`` both.
     """
     pool = list(instances) if instances is not None else load_instances()
-    if not include_fixture:
+    if fixtures_only:
+        pool = [inst for inst in pool if inst.is_fixture]
+    elif not include_fixture:
         pool = [inst for inst in pool if not inst.is_fixture]
     pool.sort(key=lambda inst: inst.instance_id)
     if shuffle:
@@ -302,6 +311,7 @@ __all__ = [
     "FIXTURE_ID",
     "InstanceOrder",
     "PBInstance",
+    "fixture_ids",
     "get_instance",
     "instance_order",
     "instances_by_id",
