@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from benchmarks.cowork_bench import models as m
@@ -25,7 +26,7 @@ from harness.fsutil import atomic_write_text
 from harness.runtime import InstanceContext
 from harness.sandbox import Sandbox, pack_tree
 
-RUNNER_DIR = "runner_agent"
+RUNNER_DIR = m.RUNNER_DIR
 
 
 def nop_agent(ctx: AgentContext) -> AgentOutcome:
@@ -152,10 +153,14 @@ class RunnerAgent:
             oracle=oracle,
             adapter="cowork_bench",
         )
-        outcome = run_agent(self.ctx, self.agent, request)
+        try:
+            outcome = run_agent(self.ctx, self.agent, request)
+        except BaseException:  # an infra outcome or an interrupt: the orphans' spend stays
+            write_usage(self.ctx.instance_dir, orphan_usage(self.ctx.result.details))
+            raise
         usage = usage_record(outcome)
-        if usage:  # beside, never inside, the folders the agent's export lands in
-            atomic_write_text(self.ctx.instance_dir / m.RUNTIME_USAGE, json.dumps(usage) + "\n")
+        write_usage(self.ctx.instance_dir,
+                    orphan_usage(self.ctx.result.details) + ([usage] if usage else []))
         if outcome.truncated:  # also a "completed" best-effort stop: upstream's max_turns
             return AgentOutcome(
                 status="max_turns_reached", reason_code=outcome.reason_code or "deadline_local"
@@ -165,6 +170,30 @@ class RunnerAgent:
         return AgentOutcome(
             status="failed", reason_code=outcome.reason_code or "task_not_completed"
         )
+
+
+def write_usage(inst_dir: Path, records: list[dict[str, Any]]) -> None:
+    """``runtime_usage.jsonl``: beside, never inside, the folders the agent's export lands in."""
+    if records:
+        atomic_write_text(inst_dir / m.RUNTIME_USAGE,
+                          "".join(json.dumps(r) + "\n" for r in records))
+
+
+def orphan_usage(details: dict[str, Any]) -> list[dict[str, Any]]:
+    """``llm_usage`` records of earlier attempts' gateway tasks this attempt settled first
+    (``agent_details.orphan_tasks``): what they spent, from their copied events (tokens) and
+    their settled result (cost), so the spend of a killed run is not lost."""
+    agent_details = details.get("agent_details") or {}
+    out = []
+    for orphan in agent_details.get("orphan_tasks") or []:
+        if orphan.get("paid_activity") != "observed":
+            continue
+        cost = orphan.get("cost_usd")
+        out.append({"type": "llm_usage", "source": "orphan_task", "task_id": orphan.get("task_id"),
+                    "prompt_tokens": orphan.get("prompt_tokens") or 0,
+                    "completion_tokens": orphan.get("completion_tokens") or 0,
+                    "cost_usd": cost if isinstance(cost, int | float) else None})
+    return out
 
 
 def usage_record(outcome: RunnerOutcome) -> dict[str, Any] | None:

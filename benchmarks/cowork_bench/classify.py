@@ -12,9 +12,11 @@ Order of the rules (reference §4 step 13, adapted to our files):
    ``failed`` (``verifier_failed``); anything else → ``infra_failed``
    (``official_eval_not_run`` or ``missing_eval_result``).
 
-``paid_activity`` is ``observed`` only when the harness's ``runtime_usage.jsonl`` or an agent
-log has an ``llm_usage`` record with tokens; otherwise ``unknown`` (absence of records proves
-nothing). Agent logs are untrusted: read through :mod:`harness.untrusted` (regular files
+``paid_activity`` is ``observed`` only when the harness's ``runtime_usage.jsonl``, an agent
+log or the gateway task's copied events (``runner_agent/gateway_events.jsonl``: what an
+interrupted task had spent by its last poll) has an ``llm_usage`` record with tokens;
+otherwise ``unknown`` (absence of records proves nothing). The copied events prove activity
+only: they never enter the cost sums (``runtime_usage.jsonl`` holds the task's total). Agent logs are untrusted: read through :mod:`harness.untrusted` (regular files
 only, no link following, at most ``AGENT_LOG_MAX_BYTES``); a refused one (a link, a FIFO, a
 device, too large, or named like a harness file) is listed in ``agent_logs_refused``.
 ``workspace_sanitised.json`` (links and special files removed from the workspace) is
@@ -27,13 +29,15 @@ import json
 import math
 import os
 import stat
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.workspace import SANITISED_NAME, WorkspaceSanitised
+from harness.agents.checkpoint import AgentFolder
+from harness.agents.gateway_events import usage_with_tokens
 from harness.models import Outcome
 from harness.untrusted import UntrustedFileError, read_untrusted_text
 
@@ -275,7 +279,27 @@ def paid_activity(
     """``records``: this folder's :func:`usage_records`, when the caller has them already."""
     if records is None:
         records = usage_records(inst_dir)
-    return "observed" if any(tokens_of(r) > 0 for _, _, r in records) else "unknown"
+    if any(tokens_of(r) > 0 for _, _, r in records) or gateway_usage_seen(inst_dir):
+        return "observed"
+    return "unknown"
+
+
+def gateway_usage_seen(inst_dir: Path) -> bool:
+    """An ``llm_usage`` record with tokens among the gateway task's copied events (read
+    bounded, no link followed: :mod:`harness.untrusted`)."""
+    folder = AgentFolder(Path(inst_dir), PurePosixPath(m.RUNNER_DIR))
+    try:
+        text = read_untrusted_text(folder.events, m.AGENT_LOG_MAX_BYTES)
+    except OSError:  # absent, a link, a special file, too large: no proof
+        return False
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if usage_with_tokens(event):
+            return True
+    return False
 
 
 def classify_instance(

@@ -36,6 +36,9 @@ WORKSPACE_DIR = "workspace"
 AGENT_LOG_DIR = "agent"
 RUNTIME_USAGE = "runtime_usage.jsonl"  # harness-written; an agent/ file of that name is ignored
 AGENT_LOG_MAX_BYTES = 16 << 20  # one agent log file read on the host; larger is refused
+# The runner agent's own folder (``AgentRequest.instance_dir``): its task checkpoint and the
+# gateway task's copied events (harness.agents.checkpoint.AgentFolder names the files).
+RUNNER_DIR = "runner_agent"
 EVAL_CLAIM = "eval_claim.json"
 EVAL_RES = "eval_res.json"
 EVAL_DIR = "eval"

@@ -2,6 +2,13 @@
 
 Written atomically at submit (status ``submitted``) and after every poll, so a run killed
 mid-wait (SIGKILL, a lost machine) can reattach to its task on resume.
+
+:class:`AgentFolder` is the one place that names where an instance's agent keeps its
+checkpoint and copied events (``gateway_events.jsonl``): the instance folder itself, or the
+subfolder the adapter hands the agent as ``AgentRequest.instance_dir`` (Cowork:
+``runner_agent/``). The writer (the gateway agent) and every reader (orphan cancel on
+resume, the row's paid-activity evidence, reattach) go through it, so an earlier attempt's
+files are found in the same subfolder of each ancestor run root.
 """
 
 from __future__ import annotations
@@ -10,7 +17,8 @@ import logging
 import re
 import time
 import uuid
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harness.agents.gateway_models import TaskCheckpoint, TaskResult
@@ -19,6 +27,7 @@ from harness.fsutil import atomic_write_json, read_json
 log = logging.getLogger("harness.agents.gateway")
 
 CHECKPOINT_NAME = "task_checkpoint.json"
+EVENTS_NAME = "gateway_events.jsonl"  # harness.agents.gateway_events writes it
 
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -59,3 +68,42 @@ def read_checkpoint(path: Path) -> TaskCheckpoint | None:
     except (OSError, ValueError) as exc:
         log.warning("ignoring unreadable checkpoint %s (%s)", path, exc)
         return None
+
+
+@dataclass(frozen=True)
+class AgentFolder:
+    """Where one instance's agent keeps its checkpoint and events: ``instance_dir/sub``."""
+
+    instance_dir: Path
+    sub: PurePosixPath = field(default_factory=lambda: PurePosixPath("."))
+
+    @classmethod
+    def of(cls, instance_dir: Path | str, agent_dir: Path | str | None = None) -> AgentFolder:
+        """The folder of an agent run in ``agent_dir`` (``AgentRequest.instance_dir``) for
+        the instance folder ``instance_dir``; ``agent_dir`` must lie inside it (None: the
+        instance folder itself)."""
+        base = Path(instance_dir)
+        if agent_dir is None:
+            return cls(base)
+        try:
+            rel = Path(agent_dir).resolve().relative_to(base.resolve())
+        except ValueError:
+            raise ValueError(f"the agent folder {agent_dir} is not inside the instance "
+                             f"folder {instance_dir}") from None
+        return cls(base, PurePosixPath(rel.as_posix()))
+
+    @property
+    def path(self) -> Path:
+        return self.instance_dir / self.sub
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / CHECKPOINT_NAME
+
+    @property
+    def events(self) -> Path:
+        return self.path / EVENTS_NAME
+
+    def in_run(self, run_root: Path | str, benchmark: str, instance_id: str) -> AgentFolder:
+        """The same agent folder of this instance in another run root (an ancestor)."""
+        return AgentFolder(Path(run_root) / benchmark / instance_id, self.sub)

@@ -30,13 +30,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from harness.agents.checkpoint import EVENTS_NAME as EVENTS_NAME  # where: AgentFolder
 from harness.agents.gateway_errors import GatewayError
 from harness.agents.gateway_http import GatewayHTTP, RetryableError, describe_exc
 from harness.secrets_scan import SecretScanner, redact_json
 
 log = logging.getLogger(__name__)
 
-EVENTS_NAME = "gateway_events.jsonl"
 MAX_EVENTS_BYTES = 16 << 20
 UNSUPPORTED_STATUS = (404, 405, 501)
 _CREDENTIAL_KEY = re.compile(r"(?i)(api[_-]?key|authorization|secret|password|bearer|cookie)")

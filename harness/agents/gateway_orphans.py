@@ -6,8 +6,12 @@ harness removes an instance's sandbox when the instance ends, and a resume start
 one), so the task cannot be reattached: before a resume submits a fresh task for the
 instance, each task named by an ancestor's checkpoint is looked up and, when still in flight,
 cancelled and waited on until settled. What was found and done is returned for the row
-(``details.orphan_tasks``). When the server cannot say, or the task will not settle, the
-instance stops with an infra outcome instead of starting a second paid task.
+(``details.orphan_tasks``), with what the earlier attempt's copied events prove about its
+spend (``paid_activity`` ``observed`` when an ``llm_usage`` record reports tokens, with
+their sums; else ``unknown``): the events sit beside the checkpoint
+(:class:`harness.agents.checkpoint.AgentFolder`). When the server cannot say, or the task
+will not settle, the instance stops with an infra outcome instead of starting a second paid
+task.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.agents.checkpoint import read_checkpoint
+from harness.agents.checkpoint import EVENTS_NAME, read_checkpoint
 from harness.agents.classify import result_cost
 from harness.agents.gateway import ClientPollTimeout, GatewayClient
 from harness.agents.gateway_errors import GatewayError
+from harness.agents.gateway_events import read_events, usage_with_tokens
 from harness.agents.gateway_models import CANCEL_REQUESTED, IN_FLIGHT_STATUSES
 
 log = logging.getLogger(__name__)
@@ -37,8 +42,39 @@ def settle_orphans(client: GatewayClient, checkpoints: Iterable[Path | str]) -> 
         if checkpoint is None or checkpoint.task_id in seen:
             continue
         seen.add(checkpoint.task_id)
-        records.append(_settle(client, checkpoint.task_id, str(path)))
+        record = _settle(client, checkpoint.task_id, str(path))
+        usage_seen = bool((checkpoint.events or {}).get("usage_observed"))
+        records.append({**record, **paid_evidence(Path(path).parent / EVENTS_NAME, usage_seen)})
     return records
+
+
+def paid_evidence(events: Path, usage_seen: bool = False) -> dict[str, Any]:
+    """What an earlier attempt's copied events prove about its spend: ``paid_activity``
+    (``observed``/``unknown``) and the tokens its ``llm_usage`` records report."""
+    prompt = completion = 0
+    observed = usage_seen
+    for event in read_events(events):
+        if not usage_with_tokens(event):
+            continue
+        observed = True
+        prompt += _count(event, "prompt_tokens", "input_tokens")
+        completion += _count(event, "completion_tokens", "output_tokens")
+    out: dict[str, Any] = {"paid_activity": "observed" if observed else "unknown"}
+    if observed:
+        out.update(prompt_tokens=prompt, completion_tokens=completion)
+    if events.is_file():
+        out["events"] = str(events)
+    return out
+
+
+def _count(event: dict[str, Any], *keys: str) -> int:
+    nested = event.get("usage")
+    usage: dict[str, Any] = nested if isinstance(nested, dict) else event
+    for key in keys:
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
 
 
 def _settle(client: GatewayClient, task_id: str, checkpoint: str) -> dict[str, Any]:

@@ -220,33 +220,39 @@ def harness_agent(pytestconfig: pytest.Config) -> Agent:
     return make_agent(kind, options)
 
 
-def carry_checkpoint(ctx: InstanceContext, source: str | None = None) -> None:
+def carry_checkpoint(ctx: InstanceContext, source: str | None = None,
+                     agent_dir: Path | None = None) -> None:
     """On resume, bring the ancestor's gateway checkpoint (``source`` when given: the one of
-    the sandbox adopted for the reattach) so the client can reattach."""
-    from harness.agents.checkpoint import CHECKPOINT_NAME
+    the sandbox adopted for the reattach) so the client can reattach. ``agent_dir``: the
+    agent's folder (``AgentRequest.instance_dir``), default the instance folder."""
+    from harness.agents.checkpoint import AgentFolder
 
-    target = ctx.instance_dir / CHECKPOINT_NAME
+    folder = AgentFolder.of(ctx.instance_dir, agent_dir)
+    target = folder.checkpoint
     if target.exists():
         return
     found = [Path(source)] if source else [
-        Path(root) / ctx.benchmark / ctx.instance_id / CHECKPOINT_NAME
+        folder.in_run(root, ctx.benchmark, ctx.instance_id).checkpoint
         for root in ctx.run.plan.ancestors]
     for path in found:
         if path.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
             ctx.result.details["checkpoint_from"] = str(path)
             return
 
 
-def orphan_checkpoints(ctx: InstanceContext) -> list[str]:
+def orphan_checkpoints(ctx: InstanceContext, agent_dir: Path | None = None) -> list[str]:
     """Checkpoints of earlier attempts at this instance whose tasks may still run: the
     ancestors' (a resume) and this instance directory's own (an instance run again in the
-    same root), the latter moved aside so the new attempt starts fresh."""
-    from harness.agents.checkpoint import CHECKPOINT_NAME
+    same root), the latter moved aside so the new attempt starts fresh. ``agent_dir``: the
+    agent's folder (``AgentRequest.instance_dir``; the same subfolder in every root)."""
+    from harness.agents.checkpoint import AgentFolder
 
-    found = [str(Path(root) / ctx.benchmark / ctx.instance_id / CHECKPOINT_NAME)
+    folder = AgentFolder.of(ctx.instance_dir, agent_dir)
+    found = [str(folder.in_run(root, ctx.benchmark, ctx.instance_id).checkpoint)
              for root in ctx.run.plan.ancestors]
-    own = ctx.instance_dir / CHECKPOINT_NAME
+    own = folder.checkpoint
     if own.exists():
         aside = own.with_name(f"{own.stem}.earlier-{os.getpid()}-{len(found)}{own.suffix}")
         os.replace(own, aside)
@@ -254,18 +260,20 @@ def orphan_checkpoints(ctx: InstanceContext) -> list[str]:
     return [p for p in found if Path(p).is_file()]
 
 
-def record_gateway_evidence(ctx: InstanceContext) -> None:
-    """What the instance folder proves about a gateway task's spend, for the row's
-    ``paid_activity`` (``details.paid_evidence``), and its copied events as an output."""
-    from harness.agents.checkpoint import CHECKPOINT_NAME, read_checkpoint
+def record_gateway_evidence(ctx: InstanceContext, agent_dir: Path | None = None) -> None:
+    """What the agent's folder (``agent_dir``, default the instance folder) proves about a
+    gateway task's spend, for the row's ``paid_activity`` (``details.paid_evidence``), and
+    its copied events as an output."""
+    from harness.agents.checkpoint import AgentFolder, read_checkpoint
     from harness.agents.classify import result_cost
-    from harness.agents.gateway_events import EVENTS_NAME, read_events, usage_with_tokens
+    from harness.agents.gateway_events import read_events, usage_with_tokens
     from harness.agents.gateway_models import TaskResult
 
-    events = ctx.instance_dir / EVENTS_NAME
+    folder = AgentFolder.of(ctx.instance_dir, agent_dir)
+    events = folder.events
     if events.is_file():
         ctx.output("gateway_events", events)
-    checkpoint = read_checkpoint(ctx.instance_dir / CHECKPOINT_NAME)
+    checkpoint = read_checkpoint(folder.checkpoint)
     if (checkpoint is not None and (checkpoint.events or {}).get("usage_observed")) or any(
             usage_with_tokens(e) for e in read_events(events)):  # copied, not yet checkpointed
         ctx.result.details["paid_evidence"] = "gateway_events_llm_usage"
@@ -295,10 +303,10 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
             # Only with the sandbox the task works in (adopted: harness.sandbox.reattach) or
             # a workspace outliving the run: a fresh sandbox cannot hold what an earlier task
             # produced, so reattaching would be wrong.
-            carry_checkpoint(ctx, request.extra.get("reattach_checkpoint"))
+            carry_checkpoint(ctx, request.extra.get("reattach_checkpoint"), request.instance_dir)
         else:  # earlier attempts' tasks are cancelled before a fresh one is submitted
-            request = replace(request, extra={**request.extra,
-                                              "ancestor_checkpoints": orphan_checkpoints(ctx)})
+            request = replace(request, extra={**request.extra, "ancestor_checkpoints":
+                                              orphan_checkpoints(ctx, request.instance_dir)})
     r = ctx.result
     r.agent_started = True
     try:
@@ -308,7 +316,7 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
         raise OutcomeSkip(Outcome.SKIPPED, exc.reason, str(exc)) from exc
     finally:
         if getattr(agent, "kind", "") == "gateway":  # also when interrupted or given up
-            record_gateway_evidence(ctx)
+            record_gateway_evidence(ctx, request.instance_dir)
     r.cost_usd = outcome.cost_usd
     r.cost_known = outcome.cost_known
     r.tokens = outcome.tokens

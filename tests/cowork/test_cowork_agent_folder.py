@@ -1,0 +1,159 @@
+"""Issue 23 item 3: Cowork's gateway agent keeps its checkpoint and copied events in
+``<instance>/runner_agent/``; the orphan cancel on resume and the paid-activity evidence
+must look there too. Real HTTP against the reference agent server on 127.0.0.1 (its plan
+runs locally: no Docker); Cowork's own agent step (:class:`RunnerAgent`) makes the request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from benchmarks.cowork_bench import BENCHMARK
+from benchmarks.cowork_bench import models as m
+from benchmarks.cowork_bench.agents import RunnerAgent
+from benchmarks.cowork_bench.classify import classify_instance, paid_activity
+from harness.adapter import BenchmarkAdapter, InstanceSpec
+from harness.agents.base import AgentRequest
+from harness.agents.checkpoint import AgentFolder, read_checkpoint
+from harness.agents.gateway_agent import GatewayAgent
+from harness.agents.gateway_body import validate_task_body
+from harness.agents.gateway_models import TaskCreateRequest
+from harness.errors import InfraError
+from harness.models import Plan
+from harness.runtime import InstanceContext, RunContext
+from harness.runtime import paid_activity as row_paid_activity
+from tests.agents.agents_support import FAST, RefServer, start_server, task_body
+
+IID = "gcal-standup-week"
+USAGE_STEP = {"run": "true", "cost_usd": 0.25, "prompt_tokens": 100, "completion_tokens": 10}
+
+
+class _Cowork(BenchmarkAdapter):
+    name = BENCHMARK
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RefServer]:
+    ref = start_server(tmp_path / "server")
+    yield ref
+    ref.stop()
+
+
+def context(root: Path, ancestors: tuple[Path, ...] = ()) -> InstanceContext:
+    plan = Plan(run_id=root.name, created_at_unix=time.time(),
+                ancestors=[str(a) for a in ancestors])
+    run = RunContext(run_id=root.name, run_root=root, worker_id="main", role="single",
+                     plan=plan, adapters={})
+    return InstanceContext(run, _Cowork(), InstanceSpec(instance_id=IID), f"t[{IID}]")
+
+
+def step(ctx: InstanceContext, url: str, plan: dict[str, Any], grace_s: float = 2.0
+         ) -> RunnerAgent:
+    """Cowork's agent step with the gateway agent; its body runs ``plan`` locally."""
+    workspace = ctx.run_root / "ws"
+
+    def body(_name: str, _setup_s: float, _urls: str | None) -> TaskCreateRequest:
+        return validate_task_body(task_body(workspace, plan, timeout_sec=60))
+
+    agent = GatewayAgent(url, policy=FAST.model_copy(update={"client_grace_s": grace_s}))
+    return RunnerAgent(ctx, agent, body, "do it", (), time.monotonic())
+
+
+def agent_context(timeout_s: float) -> Any:
+    """What the agent step reads of its context (the container is not used by a gateway
+    agent with a local executor)."""
+    box = SimpleNamespace(name="harness-agent-container", spec=SimpleNamespace(user="agent"))
+    return SimpleNamespace(container=box, mcp=None, deadline=time.monotonic() + timeout_s)
+
+
+def killed_attempt(root: Path, server: RefServer) -> str:
+    """An earlier run whose task spent, then kept running (its client gave up, as a killed
+    run's would): its checkpoint and events are in ``runner_agent/``."""
+    folder = root / BENCHMARK / IID / m.RUNNER_DIR
+    agent = GatewayAgent(server.url, policy=FAST.model_copy(update={"client_grace_s": 0.0}))
+    outcome = agent.run(AgentRequest(
+        instance_id=IID, instance_dir=folder, instruction="x",
+        task_body=task_body(root / "ws", {"steps": [USAGE_STEP, {"run": "true",
+                                                                 "sleep_s": 60}]},
+                            timeout_sec=120),
+        timeout_sec=1.0, extra={"keep_sandbox": True}))
+    assert outcome.infra and outcome.task_id
+    assert server.state()["tasks"][outcome.task_id] == "running"
+    return outcome.task_id
+
+
+def test_a_cowork_resume_cancels_the_task_its_ancestor_left_running_and_records_its_spend(
+        tmp_path: Path, server: RefServer) -> None:
+    first = killed_attempt(tmp_path / "r1", server)
+    ctx = context(tmp_path / "r2", (tmp_path / "r1",))
+    runner = step(ctx, server.url, {"steps": [{"run": "true"}]})
+
+    verdict = runner(agent_context(30))
+
+    assert verdict.status == "success"
+    state = server.state()
+    assert state["cancels"] == [first] and state["tasks"][first] == "cancelled"
+    assert state["submissions"] == 2  # the resume's own task came after the cancel settled
+    (orphan,) = ctx.result.details["agent_details"]["orphan_tasks"]
+    assert (orphan["task_id"], orphan["action"], orphan["status"]) == (first, "cancelled",
+                                                                      "cancelled")
+    assert orphan["paid_activity"] == "observed" and orphan["prompt_tokens"] == 100
+    assert orphan["checkpoint"].endswith(f"r1/{BENCHMARK}/{IID}/{m.RUNNER_DIR}/"
+                                         "task_checkpoint.json")
+    usage = [json.loads(line) for line in
+             (ctx.instance_dir / m.RUNTIME_USAGE).read_text().splitlines()]
+    assert {"source": "orphan_task", "task_id": first, "prompt_tokens": 100,
+            "cost_usd": 0.25}.items() <= usage[0].items()
+    assert paid_activity(ctx.instance_dir) == "observed"
+
+
+def test_an_interrupted_cowork_gateway_task_proves_its_spend_from_its_events(
+        tmp_path: Path, server: RefServer) -> None:
+    ctx = context(tmp_path / "r1")
+    plan = {"steps": [USAGE_STEP, {"run": "true", "sleep_s": 60}]}
+    runner = step(ctx, server.url, plan, grace_s=0.0)
+
+    with pytest.raises(InfraError):  # the client gave up: infrastructure, task cancelled
+        runner(agent_context(1.0))
+
+    events = ctx.instance_dir / m.RUNNER_DIR / "gateway_events.jsonl"
+    assert events.is_file()
+    assert ctx.result.details["paid_evidence"] == "gateway_events_llm_usage"
+    assert row_paid_activity(ctx.result) is True  # the row's paid_activity
+    assert ctx.result.output_paths["gateway_events"].endswith(f"{m.RUNNER_DIR}/"
+                                                              "gateway_events.jsonl")
+    # the ledger classification of the folder (no summary: interrupted) sees it too
+    assert classify_instance(ctx.instance_dir).details["paid_activity"] == "observed"
+
+
+def test_a_linked_events_file_proves_nothing(tmp_path: Path) -> None:
+    inst = tmp_path / "inst"
+    (inst / m.RUNNER_DIR).mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_text(json.dumps({"type": "llm_usage", "prompt_tokens": 5}) + "\n")
+    os.symlink(elsewhere, inst / m.RUNNER_DIR / "gateway_events.jsonl")
+    assert paid_activity(inst) == "unknown"
+    (inst / m.RUNNER_DIR / "gateway_events.jsonl").unlink()
+    os.mkfifo(inst / m.RUNNER_DIR / "gateway_events.jsonl")
+    assert paid_activity(inst) == "unknown"  # a FIFO is never opened
+
+
+def test_the_agent_folder_names_the_same_files_in_every_run_root(tmp_path: Path) -> None:
+    inst = tmp_path / "r2" / BENCHMARK / IID
+    folder = AgentFolder.of(inst, inst / m.RUNNER_DIR)
+    old = folder.in_run(tmp_path / "r1", BENCHMARK, IID)
+    assert old.checkpoint == tmp_path / "r1" / BENCHMARK / IID / m.RUNNER_DIR / \
+        "task_checkpoint.json"
+    assert folder.events == inst / m.RUNNER_DIR / "gateway_events.jsonl"
+    assert AgentFolder.of(inst).checkpoint == inst / "task_checkpoint.json"
+    with pytest.raises(ValueError, match="not inside the instance folder"):
+        AgentFolder.of(inst, tmp_path / "elsewhere")
+    assert read_checkpoint(old.checkpoint) is None
