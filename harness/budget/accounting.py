@@ -9,7 +9,8 @@ Two sources tell what a campaign spent since its creation:
 * the **settled charges** of our own instances: ``settled_usd``, the sum of every
   settlement (the instance's reported cost, or its reservation when the cost is unknown).
 
-``spent = prior_spend_usd + max(meter delta, settled charges)``. Taking the larger means
+``spent = prior_spend_usd + max(meter delta, settled charges)`` (plus, in full, the charges
+settled before a meter was added to a meterless campaign: ``unmetered_usd``). Taking the larger means
 a meter that lags never lets the ceiling be crossed, and spend the instances did not
 report (or unrelated use of the key) is never ignored. When the meter reports exactly
 the settled costs, spent equals their sum.
@@ -39,7 +40,9 @@ def metered_delta(state: CampaignState) -> float:
 
 
 def spent_usd(state: CampaignState) -> float:
-    return state.prior_spend_usd + max(metered_delta(state), state.settled_usd)
+    metered_settled = max(0.0, state.settled_usd - state.unmetered_usd)
+    return state.prior_spend_usd + state.unmetered_usd + max(metered_delta(state),
+                                                             metered_settled)
 
 
 def outstanding_usd(state: CampaignState) -> float:
@@ -73,14 +76,17 @@ def admission_refusal(
     return None
 
 
-def charge_for(reserved_usd: float, cost_usd: float | None, cost_known: bool) -> float:
-    """What a settlement charges: the reported cost, or the reservation when unknown."""
+def charge_for(
+    reserved_usd: float, cost_usd: float | None, cost_known: bool, allowance_usd: float = 0.0
+) -> float:
+    """What a settlement charges: the reported cost; when unknown, the largest of the
+    reservation, the run's unknown-cost allowance and the partial cost reported."""
     if cost_known and is_money(cost_usd):
         assert cost_usd is not None
         return cost_usd
     partial = cost_usd if is_money(cost_usd) else 0.0
     assert partial is not None
-    return max(reserved_usd, partial)
+    return max(reserved_usd, allowance_usd, partial)
 
 
 def overran(reserved_usd: float, cost_usd: float | None) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Sequence
 
 from . import accounting, custody
 from . import errors as E
@@ -22,6 +23,10 @@ from .models import (
     Settlement,
 )
 from .store import CampaignStore, refuse
+
+
+def _root_key(root: str | os.PathLike[str]) -> str:
+    return os.path.realpath(os.fspath(root))
 
 
 class Campaign(CampaignStore):
@@ -40,16 +45,29 @@ class Campaign(CampaignStore):
         state = self.snapshot()
         return [r for r in state.active_runs.values() if custody.liveness(r) == "dead"]
 
-    def admit_run(self, run_id: str, run_root: str | os.PathLike[str], pid: int) -> ActiveRun:
+    def admit_run(
+        self,
+        run_id: str,
+        run_root: str | os.PathLike[str],
+        pid: int,
+        *,
+        resumes: Sequence[str | os.PathLike[str]] = (),
+        unknown_cost_allowance_usd: float | None = None,
+    ) -> ActiveRun:
         """Register custody for ``run_id`` (the controller's ``pid``).
 
         Refused (RefusalError, reason ``campaign_stale_run``) while an entry of a dead
-        process exists, naming it. Live entries (concurrent runs) are allowed. Admitting
-        the same run id again from the same pid returns the existing entry.
+        process exists, naming it, unless that entry is a run this one resumes
+        (``resumes``: the ancestors' run roots): its custody is taken over (its open
+        reservations and its kept sandboxes become this run's; its record says
+        ``taken_over_by``). Live entries (concurrent runs) are allowed. Admitting the same
+        run id again from the same pid returns the existing entry.
         """
         ident = custody.identify(pid)
+        ancestors = {_root_key(root) for root in resumes}
 
         def change(state: CampaignState) -> ActiveRun:
+            taken: list[ActiveRun] = []
             for entry in state.active_runs.values():
                 if entry.run_id == run_id:
                     if entry.pid == pid and entry.host == ident.host:
@@ -58,14 +76,19 @@ class Campaign(CampaignStore):
                         E.CAMPAIGN_RUN_ID_IN_USE,
                         f"{custody.describe(entry)} already holds custody under this run id",
                     )
-                if custody.liveness(entry) == "dead":
-                    raise refuse(
-                        E.CAMPAIGN_STALE_RUN,
-                        f"campaign {self.path} has a stale custody entry: "
-                        f"{custody.describe(entry)} is not running. Check it left nothing "
-                        f"behind, then run: harness campaign reconcile {self.path} "
-                        f"--run {entry.run_root} [--reading USD]",
-                    )
+                if custody.liveness(entry) != "dead":
+                    continue
+                if _root_key(entry.run_root) in ancestors:
+                    taken.append(entry)
+                    continue
+                raise refuse(
+                    E.CAMPAIGN_STALE_RUN,
+                    f"campaign {self.path} has a stale custody entry: "
+                    f"{custody.describe(entry)} is not running. Resume it "
+                    f"(--resume-from {entry.run_root}: the resume takes its custody over), "
+                    f"or check it left nothing behind and run: harness campaign reconcile "
+                    f"{self.path} --run {entry.run_root} [--reading USD]",
+                )
             entry = ActiveRun(
                 run_id=run_id,
                 run_root=str(run_root),
@@ -75,7 +98,18 @@ class Campaign(CampaignStore):
                 pid_start_ticks=ident.start_ticks,
                 admitted_at_unix=time.time(),
                 usage_at_admission=state.last_usage,
+                unknown_cost_allowance_usd=unknown_cost_allowance_usd,
             )
+            for old in taken:
+                entry.took_over += [old.run_id, *old.took_over]
+                entry.inherited.update(old.inherited)
+                entry.inherited.update(old.reservations)
+                old.inherited.clear()
+                old.reservations.clear()
+                record = self._close(
+                    state, old, "taken_over", charge_leftovers=False, meter_error=None
+                )
+                record.taken_over_by = run_id
             state.active_runs[run_id] = entry
             return entry
 
@@ -124,6 +158,10 @@ class Campaign(CampaignStore):
             amount = amount_usd
             if not accounting.is_money(amount):
                 raise ValueError(f"reservation must be a finite amount >= 0, got {amount!r}")
+            # The instance a run taken over left in flight: its hold becomes this one's.
+            held = run.inherited.pop(key, None)
+            if held is not None:
+                amount = max(amount, held.amount_usd)
             reason = run.stop_reason or accounting.admission_refusal(
                 state,
                 run,
@@ -132,6 +170,8 @@ class Campaign(CampaignStore):
                 run_budget_usd=run_budget_usd,
             )
             if reason is not None:
+                if held is not None:
+                    run.inherited[key] = held  # still held until this run finishes
                 run.refused[key] = reason
                 return None, reason
             run.refused.pop(key, None)
@@ -175,7 +215,9 @@ class Campaign(CampaignStore):
             if entry is None:
                 raise E.CampaignStateError(f"instance {key} of run {run_id} holds no reservation")
             known = cost_known and accounting.is_money(cost_usd)
-            charged = accounting.charge_for(entry.amount_usd, cost_usd, cost_known)
+            charged = accounting.charge_for(
+                entry.amount_usd, cost_usd, cost_known, run.unknown_cost_allowance_usd or 0.0
+            )
             over = accounting.overran(entry.amount_usd, cost_usd)
             run.settled[key] = charged
             run.settled_usd += charged
@@ -303,17 +345,22 @@ class Campaign(CampaignStore):
         charge_leftovers: bool,
         meter_error: str | None,
     ) -> RunRecord:
-        abandoned = list(run.reservations.items())
-        abandoned_usd = math.fsum(entry.amount_usd for _, entry in abandoned)
+        allowance = run.unknown_cost_allowance_usd or 0.0
+        abandoned = [
+            (key, max(entry.amount_usd, allowance))
+            for key, entry in [*run.reservations.items(), *run.inherited.items()]
+        ]
+        abandoned_usd = math.fsum(amount for _, amount in abandoned)
         if charge_leftovers:
-            for key, entry in abandoned:
-                run.settled[key] = entry.amount_usd
+            for key, amount in abandoned:
+                run.settled[key] = amount
                 run.unknown_cost.append(key)
             run.settled_usd += abandoned_usd
             state.settled_usd += abandoned_usd
         else:
             run.released.extend(key for key, _ in abandoned)
         run.reservations.clear()
+        run.inherited.clear()
         record = RunRecord(
             run_id=run.run_id,
             run_root=run.run_root,
@@ -332,6 +379,7 @@ class Campaign(CampaignStore):
             final_usage=state.last_usage,
             metered_usd=max(0.0, state.last_usage - run.usage_at_admission),
             meter_error=meter_error,
+            took_over=list(run.took_over),
         )
         state.runs.append(record)
         del state.active_runs[run.run_id]

@@ -19,6 +19,7 @@ CAMPAIGN_PRIOR_SPEND_FIXED = "campaign_prior_spend_fixed"
 CAMPAIGN_STALE_RUN = "campaign_stale_run"
 CAMPAIGN_RUN_ID_IN_USE = "campaign_run_id_in_use"
 CAMPAIGN_UNREADABLE = "campaign_unreadable"
+CAMPAIGN_UNMETERED = "campaign_unmetered"  # no meter and no --unknown-cost-allowance-usd
 CAMPAIGN_STAGE = "campaign"
 
 

@@ -49,10 +49,24 @@ class ActiveRun(_Strict):
     refused: dict[str, str] = Field(default_factory=dict)  # key -> reason
     settled_usd: float = 0.0
     stop_reason: str | None = None
+    # A resume (``--resume-from``) of a dead run takes its custody over: the runs it took
+    # over (their kept sandboxes are this run's to settle) and their open reservations, held
+    # until this run reserves the same instance again (a reattach) or finishes.
+    took_over: list[str] = Field(default_factory=list)
+    inherited: dict[str, ReservationEntry] = Field(default_factory=dict)
+    # What an instance of unknown cost is charged (``--unknown-cost-allowance-usd``).
+    unknown_cost_allowance_usd: float | None = None
 
     @property
     def outstanding_usd(self) -> float:
-        return math.fsum(r.amount_usd for r in self.reservations.values())
+        return math.fsum(r.amount_usd for r in self.reservations.values()) + math.fsum(
+            r.amount_usd for r in self.inherited.values()
+        )
+
+    @property
+    def custody_run_ids(self) -> list[str]:
+        """Run ids whose Docker resources this entry answers for (its own, those taken over)."""
+        return [self.run_id, *self.took_over]
 
 
 class RunRecord(_Strict):
@@ -76,6 +90,8 @@ class RunRecord(_Strict):
     metered_usd: float  # key usage delta over the run (includes concurrent runs' spend)
     meter_error: str | None = None
     reconciled: bool = False
+    taken_over_by: str | None = None  # the resume that took this run's custody over
+    took_over: list[str] = Field(default_factory=list)
 
 
 class CampaignState(_Strict):
@@ -92,6 +108,10 @@ class CampaignState(_Strict):
     last_reading_at_unix: float | None = None  # request time of the last accepted reading
     limit_remaining: float | None = None
     settled_usd: float = 0.0  # every settled charge since creation, all runs
+    # Settled charges of the time before a meter was added to a meterless campaign (the
+    # meter's baseline is its first reading, so it cannot see them): counted in full.
+    unmetered_usd: float = 0.0
+    meter_added_at_unix: float | None = None
     # Derived on every write (for readers of the file): see accounting.spent_usd().
     spent_usd: float = 0.0
     outstanding_usd: float = 0.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ BUDGET_KEY = pytest.StashKey[ControllerBudget]()
 SETTINGS_KEY = pytest.StashKey[BudgetSettings]()
 FLOAT_OPTIONS = ("campaign_budget_usd", "prior_spend_usd", "per_task_reserve_usd",
                  "budget_reserve_usd", "budget_usd", "meter_blindness_sec", "meter_poll_sec",
-                 "meter_read_timeout_sec", "min_free_disk_gb")
+                 "meter_read_timeout_sec", "min_free_disk_gb", "unknown_cost_allowance_usd")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,7 +46,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--budget-usd", default=None, metavar="USD",
                     help="this run's own spend limit")
     group.addoption("--meter", default="none",
-                    help="usage meter: openrouter[=URL] | fake-file:PATH | none")
+                    help="usage meter: openrouter[=URL] | fake-file:PATH | none (a budget "
+                         "without a meter needs --unknown-cost-allowance-usd)")
+    group.addoption("--unknown-cost-allowance-usd", default=None, metavar="USD",
+                    help="held for each instance in flight and charged for one whose cost "
+                         "is unknown (required by a budget without --meter)")
     group.addoption("--meter-blindness-sec", default="30", metavar="SEC",
                     help="stop when no meter reading is younger than this (default 30)")
     group.addoption("--meter-poll-sec", default="15", metavar="SEC",
@@ -106,6 +110,7 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
             if settings.reservations_enabled else None,
             "budget_usd": settings.budget_usd,
             "per_task_reserve_usd": settings.per_task_reserve_usd,
+            "unknown_cost_allowance_usd": settings.unknown_cost_allowance_usd,
             "budget_reserve_usd": settings.budget_reserve_usd,
             "meter": settings.meter.split("=", 1)[0],
             "meter_blindness_sec": settings.meter_blindness_sec,
@@ -119,7 +124,7 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
 
     try:
         cb = ControllerBudget.start(settings, run_id=run.run_id, run_root=run.run_root,
-                                    on_stop=on_stop)
+                                    on_stop=on_stop, resumes=run.plan.ancestors)
     except ValueError as exc:
         raise RefusalError(str(exc), stage="budget", reason="bad_budget_option") from exc
     if cb is None:
@@ -134,7 +139,9 @@ def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
     cb = config.stash.get(BUDGET_KEY, None)
     if cb is None:
         return
-    unproven = cleanup_unproven(run.run_id, run.run_root)
+    unproven = cleanup_unproven(run.run_id, run.run_root, took_over=cb.took_over(run.run_id),
+                                ancestors=run.plan.ancestors,
+                                campaign_file=str(cb.campaign.path))
     if unproven is None:
         monitor = cb.finish(summary["outcome"], summary["exit_code"])
     else:
@@ -147,18 +154,31 @@ def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
         run.manifest.extra.setdefault("budget", {})["final"] = monitor.model_dump(mode="json")
 
 
-def cleanup_unproven(run_id: str, run_root: str | os.PathLike[str]) -> str | None:
-    """Why the run's cleanup is not proven (a fresh Docker query still lists a container or
-    network labelled with the run, or cannot answer); None when the label is empty, or when
-    no process of the run ever labelled a Docker resource (nothing to prove, no Docker
-    needed)."""
-    from harness.budget.reconcile import leftovers_refusal, resources_left
+def cleanup_unproven(run_id: str, run_root: str | os.PathLike[str], *,
+                     took_over: Sequence[str] = (),
+                     ancestors: Sequence[str | os.PathLike[str]] = (),
+                     campaign_file: str | None = None) -> str | None:
+    """Why the run's cleanup is not proven (a fresh query of every engine the run used
+    still lists a container or network labelled with the run, or with a run whose custody
+    it took over, or cannot answer); None when none is left, or when no process of the run
+    (nor of a run it took over) ever labelled a Docker resource (nothing to prove, no
+    Docker needed)."""
+    from harness.budget.reconcile import (
+        WayOut,
+        custody_resources_left,
+        leftovers_refusal,
+        manifest_benchmarks,
+    )
     from harness.sandbox.labels import docker_used
 
-    if not docker_used(os.fspath(run_root)):
+    roots = [run_root, *(ancestors if took_over else ())]
+    if not any(docker_used(os.fspath(root)) for root in roots):
         return None
+    way_out = WayOut(run_id=run_id, run_root=str(run_root),
+                     benchmarks=manifest_benchmarks(run_root), campaign_file=campaign_file)
     try:
-        refusal = leftovers_refusal(run_id, resources_left(run_id))
+        left = custody_resources_left([run_id, *took_over], roots)
+        refusal = leftovers_refusal(run_id, left, way_out=way_out)
     except RefusalError as exc:
         return str(exc)
     return None if refusal is None else str(refusal)

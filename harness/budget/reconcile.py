@@ -13,6 +13,9 @@ import argparse
 import json
 import os
 import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +55,9 @@ def run_id_of(run_root: str | os.PathLike[str]) -> str:
 
 def resources_left(run_id: str, client: Any = None) -> dict[str, list[str]]:
     """Names of every container (running or not) and every network labelled
-    ``harness.run=<run_id>``, from a fresh query; RefusalError when Docker cannot tell."""
+    ``harness.run=<run_id>``, from a fresh query; RefusalError when Docker cannot tell.
+    ``kept`` describes the containers among them kept for a reattach (a paid task may still
+    work in them), as :func:`kept_note` words them."""
     try:
         # lazy: harness.sandbox imports docker, which pure budget logic never needs
         from harness.sandbox import labels as L
@@ -69,24 +74,138 @@ def resources_left(run_id: str, client: Any = None) -> dict[str, list[str]]:
             f"cannot list containers and networks of run {run_id} ({type(exc).__name__}: "
             f"{exc}); Docker must prove none is left",
         ) from exc
+    kept = [kept_note(c) for c in containers if _labels(c).get(L.REATTACH)]
     return {
         "containers": sorted(str(getattr(c, "name", c)) for c in containers),
         "networks": sorted(str(getattr(n, "name", n)) for n in networks),
+        "kept": sorted(kept),
     }
 
 
-def leftovers_refusal(run_id: str, left: dict[str, list[str]]) -> RefusalError | None:
-    """The refusal naming what a run left (None when nothing is left)."""
+def _labels(container: Any) -> dict[str, str]:
+    attrs = getattr(container, "attrs", None) or {}
+    labels = (attrs.get("Config") or {}).get("Labels") or getattr(container, "labels", None)
+    return dict(labels or {})
+
+
+def kept_note(container: Any) -> str:
+    """``<name> (instance X, its TTL ends <UTC time>, in N h)`` of a kept sandbox."""
+    from harness.sandbox import labels as L
+    from harness.sandbox.lease import parse_engine_time
+
+    labels = _labels(container)
+    attrs = getattr(container, "attrs", None) or {}
+    state = attrs.get("State")
+    started = (state.get("StartedAt") if isinstance(state, dict) else None) or attrs.get("Created")
+    begun = parse_engine_time(started)
+    note = f"{getattr(container, 'name', container)} (instance {labels.get(L.INSTANCE, '?')}"
+    try:
+        ttl = float(labels.get(L.TTL, ""))
+    except ValueError:
+        ttl = None
+    if begun is not None and ttl is not None:
+        ends = begun + ttl
+        left_h = max(0.0, ends - time.time()) / 3600
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ends))
+        note += f", its TTL ends {stamp}, in {left_h:.1f} h"
+    return note + ")"
+
+
+def custody_resources_left(
+    run_ids: Sequence[str],
+    run_roots: Sequence[str | os.PathLike[str]],
+    docker_client: Any = None,
+) -> dict[str, list[str]]:
+    """What :func:`resources_left` finds for every run id, on the local engine (or
+    ``docker_client``) and on every other engine any of ``run_roots`` placed instances on
+    (``--docker-host``/``--engines``: their ``engines.json``)."""
+    left: dict[str, list[str]] = {"containers": [], "networks": [], "kept": []}
+    engines: list[str] = []
+    if docker_client is None:
+        from harness.sandbox.engines import LOCAL, read_engines
+
+        for root in run_roots:
+            for engine in read_engines(os.fspath(root)):
+                if engine.url != LOCAL and engine.url not in engines:
+                    engines.append(engine.url)
+    for run_id in dict.fromkeys(run_ids):
+        for kind, names in resources_left(run_id, docker_client).items():
+            left[kind] += names
+        for url in engines:
+            from harness.sandbox.engines import client_for
+
+            try:
+                client = client_for(url)
+            except Exception as exc:  # an engine we cannot reach proves nothing
+                raise _refuse(
+                    "docker_unavailable",
+                    f"cannot reach engine {url} of run {run_id} ({type(exc).__name__}: "
+                    f"{exc}); every engine the run used must prove nothing is left",
+                ) from exc
+            try:
+                more = resources_left(run_id, client)
+            finally:
+                client.close()
+            for kind, names in more.items():
+                left[kind] += [f"{n} (on {url})" for n in names]
+    return left
+
+
+def leftovers_refusal(
+    run_id: str, left: dict[str, list[str]], *, way_out: WayOut | None = None
+) -> RefusalError | None:
+    """The refusal naming what a run left (None when nothing is left); kept sandboxes come
+    with the ways out and what each costs."""
     if not left["containers"] and not left["networks"]:
         return None
-    reason = "containers_left" if left["containers"] else "networks_left"
     named = [f"container {n}" for n in left["containers"]]
     named += [f"network {n}" for n in left["networks"]]
+    kept = left.get("kept") or []
+    if kept:
+        w = way_out or WayOut(run_id=run_id)
+        return _refuse(
+            "sandboxes_kept",
+            f"run {run_id} keeps {len(kept)} sandbox(es) for a reattach, a paid agent task "
+            f"may still work in them: {'; '.join(kept)}. Ways out: "
+            f"(1) resume the run: {w.resume_command()} -- the resume takes the campaign "
+            "custody over and reattaches to the same task: the paid task continues and its "
+            "spend is counted once; "
+            f"(2) harness sweep --run {run_id}, then reconcile again -- kills the task: the "
+            "spend so far is lost (paid, never scored); "
+            "(3) wait until the TTL ends (the task may go on spending until then), then "
+            "reconcile again",
+        )
+    reason = "containers_left" if left["containers"] else "networks_left"
     return _refuse(
         reason,
         f"run {run_id} still has {len(named)} resource(s) labelled harness.run={run_id}: "
         f"{', '.join(named)}; remove them (harness sweep --run {run_id}) and reconcile again",
     )
+
+
+@dataclass(frozen=True)
+class WayOut:
+    """What the reconcile refusal needs to name the resume of a run."""
+
+    run_id: str
+    run_root: str | None = None
+    benchmarks: tuple[str, ...] = ()
+    campaign_file: str | None = None
+
+    def resume_command(self) -> str:
+        target = " ".join(f"benchmarks/{b}" for b in self.benchmarks) or "benchmarks/<name>"
+        root = self.run_root or "<run root>"
+        campaign = f" --campaign-file {self.campaign_file}" if self.campaign_file else ""
+        return f"pytest {target} --resume-from {root}{campaign} (with the run's options)"
+
+
+def manifest_benchmarks(run_root: str | os.PathLike[str]) -> tuple[str, ...]:
+    try:
+        data = json.loads((Path(run_root) / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    names = data.get("benchmarks") if isinstance(data, dict) else None
+    return tuple(str(n) for n in names) if isinstance(names, list) else ()
 
 
 def reconcile(
@@ -109,19 +228,24 @@ def reconcile(
         )
     if custody.liveness(entry) == "alive":
         raise _refuse("campaign_run_alive", f"{custody.describe(entry)} is still running")
-    left = resources_left(run_id, docker_client)
-    if docker_client is None:  # and on every other engine the run placed instances on
-        from harness.sandbox.engines import LOCAL, client_for, read_engines
-
-        for engine in read_engines(os.fspath(run_root)):
-            if engine.url != LOCAL:
-                more = resources_left(run_id, client_for(engine.url))
-                for kind in ("containers", "networks"):
-                    left[kind] += [f"{n} (on {engine.url})" for n in more[kind]]
-    refusal = leftovers_refusal(run_id, left)
+    roots = [run_root, *_ancestor_roots(run_root)]
+    left = custody_resources_left(entry.custody_run_ids, roots, docker_client)
+    way_out = WayOut(run_id=run_id, run_root=str(Path(run_root).absolute()),
+                     benchmarks=manifest_benchmarks(run_root), campaign_file=str(campaign.path))
+    refusal = leftovers_refusal(run_id, left, way_out=way_out)
     if refusal is not None:
         raise refusal
     return campaign.reconcile_run(run_id, reading_usage)
+
+
+def _ancestor_roots(run_root: str | os.PathLike[str]) -> list[str]:
+    """The ancestors a resumed run named in its manifest (their engines count too)."""
+    try:
+        data = json.loads((Path(run_root) / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found = ((data.get("resume") or {}).get("ancestors") if isinstance(data, dict) else None)
+    return [str(r) for r in found] if isinstance(found, list) else []
 
 
 def _money(value: float | None) -> str:

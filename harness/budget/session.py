@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,11 +45,21 @@ class BudgetSettings:
     meter_retry_sec: float = 3.0
     meter_read_timeout_sec: float = 5.0
     min_free_disk_gb: float | None = None  # --min-free-disk-gb (GiB)
+    # --unknown-cost-allowance-usd: held for each instance in flight and charged for one
+    # whose cost is unknown; a campaign without a meter needs it (else unknown costs are
+    # unbounded: they would count as $0).
+    unknown_cost_allowance_usd: float | None = None
     key_env: str = METER_KEY_ENV
 
     @property
     def reservations_enabled(self) -> bool:
         return self.campaign_file is not None or self.budget_usd is not None
+
+    @property
+    def task_hold_usd(self) -> float:
+        """What each instance holds while in flight: the explicit per-task reserve or the
+        unknown-cost allowance, whichever is larger (0 without either)."""
+        return max(self.per_task_reserve_usd or 0.0, self.unknown_cost_allowance_usd or 0.0)
 
     def campaign_path(self, run_root: str | os.PathLike[str]) -> Path:
         if self.campaign_file is not None:
@@ -87,8 +97,12 @@ class ControllerBudget:
         pid: int | None = None,
         environ: Mapping[str, str] | None = None,
         on_stop: Callable[[str], None] | None = None,
+        resumes: Sequence[str | os.PathLike[str]] = (),
     ) -> ControllerBudget | None:
-        """None when reservations are off. RefusalError (exit 2) when the run must not start."""
+        """None when reservations are off. RefusalError (exit 2) when the run must not start.
+
+        ``resumes``: the run roots this run resumes (nearest first); a dead run among them
+        that still holds custody is taken over instead of refusing the run."""
         from .campaign import Campaign
         from .supervisor import MeterSupervisor
 
@@ -108,6 +122,13 @@ class ControllerBudget:
                     E.BUDGET_METER_UNAVAILABLE, f"first meter reading failed: {exc}"
                 ) from exc
             baseline = reading.usage
+        if meter is None and settings.unknown_cost_allowance_usd is None:
+            raise _refuse(
+                E.CAMPAIGN_UNMETERED,
+                "a money ceiling without a meter would count every instance of unknown "
+                "cost as $0: add --meter openrouter (or fake-file:PATH in tests), or "
+                "--unknown-cost-allowance-usd USD (charged for each such instance)",
+            )
         path = settings.campaign_path(run_root)
         ceiling = settings.campaign_budget_usd
         if settings.campaign_file is None:
@@ -132,7 +153,13 @@ class ControllerBudget:
                 E.BUDGET_METER_UNAVAILABLE,
                 f"the meter reads {reading.usage!r}, below the campaign's last accepted reading",
             )
-        campaign.admit_run(run_id, run_root, pid or os.getpid())
+        campaign.admit_run(
+            run_id,
+            run_root,
+            pid or os.getpid(),
+            resumes=resumes,
+            unknown_cost_allowance_usd=settings.unknown_cost_allowance_usd,
+        )
         supervisor = MeterSupervisor(
             campaign,
             run_id,
@@ -148,6 +175,14 @@ class ControllerBudget:
             controller_pid=pid,
         )
         return cls(campaign, meter, supervisor)
+
+    def took_over(self, run_id: str) -> list[str]:
+        """The runs whose custody this run took over (a resume of a dead run)."""
+        try:
+            entry = self.campaign.snapshot().active_runs.get(run_id)
+        except E.CampaignPersistenceError:
+            return []
+        return list(entry.took_over) if entry is not None else []
 
     def finish(self, outcome: str, exit_code: int | None) -> Monitor:
         return self.supervisor.finish(outcome, exit_code)
@@ -185,7 +220,7 @@ class WorkerBudget:
         return self.campaign.reserve(
             self.run_id,
             key,
-            self.settings.per_task_reserve_usd or 0.0,
+            self.settings.task_hold_usd,
             budget_reserve_usd=self.settings.budget_reserve_usd,
             run_budget_usd=self.settings.budget_usd,
         )

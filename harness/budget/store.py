@@ -26,6 +26,7 @@ from . import errors as E
 from .models import CampaignState
 
 T = TypeVar("T")
+NO_METER = "none"  # the key fingerprint of a campaign without a meter
 
 
 def refuse(reason: str, message: str) -> RefusalError:
@@ -55,7 +56,9 @@ class CampaignStore:
     ) -> Self:
         """Create the file, or open it and refuse a changed ceiling, key or prior spend.
 
-        ``baseline_usage`` (the key's usage now) is used only at creation: never rebased.
+        ``baseline_usage`` (the key's usage now) is used only at creation (never rebased),
+        or when a meter is added to a campaign that had none (``key_fingerprint`` was
+        ``"none"``): the meter counts from then on, earlier settled charges in full.
         """
         if not accounting.is_money(ceiling_usd):
             raise ValueError(f"campaign ceiling must be a finite amount >= 0, got {ceiling_usd!r}")
@@ -65,7 +68,12 @@ class CampaignStore:
         with campaign._locked():
             if campaign.path.exists():
                 state = campaign._load()
-                campaign._check_identity(state, ceiling_usd, key_fingerprint, prior_spend_usd)
+                adding = state.key_fingerprint == NO_METER and key_fingerprint != NO_METER
+                campaign._check_identity(state, ceiling_usd,
+                                         NO_METER if adding else key_fingerprint,
+                                         prior_spend_usd)
+                if adding:
+                    campaign._add_meter(state, key_fingerprint, baseline_usage)
                 return campaign
             now = time.time()
             state = CampaignState(
@@ -90,6 +98,16 @@ class CampaignStore:
         campaign.snapshot()
         return campaign
 
+    def _add_meter(self, state: CampaignState, key_fingerprint: str, baseline: float) -> None:
+        """A meterless campaign gets the meter of this run: from now on the meter counts;
+        what was settled before it (the meter cannot see it) stays counted in full."""
+        state.key_fingerprint = key_fingerprint
+        state.unmetered_usd = state.settled_usd
+        state.usage_baseline = state.last_usage = baseline
+        state.last_reading_at_unix = None
+        state.meter_added_at_unix = time.time()
+        self._save(state)
+
     def _check_identity(
         self,
         state: CampaignState,
@@ -105,6 +123,12 @@ class CampaignStore:
                 "creation: pass the same value or start a new campaign file)",
             )
         if state.key_fingerprint != key_fingerprint:
+            if key_fingerprint == NO_METER:
+                raise refuse(
+                    E.CAMPAIGN_KEY_CHANGED,
+                    f"campaign {self.path} is metered (key {state.key_fingerprint}); this "
+                    "run has no meter: pass the campaign's --meter (and its key)",
+                )
             raise refuse(
                 E.CAMPAIGN_KEY_CHANGED,
                 f"campaign {self.path} belongs to key {state.key_fingerprint}; this run's "

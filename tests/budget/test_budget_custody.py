@@ -194,7 +194,8 @@ def test_point6_custody_stays_unsettled_when_a_network_survives_cleanup(
         suite = Suite(tmp_path / "s")
         suite.tasks([{"id": "u", "work": "succeed", "cost": 1}])
         run = suite.run("--run-id", run_id, "--campaign-file", str(campaign),
-                        "--campaign-budget-usd", "50", "--no-report", timeout=300)
+                        "--campaign-budget-usd", "50", "--unknown-cost-allowance-usd", "1",
+                        "--no-report", timeout=300)
         assert run.rows and run.rows[-1]["status"] == "completed", run.out
         state = json.loads(campaign.read_text())
         assert run_id in state["active_runs"], "custody must stay unsettled"
@@ -234,3 +235,144 @@ def test_point8_dead_runs_custody_refuses_until_reconciled_live_runs_share(
     finally:
         live_b.kill()
         live_b.wait()
+
+
+# ------------------------------------------------------------------ issue 23, item 2
+
+
+def test_issue23_item2_a_resume_of_the_dead_run_takes_its_custody_over(
+    make_campaign: MakeCampaign, tmp_path: Path
+) -> None:
+    """The killed run left a task in flight (its sandbox kept for a reattach): another run
+    is refused, naming the resume; the resume of that very run is admitted and takes the
+    custody over; re-running the instance converts the hold; the task is charged once."""
+    campaign = make_campaign(100.0)
+    crashed, crashed_root = _crash_a_run(campaign, tmp_path)
+    with pytest.raises(RefusalError) as refused:
+        campaign.admit_run("other", tmp_path / "other", os.getpid())
+    assert refused.value.reason == "campaign_stale_run"
+    assert f"--resume-from {crashed_root}" in str(refused.value)
+
+    resume = campaign.admit_run("resume", tmp_path / "resume", os.getpid(),
+                                resumes=[str(crashed_root)])
+    assert resume.took_over == [crashed] and set(resume.inherited) == {"b/in-flight"}
+    state = campaign.snapshot()
+    assert set(state.active_runs) == {"resume"}
+    assert state.outstanding_usd == 2.0  # the task in flight is still held for
+    assert state.runs[-1].run_id == crashed and state.runs[-1].outcome == "taken_over"
+    assert state.runs[-1].taken_over_by == "resume" and state.runs[-1].settled_usd == 0.0
+
+    held = campaign.reserve("resume", "b/in-flight", 0.0)  # the reattach
+    assert held.amount_usd == 2.0 and campaign.snapshot().outstanding_usd == 2.0
+    campaign.settle("resume", "b/in-flight", 0.5, True)  # the task's whole cost
+    record = campaign.finish_run("resume", "completed")
+    state = campaign.snapshot()
+    assert state.active_runs == {} and state.spent_usd == 0.5 and state.settled_usd == 0.5
+    assert record.took_over == [crashed]
+    campaign.admit_run("other", tmp_path / "other", os.getpid())  # nothing stale now
+
+
+def test_issue23_item2_a_hold_the_resume_never_reran_is_charged_at_its_end(
+    make_campaign: MakeCampaign, tmp_path: Path
+) -> None:
+    campaign = make_campaign(100.0)
+    _crashed, crashed_root = _crash_a_run(campaign, tmp_path)
+    campaign.admit_run("resume", tmp_path / "resume", os.getpid(), resumes=[crashed_root])
+    record = campaign.finish_run("resume", "completed")
+    assert record.abandoned_count == 1 and record.unknown_cost_count == 1
+    assert campaign.snapshot().spent_usd == 2.0  # unknown: never $0
+
+
+def test_issue23_item2_a_chain_of_resumes_takes_every_dead_ancestor_over(
+    make_campaign: MakeCampaign, tmp_path: Path
+) -> None:
+    campaign = make_campaign(100.0)
+    first, first_root = _crash_a_run(campaign, tmp_path)
+    second_root = tmp_path / "second"
+    # the second attempt (a resume of the first) dies too
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    campaign.admit_run("second", second_root, holder.pid, resumes=[first_root])
+    holder.kill()
+    holder.wait()
+    third = campaign.admit_run("third", tmp_path / "third", os.getpid(),
+                               resumes=[second_root, first_root])
+    assert third.took_over == ["second", first] and set(third.inherited) == {"b/in-flight"}
+    assert third.custody_run_ids == ["third", "second", first]
+
+
+@pytest.mark.docker
+def test_issue23_item2_reconcile_names_the_kept_sandbox_and_each_way_out(
+    make_campaign: MakeCampaign,
+    tmp_path: Path,
+    docker_client: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from harness.sandbox.images import base_recipe, ensure_image
+
+    image = ensure_image(base_recipe(), client=docker_client).image_id
+    campaign = make_campaign(100.0)
+    crashed, crashed_root = _crash_a_run(campaign, tmp_path)
+    manifest = {"run_id": crashed, "benchmarks": ["programbench"]}
+    (crashed_root / "run_manifest.json").write_text(json.dumps(manifest))
+    kept = docker_client.containers.run(
+        image, ["sleep", "600"], detach=True, name=f"{crashed}-kept",
+        labels={"harness.run": crashed, "harness.reattach": "gateway",
+                "harness.instance": "testorg__calculator", "harness.ttl_s": "600"})
+    argv = ["reconcile", str(campaign.path), "--run", str(crashed_root)]
+    try:
+        assert campaign_command(argv) == 2
+        err = capsys.readouterr().err
+        assert "refused (sandboxes_kept)" in err and f"{crashed}-kept" in err, err
+        assert "instance testorg__calculator" in err and "TTL ends" in err
+        assert (f"pytest benchmarks/programbench --resume-from {crashed_root} "
+                f"--campaign-file {campaign.path}") in err
+        assert "the paid task continues" in err
+        assert f"harness sweep --run {crashed}" in err and "spend so far is lost" in err
+        assert "wait until the TTL ends" in err
+        assert crashed in campaign.snapshot().active_runs  # nothing changed
+    finally:
+        kept.remove(force=True)
+    assert campaign_command(argv) == 0
+
+
+# ------------------------------------------------------------------ issue 23, item 7
+
+
+def test_issue23_item7_the_session_end_proof_asks_every_engine_the_run_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``--docker-host`` naming other engines, the custody proof queries each of them
+    (and the local one), for the run and the runs it took over: a network left on the second
+    engine keeps the custody unsettled."""
+    from harness.budget import plugin, reconcile
+    from harness.sandbox import engines
+    from harness.sandbox.labels import mark_docker_used
+
+    root = tmp_path / "run"
+    root.mkdir()
+    mark_docker_used(root)
+    engines.write_engines(root, [
+        engines.EngineRecord(url="local", index=0),
+        engines.EngineRecord(url="unix:///second.sock", index=1)])
+    asked: list[tuple[str, str]] = []
+
+    class Client:
+        def __init__(self, url: str) -> None:
+            self.url = url
+
+        def close(self) -> None:
+            pass
+
+    def left(run_id: str, client: Any = None) -> dict[str, list[str]]:
+        url = "local" if client is None else client.url
+        asked.append((run_id, url))
+        on_second = url != "local" and run_id == "r2"
+        return {"containers": [], "networks": [f"{run_id}-net"] if on_second else [],
+                "kept": []}
+
+    monkeypatch.setattr(reconcile, "resources_left", left)
+    monkeypatch.setattr(engines, "client_for", Client)
+    why = plugin.cleanup_unproven("r2", root, took_over=["r1"])
+    assert sorted(asked) == [("r1", "local"), ("r1", "unix:///second.sock"),
+                             ("r2", "local"), ("r2", "unix:///second.sock")]
+    assert why is not None and "r2-net (on unix:///second.sock)" in why

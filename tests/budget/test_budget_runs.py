@@ -41,6 +41,7 @@ def test_eight_concurrent_runs_never_cross_the_ceiling(tmp_path: Path) -> None:
         proc, root = suite.start("--campaign-file", str(campaign),
                                  "--campaign-budget-usd", str(ceiling),
                                  "--per-task-reserve-usd", "2.0", "--no-report",
+                                 "--unknown-cost-allowance-usd", "2.0",
                                  "--harness-progress", "off")
         procs.append((proc, root))
         suites.append(suite)
@@ -131,7 +132,7 @@ def test_sigkilled_run_keeps_custody_until_reconciled(tmp_path: Path) -> None:
     suite = Suite(tmp_path / "s")
     suite.tasks([{"id": "k", "work": "sleep", "seconds": 30, "cost": 1, "count": 2}])
     args = ("--campaign-file", str(campaign), "--campaign-budget-usd", "50",
-            "--per-task-reserve-usd", "1", "--no-report")
+            "--per-task-reserve-usd", "1", "--unknown-cost-allowance-usd", "1", "--no-report")
     proc, root = suite.start(*args)
     wait_for(lambda: (root / "selftest_executions.log").exists())
     os.killpg(proc.pid, signal.SIGKILL)
@@ -150,13 +151,43 @@ def test_sigkilled_run_keeps_custody_until_reconciled(tmp_path: Path) -> None:
     assert {r["status"] for r in proceeds.rows} == {"completed"}
 
 
+def test_issue23_item2_the_resume_of_a_killed_run_is_admitted_and_charges_once(
+    tmp_path: Path,
+) -> None:
+    """Before: every run after the SIGKILL, the resume included, was refused
+    (``campaign_stale_run``) until a reconcile. The resume of that very run takes its
+    custody over; the instance in flight is charged once, at its reported cost."""
+    campaign = tmp_path / "c.json"
+    (tmp_path / "s").mkdir()
+    suite = Suite(tmp_path / "s")
+    suite.tasks([{"id": "k", "work": "sleep", "seconds": 30, "cost": 1, "count": 2}])
+    args = ("--campaign-file", str(campaign), "--campaign-budget-usd", "50",
+            "--per-task-reserve-usd", "3", "--unknown-cost-allowance-usd", "3", "--no-report")
+    proc, root = suite.start(*args)
+    wait_for(lambda: (root / "selftest_executions.log").exists())
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    killed_id = Run.of(root).manifest["run_id"]
+    assert killed_id in json.loads(campaign.read_text())["active_runs"]
+    suite.tasks([{"id": "k", "work": "succeed", "cost": 1, "count": 2}])
+    resumed = suite.run(*args, "--resume-from", str(root))
+    assert resumed.rc == 0, resumed.out
+    state = json.loads(campaign.read_text())
+    assert state["active_runs"] == {}
+    taken = next(r for r in state["runs"] if r["run_id"] == killed_id)
+    assert taken["outcome"] == "taken_over"
+    assert taken["taken_over_by"] == resumed.manifest["run_id"]
+    assert state["spent_usd"] == 2.0 and state["outstanding_usd"] == 0.0  # 1 + 1, once each
+
+
 def test_point5_dry_run_never_creates_or_changes_a_campaign(tmp_path: Path) -> None:
     (tmp_path / "s").mkdir()
     suite = Suite(tmp_path / "s")
     suite.tasks([{"id": "d", "work": "succeed", "cost": 1, "count": 2}])
     campaign = tmp_path / "campaign.json"
     budget = ("--campaign-file", str(campaign), "--campaign-budget-usd", "50",
-              "--budget-usd", "10", "--budget-reserve-usd", "5", "--no-report")
+              "--budget-usd", "10", "--budget-reserve-usd", "5",
+              "--unknown-cost-allowance-usd", "1", "--no-report")
     dry = suite.run("--dry-run", *budget)
     assert dry.rc == 0, dry.out
     assert not campaign.exists() and not Path(f"{campaign}.lock").exists()
@@ -178,7 +209,8 @@ def test_point7_failed_ledger_writes_do_not_stop_valid_work(tmp_path: Path) -> N
     suite.tasks([{"id": "a", "work": "sleep", "seconds": 1.0, "cost": 0.1},
                  {"id": "b", "work": "sleep", "seconds": 0.1, "cost": 0.1, "count": 2}])
     proc, root = suite.start("--campaign-file", str(tmp_path / "c.json"),
-                             "--campaign-budget-usd", "10", "--no-report")
+                             "--campaign-budget-usd", "10", "--no-report",
+                             "--unknown-cost-allowance-usd", "1")
     ledger = root / "result_index.jsonl"
     wait_for(ledger.exists)
     subprocess.run(["chattr", "+i", str(ledger)], check=True)

@@ -85,7 +85,8 @@ def test_refusals_before_any_instance(tmp_path: Path, run_root: Path) -> None:
 
 
 def test_run_budget_alone_gives_the_run_its_own_campaign(tmp_path: Path, run_root: Path) -> None:
-    settings = BudgetSettings(budget_usd=2.0, per_task_reserve_usd=1.5)
+    settings = BudgetSettings(budget_usd=2.0, per_task_reserve_usd=1.5,
+                              unknown_cost_allowance_usd=1.0)
     controller = ControllerBudget.start(settings, run_id="r", run_root=run_root, pid=os.getpid())
     assert controller is not None and controller.campaign.path == run_root / "campaign.json"
     worker = WorkerBudget(settings, "r", run_root)
@@ -111,7 +112,7 @@ def test_point4_reserve_is_explicit_allowance(tmp_path: Path, run_root: Path) ->
     concurrency; without ``--per-task-reserve-usd`` no per-task amount is held back, so 32
     instances in flight reserve nothing more than the allowance."""
     settings = _settings(tmp_path, campaign_budget_usd=10.0, budget_reserve_usd=4.0,
-                         per_task_reserve_usd=None, meter="none")
+                         per_task_reserve_usd=None)
     controller = ControllerBudget.start(settings, run_id="r", run_root=run_root)
     assert controller is not None
     worker = WorkerBudget(settings, "r", run_root)
@@ -127,10 +128,13 @@ def test_point4_reserve_is_explicit_allowance(tmp_path: Path, run_root: Path) ->
 
 def test_point4_specification_paid_command_is_admitted(tmp_path: Path, run_root: Path) -> None:
     """The adapter specification's paid command: campaign file, campaign budget 1000, run
-    budget 150, reserve 100, no per-task reserve: admitted, not ``per_task_reserve_unknown``."""
+    budget 150, reserve 100, no per-task reserve: admitted with its meter, not
+    ``per_task_reserve_unknown``."""
+    usage = tmp_path / "usage.json"
+    usage.write_text(json.dumps({"usage": 0.0}))
     settings = BudgetSettings(campaign_file=str(tmp_path / "campaign.json"),
                               campaign_budget_usd=1000.0, budget_usd=150.0,
-                              budget_reserve_usd=100.0)
+                              budget_reserve_usd=100.0, meter=f"fake-file:{usage}")
     controller = ControllerBudget.start(settings, run_id="r", run_root=run_root)
     assert controller is not None
     worker = WorkerBudget(settings, "r", run_root)
@@ -140,6 +144,85 @@ def test_point4_specification_paid_command_is_admitted(tmp_path: Path, run_root:
         worker.reserve("b/2")
     assert refused.value.reason == "run_budget"
     assert controller.finish("completed", 0).campaign_spent_usd == 150.0
+
+
+def test_issue23_item6_a_ceiling_without_a_meter_is_refused_naming_the_fix(
+    tmp_path: Path, run_root: Path
+) -> None:
+    """Before: 500 instances of unknown cost were admitted and charged $0 each."""
+    paid = BudgetSettings(campaign_file=str(tmp_path / "campaign.json"),
+                          campaign_budget_usd=1000.0, budget_usd=150.0, budget_reserve_usd=100.0)
+    with pytest.raises(RefusalError) as refused:
+        ControllerBudget.start(paid, run_id="r", run_root=run_root)
+    assert refused.value.reason == "campaign_unmetered" and refused.value.exit_code == 2
+    assert "--meter" in str(refused.value) and "--unknown-cost-allowance-usd" in str(refused.value)
+    assert not (tmp_path / "campaign.json").exists()  # nothing written
+    own = BudgetSettings(budget_usd=5.0)  # a run budget alone is a ceiling too
+    with pytest.raises(RefusalError):
+        ControllerBudget.start(own, run_id="r", run_root=run_root)
+
+
+def test_issue23_item6_unknown_cost_is_charged_at_the_allowance(
+    tmp_path: Path, run_root: Path
+) -> None:
+    settings = BudgetSettings(campaign_file=str(tmp_path / "campaign.json"),
+                              campaign_budget_usd=10.0, unknown_cost_allowance_usd=2.0)
+    controller = ControllerBudget.start(settings, run_id="r", run_root=run_root)
+    assert controller is not None
+    worker = WorkerBudget(settings, "r", run_root)
+    held = [worker.reserve(f"b/{i}") for i in range(5)]
+    assert all(r is not None and r.amount_usd == 2.0 for r in held)  # held while in flight
+    with pytest.raises(BudgetRefused):  # 5 x 2 = the ceiling: a sixth would cross it
+        worker.reserve("b/5")
+    unknown = worker.settle("b/0", None, False)
+    assert unknown is not None and unknown.charged_usd == 2.0
+    partial = worker.settle("b/1", 3.5, False)  # a larger partial cost is charged in full
+    assert partial is not None and partial.charged_usd == 3.5
+    known = worker.settle("b/2", 0.25, True)
+    assert known is not None and known.charged_usd == 0.25
+    for key in ("b/3", "b/4"):
+        worker.release(key)
+    assert controller.finish("completed", 0).campaign_spent_usd == 5.75
+    state = Campaign.open(settings.campaign_path(run_root)).snapshot()
+    assert state.runs[-1].unknown_cost_count == 2 and state.spent_usd == 5.75
+
+
+def test_issue23_item6_a_meter_can_be_added_to_a_meterless_campaign(
+    tmp_path: Path, run_root: Path
+) -> None:
+    campaign = str(tmp_path / "campaign.json")
+    first = BudgetSettings(campaign_file=campaign, campaign_budget_usd=10.0,
+                           unknown_cost_allowance_usd=1.0)
+    controller = ControllerBudget.start(first, run_id="r1", run_root=run_root)
+    assert controller is not None
+    worker = WorkerBudget(first, "r1", run_root)
+    worker.reserve("b/1")
+    worker.settle("b/1", 1.5, True)
+    controller.finish("completed", 0)
+
+    usage = tmp_path / "usage.json"
+    usage.write_text(json.dumps({"usage": 50.0}))  # the key's usage, other spend included
+    second_root = run_root.parent / "second"
+    second_root.mkdir()
+    metered = _settings(tmp_path, campaign_file=campaign, campaign_budget_usd=10.0,
+                        per_task_reserve_usd=None, budget_reserve_usd=0.0,
+                        meter=f"fake-file:{usage}")
+    controller = ControllerBudget.start(metered, run_id="r2", run_root=second_root)
+    assert controller is not None
+    state = Campaign.open(campaign).snapshot()
+    assert state.key_fingerprint.startswith("fake-file:") and state.usage_baseline == 50.0
+    assert state.spent_usd == 1.5  # the meterless spend is kept, the key's past is not ours
+    usage.write_text(json.dumps({"usage": 50.75}))  # spend the meter sees, not settled yet
+    assert controller.supervisor.poll() is None
+    assert Campaign.open(campaign).snapshot().spent_usd == 2.25
+    worker = WorkerBudget(metered, "r2", second_root)
+    worker.reserve("b/2")
+    worker.settle("b/2", 0.75, True)
+    assert controller.finish("completed", 0).campaign_spent_usd == 2.25  # no double count
+    # and a run without the meter is told to pass it
+    with pytest.raises(RefusalError) as refused:
+        ControllerBudget.start(first, run_id="r3", run_root=run_root.parent / "third")
+    assert refused.value.reason == "campaign_key_changed" and "--meter" in str(refused.value)
 
 
 def test_point7_failed_monitor_write_is_reported_and_the_run_goes_on(
