@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the file models load when a run is planned, not at collecti
 SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MARKER_ARG_RE = re.compile(r"\b([A-Za-z_]\w*)\(\s*(?:'([^'=()]*)'|\"([^\"=()]*)\")\s*\)")
+TASK_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 class PlanError(ValueError):
@@ -108,3 +109,65 @@ def select_keys(collected: Iterable[str], plan: Plan) -> list[str]:
     wanted = set(plan.selection) if plan.selection is not None else None
     return [key for key in collected
             if in_shard(key, plan.shard) and (wanted is None or key in wanted)]
+
+
+def read_task_file(path: str | Path) -> list[str]:
+    """The instance ids a ``--task-file`` lists, in order, each once.
+
+    Two forms: plain text, one id a line (``#`` starts a comment, blank lines are ignored),
+    as the Cowork specification's task files; or JSON, a list of ids or an object whose
+    values are lists of ids, as the ProgramBench gate's ``--tasks`` file
+    (``{"smoke": [...], "unseen": [...]}``), so the gate's list selects the run it gates.
+    A missing, unreadable, malformed or empty file raises :class:`PlanError`.
+    """
+    flag = f"--task-file {path}"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlanError(f"{flag}: no such file; pass a file listing one instance id a "
+                        f"line") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise PlanError(f"{flag}: cannot read it ({reason}); pass a readable text file "
+                        f"listing one instance id a line") from None
+    body = text.lstrip()
+    if body.startswith(("{", "[")):
+        entries = _json_task_ids(flag, body)
+    else:
+        entries = []
+        for number, line in enumerate(text.splitlines(), 1):
+            value = line.split("#", 1)[0].strip()
+            if value:
+                entries.append((f"line {number}", value))
+    ids: list[str] = []
+    for where, value in entries:
+        if not TASK_ID_RE.match(value) or value in (".", ".."):
+            raise PlanError(f"{flag}: {where}: {value!r} is not an instance id (letters, "
+                            f"digits, '.', '_' and '-'; one id a line, '#' for comments)")
+        if value not in ids:
+            ids.append(value)
+    if not ids:
+        raise PlanError(f"{flag} lists no instance id; write one id a line")
+    return ids
+
+
+def _json_task_ids(flag: str, body: str) -> list[tuple[str, str]]:
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise PlanError(f"{flag}: not valid JSON ({exc}); a task file is one id a line, or "
+                        f"a JSON list of ids, or an object of lists such as the gate's "
+                        f"--tasks file") from None
+    groups = data.items() if isinstance(data, dict) else [("list", data)]
+    out: list[tuple[str, str]] = []
+    for name, values in groups:
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise PlanError(f"{flag}: {name!r} must be a list of instance ids")
+        out.extend((f"{name!r}", v.strip()) for v in values)
+    return out
+
+
+def unknown_ids(wanted: Iterable[str], known: Iterable[str]) -> list[str]:
+    """The wanted ids that are not known, in the order wanted."""
+    have = set(known)
+    return [i for i in dict.fromkeys(wanted) if i not in have]
