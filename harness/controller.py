@@ -52,6 +52,14 @@ def write_collection(run_root: Path, worker_id: str, nodeids: dict[str, str]) ->
     atomic_write_json(collection_file(run_root, worker_id), {"nodeids": nodeids})
 
 
+def selection_change(ancestor: list[str], now: list[str]) -> dict[str, int]:
+    """How a resume with its own selectors (``--task-file``, ``--all-instances``, -k, ...)
+    changed its ancestor's selection: a gate run grown to the full benchmark adds."""
+    before, after = set(ancestor), set(now)
+    return {"ancestor_selected": len(before), "selected": len(after),
+            "added": len(after - before), "left_out": len(before - after)}
+
+
 class TerminalLines:
     """A text stream that writes whole lines through pytest's terminal reporter, so progress
     lines never land in the middle of pytest's own output."""
@@ -238,6 +246,9 @@ class Controller:
         m.subset_notice = mf.subset_notice(dict(per_benchmark), sizes)
         m.resume.carried = sum(1 for k in keys if k in self.run.plan.carried)
         m.resume.to_run = len(keys) - m.resume.carried
+        if self.ancestry is not None and self.run.plan.selection is None:
+            m.extra["resume_selection"] = selection_change(
+                self.ancestry.nearest.selection.instance_ids, keys)
         mf.checkpoint(m, "selection_resolved")
         self.start_progress(len(keys))
 

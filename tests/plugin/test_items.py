@@ -32,8 +32,9 @@ def test_instance_option_and_unknown_id(suite):
     run = suite.run("--instance", "beta")
     assert sorted(run.latest) == ["beta"]
     bad = suite.run("--instance", "nope")
-    assert bad.rc != 0
+    assert bad.rc == 2
     assert "--instance nope: no such instance id" in bad.out
+    assert not bad.root.exists()  # nothing selected, no rows (tests/plugin/test_task_file.py)
 
 
 def test_item_ids_are_instance_ids(suite):

@@ -1,0 +1,110 @@
+"""Selection by name: ``--task-file`` and ``--instance``; unknown ids refused before anything
+is recorded; a resume grows a run (a gate list to the whole benchmark)."""
+
+from __future__ import annotations
+
+import json
+
+TASKS = [{"id": "alpha", "work": "succeed"}, {"id": "bravo", "work": "partial", "score": 0.5},
+         {"id": "charlie", "work": "succeed"}, {"id": "delta", "work": "fail"}]
+
+
+def test_task_file_selects_the_ids_it_lists(suite, mode):
+    suite.tasks(TASKS)
+    listed = suite.path / "gate.txt"
+    listed.write_text("# the gate list\nalpha\n\n  charlie   # the second\n")
+    run = suite.run("--task-file", str(listed), *mode)
+    assert run.rc == 0, run.out
+    assert sorted(run.latest) == ["alpha", "charlie"]
+    assert sorted(run.executions()) == ["alpha", "charlie"]
+    selection = run.manifest["selection"]
+    assert selection["instance_ids"] == ["selftest/alpha", "selftest/charlie"]
+    assert selection["selectors"] == {"task_file": str(listed.resolve())}
+
+
+def test_task_file_and_instance_add_up(suite):
+    suite.tasks(TASKS)
+    listed = suite.path / "one.txt"
+    listed.write_text("bravo\n")
+    run = suite.run("--task-file", str(listed), "--instance", "delta")
+    assert sorted(run.latest) == ["bravo", "delta"]
+    assert run.manifest["selection"]["selectors"]["instance"] == ["delta"]
+
+
+def test_the_gate_tasks_file_selects_the_run_it_gates(suite):
+    """The ProgramBench gate's ``--tasks`` JSON ({"smoke": [...], "unseen": [...]}) is a task
+    file as it is."""
+    suite.tasks(TASKS)
+    gate = suite.path / "gate20.json"
+    gate.write_text(json.dumps({"smoke": ["alpha", "bravo"], "unseen": ["delta"]}))
+    run = suite.run("--task-file", str(gate))
+    assert run.rc == 0, run.out
+    assert sorted(run.latest) == ["alpha", "bravo", "delta"]
+
+
+def test_an_unknown_id_exits_2_naming_it_and_records_nothing(suite, mode):
+    suite.tasks(TASKS)
+    listed = suite.path / "typo.txt"
+    listed.write_text("alpha\nalpah\nzulu\n")
+    run = suite.run("--task-file", str(listed), *mode)
+    assert run.rc == 2, run.out
+    assert f"--task-file {listed}: alpah, zulu: no such instance id" in run.out
+    assert "Traceback" not in run.out and "INTERNALERROR" not in run.out
+    assert not run.root.exists(), "an unknown id must record no selection and no row"
+    assert suite.run("--task-file", str(listed), "--collect-only", root=run.root).rc != 0
+
+
+def test_an_unknown_instance_exits_2_and_records_nothing(suite, mode):
+    suite.tasks(TASKS)
+    run = suite.run("--instance", "alpha", "--instance", "nope", *mode)
+    assert run.rc == 2, run.out
+    assert "--instance nope: no such instance id in selftest (4 instances here)" in run.out
+    assert not run.root.exists()
+
+
+def test_a_missing_or_bad_task_file_is_one_line_and_exit_2(suite):
+    suite.tasks(TASKS)
+    missing = suite.run("--task-file", str(suite.path / "absent.txt"))
+    assert missing.rc == 2
+    assert f"--task-file {suite.path / 'absent.txt'}: no such file" in missing.out
+    assert "Traceback" not in missing.out and not missing.root.exists()
+    bad = suite.path / "bad.txt"
+    bad.write_text("alpha\nnot an id\n")
+    run = suite.run("--task-file", str(bad))
+    assert run.rc == 2 and "line 2: 'not an id' is not an instance id" in run.out
+    empty = suite.path / "empty.txt"
+    empty.write_text("# nothing yet\n\n")
+    assert "lists no instance id" in suite.run("--task-file", str(empty)).out
+
+
+def test_a_gate_run_grows_to_the_whole_benchmark_by_a_resume(suite, mode):
+    """``--resume-from RUN`` alone keeps RUN's selection; with a wider selection (a bigger
+    task file, or ``--all-instances``) it grows: settled instances are carried, never run
+    twice, and only the new ones run."""
+    suite.tasks(TASKS)
+    gate = suite.path / "gate.txt"
+    gate.write_text("alpha\nbravo\n")
+    first = suite.run("--task-file", str(gate), *mode)
+    assert first.rc == 0, first.out
+    same = suite.run("--resume-from", str(first.root), *mode)
+    assert sorted(same.latest) == ["alpha", "bravo"] and same.executions() == []
+    assert same.manifest["selection"]["source"] == "ancestor"
+
+    bigger = suite.path / "bigger.txt"
+    bigger.write_text("alpha\nbravo\ncharlie\n")
+    grown = suite.run("--resume-from", str(first.root), "--task-file", str(bigger), *mode)
+    assert grown.rc == 0, grown.out
+    assert grown.executions() == ["charlie"]
+    assert grown.statuses() == {"alpha": "skipped", "bravo": "skipped", "charlie": "completed"}
+    assert grown.latest["bravo"]["score"] == 0.5
+    assert grown.manifest["resume"]["carried"] == 2 and grown.manifest["resume"]["to_run"] == 1
+    assert grown.manifest["extra"]["resume_selection"] == {
+        "ancestor_selected": 2, "selected": 3, "added": 1, "left_out": 0}
+
+    whole = suite.run("--resume-from", str(grown.root), "--all-instances", *mode)
+    assert whole.rc == 0, whole.out
+    assert whole.executions() == ["delta"]
+    assert sorted(whole.latest) == ["alpha", "bravo", "charlie", "delta"]
+    assert whole.manifest["selection"]["count"] == 4
+    assert whole.manifest["selection"]["selectors"] == {"all_instances": True}
+    assert abs(whole.manifest["mean_score"] - 2.5 / 4) < 1e-9
