@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.containers import AGENT, AGENT_ID
@@ -24,7 +24,12 @@ from harness.agents.gateway_models import TaskCreateRequest
 from harness.agents.plugin import run_agent
 from harness.fsutil import atomic_write_text
 from harness.runtime import InstanceContext
-from harness.sandbox import Sandbox, pack_tree
+from harness.sandbox import Sandbox, SandboxSpec, pack_tree
+
+if TYPE_CHECKING:
+    import docker
+
+    from harness.model_gateway.network import LinkableSandbox
 
 RUNNER_DIR = m.RUNNER_DIR
 
@@ -74,12 +79,17 @@ class AgentBox:
 
     Every command runs as the unprivileged ``agent`` user, whatever user the agent asks
     for (a ``--agent-user root`` gets ``agent`` too): the agent never acts as root here.
+    A model gateway (``--model-upstream``) links it through its id, client and spec
+    (:class:`harness.model_gateway.network.LinkableSandbox`): the relay joins the task's
+    internal network, which the container is on already.
     """
 
     def __init__(self, container: Sandbox) -> None:
         self.container = container
         self.name = self.container_name = container.name
-        self.spec = container.spec
+        self.id: str = container.id
+        self.client: docker.DockerClient = container.client
+        self.spec: SandboxSpec = container.spec
         self.workdir = WORKSPACE
 
     def exec(
@@ -209,3 +219,7 @@ def usage_record(outcome: RunnerOutcome) -> dict[str, Any] | None:
         "completion_tokens": tokens.completion or 0,
         "cost_usd": outcome.cost_usd if outcome.cost_known else None,
     }
+
+
+if TYPE_CHECKING:  # the agent box can be linked to a model gateway (mypy checks it)
+    _BOX_LINKS: type[LinkableSandbox] = AgentBox

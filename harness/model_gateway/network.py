@@ -8,6 +8,15 @@ between TCP port 8080 on that network and the gateway's Unix socket, bind-mounte
 private host directory. The relay has no other network, runs read-only with every
 capability dropped, and holds no key: the key stays in the harness process. The sandbox
 sees ``http://model-gateway:8080/v1``.
+
+A sandbox already on an internal network of its instance (``spec.network`` is not
+``none``: a Cowork agent container on its task network, beside the database and the MCP
+servers) keeps it: the relay joins that network under the same alias, and :meth:`close`
+removes only the relay (the network is the instance's own, removed by its teardown).
+
+What the link needs of a sandbox is :class:`LinkableSandbox` (its container id, its Docker
+client, its spec); the harness :class:`~harness.sandbox.container.Sandbox` and Cowork's
+agent box both satisfy it (checked by mypy).
 """
 
 from __future__ import annotations
@@ -16,13 +25,18 @@ import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import docker
 from docker.errors import APIError, NotFound
 
 from harness.errors import InfraError
 from harness.sandbox import labels as L
+from harness.sandbox.container import SandboxSpec
 from harness.sandbox.network import create_internal_network, remove_network
+
+if TYPE_CHECKING:
+    from harness.sandbox.container import Sandbox
 
 ALIAS = "model-gateway"
 PORT = 8080
@@ -70,6 +84,22 @@ asyncio.run(main())
 """
 
 
+class LinkableSandbox(Protocol):
+    """What :meth:`GatewayLink.open` needs of a sandbox."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def client(self) -> docker.DockerClient: ...
+
+    @property
+    def spec(self) -> SandboxSpec: ...
+
+
+NO_NETWORK = "none"
+
+
 def relay_image(client: Any) -> str:
     from harness.sandbox.images import base_recipe, ensure_image
 
@@ -84,9 +114,10 @@ class GatewayLink:
     network: str
     relay_id: str
     sandbox_id: str
+    owns_network: bool = True  # False: the sandbox's own network, joined (left to its owner)
 
     @classmethod
-    def open(cls, sandbox: Any, socket_dir: Path, socket_name: str) -> GatewayLink:
+    def open(cls, sandbox: LinkableSandbox, socket_dir: Path, socket_name: str) -> GatewayLink:
         spec = sandbox.spec
         client = sandbox.client
         api = client.api
@@ -95,9 +126,13 @@ class GatewayLink:
         except Exception as exc:
             raise InfraError(f"model gateway relay image unavailable: {exc}",
                              "model_gateway_failed") from exc
-        network = create_internal_network(spec.run_id, spec.instance_id, spec.worker,
-                                          spec.run_root, client=client)
-        link = cls(client, network, "", sandbox.id)
+        joined = spec.network != NO_NETWORK
+        if joined:  # the instance's internal network (its owner made it: no route out)
+            network = spec.network
+        else:
+            network = create_internal_network(spec.run_id, spec.instance_id, spec.worker,
+                                              spec.run_root, client=client)
+        link = cls(client, network, "", sandbox.id, owns_network=not joined)
         try:
             name = L.resource_name("harness-gw", spec.run_id, spec.instance_id)
             host_config = api.create_host_config(
@@ -105,7 +140,7 @@ class GatewayLink:
                 security_opt=["no-new-privileges"], pids_limit=64, mem_limit="128m",
                 binds={str(socket_dir): {"bind": MOUNT, "mode": "rw"}}, init=True)
             labels = L.run_labels(spec.run_id, spec.instance_id, spec.worker, spec.run_root)
-            ttl = int(getattr(spec, "ttl_s", 0) or 0) or 7 * 3600
+            ttl = int(spec.ttl_s or 0) or 7 * 3600
             created = api.create_container(
                 image, ["python3", "-c", RELAY, f"{MOUNT}/{socket_name}", str(PORT),
                         str(ttl)],
@@ -116,9 +151,10 @@ class GatewayLink:
             link.relay_id = created["Id"]
             api.start(link.relay_id)
             _wait_ready(api, link.relay_id)
-            with contextlib.suppress(APIError):
-                api.disconnect_container_from_network(sandbox.id, "none")
-            api.connect_container_to_network(sandbox.id, network)
+            if not joined:
+                with contextlib.suppress(APIError):
+                    api.disconnect_container_from_network(sandbox.id, NO_NETWORK)
+                api.connect_container_to_network(sandbox.id, network)
         except InfraError:
             link.close()
             raise
@@ -130,11 +166,15 @@ class GatewayLink:
 
     def close(self) -> None:
         api = self.client.api
-        with contextlib.suppress(APIError, NotFound):
-            api.disconnect_container_from_network(self.sandbox_id, self.network, force=True)
+        if self.owns_network:
+            with contextlib.suppress(APIError, NotFound):
+                api.disconnect_container_from_network(self.sandbox_id, self.network,
+                                                      force=True)
         if self.relay_id:
             with contextlib.suppress(APIError, NotFound):
                 api.remove_container(self.relay_id, force=True)
+        if not self.owns_network:
+            return
         for _ in range(50):
             try:
                 remove_network(self.network, client=self.client)
@@ -156,3 +196,7 @@ def _wait_ready(api: Any, container_id: str) -> None:
                              "model_gateway_failed")
         time.sleep(0.1)
     raise InfraError("model gateway relay did not start", "model_gateway_failed")
+
+
+if TYPE_CHECKING:  # the harness sandbox can be linked (mypy checks the structure)
+    _SANDBOX_LINKS: type[LinkableSandbox] = Sandbox
