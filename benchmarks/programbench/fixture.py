@@ -1,15 +1,18 @@
-"""The offline fixture: image, blob directory and oracle files for ``testorg__calculator.abc1234``.
+"""The offline fixture: image, blob directory and oracle files for ``testorg__calculator.abc1234``
+and the other offline fixture tasks (:mod:`benchmarks.programbench.fixture_tasks`).
 
 ``ensure_fixture()`` makes everything ``programbench eval`` and an agent phase need with no
 network (reference §7), idempotently and once per machine (a file lock plus a marker file):
 
+* the extra fixture tasks installed beside the package's calculator
+  (:func:`~benchmarks.programbench.fixture_tasks.install_fixture_tasks`);
 * the image :data:`~benchmarks.programbench.fixture_image.FIXTURE_IMAGE`
-  (see :mod:`benchmarks.programbench.fixture_image`);
+  (see :mod:`benchmarks.programbench.fixture_image`), also tagged for every fixture task;
 * a blob directory for ``PROGRAMBENCH_BLOB_DIR`` holding
   ``testorg__calculator.abc1234/tests/33128f6b8600.tar.gz`` (``eval/run.sh`` and
   ``eval/tests/test_calculator.py``), whose ``run.sh`` passes ``--rootdir=eval`` so JUnit names
   match ``tests.json`` (``tests.test_calculator.*``): the bundled correct submission scores
-  1.0 instead of 0.5;
+  1.0 instead of 0.5; and ``<id>/tests/<branch>.tar.gz`` of every extra fixture task;
 * the package's bundled submissions (``data/test_runs/{correct,incorrect}``) unpacked: the
   correct one is what the oracle agent writes into the workspace.
 
@@ -32,11 +35,17 @@ from pydantic import BaseModel, ConfigDict
 
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench import fixture_image as img
+from benchmarks.programbench.fixture_tasks import (
+    EXTRA_TASKS,
+    FIXTURE_TASK_IDS,
+    install_fixture_tasks,
+    tasks_fingerprint,
+)
 from benchmarks.programbench.tasks import programbench_version, tasks_dir
 from harness.cache import cache_root
 from harness.fsutil import atomic_write_bytes, atomic_write_text
 
-FIXTURE_SCHEMA = "harness.programbench.fixture.v1"
+FIXTURE_SCHEMA = "harness.programbench.fixture.v2"
 PYTEST_CALL = "python3 -m pytest eval/tests/"
 PYTEST_CALL_FIXED = "python3 -m pytest --rootdir=eval eval/tests/"
 LOCK_TIMEOUT_S = 1800.0
@@ -56,6 +65,7 @@ class FixturePaths(BaseModel):
     oracle_dir: str  # the bundled correct submission, unpacked
     oracle_files: list[str]  # paths relative to oracle_dir
     incorrect_dir: str  # the bundled incorrect submission, unpacked
+    task_ids: list[str]  # every offline fixture task (each has a blob and an image tag)
     reference_sha256: str
     programbench_version: str
     fingerprint: str
@@ -82,6 +92,7 @@ def fixture_fingerprint() -> str:
         "dockerfile": img.DOCKERFILE_BODY,
         "readme": img.README,
         "patch": [PYTEST_CALL, PYTEST_CALL_FIXED],
+        "tasks": tasks_fingerprint(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -119,20 +130,26 @@ def _fixed_run_sh(text: str) -> str:
     return text.replace(PYTEST_CALL, PYTEST_CALL_FIXED)
 
 
-def _branch_blob(branch_dir: Path) -> bytes:
-    """A deterministic gzip tar of one test branch folder (``eval/...`` entries)."""
-    raw = io.BytesIO()
+def _branch_files(branch_dir: Path) -> dict[str, bytes]:
+    """The package's test branch folder (``eval/...``), run.sh fixed."""
     files = sorted(
         p
         for p in branch_dir.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
     )
+    out: dict[str, bytes] = {}
+    for path in files:
+        rel = path.relative_to(branch_dir).as_posix()
+        data = path.read_bytes()
+        out[rel] = _fixed_run_sh(data.decode()).encode() if rel == "eval/run.sh" else data
+    return out
+
+
+def _branch_blob(files: dict[str, bytes]) -> bytes:
+    """A deterministic gzip tar of one test branch (``eval/...`` entries)."""
+    raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.GNU_FORMAT) as tar:
-        for path in files:
-            rel = path.relative_to(branch_dir).as_posix()
-            data = path.read_bytes()
-            if rel == "eval/run.sh":
-                data = _fixed_run_sh(data.decode()).encode()
+        for rel, data in sorted(files.items()):
             info = tarfile.TarInfo(rel)
             info.size = len(data)
             info.mtime = BlobMTime
@@ -142,14 +159,18 @@ def _branch_blob(branch_dir: Path) -> bytes:
 
 
 def build_blob_dir(dest: Path) -> Path:
-    """Write ``<dest>/<fixture id>/tests/<branch>.tar.gz`` for every active branch; return dest."""
+    """Write ``<dest>/<task id>/tests/<branch>.tar.gz`` for every active branch of every
+    fixture task; return dest."""
     task = tasks_dir() / FIXTURE_ID
     branches = json.loads((task / "tests.json").read_text())["branches"]
     for branch, info in sorted(branches.items()):
         if info.get("ignored"):
             continue
-        blob = _branch_blob(task / "tests" / branch)
+        blob = _branch_blob(_branch_files(task / "tests" / branch))
         atomic_write_bytes(dest / FIXTURE_ID / "tests" / f"{branch}.tar.gz", blob)
+    for extra in EXTRA_TASKS:
+        atomic_write_bytes(dest / extra.instance_id / "tests" / f"{extra.branch}.tar.gz",
+                           _branch_blob(extra.branch_files()))
     return dest
 
 
@@ -159,10 +180,10 @@ def _read_marker(marker: Path) -> FixturePaths | None:
         paths = FixturePaths.model_validate_json(marker.read_text())
     except (OSError, ValueError):
         return None
-    blob = Path(paths.blob_dir) / FIXTURE_ID / "tests"
+    blobs = [Path(paths.blob_dir) / iid / "tests" for iid in FIXTURE_TASK_IDS]
     oracle = [Path(paths.oracle_dir) / rel for rel in paths.oracle_files]
     if (
-        not blob.is_dir()
+        not all(blob.is_dir() for blob in blobs)
         or not all(p.is_file() for p in oracle)
         or not Path(paths.incorrect_dir).is_dir()
     ):
@@ -176,6 +197,7 @@ def ensure_fixture(cache_dir: Path | str | None = None, *, image: bool = True) -
     ``image=False`` makes the blob directory and oracle files only: the image comes from a
     registry (``--image-mirror``), as a real task's would.
     """
+    install_fixture_tasks()
     fingerprint = fixture_fingerprint()
     root = fixture_cache_root(cache_dir) / fingerprint
     root.mkdir(parents=True, exist_ok=True)
@@ -195,6 +217,7 @@ def ensure_fixture(cache_dir: Path | str | None = None, *, image: bool = True) -
                 oracle_dir=str(root / "oracle" / "correct"),
                 oracle_files=oracle_files,
                 incorrect_dir=str(root / "oracle" / "incorrect"),
+                task_ids=list(FIXTURE_TASK_IDS),
                 reference_sha256=reference_sha,
                 programbench_version=programbench_version(),
                 fingerprint=fingerprint,
@@ -202,8 +225,15 @@ def ensure_fixture(cache_dir: Path | str | None = None, *, image: bool = True) -
         if not image:
             return paths
         # Always (re)assert the image: a no-op when its content-hash tag exists.
-        tag, image_id = img.ensure_fixture_image(reference.read_bytes())
+        tag, image_id = img.ensure_fixture_image(
+            reference.read_bytes(), also_for=tuple(t.instance_id for t in EXTRA_TASKS))
         if paths.image_id != image_id or paths.image != tag:
             paths = paths.model_copy(update={"image": tag, "image_id": image_id})
             atomic_write_text(marker, paths.model_dump_json(indent=2) + "\n")
     return paths
+
+
+if __name__ == "__main__":  # python3 -m benchmarks.programbench.fixture: install and build
+    built = ensure_fixture()
+    print(f"offline fixture tasks {', '.join(built.task_ids)}: image {built.image} "
+          f"({built.image_id[:19]}), blobs {built.blob_dir}")

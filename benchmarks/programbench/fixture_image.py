@@ -171,8 +171,15 @@ def compile_reference(dest: Path) -> str:
     return hashlib.sha256(dest.read_bytes()).hexdigest()
 
 
-def ensure_fixture_image(reference_binary: bytes) -> tuple[str, str]:
-    """Build (once) the fixture layer on the project base; tag it :data:`FIXTURE_IMAGE`.
+def fixture_image(instance_id: str) -> str:
+    """The canonical image a fixture task's ``programbench eval`` runs (``<org>/<id>:<tag>``)."""
+    return f"programbench/{instance_id.replace('__', '_1776_')}:{CLEANROOM_TAG}"
+
+
+def ensure_fixture_image(reference_binary: bytes,
+                         also_for: tuple[str, ...] = ()) -> tuple[str, str]:
+    """Build (once) the fixture layer on the project base; tag it :data:`FIXTURE_IMAGE`, and
+    :func:`fixture_image` of every task id in ``also_for`` (one image, one tag per task).
 
     Returns ``(tag, image_id)``; the content-hash tag stays too.
     """
@@ -185,4 +192,6 @@ def ensure_fixture_image(reference_binary: bytes) -> tuple[str, str]:
         files={"README.md": README.encode(), "executable": reference_binary},
     )
     built = ensure_image(recipe, retag=FIXTURE_IMAGE)
+    for instance_id in also_for:
+        ensure_image(recipe, retag=fixture_image(instance_id))
     return FIXTURE_IMAGE, built.image_id

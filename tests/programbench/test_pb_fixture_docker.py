@@ -106,3 +106,55 @@ def test_fixture_files_are_rebuilt_when_removed(tmp_path: Path) -> None:
     blob = Path(second.blob_dir) / "testorg__calculator.abc1234" / "tests" / "33128f6b8600.tar.gz"
     assert blob.is_file()
     assert second.image_id == first.image_id  # same recipe: the image is not rebuilt
+
+
+def test_issue23_three_fixture_tasks_solved_partial_failed(tmp_path: Path) -> None:
+    """Issue 23: the offline fixture tasks have three outcomes with the oracle agent, each
+    scored by the real ``programbench eval`` and agreeing with ``programbench info``."""
+    from benchmarks.programbench.fixture_image import fixture_image
+    from benchmarks.programbench.fixture_tasks import ORACLE_SCORES
+    from benchmarks.programbench.official_eval import run_info
+    from benchmarks.programbench.parity import parse_info, percent_text
+    from harness.testing.suite import run_pytest
+
+    paths = ensure_fixture()
+    assert sorted(paths.task_ids) == sorted(ORACLE_SCORES)
+    assert sorted(ORACLE_SCORES.values()) == [0.0, 0.75, 1.0]  # failed, partial, solved
+    for iid in paths.task_ids:  # one image, tagged as each task's canonical image
+        out = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}",
+                              fixture_image(iid)], capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == paths.image_id
+        assert (Path(paths.blob_dir) / iid / "tests").is_dir()
+    run = run_pytest("benchmarks/programbench", tmp_path / "run", "--pb-fixtures",
+                     "--agent", "oracle")
+    assert set(run.latest) == set(ORACLE_SCORES), run.out
+    info = parse_info(run_info(run.root / "programbench"))  # the official table
+    for iid, want in ORACLE_SCORES.items():
+        row = run.latest[iid]
+        assert row["outcome"] == "scored" and row["official_eval_status"] == "completed", run.out
+        assert row["score"] == want and row["resolved"] is (want == 1.0)
+        assert info.lines[iid].percent == percent_text(want)
+    assert run.manifest["extra"]["official_parity"]["ok"] is True
+    assert run.rc == 0, run.out  # scored, even when unresolved: every instance settled
+
+
+def test_issue23_fixture_tasks_install_where_the_official_loader_reads(tmp_path: Path) -> None:
+    """The extra tasks land whole in a task folder, once; the package's own loader reads them
+    (``programbench eval`` and ``info`` use that loader over the package's TASKS_DIR)."""
+    from programbench.utils.load_data import get_active_branches, load_all_instances
+
+    from benchmarks.programbench.fixture_tasks import EXTRA_TASKS, install_fixture_tasks
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    assert install_fixture_tasks(tasks) == [t.instance_id for t in EXTRA_TASKS]
+    assert install_fixture_tasks(tasks) == []  # idempotent
+    loaded = {i["instance_id"]: i for i in load_all_instances(tasks)}
+    for task in EXTRA_TASKS:
+        inst = loaded[task.instance_id]
+        assert inst["image_name"] == f"programbench/{task.instance_id.replace('__', '_1776_')}"
+        assert get_active_branches(inst) == [task.branch]
+        assert inst["branches"][task.branch]["tests"] == list(task.tests)
+    (tasks / EXTRA_TASKS[0].instance_id / "tests.json").write_text("{}")  # damaged: rewritten
+    assert install_fixture_tasks(tasks) == [EXTRA_TASKS[0].instance_id]
+    assert not list(tasks.parent.glob(".harness-fixture-staging/testorg__*"))
