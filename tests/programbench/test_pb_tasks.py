@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import collections
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.tasks import (
     InstanceOrder,
+    fixture_ids,
     get_instance,
     instance_order,
     load_instances,
@@ -19,12 +22,13 @@ from benchmarks.programbench.tasks import (
 )
 
 
-def test_all_200_tasks_and_the_fixture_load() -> None:
+def test_all_200_tasks_and_the_fixture_tasks_load() -> None:
     everything = load_instances()
     tasks = load_instances(include_fixture=False)
-    assert len(everything) == 201
+    fixtures = fixture_ids()
     assert len(tasks) == 200
-    assert FIXTURE_ID in {i.instance_id for i in everything}
+    assert FIXTURE_ID in fixtures and all(i.startswith("testorg__") for i in fixtures)
+    assert len(everything) == 200 + len(fixtures)
     difficulty = collections.Counter(i.difficulty for i in tasks)
     assert difficulty == {"medium": 120, "easy": 27, "hard": 18, "none": 35}
     languages = collections.Counter(i.language for i in tasks)
@@ -52,7 +56,7 @@ def test_loading_in_a_fresh_process_finds_every_task() -> None:
         "print(len(load_instances()))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert int(out.stdout) == 201  # the time it takes is measured in tests/perf
+    assert int(out.stdout) == 200 + len(fixture_ids())  # its time: tests/perf
 
 
 def test_filter_is_an_anchored_regex_and_excludes_the_fixture_by_default() -> None:
@@ -61,7 +65,11 @@ def test_filter_is_an_anchored_regex_and_excludes_the_fixture_by_default() -> No
     assert select_instances(filter_spec="cmatrix") == []  # re.match, like the official CLI
     assert select_instances(filter_spec="testorg__") == []
     fixture = select_instances(filter_spec="testorg__", include_fixture=True)
-    assert [i.instance_id for i in fixture] == [FIXTURE_ID]
+    assert [i.instance_id for i in fixture] == fixture_ids()
+    only = select_instances(fixtures_only=True)
+    assert [i.instance_id for i in only] == fixture_ids()
+    assert select_instances(filter_spec="testorg__calculator", fixtures_only=True) == [
+        get_instance(FIXTURE_ID)]
 
 
 def test_slice() -> None:
@@ -121,7 +129,7 @@ def _collected(*args: str) -> list[str]:
          "--collect-only", "-q", *args],
         capture_output=True, text=True, timeout=120,
     )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.returncode in (0, 5), out.stdout[-2000:] + out.stderr[-2000:]  # 5: none
     return [line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines()
             if "::" in line and "[" in line]
 
@@ -129,8 +137,7 @@ def _collected(*args: str) -> list[str]:
 def test_point12_slice_applies_to_the_selected_order() -> None:
     """``-m "difficulty('easy')" --pb-slice 0:3`` is the first three easy tasks, not the
     easy tasks among the first three."""
-    easy = [i.instance_id for i in select_instances(include_fixture=True)
-            if i.difficulty == "easy"]
+    easy = [i.instance_id for i in select_instances() if i.difficulty == "easy"]
     assert _collected("-m", "difficulty('easy')", "--pb-slice", "0:3") == easy[:3]
     rust = [i.instance_id for i in select_instances(filter_spec="a") if i.language == "rs"]
     assert _collected("-k", "rust", "--pb-filter", "a", "--pb-slice", "1:3") == rust[1:3]
@@ -150,6 +157,82 @@ def test_parsed_tasks_are_cached_on_disk_and_a_bad_cache_is_ignored(tmp_path, mo
         files[0].write_text("{not json")
         tasks._load_cached.cache_clear()
         assert tasks._load_cached() == parsed  # a corrupt cache reloads from the package
-        assert len(parsed) == 201
+        assert len(parsed) == 200 + len(fixture_ids())
     finally:
         tasks._load_cached.cache_clear()
+
+
+# --pb-fixtures (issue 23 point 8): the offline fixture tasks never join a real selection or
+# a real denominator; with the flag they are the whole pool.
+
+def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "benchmarks/programbench",
+         "-q", *args], capture_output=True, text=True, timeout=300)
+
+
+def _dry_run(root: Path, *args: str) -> dict:
+    out = _pytest("--dry-run", "--run-root", str(root), *args)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    return json.loads((root / "run_manifest.json").read_text())
+
+
+def test_real_selections_never_bring_in_a_fixture_task() -> None:
+    assert not [i for i in _collected() if i.startswith("testorg__")]
+    assert not [i for i in _collected("-k", "easy") if i.startswith("testorg__")]
+    assert _collected("-k", "calculator") == []
+    assert len(_collected("-k", "not zoxide")) == 199
+    assert not [i for i in _collected("--pb-filter", ".") if i.startswith("testorg__")]
+
+
+def test_pb_fixtures_runs_the_fixture_tasks_only() -> None:
+    assert _collected("--pb-fixtures") == fixture_ids()
+    assert _collected("--pb-fixtures", "-k", "calculator") == [FIXTURE_ID]
+    assert _collected("--pb-fixtures", "--instance", FIXTURE_ID) == [FIXTURE_ID]
+    assert _collected("--pb-fixtures", "-k", "zoxide") == []
+
+
+def test_a_fixture_id_without_the_flag_names_the_flag(tmp_path: Path) -> None:
+    out = _pytest("--instance", FIXTURE_ID, "--dry-run", "--run-root", str(tmp_path / "r"))
+    assert out.returncode == 2
+    assert f"{FIXTURE_ID}: an offline fixture task" in out.stdout + out.stderr
+    assert "add --pb-fixtures" in out.stdout + out.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_denominators_are_honest(tmp_path: Path) -> None:
+    easy = sum(1 for i in select_instances() if i.difficulty == "easy")
+    m = _dry_run(tmp_path / "easy", "-k", "easy")
+    assert m["selection"]["count"] == easy
+    assert m["subset_notice"] == f"{easy} of 200 selected: not the benchmark score"
+    m = _dry_run(tmp_path / "notz", "-k", "not zoxide")
+    assert m["selection"]["count"] == 199
+    assert m["subset_notice"] == "199 of 200 selected: not the benchmark score"
+    # A resume that widens the selection to every task: 200 of 200, no notice.
+    m = _dry_run(tmp_path / "grown", "--resume-from", str(tmp_path / "easy"), "--pb-filter", ".")
+    assert m["selection"]["count"] == 200 and m["subset_notice"] is None
+    assert m["extra"]["resume_selection"]["added"] == 200 - easy
+
+
+def test_a_fixture_run_is_its_own_denominator_and_its_resume_keeps_it(tmp_path: Path) -> None:
+    fixtures = fixture_ids()
+    m = _dry_run(tmp_path / "fx", "--pb-fixtures", "-k", "calculator")
+    assert m["selection"]["instance_ids"] == [f"programbench/{FIXTURE_ID}"]
+    assert m["config"]["programbench.fixtures"] is True
+    assert m["extra"]["benchmark_sizes"] == {"programbench": len(fixtures)}
+    expected = None if len(fixtures) == 1 else \
+        f"1 of {len(fixtures)} selected: not the benchmark score"
+    assert m["subset_notice"] == expected
+    # The resume needs no flag: it resumes the fixture tasks, never the real ones.
+    again = _dry_run(tmp_path / "fx2", "--resume-from", str(tmp_path / "fx"))
+    assert again["selection"]["instance_ids"] == [f"programbench/{FIXTURE_ID}"]
+    assert again["config"]["programbench.fixtures"] is True
+    grown = _dry_run(tmp_path / "fx3", "--resume-from", str(tmp_path / "fx"), "--all-instances")
+    assert grown["selection"]["instance_ids"] == [f"programbench/{i}" for i in fixtures]
+    assert grown["subset_notice"] is None
+    # A real run resumed with --pb-fixtures is refused, naming the difference.
+    _dry_run(tmp_path / "real", "-k", "cmatrix")
+    out = _pytest("--dry-run", "--run-root", str(tmp_path / "mixed"),
+                  "--resume-from", str(tmp_path / "real"), "--pb-fixtures")
+    assert out.returncode == 2, out.stdout[-2000:]
+    assert "programbench.fixtures" in out.stdout + out.stderr
