@@ -4,9 +4,17 @@
     pytest benchmarks/cowork_bench --cowork-root PATH --dry-run
 
 See ``adapter.py`` (options, provenance gate) and ``instance.py`` (one instance).
+
+Without ``--cowork-root`` the benchmark cannot be listed. Named on the command line (its
+folder or a file in it) that is a refusal (one line, exit 2); collected as part of a wider
+folder (``pytest benchmarks``, ``pytest`` from the repository root) it collects nothing and
+says so in one line naming the flag, and the rest of the run goes on.
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,10 +25,35 @@ from harness.errors import RefusalError
 from harness.runtime import RunContext
 
 ADAPTER_KEY = pytest.StashKey[CoworkAdapter]()
+UNLISTED_KEY = pytest.StashKey[bool]()
+HERE = Path(__file__).resolve().parent
+NOT_LISTED = (f"{BENCHMARK}: not listed: pass --cowork-root PATH (a Cowork Bench checkout, "
+              f"e.g. tests/fixtures/cowork_mini) to run it")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+
+
+def named(config: pytest.Config) -> bool:
+    """The command line names this benchmark's folder or something in it."""
+    base = config.invocation_params.dir
+    for arg in config.args:
+        path = (base / str(arg).split("::", 1)[0]).resolve()
+        if path == HERE or HERE in path.parents:
+            return True
+    return False
+
+
+def unlisted(config: pytest.Config) -> bool:
+    """No ``--cowork-root`` and not named: collect nothing (one line says so, once)."""
+    if UNLISTED_KEY not in config.stash:
+        skip = not config.getoption("cowork_root", None) and not named(config)
+        config.stash[UNLISTED_KEY] = skip
+        if skip and not hasattr(config, "workerinput") and not config.option.help:
+            sys.stderr.write(NOT_LISTED + "\n")
+            sys.stderr.flush()
+    return config.stash[UNLISTED_KEY]
 
 
 def adapter_of(config: pytest.Config) -> CoworkAdapter:
@@ -30,12 +63,18 @@ def adapter_of(config: pytest.Config) -> CoworkAdapter:
 
 
 def pytest_harness_adapters(config: pytest.Config) -> list[BenchmarkAdapter]:
-    return [adapter_of(config)]
+    return [] if unlisted(config) else [adapter_of(config)]
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if unlisted(config) and (collection_path == HERE or HERE in collection_path.parents):
+        return True
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Validate the options before anything uses them: one line, exit 2."""
-    if config.option.help or config.option.version:
+    if config.option.help or config.option.version or unlisted(config):
         return
     try:
         CoworkOptions.from_config(config)
