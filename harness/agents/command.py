@@ -510,4 +510,8 @@ def _make(options: AgentOptions) -> Agent:
         gateway = importlib.import_module("harness.model_gateway.agent")
         agent: Agent = gateway.GatewayCommandAgent.from_options(options)
         return agent
+    if options.per_task_limit_usd is not None:
+        raise ValueError("--per-task-limit-usd cannot be enforced for agent kind 'command' "
+                         "without --model-upstream (the harness does not see its model "
+                         "calls): add --model-upstream URL, or drop --per-task-limit-usd")
     return CommandAgent.from_options(options)

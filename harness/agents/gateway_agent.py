@@ -51,11 +51,13 @@ class GatewayAgent:
     kind = "gateway"
 
     def __init__(
-        self, base_url: str, *, policy: PollPolicy | None = None, adapter: str | None = None
+        self, base_url: str, *, policy: PollPolicy | None = None, adapter: str | None = None,
+        limit_usd: float | None = None,
     ) -> None:
         self.base_url = base_url
         self.policy = policy or PollPolicy()
         self.adapter = adapter
+        self.limit_usd = limit_usd  # --per-task-limit-usd: the task is cancelled there
 
     @classmethod
     def from_options(cls, options: AgentOptions) -> GatewayAgent:
@@ -66,7 +68,8 @@ class GatewayAgent:
             updates["interval_s"] = options.poll_interval_s
         if options.client_grace_s is not None:
             updates["client_grace_s"] = options.client_grace_s
-        return cls(options.gateway_url, policy=PollPolicy(**updates), adapter=options.adapter)
+        return cls(options.gateway_url, policy=PollPolicy(**updates), adapter=options.adapter,
+                   limit_usd=options.per_task_limit_usd)
 
     def _body(self, request: AgentRequest) -> TaskCreateRequest:
         body = request.task_body
@@ -105,6 +108,7 @@ class GatewayAgent:
                     client, body, instance_dir=instance_dir, adapter=adapter,
                     timeout_s=request.timeout_sec,
                     secrets=secrets_from_env(request.env_allowlist),
+                    limit_usd=self.limit_usd,
                 )
             except (ClientPollTimeout, ClientPollError) as exc:
                 last = exc.last
@@ -144,6 +148,8 @@ class GatewayAgent:
             "events": run.events,
             "gateway_url": self.base_url,
             **orphan_details,
+            **({"per_task_limit_usd": self.limit_usd, "per_task_limit_reached": run.limit_reached}
+               if run.limit_reached else {}),
         }
         return outcome.model_copy(update={"output_paths": paths, "details": details})
 

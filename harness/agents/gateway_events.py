@@ -51,6 +51,7 @@ class EventsState(BaseModel):
     copied: int = 0
     bytes: int = 0
     usage_observed: bool = False
+    usage_cost_usd: float = 0.0  # the costs ``llm_usage`` records reported (the limit's view)
     last_error: str | None = None
 
 
@@ -68,6 +69,24 @@ def usage_with_tokens(event: Any) -> bool:
                for place in places
                for key in ("prompt_tokens", "completion_tokens", "total_tokens",
                            "input_tokens", "output_tokens"))
+
+
+def usage_cost(event: Any) -> float:
+    """The USD cost an ``llm_usage`` record reports (``cost_usd`` or ``cost``), else 0."""
+    if not isinstance(event, dict):
+        return 0.0
+    kind = event.get("type") or event.get("kind") or event.get("event")
+    body = event.get("llm_usage") if isinstance(event.get("llm_usage"), dict) else None
+    if kind != "llm_usage" and body is None:
+        return 0.0
+    for place in (event, body or {}, event.get("usage") or {}, event.get("data") or {}):
+        if not isinstance(place, dict):
+            continue
+        for key in ("cost_usd", "cost"):
+            value = place.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                return float(value)
+    return 0.0
 
 
 def _scrub_keys(value: Any) -> Any:
@@ -134,6 +153,7 @@ class EventLog:
         for event in events:
             if usage_with_tokens(event):
                 self.status.usage_observed = True
+            self.status.usage_cost_usd += usage_cost(event)
             clean = redact_json(_scrub_keys(event), self.scanner)
             line = json.dumps(clean, sort_keys=True, ensure_ascii=False).encode() + b"\n"
             if size + len(line) > MAX_EVENTS_BYTES:

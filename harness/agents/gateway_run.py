@@ -65,6 +65,31 @@ class TaskRun(BaseModel):
     polls: int
     events_path: str | None = None
     events: dict[str, Any] = {}
+    # Set when ``--per-task-limit-usd`` cancelled the task: what it had spent then.
+    limit_reached: str | None = None
+
+
+class TaskLimitReached(Exception):
+    """The task's spend reached the per-task limit (raised from a poll)."""
+
+
+def limit_check(limit_usd: float | None, events: EventLog | None) -> Any:
+    """A ``wait`` poll callback raising :class:`TaskLimitReached` once the task's spend
+    (the larger of the cost its status reports and the costs of its ``llm_usage`` events)
+    reaches ``limit_usd``; None without a limit."""
+    if limit_usd is None:
+        return None
+
+    def check(result: TaskResult) -> None:
+        from harness.agents.classify import result_cost
+
+        reported, _ = result_cost(result)
+        seen = events.status.usage_cost_usd if events is not None else 0.0
+        spent = max(reported or 0.0, seen)
+        if spent >= limit_usd and result.status not in ("completed", "failed", "cancelled"):
+            raise TaskLimitReached(f"spent ${spent:.6f} of ${limit_usd:g}")
+
+    return check
 
 
 def reattach_decision(client: GatewayClient, checkpoint_path: Path) -> ReattachDecision:
@@ -102,11 +127,15 @@ def run_task(
     timeout_s: float | None = None,
     assign_task_id: bool = True,
     secrets: Mapping[str, str] | None = None,
+    limit_usd: float | None = None,
 ) -> TaskRun:
     """Reattach or submit, then wait; cancel the task if interrupted (Ctrl-C, stop).
 
     The task's events are copied (scrubbed of ``secrets``) before every status request
-    (:mod:`harness.agents.gateway_events`)."""
+    (:mod:`harness.agents.gateway_events`). With ``limit_usd`` (``--per-task-limit-usd``)
+    the task is cancelled once its spend reaches it (:func:`limit_check`); the result
+    then says ``reason_code: per_task_limit_reached`` (the server's own answer is kept in
+    ``task_result.json``)."""
     instance_dir = Path(instance_dir)
     instance_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_path = instance_dir / CHECKPOINT_NAME
@@ -133,8 +162,16 @@ def run_task(
             task_id = client.submit(request).task_id
             write_checkpoint(checkpoint_path, task_id, "submitted", None, client.base_url, 0)
         events = EventLog(client, task_id, instance_dir, secrets)
-        result = client.wait(task_id, timeout_s=wait_s, checkpoint_path=checkpoint_path,
-                             events=events)
+        limit_reached: str | None = None
+        try:
+            result = client.wait(task_id, timeout_s=wait_s, checkpoint_path=checkpoint_path,
+                                 events=events, on_poll=limit_check(limit_usd, events))
+        except TaskLimitReached as exc:
+            limit_reached = str(exc)
+            log.warning("task %s reached --per-task-limit-usd (%s): cancelling", task_id, exc)
+            client.cancel(task_id)
+            result = client.wait(task_id, timeout_s=client.policy.cancel_settle_s,
+                                 checkpoint_path=checkpoint_path, events=events)
         for _ in range(MAX_FINAL_EVENT_PAGES):  # what the task logged as it settled
             before = events.status.copied
             if events.copy().copied == before:
@@ -151,8 +188,11 @@ def run_task(
         raise
     result_path = instance_dir / RESULT_NAME
     atomic_write_json(result_path, result)
+    if limit_reached is not None:
+        result = result.model_copy(update={"reason_code": "per_task_limit_reached"})
     return TaskRun(
         task_id=task_id,
+        limit_reached=limit_reached,
         result=result,
         reattached=decision.action == "reattach",
         decision=decision,

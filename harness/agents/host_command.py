@@ -141,6 +141,10 @@ class HostCommandAgent:
         if not cmd or not (cmd.strip() if isinstance(cmd, str) else cmd):
             raise ValueError("--agent host-command needs the agent's command line "
                              "(--agent-command CMD)")
+        if options.per_task_limit_usd is not None:
+            raise ValueError("--per-task-limit-usd cannot be enforced for agent kind "
+                             "'host-command' (its model calls do not go through the harness; "
+                             "its cost file is read only when it ends): drop the option")
         return cls(cmd if isinstance(cmd, str) else " ".join(cmd))
 
     def run(self, request: AgentRequest) -> AgentOutcome:

@@ -16,8 +16,13 @@ a call, the instance's cost is unknown (never $0). The trajectory
 (``mini_swe_agent.traj.json``) is bounded: each observation's stored output is cut to
 :data:`MAX_OUTPUT_CHARS`.
 
+``--per-task-limit-usd`` is checked before every model call against the instance's spend
+so far (the same accounting as the row's cost): once it is reached, or a call's cost is
+unknown, no further call goes out and the instance is the agent's failure
+``per_task_limit_reached`` (the work so far is scored).
+
 Exit statuses: ``Submitted`` completes; ``LimitsExceeded`` is the agent's failure
-``step_limit_reached`` or ``cost_limit_reached``; ``TimeExceeded`` is ``deadline_local``
+``step_limit_reached``, ``cost_limit_reached`` or ``per_task_limit_reached``; ``TimeExceeded`` is ``deadline_local``
 (truncated); ``RepeatedFormatError`` is ``repeated_format_error``; a model API error
 after the package's retries is infrastructure (``model_api_error``).
 """
@@ -237,15 +242,17 @@ def account(messages: list[dict[str, Any]], model: str,
 class MiniSweAgent:
     kind = "mini-swe-agent"
 
-    def __init__(self, config: dict[str, Any], files: list[str], prices: ModelPrices) -> None:
+    def __init__(self, config: dict[str, Any], files: list[str], prices: ModelPrices,
+                 limit_usd: float | None = None) -> None:
         self.config = config
         self.files = files
         self.prices = prices
+        self.limit_usd = limit_usd
 
     @classmethod
     def from_options(cls, options: AgentOptions) -> MiniSweAgent:
         config, files = load_config(options.agent_config, options.solve_model)
-        return cls(config, files, load_prices(options.model_prices))
+        return cls(config, files, load_prices(options.model_prices), options.per_task_limit_usd)
 
     @property
     def model_name(self) -> str:
@@ -276,7 +283,27 @@ class MiniSweAgent:
                 else min(limit, int(request.timeout_sec))
         agent_cfg["output_path"] = traj
 
+        limit_usd, model_name, prices = self.limit_usd, self.model_name, self.prices
+        limit_hit: list[str] = []  # why the per-task limit stopped the loop
+
         class _Agent(DefaultAgent):  # type: ignore[misc]
+            def query(self) -> dict[str, Any]:
+                """Before each model call: the instance's spend so far (this module's
+                accounting, the row's) must be known and under ``--per-task-limit-usd``."""
+                if limit_usd is not None:
+                    _, spent, unpriced, _ = account(self.messages, model_name, prices)
+                    if unpriced or spent is None or spent >= limit_usd:
+                        from minisweagent.exceptions import LimitsExceeded
+
+                        limit_hit.append("cost_unknown" if spent is None else
+                                         f"spent ${spent:.6f} of ${limit_usd:g}")
+                        raise LimitsExceeded({"role": "exit", "content": "LimitsExceeded",
+                                              "extra": {"exit_status": "LimitsExceeded",
+                                                        "submission": "",
+                                                        "per_task_limit": limit_hit[-1]}})
+                message: dict[str, Any] = super().query()
+                return message
+
             def serialize(self, *extra_dicts: dict[str, Any]) -> dict[str, Any]:
                 data: dict[str, Any] = super().serialize(*extra_dicts)
                 for msg in data.get("messages", []):
@@ -308,6 +335,8 @@ class MiniSweAgent:
         tokens, cost, unpriced, source = account(agent.messages, self.model_name, self.prices)
         step_limit = int(agent.config.step_limit or 0)
         reason = _reason(status, agent.n_calls, step_limit, infra)
+        if limit_hit and status == "LimitsExceeded":
+            reason = "per_task_limit_reached"
         record = MiniRunRecord(
             mini_version=__version__, model=self.model_name, config_files=self.files,
             exit_status=status, reason_code=reason, steps=agent.n_calls, cost_usd=cost,
@@ -325,7 +354,10 @@ class MiniSweAgent:
             cost_known=cost is not None, tokens=tokens, duration_s=round(wall, 3),
             output_paths=paths,
             details={"steps": agent.n_calls, "exit_status": status, "cost_source": source,
-                     "model": self.model_name, **({"error": error} if error else {})})
+                     "model": self.model_name, **({"error": error} if error else {}),
+                     **({"per_task_limit_usd": limit_usd,
+                         "per_task_limit_reached": limit_hit[-1]}
+                        if limit_hit else {})})
 
 
 def _is_model_error(exc: BaseException) -> bool:

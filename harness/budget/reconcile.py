@@ -262,7 +262,8 @@ def describe_state(state: CampaignState, path: str) -> str:
         f"settled {_money(state.settled_usd)})",
         f"  outstanding  {_money(state.outstanding_usd)}",
         f"  available    {_money(state.available_usd)}",
-        f"  runs         {len(state.runs)} finished, {len(state.active_runs)} active",
+        f"  runs         {len(state.runs)} finished, {len(state.active_runs)} active"
+        + (f" (the last {min(5, len(state.runs))} below)" if state.runs else ""),
     ]
     for entry in state.active_runs.values():
         status = custody.liveness(entry)
@@ -270,6 +271,15 @@ def describe_state(state: CampaignState, path: str) -> str:
             f"    {entry.run_id}: pid {entry.pid} on {entry.host} [{status}], "
             f"{len(entry.reservations)} reservation(s) {_money(entry.outstanding_usd)}, "
             f"settled {_money(entry.settled_usd)}, root {entry.run_root}"
+            + (f", took over {', '.join(entry.took_over)}" if entry.took_over else "")
+        )
+    for record in state.runs[-5:]:
+        lines.append(
+            f"    {record.run_id}: {record.outcome}"
+            + (f" (by {record.taken_over_by})" if record.taken_over_by else "")
+            + f", settled {_money(record.settled_usd)} over {record.settled_count} instance(s)"
+            + (f", {record.unknown_cost_count} of unknown cost" if record.unknown_cost_count
+               else "")
         )
     return "\n".join(lines)
 

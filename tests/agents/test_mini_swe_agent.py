@@ -36,7 +36,7 @@ def prices(path: Path) -> Path:
 def test_mini_swe_agent_solves_the_fixture(tmp_path: Path) -> None:
     server = start_fake_model_server(solve_script(), log=tmp_path / "requests.jsonl")
     try:
-        run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator",
+        run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator",
                          "--agent", "mini-swe-agent", "--solve-model", MODEL,
                          "--agent-config", str(agent_config(tmp_path / "c.yaml", server.base_url)),
                          "--model-prices", str(prices(tmp_path / "p.json")))
@@ -65,7 +65,7 @@ def test_mini_swe_agent_solves_the_fixture(tmp_path: Path) -> None:
 def test_mini_swe_agent_step_limit_is_an_agent_failure(tmp_path: Path) -> None:
     server = start_fake_model_server(partial_script())
     try:
-        run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator",
+        run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator",
                          "--agent", "mini-swe-agent", "--solve-model", MODEL,
                          "--agent-config",
                          str(agent_config(tmp_path / "c.yaml", server.base_url, step_limit=4)),
@@ -100,10 +100,12 @@ def test_litellm_stays_off_the_collection_path_and_bad_configs_refuse(tmp_path: 
     assert proc.stdout.strip() == "[]"
     bad = tmp_path / "bad.yaml"
     bad.write_text("- just\n- a list\n")
-    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "mini-swe-agent",
-                     "--solve-model", MODEL, "--agent-config", str(bad))
+    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator",
+                     "--agent", "mini-swe-agent", "--solve-model", MODEL,
+                     "--agent-config", str(bad))
     assert run.rc == 2 and "top level must be a mapping" in run.out, run.out
-    run = run_pytest(TARGET, tmp_path / "run2", "-k", "calculator", "--agent", "mini-swe-agent")
+    run = run_pytest(TARGET, tmp_path / "run2", "--pb-fixtures", "-k", "calculator",
+                     "--agent", "mini-swe-agent")
     assert run.rc == 2 and "--solve-model" in run.out, run.out
 
 
@@ -119,3 +121,24 @@ def test_an_unpriced_call_leaves_the_cost_unknown_not_zero() -> None:
     assert cost is None and unpriced == 1 and source == "unknown" and tokens.total == 24
     tokens, cost, unpriced, source = account([priced, priced], "openai/x", ModelPrices())
     assert cost == 1.0 and source == "agent_reported"
+
+
+def test_issue23_item5_mini_swe_agent_stops_at_the_per_task_limit(tmp_path: Path) -> None:
+    """Before: ``--per-task-limit-usd`` was ignored for mini-swe-agent (it looped on).
+    Each call costs $0.003: three calls spend $0.009 < $0.01, the fourth crosses it, and
+    no fifth call goes out."""
+    server = start_fake_model_server(partial_script(), log=tmp_path / "requests.jsonl")
+    try:
+        run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator",
+                         "--agent", "mini-swe-agent", "--solve-model", MODEL,
+                         "--agent-config", str(agent_config(tmp_path / "c.yaml", server.base_url)),
+                         "--model-prices", str(prices(tmp_path / "p.json")),
+                         "--per-task-limit-usd", "0.01")
+    finally:
+        server.stop()
+    assert run.rc == 0, run.out  # scored, the agent's failure
+    row = run.latest[FIXTURE_ID]
+    assert row["outcome"] == "agent_failed" and row["reason_code"] == "per_task_limit_reached", row
+    assert row["details"]["agent_details"]["steps"] == 4
+    assert row["cost_usd"] == pytest.approx(4 * 0.003) and row["cost_known"] is True
+    assert len((tmp_path / "requests.jsonl").read_text().splitlines()) == 4

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from benchmarks.programbench import FIXTURE_ID
@@ -30,7 +31,8 @@ def gateway_run(tmp_path: Path, name: str, upstream_url: str, *extra: str):
     params = {"key_parts": [KEY], "model": "fake-model", "stream": False, "max_steps": 50}
     root = tmp_path / name
     with SdkInjector(root, params):
-        return run_pytest(TARGET, root, "-k", "calculator", "--agent", "command",
+        return run_pytest(TARGET, root, "--pb-fixtures", "-k", "calculator",
+                          "--agent", "command",
                           "--agent-command", AGENT_COMMAND, "--model-upstream", upstream_url,
                           "--model-prices", str(prices), "--per-task-limit-usd", str(LIMIT),
                           *extra, env={"HARNESS_MODEL_API_KEY": KEY})
@@ -41,7 +43,7 @@ def test_per_task_limit_stops_the_agent_and_the_campaign_settles_exactly(
     upstream = start_fake_model_server({"responses": [step("ls -la")], "loop": True})
     campaign = tmp_path / "campaign.json"
     budget = ("--campaign-file", str(campaign), "--campaign-budget-usd", "5",
-              "--per-task-reserve-usd", "1")
+              "--per-task-reserve-usd", "1", "--unknown-cost-allowance-usd", "1")
     try:
         runs = [gateway_run(tmp_path, f"r{i}", upstream.base_url, *budget) for i in (1, 2)]
     finally:
@@ -66,3 +68,43 @@ def test_per_task_limit_stops_the_agent_and_the_campaign_settles_exactly(
     assert state["settled_usd"] == pytest.approx(8 * PER_CALL, abs=1e-12)
     assert state["spent_usd"] == pytest.approx(8 * PER_CALL, abs=1e-12)
     assert state["outstanding_usd"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_issue23_item5_a_gateway_task_is_cancelled_at_the_per_task_limit(
+        tmp_path: Path) -> None:
+    """Before: ``--per-task-limit-usd`` was ignored for ``--agent gateway``. The task's
+    spend (its status' cost and its ``llm_usage`` events) reaches the limit: the harness
+    cancels it; the row is the agent's failure ``per_task_limit_reached``, scored."""
+    from tests.agents.agents_support import start_server
+
+    steps = [{"run": "true", "sleep_s": 0.3, "cost_usd": 0.2, "prompt_tokens": 100,
+              "completion_tokens": 10} for _ in range(30)]
+    server = start_server(tmp_path / "server", {"default_plan": {"steps": steps},
+                                                "docker_user": "agent"})
+    try:
+        run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator",
+                         "--agent", "gateway", "--gateway-url", server.url,
+                         "--gateway-poll-sec", "0.1", "--per-task-limit-usd", "0.5")
+        state = httpx.get(f"{server.url}/api/state", timeout=5, trust_env=False).json()
+    finally:
+        server.stop()
+    assert run.rc == 0, run.out  # scored: the agent's failure, not infrastructure
+    row = run.latest[FIXTURE_ID]
+    assert row["outcome"] == "agent_failed" and row["reason_code"] == "per_task_limit_reached", row
+    assert row["official_eval_status"] == "completed"
+    task = row["details"]["task_id"]
+    assert state["cancels"] == [task] and state["tasks"][task] == "cancelled"
+    # stopped at the first poll past the limit: a few steps, far from all 30
+    assert 0.5 <= row["cost_usd"] <= 1.2, row
+    assert row["details"]["agent_details"]["per_task_limit_reached"].startswith("spent $")
+
+
+def test_issue23_item5_kinds_whose_spend_is_invisible_refuse_the_limit(tmp_path: Path) -> None:
+    for name, agent in (("cmd", ("--agent", "command", "--agent-command", "true")),
+                        ("host", ("--agent", "host-command", "--agent-command", "true"))):
+        run = run_pytest(TARGET, tmp_path / name, "--pb-fixtures", "-k", "calculator", *agent,
+                         "--per-task-limit-usd", "1")
+        assert run.rc == 2, run.out
+        kind = agent[1]
+        assert f"--per-task-limit-usd cannot be enforced for agent kind '{kind}'" in run.out
+        assert not list((tmp_path / name).glob("programbench/*/"))  # no instance ran
