@@ -39,7 +39,7 @@ def agent_script(path: Path) -> Path:
 
 def test_host_command_agent_solves_the_fixture_through_harness_exec(tmp_path: Path) -> None:
     script = agent_script(tmp_path / "agent.sh")
-    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "host-command",
+    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "host-command",
                      "--agent-command", f"bash {script}", "--agent-env", "AGENT_TEST_KEY",
                      env={"HARNESS_MODEL_API_KEY": "sk-planted-model-key-0123456789",
                           "AGENT_TEST_KEY": "named-agent-key-0123456789"})

@@ -25,7 +25,7 @@ def test_programbench_refuses_gvisor_which_ignores_the_reference_launchers_setui
 ) -> None:
     # Measured: under Debian's runsc a setuid program keeps the caller's euid (AT_SECURE 0),
     # so the reference's launcher could not open the protected program: refused up front.
-    run = run_pytest(TARGET, tmp_path / "runsc", "-k", "calculator", "--agent", "oracle",
+    run = run_pytest(TARGET, tmp_path / "runsc", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
                      "--runtime", RUNTIME)
     assert run.rc == 2, run.out
     assert run.manifest["refusal"]["reason"] == "runtime_unsupported"
@@ -60,7 +60,7 @@ def test_cowork_agent_container_runs_under_gvisor(tmp_path: Path) -> None:
 
 
 def test_unregistered_runtime_is_refused_before_any_sandbox(tmp_path: Path) -> None:
-    run = run_pytest(TARGET, tmp_path / "bogus", "-k", "calculator", "--agent", "oracle",
+    run = run_pytest(TARGET, tmp_path / "bogus", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
                      "--runtime", "no-such-runtime")
     assert run.rc == 2, run.out
     assert "--runtime no-such-runtime: the Docker daemon has no runtime of that name" in run.out

@@ -43,7 +43,7 @@ def no_containers(run_id: str) -> None:
 
 @pytest.mark.docker
 def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
-    oracle = run_pytest(TARGET, tmp_path / "oracle", "-k", "calculator", "--agent", "oracle")
+    oracle = run_pytest(TARGET, tmp_path / "oracle", "--pb-fixtures", "-k", "calculator", "--agent", "oracle")
     assert oracle.rc == 0, oracle.out
     row = fixture_row(oracle)
     assert row["score"] == 1.0 and row["resolved"] is True and row["near_resolved"] is True
@@ -53,7 +53,7 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
     assert submitted(oracle) == ["README.md", "calculator.sh", "compile.sh"]
     assert oracle.manifest["extra"]["official_parity"]["ok"] is True  # == programbench info
     no_containers(oracle.manifest["run_id"])
-    nop = run_pytest(TARGET, tmp_path / "nop", "-k", "calculator", "--agent", "nop")
+    nop = run_pytest(TARGET, tmp_path / "nop", "--pb-fixtures", "-k", "calculator", "--agent", "nop")
     assert nop.rc == 0, nop.out  # settled (unresolved) is not an infrastructure failure
     row = fixture_row(nop)
     assert row["score"] == 0.0 and row["resolved"] is False
@@ -66,7 +66,7 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 def test_batch_eval_scores_at_session_end(tmp_path: Path) -> None:
-    run = run_pytest(TARGET, tmp_path / "batch", "-k", "calculator", "--agent", "oracle",
+    run = run_pytest(TARGET, tmp_path / "batch", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
                      "--eval", "batch")
     assert run.rc == 0, run.out
     pending, final = [r for r in run.rows if r["instance_id"] == FIXTURE_ID]
@@ -87,7 +87,7 @@ def test_gateway_replays_the_oracle_through_the_reference_server(tmp_path: Path)
     server = start_server(tmp_path / "server", {"default_plan": {"steps": steps},
                                                 "docker_user": "agent"})
     try:
-        run = run_pytest(TARGET, tmp_path / "gw", "-k", "calculator", "--agent", "gateway",
+        run = run_pytest(TARGET, tmp_path / "gw", "--pb-fixtures", "-k", "calculator", "--agent", "gateway",
                          "--gateway-url", server.url, "--gateway-poll-sec", "0.2")
     finally:
         server.stop()

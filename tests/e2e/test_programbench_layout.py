@@ -15,7 +15,7 @@ pytestmark = pytest.mark.docker
 
 
 def test_cleanroom_layout_is_adapted_and_scored(tmp_path: Path) -> None:
-    run = run_pytest("benchmarks/programbench", tmp_path / "run", "-k", "calculator",
+    run = run_pytest("benchmarks/programbench", tmp_path / "run", "--pb-fixtures", "-k", "calculator",
                      "--agent", "oracle", "--pb-fixture-layout", "cleanroom")
     assert run.rc == 0, run.out
     row = run.latest[FIXTURE_ID]

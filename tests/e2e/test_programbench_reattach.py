@@ -50,7 +50,7 @@ def containers(run_root: Path) -> list[str]:
 def killed_run(root: Path, server: RefServer) -> None:
     """Start the gateway run, SIGKILL it once its task is submitted."""
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", TARGET,
-           "--run-root", str(root), "-k", "calculator", "--agent", "gateway",
+           "--run-root", str(root), "--pb-fixtures", "-k", "calculator", "--agent", "gateway",
            "--gateway-url", server.url, "--gateway-poll-sec", "0.2"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_XDIST_WORKER",
                                                             "PYTEST_ADDOPTS")}
@@ -65,7 +65,7 @@ def killed_run(root: Path, server: RefServer) -> None:
 
 
 def resume(root: Path, parent: Path, server: RefServer) -> Run:
-    return run_pytest(TARGET, root, "-k", "calculator", "--agent", "gateway",
+    return run_pytest(TARGET, root, "--pb-fixtures", "-k", "calculator", "--agent", "gateway",
                       "--gateway-url", server.url, "--gateway-poll-sec", "0.2",
                       "--resume-from", str(parent))
 

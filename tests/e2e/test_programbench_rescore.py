@@ -19,7 +19,7 @@ BROKEN_EVAL = {"PROGRAMBENCH_DOCKER_RUN_TIMEOUT": "0"}
 
 
 def test_point2_resume_rescores_the_kept_submission(tmp_path: Path) -> None:
-    first = run_pytest(TARGET, tmp_path / "a", "-k", "calculator", "--agent", "oracle",
+    first = run_pytest(TARGET, tmp_path / "a", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
                        env=BROKEN_EVAL)
     row = first.latest[FIXTURE_ID]
     assert row["outcome"] == "infra_failed" and row["reason_code"] == "official_eval_error", \
@@ -49,7 +49,7 @@ def test_point2_resume_rescores_the_kept_submission(tmp_path: Path) -> None:
 def test_issue23_eval_off_is_not_a_score_and_a_resume_scores_it(tmp_path: Path) -> None:
     """Issue 23 point 7: an ``--eval off`` row is no settled score of 0. It is skipped with
     the submission kept, and a resume with an eval scores that submission (no new solve)."""
-    first = run_pytest(TARGET, tmp_path / "a", "-k", "calculator", "--agent", "oracle",
+    first = run_pytest(TARGET, tmp_path / "a", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
                        "--eval", "off")
     assert first.rc == 0, first.out
     row = first.latest[FIXTURE_ID]

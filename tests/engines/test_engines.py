@@ -97,7 +97,7 @@ def test_programbench_fixture_on_the_second_engine_scores_one(
     tmp_path: Path, second_engine: Engine
 ) -> None:
     path = engines_file(tmp_path, [(second_engine.url, 1)])
-    run = run_pytest("benchmarks/programbench", tmp_path / "run", "-k", "calculator",
+    run = run_pytest("benchmarks/programbench", tmp_path / "run", "--pb-fixtures", "-k", "calculator",
                      "--agent", "oracle", "--engines", str(path))
     assert run.rc == 0, run.out
     row = run.latest[FIXTURE_ID]

@@ -43,7 +43,7 @@ def row_of(run) -> dict:
 def test_fixture_pulled_from_the_mirror_is_recorded_and_scored(registry, tmp_path: Path) -> None:
     reg, digest = registry
     before = reg.docker_pulls(REPO)
-    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "oracle",
+    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
                      "--image-mirror", reg.host, "--pull", "always")
     assert run.rc == 0, run.out
     row = row_of(run)
@@ -61,7 +61,7 @@ def test_fixture_pulled_from_the_mirror_is_recorded_and_scored(registry, tmp_pat
 def test_prefetch_with_dry_run_pulls_and_records_without_running(registry, tmp_path: Path) -> None:
     reg, digest = registry
     before = reg.docker_pulls(REPO)
-    run = run_pytest(TARGET, tmp_path / "prefetch", "-k", "calculator", "--dry-run",
+    run = run_pytest(TARGET, tmp_path / "prefetch", "--pb-fixtures", "-k", "calculator", "--dry-run",
                      "--pull", "always", "--image-mirror", reg.host)
     assert run.rc == 0, run.out
     row = row_of(run)
@@ -75,7 +75,7 @@ def test_unreachable_registry_is_a_pull_failure_after_retries(tmp_path: Path) ->
     from tests.images.registry_support import free_port
 
     dead = f"127.0.0.1:{free_port()}"  # nothing listens there
-    run = run_pytest(TARGET, tmp_path / "dead", "-k", "calculator", "--agent", "oracle",
+    run = run_pytest(TARGET, tmp_path / "dead", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
                      "--image-mirror", dead, "--pull", "always", "--pull-retries", "1")
     assert run.rc == 1, run.out
     row = row_of(run)
@@ -88,7 +88,7 @@ def test_digest_pin_mismatch_is_refused(registry, tmp_path: Path) -> None:
     reg, _ = registry
     pins = tmp_path / "pins.json"
     pins.write_text(json.dumps({FIXTURE_ID: "sha256:" + "0" * 64}))
-    run = run_pytest(TARGET, tmp_path / "pinned", "-k", "calculator", "--agent", "oracle",
+    run = run_pytest(TARGET, tmp_path / "pinned", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
                      "--image-mirror", reg.host, "--image-digest-file", str(pins))
     assert run.rc == 2, run.out
     assert run.manifest["outcome"] == "refused"
@@ -101,7 +101,7 @@ def test_digest_pin_runs_exactly_the_pinned_image(registry, tmp_path: Path) -> N
     reg, digest = registry
     pins = tmp_path / "pins.json"
     pins.write_text(json.dumps({FIXTURE_ID: digest}))
-    run = run_pytest(TARGET, tmp_path / "pinned", "-k", "calculator", "--agent", "oracle",
+    run = run_pytest(TARGET, tmp_path / "pinned", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
                      "--image-mirror", reg.host, "--image-digest-file", str(pins))
     assert run.rc == 0, run.out
     image = row_of(run)["details"]["image"]
@@ -111,7 +111,7 @@ def test_digest_pin_runs_exactly_the_pinned_image(registry, tmp_path: Path) -> N
 def test_bad_digest_file_is_a_one_line_refusal(tmp_path: Path) -> None:
     pins = tmp_path / "pins.json"
     pins.write_text(json.dumps({FIXTURE_ID: "latest"}))
-    run = run_pytest(TARGET, tmp_path / "bad", "-k", "calculator", "--dry-run",
+    run = run_pytest(TARGET, tmp_path / "bad", "--pb-fixtures", "-k", "calculator", "--dry-run",
                      "--image-digest-file", str(pins))
     assert run.rc == 2, run.out
     assert run.manifest["refusal"]["reason"] == "bad_digest_file"
@@ -137,7 +137,7 @@ def test_two_workers_needing_one_image_make_one_pull(registry, tmp_path: Path) -
 
 def test_resume_refuses_an_image_repushed_with_other_content(registry, tmp_path: Path) -> None:
     reg, digest = registry
-    first = run_pytest(TARGET, tmp_path / "a", "-k", "calculator", "--agent", "nop",
+    first = run_pytest(TARGET, tmp_path / "a", "--pb-fixtures", "-k", "calculator", "--agent", "nop",
                        "--image-mirror", reg.host, "--pull", "always")
     assert first.rc == 0, first.out
     base = subprocess.run(["docker", "images", "-q", "harness/base"], capture_output=True,

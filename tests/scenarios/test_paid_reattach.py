@@ -105,7 +105,7 @@ def test_paid_reattach_after_sigkill_is_admitted_and_charges_the_task_once(
     server = start_server(tmp_path / "server", {"default_plan": plan(10.0),
                                                 "docker_user": "agent"})
     provider = FakeProvider(server, meter)
-    options = ["--pb-fixtures", "--pb-fixtures", "-k", "calculator", "--agent", "gateway",
+    options = ["--pb-fixtures", "-k", "calculator", "--agent", "gateway",
                "--gateway-url", server.url, "--gateway-poll-sec", "0.2",
                "--campaign-file", str(campaign), "--campaign-budget-usd", "5",
                "--per-task-reserve-usd", "1", "--meter", f"fake-file:{meter}",

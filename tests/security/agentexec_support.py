@@ -15,7 +15,7 @@ TARGET = "benchmarks/programbench"
 
 def attack(root: Path, command: str, *args: str) -> tuple[Run, dict[str, Any]]:
     """Run ``command`` as the agent on the fixture; the run and the fixture's row."""
-    run = run_pytest(TARGET, root, "-k", "calculator", "--agent", "command",
+    run = run_pytest(TARGET, root, "--pb-fixtures", "-k", "calculator", "--agent", "command",
                      "--agent-command", command, *args)
     assert FIXTURE_ID in run.latest, run.out[-3000:]
     return run, run.latest[FIXTURE_ID]

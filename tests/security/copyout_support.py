@@ -32,7 +32,7 @@ def oracle_script() -> str:
 
 def attack(tmp_path: Path, name: str, command: str, *args: str) -> Run:
     """One run of the fixture with ``command`` as the agent (bash, in /workspace)."""
-    return run_pytest(TARGET, tmp_path / name, "-k", "calculator", "--agent", "command",
+    return run_pytest(TARGET, tmp_path / name, "--pb-fixtures", "-k", "calculator", "--agent", "command",
                       "--agent-command", command, *args)
 
 

@@ -8,7 +8,7 @@ Unset or empty: the daemon's default runtime (runc). Usage in an attack test::
 
     from tests.security.runtime_support import security_runtime_args
 
-    run = run_pytest("benchmarks/programbench", root, "-k", "calculator",
+    run = run_pytest("benchmarks/programbench", root, "--pb-fixtures", "-k", "calculator",
                      "--agent", "command", "--agent-command", attack,
                      *security_runtime_args())
 """

@@ -33,7 +33,7 @@ def test_gateway_steps_run_as_the_agent_user_and_cannot_read_the_reference(
     ]}  # fmt: skip
     server = start_server(tmp_path / "server", {"default_plan": plan})  # no docker_user set
     try:
-        run = run_pytest(TARGET, tmp_path / "gw", "-k", "calculator", "--agent", "gateway",
+        run = run_pytest(TARGET, tmp_path / "gw", "--pb-fixtures", "-k", "calculator", "--agent", "gateway",
                          "--gateway-url", server.url, "--gateway-poll-sec", "0.2")
     finally:
         server.stop()

@@ -42,7 +42,7 @@ print("PROBE " + json.dumps(out))
 def test_exec_socket_runs_only_as_the_agent_user(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "host-command",
+    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "host-command",
                      "--agent-command", f"{sys.executable} {probe}")
     assert run.rc == 0, run.out
     row = run.latest[FIXTURE_ID]

@@ -52,7 +52,7 @@ def test_in_sandbox_sdk_agent_solves_through_the_gateway_without_the_key(tmp_pat
     root = tmp_path / "run"
     try:
         with SdkInjector(root, params) as injector:
-            run = run_pytest(TARGET, root, "-k", "calculator", "--agent", "command",
+            run = run_pytest(TARGET, root, "--pb-fixtures", "-k", "calculator", "--agent", "command",
                              "--agent-command", AGENT_COMMAND,
                              "--model-upstream", f"http://127.0.0.1:{port}/v1",
                              env={"HARNESS_MODEL_API_KEY": key})
@@ -95,7 +95,7 @@ def test_in_sandbox_sdk_agent_solves_through_the_gateway_without_the_key(tmp_pat
 
 
 def test_gateway_refuses_to_hand_its_key_to_the_sandbox(tmp_path: Path) -> None:
-    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "command",
+    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
                      "--agent-command", "true", "--model-upstream", "http://127.0.0.1:9/v1",
                      "--agent-env", "HARNESS_MODEL_API_KEY",
                      env={"HARNESS_MODEL_API_KEY": "sk-x-" + secrets.token_hex(8)})

@@ -40,7 +40,7 @@ def official_eval_json(run, row: dict) -> dict:  # type: ignore[no-untyped-def]
 def test_wrong_program_with_forcing_conftest_scores_exactly_zero(tmp_path: Path) -> None:
     # control: the bare official eval is fooled by these files (what the issue measured)
     assert raw_official_score(tmp_path / "control", CHEAT) == 1.0
-    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "command",
+    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
                      "--agent-command", agent_command(CHEAT))
     row = fixture_row(run)
     assert row["official_eval_status"] == "completed", run.out
@@ -66,7 +66,7 @@ def test_overrides_written_by_compile_sh_are_removed_before_the_tests(tmp_path: 
         "printf 'not a folder' > eval\n"  # the tests cannot even be unpacked over this
     )
     files = {"compile.sh": build_cheat, ".hidden/force.py": FORCE_PASS_CONFTEST}
-    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "command",
+    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
                      "--agent-command", agent_command(files))
     row = fixture_row(run)
     assert row["official_eval_status"] == "completed", run.out
@@ -84,7 +84,7 @@ def test_honest_test_scaffolding_does_not_break_a_correct_solution(tmp_path: Pat
     }
     # control: the bare official eval zeroes this correct solution
     assert raw_official_score(tmp_path / "control", files) == 0.0
-    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "command",
+    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
                      "--agent-command", agent_command(files))
     row = fixture_row(run)
     assert row["official_eval_status"] == "completed", run.out
@@ -120,7 +120,7 @@ def test_a_program_that_forges_its_results_scores_what_it_earns(tmp_path: Path) 
              "compile.sh": "#!/bin/bash\ncp program.sh executable\nchmod +x executable\n"}
     # control: the bare official eval is fooled
     assert raw_official_score(tmp_path / "control", files) == 1.0
-    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "command",
+    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
                      "--agent-command", agent_command(files))
     row = fixture_row(run)
     assert row["official_eval_status"] == "completed", run.out
@@ -129,7 +129,7 @@ def test_a_program_that_forges_its_results_scores_what_it_earns(tmp_path: Path) 
 
 
 def test_batch_eval_scores_the_guarded_submission(tmp_path: Path) -> None:
-    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "command",
+    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
                      "--agent-command", agent_command(CHEAT), "--eval", "batch")
     row = fixture_row(run)
     assert row["official_eval_status"] == "completed", run.out
@@ -150,7 +150,7 @@ def test_a_build_that_plants_a_pytest_plugin_is_refused(tmp_path: Path) -> None:
     files = {"compile.sh": PRINT_42_COMPILE + plant, ".hidden/force.py": FORCE_PASS_CONFTEST}
     # control: the bare official eval is fooled
     assert raw_official_score(tmp_path / "control", files) == 1.0
-    run = run_pytest(TARGET, tmp_path / "run", "-k", "calculator", "--agent", "command",
+    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
                      "--agent-command", agent_command(files))
     row = fixture_row(run)
     assert row["infra"] is False and row["outcome"] == "agent_failed", run.out

@@ -76,7 +76,7 @@ def contents(root: Path) -> dict[str, bytes]:
 def test_agent_env_secret_leaked_in_every_form_is_redacted_and_recorded(
         tmp_path: Path) -> None:
     secret = "hxsecret-" + secrets.token_hex(20)
-    run = run_pytest(TARGET, tmp_path / "leak", "-k", "calculator", "--agent", "command",
+    run = run_pytest(TARGET, tmp_path / "leak", "--pb-fixtures", "-k", "calculator", "--agent", "command",
                      "--agent-command", LEAK, "--agent-env", VAR, env={VAR: secret})
     # the row settles normally: scored (a wrong program), not an infrastructure failure
     row = run.latest[FIXTURE_ID]

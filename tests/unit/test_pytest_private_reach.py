@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_a_refusal_is_printed_once(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "benchmarks/programbench", "-k", "calculator",
+        [sys.executable, "-m", "pytest", "benchmarks/programbench", "--pb-fixtures", "-k", "calculator",
          "--runtime", "runsc", "-p", "no:cacheprovider", "--run-root", str(tmp_path / "run")],
         cwd=REPO, capture_output=True, text=True, timeout=300,
         env=dict(os.environ, PYTHONPATH=str(REPO)))
