@@ -188,7 +188,8 @@ class Controller:
         selection = None if self.options.selectors_given else rp.selection
         remaining = [k for k in rp.selection if k not in rp.carried]
         try:
-            check_generations(rp, len(remaining), self.options.max_recovery_generations)
+            if selection is not None:  # a recovery; new selectors start a new stage (growth)
+                check_generations(rp, len(remaining), self.options.max_recovery_generations)
         except ResumeError as exc:
             raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
         run.plan = Plan(

@@ -40,6 +40,7 @@ class ResumePlan:
     carried: dict[str, TaskRow]
     attempts: dict[str, int]
     shard: ShardSpec | None
+    recovery_generation: int = 1  # see :func:`recovery_generation`
 
     @property
     def ancestor_roots(self) -> list[str]:
@@ -156,14 +157,30 @@ def plan_resume(
         carried=carried,
         attempts=attempts,
         shard=nearest.shard if not shard_given else shard,
+        recovery_generation=recovery_generation(ancestry),
     )
 
 
+def recovery_generation(ancestry: Ancestry) -> int:
+    """The recovery generation of a resume that keeps its ancestor's selection: 1 + the
+    resumes before it that kept theirs, back to the run that chose its selection (the first
+    run, or a resume with its own selectors, such as a gate run grown to the whole
+    benchmark: a new stage of the campaign, not a recovery)."""
+    count = 1
+    for manifest in ancestry.manifests:  # nearest first
+        if not manifest.resume.ancestors or manifest.selection.source == "collection":
+            break
+        count += 1
+    return count
+
+
 def check_generations(plan: ResumePlan, remaining: int, max_generations: int) -> None:
-    if remaining > 0 and plan.generation > max_generations:
+    """Refuse a recovery past ``--max-recovery-generations`` while work remains (a resume
+    with its own selection is not a recovery: the controller does not ask)."""
+    if remaining > 0 and plan.recovery_generation > max_generations:
         raise ResumeError(
             f"--resume-from {plan.ancestry.roots[0]}: this would be recovery generation "
-            f"{plan.generation} with {remaining} instance(s) still to run, above "
+            f"{plan.recovery_generation} with {remaining} instance(s) still to run, above "
             f"--max-recovery-generations {max_generations}; investigate the failures or raise "
             f"the limit",
             "max_recovery_generations",

@@ -108,3 +108,28 @@ def test_a_gate_run_grows_to_the_whole_benchmark_by_a_resume(suite, mode):
     assert whole.manifest["selection"]["count"] == 4
     assert whole.manifest["selection"]["selectors"] == {"all_instances": True}
     assert abs(whole.manifest["mean_score"] - 2.5 / 4) < 1e-9
+
+
+def test_growing_starts_a_new_stage_of_recovery_generations(suite):
+    """Two recoveries of a gate run use up --max-recovery-generations 2; growing it is a new
+    selection, not a third recovery, and the grown run may be recovered twice again."""
+    suite.tasks([{"id": "alpha", "work": "succeed"}, {"id": "bravo", "work": "infra"},
+                 {"id": "charlie", "work": "succeed"}])
+    gate = suite.path / "gate.txt"
+    gate.write_text("alpha\nbravo\n")
+    root = suite.run("--task-file", str(gate)).root
+    for _ in range(2):
+        root = suite.run("--resume-from", str(root)).root
+    assert suite.run("--resume-from", str(root)).rc == 2  # a third recovery: refused
+    grown = suite.run("--resume-from", str(root), "--all-instances")
+    assert grown.rc == 1, grown.out  # bravo still fails; charlie ran
+    assert sorted(grown.executions()) == ["bravo", "charlie"]
+    assert grown.manifest["resume"]["generation"] == 3
+    root = grown.root
+    for _ in range(2):
+        run = suite.run("--resume-from", str(root))
+        assert run.rc == 1, run.out
+        assert sorted(run.latest) == ["alpha", "bravo", "charlie"]
+        root = run.root
+    third = suite.run("--resume-from", str(root))
+    assert third.rc == 2 and "recovery generation 3" in third.out
