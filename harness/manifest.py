@@ -80,7 +80,9 @@ def new_manifest(
 
 def reportability(manifest: Manifest) -> list[str]:
     """Why the run's figures are not reportable (empty: reportable). A reportable run names
-    a clean agent checkout (``--agent-repo``, the seed gate) and waived nothing on resume."""
+    a clean agent checkout (``--agent-repo``, the seed gate) and waived nothing on resume,
+    nor anything of a benchmark's own (``extra.not_reportable_by_benchmark``: name ->
+    reasons, e.g. Cowork's ``--allow-dirty-bench``)."""
     extra = manifest.extra
     if "merged_from" in extra:  # harness merge: the union of its shards' reasons
         return [str(r) for r in extra.get("merged_not_reportable") or []]
@@ -98,6 +100,9 @@ def reportability(manifest: Manifest) -> list[str]:
     attestation = extra.get("runtime_attestation")
     if isinstance(attestation, dict) and attestation.get("overridden"):
         reasons.append("agent runtime skew waived (--allow-runtime-skew)")
+    by_benchmark = extra.get("not_reportable_by_benchmark") or {}  # a benchmark's waivers
+    for name in sorted(by_benchmark if isinstance(by_benchmark, dict) else {}):
+        reasons.extend(str(r) for r in by_benchmark[name] or [])
     waived = (extra.get("resume_provenance") or {}).get("waived") or []
     for record in waived:
         if isinstance(record, dict):

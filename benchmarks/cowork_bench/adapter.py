@@ -14,7 +14,12 @@ step cap and the per-container limits (``--cowork-cpus`` 1, ``--cowork-memory`` 
 Admission (controller, once, after the manifest is written) records the benchmark's
 provenance and the applied configuration in ``run_manifest.json`` under ``extra.cowork``,
 writes the manifest, and only then enforces the gate (clean tree, pinned commit), so a
-refusal is on disk.
+refusal is on disk. A waiver given (``--allow-dirty-bench``,
+``--allow-bench-commit-mismatch``, ``--allow-missing-tools``) leaves the run not reportable,
+naming it (``extra.not_reportable_by_benchmark``). A run that will run (not a dry run)
+records the IDs of the images it admits, the harness's default images included
+(``extra.cowork.run_images``); a resume is refused when an ancestor ran other images or
+another harness commit (:mod:`.resume_check`).
 """
 
 from __future__ import annotations
@@ -34,7 +39,18 @@ from benchmarks.cowork_bench.containers import (
     DEFAULT_PIDS,
     Limits,
 )
-from benchmarks.cowork_bench.run_images import ChosenImage, RunImages, resolve_images
+from benchmarks.cowork_bench.resume_check import (
+    IMAGE_WAIVER,
+    Difference,
+    check_ancestors,
+    waiver_reasons,
+)
+from benchmarks.cowork_bench.run_images import (
+    ChosenImage,
+    RunImages,
+    admitted_run_images,
+    resolve_images,
+)
 from benchmarks.cowork_bench.tasks import (
     FINALPOOL,
     BenchProvenance,
@@ -47,7 +63,7 @@ from benchmarks.cowork_bench.tasks import (
 from harness.adapter import BenchmarkAdapter, InstanceSpec
 from harness.errors import RefusalError
 from harness.manifest import write_manifest
-from harness.models import Outcome
+from harness.models import Manifest, Outcome
 from harness.runtime import RunContext
 
 DEFAULT_TASK_TIMEOUT_SEC = 1800.0  # upstream TASK_TIMEOUT (run_parallel.sh)
@@ -292,6 +308,10 @@ class CoworkRunRecord(BaseModel):
     applied_config: dict[str, Any]
     task_count: int
     images: dict[str, ChosenImage] = Field(default_factory=dict)  # given images, resolved
+    # role (runtime, pg) -> the image ID this run admits, defaults included (not a dry run)
+    run_images: dict[str, str] = Field(default_factory=dict)
+    run_images_error: str | None = None
+    resume_waived: list[str] = Field(default_factory=list)  # --allow-image-change, used
 
 
 class CoworkAdapter(BenchmarkAdapter):
@@ -372,10 +392,53 @@ class CoworkAdapter(BenchmarkAdapter):
             task_count=len(self.tasks),
             images={str(k): v for k, v in self.images.chosen.items()},
         )
-        if run.manifest is not None:
-            run.manifest.extra["cowork"] = record.model_dump(mode="json", by_alias=True)
-            write_manifest(run.manifest)
+        reasons = waiver_reasons(
+            opts.allow_dirty, opts.allow_commit_mismatch, opts.allow_missing_tools,
+            dirty=prov.dirty,
+            commit_matches=None if not (prov.kind == "checkout" and prov.expected)
+            else prov.head == prov.expected)
+        self._record(run, record, reasons)
         if refusal is not None:
             raise refusal
         if self.images.error is not None:
             raise self.images.error
+        if run.plan.dry_run:
+            return
+        resuming = bool(run.plan.ancestors)
+        try:
+            record.run_images = self.run_image_ids()
+        except Exception as exc:  # no Docker, a failed build: the instances say so themselves
+            record.run_images_error = f"{type(exc).__name__}: {exc}"[:500]
+            self._record(run, record, reasons)
+            if resuming:
+                raise RefusalError(
+                    f"--resume-from {run.plan.ancestors[0]}: cannot tell which Cowork images "
+                    f"this run would use ({record.run_images_error}); fix the engine, then "
+                    "resume again", stage="resume", reason="cowork_images_unknown") from exc
+            return
+        self._record(run, record, reasons)
+        if resuming and run.manifest is not None:
+            waived = self.check_resume(run.manifest, run.plan.ancestors, record.run_images)
+            if waived:
+                record.resume_waived = [d.text() for d in waived]
+                reasons = [*reasons, *(f"cowork resume waived {d.field} change "
+                                       f"({IMAGE_WAIVER}): {d.text()}" for d in waived)]
+                self._record(run, record, reasons)
+
+    def _record(self, run: RunContext, record: CoworkRunRecord, reasons: list[str]) -> None:
+        if run.manifest is None:
+            return
+        run.manifest.extra["cowork"] = record.model_dump(mode="json", by_alias=True)
+        by_benchmark = run.manifest.extra.setdefault("not_reportable_by_benchmark", {})
+        by_benchmark[self.name] = list(reasons)
+        write_manifest(run.manifest)
+
+    def run_image_ids(self) -> dict[str, str]:
+        """role -> image ID: the given images, else the harness's own (built if missing)."""
+        return admitted_run_images(self.images)
+
+    def check_resume(self, current: Manifest, ancestors: list[str],
+                     now: dict[str, str]) -> list[Difference]:
+        return check_ancestors(self.name, current, ancestors, now,
+                               allow_image_change=bool(
+                                   self.config.getoption("allow_image_change", False)))

@@ -146,3 +146,16 @@ def resolve_images(config: pytest.Config, refs: dict[Role, str | None]) -> RunIm
     except RefusalError as exc:
         out.error = exc
     return out
+
+
+def admitted_run_images(images: RunImages) -> dict[str, str]:
+    """role -> the image ID a run admits: the given images, else the harness's own (built
+    when missing, as the first instance would)."""
+    from benchmarks.cowork_bench.images import ImageName, ensure_image
+
+    out = {str(role): chosen.id for role, chosen in images.chosen.items()}
+    defaults: list[tuple[Role, ImageName]] = [("runtime", "runtime"), ("pg", "pg15")]
+    for role, name in defaults:
+        if role not in out:
+            out[role] = ensure_image(name).image_id
+    return out
