@@ -15,6 +15,15 @@ runner's environment stay out of reach of the agent under test. Plus:
   "completion_tokens": N}``; read back as untrusted input (bounded, regular file only), it
   becomes the row's cost (source ``agent_reported``).
 
+With ``--model-upstream URL`` the agent's model calls go through the model gateway
+(:mod:`harness.model_gateway`), here on a loopback port of its own per instance:
+``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL`` point at it and ``OPENAI_API_KEY``/
+``ANTHROPIC_API_KEY`` hold a per-instance token, the only credential it serves (the
+provider key stays in the runner). Every call is metered; the row's cost is the gateway's
+(source ``gateway``), and ``--per-task-limit-usd`` refuses calls past it (HTTP 402; the row
+says ``per_task_limit_reached``). Without ``--model-upstream`` the harness does not see the
+agent's calls, so ``--per-task-limit-usd`` is refused.
+
 The task timeout kills the whole process group (``deadline_local``, truncated). stdout and
 stderr are stored in the instance folder, each cut at :data:`MAX_LOG_BYTES`.
 """
@@ -25,13 +34,15 @@ import contextlib
 import json
 import math
 import os
+import secrets
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,6 +59,10 @@ from harness.errors import InfraError
 from harness.fsutil import atomic_write_json
 from harness.models import Tokens
 from harness.untrusted import is_regular_file, read_untrusted_bytes
+
+if TYPE_CHECKING:  # the model gateway loads only with --model-upstream
+    from harness.model_gateway.prices import ModelPrices
+    from harness.model_gateway.usage import InstanceMeter
 
 MAX_LOG_BYTES = 8 << 20
 MAX_COST_FILE_BYTES = 64 << 10
@@ -129,23 +144,42 @@ def read_reported_cost(path: Path) -> tuple[ReportedCost | None, str | None]:
     return cost, None
 
 
+@dataclass(frozen=True)
+class HostGateway:
+    """``--model-upstream`` for a host agent: the model gateway on a loopback port."""
+
+    upstream: str
+    key_env: str
+    prices: ModelPrices
+    limit_usd: float | None
+
+
 class HostCommandAgent:
     kind = "host-command"
 
-    def __init__(self, command: str) -> None:
+    def __init__(self, command: str, gateway: HostGateway | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
         self.command = command
+        self.gateway = gateway
+        self._environ = environ
 
     @classmethod
-    def from_options(cls, options: AgentOptions) -> HostCommandAgent:
+    def from_options(cls, options: AgentOptions,
+                     environ: Mapping[str, str] | None = None) -> HostCommandAgent:
+        environ = os.environ if environ is None else environ
         cmd = options.command
         if not cmd or not (cmd.strip() if isinstance(cmd, str) else cmd):
             raise ValueError("--agent host-command needs the agent's command line "
                              "(--agent-command CMD)")
-        if options.per_task_limit_usd is not None:
+        gateway = None
+        if options.model_upstream:
+            gateway = _host_gateway(options, environ)
+        elif options.per_task_limit_usd is not None:
             raise ValueError("--per-task-limit-usd cannot be enforced for agent kind "
-                             "'host-command' (its model calls do not go through the harness; "
-                             "its cost file is read only when it ends): drop the option")
-        return cls(cmd if isinstance(cmd, str) else " ".join(cmd))
+                             "'host-command' without --model-upstream (its model calls do not "
+                             "go through the harness): add --model-upstream URL, or drop "
+                             "--per-task-limit-usd")
+        return cls(cmd if isinstance(cmd, str) else " ".join(cmd), gateway, environ)
 
     def run(self, request: AgentRequest) -> AgentOutcome:
         sandbox = request.sandbox
@@ -157,8 +191,9 @@ class HostCommandAgent:
         instruction.write_text(request.instruction)
         cost_file = out_dir / COST_NAME
         cost_file.unlink(missing_ok=True)
+        environ = os.environ if self._environ is None else self._environ
         service = ExecService(sandbox, max_timeout_s=request.timeout_sec).start()
-        env = agent_environment(os.environ, request.env_allowlist)
+        env = agent_environment(environ, request.env_allowlist)
         env.update({"HARNESS_INSTANCE_ID": request.instance_id,
                     "HARNESS_INSTRUCTION_FILE": str(instruction),
                     "HARNESS_SANDBOX": sandbox_name(sandbox) or "",
@@ -168,33 +203,34 @@ class HostCommandAgent:
         timed_out = False
         stats_out: dict[str, Any] = {}
         stats_err: dict[str, Any] = {}
-        try:
+        with _gateway_for(self.gateway, environ, env) as meter:
             try:
-                proc = subprocess.Popen(["bash", "-c", self.command], cwd=out_dir, env=env,
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, start_new_session=True)
-            except OSError as exc:
-                raise InfraError(f"host-command could not start: {exc}",
-                                 "agent_command_not_found") from exc
-            assert proc.stdout is not None and proc.stderr is not None
-            pumps = [threading.Thread(target=_pump, args=(proc.stdout, out_dir / STDOUT_NAME,
-                                                          MAX_LOG_BYTES, stats_out), daemon=True),
-                     threading.Thread(target=_pump, args=(proc.stderr, out_dir / STDERR_NAME,
-                                                          MAX_LOG_BYTES, stats_err), daemon=True)]
-            for t in pumps:
-                t.start()
-            try:
-                proc.wait(timeout=request.timeout_sec)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc)
-            finally:
-                if proc.poll() is None:
-                    _kill_group(proc)
+                try:
+                    proc = subprocess.Popen(["bash", "-c", self.command], cwd=out_dir, env=env,
+                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, start_new_session=True)
+                except OSError as exc:
+                    raise InfraError(f"host-command could not start: {exc}",
+                                     "agent_command_not_found") from exc
+                assert proc.stdout is not None and proc.stderr is not None
+                pumps = [threading.Thread(target=_pump, daemon=True, args=(
+                             proc.stdout, out_dir / STDOUT_NAME, MAX_LOG_BYTES, stats_out)),
+                         threading.Thread(target=_pump, daemon=True, args=(
+                             proc.stderr, out_dir / STDERR_NAME, MAX_LOG_BYTES, stats_err))]
                 for t in pumps:
-                    t.join(KILL_GRACE_S)
-        finally:
-            service.close()
+                    t.start()
+                try:
+                    proc.wait(timeout=request.timeout_sec)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    _kill_group(proc)
+                finally:
+                    if proc.poll() is None:
+                        _kill_group(proc)
+                    for t in pumps:
+                        t.join(KILL_GRACE_S)
+            finally:
+                service.close()
         wall = time.monotonic() - started
         cost, cost_error = read_reported_cost(cost_file)
         record = HostRunRecord(
@@ -221,12 +257,88 @@ class HostCommandAgent:
                              "agent_record": str(record_path)},
             "details": {"exec_calls": service.calls,
                         "cost_source": "agent_reported" if known else "unknown"}}
+        if meter is not None:  # the gateway's figures, not the agent's own
+            update = _gateway_update(meter, out_dir)
+            common["output_paths"].update(update.pop("paths"))
+            common["details"].update(update.pop("details"))
+            reason = update.pop("reason_code", None)
+            common.update(update)
+            if reason is not None:
+                return AgentOutcome(completed=False, reason_code=reason, **common)
         if timed_out:
             return AgentOutcome(completed=False, truncated=True, reason_code="deadline_local",
                                 **common)
         if proc.returncode == 0:
             return AgentOutcome(completed=True, reason_code="completed", **common)
         return AgentOutcome(completed=False, reason_code="agent_exit_nonzero", **common)
+
+
+def _host_gateway(options: AgentOptions, environ: Mapping[str, str]) -> HostGateway:
+    from harness.model_gateway.agent import DEFAULT_KEY_ENV
+    from harness.model_gateway.prices import load_prices
+
+    upstream = options.model_upstream or ""
+    if not upstream.startswith(("http://", "https://")):
+        raise ValueError(f"--model-upstream {upstream!r}: give an http(s) base URL, "
+                         f"e.g. https://openrouter.ai/api/v1")
+    key_env = options.model_key_env or DEFAULT_KEY_ENV
+    if not environ.get(key_env):
+        raise ValueError(f"--model-upstream: the provider key ${key_env} is not set "
+                         f"(export it, or name another variable with --model-key-env)")
+    if key_env in options.env:
+        raise ValueError(f"--agent-env {key_env}: that is the gateway's provider key; "
+                         f"the agent never gets it (drop the option)")
+    return HostGateway(upstream, key_env, load_prices(options.model_prices),
+                       options.per_task_limit_usd)
+
+
+@contextlib.contextmanager
+def _gateway_for(gateway: HostGateway | None, environ: Mapping[str, str],
+                 env: dict[str, str]) -> Iterator[InstanceMeter | None]:
+    """The model gateway of one instance on a loopback port (its URL and a per-instance
+    token in ``env``), or nothing without ``--model-upstream``."""
+    if gateway is None:
+        yield None
+        return
+    from harness.model_gateway.server import GatewayServer
+    from harness.model_gateway.usage import InstanceMeter
+
+    key = environ.get(gateway.key_env)
+    if not key:
+        raise InfraError(f"the provider key ${gateway.key_env} is gone", "model_gateway_failed")
+    token = "harness-gw-" + secrets.token_hex(16)
+    meter = InstanceMeter(gateway.prices, gateway.limit_usd)
+    server = GatewayServer(gateway.upstream, key, meter, token=token).start()
+    assert server.base_url is not None
+    env.update({"OPENAI_BASE_URL": f"{server.base_url}/v1",
+                "OPENAI_API_BASE": f"{server.base_url}/v1",
+                "ANTHROPIC_BASE_URL": server.base_url, "OPENAI_API_KEY": token,
+                "ANTHROPIC_API_KEY": token, "HARNESS_MODEL_GATEWAY": f"{server.base_url}/v1"})
+    try:
+        yield meter
+    finally:
+        server.close()
+
+
+def _gateway_update(meter: InstanceMeter, out_dir: Path) -> dict[str, Any]:
+    """The outcome's cost, tokens and reason from the gateway's meter (``model_gateway.json``
+    in the instance folder)."""
+    from harness.model_gateway.agent import USAGE_NAME
+
+    state = meter.snapshot()
+    path = out_dir / USAGE_NAME
+    atomic_write_json(path, state)
+    known = state.cost_known
+    update: dict[str, Any] = {
+        "cost_usd": round(state.cost_usd, 12), "cost_known": known,
+        "tokens": Tokens(prompt=state.prompt_tokens, completion=state.completion_tokens,
+                         total=state.prompt_tokens + state.completion_tokens),
+        "paths": {"model_gateway": str(path)},
+        "details": {"cost_source": "gateway" if known else "unknown",
+                    "model_calls": state.calls, "model_refused": state.refused}}
+    if state.limit_reached:
+        update["reason_code"] = "per_task_limit_reached"
+    return update
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

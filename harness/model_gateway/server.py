@@ -15,6 +15,7 @@ type ``per_task_limit_reached``.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import os
 import socketserver
@@ -45,13 +46,18 @@ def _error_body(path: str, status: int, kind: str, message: str) -> bytes:
 
 
 class GatewayServer:
-    """``start()``, then ``socket_dir`` / ``socket_path``; ``close()`` when done."""
+    """``start()``, then ``socket_dir`` / ``socket_path``; ``close()`` when done.
+
+    ``token``: serve on a loopback TCP port instead (``base_url``), for an agent that runs
+    on the host (``--agent host-command``): only requests bearing this per-instance token
+    (as their API key) are served, so no other local process can spend through it."""
 
     def __init__(self, upstream: str, key: str, meter: InstanceMeter, *,
-                 timeout_s: float = 600.0) -> None:
+                 timeout_s: float = 600.0, token: str | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.meter = meter
         self._key = key
+        self._token = token
         self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=30.0))
         self.socket_dir = Path(tempfile.mkdtemp(prefix="hx-gw-"))
         os.chmod(self.socket_dir, 0o700)
@@ -76,8 +82,19 @@ class GatewayServer:
         class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             daemon_threads = True
 
-        self._server = Server(str(self.socket_path), Handler)
-        os.chmod(self.socket_path, 0o600)
+        class LoopbackServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self._server: socketserver.BaseServer
+        self.base_url: str | None = None
+        if token is None:
+            self._server = Server(str(self.socket_path), Handler)
+            os.chmod(self.socket_path, 0o600)
+        else:
+            loopback = LoopbackServer(("127.0.0.1", 0), Handler)
+            self._server = loopback
+            self.base_url = f"http://127.0.0.1:{loopback.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         kwargs={"poll_interval": 0.05},
                                         name="model-gateway", daemon=True)
@@ -109,9 +126,21 @@ class GatewayServer:
         out["x-api-key"] = self._key
         return out
 
+    def _token_ok(self, h: BaseHTTPRequestHandler) -> bool:
+        if self._token is None:
+            return True
+        bearer = h.headers.get("Authorization", "")
+        sent = bearer[7:] if bearer.lower().startswith("bearer ") else h.headers.get("x-api-key")
+        return sent is not None and hmac.compare_digest(sent.strip(), self._token)
+
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         path = h.path.split("?", 1)[0]
         rel = path[len("/v1/"):] if path.startswith("/v1/") else path.lstrip("/")
+        if not self._token_ok(h):
+            h.close_connection = True  # its body is not read
+            self._send(h, 401, _error_body(rel, 401, "invalid_api_key",
+                                           "this model gateway serves only its own agent"))
+            return
         if method == "GET" and rel == "models":
             self._forward_plain(h, "GET", rel, None, None)
             return

@@ -17,6 +17,9 @@ import pytest
 
 from harness.budget import Campaign, campaign_command
 from harness.errors import RefusalError
+from tests.engines.engines_support import Engine, second_engine
+
+__all__ = ["second_engine"]  # the session fixture (a second dockerd), for item 7
 
 MakeCampaign = Callable[..., Campaign]
 
@@ -376,3 +379,31 @@ def test_issue23_item7_the_session_end_proof_asks_every_engine_the_run_used(
     assert sorted(asked) == [("r1", "local"), ("r1", "unix:///second.sock"),
                              ("r2", "local"), ("r2", "unix:///second.sock")]
     assert why is not None and "r2-net (on unix:///second.sock)" in why
+
+
+@pytest.mark.docker
+def test_issue23_item7_the_custody_proof_finds_a_leftover_on_the_second_engine(
+    tmp_path: Path, second_engine: Engine
+) -> None:
+    """A run over ``--docker-host`` engines: a network of the run left on the second engine
+    (a real second dockerd) keeps the custody unsettled; before, only the default engine
+    was asked and the custody settled."""
+    from harness.budget.plugin import cleanup_unproven
+    from harness.sandbox import engines
+    from harness.sandbox.labels import mark_docker_used
+
+    run_id = f"engines-{uuid.uuid4().hex[:8]}"
+    root = tmp_path / "run"
+    root.mkdir()
+    mark_docker_used(root)
+    engines.write_engines(root, [engines.EngineRecord(url=second_engine.url, index=0)])
+    client = second_engine.client()
+    network = client.networks.create(f"{run_id}-net", internal=True,
+                                     labels={"harness.run": run_id})
+    try:
+        why = cleanup_unproven(run_id, root)
+        assert why is not None and f"{run_id}-net (on {second_engine.url})" in why, why
+    finally:
+        network.remove()
+        client.close()
+    assert cleanup_unproven(run_id, root) is None
