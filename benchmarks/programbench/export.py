@@ -5,6 +5,11 @@ Copies every non-empty ``<run>/programbench/<iid>/submission.tar.gz`` to
 ``NEW/export_manifest.json`` and ``NEW/instance_order.json``. ``NEW`` must not exist: an
 export never mixes with an older tree. Requested instances are the run's selection (from
 ``run_manifest.json``) plus every instance folder present; ``--filter`` narrows them.
+
+A resumed run holds no submission of an instance it carried forward: that submission is in
+the ancestor run that scored it (``carried_from``, found among the manifest's ancestors). The
+export copies it from there, only when its sha256 is the one the scored row recorded, and
+names the source run (``files[].source_run``): a resume loses no submission from its export.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from benchmarks.programbench import BENCHMARK
 from benchmarks.programbench.order import InstanceOrder
 from harness.fsutil import atomic_write_text
+from harness.ledger import LedgerError, ledger_path, read_ledger
 from harness.manifest import ManifestError, read_manifest
+from harness.models import Outcome, TaskRow
 from harness.untrusted import hash_untrusted_file
 
 EXPORT_SCHEMA = "harness.programbench.export.v1"
@@ -36,6 +43,7 @@ class ExportedFile(BaseModel):
     instance_id: str
     sha256: str
     size_bytes: int
+    source_run: str | None = None  # the ancestor run root of a carried instance's submission
 
 
 class ExportManifest(BaseModel):
@@ -83,6 +91,40 @@ def _sha256(path: Path) -> str:
     return hash_untrusted_file(path)[0]
 
 
+def _scored_sha256(row: TaskRow) -> str | None:
+    sub = row.details.get("submission")
+    want = (sub.get("sha256_scored") or sub.get("sha256")) if isinstance(sub, dict) else None
+    return want if isinstance(want, str) else None
+
+
+def carried_sources(run: Path) -> dict[str, Path]:
+    """``iid -> submission`` in the ancestor that scored each instance this run carried
+    forward (a regular file whose sha256 is the one that row recorded)."""
+    try:
+        latest = read_ledger(ledger_path(run)).latest.values()
+        ancestors = [Path(p) for p in read_manifest(run).resume.ancestors]
+    except (ManifestError, LedgerError, OSError):
+        return {}
+    carried = {r.instance_id: r for r in latest
+               if r.benchmark == BENCHMARK and r.outcome is Outcome.CARRIED and r.carried_from}
+    roots: dict[str, Path] = {}
+    for root in ancestors:
+        try:
+            roots.setdefault(read_manifest(root).run_id, root)
+        except ManifestError:
+            continue
+    out: dict[str, Path] = {}
+    for iid, row in carried.items():
+        origin = roots.get(str(row.carried_from))
+        want = _scored_sha256(row)
+        if origin is None or want is None:
+            continue
+        src = origin / BENCHMARK / iid / SUBMISSION
+        if src.is_file() and not src.is_symlink() and _sha256(src) == want:
+            out[iid] = src
+    return out
+
+
 def export_run(run: Path, dest: Path, *, filter_spec: str | None = None) -> ExportManifest:
     """Build the tree; ``FileExistsError`` when ``dest`` exists, ``FileNotFoundError`` on no run."""
     run, dest = Path(run), Path(dest)
@@ -95,9 +137,12 @@ def export_run(run: Path, dest: Path, *, filter_spec: str | None = None) -> Expo
     staging.mkdir(parents=True)
     copied: list[ExportedFile] = []
     missing: list[str] = []
+    carried = carried_sources(run)
     try:
         for iid in ids:
             src = run / BENCHMARK / iid / SUBMISSION
+            if not src.is_file() and iid in carried:
+                src = carried[iid]
             if not src.is_file() or src.stat().st_size == 0:
                 missing.append(iid)
                 continue
@@ -106,7 +151,9 @@ def export_run(run: Path, dest: Path, *, filter_spec: str | None = None) -> Expo
             shutil.copyfile(src, target)
             copied.append(
                 ExportedFile(
-                    instance_id=iid, sha256=_sha256(target), size_bytes=target.stat().st_size
+                    instance_id=iid, sha256=_sha256(target), size_bytes=target.stat().st_size,
+                    source_run=str(src.parents[2].resolve()) if iid in carried
+                    and src == carried[iid] else None,
                 )
             )
         manifest = ExportManifest(

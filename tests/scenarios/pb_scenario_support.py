@@ -1,0 +1,66 @@
+"""What the ProgramBench scenarios share: a run killed mid-way, the rows and eval.json files
+of a chain of run roots (a run and its resumes), and the official score of each row."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.programbench.official_eval import score_eval_json
+from harness.testing.suite import REPO_ROOT, Run, wait_for
+
+TARGET = "benchmarks/programbench"
+
+
+def ledger_rows(root: Path) -> list[dict[str, Any]]:
+    """Every row of a run root's ledger, in order (superseded ones too)."""
+    return Run(0, "", root).rows
+
+
+def run_killed_after_first_row(root: Path, *args: str, timeout: float = 600) -> list[str]:
+    """Start ``pytest benchmarks/programbench --run-root ROOT ARGS``; SIGKILL its whole
+    process group as soon as the first instance's row is in the ledger (the next instance is
+    then under way). Returns the ids whose rows the ledger holds after the kill."""
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", TARGET,
+           "--run-root", str(root), *args]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+    log = root.parent / f"{root.name}.killed-run.txt"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        ledger = root / "result_index.jsonl"
+        try:
+            wait_for(lambda: ledger.is_file() and ledger.read_bytes().count(b"\n") >= 1,
+                     timeout=timeout, interval=0.05)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return [row["instance_id"] for row in ledger_rows(root)]
+
+
+def run_id(root: Path) -> str:
+    return str(json.loads((root / "run_manifest.json").read_text())["run_id"])
+
+
+def origin_root(row: dict[str, Any], roots: list[Path]) -> Path:
+    """The run root whose evaluation produced ``row``'s score (the ancestor that scored a
+    carried row, else the row's own run)."""
+    wanted = row.get("carried_from") or row["run_id"]
+    by_id = {run_id(r): r for r in roots}
+    return by_id[wanted]
+
+
+def official_score(row: dict[str, Any], roots: list[Path]) -> tuple[float, Path]:
+    """The official score of the eval.json that ``programbench eval`` wrote for ``row``
+    (read with the package's own model, as ``programbench info`` reads it), and its path."""
+    iid = row["instance_id"]
+    path = origin_root(row, roots) / row["output_paths"]["eval_json"]
+    result = score_eval_json(iid, path)
+    assert result.score is not None, f"{path}: no official score ({result.error_code})"
+    return result.score, path
