@@ -53,8 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--agent-config", default=None, metavar="FILE",
                     help="mini-swe-agent: YAML merged over the pinned programbench.yaml")
     group.addoption("--model-upstream", default=None, metavar="URL",
-                    help="command agents: start the model gateway, forwarding to this "
-                         "OpenAI/Anthropic-compatible base URL")
+                    help="command and host-command agents: start the model gateway, "
+                         "forwarding to this OpenAI/Anthropic-compatible base URL")
     group.addoption("--model-key-env", default=None, metavar="NAME",
                     help="the gateway's provider key comes from $NAME "
                          "(default HARNESS_MODEL_API_KEY; never passed to the sandbox)")
@@ -62,7 +62,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="USD per million tokens per model (JSON), for calls whose "
                          "response carries no cost")
     group.addoption("--per-task-limit-usd", default=None, metavar="USD",
-                    help="the gateway refuses an instance's calls once it spent this much")
+                    help="stop an instance's agent once it spent this much (model "
+                         "gateway, mini-swe-agent, gateway tasks); refused for an agent "
+                         "whose spend the harness cannot see")
     group.addoption("--agent-repo", default=None, metavar="DIR",
                     help="source checkout of the agent under test, recorded for provenance")
     group.addoption("--allow-dirty-seed", action="store_true", default=False,
