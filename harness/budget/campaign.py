@@ -380,6 +380,7 @@ class Campaign(CampaignStore):
             metered_usd=max(0.0, state.last_usage - run.usage_at_admission),
             meter_error=meter_error,
             took_over=list(run.took_over),
+            unknown_cost_allowance_usd=run.unknown_cost_allowance_usd,
         )
         state.runs.append(record)
         del state.active_runs[run.run_id]

@@ -91,6 +91,7 @@ class RunRecord(_Strict):
     meter_error: str | None = None
     reconciled: bool = False
     taken_over_by: str | None = None  # the resume that took this run's custody over
+    unknown_cost_allowance_usd: float | None = None  # what an unknown cost was charged
     took_over: list[str] = Field(default_factory=list)
 
 

@@ -185,6 +185,7 @@ def test_issue23_item6_unknown_cost_is_charged_at_the_allowance(
     assert controller.finish("completed", 0).campaign_spent_usd == 5.75
     state = Campaign.open(settings.campaign_path(run_root)).snapshot()
     assert state.runs[-1].unknown_cost_count == 2 and state.spent_usd == 5.75
+    assert state.runs[-1].unknown_cost_allowance_usd == 2.0  # recorded with the run
 
 
 def test_issue23_item6_a_meter_can_be_added_to_a_meterless_campaign(
