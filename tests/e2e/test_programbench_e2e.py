@@ -118,7 +118,8 @@ def test_dry_run_writes_200_task_bodies_without_containers(tmp_path: Path) -> No
     assert body["timeout_sec"] == 21600
     assert body["metadata"]["budget_profile"]["improvement_policy"] == "until_deadline"
     order = json.loads((run.root / "instance_order.json").read_text())
-    assert order["count"] == 201  # the fixture is known, and left out of an unselected run
+    assert order["count"] == 200  # the offline fixture tasks never join a real selection
+    assert not [i for i in order["instance_ids"] if i.startswith("testorg__")]
     assert (run.root / "run_manifest.json").is_file()
     assert run.latest and all(r["reason_code"] == "dry_run" for r in run.latest.values())
     assert not [r for r in run.latest.values() if "container" in r["details"]]
