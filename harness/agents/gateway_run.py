@@ -83,11 +83,18 @@ def limit_check(limit_usd: float | None, events: EventLog | None) -> Any:
     def check(result: TaskResult) -> None:
         from harness.agents.classify import result_cost
 
-        reported, _ = result_cost(result)
+        if result.status in ("completed", "failed", "cancelled"):
+            return
+        reported, known = result_cost(result)
         seen = events.status.usage_cost_usd if events is not None else 0.0
         spent = max(reported or 0.0, seen)
-        if spent >= limit_usd and result.status not in ("completed", "failed", "cancelled"):
+        if spent >= limit_usd:
             raise TaskLimitReached(f"spent ${spent:.6f} of ${limit_usd:g}")
+        if not known and result.unknown_unmetered:
+            # Spend the server cannot meter: the limit cannot be kept (like the model
+            # gateway after an unpriceable call).
+            raise TaskLimitReached(f"cost_unknown: the server reports unmetered spend "
+                                   f"(${spent:.6f} known) under a ${limit_usd:g} limit")
 
     return check
 

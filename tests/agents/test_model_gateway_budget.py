@@ -108,3 +108,30 @@ def test_issue23_item5_kinds_whose_spend_is_invisible_refuse_the_limit(tmp_path:
         kind = agent[1]
         assert f"--per-task-limit-usd cannot be enforced for agent kind '{kind}'" in run.out
         assert not list((tmp_path / name).glob("programbench/*/"))  # no instance ran
+
+
+def test_issue23_item5_a_gateway_task_with_unmetered_spend_is_stopped_under_a_limit(
+        tmp_path: Path) -> None:
+    """The server says the task spends what it cannot meter: under a limit that is spend
+    the limit cannot bound, so the task is cancelled (as the model gateway refuses calls
+    after an unpriceable one)."""
+    from tests.agents.agents_support import start_server
+
+    steps = [{"run": "true", "sleep_s": 0.3, "cost_usd": 0.01},
+             {"run": "true", "sleep_s": 0.3, "cost_known": False},
+             *[{"run": "true", "sleep_s": 0.3, "cost_usd": 0.01} for _ in range(30)]]
+    server = start_server(tmp_path / "server", {"default_plan": {"steps": steps},
+                                                "docker_user": "agent"})
+    try:
+        run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator",
+                         "--agent", "gateway", "--gateway-url", server.url,
+                         "--gateway-poll-sec", "0.1", "--per-task-limit-usd", "5")
+        state = httpx.get(f"{server.url}/api/state", timeout=5, trust_env=False).json()
+    finally:
+        server.stop()
+    assert run.rc == 0, run.out
+    row = run.latest[FIXTURE_ID]
+    assert row["reason_code"] == "per_task_limit_reached", row
+    assert row["details"]["agent_details"]["per_task_limit_reached"].startswith("cost_unknown")
+    assert state["cancels"] == [row["details"]["task_id"]]
+    assert row["cost_known"] is False  # charged by the campaign as unknown, never $0
