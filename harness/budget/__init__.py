@@ -8,9 +8,13 @@ prior_spend_usd=None) -> Campaign``
     Create ``campaign.json`` or open it; a changed ceiling, key or prior spend is a
     RefusalError (reasons ``campaign_ceiling_changed``, ``campaign_key_changed``,
     ``campaign_prior_spend_fixed``). ``baseline_usage`` counts only at creation.
-``campaign.admit_run(run_id, run_root, pid) -> ActiveRun``
-    Custody. RefusalError ``campaign_stale_run`` (naming the run) while the entry of a
-    dead process exists; live concurrent runs are fine; idempotent for the same pid.
+``campaign.admit_run(run_id, run_root, pid, *, resumes=(), unknown_cost_allowance_usd=None)
+-> ActiveRun``
+    Custody. RefusalError ``campaign_stale_run`` (naming the run and its resume) while the
+    entry of a dead process exists, unless it is a run this one resumes (``resumes``: the
+    ancestors' roots): then its custody is taken over (``took_over``, its open holds as
+    ``inherited``, its record ``taken_over_by``); live concurrent runs are fine; idempotent
+    for the same pid.
 ``campaign.reserve(run_id, key, amount_usd=0, *, budget_reserve_usd=0,
 run_budget_usd=None) -> Reservation``
     Before an instance starts. ``BudgetRefused(reason)``: ``campaign_budget``,
@@ -34,8 +38,9 @@ retry_sec=3, read_timeout_sec=5, budget_reserve_usd=0, min_free_gb=None, on_stop
 ``write_monitor(run_root, monitor)``, ``campaign_command(argv) -> int``.
 
 Wiring: ``BudgetSettings`` (the plugin options), ``ControllerBudget.start(settings, *,
-run_id, run_root, pid=None, environ=None, on_stop=None)`` in the controller (refusals
-before any instance; ``.supervisor.start()``, ``.finish(outcome, exit_code)``) and
+run_id, run_root, pid=None, environ=None, on_stop=None, resumes=())`` in the controller
+(refusals before any instance, ``campaign_unmetered`` for a ceiling with neither a meter nor
+``--unknown-cost-allowance-usd``; ``.supervisor.start()``, ``.finish(outcome, exit_code)``) and
 ``WorkerBudget(settings, run_id, run_root)`` in the per-instance fixture (``.reserve(key)``
 with the disk reserve, ``.settle(key, cost, known)``, ``.release(key)``).
 
