@@ -45,6 +45,12 @@ done = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
 print("TOOL", done.returncode, done.stdout.strip(), done.stderr.strip()[-500:])
 print("BASE", base)
 print("ROUTE", base.startswith("http://model-gateway:8080/"))
+import socket
+try:  # the relay is the only way out: no route to the internet
+    socket.create_connection(("1.1.1.1", 443), timeout=3).close()
+    print("DIRECT reachable")
+except OSError as exc:
+    print("DIRECT blocked", type(exc).__name__)
 print("ENV", json.dumps(dict(os.environ)))
 for path in glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline"):
     try:
@@ -87,6 +93,7 @@ def test_a_command_agent_in_a_cowork_container_reaches_the_scripted_model(tmp_pa
     stdout = (run.root / row["output_paths"]["agent_stdout"]).read_text()
     assert "TOOL 0 created 3 events" in stdout, stdout[-2000:]
     assert "ROUTE True" in stdout  # the relay's alias on the task network
+    assert "DIRECT blocked" in stdout  # and nothing else: the task network is internal
     # scored by the real checker: the model's tool call wrote the rows
     assert (row["status"], row["resolved"]) == ("passed", True), row
     assert row["details"]["cost_source"] == "gateway" and row["cost_known"] is True
