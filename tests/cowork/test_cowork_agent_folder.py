@@ -70,7 +70,8 @@ def step(ctx: InstanceContext, url: str, plan: dict[str, Any], grace_s: float = 
 def agent_context(timeout_s: float) -> Any:
     """What the agent step reads of its context (the container is not used by a gateway
     agent with a local executor)."""
-    box = SimpleNamespace(name="harness-agent-container", spec=SimpleNamespace(user="agent"))
+    box = SimpleNamespace(name="harness-agent-container", id="0" * 64, client=None,
+                          spec=SimpleNamespace(user="agent"))
     return SimpleNamespace(container=box, mcp=None, deadline=time.monotonic() + timeout_s)
 
 
