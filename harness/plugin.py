@@ -20,30 +20,28 @@ from harness.adapter import BenchmarkAdapter
 from harness.errors import RefusalError
 from harness.fsutil import read_json
 from harness.layout import workers_dir
-from harness.plan import (
-    PlanError,
-    default_runs_root,
-    parse_shard,
-    read_task_file,
-    rewrite_marker_args,
-    unknown_ids,
+from harness.plan import PlanError, default_runs_root, parse_shard, rewrite_marker_args
+from harness.selection import (
+    apply_task_file,
+    check_requested_ids,
+    requested_ids,
+    resume_benchmarks,
+    user_selectors,
 )
 from harness.signals import StopGuard
+from harness.startup import LOST_CONFIG_KEY
 from harness.worker import WorkerHooks, harness_instance
 
 if TYPE_CHECKING:  # the controller and the file models load when a run starts
     from harness.controller import Controller
 
 # The runner's own plugins: Docker sandbox fixtures, campaign budgets, agents.
-pytest_plugins = ["harness.sandbox.fixtures", "harness.sandbox.run_hooks",
+pytest_plugins = ["harness.startup", "harness.selection",
+                  "harness.sandbox.fixtures", "harness.sandbox.run_hooks",
                   "harness.sandbox.pull_plugin", "harness.sandbox.engine_plugin", "harness.order",
                   "harness.budget.plugin", "harness.agents.plugin"]
 
 CONTROLLER_KEY: pytest.StashKey[Controller] = pytest.StashKey()
-# The ids the user gave with --instance (before --task-file's ids joined them).
-GIVEN_INSTANCES_KEY: pytest.StashKey[list[str]] = pytest.StashKey()
-# The benchmarks of this run when --resume-from narrows them to its ancestor's.
-RUN_BENCHMARKS_KEY: pytest.StashKey[frozenset[str]] = pytest.StashKey()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -137,177 +135,6 @@ def read_options(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> Opt
     )
 
 
-def user_selectors(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> dict[str, Any]:
-    """What the user narrowed the selection with (-k, -m, --instance, node ids, a
-    benchmark's own options); empty when they selected nothing in particular."""
-    opt = config.option
-    selectors: dict[str, Any] = {}
-    if opt.keyword:
-        selectors["keyword"] = opt.keyword
-    if opt.markexpr:
-        selectors["markexpr"] = opt.markexpr
-    given = config.stash.get(GIVEN_INSTANCES_KEY, None)
-    instances = list(opt.instance) if given is None else given
-    if instances:
-        selectors["instance"] = instances
-    if getattr(opt, "task_file", None):
-        selectors["task_file"] = str(Path(opt.task_file).resolve())
-    if getattr(opt, "all_instances", False):
-        selectors["all_instances"] = True
-    node_args = [a for a in config.args if "::" in a]
-    if node_args:
-        selectors["nodeids"] = node_args
-    for adapter in adapters:
-        if adapter.selectors_given(config):
-            selectors[f"{adapter.name}_options"] = True
-    return selectors
-
-
-def apply_task_file(config: pytest.Config) -> None:
-    """``--task-file``'s ids join ``--instance``'s, so every process (the controller and each
-    xdist worker) selects them the same way; the user's own ``--instance`` ids are kept
-    apart for the manifest's selectors."""
-    if GIVEN_INSTANCES_KEY in config.stash:
-        return
-    given = list(config.option.instance or [])
-    config.stash[GIVEN_INSTANCES_KEY] = given
-    path = getattr(config.option, "task_file", None)
-    if path:
-        config.option.instance = list(dict.fromkeys([*given, *read_task_file(path)]))
-
-
-def requested_ids(config: pytest.Config) -> list[str]:
-    """Every instance id the user asked for by name (``--instance`` and ``--task-file``)."""
-    return list(config.option.instance or [])
-
-
-def check_requested_ids(config: pytest.Config, adapters: dict[str, BenchmarkAdapter]) -> None:
-    """An id that none of the run's benchmarks has is refused before anything is recorded
-    (PlanError naming the ids and where they came from)."""
-    wanted = requested_ids(config)
-    if not wanted:
-        return
-    known: set[str] = set()
-    for adapter in adapters.values():
-        known.update(spec.instance_id for spec in adapter.instances(config))
-    unknown = unknown_ids(wanted, known)
-    if not unknown:
-        return
-    task_file = getattr(config.option, "task_file", None)
-    given_ids: list[str] | None = config.stash.get(GIVEN_INSTANCES_KEY, None)
-    given = set(given_ids or ())
-    sources = []
-    from_flag = [i for i in unknown if i in given]
-    from_file = [i for i in unknown if i not in given]
-    if from_flag:
-        sources.append(f"--instance {', '.join(from_flag)}")
-    if from_file:
-        sources.append(f"--task-file {task_file}: {', '.join(from_file)}")
-    names = ", ".join(sorted(adapters))
-    raise PlanError(f"{'; '.join(sources)}: no such instance id in {names} "
-                    f"({len(known)} instances here); list them with --collect-only -q")
-
-
-def resume_benchmarks(config: pytest.Config,
-                      adapters: dict[str, BenchmarkAdapter]) -> dict[str, BenchmarkAdapter]:
-    """With ``--resume-from``: the ancestor's benchmarks only, so ``pytest --resume-from RUN``
-    from the repository root resumes RUN's benchmark whatever else is collectable. A missing
-    or unreadable ancestor is left to the resume's own refusal."""
-    root = config.option.resume_from
-    if not root:
-        return adapters
-    try:
-        names = read_json(Path(root) / "run_manifest.json").get("benchmarks")
-    except (OSError, ValueError, AttributeError):
-        return adapters
-    if not isinstance(names, list) or not names:
-        return adapters
-    missing = sorted(set(names) - set(adapters))
-    if missing:
-        raise PlanError(
-            f"--resume-from {root} ran {', '.join(missing)}, which this session cannot "
-            f"list; give the options it needs (see the line above, e.g. its checkout) or "
-            f"run pytest on its folder")
-    config.stash[RUN_BENCHMARKS_KEY] = frozenset(names)
-    return {name: a for name, a in adapters.items() if name in names}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A resume's items are its ancestor's benchmarks' (see :func:`resume_benchmarks`)."""
-    names = config.stash.get(RUN_BENCHMARKS_KEY, None)
-    if names is None:
-        return
-    from harness.worker import item_spec
-
-    drop = [i for i in items if (found := item_spec(i)) is not None and found[0] not in names]
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        gone = set(drop)
-        items[:] = [i for i in items if i not in gone]
-
-
-def benchmark_dirs() -> list[Path]:
-    """The folders of the registered benchmarks (where their conftest.py lives), found
-    without importing their modules."""
-    import importlib.util
-
-    from harness.registry import benchmark_entries
-
-    out: list[Path] = []
-    for value in benchmark_entries().values():
-        module = value.partition(":")[0]
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            continue
-        if spec is not None and spec.origin:
-            folder = Path(spec.origin).parent
-            if (folder / "conftest.py").is_file():
-                out.append(folder.resolve())
-    return out
-
-
-def option_values(args: list[str], parser: pytest.Parser) -> set[str]:
-    """Words that follow an option pytest does not know yet (a benchmark's own, such as
-    ``--cowork-root PATH``, before its conftest is loaded): values, not paths to collect."""
-    _, unknown = parser.parse_known_and_unknown_args(list(args))
-    flags = {u for u in unknown if u.startswith("--") and "=" not in u}
-    return {args[i + 1] for i, word in enumerate(args[:-1]) if word in flags}
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
-                                  args: list[str]) -> Any:
-    """A folder that holds benchmarks (``pytest benchmarks``, or the repository root whose
-    ``testpaths`` is ``benchmarks``) loads their conftests up front, as pytest does for
-    ``test*`` folders: their options (``--cowork-root``, ``--pb-fixtures``) parse and their
-    adapters exist when the run is planned."""
-    ns = early_config.known_args_namespace
-    if ns.pyargs or ns.noconftest:
-        return (yield)
-    given = list(ns.file_or_dir or [])
-    values = option_values(args, parser) if given else set()
-    paths = [a for a in given if a not in values]
-    here = early_config.invocation_params.dir
-    if paths:
-        initial = paths
-    elif here == early_config.rootpath and early_config.getini("testpaths"):
-        initial = list(early_config.getini("testpaths"))
-    else:
-        initial = [str(here)]
-    folders = [(here / str(a).split("::", 1)[0]).resolve() for a in initial]
-    folders = [f for f in folders if f.is_dir()]
-    extra = [str(b) for b in (benchmark_dirs() if folders else [])
-             if any(b != f and f in b.parents for f in folders)]
-    if not extra:
-        return (yield)
-    ns.file_or_dir = [*initial, *extra]
-    try:
-        return (yield)
-    finally:
-        ns.file_or_dir = given
-
-
 def collect_adapters(config: pytest.Config) -> dict[str, BenchmarkAdapter]:
     adapters: dict[str, BenchmarkAdapter] = {}
     for group in config.hook.pytest_harness_adapters(config=config):
@@ -333,6 +160,9 @@ def fail_usage(message: str, code: int = 2) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "harness_benchmark(name): a benchmark's instance test")
+    if LOST_CONFIG_KEY in config.stash:
+        fail_usage(config.stash[LOST_CONFIG_KEY])
+        return
     adapters = collect_adapters(config)
     if not adapters:
         return
@@ -492,4 +322,4 @@ class ControllerHooks:
             self.c.guard.uninstall()
 
 
-__all__ = ["CONTROLLER_KEY", "harness_instance"]
+__all__ = ["CONTROLLER_KEY", "harness_instance", "requested_ids", "user_selectors"]

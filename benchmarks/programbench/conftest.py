@@ -12,7 +12,7 @@ from benchmarks.programbench.adapter import ProgramBenchAdapter, add_options
 from benchmarks.programbench.tasks import FIXTURE_PREFIX
 from harness.adapter import BenchmarkAdapter
 from harness.errors import RefusalError
-from harness.plugin import requested_ids
+from harness.selection import requested_ids
 from harness.worker import item_spec
 
 if TYPE_CHECKING:  # loaded when a run starts, not at collection
