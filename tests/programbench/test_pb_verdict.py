@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from benchmarks.programbench.adapter import ProgramBenchAdapter
 from benchmarks.programbench.official_eval import OfficialEvalResult
 from benchmarks.programbench.session import scored_row
@@ -81,3 +83,41 @@ def test_an_eval_error_the_submission_caused_is_the_agents_zero():
     assert (row.status, row.outcome, row.infra, row.score) == (
         "failed", Outcome.AGENT_FAILED, False, 0.0)
     assert row.settled
+
+
+def test_issue23_an_eval_off_row_is_no_settled_score_and_its_run_resumes_with_an_eval(
+        tmp_path: Path) -> None:
+    """Issue 23 point 7: a row of an ``--eval off`` run (skipped, submission kept, no score)
+    is not carried by a resume, and the resume may switch the eval on: ``--eval`` does not
+    change a score, so it is not part of the result fingerprint (an ancestor that still
+    records it is not refused for it); a result-changing option still is."""
+    import pytest
+
+    from benchmarks.programbench.rescore import RESCORABLE_REASONS
+    from benchmarks.programbench.runner import EVAL_OFF_REASON
+    from harness.ledger import ledger_path
+    from harness.manifest import new_manifest, write_manifest
+    from harness.resume import ResumeError, plan_resume
+
+    root = tmp_path / "off"
+    root.mkdir()
+    manifest = new_manifest(run_id="off", run_root=root, argv=[], dry_run=False, workers=0)
+    old = {"benchmarks": ["programbench"], "programbench.eval": "off",
+           "programbench.cpus": 2}
+    manifest.config = old
+    write_manifest(manifest, root)
+    kept = TaskRow(ts_unix=1.0, run_id="off", benchmark="programbench", instance_id=IID,
+                   status="skipped", outcome=Outcome.SKIPPED, reason_code=EVAL_OFF_REASON,
+                   official_eval_status="not_run", prediction_written=True,
+                   details={"agent_outcome": {"completed": True, "reason": None}})
+    ledger_path(root).write_text(kept.dump_line() + "\n")
+    assert EVAL_OFF_REASON in RESCORABLE_REASONS  # the resume scores the kept submission
+    assert kept.score is None and not kept.settled
+
+    now = {"benchmarks": ["programbench"], "programbench.cpus": 2}  # --eval per-task
+    plan = plan_resume(root, config=now, benchmark_versions={}, shard=None,
+                       shard_given=False)
+    assert plan.carried == {} and plan.attempts == {kept.key: 2}
+    with pytest.raises(ResumeError, match=r"programbench\.cpus"):
+        plan_resume(root, config={**now, "programbench.cpus": 4}, benchmark_versions={},
+                    shard=None, shard_given=False)
