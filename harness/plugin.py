@@ -229,6 +229,20 @@ def pytest_configure(config: pytest.Config) -> None:
         hooks.controller = controller
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A benchmark instance is bounded by its own limits (``--task-timeout``, the scorer's),
+    never by pytest-timeout's per-test limit, which a project's configuration may set for
+    its own tests (this repository's is 900 s; a ProgramBench task may work 6 h)."""
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    from harness.worker import item_spec
+
+    for item in items:
+        if item_spec(item) is not None:
+            item.add_marker(pytest.mark.timeout(0))
+
+
 def _xdist_active(config: pytest.Config) -> bool:
     """True when this process hands the items to xdist workers: a distribution mode and
     somewhere to send them (``-n N`` fills ``--tx``). ``--dist loadgroup`` alone, as a

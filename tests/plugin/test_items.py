@@ -50,3 +50,14 @@ def test_invalid_instance_id_is_refused(suite):
     run = suite.run()
     assert run.rc != 0
     assert "invalid instance id" in run.out
+
+
+def test_a_project_test_timeout_does_not_cut_an_instance_short(suite):
+    """pytest-timeout's per-test limit (this repository sets 900 s for its own tests) is not
+    an instance's: a benchmark task is bounded by its own limits (a ProgramBench task may
+    work 6 h)."""
+    suite.tasks([{"id": "slow", "work": "sleep", "seconds": 2.5}])
+    run = suite.run("-o", "timeout=1")
+    assert run.rc == 0, run.out
+    assert run.statuses() == {"slow": "completed"}
+    assert "Timeout" not in run.out
