@@ -521,7 +521,9 @@ class Controller:
                 skip_next = "=" not in arg
                 continue
             kept.append(arg)
-        return shlex.join(["pytest", *kept, "--resume-from", str(self.run.run_root)])
+        # One word: from the project's root with no path, pytest would take a run root
+        # outside the project for a path to collect (harness.startup.lost_config).
+        return shlex.join(["pytest", *kept, f"--resume-from={self.run.run_root}"])
 
     def release(self) -> None:
         if self.lock is not None:

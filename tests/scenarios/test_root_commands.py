@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -210,6 +211,20 @@ def test_a_run_outside_the_project_in_two_words_is_refused_naming_the_fix(
     assert ok.rc == 0, ok.out[-3000:]
     assert ok.manifest["selection"]["instance_ids"] == [
         "programbench/abishekvashok__cmatrix.5c082c6"]
+
+
+def test_the_printed_resume_command_works_from_the_root(tmp_path: Path) -> None:
+    """The resume command a run prints (and records) runs as printed from the root, even
+    with the run root outside the project."""
+    runs = tmp_path / "runs"
+    first = from_root(runs, "--dry-run", "-k", "cmatrix or zoxide")
+    assert first.rc == 0, first.out[-3000:]
+    command = shlex.split(first.manifest["resume_command"])
+    assert command[0] == "pytest" and command[-1] == f"--resume-from={first.root}"
+    again = from_root(runs, *command[1:])
+    assert again.rc == 0, again.out[-3000:]
+    assert again.manifest["resume"]["ancestors"] == [str(first.root)]
+    assert again.manifest["selection"]["count"] == 2
 
 
 def test_the_projects_tests_run_by_their_path(tmp_path: Path) -> None:
