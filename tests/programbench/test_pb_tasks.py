@@ -236,3 +236,19 @@ def test_a_fixture_run_is_its_own_denominator_and_its_resume_keeps_it(tmp_path: 
                   "--resume-from", str(tmp_path / "real"), "--pb-fixtures")
     assert out.returncode == 2, out.stdout[-2000:]
     assert "programbench.fixtures" in out.stdout + out.stderr
+
+
+def test_the_gate_tasks_file_selects_the_run_it_gates(tmp_path: Path) -> None:
+    """One file for both: ``harness programbench gate --tasks FILE`` and the run's
+    ``--task-file FILE`` (issue 23 point 10)."""
+    from benchmarks.programbench.gate import load_tasks
+
+    ids = [i.instance_id for i in select_instances(shuffle=True, seed=5, slice_spec="0:20")]
+    path = tmp_path / "gate20.json"
+    path.write_text(json.dumps({"smoke": ids[:10], "unseen": ids[10:]}))
+    assert load_tasks(path).all == ids
+    assert sorted(_collected("--task-file", str(path))) == sorted(ids)
+    m = _dry_run(tmp_path / "gate", "--task-file", str(path))
+    assert m["selection"]["count"] == 20
+    assert m["subset_notice"] == "20 of 200 selected: not the benchmark score"
+    assert m["selection"]["selectors"] == {"task_file": str(path.resolve())}
