@@ -203,7 +203,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         options = read_options(config, list(adapters.values()))
         shard = parse_shard(options.shard_text)
-    except PlanError as exc:
+    except (PlanError, RefusalError) as exc:  # a benchmark's own option, e.g. --eval bogus
         fail_usage(str(exc))
         return
     controller = Controller(config, options)

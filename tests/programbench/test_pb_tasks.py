@@ -252,3 +252,12 @@ def test_the_gate_tasks_file_selects_the_run_it_gates(tmp_path: Path) -> None:
     assert m["selection"]["count"] == 20
     assert m["subset_notice"] == "20 of 200 selected: not the benchmark score"
     assert m["selection"]["selectors"] == {"task_file": str(path.resolve())}
+
+
+def test_a_bad_programbench_option_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    for args in (["--eval", "bogus"], ["--pb-seed", "x"]):
+        out = _pytest(*args, "--dry-run", "--run-root", str(tmp_path / "r"))
+        text = out.stdout + out.stderr
+        assert out.returncode == 2, text[-2000:]
+        assert f"{args[0]} '{args[1]}'" in text and "INTERNALERROR" not in text
+        assert not (tmp_path / "r").exists()
