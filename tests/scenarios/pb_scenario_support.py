@@ -64,3 +64,12 @@ def official_score(row: dict[str, Any], roots: list[Path]) -> tuple[float, Path]
     result = score_eval_json(iid, path)
     assert result.score is not None, f"{path}: no official score ({result.error_code})"
     return result.score, path
+
+
+def labelled_containers(root: Path) -> list[str]:
+    """Containers (any state) that carry a run root's label."""
+    import docker
+
+    found = docker.from_env().containers.list(
+        all=True, filters={"label": f"harness.run_root={root.absolute()}"})
+    return [c.name for c in found]

@@ -15,7 +15,7 @@ SIGKILLed as soon as the first task's row is written (the second is under way). 
 Asserted at every step: nothing lost (every selected task has a final settled row), nothing
 run twice, no carried score rewritten, no infrastructure row from a resume, every final score
 equal to the official tool's (the eval.json ``programbench eval`` wrote, read by the package's
-model, and ``programbench info``'s table).
+model, and ``programbench info``'s table); at the end no container of any of the runs is left.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from benchmarks.programbench.parity import parse_info, percent_text
 from harness.testing.suite import Run, run_pytest
 from tests.scenarios.pb_scenario_support import (
     TARGET,
+    labelled_containers,
     ledger_rows,
     official_score,
     run_killed_after_first_row,
@@ -168,3 +169,5 @@ def test_pb_gate_kill_resume_grow_gate_export(tmp_path: Path) -> None:
     results = evaluate_batch(export, blob_dir=fixture.blob_dir)
     assert {iid: r.score for iid, r in results.items()} == {
         iid: final[iid]["score"] for iid in ORACLE_SCORES}
+    # The killed run's sandbox was swept by the resume; no run left a container behind.
+    assert [name for root in roots for name in labelled_containers(root)] == []
