@@ -26,7 +26,7 @@ from harness.agents.base import (
     RuntimeOutcome,
     register_agent,
 )
-from harness.agents.checkpoint import CHECKPOINT_NAME
+from harness.agents.checkpoint import AgentFolder
 from harness.agents.classify import classify_result
 from harness.agents.gateway import ClientPollError, ClientPollTimeout, GatewayClient, PollPolicy
 from harness.agents.gateway_models import TaskCreateRequest, is_root_user
@@ -94,7 +94,7 @@ class GatewayAgent:
         return validate_task_body(data)
 
     def run(self, request: AgentRequest) -> AgentOutcome:
-        instance_dir = Path(request.instance_dir)
+        instance_dir = Path(request.instance_dir)  # the agent's folder (AgentFolder)
         adapter = self.adapter or request.adapter
         body = self._body(request)
         orphan_details: dict[str, Any] = {}
@@ -128,7 +128,7 @@ class GatewayAgent:
                     runtime_outcome=RuntimeOutcome(
                         available=last is not None, status=last.status if last else None
                     ),
-                    output_paths={"task_checkpoint": str(instance_dir / CHECKPOINT_NAME)},
+                    output_paths={"task_checkpoint": str(AgentFolder.of(instance_dir).checkpoint)},
                     details={"reattachable": reattachable, "error": str(exc),
                              "cancelled_on_give_up": cancelled, **orphan_details},
                 )
