@@ -30,7 +30,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness.agents.checkpoint import EVENTS_NAME as EVENTS_NAME  # where: AgentFolder
+from harness.agents.checkpoint import EVENTS_NAME as EVENTS_NAME
+from harness.agents.checkpoint import AgentFolder
 from harness.agents.gateway_errors import GatewayError
 from harness.agents.gateway_http import GatewayHTTP, RetryableError, describe_exc
 from harness.secrets_scan import SecretScanner, redact_json
@@ -105,7 +106,7 @@ class EventLog:
                  secrets: Mapping[str, str] | None = None) -> None:
         self.client = client
         self.task_id = task_id
-        self.path = Path(instance_dir) / EVENTS_NAME
+        self.path = AgentFolder.of(instance_dir).events
         self.scanner = SecretScanner(dict(secrets or {}))
         self.status = EventsState()
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel
 
 from harness.agents.checkpoint import (
-    CHECKPOINT_NAME,
+    AgentFolder,
     new_task_id,
     read_checkpoint,
     write_checkpoint,
@@ -145,7 +145,7 @@ def run_task(
     ``task_result.json``)."""
     instance_dir = Path(instance_dir)
     instance_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint_path = instance_dir / CHECKPOINT_NAME
+    checkpoint_path = AgentFolder.of(instance_dir).checkpoint  # readers: AgentFolder too
     request = validate_task_body(body)
     decision = reattach_decision(client, checkpoint_path)
     if timeout_s is None:
