@@ -186,6 +186,7 @@ def test_resume_replays_a_finished_eval_without_calling_the_checker(  # type: ig
     # the controller wrote infra rows for them, so a resume runs them again.
     ancestor = tmp_path / "ancestor"
     shutil.copytree(first.root, ancestor)
+    same_harness_commit(ancestor)  # the shared run may predate a commit made meanwhile
     lost = {"excel-sales-summary": "passed", "email-weekly-report": "failed"}
     with open(ancestor / "result_index.jsonl", "a") as fh:
         for iid in lost:
@@ -220,6 +221,18 @@ def test_resume_replays_a_finished_eval_without_calling_the_checker(  # type: ig
     report = json.loads(out.read_text())
     assert report["classifications"]["passed"] == 2 and report["gaps"] == []
     assert report["classifications"]["genuine_failure"] == 3
+
+
+def same_harness_commit(root: Path) -> None:
+    """Name this checkout's commit in ``root``'s manifest: a resume on another harness
+    commit is refused (tests/cowork/test_cowork_resume_compat.py), and a run shared by the
+    session's tests may be older than a commit made since."""
+    head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    path = root / "run_manifest.json"
+    data = json.loads(path.read_text())
+    data["source"]["head"] = head
+    path.write_text(json.dumps(data))
 
 
 def start_reference_server(
