@@ -1,9 +1,11 @@
 """The docker CLI ``programbench eval`` talks to: the real one, under our policy.
 
 The official package runs every container through ``$PROGRAMBENCH_DOCKER_EXECUTABLE``
-(read once, at import). We point it at a small generated script that runs this module, which
-passes each sub-command to the real ``docker`` unchanged (``exec``: same process, same stdin,
-same exit code) except:
+(read once, at import). We point it at a small generated ``sh`` script: the sub-commands the
+policy decides on (``run``, ``create``, ``container``, ``network``, ``commit``, a global option,
+the ``exec`` of ``eval/run.sh``) start this module; every other call goes to the real
+``docker`` unchanged, with no Python started (``exec``: same process, same stdin, same exit
+code). This module passes each call on unchanged too, except:
 
 * ``run``/``create`` (also ``container run``/``container create``): ``--network none`` is
   added; a ``--network``/``--net`` of the caller's, or a global option before the
@@ -11,20 +13,28 @@ same exit code) except:
   network, so a ``compile.sh`` cannot fetch the original source and a test-time program
   cannot reach anything. Each container (and the committed image) carries the label
   ``harness.pb_eval=<call>``, so :func:`sweep` removes what a stopped CLI left behind.
-  Created containers are logged with their id and image.
+  Created containers are logged with their id and image. A container of an image the eval
+  did not build (the clean room ``compile.sh`` runs in) gets a stat snapshot of the paths
+  that steer the tests (:data:`PYTHON_ROOTS`, the login files), taken before the CLI learns
+  its id, so before anything of the submission is in it.
 * the ``exec`` that runs a branch's ``eval/run.sh``: its pytest also loads
   :mod:`~benchmarks.programbench.results_guard_plugin` (copied in under a random name), which
   ends every process the program under test left behind before the JUnit XML is written.
 * ``network``: refused (nothing may connect a container to a network).
 * ``commit`` (the eval commits the compile container once, after ``compile.sh``, which runs
-  as root): a build that changed Python's own files, pytest or its plugins, added a ``.pth``,
+  as root): the same snapshot is taken again and compared (type, size, mode, owner, mtime and
+  ctime, which no process in the container can set back), which lists what ``docker diff``
+  would list under those paths at a fraction of its cost (``docker diff`` walks the whole
+  image on a naive-diff storage driver); without a first snapshot, ``docker diff`` itself is
+  read. A build that changed Python's own files, pytest or its plugins, added a ``.pth``,
   ``sitecustomize``, a ``pytest11`` entry point, or a file a login shell reads, is refused
   (exit 125, :data:`BUILD_TAMPER_MARKER`: the eval errors, the agent's failure). Otherwise the
   files a build could have written to steer the tests' pytest are deleted in that container
   (the same root rules as :mod:`benchmarks.programbench.scorer_guard`, applied to
   ``/workspace`` and ``/``), so generating a ``conftest.py`` at build time gains nothing.
 
-Each decision is appended to a JSON-lines log that the caller reads back as evidence.
+Each decision is appended to a JSON-lines log that the caller reads back as evidence, with
+the seconds the policy spent on it (``took_s``).
 """
 
 from __future__ import annotations
@@ -187,25 +197,54 @@ def _steers(kind: str, path: str) -> bool | None:
     return False
 
 
-def build_tampering(docker: str, container: str) -> list[str]:
-    """Changes the build made outside ``/workspace`` that would steer the tests: Python's own
-    files, pytest and its plugins, ``.pth``/``sitecustomize``, plugin entry points, the files
-    a login shell reads (the eval runs its tests under ``bash -lc``)."""
+TAMPER_SCOPE = (*PYTHON_ROOTS, *sorted(LOGIN_FILES), "/etc/profile.d")
+
+
+def build_changes(docker: str, container: str) -> tuple[list[tuple[str, str]], str]:
+    """``([(kind, path)], source)``: what the build changed under :data:`TAMPER_SCOPE`, from
+    the container's upper layer when this host can read it (``layer``), else ``docker diff``
+    (``docker_diff``, every path; it walks the whole image on a naive-diff driver)."""
+    from benchmarks.programbench.layer_changes import Unavailable, container_changes
+
+    try:
+        return container_changes(docker, container, TAMPER_SCOPE), "layer"
+    except (Unavailable, OSError):
+        pass
     try:
         diff = subprocess.run([docker, "diff", container], capture_output=True, timeout=300,
                               check=False).stdout.decode(errors="replace").splitlines()
     except subprocess.TimeoutExpired:
-        return ["(docker diff timed out)"]
+        return [], DIFF_TIMED_OUT
+    pairs = [line.partition(" ") for line in diff[:MAX_DIFF_CHECKED]]
+    return [(kind, path) for kind, _, path in pairs], "docker_diff"
+
+
+DIFF_TIMED_OUT = "(docker diff timed out)"
+
+
+def build_tampering(docker: str, container: str) -> list[str]:
+    """Changes the build made outside ``/workspace`` that would steer the tests: Python's own
+    files, pytest and its plugins, ``.pth``/``sitecustomize``, plugin entry points, the files
+    a login shell reads (the eval runs its tests under ``bash -lc``)."""
+    found, source = build_changes(docker, container)
+    if source == DIFF_TIMED_OUT:
+        return [DIFF_TIMED_OUT]
+    return tampered_paths(docker, container, found)
+
+
+def tampered_paths(docker: str, container: str, found: list[tuple[str, str]]) -> list[str]:
+    """The paths of ``found`` (``docker diff`` pairs) that steer the tests."""
     flagged: list[str] = []
     maybe: list[str] = []
-    for line in diff[:MAX_DIFF_CHECKED]:
-        kind, _, path = line.partition(" ")
+    for kind, path in found:
         verdict = _steers(kind, path)
         if verdict:
             flagged.append(path)
         elif verdict is None:
             maybe.append(path)
-    if maybe:
+    if len(maybe) > MAX_DIFF_CHECKED:
+        flagged.append(f"({len(maybe)} changed files where Python looks, too many to check)")
+    elif maybe:
         # regular files only (a "C" directory is just the parent of an added file); an
         # entry_points.txt counts when it declares a pytest plugin
         script = ('for p in "$@"; do if [ -f "$p" ] && [ ! -L "$p" ]; then case "$p" in '
@@ -236,29 +275,56 @@ def _exec_target(args: list[str]) -> tuple[int, str] | None:
 
 
 def guard_results(docker: str, args: list[str]) -> list[str]:
-    """The test-run ``exec`` with :mod:`results_guard_plugin` loaded into its pytest."""
+    """The test-run ``exec`` with :mod:`results_guard_plugin` loaded into its pytest: the same
+    shell writes the plugin (under a random name, in a fresh ``0700`` folder) just before
+    ``run.sh`` starts, so no second ``docker exec`` is needed."""
     import secrets
 
-    target = _exec_target(args)
-    if target is None:
+    if _exec_target(args) is None:
         return args
-    _, container = target
+    try:
+        source = PLUGIN_SOURCE.read_text()
+    except OSError as exc:
+        raise PolicyRefused(f"cannot install the results guard: {exc}") from exc
     nonce = secrets.token_hex(8)
     folder, module = f"/tmp/.hx-{nonce}", f"hx_results_guard_{nonce}"
-    copied = subprocess.run(
-        [docker, "exec", "-i", "-u", "0", container, "sh", "-c",
-         f"mkdir -m 700 {folder} && cat > {folder}/{module}.py"],
-        input=PLUGIN_SOURCE.read_bytes(), capture_output=True, timeout=120, check=False)
-    if copied.returncode != 0:
-        raise PolicyRefused("cannot install the results guard: "
-                            + copied.stderr.decode(errors="replace").strip()[-300:])
-    prefix = (f'export PYTHONPATH="{folder}${{PYTHONPATH:+:$PYTHONPATH}}" && '
+    prefix = (f"mkdir -m 700 {folder} && printf '%s' {shlex.quote(source)} > "
+              f"{folder}/{module}.py && "
+              f'export PYTHONPATH="{folder}${{PYTHONPATH:+:$PYTHONPATH}}" && '
               f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:-}} -p {module}" && ')
     return [*args[:-1], prefix + args[-1]]
 
 
+def _commit(docker: str, new: list[str], log: str | None) -> list[str]:
+    """Refuse a build that steers the tests (exit), else remove its overrides: the argv."""
+    positional = [a for a in new[1:] if not a.startswith("-")]
+    container = positional[0] if positional else ""
+    tampered: list[str] = []
+    source = ""
+    if container:
+        found, source = build_changes(docker, container)
+        tampered = ([DIFF_TIMED_OUT] if source == DIFF_TIMED_OUT
+                    else tampered_paths(docker, container, found))
+    if tampered:
+        reason = f"{BUILD_TAMPER_MARKER}: {', '.join(tampered[:20])}"
+        _log(log, {"op": "commit", "refused": reason})
+        print(reason, file=sys.stderr)
+        sys.exit(REFUSED_RC)
+    removed = build_overrides(docker, container) if container else []
+    paths = [p for p in removed if p.startswith("/")]
+    if paths:
+        subprocess.run([docker, "exec", "-u", "0", container, "rm", "-rf", "--", *paths],
+                       capture_output=True, timeout=300, check=False)
+    _log(log, {"op": "commit", "image": positional[1] if len(positional) > 1 else "",
+               "build_files_removed": removed, "changes_from": source})
+    if log:  # the committed image carries the call's label too (see sweep)
+        new = [new[0], "--change", f"LABEL {LABEL_KEY}={Path(log).parent.name}", *new[1:]]
+    return new
+
+
 def main(argv: list[str]) -> NoReturn:
     """``docker_policy --docker REAL [--log FILE] -- ARGS...``"""
+    started = time.monotonic()
     sep = argv.index("--") if "--" in argv else len(argv)
     opts, args = argv[:sep], argv[sep + 1 :]
     docker = opts[opts.index("--docker") + 1]
@@ -276,34 +342,24 @@ def main(argv: list[str]) -> NoReturn:
         sys.stdout.buffer.write(proc.stdout)
         sys.stderr.buffer.write(proc.stderr)
         _log(log, {"op": sub, "network": "none", "image": image_of(new),
-                   "id": proc.stdout.decode(errors="replace").strip()})
+                   "id": proc.stdout.decode(errors="replace").strip(),
+                   "took_s": round(time.monotonic() - started, 3)})
         sys.exit(proc.returncode)
     elif _exec_target(new) is not None:
         try:
             new = guard_results(docker, new)
-        except (PolicyRefused, OSError, subprocess.TimeoutExpired) as exc:
+        except PolicyRefused as exc:
             _log(log, {"op": "exec", "refused": str(exc)})
             print(f"docker policy: refused: {exc}", file=sys.stderr)
             sys.exit(REFUSED_RC)
-        _log(log, {"op": "exec", "results_guard": True})
+        _log(log, {"op": "exec", "results_guard": True,
+                   "took_s": round(time.monotonic() - started, 3)})
     elif sub == "commit" and len(new) >= 2:
-        positional = [a for a in new[1:] if not a.startswith("-")]
-        container = positional[0] if positional else ""
-        tampered = build_tampering(docker, container) if container else []
-        if tampered:
-            reason = f"{BUILD_TAMPER_MARKER}: {', '.join(tampered[:20])}"
-            _log(log, {"op": "commit", "refused": reason})
-            print(reason, file=sys.stderr)
-            sys.exit(REFUSED_RC)
-        removed = build_overrides(docker, container) if container else []
-        paths = [p for p in removed if p.startswith("/")]
-        if paths:
-            subprocess.run([docker, "exec", "-u", "0", container, "rm", "-rf", "--", *paths],
-                           capture_output=True, timeout=300, check=False)
-        _log(log, {"op": "commit", "image": positional[1] if len(positional) > 1 else "",
-                   "build_files_removed": removed})
-        if log:  # the committed image carries the call's label too (see sweep)
-            new = [new[0], "--change", f"LABEL {LABEL_KEY}={Path(log).parent.name}", *new[1:]]
+        import site
+
+        site.main()  # started with -S: the config rules need iniconfig
+        new = _commit(docker, new, log)
+        _log(log, {"op": "commit_checked", "took_s": round(time.monotonic() - started, 3)})
     os.execv(docker, [docker, *new])
 
 
@@ -311,32 +367,56 @@ def sweep(docker: str, label: str) -> int:
     """Remove the containers and images of one eval call left behind (a CLI stopped between
     ``docker run`` and learning the id cannot remove them itself). Returns how many."""
     gone = 0
+    selector = ["--filter", f"label={LABEL_KEY}={label}"]
+    listings: list[tuple[subprocess.Popen[str], list[str]]] = []
     for listing, remove in ((["ps", "-aq"], ["rm", "-f"]), (["images", "-q"], ["rmi", "-f"])):
+        try:  # both listings at once: most calls find nothing
+            listings.append((subprocess.Popen([docker, *listing, *selector], text=True,
+                                              stdout=subprocess.PIPE,
+                                              stderr=subprocess.DEVNULL), remove))
+        except OSError:
+            continue
+    for proc, remove in listings:  # containers first: an image in use cannot go
         try:
-            ids = subprocess.run([docker, *listing, "--filter", f"label={LABEL_KEY}={label}"],
-                                 capture_output=True, text=True, timeout=60,
-                                 check=False).stdout.split()
+            ids = set(proc.communicate(timeout=60)[0].split())
             if ids:
-                subprocess.run([docker, *remove, *sorted(set(ids))], capture_output=True,
+                subprocess.run([docker, *remove, *sorted(ids)], capture_output=True,
                                timeout=300, check=False)
-                gone += len(set(ids))
+                gone += len(ids)
         except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
             continue
     return gone
 
 
+# The sub-commands the policy decides on; every other call goes straight to the real docker.
+POLICY_CASES = "run|create|commit|container|network|-*"
+
+
 def install(folder: Path, *, docker: str | None = None) -> tuple[Path, Path]:
-    """Write the wrapper script (and an empty log) into ``folder``: ``(wrapper, log)``."""
+    """Write the wrapper script (and an empty log) into ``folder``: ``(wrapper, log)``.
+
+    The wrapper is ``sh``: a call the policy passes through unchanged never starts Python
+    (``exec`` of the real docker); the others start this module with ``-S`` (no site
+    packages to scan: it needs the standard library only, until a ``commit``)."""
     real = docker or shutil.which("docker")
     if not real:
         raise FileNotFoundError("no docker CLI on PATH for the eval's docker policy")
     folder.mkdir(parents=True, exist_ok=True)
     wrapper, log = folder / WRAPPER_NAME, folder / LOG_NAME
     log.write_text("")
-    argv = [sys.executable, "-m", "benchmarks.programbench.docker_policy", "--docker",
+    real_q = shlex.quote(str(Path(real).resolve()))
+    argv = [sys.executable, "-S", "-m", "benchmarks.programbench.docker_policy", "--docker",
             str(Path(real).resolve()), "--log", str(log), "--"]
     wrapper.write_text(
         "#!/bin/sh\n"
+        f'case "${{1-}}" in\n'
+        f"  {POLICY_CASES}) ;;\n"
+        '  exec) for last; do :; done\n'
+        f'        case "$last" in *{RUN_TESTS_MARKER}*) ;; *) exec {real_q} "$@" ;; esac ;;\n'
+        f'  *) exec {real_q} "$@" ;;\n'
+        "esac\n"
         f"PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}} "
         f"exec {' '.join(shlex.quote(a) for a in argv)} \"$@\"\n"
     )

@@ -25,6 +25,13 @@ class DockerPolicy(BaseModel):
     built_containers: list[str] = Field(default_factory=list)
     refused: list[str] = Field(default_factory=list)
     build_files_removed: list[str] = Field(default_factory=list)
+    # how the build's changes were listed: its upper layer ("layer") or "docker_diff"
+    build_changes_from: str = ""
+    python_calls: int = 0  # docker calls the policy decided on in Python (the rest: sh only)
+    python_s: float = 0.0  # seconds the policy spent on them (their docker calls included)
+    # wall-clock times (epoch s) of the eval's steps, for the row's timings
+    first_container_at: float | None = None
+    build_checked_at: float | None = None
 
 
 def summarize(log_text: str, real_docker: str = "", instance_id: str | None = None,
@@ -37,6 +44,18 @@ def summarize(log_text: str, real_docker: str = "", instance_id: str | None = No
             entry = json.loads(line)
         except ValueError:
             continue
+        if not isinstance(entry, dict):
+            continue
+        took = entry.get("took_s")
+        if isinstance(took, (int, float)):
+            policy.python_calls += 1
+            policy.python_s = round(policy.python_s + float(took), 3)
+        ts = entry.get("ts")
+        if entry.get("op") in CREATE_COMMANDS and policy.first_container_at is None and (
+                isinstance(ts, (int, float))):
+            policy.first_container_at = float(ts)
+        if entry.get("op") == "commit_checked" and isinstance(ts, (int, float)):
+            policy.build_checked_at = float(ts)
         if entry.get("refused"):
             policy.refused.append(str(entry["refused"]))
         elif entry.get("op") == "exec" and entry.get("results_guard"):
@@ -51,4 +70,5 @@ def summarize(log_text: str, real_docker: str = "", instance_id: str | None = No
         elif entry.get("op") == "commit" and (instance_id is None or str(
                 entry.get("image", "")).startswith(f"programbench-compiled/{instance_id}:")):
             policy.build_files_removed += [str(p) for p in entry.get("build_files_removed", [])]
+            policy.build_changes_from = str(entry.get("changes_from", ""))
     return policy

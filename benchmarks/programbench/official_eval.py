@@ -86,6 +86,8 @@ class OfficialEvalResult(BaseModel):
     error_cause: Literal["agent", "infra"] | None = None
     docker_policy: DockerPolicy | None = None  # the policy in force for the eval's docker
     scorer_guard: ScorerGuardReport | None = None  # what was cut from the submission
+    # seconds per phase (see :func:`eval_timings`); the row's ``details.timings``
+    timings: dict[str, float] = Field(default_factory=dict)
 
 
 class CliRun(BaseModel):
@@ -100,6 +102,9 @@ class CliRun(BaseModel):
     real_docker: str = ""
     policy_log: str = ""
     policy_label: str = ""
+    started_at: float = 0.0  # epoch s, when the CLI was started
+    policy_install_s: float = 0.0
+    sweep_s: float = 0.0
 
 
 def programbench_cli() -> list[str]:
@@ -148,20 +153,25 @@ def _run_cli(
 ) -> CliRun:
     """Run the CLI with its docker behind our policy (no network for any eval container)."""
     with tempfile.TemporaryDirectory(prefix="pb-docker-policy-") as tmp:
+        started = time.monotonic()
         docker = real_docker()
         try:
             wrapper, log = install(Path(tmp), docker=docker)
         except OSError as exc:
             return CliRun(cmd=[*programbench_cli(), *args], returncode=None, stdout="",
                           stderr=f"docker policy: cannot install: {exc}", duration_s=0.0)
+        installed = time.monotonic()
         try:
             run = _run_cli_with(args, {PB_DOCKER_ENV: str(wrapper)}, blob_dir=blob_dir,
                                 stdout_path=stdout_path, stderr_path=stderr_path,
                                 timeout_s=timeout_s)
         finally:
+            swept = time.monotonic()
             sweep(docker, Path(tmp).name)
         return run.model_copy(update={"real_docker": docker, "policy_log": log.read_text(),
-                                      "policy_label": Path(tmp).name})
+                                      "policy_label": Path(tmp).name,
+                                      "policy_install_s": round(installed - started, 3),
+                                      "sweep_s": round(time.monotonic() - swept, 3)})
 
 
 def _run_cli_with(
@@ -180,6 +190,7 @@ def _run_cli_with(
     env.setdefault("NO_COLOR", "1")
     env.setdefault("COLUMNS", "200")
     stdout_path.parent.mkdir(parents=True, exist_ok=True)
+    started_at = time.time()
     started = time.monotonic()
     timed_out = False
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
@@ -200,6 +211,7 @@ def _run_cli_with(
         stderr=stderr_path.read_text(errors="replace"),
         duration_s=round(time.monotonic() - started, 3),
         timed_out=timed_out,
+        started_at=started_at,
     )
 
 
@@ -356,6 +368,25 @@ def eval_json_path(src: Path, instance_id: str, output: Path | None = None) -> P
     return target / instance_id / f"{instance_id}.eval.json"
 
 
+def eval_timings(run: CliRun, policy: DockerPolicy, **measured: float) -> dict[str, float]:
+    """Seconds per phase of one official eval: ``guard_s`` (the submission guard),
+    ``policy_install_s``, ``cli_s`` (the whole CLI call) split into ``cli_start_s`` (to its
+    first container), ``cli_build_s`` (copy-in, ``compile.sh`` and the policy's build check),
+    ``cli_tests_s`` (commit, test containers, tests, clean-up); ``policy_s`` (what the
+    policy's Python spent inside the CLI, its docker calls included), ``sweep_s``,
+    ``score_s`` (reading eval.json) and whatever else the caller measured."""
+    out = {"policy_install_s": run.policy_install_s, "cli_s": run.duration_s,
+           "policy_s": policy.python_s, "sweep_s": run.sweep_s}
+    first, checked = policy.first_container_at, policy.build_checked_at
+    if run.started_at and first is not None:
+        out["cli_start_s"] = first - run.started_at
+        if checked is not None:
+            out["cli_build_s"] = checked - first
+            out["cli_tests_s"] = run.started_at + run.duration_s - checked
+    out.update(measured)
+    return {k: round(max(v, 0.0), 3) for k, v in out.items()}
+
+
 def _finish(
     instance_id: str,
     run: CliRun,
@@ -363,8 +394,10 @@ def _finish(
     stdout: Path,
     stderr: Path,
     write_to: Path | None,
+    guard_s: float = 0.0,
 ) -> OfficialEvalResult:
     policy = summarize(run.policy_log, run.real_docker, instance_id, run.policy_label)
+    scoring = time.monotonic()
     if run.timed_out:
         # An interrupted CLI may still write an eval.json (the stopped step recorded as a
         # failure): that is no verdict, so it is set aside, never scored.
@@ -398,8 +431,11 @@ def _finish(
             error_message=message,
             error_cause=failure_cause(code, message, policy.built_containers),
         )
+    timings = eval_timings(run, policy, guard_s=guard_s,
+                           score_s=time.monotonic() - scoring)
     result = result.model_copy(
         update={
+            "timings": timings,
             "docker_policy": policy,
             "scorer_guard": read_report(write_to) if write_to is not None else None,
             "stdout_path": str(stdout),
@@ -459,9 +495,11 @@ def evaluate_instance(
     folder = src / instance_id
     eval_json = eval_json_path(src, instance_id, out)
     _discard_stale(eval_json)
+    guarding = time.monotonic()
     refused = _guard(folder, instance_id)
     if refused is not None:
         return refused
+    guard_s = time.monotonic() - guarding
     stdout, stderr = folder / STDOUT_NAME, folder / STDERR_NAME
     args = _eval_args(
         src,
@@ -475,7 +513,7 @@ def evaluate_instance(
     run = _run_cli(
         args, blob_dir=blob_dir, stdout_path=stdout, stderr_path=stderr, timeout_s=timeout_s
     )
-    return _finish(instance_id, run, eval_json, stdout, stderr, folder)
+    return _finish(instance_id, run, eval_json, stdout, stderr, folder, guard_s)
 
 
 def evaluate_batch(
@@ -504,6 +542,7 @@ def evaluate_batch(
     if not instance_ids:
         return {}
     refused: dict[str, OfficialEvalResult] = {}
+    guarding = time.monotonic()
     for iid in instance_ids:
         _discard_stale(eval_json_path(src, iid, out))
         bad = _guard(src / iid, iid)
@@ -512,6 +551,7 @@ def evaluate_batch(
     instance_ids = [i for i in instance_ids if i not in refused]
     if not instance_ids:
         return refused
+    guard_s = time.monotonic() - guarding
     pattern = "^(" + "|".join(re.escape(i) for i in sorted(instance_ids)) + ")$"
     stdout, stderr = src / STDOUT_NAME, src / STDERR_NAME
     args = _eval_args(
@@ -527,7 +567,8 @@ def evaluate_batch(
         args, blob_dir=blob_dir, stdout_path=stdout, stderr_path=stderr, timeout_s=timeout_s
     )
     return refused | {
-        iid: _finish(iid, run, eval_json_path(src, iid, out), stdout, stderr, src / iid)
+        iid: _finish(iid, run, eval_json_path(src, iid, out), stdout, stderr, src / iid,
+                     guard_s)
         for iid in instance_ids
     }
 

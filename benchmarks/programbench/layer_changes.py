@@ -1,0 +1,164 @@
+"""What a container's build changed under some paths, read from its overlay upper layer.
+
+``docker diff`` answers the same question, but on a storage driver without a native diff
+(``fuse-overlayfs``, ``vfs``) the daemon walks the whole image and the container side by side:
+seconds for every eval. With an overlay driver whose layer folders this host can read (a local
+daemon: ``docker inspect`` names them), the changes are the upper layer's entries, decided the
+way the daemon's own overlay diff decides them (an upper entry is ``C`` when a lower layer has
+the path, else ``A``; a whiteout, or a lower entry below a directory the build re-created or
+replaced, is ``D``). A whiteout is a ``0:0`` character device or a ``.wh.<name>`` file; a
+re-created directory is marked opaque (an xattr or a ``.wh..wh..opq`` entry).
+
+Nothing of the layer is followed or read: names and ``lstat`` only, a bounded number of
+entries, and only below the paths the caller asks about. Any doubt (another driver, a remote
+daemon, a folder this host cannot read, too many entries) is :class:`Unavailable`: the caller
+then asks ``docker diff``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+
+OVERLAY_DRIVERS = frozenset({"overlay2", "overlay", "fuse-overlayfs"})
+MAX_ENTRIES = 200_000
+WHITEOUT_PREFIX = ".wh."
+OPAQUE_MARKERS = frozenset({".wh..wh..opq", ".wh..opq"})
+OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque", "user.fuseoverlayfs.opaque")
+
+
+class Unavailable(Exception):
+    """The layers cannot be read here: ask ``docker diff``."""
+
+
+def layer_dirs(docker: str, container: str) -> tuple[str, list[str]]:
+    """``(upper, lowers)`` of ``container``, both readable on this host."""
+    try:
+        proc = subprocess.run([docker, "inspect", "--type", "container", "--format",
+                               "{{json .GraphDriver}}", container],
+                              capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise Unavailable(f"docker inspect: {exc}") from exc
+    if proc.returncode != 0:
+        raise Unavailable("docker inspect failed")
+    try:
+        driver = json.loads(proc.stdout)
+        data = driver.get("Data") or {}
+        name, upper, lower = driver.get("Name"), data.get("UpperDir"), data.get("LowerDir")
+    except (ValueError, AttributeError) as exc:
+        raise Unavailable(f"unexpected docker inspect output: {exc}") from exc
+    if name not in OVERLAY_DRIVERS or not isinstance(upper, str) or not isinstance(lower, str):
+        raise Unavailable(f"storage driver {name!r} has no readable upper layer")
+    lowers = [p for p in lower.split(":") if p]
+    for folder in (upper, *lowers):
+        if not os.path.isabs(folder) or not _is_real_dir(folder):
+            raise Unavailable(f"layer folder not readable on this host: {folder}")
+    return upper, lowers
+
+
+def _is_real_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode) and os.access(path, os.R_OK | os.X_OK)
+    except OSError:
+        return False
+
+
+def _lower_stat(lowers: list[str], path: str) -> os.stat_result | None:
+    for layer in lowers:
+        try:
+            return os.lstat(layer + path)
+        except OSError:
+            continue
+    return None
+
+
+def _lower_children(lowers: list[str], path: str) -> set[str]:
+    names: set[str] = set()
+    for layer in lowers:
+        folder = layer + path
+        if _is_real_dir(folder):
+            try:
+                names |= {n for n in os.listdir(folder)
+                          if n not in OPAQUE_MARKERS and not n.startswith(WHITEOUT_PREFIX)}
+            except OSError:
+                continue
+    return names
+
+
+def _opaque(folder: str, names: set[str]) -> bool:
+    if names & OPAQUE_MARKERS:
+        return True
+    for attr in OPAQUE_XATTRS:
+        try:
+            if os.getxattr(folder, attr, follow_symlinks=False) == b"y":
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def changes(upper: str, lowers: list[str], scope: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``[(kind, path)]`` like ``docker diff`` prints them, for the paths that start with one
+    of ``scope`` (container paths, e.g. ``/usr/lib/python3``)."""
+
+    def relevant(path: str) -> bool:
+        return path.startswith(scope)
+
+    def on_the_way(path: str) -> bool:
+        return any(s.startswith(path + "/") for s in scope)
+
+    found: list[tuple[str, str]] = []
+    seen = 0
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        folder = upper + rel
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError as exc:
+            raise Unavailable(f"cannot list {folder}: {exc}") from exc
+        seen += len(entries)
+        if seen > MAX_ENTRIES:
+            raise Unavailable(f"more than {MAX_ENTRIES} entries in the upper layer")
+        names = {e.name for e in entries}
+        if rel and _opaque(folder, names):  # re-created: what the lower had below is gone
+            found += [("D", f"{rel}/{c}") for c in sorted(_lower_children(lowers, rel))
+                      if c not in names and relevant(f"{rel}/{c}")]
+        for entry in entries:
+            name = entry.name
+            if name in OPAQUE_MARKERS:
+                continue
+            if name.startswith(WHITEOUT_PREFIX):
+                path = f"{rel}/{name[len(WHITEOUT_PREFIX):]}"
+                if relevant(path):
+                    found.append(("D", path))
+                continue
+            path = f"{rel}/{name}"
+            if not relevant(path) and not on_the_way(path):
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                if relevant(path):
+                    found.append(("D", path))
+                continue
+            low = _lower_stat(lowers, path)
+            if relevant(path):
+                found.append(("C" if low is not None else "A", path))
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if low is not None and stat.S_ISDIR(low.st_mode) and not is_dir:
+                # a directory replaced by a file or a link: what was below it is gone
+                found += [("D", f"{path}/{c}") for c in sorted(_lower_children(lowers, path))
+                          if relevant(f"{path}/{c}")]
+            if is_dir:
+                stack.append(path)
+    return sorted(set(found), key=lambda kp: kp[1])
+
+
+def container_changes(docker: str, container: str,
+                      scope: tuple[str, ...]) -> list[tuple[str, str]]:
+    """:func:`changes` of ``container``; raises :class:`Unavailable`."""
+    upper, lowers = layer_dirs(docker, container)
+    return changes(upper, lowers, scope)
