@@ -41,6 +41,8 @@ def guard_details(result: OfficialEvalResult | None) -> dict[str, Any]:
     if result.scorer_guard is not None:
         details["scorer_files_removed"] = result.scorer_guard.removed_names
         details["scorer_files_rewritten"] = list(result.scorer_guard.rewritten)
+    if result.timings:  # seconds per phase of the official eval
+        details["timings"] = dict(result.timings)
     if result.docker_policy is not None:
         details["eval_network"] = result.docker_policy.network
         if result.docker_policy.build_files_removed:
