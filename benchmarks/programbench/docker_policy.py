@@ -125,7 +125,7 @@ def _exec_in(docker: str, container: str, argv: list[str], timeout: float = 120)
 
 def build_overrides(docker: str, container: str) -> list[str]:
     """Paths in ``container`` (absolute) that would steer the tests' pytest."""
-    from benchmarks.programbench.scorer_guard import (
+    from benchmarks.programbench.scorer_rules import (
         EDITED_CONFIGS,
         ROOT_PYTEST_FILES,
         edit_config,
@@ -161,6 +161,10 @@ def build_overrides(docker: str, container: str) -> list[str]:
         if path in found or path not in listing:
             continue
         data = _exec_in(docker, container, ["head", "-c", str(MAX_CONFIG_BYTES + 1), path], 60)
+        if sys.flags.no_site and "site" not in sys.modules:  # started with -S: a setup.cfg
+            import site  # is read with iniconfig, from the site packages
+
+            site.main()
         if len(data) > MAX_CONFIG_BYTES or edit_config(name, data) != data:
             found.append(path)
     return sorted(set(found))
@@ -355,9 +359,6 @@ def main(argv: list[str]) -> NoReturn:
         _log(log, {"op": "exec", "results_guard": True,
                    "took_s": round(time.monotonic() - started, 3)})
     elif sub == "commit" and len(new) >= 2:
-        import site
-
-        site.main()  # started with -S: the config rules need iniconfig
         new = _commit(docker, new, log)
         _log(log, {"op": "commit_checked", "took_s": round(time.monotonic() - started, 3)})
     os.execv(docker, [docker, *new])

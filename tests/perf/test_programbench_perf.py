@@ -1,9 +1,12 @@
 """Per-task official-eval overhead of the harness against ``programbench eval`` called directly.
 
-Run on demand: ``pytest tests/perf/test_programbench_perf.py -p no:xdist -s``. Both sides
-evaluate the same fixture submission with the same image, blob dir and CPU count, interleaved
-round by round so load drifts hit both alike; the ratio of medians is reported (and kept in
-pytest-benchmark's ``extra_info``).
+Run on demand: ``pytest tests/perf/test_programbench_perf.py -s``. Both sides evaluate the
+same fixture submission with the same image, blob dir and CPU count, interleaved round by
+round so load drifts hit both alike. The goal is on the median of the rounds' paired ratios
+(each harness eval over the direct CLI call just before it: a load drift between rounds moves
+both sides of a pair); the ratio of the medians and of the minimums are reported beside it,
+with the median seconds of each phase of the harness's eval (its ``timings``), all kept in
+pytest-benchmark's ``extra_info``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ def test_eval_overhead_against_the_direct_cli(benchmark: Any, tmp_path: Path,
     direct_cmd += ["--docker-cpus", cpus, "-f"]
     env = {**os.environ, "PROGRAMBENCH_BLOB_DIR": fixture.blob_dir}
     direct_times: list[float] = []
+    harness_times: list[float] = []
+    phases: list[dict[str, float]] = []
 
     def direct() -> None:
         started = time.perf_counter()
@@ -52,8 +57,13 @@ def test_eval_overhead_against_the_direct_cli(benchmark: Any, tmp_path: Path,
         direct_times.append(time.perf_counter() - started)
 
     def harness() -> None:
+        started = time.perf_counter()
         result = evaluate_instance(src, FIXTURE_ID, blob_dir=fixture.blob_dir)
+        harness_times.append(time.perf_counter() - started)
         assert result.score == 1.0, result.error_message
+        assert result.docker_policy is not None and result.docker_policy.network == "none"
+        assert result.docker_policy.results_guarded >= 1  # every guard stays on
+        phases.append(result.timings)
 
     benchmark.pedantic(harness, setup=direct, rounds=ROUNDS, iterations=1, warmup_rounds=0)
     stats = benchmark.stats.stats
@@ -61,20 +71,28 @@ def test_eval_overhead_against_the_direct_cli(benchmark: Any, tmp_path: Path,
     direct_median, direct_min = statistics.median(direct_times), min(direct_times)
     # The best round of each side is the least disturbed by other load on a shared host.
     ratio_min = harness_min / direct_min
-    ratio_median = harness_median / direct_median
+    ratio_of_medians = harness_median / direct_median
+    paired = statistics.median(h / d for h, d in zip(harness_times, direct_times, strict=True))
+    phase_medians = {k: round(statistics.median(p.get(k, 0.0) for p in phases), 3)
+                     for k in sorted({k for p in phases for k in p})}
     benchmark.extra_info.update(
         direct_median_s=round(direct_median, 3),
         direct_min_s=round(direct_min, 3),
         harness_median_s=round(harness_median, 3),
         harness_min_s=round(harness_min, 3),
         overhead_ratio_min=round(ratio_min, 3),
-        overhead_ratio_median=round(ratio_median, 3),
+        overhead_ratio_of_medians=round(ratio_of_medians, 3),
+        overhead_ratio_median=round(paired, 3),
+        phase_median_s=phase_medians,
     )
     print(
         f"\nprogrambench eval per task over {ROUNDS} interleaved rounds: direct "
         f"min {direct_min:.2f}s / median {direct_median:.2f}s; harness min {harness_min:.2f}s / "
-        f"median {harness_median:.2f}s; ratio min {ratio_min:.3f}, median {ratio_median:.3f}"
+        f"median {harness_median:.2f}s; paired ratio median {paired:.3f}; ratio of minimums "
+        f"{ratio_min:.3f}, of medians {ratio_of_medians:.3f}"
     )
+    print("harness eval phases (median s): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in phase_medians.items()))
     # What the harness adds besides the CLI call itself, measured without Docker noise.
     eval_json = src / FIXTURE_ID / f"{FIXTURE_ID}.eval.json"
     started = time.perf_counter()
@@ -84,7 +102,8 @@ def test_eval_overhead_against_the_direct_cli(benchmark: Any, tmp_path: Path,
     benchmark.extra_info["harness_parse_ms"] = round(parse_ms, 3)
     print(f"harness-side scoring of eval.json: {parse_ms:.2f} ms per task")
     perf_goal("eval_json_scoring_ms", parse_ms, 50, op="<", unit="ms")
-    perf_goal("programbench_eval_vs_direct_cli_median", ratio_median, GOAL_RATIO)
+    perf_goal("programbench_eval_vs_direct_cli_min", ratio_min, GOAL_RATIO)
+    perf_goal("programbench_eval_vs_direct_cli_median", paired, GOAL_RATIO)
 
 
 def test_dry_run_task_bodies_for_all_200(benchmark: Any) -> None:
