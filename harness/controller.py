@@ -345,7 +345,8 @@ class Controller:
 
     def append(self, row: TaskRow) -> None:
         assert self.writer is not None
-        self.writer.append(row)
+        # a carried row is already durable in its ancestor: fsynced in a group (see ledger)
+        self.writer.append(row, durable=row.outcome is not Outcome.CARRIED)
         self.rows[row.key] = row
         self.running.pop(row.key, None)
         if self.progress is not None:
@@ -462,6 +463,8 @@ class Controller:
                  error: BaseException | None = None) -> None:
         if self.manifest is None or self.manifest.finalized:
             return
+        if self.writer is not None:
+            self.writer.sync()
         mf.finalize(self.manifest, outcome=outcome, exit_code=exit_code,
                     stop_reason=stop_reason, error=error)
 

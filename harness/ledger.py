@@ -1,7 +1,11 @@
 """The append-only ledger ``result_index.jsonl``: one JSON row per settled instance.
 
 Writing: one line per row, flushed and fsynced, appended at the run root and copied to the
-instance's own folder. Only the controller writes. A write that fails is a diagnostic, not
+instance's own folder (the copy is written but not fsynced: every reader, and a resume after
+a power loss, reads the run root's ledger). A row carried from an ancestor (already durable
+there) is written at once and fsynced with the next row, within :data:`GROUP_SYNC_S`, or when
+the run finalizes: a resume of thousands of settled instances pays one fsync, not one each.
+Only the controller writes. A write that fails is a diagnostic, not
 the end of the run: ``diagnostic_write_failed`` goes to stderr, the line is kept in memory
 (in order, per file) and retried before the next line and at finish. Reading: a torn last line (a crash in
 the middle of a write) is skipped; garbage anywhere else is an error naming the line; the
@@ -11,7 +15,9 @@ last row for an instance wins; the denominator comes from the manifest, never fr
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -23,6 +29,7 @@ from harness.fsutil import append_line
 from harness.models import TaskRow
 
 LEDGER_NAME = "result_index.jsonl"
+GROUP_SYNC_S = 0.5  # the longest a carried row waits for its fsync
 
 
 class LedgerError(ValueError):
@@ -126,34 +133,65 @@ class LedgerWriter:
         self.path = ledger_path(self.run_root)
         self.pending: dict[Path, list[str]] = {}  # lines not written yet, per file, in order
         self.failures = 0
+        self.unsynced_since: float | None = None  # a carried row written, not yet fsynced
 
     @property
     def unwritten(self) -> int:
         """Lines of the run-root ledger still held in memory."""
         return len(self.pending.get(self.path, []))
 
-    def append(self, row: TaskRow) -> bool:
+    def append(self, row: TaskRow, *, durable: bool = True) -> bool:
         """Write ``row`` at the run root and in its instance folder; False when some write
-        failed (reported, kept and retried: see the module doc)."""
+        failed (reported, kept and retried: see the module doc). ``durable=False`` (a row
+        carried from an ancestor): fsynced with the next row, see :meth:`sync`."""
         line = row.dump_line()
+        if "\n" in line:
+            raise ValueError("a ledger line must not contain a newline")
         copy = instance_dir(self.run_root, row.benchmark, row.instance_id) / LEDGER_NAME
         ok = True
         for path in (self.path, copy):
             self.pending.setdefault(path, []).append(line)
-            ok = self._flush(path) and ok
+            ok = self._flush(path, durable=durable or path != self.path) and ok
+        if self.unsynced_since is not None and (
+                durable or time.monotonic() - self.unsynced_since > GROUP_SYNC_S):
+            self.sync()
         return ok
+
+    def sync(self) -> None:
+        """fsync the run root's ledger (the carried rows written since the last fsync)."""
+        if self.unsynced_since is None:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            report_write_failure(f"{self.path} (fsync)", exc)
+            return
+        self.unsynced_since = None
 
     def flush_pending(self) -> int:
         """Retry every held line; returns how many run-root lines are still unwritten."""
         for path in list(self.pending):
             self._flush(path)
+        self.sync()
         return self.unwritten
 
-    def _flush(self, path: Path) -> bool:
+    def _flush(self, path: Path, durable: bool = True) -> bool:
         lines = self.pending.get(path, [])
         while lines:
             try:
-                append_line(path, lines[0])
+                if path != self.path:
+                    _append_copy(path, lines[0])
+                elif durable:
+                    append_line(path, lines[0])  # fsyncs the carried rows before it too
+                    self.unsynced_since = None
+                else:
+                    _append_copy(path, lines[0])
+                    if self.unsynced_since is None:
+                        self.unsynced_since = time.monotonic()
             except OSError as exc:
                 self.failures += 1
                 report_write_failure(f"{path} ({len(lines)} row(s) kept in memory)", exc)
@@ -161,3 +199,19 @@ class LedgerWriter:
             lines.pop(0)
         self.pending.pop(path, None)
         return True
+
+
+def _append_copy(path: Path, line: str) -> None:
+    """Append a line to an instance folder's copy of the ledger: written, not fsynced."""
+    data = (line + "\n").encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)

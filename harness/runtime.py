@@ -58,10 +58,18 @@ class RunContext:
     plan: Plan
     adapters: dict[str, BenchmarkAdapter]
     manifest: Manifest | None = None  # controller only
+    _resolved_root: Path | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def dry_run(self) -> bool:
         return self.plan.dry_run
+
+    @property
+    def resolved_root(self) -> Path:
+        """``run_root`` with its symlinks resolved (once: a run root is never moved)."""
+        if self._resolved_root is None:
+            self._resolved_root = Path(self.run_root).resolve()
+        return self._resolved_root
 
 
 @dataclass
@@ -132,7 +140,7 @@ class InstanceContext:
         """Record an output file under a name (stored relative to the run root)."""
         path = Path(path)
         try:
-            rel = path.resolve().relative_to(self.run_root.resolve())
+            rel = path.resolve().relative_to(self.run.resolved_root)
             self.result.output_paths[name] = str(rel)
         except ValueError:
             self.result.output_paths[name] = str(path)
