@@ -12,6 +12,10 @@ from harness.manifest import ManifestError, read_manifest
 from harness.models import Manifest, Outcome, ShardSpec, TaskRow
 from harness.plan import config_differences
 
+# Config keys an older harness recorded that no longer take part in the comparison:
+# ``programbench.eval`` (per task, batch or off, a score is the same official verdict).
+RETIRED_CONFIG_KEYS = frozenset({"programbench.eval"})
+
 
 class ResumeError(ValueError):
     """A resume that must be refused; ``reason`` is a stable code, the message one line."""
@@ -111,9 +115,11 @@ def plan_resume(
 ) -> ResumePlan:
     ancestry = walk_ancestry(start)
     for root, manifest in zip(ancestry.roots, ancestry.manifests, strict=True):
-        # A key this harness no longer fingerprints (it was found not to change results, e.g.
-        # programbench.eval) cannot make an ancestor incompatible; every current key counts.
-        diffs = [d for d in config_differences(manifest.config, config) if d in config]
+        # A retired key (no longer fingerprinted: it was found not to change results) cannot
+        # make an ancestor incompatible; every other difference counts, including a key only
+        # the ancestor recorded (an option given then, such as --runtime, and not now).
+        diffs = [d for d in config_differences(manifest.config, config)
+                 if d not in RETIRED_CONFIG_KEYS]
         if manifest.dry_run:  # prepared only: nothing it holds depends on the agent
             diffs = [d for d in diffs if not d.startswith("agent.")]
         if diffs:

@@ -97,3 +97,19 @@ def test_resume_from_a_dry_run_runs_everything_with_the_chosen_agent(suite):
     assert real.rc == 0, real.out
     assert sorted(real.executions()) == ["a", "b"]
     assert real.statuses() == {"a": "completed", "b": "completed"}
+
+
+def test_resume_refuses_dropping_an_option_only_the_ancestor_recorded(suite):
+    """``sandbox.runtime`` is recorded only when ``--runtime`` is given: a resume without the
+    flag would run under the daemon's default runtime, so it is refused naming the key (only
+    a retired key, such as ``programbench.eval``, is ignored)."""
+    suite.tasks([{"id": "a", "work": "succeed"}])
+    first = suite.run("--dry-run", "--runtime", "runsc")
+    assert first.rc == 0, first.out
+    assert first.manifest["config"]["sandbox.runtime"] == "runsc"
+    dropped = suite.run("--dry-run", "--resume-from", str(first.root))
+    assert dropped.rc == 2, dropped.out
+    assert "configuration differs in sandbox.runtime" in dropped.out
+    assert dropped.manifest["refusal"]["reason"] == "config_mismatch"
+    kept = suite.run("--dry-run", "--resume-from", str(first.root), "--runtime", "runsc")
+    assert kept.rc == 0, kept.out
