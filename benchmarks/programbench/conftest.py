@@ -61,8 +61,13 @@ def pytest_harness_session_results(config: pytest.Config, run: RunContext,
 def pytest_configure(config: pytest.Config) -> None:
     """A fixture task named without ``--pb-fixtures`` is refused with the flag that runs it
     (the fixture tasks never join a selection of the real ones)."""
-    if config.option.help or config.option.version or ADAPTER.settings(config).fixtures:
+    if config.option.help or config.option.version:
         return
+    try:  # a bad option is one line and exit 2, also with --collect-only (no run admitted)
+        if ADAPTER.settings(config).fixtures:
+            return
+    except RefusalError as exc:
+        pytest.exit(str(exc), returncode=2)
     named = [i for i in requested_ids(config) if i.startswith(FIXTURE_PREFIX)]
     if named:
         pytest.exit(f"{', '.join(named)}: an offline fixture task, not one of the "

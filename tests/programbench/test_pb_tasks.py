@@ -261,3 +261,12 @@ def test_a_bad_programbench_option_is_one_line_and_exit_2(tmp_path: Path) -> Non
         assert out.returncode == 2, text[-2000:]
         assert f"{args[0]} '{args[1]}'" in text and "INTERNALERROR" not in text
         assert not (tmp_path / "r").exists()
+
+
+def test_a_bad_programbench_option_with_collect_only_is_one_line_and_exit_2() -> None:
+    for args in (["--eval", "bogus"], ["--pb-seed", "x"]):
+        out = _pytest(*args, "--collect-only")
+        text = out.stdout + out.stderr
+        assert out.returncode == 2, text[-2000:]
+        assert f"{args[0]} '{args[1]}'" in text and "INTERNALERROR" not in text
+        assert "Traceback" not in text
