@@ -20,10 +20,13 @@ run_budget_usd=None) -> Reservation``
     Before an instance starts. ``BudgetRefused(reason)``: ``campaign_budget``,
     ``run_budget``, a stop reason the controller set, or ``campaign_persistence_failed``.
     ``amount_usd`` is the explicit per-task reserve (never learned or automatic).
-``campaign.settle(run_id, key, cost_usd, cost_known) -> Settlement``
-    After it ran: ``Settlement.overran`` -> ``budget_overrun: true`` in the row.
+``campaign.settle(run_id, key, cost_usd, cost_known, *, reattached=False,
+earlier_cost_usd=None) -> Settlement``
+    After it ran: ``Settlement.overran`` -> ``budget_overrun: true`` in the row. A hold taken
+    over from a dead attempt is merged only when the instance ``reattached`` to its task;
+    otherwise that attempt is charged as unknown cost (``Settlement.earlier_charged_usd``).
 ``campaign.release(run_id, key)``
-    It did not run: reservation dropped, cost 0.
+    It did not run: reservation dropped, cost 0 (a dead attempt it carried is charged).
 ``campaign.record_reading(reading) -> bool``, ``campaign.request_stop(run_id, reason)``,
 ``campaign.finish_run(run_id, outcome, final_reading=None, *, meter_error=None) -> RunRecord``,
 ``campaign.reconcile_run(run_id, reading_usage)``, ``campaign.snapshot() -> CampaignState``.
@@ -39,10 +42,11 @@ retry_sec=3, read_timeout_sec=5, budget_reserve_usd=0, min_free_gb=None, on_stop
 
 Wiring: ``BudgetSettings`` (the plugin options), ``ControllerBudget.start(settings, *,
 run_id, run_root, pid=None, environ=None, on_stop=None, resumes=())`` in the controller
-(refusals before any instance, ``campaign_unmetered`` for a ceiling with neither a meter nor
-``--unknown-cost-allowance-usd``; ``.supervisor.start()``, ``.finish(outcome, exit_code)``) and
-``WorkerBudget(settings, run_id, run_root)`` in the per-instance fixture (``.reserve(key)``
-with the disk reserve, ``.settle(key, cost, known)``, ``.release(key)``).
+(refusals before any instance, ``campaign_unmetered`` for a ceiling with neither a meter
+nor an ``--unknown-cost-allowance-usd`` above 0; ``.supervisor.start()``,
+``.finish(outcome, exit_code)``) and ``WorkerBudget(settings, run_id, run_root)`` in the
+per-instance fixture (``.reserve(key)`` with the disk reserve, ``.settle(key, cost, known,
+*, reattached, earlier_cost_usd)``: from the row's ``agent_details``, ``.release(key)``).
 
 Spend: ``spent = prior + max(meter delta, settled charges)``; see :mod:`.accounting`.
 All errors and reason codes: :mod:`.errors`.

@@ -158,10 +158,14 @@ class Campaign(CampaignStore):
             amount = amount_usd
             if not accounting.is_money(amount):
                 raise ValueError(f"reservation must be a finite amount >= 0, got {amount!r}")
-            # The instance a run taken over left in flight: its hold becomes this one's.
+            # The instance a run taken over left in flight: its hold covers this attempt's
+            # (a reattach continues that task) and stays on record until the settlement
+            # says whether it did (:meth:`settle`).
             held = run.inherited.pop(key, None)
+            inherited = None
             if held is not None:
                 amount = max(amount, held.amount_usd)
+                inherited = held.amount_usd + (held.inherited_usd or 0.0)
             reason = run.stop_reason or accounting.admission_refusal(
                 state,
                 run,
@@ -176,7 +180,8 @@ class Campaign(CampaignStore):
                 return None, reason
             run.refused.pop(key, None)
             run.reservations[key] = ReservationEntry(
-                amount_usd=amount, reserved_at_unix=time.time(), worker_pid=os.getpid()
+                amount_usd=amount, reserved_at_unix=time.time(), worker_pid=os.getpid(),
+                inherited_usd=inherited,
             )
             return (
                 Reservation(
@@ -201,12 +206,25 @@ class Campaign(CampaignStore):
             raise E.BudgetRefused(reason, f"instance {key} refused: {reason}")
         return reservation
 
-    def settle(self, run_id: str, key: str, cost_usd: float | None, cost_known: bool) -> Settlement:
+    def settle(
+        self,
+        run_id: str,
+        key: str,
+        cost_usd: float | None,
+        cost_known: bool,
+        *,
+        reattached: bool = False,
+        earlier_cost_usd: float | None = None,
+    ) -> Settlement:
         """Replace the reservation of ``key`` by the instance's reported cost.
 
         An unknown cost (``cost_known`` False, or no finite cost) is charged at the
         reservation (or the partial cost, if larger). ``overran`` is True when the
-        reported cost exceeds the reservation. Raises CampaignPersistenceError.
+        reported cost exceeds the reservation. When the reservation carries the hold of a
+        dead attempt (a run taken over), a ``reattached`` instance continued that very task,
+        whose reported cost covers it; otherwise that attempt is charged as an unknown cost
+        (its hold, the allowance or ``earlier_cost_usd``, what its tasks reported, whichever
+        is largest; ``Settlement.earlier_charged_usd``). Raises CampaignPersistenceError.
         """
 
         def change(state: CampaignState) -> Settlement:
@@ -215,16 +233,20 @@ class Campaign(CampaignStore):
             if entry is None:
                 raise E.CampaignStateError(f"instance {key} of run {run_id} holds no reservation")
             known = cost_known and accounting.is_money(cost_usd)
-            charged = accounting.charge_for(
-                entry.amount_usd, cost_usd, cost_known, run.unknown_cost_allowance_usd or 0.0
-            )
+            allowance = run.unknown_cost_allowance_usd or 0.0
+            charged = accounting.charge_for(entry.amount_usd, cost_usd, cost_known, allowance)
+            earlier = 0.0
+            if entry.inherited_usd is not None and not reattached:
+                earlier = accounting.charge_for(
+                    entry.inherited_usd, earlier_cost_usd, False, allowance
+                )
             over = accounting.overran(entry.amount_usd, cost_usd)
-            run.settled[key] = charged
-            run.settled_usd += charged
-            state.settled_usd += charged
+            run.settled[key] = charged + earlier
+            run.settled_usd += charged + earlier
+            state.settled_usd += charged + earlier
             if known:
                 accounting.remember_cost(state, charged)
-            else:
+            if not known or earlier:
                 run.unknown_cost.append(key)
             if over:
                 run.overran.append(key)
@@ -240,18 +262,29 @@ class Campaign(CampaignStore):
                 campaign_outstanding_usd=accounting.outstanding_usd(state),
                 ceiling_usd=state.ceiling_usd,
                 run_spent_usd=run.settled_usd,
+                earlier_charged_usd=earlier,
             )
 
         return self._mutate(change)
 
     def release(self, run_id: str, key: str) -> None:
-        """Drop the reservation of an instance that did not run (cost 0)."""
+        """Drop the reservation of an instance that did not run (cost 0); the dead attempts
+        it carried (a run taken over) are charged as unknown cost."""
 
         def change(state: CampaignState) -> None:
             run = self._run(state, run_id)
-            if run.reservations.pop(key, None) is None:
+            entry = run.reservations.pop(key, None)
+            if entry is None:
                 raise E.CampaignStateError(f"instance {key} of run {run_id} holds no reservation")
             run.released.append(key)
+            if entry.inherited_usd is not None:
+                earlier = accounting.charge_for(
+                    entry.inherited_usd, None, False, run.unknown_cost_allowance_usd or 0.0
+                )
+                run.settled[key] = earlier
+                run.settled_usd += earlier
+                state.settled_usd += earlier
+                run.unknown_cost.append(key)
 
         self._mutate(change)
 
@@ -346,8 +379,8 @@ class Campaign(CampaignStore):
         meter_error: str | None,
     ) -> RunRecord:
         allowance = run.unknown_cost_allowance_usd or 0.0
-        abandoned = [
-            (key, max(entry.amount_usd, allowance))
+        abandoned = [  # an attempt of unknown cost, plus the dead ones it carried
+            (key, max(entry.amount_usd, allowance) + (entry.inherited_usd or 0.0))
             for key, entry in [*run.reservations.items(), *run.inherited.items()]
         ]
         abandoned_usd = math.fsum(amount for _, amount in abandoned)

@@ -28,6 +28,9 @@ class ReservationEntry(_Strict):
     amount_usd: float
     reserved_at_unix: float
     worker_pid: int
+    # The holds of dead attempts at this instance (runs taken over) it carries: settled with
+    # it, merged into its cost on a reattach (one task), else charged as unknown cost.
+    inherited_usd: float | None = None
 
 
 class ActiveRun(_Strict):
@@ -146,6 +149,8 @@ class Settlement(_Strict):
     campaign_outstanding_usd: float
     ceiling_usd: float
     run_spent_usd: float
+    # What the dead attempts this instance did not reattach to were charged (unknown cost).
+    earlier_charged_usd: float = 0.0
 
 
 class MeterReading(_Strict):

@@ -50,7 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "without a meter needs --unknown-cost-allowance-usd)")
     group.addoption("--unknown-cost-allowance-usd", default=None, metavar="USD",
                     help="held for each instance in flight and charged for one whose cost "
-                         "is unknown (required by a budget without --meter)")
+                         "is unknown (a budget without --meter needs it, above 0)")
     group.addoption("--meter-blindness-sec", default="30", metavar="SEC",
                     help="stop when no meter reading is younger than this (default 30)")
     group.addoption("--meter-poll-sec", default="15", metavar="SEC",
@@ -211,14 +211,34 @@ def harness_budget(request: pytest.FixtureRequest) -> Generator[WorkerBudget | N
     finally:
         result = ctx.result
         if result.agent_started:
+            reattached, earlier = earlier_attempts(result.details)
             try:
-                settlement = wb.settle(ctx.key, result.cost_usd, result.cost_known)
+                settlement = wb.settle(ctx.key, result.cost_usd, result.cost_known,
+                                       reattached=reattached, earlier_cost_usd=earlier)
             except CampaignPersistenceError as exc:
                 result.details["budget_settlement_error"] = str(exc)
                 request_stop(ctx.run_root, exc.reason_code)
             else:
                 if settlement is not None:
                     result.details["budget_overrun"] = settlement.overran
-                    result.details["budget_charged_usd"] = settlement.charged_usd
+                    result.details["budget_charged_usd"] = (settlement.charged_usd
+                                                            + settlement.earlier_charged_usd)
+                    if settlement.earlier_charged_usd:
+                        result.details["budget_earlier_attempts_usd"] = (
+                            settlement.earlier_charged_usd)
         else:
             wb.release(ctx.key)
+
+
+def earlier_attempts(details: dict[str, Any]) -> tuple[bool, float | None]:
+    """What the row says of the dead attempts at its instance: whether it reattached to
+    their task (``agent_details.reattached``: its cost covers theirs), and what the tasks
+    they left running reported once settled (``agent_details.orphan_tasks``), if anything."""
+    agent = details.get("agent_details")
+    if not isinstance(agent, dict):
+        return False, None
+    costs = [o.get("cost_usd") for o in agent.get("orphan_tasks") or [] if isinstance(o, dict)]
+    known = [float(c) for c in costs
+             if isinstance(c, int | float) and not isinstance(c, bool) and math.isfinite(c)
+             and c >= 0]
+    return agent.get("reattached") is True, math.fsum(known) if known else None

@@ -122,12 +122,15 @@ class ControllerBudget:
                     E.BUDGET_METER_UNAVAILABLE, f"first meter reading failed: {exc}"
                 ) from exc
             baseline = reading.usage
-        if meter is None and settings.unknown_cost_allowance_usd is None:
+        if meter is None and not settings.unknown_cost_allowance_usd:
+            what = ("--unknown-cost-allowance-usd 0 without a meter counts"
+                    if settings.unknown_cost_allowance_usd is not None
+                    else "a money ceiling without a meter would count")
             raise _refuse(
                 E.CAMPAIGN_UNMETERED,
-                "a money ceiling without a meter would count every instance of unknown "
-                "cost as $0: add --meter openrouter (or fake-file:PATH in tests), or "
-                "--unknown-cost-allowance-usd USD (charged for each such instance)",
+                f"{what} every instance of unknown cost as $0: add --meter openrouter (or "
+                "fake-file:PATH in tests), or --unknown-cost-allowance-usd USD above 0 "
+                "(charged for each such instance)",
             )
         path = settings.campaign_path(run_root)
         ceiling = settings.campaign_budget_usd
@@ -225,10 +228,16 @@ class WorkerBudget:
             run_budget_usd=self.settings.budget_usd,
         )
 
-    def settle(self, key: str, cost_usd: float | None, cost_known: bool) -> Settlement | None:
+    def settle(self, key: str, cost_usd: float | None, cost_known: bool, *,
+               reattached: bool = False,
+               earlier_cost_usd: float | None = None) -> Settlement | None:
+        """``reattached``: the instance continued the task of a dead attempt (whose hold a
+        resume took over), so its cost covers that attempt; otherwise that attempt is
+        charged as unknown cost (see :meth:`Campaign.settle`)."""
         if self.campaign is None:
             return None
-        return self.campaign.settle(self.run_id, key, cost_usd, cost_known)
+        return self.campaign.settle(self.run_id, key, cost_usd, cost_known,
+                                    reattached=reattached, earlier_cost_usd=earlier_cost_usd)
 
     def release(self, key: str) -> None:
         if self.campaign is not None:

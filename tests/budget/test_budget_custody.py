@@ -267,12 +267,50 @@ def test_issue23_item2_a_resume_of_the_dead_run_takes_its_custody_over(
 
     held = campaign.reserve("resume", "b/in-flight", 0.0)  # the reattach
     assert held.amount_usd == 2.0 and campaign.snapshot().outstanding_usd == 2.0
-    campaign.settle("resume", "b/in-flight", 0.5, True)  # the task's whole cost
+    # the task's whole cost
+    campaign.settle("resume", "b/in-flight", 0.5, True, reattached=True)
     record = campaign.finish_run("resume", "completed")
     state = campaign.snapshot()
     assert state.active_runs == {} and state.spent_usd == 0.5 and state.settled_usd == 0.5
     assert record.took_over == [crashed]
     campaign.admit_run("other", tmp_path / "other", os.getpid())  # nothing stale now
+
+
+def test_a_resume_that_does_not_reattach_pays_the_dead_attempt_and_its_own(
+    make_campaign: MakeCampaign, tmp_path: Path
+) -> None:
+    """Before: the taken-over hold was folded into the new reservation whatever happened,
+    so an instance run afresh (no reattach: another agent kind, or the kept sandbox gone)
+    was charged only the new attempt's cost, and the dead attempt's spend was lost."""
+    campaign = make_campaign(100.0)
+    _crashed, crashed_root = _crash_a_run(campaign, tmp_path)  # held 2.0 for b/in-flight
+    campaign.admit_run("resume", tmp_path / "resume", os.getpid(), resumes=[crashed_root])
+    campaign.reserve("resume", "b/in-flight", 1.0)
+    settled = campaign.settle("resume", "b/in-flight", 0.5, True)  # a fresh attempt
+    assert settled.charged_usd == 0.5 and settled.earlier_charged_usd == 2.0
+    # what the dead attempt's task reported once settled counts when larger than its hold
+    campaign.reserve("resume", "b/other", 0.0)
+    campaign.settle("resume", "b/other", 0.25, True)
+    record = campaign.finish_run("resume", "completed")
+    assert record.settled_usd == 2.75 and record.unknown_cost_count == 1
+    assert campaign.snapshot().spent_usd == 2.75
+
+
+def test_a_dead_attempts_hold_is_charged_when_its_instance_does_not_run_again(
+    make_campaign: MakeCampaign, tmp_path: Path
+) -> None:
+    campaign = make_campaign(100.0)
+    _crashed, crashed_root = _crash_a_run(campaign, tmp_path)
+    campaign.admit_run("resume", tmp_path / "resume", os.getpid(), resumes=[crashed_root])
+    campaign.reserve("resume", "b/in-flight", 1.0)
+    campaign.release("resume", "b/in-flight")  # e.g. its sandbox could not be made
+    assert campaign.snapshot().spent_usd == 2.0
+    # what the dead attempt's task reported, once settled, counts when above its hold
+    _second, second_root = _crash_a_run(campaign, tmp_path)
+    campaign.admit_run("again", tmp_path / "again", os.getpid(), resumes=[second_root])
+    campaign.reserve("again", "b/in-flight", 0.0)
+    assert campaign.settle("again", "b/in-flight", 0.1, True,
+                           earlier_cost_usd=3.0).earlier_charged_usd == 3.0
 
 
 def test_issue23_item2_a_hold_the_resume_never_reran_is_charged_at_its_end(

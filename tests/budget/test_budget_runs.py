@@ -156,7 +156,9 @@ def test_issue23_item2_the_resume_of_a_killed_run_is_admitted_and_charges_once(
 ) -> None:
     """Before: every run after the SIGKILL, the resume included, was refused
     (``campaign_stale_run``) until a reconcile. The resume of that very run takes its
-    custody over; the instance in flight is charged once, at its reported cost."""
+    custody over. The selftest agent cannot reattach, so the dead attempt of the instance
+    in flight is charged as unknown cost (its hold: $3) besides the new attempts' reported
+    costs (before, its hold was folded into the new reservation and its spend was lost)."""
     campaign = tmp_path / "c.json"
     (tmp_path / "s").mkdir()
     suite = Suite(tmp_path / "s")
@@ -168,7 +170,9 @@ def test_issue23_item2_the_resume_of_a_killed_run_is_admitted_and_charges_once(
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate()
     killed_id = Run.of(root).manifest["run_id"]
-    assert killed_id in json.loads(campaign.read_text())["active_runs"]
+    killed = json.loads(campaign.read_text())["active_runs"][killed_id]
+    in_flight = len(killed["reservations"])
+    assert in_flight >= 1 and not killed["settled"]
     suite.tasks([{"id": "k", "work": "succeed", "cost": 1, "count": 2}])
     resumed = suite.run(*args, "--resume-from", str(root))
     assert resumed.rc == 0, resumed.out
@@ -177,7 +181,26 @@ def test_issue23_item2_the_resume_of_a_killed_run_is_admitted_and_charges_once(
     taken = next(r for r in state["runs"] if r["run_id"] == killed_id)
     assert taken["outcome"] == "taken_over"
     assert taken["taken_over_by"] == resumed.manifest["run_id"]
-    assert state["spent_usd"] == 2.0 and state["outstanding_usd"] == 0.0  # 1 + 1, once each
+    # the two new attempts ($1 each) and each dead one, at its hold ($3)
+    assert state["spent_usd"] == 2.0 + 3.0 * in_flight and state["outstanding_usd"] == 0.0
+    earlier = {r["instance_id"]: r["details"].get("budget_earlier_attempts_usd")
+               for r in resumed.rows}
+    assert sorted(v for v in earlier.values() if v) == [3.0] * in_flight, earlier
+
+
+def test_a_zero_unknown_cost_allowance_without_a_meter_refuses_the_run(tmp_path: Path) -> None:
+    """``--unknown-cost-allowance-usd 0`` would charge an unknown cost $0: exit 2, one line
+    naming the option and the fix, nothing run."""
+    (tmp_path / "s").mkdir()
+    suite = Suite(tmp_path / "s")
+    suite.tasks([{"id": "z", "work": "succeed", "cost": 1}])
+    refused = suite.run("--budget-usd", "10", "--unknown-cost-allowance-usd", "0", "--no-report")
+    assert refused.rc == 2, refused.out
+    refusal = refused.manifest["refusal"]
+    assert refusal["reason"] == "campaign_unmetered" and "\n" not in refusal["message"]
+    assert "--unknown-cost-allowance-usd 0" in refusal["message"]
+    assert "--unknown-cost-allowance-usd 0" in refused.out
+    assert refused.rows == []
 
 
 def test_point5_dry_run_never_creates_or_changes_a_campaign(tmp_path: Path) -> None:

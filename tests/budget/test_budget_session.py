@@ -162,6 +162,22 @@ def test_issue23_item6_a_ceiling_without_a_meter_is_refused_naming_the_fix(
         ControllerBudget.start(own, run_id="r", run_root=run_root)
 
 
+def test_a_zero_allowance_without_a_meter_is_refused(tmp_path: Path, run_root: Path) -> None:
+    """Before: ``--unknown-cost-allowance-usd 0`` passed the unmetered check and every
+    instance of unknown cost was charged $0 again."""
+    zero = BudgetSettings(campaign_file=str(tmp_path / "campaign.json"),
+                          campaign_budget_usd=10.0, unknown_cost_allowance_usd=0.0)
+    with pytest.raises(RefusalError) as refused:
+        ControllerBudget.start(zero, run_id="r", run_root=run_root)
+    assert refused.value.reason == "campaign_unmetered" and refused.value.exit_code == 2
+    message = str(refused.value)
+    assert "\n" not in message and "--unknown-cost-allowance-usd 0" in message
+    assert "above 0" in message and "--meter" in message
+    assert not (tmp_path / "campaign.json").exists()
+    metered = _settings(tmp_path, unknown_cost_allowance_usd=0.0)  # a meter bounds it
+    assert ControllerBudget.start(metered, run_id="r", run_root=run_root) is not None
+
+
 def test_issue23_item6_unknown_cost_is_charged_at_the_allowance(
     tmp_path: Path, run_root: Path
 ) -> None:
