@@ -35,6 +35,7 @@ from harness.agents.checkpoint import AgentFolder
 from harness.agents.gateway_errors import GatewayError
 from harness.agents.gateway_http import GatewayHTTP, RetryableError, describe_exc
 from harness.secrets_scan import SecretScanner, redact_json
+from harness.untrusted import read_untrusted_text
 
 log = logging.getLogger(__name__)
 
@@ -175,11 +176,16 @@ class EventLog:
 
 
 def read_events(path: Path) -> list[Any]:
-    """The copied events (a torn last line is skipped)."""
+    """The copied events (a torn last line is skipped). The file may sit in an ancestor's
+    folder an agent could reach: it is read as untrusted input (a regular file, never a
+    link, at most :data:`MAX_EVENTS_BYTES`, the writer's own cap); any other file proves
+    nothing (no events)."""
     out = []
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+        text = read_untrusted_text(path, MAX_EVENTS_BYTES)
+    except OSError as exc:  # absent, a link, a FIFO, too big: no evidence
+        if not isinstance(exc, FileNotFoundError):
+            log.warning("ignoring events file %s (%s)", path, exc)
         return []
     for line in text.splitlines():
         try:

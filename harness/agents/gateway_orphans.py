@@ -27,6 +27,7 @@ from harness.agents.gateway import ClientPollTimeout, GatewayClient
 from harness.agents.gateway_errors import GatewayError
 from harness.agents.gateway_events import read_events, usage_with_tokens
 from harness.agents.gateway_models import CANCEL_REQUESTED, IN_FLIGHT_STATUSES
+from harness.untrusted import is_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def paid_evidence(events: Path, usage_seen: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"paid_activity": "observed" if observed else "unknown"}
     if observed:
         out.update(prompt_tokens=prompt, completion_tokens=completion)
-    if events.is_file():
+    if is_regular_file(events):
         out["events"] = str(events)
     return out
 

@@ -270,10 +270,11 @@ def record_gateway_evidence(ctx: InstanceContext, agent_dir: Path | None = None)
     from harness.agents.classify import result_cost
     from harness.agents.gateway_events import read_events, usage_with_tokens
     from harness.agents.gateway_models import TaskResult
+    from harness.untrusted import is_regular_file
 
     folder = AgentFolder.of(ctx.instance_dir, agent_dir)
     events = folder.events
-    if events.is_file():
+    if is_regular_file(events):
         ctx.output("gateway_events", events)
     checkpoint = read_checkpoint(folder.checkpoint)
     if (checkpoint is not None and (checkpoint.events or {}).get("usage_observed")) or any(
