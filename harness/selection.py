@@ -90,18 +90,29 @@ def check_requested_ids(config: pytest.Config, adapters: dict[str, BenchmarkAdap
                     f"({len(known)} instances here); list them with --collect-only -q")
 
 
+def ancestor_manifest(resume_from: str | None) -> dict[str, Any] | None:
+    """The manifest of the run ``--resume-from`` names, as read at start-up (before the
+    resume is planned): None without a resume, or when it is missing or unreadable (left to
+    the resume's own refusal)."""
+    if not resume_from:
+        return None
+    try:
+        data = read_json(Path(resume_from) / "run_manifest.json")
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def resume_benchmarks(config: pytest.Config,
                       adapters: dict[str, BenchmarkAdapter]) -> dict[str, BenchmarkAdapter]:
     """With ``--resume-from``: the ancestor's benchmarks only, so ``pytest --resume-from RUN``
     from the repository root resumes RUN's benchmark whatever else is collectable. A missing
     or unreadable ancestor is left to the resume's own refusal."""
     root = config.option.resume_from
-    if not root:
+    manifest = ancestor_manifest(root)
+    if manifest is None:
         return adapters
-    try:
-        names = read_json(Path(root) / "run_manifest.json").get("benchmarks")
-    except (OSError, ValueError, AttributeError):
-        return adapters
+    names = manifest.get("benchmarks")
     if not isinstance(names, list) or not names:
         return adapters
     missing = sorted(set(names) - set(adapters))

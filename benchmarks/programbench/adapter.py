@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +23,8 @@ from benchmarks.programbench.tasks import (
 )
 from harness.adapter import BenchmarkAdapter, InstanceSpec
 from harness.errors import RefusalError
-from harness.fsutil import read_json
 from harness.outcomes import Outcome
+from harness.selection import ancestor_manifest
 
 EVAL_MODES = ("per-task", "batch", "off")
 DEFAULT_CPUS = 4.0
@@ -81,13 +80,21 @@ FIXTURES_CONFIG_KEY = f"{BENCHMARK}.fixtures"
 def ancestor_ran_fixtures(resume_from: str | None) -> bool:
     """True when ``--resume-from`` names a run of the fixture tasks (``--pb-fixtures``); an
     unreadable ancestor is left to the resume's own refusal."""
-    if not resume_from:
-        return False
-    try:
-        config = read_json(Path(resume_from) / "run_manifest.json").get("config")
-    except (OSError, ValueError, AttributeError):
-        return False
+    manifest = ancestor_manifest(resume_from)
+    config = manifest.get("config") if manifest is not None else None
     return isinstance(config, dict) and config.get(FIXTURES_CONFIG_KEY) is True
+
+
+def install_fixture_tasks_or_refuse() -> None:
+    """The extra fixture tasks in the package's task folder (a fresh environment, or
+    programbench reinstalled since setup): idempotent, a few small reads when present."""
+    from benchmarks.programbench.fixture_tasks import FixtureInstallError, install_fixture_tasks
+
+    try:
+        install_fixture_tasks()
+    except FixtureInstallError as exc:
+        raise RefusalError(f"--pb-fixtures: {exc}", stage="options",
+                           reason="fixture_tasks_missing") from None
 
 
 class ProgramBenchSettings:
@@ -149,9 +156,11 @@ class ProgramBenchAdapter(BenchmarkAdapter):
     def settings(self, config: pytest.Config) -> ProgramBenchSettings:
         cached: ProgramBenchSettings | None = getattr(self, "_settings", None)
         if cached is None:
-            cached = self._settings = ProgramBenchSettings(config)
+            cached = ProgramBenchSettings(config)
             if cached.fixtures:  # the denominator of a fixture run is the fixture tasks
+                install_fixture_tasks_or_refuse()  # before anything lists the tasks
                 self.benchmark_size = len(fixture_ids())
+            self._settings = cached
         return cached
 
     def image_ref(self, instance_id: str) -> str | None:

@@ -24,14 +24,16 @@ are fixture tasks (``PBInstance.is_fixture``): they never join a real selection.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import tempfile
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-from filelock import FileLock
 
 from benchmarks.programbench import FIXTURE_ID
 
@@ -165,12 +167,52 @@ def _installed(folder: Path, files: dict[str, bytes]) -> bool:
         return False
 
 
+STAGING_PREFIX = ".harness-fixture-"  # beside the task folder, same filesystem (a rename)
+
+
+@contextlib.contextmanager
+def _install_lock(tasks_dir: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """An exclusive lock on the task folder itself (flock on its descriptor): installers in
+    other processes wait, and no lock file is left behind."""
+    fd = os.open(tasks_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    message = f"another installer held the lock for {timeout:.0f} s"
+                    raise TimeoutError(message) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _leftovers(tasks_dir: Path) -> list[Path]:
+    """Staging folders beside the task folder (this installer's, or a killed one's, or the
+    ``.harness-fixture-staging`` of an older one): only the lock holder has a live one."""
+    with contextlib.suppress(OSError):
+        return [p for p in tasks_dir.parent.iterdir() if p.name.startswith(STAGING_PREFIX)]
+    return []
+
+
+def _remove_leftovers(tasks_dir: Path) -> None:
+    """Under the install lock: no other installer is running, so every staging folder is
+    stale."""
+    for old in _leftovers(tasks_dir):
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def install_fixture_tasks(tasks_dir: Path | None = None) -> list[str]:
     """Write every extra fixture task into the package's task folder (``TASKS_DIR``), where
     ``programbench eval``, ``programbench info`` and the runner's task list find them.
 
-    Idempotent and safe across processes (a file lock); a task is staged beside the folder
-    and renamed into place, so no reader sees half a task. Returns the ids written now.
+    Idempotent (cheap when they are there) and safe across processes (a lock on the task
+    folder); a task is staged beside the folder and renamed into place, so no reader sees
+    half a task, and the staging folder is removed. Returns the ids written now.
     """
     if tasks_dir is None:
         from benchmarks.programbench.tasks import tasks_dir as package_tasks_dir
@@ -178,34 +220,37 @@ def install_fixture_tasks(tasks_dir: Path | None = None) -> list[str]:
         tasks_dir = package_tasks_dir()
     missing = [t for t in EXTRA_TASKS if not _installed(tasks_dir / t.instance_id, t.files())]
     if not missing:
+        if _leftovers(tasks_dir):  # an older installer's (or a killed one's): best effort
+            with contextlib.suppress(OSError), _install_lock(tasks_dir, timeout=0):
+                _remove_leftovers(tasks_dir)
         return []
-    staging = tasks_dir.parent / ".harness-fixture-staging"
+    written: list[str] = []
     try:
-        staging.mkdir(exist_ok=True)
-        written: list[str] = []
-        with FileLock(str(staging / "install.lock")).acquire(timeout=LOCK_TIMEOUT_S):
-            for task in missing:
-                target = tasks_dir / task.instance_id
-                if _installed(target, task.files()):
-                    continue  # another process installed it meanwhile
-                tmp = staging / f"{task.instance_id}.{os.getpid()}"
-                shutil.rmtree(tmp, ignore_errors=True)
-                for rel, data in task.files().items():
-                    (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                    (tmp / rel).write_bytes(data)
-                    (tmp / rel).chmod(0o755 if rel.endswith(".sh") else 0o644)
-                old = staging / f"{task.instance_id}.old.{os.getpid()}"
-                with contextlib.suppress(FileNotFoundError):
-                    target.rename(old)
-                tmp.rename(target)
-                shutil.rmtree(old, ignore_errors=True)
-                written.append(task.instance_id)
+        with _install_lock(tasks_dir):
+            _remove_leftovers(tasks_dir)
+            staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=tasks_dir.parent))
+            try:
+                for task in missing:
+                    target = tasks_dir / task.instance_id
+                    if _installed(target, task.files()):
+                        continue  # another process installed it meanwhile
+                    tmp = staging / task.instance_id
+                    for rel, data in task.files().items():
+                        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                        (tmp / rel).write_bytes(data)
+                        (tmp / rel).chmod(0o755 if rel.endswith(".sh") else 0o644)
+                    with contextlib.suppress(FileNotFoundError):
+                        target.rename(staging / f"{task.instance_id}.old")
+                    tmp.rename(target)
+                    written.append(task.instance_id)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
     except OSError as exc:
         raise FixtureInstallError(
             f"cannot install the offline fixture tasks into {tasks_dir}: {exc}; run "
             f"`python3 -m benchmarks.programbench.fixture` as the user who installed programbench"
         ) from None
-    _forget_task_list()
+    _forget_task_list()  # they were missing when this process looked (maybe when it listed)
     return written
 
 

@@ -157,4 +157,30 @@ def test_issue23_fixture_tasks_install_where_the_official_loader_reads(tmp_path:
         assert inst["branches"][task.branch]["tests"] == list(task.tests)
     (tasks / EXTRA_TASKS[0].instance_id / "tests.json").write_text("{}")  # damaged: rewritten
     assert install_fixture_tasks(tasks) == [EXTRA_TASKS[0].instance_id]
-    assert not list(tasks.parent.glob(".harness-fixture-staging/testorg__*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tasks"]  # no staging, no lock file
+
+
+def test_concurrent_fixture_installs_leave_whole_tasks_and_no_staging(tmp_path: Path) -> None:
+    """Installers in several processes at once (xdist workers on a fresh environment): each
+    task is written once and whole, and no staging folder or lock file is left beside the
+    task folder, including an older installer's ``.harness-fixture-staging``."""
+    import sys
+
+    from benchmarks.programbench.fixture_tasks import EXTRA_TASKS, install_fixture_tasks
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tmp_path / ".harness-fixture-staging").mkdir()
+    (tmp_path / ".harness-fixture-staging" / "install.lock").touch()
+    code = ("import sys; from pathlib import Path; "
+            "from benchmarks.programbench.fixture_tasks import install_fixture_tasks; "
+            "print(','.join(install_fixture_tasks(Path(sys.argv[1]))))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tasks)], text=True,
+                              stdout=subprocess.PIPE) for _ in range(4)]
+    written = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    ids = [t.instance_id for t in EXTRA_TASKS]
+    assert sorted(w for w in written if w) == [",".join(ids)]  # one process wrote them
+    assert install_fixture_tasks(tasks) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tasks"]
+    assert sorted(p.name for p in tasks.iterdir()) == sorted(ids)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -270,3 +272,80 @@ def test_a_bad_programbench_option_with_collect_only_is_one_line_and_exit_2() ->
         assert out.returncode == 2, text[-2000:]
         assert f"{args[0]} '{args[1]}'" in text and "INTERNALERROR" not in text
         assert "Traceback" not in text
+
+
+def _package_without_extra_fixture_tasks(base: Path) -> Path:
+    """A programbench package like the installed one (every file a link to it) whose task
+    folder lacks the two extra fixture tasks, as on a fresh environment or after programbench
+    was reinstalled. Returns the folder to put first on PYTHONPATH."""
+    import programbench
+
+    from benchmarks.programbench.fixture_tasks import EXTRA_TASKS
+
+    real = Path(programbench.__file__).parent
+    pkg = base / "programbench"
+    pkg.mkdir(parents=True)
+    for entry in real.iterdir():
+        if entry.name == "constants.py":  # PACKAGE_ROOT is its resolved folder: a copy
+            (pkg / entry.name).write_bytes(entry.read_bytes())
+        elif entry.name not in ("data", "__pycache__"):
+            (pkg / entry.name).symlink_to(entry)
+    (pkg / "data" / "tasks").mkdir(parents=True)
+    for entry in (real / "data").iterdir():
+        if entry.name != "tasks" and not entry.name.startswith("."):
+            (pkg / "data" / entry.name).symlink_to(entry)
+    extra = {t.instance_id for t in EXTRA_TASKS}
+    for task in (real / "data" / "tasks").iterdir():
+        if task.name not in extra:
+            (pkg / "data" / "tasks" / task.name).symlink_to(task)
+    return base
+
+
+def test_pb_fixtures_installs_its_tasks_before_listing_them(tmp_path: Path) -> None:
+    """Issue 23 point 8 where it meets setup: the two extra fixture tasks live in the
+    package's task folder; a --pb-fixtures run (and a resume of one) installs them before the
+    task list is read, so it lists all three (never a denominator of 1), and leaves no
+    staging folder or lock file in the package."""
+    from benchmarks.programbench.fixture_tasks import EXTRA_TASKS, FIXTURE_TASK_IDS
+
+    site = _package_without_extra_fixture_tasks(tmp_path / "site")
+    tasks = site / "programbench" / "data" / "tasks"
+    env = {**os.environ, "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1",
+           "HARNESS_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+
+    def pytest_(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "benchmarks/programbench",
+             "-q", *args], capture_output=True, text=True, timeout=300, env=env)
+
+    def extras_installed() -> bool:
+        return all((tasks / t.instance_id / "task.yaml").is_file() for t in EXTRA_TASKS)
+
+    assert not extras_installed()
+    # the task list of this package was read once without them (a stale disk cache too)
+    listed = subprocess.run(
+        [sys.executable, "-c", "from benchmarks.programbench.tasks import fixture_ids; "
+                               "print(','.join(fixture_ids()))"],
+        capture_output=True, text=True, env=env, check=True)
+    assert listed.stdout.split() == [FIXTURE_ID]
+    out = pytest_("--pb-fixtures", "--collect-only")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    ids = [line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines()
+           if "::" in line and "[" in line]
+    assert ids == list(FIXTURE_TASK_IDS)
+    assert extras_installed()
+    left = [p.name for p in tasks.parent.iterdir() if p.name.startswith(".")]
+    assert left == [], left  # no staging folder, no lock file
+
+    # a resume of a three-task fixture run, with the tasks gone again
+    run = tmp_path / "fx"
+    assert pytest_("--pb-fixtures", "--dry-run", "--run-root", str(run)).returncode == 0
+    for task in EXTRA_TASKS:
+        shutil.rmtree(tasks / task.instance_id)
+    again = pytest_("--dry-run", "--run-root", str(tmp_path / "fx2"), "--resume-from", str(run))
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    m = json.loads((tmp_path / "fx2" / "run_manifest.json").read_text())
+    assert m["selection"]["instance_ids"] == [f"programbench/{i}" for i in FIXTURE_TASK_IDS]
+    assert m["extra"]["benchmark_sizes"] == {"programbench": 3}
