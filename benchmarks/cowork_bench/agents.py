@@ -192,13 +192,16 @@ def write_usage(inst_dir: Path, records: list[dict[str, Any]]) -> None:
 def orphan_usage(details: dict[str, Any]) -> list[dict[str, Any]]:
     """``llm_usage`` records of earlier attempts' gateway tasks this attempt settled first
     (``agent_details.orphan_tasks``): what they spent, from their copied events (tokens) and
-    their settled result (cost), so the spend of a killed run is not lost."""
+    their settled result (cost), so the spend of a killed run is not lost. A task counts when
+    its events show usage or its settled result reports a cost (a run killed before the
+    first events copy has only the latter)."""
     agent_details = details.get("agent_details") or {}
     out = []
     for orphan in agent_details.get("orphan_tasks") or []:
-        if orphan.get("paid_activity") != "observed":
-            continue
         cost = orphan.get("cost_usd")
+        costed = isinstance(cost, int | float) and not isinstance(cost, bool) and cost > 0
+        if orphan.get("paid_activity") != "observed" and not costed:
+            continue
         out.append({"type": "llm_usage", "source": "orphan_task", "task_id": orphan.get("task_id"),
                     "prompt_tokens": orphan.get("prompt_tokens") or 0,
                     "completion_tokens": orphan.get("completion_tokens") or 0,

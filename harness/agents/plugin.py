@@ -248,8 +248,12 @@ def orphan_checkpoints(ctx: InstanceContext, agent_dir: Path | None = None) -> l
     """Checkpoints of earlier attempts at this instance whose tasks may still run: the
     ancestors' (a resume) and this instance directory's own (an instance run again in the
     same root), the latter moved aside so the new attempt starts fresh. ``agent_dir``: the
-    agent's folder (``AgentRequest.instance_dir``; the same subfolder in every root)."""
-    from harness.agents.checkpoint import AgentFolder
+    agent's folder (``AgentRequest.instance_dir``; the same subfolder in every root).
+
+    A task an ancestor's row already accounts for is left out (its spend is recorded once):
+    one that row's attempt settled as an orphan (``agent_details.orphan_tasks``), or its own
+    task when the row knows its cost."""
+    from harness.agents.checkpoint import AgentFolder, read_checkpoint
 
     folder = AgentFolder.of(ctx.instance_dir, agent_dir)
     found = [str(folder.in_run(root, ctx.benchmark, ctx.instance_id).checkpoint)
@@ -259,7 +263,37 @@ def orphan_checkpoints(ctx: InstanceContext, agent_dir: Path | None = None) -> l
         aside = own.with_name(f"{own.stem}.earlier-{os.getpid()}-{len(found)}{own.suffix}")
         os.replace(own, aside)
         found.append(str(aside))
-    return [p for p in found if Path(p).is_file()]
+    accounted = accounted_task_ids(ctx)
+    out = []
+    for path in found:
+        checkpoint = read_checkpoint(Path(path)) if Path(path).is_file() else None
+        if checkpoint is not None and checkpoint.task_id not in accounted:
+            out.append(path)
+    return out
+
+
+def accounted_task_ids(ctx: InstanceContext) -> set[str]:
+    """Gateway tasks whose spend a row of this instance in an ancestor's ledger records."""
+    from harness.ledger import LedgerError, ledger_path, read_ledger
+
+    ids: set[str] = set()
+    for root in ctx.run.plan.ancestors:
+        try:
+            rows = read_ledger(ledger_path(Path(root))).rows
+        except (LedgerError, OSError):
+            continue  # an unreadable ledger accounts for nothing
+        for row in rows:
+            if row.benchmark != ctx.benchmark or row.instance_id != ctx.instance_id:
+                continue
+            agent = row.details.get("agent_details")
+            orphans = agent.get("orphan_tasks") if isinstance(agent, dict) else None
+            for orphan in orphans if isinstance(orphans, list) else []:
+                if isinstance(orphan, dict) and isinstance(orphan.get("task_id"), str):
+                    ids.add(orphan["task_id"])
+            task_id = row.details.get("task_id")
+            if row.cost_known and isinstance(task_id, str):
+                ids.add(task_id)
+    return ids
 
 
 def record_gateway_evidence(ctx: InstanceContext, agent_dir: Path | None = None) -> None:

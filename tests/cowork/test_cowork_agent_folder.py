@@ -22,12 +22,13 @@ from benchmarks.cowork_bench.agents import RunnerAgent
 from benchmarks.cowork_bench.classify import classify_instance, paid_activity
 from harness.adapter import BenchmarkAdapter, InstanceSpec
 from harness.agents.base import AgentRequest
-from harness.agents.checkpoint import AgentFolder, read_checkpoint
+from harness.agents.checkpoint import AgentFolder, read_checkpoint, write_checkpoint
 from harness.agents.gateway_agent import GatewayAgent
 from harness.agents.gateway_body import validate_task_body
 from harness.agents.gateway_models import TaskCreateRequest
 from harness.errors import InfraError
-from harness.models import Plan
+from harness.models import Plan, TaskRow
+from harness.outcomes import Outcome
 from harness.runtime import InstanceContext, RunContext
 from harness.runtime import paid_activity as row_paid_activity
 from tests.agents.agents_support import FAST, RefServer, start_server, task_body
@@ -114,6 +115,55 @@ def test_a_cowork_resume_cancels_the_task_its_ancestor_left_running_and_records_
     assert {"source": "orphan_task", "task_id": first, "prompt_tokens": 100,
             "cost_usd": 0.25}.items() <= usage[0].items()
     assert paid_activity(ctx.instance_dir) == "observed"
+
+
+def test_an_orphan_killed_before_its_first_events_copy_still_records_its_cost(
+        tmp_path: Path, server: RefServer) -> None:
+    """Before: an orphan whose events were never copied (``paid_activity`` unknown) was
+    dropped from ``runtime_usage.jsonl`` although its settled result reported a cost."""
+    first = killed_attempt(tmp_path / "r1", server)
+    folder = tmp_path / "r1" / BENCHMARK / IID / m.RUNNER_DIR
+    (folder / "gateway_events.jsonl").unlink()  # killed before the first copy: no events,
+    write_checkpoint(folder / "task_checkpoint.json", first, "submitted", None,  # no usage
+                     server.url, 0)
+    ctx = context(tmp_path / "r2", (tmp_path / "r1",))
+
+    assert step(ctx, server.url, {"steps": [{"run": "true"}]})(agent_context(30)).status == \
+        "success"
+
+    (orphan,) = ctx.result.details["agent_details"]["orphan_tasks"]
+    assert orphan["task_id"] == first and orphan["paid_activity"] == "unknown"
+    assert orphan["cost_usd"] == 0.25
+    usage = [json.loads(line) for line in
+             (ctx.instance_dir / m.RUNTIME_USAGE).read_text().splitlines()]
+    assert [(u["source"], u["task_id"], u["cost_usd"]) for u in usage] == [
+        ("orphan_task", first, 0.25)]
+
+
+def test_an_orphan_an_earlier_resume_settled_is_not_counted_again(
+        tmp_path: Path, server: RefServer) -> None:
+    """Before: every ancestor's checkpoint was handed over, so the second resume found the
+    orphan the first resume had settled (and recorded) ``already_settled`` and recorded its
+    cost a second time."""
+    first = killed_attempt(tmp_path / "r1", server)
+    ctx2 = context(tmp_path / "r2", (tmp_path / "r1",))
+    step(ctx2, server.url, {"steps": [{"run": "true"}]})(agent_context(30))
+    assert [o["task_id"] for o in ctx2.result.details["agent_details"]["orphan_tasks"]] == [
+        first]
+    row = TaskRow(ts_unix=time.time(), run_id="r2", benchmark=BENCHMARK, instance_id=IID,
+                  status="infra_failed", outcome=Outcome.INFRA_FAILED,  # run again by r3
+                  cost_usd=ctx2.result.cost_usd, cost_known=ctx2.result.cost_known,
+                  details=ctx2.result.details)
+    (tmp_path / "r2" / "result_index.jsonl").write_text(row.dump_line() + "\n")
+    ctx3 = context(tmp_path / "r3", (tmp_path / "r2", tmp_path / "r1"))
+
+    assert step(ctx3, server.url, {"steps": [{"run": "true"}]})(agent_context(30)).status == \
+        "success"
+
+    orphans = ctx3.result.details.get("agent_details", {}).get("orphan_tasks") or []
+    assert first not in [o["task_id"] for o in orphans]
+    assert not (ctx3.instance_dir / m.RUNTIME_USAGE).exists() or first not in (
+        ctx3.instance_dir / m.RUNTIME_USAGE).read_text()
 
 
 def test_an_interrupted_cowork_gateway_task_proves_its_spend_from_its_events(
