@@ -27,6 +27,7 @@ from harness.selection import (
     requested_ids,
     resume_benchmarks,
     user_selectors,
+    worker_instances,
 )
 from harness.signals import StopGuard
 from harness.startup import LOST_CONFIG_KEY
@@ -292,7 +293,8 @@ class ControllerHooks:
     def pytest_configure_node(self, node: Any) -> None:
         run = self.c.run
         assert run is not None
-        node.workerinput["harness"] = {"run_root": str(run.run_root), "run_id": run.run_id}
+        node.workerinput["harness"] = {"run_root": str(run.run_root), "run_id": run.run_id,
+                                       **worker_instances(self.c.config)}
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self.c.load_worker_selection(node.gateway.id)

@@ -45,17 +45,31 @@ def user_selectors(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> d
     return selectors
 
 
+# workerinput["harness"][...]: the ids the controller resolved (--instance and --task-file).
+WORKER_INSTANCES = "instance_ids"
+
+
 def apply_task_file(config: pytest.Config) -> None:
-    """``--task-file``'s ids join ``--instance``'s, so every process (the controller and each
-    xdist worker) selects them the same way; the user's own ``--instance`` ids are kept
-    apart for the manifest's selectors."""
+    """``--task-file``'s ids join ``--instance``'s; the user's own ``--instance`` ids are kept
+    apart for the manifest's selectors. The controller reads the file once: an xdist worker
+    (a replacement one too) takes the ids it resolved (:func:`worker_instances`), never the
+    file, which may have changed since (the frozen plan)."""
     if GIVEN_INSTANCES_KEY in config.stash:
         return
     given = list(config.option.instance or [])
     config.stash[GIVEN_INSTANCES_KEY] = given
+    info = getattr(config, "workerinput", {}).get("harness") or {}
+    if WORKER_INSTANCES in info:
+        config.option.instance = list(info[WORKER_INSTANCES])
+        return
     path = getattr(config.option, "task_file", None)
     if path:
         config.option.instance = list(dict.fromkeys([*given, *read_task_file(path)]))
+
+
+def worker_instances(config: pytest.Config) -> dict[str, list[str]]:
+    """What a worker's ``workerinput["harness"]`` carries of the selection by name."""
+    return {WORKER_INSTANCES: requested_ids(config)}
 
 
 def requested_ids(config: pytest.Config) -> list[str]:

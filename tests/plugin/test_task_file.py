@@ -133,3 +133,26 @@ def test_growing_starts_a_new_stage_of_recovery_generations(suite):
         root = run.root
     third = suite.run("--resume-from", str(root))
     assert third.rc == 2 and "recovery generation 3" in third.out
+
+
+def test_workers_run_the_ids_the_controller_read_even_if_the_file_changes(suite):
+    """The frozen plan: the controller reads --task-file once; every xdist worker, and the
+    one that replaces a crashed worker, runs exactly those ids, even when the file is
+    rewritten after the controller read it (here by an admission hook, before any worker
+    starts)."""
+    suite.tasks([*TASKS, {"id": "echo", "work": "crash"}])
+    listed = suite.path / "gate.txt"
+    listed.write_text("alpha\necho\ncharlie\n")
+    (suite.path / "conftest.py").write_text(
+        'pytest_plugins = ["harness.testing.plugin"]\n\n\n'
+        "def pytest_harness_admit(config, run):\n"
+        f"    open({str(listed)!r}, 'w').write('delta\\n')\n")
+    run = suite.run("--task-file", str(listed), "-n", "2")
+    assert listed.read_text() == "delta\n"
+    assert run.rc == 1, run.out  # echo crashed its worker
+    assert sorted(run.executions()) == ["alpha", "charlie", "echo"]
+    assert run.statuses() == {"alpha": "completed", "charlie": "completed",
+                              "echo": "infra_failed"}
+    assert run.latest["echo"]["reason_code"] == "worker_crashed"
+    assert run.manifest["selection"]["instance_ids"] == [
+        "selftest/alpha", "selftest/charlie", "selftest/echo"]
