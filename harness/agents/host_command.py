@@ -18,11 +18,21 @@ runner's environment stay out of reach of the agent under test. Plus:
 With ``--model-upstream URL`` the agent's model calls go through the model gateway
 (:mod:`harness.model_gateway`), here on a loopback port of its own per instance:
 ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL`` point at it and ``OPENAI_API_KEY``/
-``ANTHROPIC_API_KEY`` hold a per-instance token, the only credential it serves (the
-provider key stays in the runner). Every call is metered; the row's cost is the gateway's
-(source ``gateway``), and ``--per-task-limit-usd`` refuses calls past it (HTTP 402; the row
-says ``per_task_limit_reached``). Without ``--model-upstream`` the harness does not see the
+``ANTHROPIC_API_KEY`` hold a per-instance token, the only credential it serves. Every call
+is metered; the row's cost is the gateway's (source ``gateway``), and
+``--per-task-limit-usd`` refuses calls past it (HTTP 402; the row says
+``per_task_limit_reached``). Without ``--model-upstream`` the harness does not see the
 agent's calls, so ``--per-task-limit-usd`` is refused.
+
+The provider key is not in the agent's environment, but the agent runs on the host as the
+runner's user, and the runner's processes (the controller, each xdist worker) started with
+the key in their environment block (``/proc/<pid>/environ``), which removing it from
+``os.environ`` does not clear. So every runner process that builds this agent with
+``--model-upstream`` makes itself non-dumpable (:func:`protect_key_holder`): the kernel then
+refuses its ``environ``, ``mem`` and ``ptrace`` to every other non-root process, the agent
+included. The limits: an agent running as root (or with ``CAP_SYS_PTRACE``) can read any
+process, so run the runner as a non-root user for host agents; a process above the runner
+whose own environment block holds the key (a shell started with it) is not covered.
 
 The task timeout kills the whole process group (``deadline_local``, truncated). stdout and
 stderr are stored in the instance folder, each cut at :data:`MAX_LOG_BYTES`.
@@ -31,6 +41,7 @@ stderr are stored in the instance folder, each cut at :data:`MAX_LOG_BYTES`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import math
 import os
@@ -274,22 +285,39 @@ class HostCommandAgent:
 
 
 def _host_gateway(options: AgentOptions, environ: Mapping[str, str]) -> HostGateway:
-    from harness.model_gateway.agent import DEFAULT_KEY_ENV
+    from harness.model_gateway.agent import gateway_upstream
     from harness.model_gateway.prices import load_prices
 
-    upstream = options.model_upstream or ""
-    if not upstream.startswith(("http://", "https://")):
-        raise ValueError(f"--model-upstream {upstream!r}: give an http(s) base URL, "
-                         f"e.g. https://openrouter.ai/api/v1")
-    key_env = options.model_key_env or DEFAULT_KEY_ENV
-    if not environ.get(key_env):
-        raise ValueError(f"--model-upstream: the provider key ${key_env} is not set "
-                         f"(export it, or name another variable with --model-key-env)")
-    if key_env in options.env:
-        raise ValueError(f"--agent-env {key_env}: that is the gateway's provider key; "
-                         f"the agent never gets it (drop the option)")
+    upstream, key_env = gateway_upstream(options, environ)
+    protect_key_holder()
     return HostGateway(upstream, key_env, load_prices(options.model_prices),
                        options.per_task_limit_usd)
+
+
+PR_GET_DUMPABLE = 3
+PR_SET_DUMPABLE = 4
+
+
+def protect_key_holder() -> bool:
+    """Make this process non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): its
+    ``/proc/<pid>/environ``, ``mem`` and ``ptrace`` are then refused to every process but
+    root's, so a host agent running as the same user cannot read the provider key from the
+    environment block this process started with (taking the key out of ``os.environ`` does
+    not clear that block). Children get the flag back at ``exec``. False where it cannot
+    be set (not Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def key_holder_protected() -> bool:
+    """True when this process is non-dumpable (:func:`protect_key_holder`)."""
+    try:
+        return int(ctypes.CDLL(None).prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 @contextlib.contextmanager

@@ -36,6 +36,24 @@ PLACEHOLDER_KEY = "harness-model-gateway"
 USAGE_NAME = "model_gateway.json"
 
 
+def gateway_upstream(options: AgentOptions, environ: Mapping[str, str]) -> tuple[str, str]:
+    """``--model-upstream`` checked for any agent kind behind the model gateway: its base
+    URL and the name of the variable holding the provider key (set, and never one the
+    agent is given). ValueError naming the option and the fix otherwise."""
+    upstream = options.model_upstream or ""
+    if not upstream.startswith(("http://", "https://")):
+        raise ValueError(f"--model-upstream {upstream!r}: give an http(s) base URL, "
+                         f"e.g. https://openrouter.ai/api/v1")
+    key_env = options.model_key_env or DEFAULT_KEY_ENV
+    if not environ.get(key_env):
+        raise ValueError(f"--model-upstream: the provider key ${key_env} is not set "
+                         f"(export it, or name another variable with --model-key-env)")
+    if key_env in options.env:
+        raise ValueError(f"--agent-env {key_env}: that is the gateway's provider key; "
+                         f"the agent never gets it (drop the option)")
+    return upstream, key_env
+
+
 def sandbox_env() -> dict[str, str]:
     return {"OPENAI_BASE_URL": f"{BASE_URL}/v1", "OPENAI_API_BASE": f"{BASE_URL}/v1",
             "ANTHROPIC_BASE_URL": BASE_URL, "OPENAI_API_KEY": PLACEHOLDER_KEY,
@@ -60,17 +78,7 @@ class GatewayCommandAgent:
         environ = os.environ if environ is None else environ
         if not options.command:
             raise ValueError("the command agent needs a command line (--agent-command)")
-        upstream = options.model_upstream or ""
-        if not upstream.startswith(("http://", "https://")):
-            raise ValueError(f"--model-upstream {upstream!r}: give an http(s) base URL, "
-                             f"e.g. https://openrouter.ai/api/v1")
-        key_env = options.model_key_env or DEFAULT_KEY_ENV
-        if not environ.get(key_env):
-            raise ValueError(f"--model-upstream: the provider key ${key_env} is not set "
-                             f"(export it, or name another variable with --model-key-env)")
-        if key_env in options.env:
-            raise ValueError(f"--agent-env {key_env}: that is the gateway's provider key; "
-                             f"the sandbox never gets it (drop the option)")
+        upstream, key_env = gateway_upstream(options, environ)
         extra = sandbox_env()
         names = [n for n in options.env if n not in extra] + list(extra)
         overlay = {**{k: v for k, v in environ.items() if k != key_env}, **extra}
