@@ -128,7 +128,7 @@ class GatewayAgent:
                     runtime_outcome=RuntimeOutcome(
                         available=last is not None, status=last.status if last else None
                     ),
-                    output_paths={"task_checkpoint": str(AgentFolder.of(instance_dir).checkpoint)},
+                    output_paths={"task_checkpoint": str(AgentFolder(instance_dir).checkpoint)},
                     details={"reattachable": reattachable, "error": str(exc),
                              "cancelled_on_give_up": cancelled, **orphan_details},
                 )

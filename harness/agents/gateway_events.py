@@ -107,7 +107,7 @@ class EventLog:
                  secrets: Mapping[str, str] | None = None) -> None:
         self.client = client
         self.task_id = task_id
-        self.path = AgentFolder.of(instance_dir).events
+        self.path = AgentFolder(Path(instance_dir)).events
         self.scanner = SecretScanner(dict(secrets or {}))
         self.status = EventsState()
 

@@ -145,7 +145,7 @@ def run_task(
     ``task_result.json``)."""
     instance_dir = Path(instance_dir)
     instance_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint_path = AgentFolder.of(instance_dir).checkpoint  # readers: AgentFolder too
+    checkpoint_path = AgentFolder(instance_dir).checkpoint  # readers: AgentFolder too
     request = validate_task_body(body)
     decision = reattach_decision(client, checkpoint_path)
     if timeout_s is None:
