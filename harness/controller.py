@@ -32,6 +32,7 @@ from harness.plan import fingerprint, new_run_id, validate_run_id
 from harness.resume import (
     Ancestry,
     ResumeError,
+    ResumePlan,
     check_generations,
     check_provenance,
     local_image_ids,
@@ -102,6 +103,8 @@ class Controller:
         self.report_path: Path | None = None
         self.report_error: str | None = None
         self.ancestry: Ancestry | None = None
+        self.resume_plan: ResumePlan | None = None
+        self.late_refusal: RefusalError | None = None  # refused once the selection was known
 
     # admission --------------------------------------------------------------------------
     def resolve_root(self, benchmarks: list[str]) -> tuple[str, Path]:
@@ -184,11 +187,11 @@ class Controller:
             )
         except ResumeError as exc:
             raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
-        self.ancestry = rp.ancestry
+        self.ancestry, self.resume_plan = rp.ancestry, rp
         selection = None if self.options.selectors_given else rp.selection
         remaining = [k for k in rp.selection if k not in rp.carried]
         try:
-            if selection is not None:  # a recovery; new selectors start a new stage (growth)
+            if selection is not None:  # a recovery; selectors: see check_resume_selection
                 check_generations(rp, len(remaining), self.options.max_recovery_generations)
         except ResumeError as exc:
             raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
@@ -251,7 +254,26 @@ class Controller:
             m.extra["resume_selection"] = selection_change(
                 self.ancestry.nearest.selection.instance_ids, keys)
         mf.checkpoint(m, "selection_resolved")
+        self.check_resume_selection(keys)
         self.start_progress(len(keys))
+
+    def check_resume_selection(self, keys: list[str]) -> None:
+        """A resume with its own selectors that adds no instance to its ancestor's selection
+        (``--instance X`` again) is a recovery: past ``--max-recovery-generations`` it is
+        refused before any instance starts (exit 2, no row). Only growth starts a new stage."""
+        rp, m, run = self.resume_plan, self.manifest, self.run
+        if rp is None or m is None or run is None or run.plan.selection is not None \
+                or selection_change(rp.selection, keys)["added"]:
+            return
+        remaining = [k for k in keys if k not in run.plan.carried]
+        try:
+            check_generations(rp, len(remaining), self.options.max_recovery_generations)
+        except ResumeError as exc:
+            refusal = RefusalError(str(exc), stage="resume", reason=exc.reason)
+            self.late_refusal, self.refused = refusal, True
+            m.refusal = Refusal(stage=refusal.stage, reason=refusal.reason, message=str(exc))
+            mf.checkpoint(m, "refused")
+            pytest.exit(str(exc), returncode=refusal.exit_code)
 
     def start_progress(self, total: int) -> None:
         mode = self.options.progress
@@ -384,6 +406,8 @@ class Controller:
 
     def decide_exit(self, cause: str | None, pytest_status: int = 0) -> tuple[str, int]:
         assert self.run is not None
+        if self.late_refusal is not None:
+            return "refused", self.late_refusal.exit_code
         outcomes = Counter(r.outcome for r in self.rows.values())
         if cause:
             return "stopped", EXIT_STOPPED
@@ -406,17 +430,18 @@ class Controller:
     def finish(self, pytest_status: int = 0) -> int | None:
         if self.run is None or self.manifest is None or self.manifest.finalized:
             return self.manifest.exit_code if self.manifest is not None else None
-        self.fill_missing(read_stop(self.run.run_root))
-        try:
-            self.config.hook.pytest_harness_session_results(
-                config=self.config, run=self.run, rows=dict(self.rows), append=self.append)
-        except Exception as exc:  # session-level scoring must not lose the manifest
-            self.manifest.extra.setdefault("finish_errors", []).append(
-                f"{type(exc).__name__}: {exc}"[:2000])
+        if self.late_refusal is None:  # refused at selection: nothing ran, no row to write
+            self.fill_missing(read_stop(self.run.run_root))
+            try:
+                self.config.hook.pytest_harness_session_results(
+                    config=self.config, run=self.run, rows=dict(self.rows), append=self.append)
+            except Exception as exc:  # session-level scoring must not lose the manifest
+                self.manifest.extra.setdefault("finish_errors", []).append(
+                    f"{type(exc).__name__}: {exc}"[:2000])
         cause = read_stop(self.run.run_root)  # once more: scoring above may have been stopped
         summary = self.update_counts()
         outcome, code = self.decide_exit(cause, pytest_status)
-        self.manifest.resume_command = self.resume_command()
+        self.manifest.resume_command = None if self.late_refusal else self.resume_command()
         summary.update(outcome=outcome, exit_code=code, stop_reason=cause)
         try:
             self.config.hook.pytest_harness_session_finish(

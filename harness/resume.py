@@ -167,14 +167,25 @@ def plan_resume(
     )
 
 
+def grew(manifest: Manifest) -> bool:
+    """True when a resume with its own selectors added instances to its ancestor's selection
+    (``extra.resume_selection.added``; unknown counts as grown): a new stage, not a
+    recovery."""
+    change = manifest.extra.get("resume_selection")
+    added = change.get("added") if isinstance(change, dict) else None
+    return not isinstance(added, int) or added > 0
+
+
 def recovery_generation(ancestry: Ancestry) -> int:
-    """The recovery generation of a resume that keeps its ancestor's selection: 1 + the
-    resumes before it that kept theirs, back to the run that chose its selection (the first
-    run, or a resume with its own selectors, such as a gate run grown to the whole
-    benchmark: a new stage of the campaign, not a recovery)."""
+    """The recovery generation of a resume that does not grow its ancestor's selection: 1 +
+    the resumes before it that did not grow theirs, back to the run that chose its selection
+    (the first run, or a resume whose selectors added instances, such as a gate run grown to
+    the whole benchmark: a new stage of the campaign). A resume that keeps or narrows its
+    ancestor's selection (``--instance X`` again) is a recovery."""
     count = 1
     for manifest in ancestry.manifests:  # nearest first
-        if not manifest.resume.ancestors or manifest.selection.source == "collection":
+        if not manifest.resume.ancestors or (
+                manifest.selection.source == "collection" and grew(manifest)):
             break
         count += 1
     return count
@@ -182,7 +193,7 @@ def recovery_generation(ancestry: Ancestry) -> int:
 
 def check_generations(plan: ResumePlan, remaining: int, max_generations: int) -> None:
     """Refuse a recovery past ``--max-recovery-generations`` while work remains (a resume
-    with its own selection is not a recovery: the controller does not ask)."""
+    whose selection adds instances is not a recovery: the controller does not ask)."""
     if remaining > 0 and plan.recovery_generation > max_generations:
         raise ResumeError(
             f"--resume-from {plan.ancestry.roots[0]}: this would be recovery generation "

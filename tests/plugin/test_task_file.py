@@ -156,3 +156,30 @@ def test_workers_run_the_ids_the_controller_read_even_if_the_file_changes(suite)
     assert run.latest["echo"]["reason_code"] == "worker_crashed"
     assert run.manifest["selection"]["instance_ids"] == [
         "selftest/alpha", "selftest/charlie", "selftest/echo"]
+
+
+def test_resuming_the_same_instance_again_and_again_is_bounded(suite, mode):
+    """A resume whose selectors add nothing to its ancestor's selection (``--instance X``
+    again, ``-k X``) is a recovery, counted by --max-recovery-generations: an instance that
+    keeps failing on infrastructure is not retried without limit. Past the limit it is refused
+    once the selection is known, before any instance starts (no row, exit 2)."""
+    suite.tasks([{"id": "alpha", "work": "succeed"}, {"id": "bravo", "work": "infra"}])
+    root = suite.run(*mode).root
+    for _ in range(2):
+        run = suite.run("--resume-from", str(root), "--instance", "bravo", *mode)
+        assert run.rc == 1, run.out
+        assert run.executions() == ["bravo"]
+        assert run.manifest["extra"]["resume_selection"]["added"] == 0
+        root = run.root
+    third = suite.run("--resume-from", str(root), "--instance", "bravo", *mode)
+    assert third.rc == 2, third.out
+    assert "recovery generation 3" in third.out and "--max-recovery-generations 2" in third.out
+    assert "Traceback" not in third.out and "INTERNALERROR" not in third.out
+    assert third.executions() == [] and third.rows == []
+    m = third.manifest
+    assert m["outcome"] == "refused" and m["exit_code"] == 2
+    assert m["refusal"]["reason"] == "max_recovery_generations"
+    assert suite.run("--resume-from", str(root), "-k", "bravo", *mode).rc == 2
+    allowed = suite.run("--resume-from", str(root), "--instance", "bravo",
+                        "--max-recovery-generations", "3", *mode)
+    assert allowed.rc == 1 and allowed.executions() == ["bravo"]
