@@ -167,7 +167,7 @@ def cleanup_unproven(run_id: str, run_root: str | os.PathLike[str], *,
         WayOut,
         custody_resources_left,
         leftovers_refusal,
-        manifest_benchmarks,
+        manifest_facts,
     )
     from harness.sandbox.labels import docker_used
 
@@ -175,7 +175,8 @@ def cleanup_unproven(run_id: str, run_root: str | os.PathLike[str], *,
     if not any(docker_used(os.fspath(root)) for root in roots):
         return None
     way_out = WayOut(run_id=run_id, run_root=str(run_root),
-                     benchmarks=manifest_benchmarks(run_root), campaign_file=campaign_file)
+                     benchmarks=manifest_facts(run_root).benchmarks,
+                     campaign_file=campaign_file)
     try:
         left = custody_resources_left([run_id, *took_over], roots)
         refusal = leftovers_refusal(run_id, left, way_out=way_out)

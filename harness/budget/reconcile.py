@@ -199,13 +199,30 @@ class WayOut:
         return f"pytest {target} --resume-from {root}{campaign} (with the run's options)"
 
 
-def manifest_benchmarks(run_root: str | os.PathLike[str]) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class ManifestFacts:
+    """What reconcile and the custody proof read of a run's manifest (empty when absent or
+    unreadable): its benchmarks (to word its resume) and the ancestors it resumed (their
+    engines count too)."""
+
+    benchmarks: tuple[str, ...] = ()
+    ancestors: tuple[str, ...] = ()
+
+
+def manifest_facts(run_root: str | os.PathLike[str]) -> ManifestFacts:
     try:
         data = json.loads((Path(run_root) / MANIFEST_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return ()
-    names = data.get("benchmarks") if isinstance(data, dict) else None
-    return tuple(str(n) for n in names) if isinstance(names, list) else ()
+        return ManifestFacts()
+    if not isinstance(data, dict):
+        return ManifestFacts()
+    names = data.get("benchmarks")
+    resume = data.get("resume")
+    found = resume.get("ancestors") if isinstance(resume, dict) else None
+    return ManifestFacts(
+        benchmarks=tuple(str(n) for n in names) if isinstance(names, list) else (),
+        ancestors=tuple(str(r) for r in found) if isinstance(found, list) else (),
+    )
 
 
 def reconcile(
@@ -228,24 +245,15 @@ def reconcile(
         )
     if custody.liveness(entry) == "alive":
         raise _refuse("campaign_run_alive", f"{custody.describe(entry)} is still running")
-    roots = [run_root, *_ancestor_roots(run_root)]
+    facts = manifest_facts(run_root)
+    roots = [run_root, *facts.ancestors]
     left = custody_resources_left(entry.custody_run_ids, roots, docker_client)
     way_out = WayOut(run_id=run_id, run_root=str(Path(run_root).absolute()),
-                     benchmarks=manifest_benchmarks(run_root), campaign_file=str(campaign.path))
+                     benchmarks=facts.benchmarks, campaign_file=str(campaign.path))
     refusal = leftovers_refusal(run_id, left, way_out=way_out)
     if refusal is not None:
         raise refusal
     return campaign.reconcile_run(run_id, reading_usage)
-
-
-def _ancestor_roots(run_root: str | os.PathLike[str]) -> list[str]:
-    """The ancestors a resumed run named in its manifest (their engines count too)."""
-    try:
-        data = json.loads((Path(run_root) / MANIFEST_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    found = ((data.get("resume") or {}).get("ancestors") if isinstance(data, dict) else None)
-    return [str(r) for r in found] if isinstance(found, list) else []
 
 
 def _money(value: float | None) -> str:
