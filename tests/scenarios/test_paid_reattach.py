@@ -13,7 +13,8 @@ The controller is SIGKILLed while the task works. Then:
 * the resume of that very run is admitted, takes the custody over, adopts the same sandbox and
   reattaches to the same task (one submission, no cancel); the official eval scores it;
 * custody settles and money is exact: the campaign's spent equals the meter's total for the
-  task, charged once (the killed run's hold became the resume's, never a second charge), and
+  task, charged once (the killed run's hold became the resume's, merged because it reattached
+  to that very task, never a second charge), and
   ``harness campaign show`` says the same.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,6 +39,17 @@ from harness.testing.suite import REPO_ROOT, Run, run_pytest, wait_for
 from tests.agents.agents_support import RefServer, start_server
 
 pytestmark = pytest.mark.docker
+
+REFUSAL = re.compile(r"harness campaign reconcile: refused \(([a-z_]+)\): (.+)")
+
+
+def refusal_line(stderr: str) -> tuple[str, str]:
+    """The reason code and message of reconcile's refusal: its one stderr line."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    found = REFUSAL.fullmatch(lines[0])
+    assert found is not None, stderr
+    return found.group(1), found.group(2)
 
 TARGET = "benchmarks/programbench"
 BASELINE = 100.0  # the key's usage before the campaign (other spend of the key)
@@ -143,9 +156,11 @@ def test_paid_reattach_after_sigkill_is_admitted_and_charges_the_task_once(
         # 3. reconcile names the kept sandbox and what each way out costs
         rec = harness_cli("campaign", "reconcile", str(campaign), "--run", str(first))
         assert rec.returncode == 2, rec.stdout + rec.stderr
-        assert "sandboxes_kept" in rec.stderr and kept[0] in rec.stderr
-        assert "--resume-from" in rec.stderr and "the paid task continues" in rec.stderr
-        assert "spend so far is lost" in rec.stderr and "TTL ends" in rec.stderr
+        reason, message = refusal_line(rec.stderr)
+        assert reason == "sandboxes_kept", rec.stderr
+        assert kept[0] in message and f"--resume-from {first.resolve()}" in message
+        assert "the paid task continues" in message
+        assert "spend so far is lost" in message and "TTL ends" in message
 
         # 4. the resume of that very run: admitted, same sandbox, same task
         resumed = run_pytest(TARGET, tmp_path / "r2", *options, "--resume-from", str(first))
