@@ -4,8 +4,9 @@ parametrization, plan filtering, the per-item row, signal guard, pass/fail seman
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
@@ -123,6 +124,54 @@ class WorkerHooks:
         finally:
             self.guard.uninstall()
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None
+                                ) -> bool | None:
+        """A carried instance (settled in an ancestor) needs no fixture, capture or call: its
+        two reports (a skipped setup, a teardown carrying its row) are made here, after the
+        teardown of what the previous item left set up. A resume of thousands of settled
+        instances then costs little more than collecting them."""
+        run = self.run
+        if run is None or not run.plan.carried:
+            return None
+        found = item_spec(item)
+        if found is None:
+            return None
+        benchmark, spec = found
+        carried = run.plan.carried.get(instance_key(benchmark, spec.instance_id))
+        if carried is None:
+            return None
+        from harness.runtime import InstanceContext, OutcomeSkip, RowState
+
+        ihook = item.ihook
+        ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        state = RowState(InstanceContext(run, self.adapters[benchmark], spec, item.nodeid))
+        item.stash[STATE_KEY] = state
+        skip = OutcomeSkip(Outcome.CARRIED, "settled_in_ancestor",
+                           f"settled in run {carried.carried_from}")
+        state.skip = skip
+        now = time.time()
+        path, lineno, _ = item.location
+        keywords: dict[str, Literal[1]] = {k: 1 for k in item.keywords}
+        ihook.pytest_runtest_logreport(report=pytest.TestReport(
+            item.nodeid, item.location, keywords, "skipped",
+            (path, (lineno or 0) + 1, f"Skipped: {skip.msg}"), "setup", duration=0.0,
+            start=now, stop=now, user_properties=list(item.user_properties)))
+        outcome: Literal["passed", "failed"] = "passed"
+        longrepr: str | None = None
+        try:  # what the previous instance left set up and the next one does not need
+            item.session._setupstate.teardown_exact(nextitem)
+        except Exception as exc:
+            outcome, longrepr = "failed", f"teardown: {type(exc).__name__}: {exc}"
+            state.observe("teardown", pytest.ExceptionInfo.from_exception(exc), 0.0)
+        stop = time.time()
+        ihook.pytest_runtest_logreport(report=pytest.TestReport(
+            item.nodeid, item.location, keywords, outcome, longrepr, "teardown",
+            duration=stop - now, start=now, stop=stop,
+            user_properties=[*item.user_properties, (ROW_PROPERTY, self._row(state))]))
+        ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
     def _phase(self, phase: str) -> None:
         if self.guard is not None:
             self.guard.phase = phase
@@ -178,18 +227,22 @@ class WorkerHooks:
         if call.when == "call" and state.is_infra():
             report.user_properties.append((INFRA_PROPERTY, True))
         if call.when == "teardown":
-            names = self._secret_names()
-            if names:  # after the instance's fixtures are gone: its files are final
-                from harness import secrets_scan
-
-                ctx = state.ctx
-                ctx.result.details.update(
-                    secrets_scan.instance_scan(ctx.instance_dir, ctx.run_root, names))
-            row = state.build_row().model_dump(mode="json", by_alias=True)
-            if names:
-                row = secrets_scan.redact_row(row, names)
-            report.user_properties.append((ROW_PROPERTY, row))
+            report.user_properties.append((ROW_PROPERTY, self._row(state)))
         return report
+
+    def _row(self, state: RowState) -> dict[str, Any]:
+        """The instance's row for its teardown report (scanned for secrets and redacted)."""
+        names = self._secret_names()
+        if names:  # after the instance's fixtures are gone: its files are final
+            from harness import secrets_scan
+
+            ctx = state.ctx
+            ctx.result.details.update(
+                secrets_scan.instance_scan(ctx.instance_dir, ctx.run_root, names))
+        row = state.build_row().model_dump(mode="json", by_alias=True)
+        if names:
+            row = secrets_scan.redact_row(row, names)
+        return row
 
     def _secret_names(self) -> list[str]:
         """The ``--agent-env`` names: their values are scanned for and redacted."""
