@@ -21,15 +21,21 @@ if TYPE_CHECKING:  # the runtime (pydantic rows) loads when an instance runs, no
 STATE_KEY: pytest.StashKey[RowState] = pytest.StashKey()
 
 
+SPEC_KEY: pytest.StashKey[tuple[str, InstanceSpec] | None] = pytest.StashKey()
+
+
 def item_spec(item: pytest.Item) -> tuple[str, InstanceSpec] | None:
+    """``(benchmark, spec)`` of a harness item (looked up once per item), else None."""
+    if SPEC_KEY in item.stash:
+        return item.stash[SPEC_KEY]
+    found: tuple[str, InstanceSpec] | None = None
     callspec = getattr(item, "callspec", None)
-    if callspec is None:
-        return None
-    spec = callspec.params.get("harness_instance")
+    spec = callspec.params.get("harness_instance") if callspec is not None else None
     mark = item.get_closest_marker("harness_benchmark")
-    if not isinstance(spec, InstanceSpec) or mark is None:
-        return None
-    return str(mark.args[0]), spec
+    if isinstance(spec, InstanceSpec) and mark is not None:
+        found = str(mark.args[0]), spec
+    item.stash[SPEC_KEY] = found
+    return found
 
 
 class WorkerHooks:
