@@ -139,6 +139,10 @@ class InstanceContext:
     def output(self, name: str, path: Path) -> Path:
         """Record an output file under a name (stored relative to the run root)."""
         path = Path(path)
+        if path.parent == self.instance_dir and not path.is_symlink():
+            # a file of the instance's folder (the harness made every folder on its way)
+            self.result.output_paths[name] = str(path.relative_to(self.run_root))
+            return path
         try:
             rel = path.resolve().relative_to(self.run.resolved_root)
             self.result.output_paths[name] = str(rel)
