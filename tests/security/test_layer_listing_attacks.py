@@ -1,0 +1,506 @@
+"""The build check's host-side listing of the eval container's upper layer, attacked the way
+an adversarial ``compile.sh`` would: links pointing at host paths, more entries than the cap,
+odd names, a directory the check cares about swapped for a link, whiteouts.
+
+The upper layer is written by the submission's build, so it is untrusted input read by the
+host (DESIGN.md section 8, boundary 1 and 2): names and ``lstat`` only, nothing followed,
+bounded, and any doubt ends in a refusal or the ``docker diff`` fallback, never "clean".
+Most tests call :mod:`benchmarks.programbench.layer_changes` on a tree shaped like an overlay
+upper/lower pair in ``tmp_path``; the ``docker`` one goes through the real eval.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.programbench import layer_changes
+from benchmarks.programbench.docker_policy import (
+    MAX_DIFF_CHECKED,
+    TAMPER_SCOPE,
+    _log,
+    _steers,
+    build_changes,
+    build_tampering,
+)
+from benchmarks.programbench.layer_changes import Unavailable, changes
+
+SECRET = "HOST_SECRET_NAME"
+SITE = "/usr/local/lib/python3.11/dist-packages"  # on sys.path of the clean-room image
+DIST = "/usr/lib/python3/dist-packages"
+
+# Every directory listing and file open of this process while a check runs (audit events):
+# the check may list folders of the layer only, and open nothing.
+_AUDIT: list[tuple[str, Any]] = []
+_AUDITING = [False]
+
+
+def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if _AUDITING[0] and event in ("os.scandir", "os.listdir", "open"):
+        _AUDIT.append((event, args[0] if args else None))
+
+
+sys.addaudithook(_hook)
+
+
+class Image:
+    """An overlay ``lower`` (the clean-room image) and an ``upper`` (what the build wrote),
+    plus a ``host`` folder outside the layer that nothing may reach."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.root = tmp_path / "layer"
+        self.upper, self.lower = self.root / "upper", self.root / "lower"
+        self.host = tmp_path / "host"
+        self.host.mkdir()
+        (self.host / f"{SECRET}.pth").write_text("import os\n")
+        (self.host / "shadow").write_text("root:$6$secret:...\n")
+        for rel in (DIST, SITE, "/usr/lib/python3.11", "/usr/bin", "/usr/local/bin",
+                    "/usr/local/sbin", "/etc/profile.d", "/root"):
+            (self.lower / rel.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        for rel in (f"{DIST}/ok.py", "/usr/lib/python3.11/os.py", "/usr/bin/python3",
+                    "/etc/profile", "/root/.bashrc", "/root/.profile"):
+            (self.lower / rel.lstrip("/")).write_text("x\n")
+        self.upper.mkdir()
+
+    def at(self, rel: str) -> Path:
+        """``rel`` (a container path) in the upper layer, its parents created (a copy-up)."""
+        path = self.upper / rel.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def changes(self) -> list[tuple[str, str]]:
+        _AUDIT.clear()
+        _AUDITING[0] = True
+        try:
+            return changes(str(self.upper), [str(self.lower)], TAMPER_SCOPE)
+        finally:
+            _AUDITING[0] = False
+
+    def reads_outside(self) -> list[tuple[str, Any]]:
+        """Audited listings that left the layer, and every open (the check opens nothing)."""
+        root = os.path.realpath(self.root)
+        bad = []
+        for event, arg in _AUDIT:
+            if event == "open":
+                bad.append((event, arg))
+            elif isinstance(arg, str | bytes):
+                real = os.path.realpath(os.fsdecode(arg))
+                if real != root and not real.startswith(root + os.sep):
+                    bad.append((event, real))
+        return bad
+
+
+def steering(found: list[tuple[str, str]]) -> list[str]:
+    return [path for kind, path in found if _steers(kind, path) is True]
+
+
+@pytest.fixture
+def image(tmp_path: Path) -> Image:
+    return Image(tmp_path)
+
+
+# (1) links to host paths -------------------------------------------------------------------
+
+def test_links_to_host_paths_are_reported_never_followed(image: Image) -> None:
+    image.at(f"{SITE}/zz_evil.pth").symlink_to("/etc/shadow")
+    image.at(f"{SITE}/root_link").symlink_to("/")
+    image.at(f"{DIST}/host_dir").symlink_to(image.host)
+    image.at(f"{DIST}/up.pth").symlink_to("../../../../../../host/shadow")
+    image.at("/etc/profile.d/zz.sh").symlink_to(image.host / "shadow")
+    image.at("/root/.bashrc").symlink_to("/etc/shadow")  # replaces the image's .bashrc
+    found = image.changes()
+    assert image.reads_outside() == []
+    # each link is one change, nothing below it was listed
+    assert ("A", f"{SITE}/zz_evil.pth") in found and ("A", f"{SITE}/root_link") in found
+    assert ("A", f"{DIST}/host_dir") in found and ("A", f"{DIST}/up.pth") in found
+    assert ("A", "/etc/profile.d/zz.sh") in found and ("C", "/root/.bashrc") in found
+    assert not any(SECRET in p or p.startswith((f"{SITE}/root_link/", f"{DIST}/host_dir/"))
+                   for _, p in found), found
+    flagged = steering(found)
+    for path in (f"{SITE}/zz_evil.pth", f"{DIST}/up.pth", "/etc/profile.d/zz.sh",
+                 "/root/.bashrc"):
+        assert path in flagged, (path, found)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "layer_changes.py:119 (changes): `os.scandir(upper + rel)` opens each folder by its "
+    "full path, so a link swapped in for a scope folder after its parent was listed (by a "
+    "compile.sh process still running: the eval does not stop leftovers before commit) is "
+    "followed and a host folder is listed (names, up to MAX_ENTRIES, reported as changes). "
+    "Fix: open each folder with os.open(name, O_RDONLY|O_DIRECTORY|O_NOFOLLOW, "
+    "dir_fd=parent_fd) and scandir the fd (or `docker pause` the container for the check)."))
+def test_a_folder_swapped_for_a_link_during_the_walk_is_not_followed(
+        image: Image, monkeypatch: pytest.MonkeyPatch) -> None:
+    # compile.sh's background processes are still running when the check runs (the eval
+    # kills leftovers only after a timeout, programbench/container.py): one swaps a scope
+    # folder for a link to a host folder between its lstat and its listing
+    image.at(f"{DIST}/new.py").write_text("x\n")
+    target = str(image.upper / DIST.lstrip("/"))
+    real_scandir = os.scandir
+    swapped = [False]
+
+    def racing_scandir(path: Any = ".") -> Any:
+        if path == target and not swapped[0]:
+            swapped[0] = True
+            os.rename(target, target + ".away")
+            os.symlink(image.host, target)
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", racing_scandir)
+    try:
+        found = image.changes()
+    except Unavailable:
+        found = []  # a walk that notices the swap and gives up is safe too
+    assert swapped[0]
+    assert image.reads_outside() == [], "the host listed a folder outside the layer"
+    assert not any(SECRET in p for _, p in found), found
+
+
+# (2) more entries than the cap ---------------------------------------------------------------
+
+def test_more_entries_than_the_cap_is_unavailable_never_clean(
+        image: Image, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layer_changes, "MAX_ENTRIES", 300)
+    # spread over many folders of the scope, each under the cap alone
+    for i in range(40):
+        folder = image.at(f"{SITE}/pkg{i:02d}/x")
+        folder.mkdir()
+        for j in range(8):
+            (folder / f"m{j}.py").write_text("")
+    image.at(f"{SITE}/zz_evil.pth").write_text("import os\n")
+    with pytest.raises(Unavailable, match="entries"):
+        image.changes()
+    # just under the cap it is listed, the .pth flagged (the cap is what decided above)
+    monkeypatch.setattr(layer_changes, "MAX_ENTRIES", 10_000)
+    assert f"{SITE}/zz_evil.pth" in steering(image.changes())
+
+
+def test_many_entries_outside_the_scope_cost_nothing(
+        image: Image, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layer_changes, "MAX_ENTRIES", 100)
+    junk = image.at("/opt/junk/x").parent
+    for i in range(2000):
+        (junk / f"f{i}").write_text("")
+    image.at(f"{SITE}/zz_evil.pth").write_text("")
+    started = time.monotonic()
+    found = image.changes()  # /opt is not on the way to the scope: never listed
+    assert time.monotonic() - started < 5
+    assert not any(p.startswith("/opt") for _, p in found)
+    assert f"{SITE}/zz_evil.pth" in steering(found)
+
+
+def test_a_path_longer_than_the_host_allows_falls_back_to_docker_diff(
+        tmp_path: Path, image: Image) -> None:
+    # a deep tree of long names: short enough inside the container, too long on the host
+    fd = os.open(image.at(f"{SITE}/pkg/x").parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(20):
+            name = "d" * 250
+            os.mkdir(name, dir_fd=fd)
+            new = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = new
+        os.close(os.open("zz_evil.pth", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    finally:
+        os.close(fd)
+    # the listing gives up (an OSError of lstat, which build_changes catches like
+    # Unavailable): the check asks docker diff, it does not crash or report a partial list
+    with pytest.raises((Unavailable, OSError)):
+        image.changes()
+    docker = fake_docker(tmp_path, image, f"A {SITE}/pkg/zz_evil.pth\n".encode())
+    assert build_changes(docker, "c") == ([("A", f"{SITE}/pkg/zz_evil.pth")], "docker_diff")
+
+
+class _Counting:
+    def __init__(self, inner: Any, pulled: list[int]) -> None:
+        self.inner, self.pulled = inner, pulled
+
+    def __enter__(self) -> _Counting:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.close()
+
+    def __iter__(self) -> Iterator[os.DirEntry[str]]:
+        return self
+
+    def __next__(self) -> os.DirEntry[str]:
+        entry: os.DirEntry[str] = next(self.inner)
+        self.pulled[0] += 1
+        return entry
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "layer_changes.py:119-124: `entries = list(it)` reads a whole folder into memory before "
+    "`seen > MAX_ENTRIES` is checked, so the cap bounds nothing within one folder: a build "
+    "that makes one scope folder (or /, /usr, /etc...) with tens of millions of entries makes "
+    "the host hold them all. Fix: count while iterating and raise Unavailable at the cap."))
+def test_the_cap_bounds_what_is_read_of_one_huge_folder(
+        image: Image, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layer_changes, "MAX_ENTRIES", 100)
+    folder = image.at(f"{SITE}/x").parent
+    for i in range(3000):
+        (folder / f"m{i}.py").write_text("")
+    pulled = [0]
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir",
+                        lambda path=".": _Counting(real_scandir(path), pulled))
+    with pytest.raises(Unavailable):
+        image.changes()
+    assert pulled[0] <= 101 + 50, f"{pulled[0]} entries read with a cap of 100"
+
+
+# the fallback the cap (or a too-long path) forces: `docker diff` --------------------------
+
+def fake_docker(tmp_path: Path, image: Image, diff: bytes) -> str:
+    """A ``docker`` whose ``inspect`` names ``image``'s folders, whose ``diff`` prints ``diff``
+    and whose ``exec`` prints nothing (the in-container checks find nothing)."""
+    info = {"Name": "fuse-overlayfs",
+            "Data": {"UpperDir": str(image.upper), "LowerDir": str(image.lower)}}
+    (tmp_path / "inspect.json").write_text(json.dumps(info))
+    (tmp_path / "diff.txt").write_bytes(diff)
+    script = tmp_path / "docker"
+    script.write_text("#!/bin/sh\ncase \"$1\" in\n"
+                      f"  inspect) cat '{tmp_path}/inspect.json' ;;\n"
+                      f"  diff) cat '{tmp_path}/diff.txt' ;;\n"
+                      "  *) exit 0 ;;\nesac\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_the_fallback_flags_a_planted_pth(tmp_path: Path, image: Image,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # control for the two below: the cap forces the fallback, whose short diff is checked
+    monkeypatch.setattr(layer_changes, "MAX_ENTRIES", 5)
+    for i in range(10):
+        image.at(f"/junk{i}").write_text("")
+    docker = fake_docker(tmp_path, image,
+                         f"C {SITE}\nA {SITE}/zz_evil.pth\nA /junk0\n".encode())
+    assert build_tampering(docker, "c") == [f"{SITE}/zz_evil.pth"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "docker_policy.py:222 (build_changes): the docker diff fallback keeps only its first "
+    "MAX_DIFF_CHECKED (5000) lines and drops the rest silently. A build forces the fallback "
+    "(more than MAX_ENTRIES entries in a listed folder such as /, or one path longer than "
+    "PATH_MAX on the host) and makes 5000 junk changes that sort before /usr: its .pth is "
+    "never looked at and the build is clean. Fix: a diff longer than the cap is a refusal "
+    "(like the 'too many to check' case of tampered_paths), or keep only TAMPER_SCOPE lines "
+    "before capping."))
+def test_the_fallback_does_not_truncate_a_planted_pth_away(
+        tmp_path: Path, image: Image, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layer_changes, "MAX_ENTRIES", 5)
+    for i in range(10):
+        image.at(f"/junk{i}").write_text("")
+    junk = "".join(f"A /aaa/junk{i:05d}\n" for i in range(MAX_DIFF_CHECKED))
+    docker = fake_docker(tmp_path, image, (junk + f"A {SITE}/zz_evil.pth\n").encode())
+    assert build_tampering(docker, "c") != []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "docker_policy.py:218-222 (build_changes): the docker diff fallback splits its output on "
+    "lines, and docker diff prints paths unescaped. A .pth named 'evil\\n.pth' (site.py "
+    "loads every name ending in .pth) becomes 'A .../evil' and '.pth': neither steers. Fix: "
+    "refuse any diff line that is not '<A|C|D> /<path>' (or any path under TAMPER_SCOPE whose "
+    "next line does not start with a kind), or read the layer only."))
+def test_the_fallback_is_not_misled_by_a_newline_in_a_name(
+        tmp_path: Path, image: Image, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layer_changes, "MAX_ENTRIES", 5)
+    for i in range(10):
+        image.at(f"/junk{i}").write_text("")
+    docker = fake_docker(tmp_path, image, f"C {SITE}\nA {SITE}/evil\n.pth\n".encode())
+    assert build_tampering(docker, "c") != []
+
+
+# (3) odd names ------------------------------------------------------------------------------
+
+def test_odd_names_are_reported_verbatim_and_flagged(tmp_path: Path, image: Image) -> None:
+    site = image.at(f"{SITE}/x").parent
+    newline = "evil\n.pth"
+    looks_like_a_line = "ok\nA .pth"  # a docker-diff-looking name: a module dir
+    long_name = "l" * 251 + ".pth"  # 255 bytes, the longest name
+    raw = b"\xff\xfe\n.pth"  # not UTF-8
+    for name in (newline, long_name, "sitecustomize.py"):
+        (site / name).write_text("import os\n")
+    (site / looks_like_a_line).mkdir()
+    (site / looks_like_a_line / "__init__.py").write_text("")
+    os.close(os.open(os.fsencode(site) + b"/" + raw, os.O_CREAT | os.O_WRONLY))
+    (image.at(f"{DIST}/ok.py")).write_text("changed\n")  # a changed module of the image
+    found = image.changes()
+    assert image.reads_outside() == []
+    expected = {f"{SITE}/{n}" for n in (newline, long_name, "sitecustomize.py")}
+    expected.add(f"{SITE}/{os.fsdecode(raw)}")
+    assert expected <= set(steering(found)), found
+    assert ("C", f"{DIST}/ok.py") in found and _steers("C", f"{DIST}/ok.py") is None
+    assert ("A", f"{SITE}/{looks_like_a_line}/__init__.py") in found
+    assert not any(p.endswith(("/evil", "/ok")) or p == ".pth" for _, p in found), found
+    # the refusal's evidence is written without a crash, names intact
+    log = tmp_path / "policy.jsonl"
+    _log(str(log), {"op": "commit", "refused": ", ".join(sorted(expected))})
+    refused = json.loads(log.read_text())["refused"]
+    assert newline in refused and os.fsdecode(raw) in refused
+
+
+# (4) a folder the check cares about replaced by a link -------------------------------------
+
+def test_a_site_folder_replaced_by_a_link_is_flagged(image: Image) -> None:
+    image.at(DIST).symlink_to("/workspace/evil_site")
+    found = image.changes()
+    assert ("C", DIST) in found and ("D", f"{DIST}/ok.py") in found
+    assert f"{DIST}/ok.py" in steering(found)
+
+
+def test_a_python_folder_replaced_by_a_link_is_flagged(image: Image) -> None:
+    image.at("/usr/lib/python3.11").symlink_to(image.host)
+    found = image.changes()
+    assert image.reads_outside() == []
+    assert "/usr/lib/python3.11/os.py" in steering(found)
+    assert not any(SECRET in p for _, p in found)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "docker_policy.py:185-201 (_steers) and :254 with layer_changes.py:150-153: a link that "
+    "replaces a scope folder the image has EMPTY (the clean-room image's "
+    "/usr/local/lib/python3.11/dist-packages, on its sys.path) is one 'C' entry with no 'D' "
+    "below: _steers says None, and tampered_paths' in-container check drops it because it "
+    "is a link (`[ ! -L ]`). The tests' Python then loads the .pth files of wherever it "
+    "points (e.g. /opt/x/evil.pth, outside the scope). Fix: an A/C entry under PYTHON_ROOTS "
+    "that is a directory or a link to one (or any link) steers."))
+def test_an_empty_site_folder_replaced_by_a_link_is_flagged(image: Image) -> None:
+    image.at(SITE).symlink_to("/opt/x")
+    found = image.changes()
+    # what the listing reports (right today): the link as changed, nothing below it
+    assert ("C", SITE) in found and not any(p.startswith(SITE + "/") for _, p in found)
+    assert steering(found) != []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "docker_policy.py:174-204 and layer_changes.py:140,155: a link ADDED on the way "
+    "to a scope path (/root/.local -> /opt/x; the image has no /root/.local) is neither in "
+    "the scope nor descended, so nothing is reported; root's user site "
+    "(/root/.local/lib/python3.11/site-packages, enabled: the tests run as uid 0) then loads "
+    "/opt/x/lib/python3.11/site-packages/*.pth. Same with /usr/local/lib replaced by a link "
+    "when the lower folder has no python3* child. Fix: report a non-directory entry that is "
+    "on the way to the scope as a change and treat it as steering."))
+def test_a_link_on_the_way_to_the_user_site_is_flagged(image: Image) -> None:
+    image.at("/root/.local").symlink_to("/opt/x")
+    found = image.changes()
+    assert steering(found) != [], found
+
+
+# whiteouts and opaque folders -----------------------------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a 0:0 character device needs root")
+def test_whiteouts_of_python_files_are_flagged(image: Image) -> None:
+    os.mknod(image.at(f"{DIST}/ok.py"), stat.S_IFCHR | 0o600, os.makedev(0, 0))
+    image.at("/root/.wh..profile").write_text("")  # an aufs-style whiteout name
+    found = image.changes()
+    assert ("D", f"{DIST}/ok.py") in found and ("D", "/root/.profile") in found
+    assert {f"{DIST}/ok.py", "/root/.profile"} <= set(steering(found))
+
+
+def test_an_opaque_python_folder_deletes_what_was_below(image: Image) -> None:
+    folder = image.at(f"{DIST}/new.py").parent
+    (folder / "new.py").write_text("")
+    try:
+        os.setxattr(folder, "trusted.overlay.opaque", b"y")
+    except OSError:  # no trusted xattrs here (not root, tmpfs...): the marker file
+        (folder / ".wh..wh..opq").write_text("")
+    found = image.changes()
+    assert ("D", f"{DIST}/ok.py") in found and ("A", f"{DIST}/new.py") in found
+    assert f"{DIST}/ok.py" in steering(found)
+    assert not any(p.endswith(".opq") for _, p in found)
+
+
+# the reported gap: an interpreter planted ahead of the image's on PATH -------------------------
+
+def test_the_listing_reports_a_planted_interpreter(image: Image) -> None:
+    image.at("/usr/local/bin/python3").write_text("#!/bin/sh\nexit 0\n")
+    assert ("A", "/usr/local/bin/python3") in image.changes()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "docker_policy.py:185-201 (_steers): an ADDED /usr/local/bin/python3 is in PYTHON_ROOTS "
+    "but none of the name rules match and kind 'A' is not 'C', so it is harmless. The "
+    "clean-room image's Python is /usr/bin/python3, the tests run under `bash -lc` "
+    "(programbench/container.py:75) with PATH=/usr/local/sbin:/usr/local/bin:/usr/bin:..., "
+    "and run.sh calls `python3 -m pytest`: the planted file runs instead of the tests. Same "
+    "for python, python3.11 there. Fix: any A/C/D of an interpreter name (python*, pytest*, "
+    "py.test) in a PATH folder steers."))
+def test_an_added_python3_ahead_on_path_is_flagged(image: Image) -> None:
+    image.at("/usr/local/bin/python3").write_text("#!/bin/sh\necho '1 passed'\n")
+    assert "/usr/local/bin/python3" in steering(image.changes())
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "docker_policy.py:174,204 (PYTHON_ROOTS/TAMPER_SCOPE): /usr/local/sbin, first on the "
+    "tests' PATH, is not in the scope at all: a build that adds /usr/local/sbin/python3 (or "
+    "pytest, bash, timeout...) is never listed. Fix: add /usr/local/sbin and /usr/sbin (and "
+    "every PATH folder before /usr/bin) to the scope and treat any added command there that "
+    "shadows one run.sh uses as steering."))
+def test_an_added_python3_in_usr_local_sbin_is_flagged(image: Image) -> None:
+    image.at("/usr/local/sbin/python3").write_text("#!/bin/sh\necho '1 passed'\n")
+    assert "/usr/local/sbin/python3" in steering(image.changes())
+
+
+# through the real eval ---------------------------------------------------------------------
+
+def _eval_with_build(tmp_path: Path, plant: str) -> tuple[dict[str, Any], str, str]:
+    """``(row, refused, output)`` of the fixture run whose ``compile.sh`` ends with ``plant``."""
+    from harness.testing.suite import run_pytest
+    from tests.security.scorer_support import (
+        PRINT_42_COMPILE,
+        TARGET,
+        agent_command,
+        fixture_row,
+    )
+
+    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator",
+                     "--agent", "command",
+                     "--agent-command", agent_command({"compile.sh": PRINT_42_COMPILE + plant}))
+    row: dict[str, Any] = fixture_row(run)
+    evidence = (run.root / row["output_paths"]["submission"]).parent / "official_eval.json"
+    refused = ""
+    if evidence.exists():
+        refused = " ".join(json.loads(evidence.read_text())["docker_policy"]["refused"])
+    return row, refused, run.out
+
+
+@pytest.mark.docker
+def test_a_build_planting_linked_and_newline_named_pth_files_is_refused(tmp_path: Path) -> None:
+    plant = (
+        f"D={SITE}\nmkdir -p $D\n"
+        "ln -s /etc/shadow $D/zz_link.pth\n"
+        "ln -s / $D/zz_root\n"
+        "printf 'import os\\n' > \"$D/$(printf 'zz\\nnl.pth')\"\n"
+    )
+    row, refused, out = _eval_with_build(tmp_path, plant)
+    assert row["outcome"] == "agent_failed" and row["score"] == 0.0, out
+    assert row["reason_code"] == "submission_broke_eval", row
+    # the link is a change (not followed into /etc/shadow); the newline name is one path
+    # (read from the layer: the docker diff fallback would split it)
+    assert "zz_link.pth" in refused and "zz\nnl.pth" in refused, refused
+
+
+@pytest.mark.docker
+@pytest.mark.xfail(strict=True, reason=(
+    "docker_policy.py:313-314 (_commit) logs the refusal with the layer's name as Python "
+    "decoded it (a lone surrogate for a non-UTF-8 byte); official_eval.py:449 "
+    "(`result.model_dump_json`) then raises PydanticSerializationError ('surrogates not "
+    "allowed'), so a build with a non-UTF-8 .pth name ends the instance infra_failed (our "
+    "fault, retried for free) instead of agent_failed. build_overrides' surrogateescape "
+    "decoding (docker_policy.py:150) feeds build_files_removed the same way. Fix: render "
+    "paths with os.fsencode(p).decode('utf-8', 'backslashreplace') before logging them."))
+def test_a_build_planting_a_non_utf8_named_pth_is_the_agents_failure(tmp_path: Path) -> None:
+    plant = f"D={SITE}\nmkdir -p $D\nprintf 'import os\\n' > \"$D/$(printf 'zz\\377.pth')\"\n"
+    row, refused, out = _eval_with_build(tmp_path, plant)
+    assert row["outcome"] == "agent_failed" and row["infra"] is False, out
+    assert "zz" in refused and ".pth" in refused, refused
