@@ -204,6 +204,15 @@ def _steers(kind: str, path: str) -> bool | None:
 TAMPER_SCOPE = (*PYTHON_ROOTS, *sorted(LOGIN_FILES), "/etc/profile.d")
 
 
+def _shown(path: str) -> str:
+    """``path`` as UTF-8 text for the log and the evidence: a byte that is not UTF-8 (a
+    surrogate once decoded) is written as ``\\xff``, which JSON and pydantic accept."""
+    try:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    except UnicodeError:
+        return path.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def build_changes(docker: str, container: str) -> tuple[list[tuple[str, str]], str]:
     """``([(kind, path)], source)``: what the build changed under :data:`TAMPER_SCOPE`, from
     the container's upper layer when this host can read it (``layer``), else ``docker diff``
@@ -310,7 +319,7 @@ def _commit(docker: str, new: list[str], log: str | None) -> list[str]:
         tampered = ([DIFF_TIMED_OUT] if source == DIFF_TIMED_OUT
                     else tampered_paths(docker, container, found))
     if tampered:
-        reason = f"{BUILD_TAMPER_MARKER}: {', '.join(tampered[:20])}"
+        reason = f"{BUILD_TAMPER_MARKER}: {', '.join(_shown(p) for p in tampered[:20])}"
         _log(log, {"op": "commit", "refused": reason})
         print(reason, file=sys.stderr)
         sys.exit(REFUSED_RC)
@@ -320,7 +329,7 @@ def _commit(docker: str, new: list[str], log: str | None) -> list[str]:
         subprocess.run([docker, "exec", "-u", "0", container, "rm", "-rf", "--", *paths],
                        capture_output=True, timeout=300, check=False)
     _log(log, {"op": "commit", "image": positional[1] if len(positional) > 1 else "",
-               "build_files_removed": removed, "changes_from": source})
+               "build_files_removed": [_shown(p) for p in removed], "changes_from": source})
     if log:  # the committed image carries the call's label too (see sweep)
         new = [new[0], "--change", f"LABEL {LABEL_KEY}={Path(log).parent.name}", *new[1:]]
     return new

@@ -57,7 +57,7 @@ def summarize(log_text: str, real_docker: str = "", instance_id: str | None = No
         if entry.get("op") == "commit_checked" and isinstance(ts, (int, float)):
             policy.build_checked_at = float(ts)
         if entry.get("refused"):
-            policy.refused.append(str(entry["refused"]))
+            policy.refused.append(_text(entry["refused"]))
         elif entry.get("op") == "exec" and entry.get("results_guard"):
             policy.results_guarded += 1
         elif entry.get("op") in CREATE_COMMANDS:
@@ -69,6 +69,12 @@ def summarize(log_text: str, real_docker: str = "", instance_id: str | None = No
                 policy.built_containers.append(str(entry["id"]))
         elif entry.get("op") == "commit" and (instance_id is None or str(
                 entry.get("image", "")).startswith(f"programbench-compiled/{instance_id}:")):
-            policy.build_files_removed += [str(p) for p in entry.get("build_files_removed", [])]
+            policy.build_files_removed += [_text(p) for p in entry.get("build_files_removed", [])]
             policy.build_changes_from = str(entry.get("changes_from", ""))
     return policy
+
+
+def _text(value: object) -> str:
+    """``value`` as text JSON can hold: a lone surrogate (a name's byte that is not UTF-8, as
+    the log may carry it) is written as ``\\udcff`` rather than failing the record."""
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")

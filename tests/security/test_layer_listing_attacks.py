@@ -491,14 +491,6 @@ def test_a_build_planting_linked_and_newline_named_pth_files_is_refused(tmp_path
 
 
 @pytest.mark.docker
-@pytest.mark.xfail(strict=True, reason=(
-    "docker_policy.py:313-314 (_commit) logs the refusal with the layer's name as Python "
-    "decoded it (a lone surrogate for a non-UTF-8 byte); official_eval.py:449 "
-    "(`result.model_dump_json`) then raises PydanticSerializationError ('surrogates not "
-    "allowed'), so a build with a non-UTF-8 .pth name ends the instance infra_failed (our "
-    "fault, retried for free) instead of agent_failed. build_overrides' surrogateescape "
-    "decoding (docker_policy.py:150) feeds build_files_removed the same way. Fix: render "
-    "paths with os.fsencode(p).decode('utf-8', 'backslashreplace') before logging them."))
 def test_a_build_planting_a_non_utf8_named_pth_is_the_agents_failure(tmp_path: Path) -> None:
     plant = f"D={SITE}\nmkdir -p $D\nprintf 'import os\\n' > \"$D/$(printf 'zz\\377.pth')\"\n"
     row, refused, out = _eval_with_build(tmp_path, plant)
