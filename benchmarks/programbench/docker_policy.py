@@ -174,6 +174,14 @@ BUILD_TAMPER_MARKER = "docker policy: the build changed what the tests' pytest r
 PYTHON_ROOTS = ("/usr/lib/python3", "/usr/local/lib/python3", "/root/.local/lib/python",
                 "/etc/python3", "/usr/bin/python", "/usr/local/bin/python", "/usr/bin/pytest",
                 "/usr/local/bin/pytest", "/usr/bin/py.test")
+# the tests' PATH (docker exec resolves ``bash`` with it, ``bash -lc`` gets it from
+# /etc/profile): a command the eval's test exec or run.sh runs by name, planted ahead of the
+# image's or changed in place, runs instead of it
+PATH_FOLDERS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+TEST_COMMAND_PREFIXES = ("python", "pytest", "py.test", "pip")
+TEST_COMMANDS = frozenset({"bash", "sh", "dash", "env", "dirname", "chmod", "rm", "mv", "cp",
+                           "sed", "grep", "find", "sha256sum", "test", "[", "mkdir", "tar",
+                           "cat", "timeout"})
 STEERING_NAMES = ("sitecustomize.py", "usercustomize.py")
 STEERING_DIRS = ("/_pytest/", "/pytest/", "/pluggy/", "/xdist/", "/iniconfig/", "/junitparser/")
 LOGIN_FILES = frozenset({"/etc/profile", "/etc/bash.bashrc", "/etc/bashrc", "/etc/environment",
@@ -187,6 +195,9 @@ def _steers(kind: str, path: str) -> bool | None:
     only if it is a regular file (a changed existing module); False: harmless."""
     if path in LOGIN_FILES or path.startswith("/etc/profile.d/"):
         return True
+    folder, _, name = path.rpartition("/")
+    if folder in PATH_FOLDERS:
+        return name in TEST_COMMANDS or name.startswith(TEST_COMMAND_PREFIXES)
     if not path.startswith(PYTHON_ROOTS):
         return False
     name = path.rsplit("/", 1)[-1]
@@ -201,7 +212,8 @@ def _steers(kind: str, path: str) -> bool | None:
     return False
 
 
-TAMPER_SCOPE = (*PYTHON_ROOTS, *sorted(LOGIN_FILES), "/etc/profile.d")
+TAMPER_SCOPE = (*PYTHON_ROOTS, *(f"{f}/" for f in PATH_FOLDERS), *sorted(LOGIN_FILES),
+                "/etc/profile.d")
 
 
 def _shown(path: str) -> str:

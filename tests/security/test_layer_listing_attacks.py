@@ -427,25 +427,11 @@ def test_the_listing_reports_a_planted_interpreter(image: Image) -> None:
     assert ("A", "/usr/local/bin/python3") in image.changes()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "docker_policy.py:185-201 (_steers): an ADDED /usr/local/bin/python3 is in PYTHON_ROOTS "
-    "but none of the name rules match and kind 'A' is not 'C', so it is harmless. The "
-    "clean-room image's Python is /usr/bin/python3, the tests run under `bash -lc` "
-    "(programbench/container.py:75) with PATH=/usr/local/sbin:/usr/local/bin:/usr/bin:..., "
-    "and run.sh calls `python3 -m pytest`: the planted file runs instead of the tests. Same "
-    "for python, python3.11 there. Fix: any A/C/D of an interpreter name (python*, pytest*, "
-    "py.test) in a PATH folder steers."))
 def test_an_added_python3_ahead_on_path_is_flagged(image: Image) -> None:
     image.at("/usr/local/bin/python3").write_text("#!/bin/sh\necho '1 passed'\n")
     assert "/usr/local/bin/python3" in steering(image.changes())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "docker_policy.py:174,204 (PYTHON_ROOTS/TAMPER_SCOPE): /usr/local/sbin, first on the "
-    "tests' PATH, is not in the scope at all: a build that adds /usr/local/sbin/python3 (or "
-    "pytest, bash, timeout...) is never listed. Fix: add /usr/local/sbin and /usr/sbin (and "
-    "every PATH folder before /usr/bin) to the scope and treat any added command there that "
-    "shadows one run.sh uses as steering."))
 def test_an_added_python3_in_usr_local_sbin_is_flagged(image: Image) -> None:
     image.at("/usr/local/sbin/python3").write_text("#!/bin/sh\necho '1 passed'\n")
     assert "/usr/local/sbin/python3" in steering(image.changes())
