@@ -10,9 +10,9 @@ replaced, is ``D``). A whiteout is a ``0:0`` character device or a ``.wh.<name>`
 re-created directory is marked opaque (an xattr or a ``.wh..wh..opq`` entry).
 
 Nothing of the layer is followed or read: names and ``lstat`` only, a bounded number of
-entries, and only below the paths the caller asks about. Any doubt (another driver, a remote
-daemon, a folder this host cannot read, too many entries) is :class:`Unavailable`: the caller
-then asks ``docker diff``.
+entries (counted while a folder is read, so one huge folder is bounded too), and only below the
+paths the caller asks about. Any doubt (another driver, a remote daemon, a folder this host
+cannot read, too many entries) is :class:`Unavailable`: the caller then asks ``docker diff``.
 """
 
 from __future__ import annotations
@@ -115,14 +115,16 @@ def changes(upper: str, lowers: list[str], scope: tuple[str, ...]) -> list[tuple
     while stack:
         rel = stack.pop()
         folder = upper + rel
+        entries: list[os.DirEntry[str]] = []
         try:
             with os.scandir(folder) as it:
-                entries = list(it)
+                for entry in it:  # counted as read: one folder of millions is bounded too
+                    seen += 1
+                    if seen > MAX_ENTRIES:
+                        raise Unavailable(f"more than {MAX_ENTRIES} entries in the upper layer")
+                    entries.append(entry)
         except OSError as exc:
             raise Unavailable(f"cannot list {folder}: {exc}") from exc
-        seen += len(entries)
-        if seen > MAX_ENTRIES:
-            raise Unavailable(f"more than {MAX_ENTRIES} entries in the upper layer")
         names = {e.name for e in entries}
         if rel and _opaque(folder, names):  # re-created: what the lower had below is gone
             found += [("D", f"{rel}/{c}") for c in sorted(_lower_children(lowers, rel))
