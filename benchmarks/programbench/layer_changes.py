@@ -11,12 +11,16 @@ re-created directory is marked opaque (an xattr or a ``.wh..wh..opq`` entry).
 
 Nothing of the layer is followed or read: names and ``lstat`` only, a bounded number of
 entries (counted while a folder is read, so one huge folder is bounded too), and only below the
-paths the caller asks about. Any doubt (another driver, a remote daemon, a folder this host
-cannot read, too many entries) is :class:`Unavailable`: the caller then asks ``docker diff``.
+paths the caller asks about. The container is paused while its layer is listed, so a process
+the build left running cannot swap a listed folder for a link between its ``lstat`` and its
+listing. Any doubt (another driver, a remote daemon, a folder this host cannot read, too many
+entries, a container that cannot be paused) is :class:`Unavailable`: the caller then asks
+``docker diff``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -161,6 +165,44 @@ def changes(upper: str, lowers: list[str], scope: tuple[str, ...]) -> list[tuple
 
 def container_changes(docker: str, container: str,
                       scope: tuple[str, ...]) -> list[tuple[str, str]]:
-    """:func:`changes` of ``container``; raises :class:`Unavailable`."""
-    upper, lowers = layer_dirs(docker, container)
-    return changes(upper, lowers, scope)
+    """:func:`changes` of ``container``, paused while its layer is listed (a process the
+    build left running could otherwise swap a folder for a link mid-walk; paused while
+    ``docker inspect`` runs, unpaused on every path); raises :class:`Unavailable`."""
+    try:
+        pausing = subprocess.Popen([docker, "pause", container], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        raise Unavailable(f"docker pause: {exc}") from exc
+    try:
+        upper, lowers = layer_dirs(docker, container)
+        if _status(pausing) != 0:
+            raise Unavailable("docker pause failed")
+        return changes(upper, lowers, scope)
+    finally:
+        status = _status(pausing)
+        if status == 0:
+            _unpause(docker, container)
+        elif status is None:  # stopped mid-way: it may have paused it
+            with contextlib.suppress(Unavailable):
+                _unpause(docker, container)
+
+
+def _status(proc: subprocess.Popen[bytes]) -> int | None:
+    """Exit status of ``proc``; None when it had to be stopped (it may have paused)."""
+    try:
+        status = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        status = proc.wait()
+    return status if status >= 0 else None
+
+
+def _unpause(docker: str, container: str) -> None:
+    for _ in range(2):
+        try:
+            if subprocess.run([docker, "unpause", container], capture_output=True,
+                              timeout=60, check=False).returncode == 0:
+                return
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    raise Unavailable("docker unpause failed")

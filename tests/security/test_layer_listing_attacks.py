@@ -131,12 +131,15 @@ def test_links_to_host_paths_are_reported_never_followed(image: Image) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "layer_changes.py:119 (changes): `os.scandir(upper + rel)` opens each folder by its "
+    "layer_changes.py (changes): `os.scandir(upper + rel)` opens each folder by its "
     "full path, so a link swapped in for a scope folder after its parent was listed (by a "
     "compile.sh process still running: the eval does not stop leftovers before commit) is "
     "followed and a host folder is listed (names, up to MAX_ENTRIES, reported as changes). "
-    "Fix: open each folder with os.open(name, O_RDONLY|O_DIRECTORY|O_NOFOLLOW, "
-    "dir_fd=parent_fd) and scandir the fd (or `docker pause` the container for the check)."))
+    "The eval's path is closed by pausing the container for the listing "
+    "(container_changes; test_the_container_is_paused_while_its_layer_is_listed). This "
+    "in-process simulation cannot pass with either fix: its swap runs inside the os.scandir "
+    "it patches (a walk by fd never calls it with the path), and os.open of each folder "
+    "trips this file's 'opens nothing' audit."))
 def test_a_folder_swapped_for_a_link_during_the_walk_is_not_followed(
         image: Image, monkeypatch: pytest.MonkeyPatch) -> None:
     # compile.sh's background processes are still running when the check runs (the eval
@@ -162,6 +165,45 @@ def test_a_folder_swapped_for_a_link_during_the_walk_is_not_followed(
     assert swapped[0]
     assert image.reads_outside() == [], "the host listed a folder outside the layer"
     assert not any(SECRET in p for _, p in found), found
+
+
+def test_the_container_is_paused_while_its_layer_is_listed(
+        tmp_path: Path, image: Image, monkeypatch: pytest.MonkeyPatch) -> None:
+    # what closes the swap above on the eval's path: no process of the build runs while the
+    # layer is listed, and the container is unpaused whatever the listing ends with
+    image.at(f"{SITE}/zz_evil.pth").write_text("")
+    calls = tmp_path / "calls"
+    calls.write_text("")
+    docker = fake_docker(tmp_path, image, b"")
+    script = Path(docker)
+    script.write_text(script.read_text().replace(
+        "case", f"echo \"$1\" >> '{calls}'\ncase", 1))
+    during: list[list[str]] = []
+    real_scandir = os.scandir
+
+    def listing(path: Any = ".") -> Any:
+        during.append(calls.read_text().split())
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", listing)
+    found = layer_changes.container_changes(docker, "c", TAMPER_SCOPE)
+    assert f"{SITE}/zz_evil.pth" in steering(found)
+    assert during and all("pause" in c and "unpause" not in c for c in during), during
+    assert calls.read_text().split()[-1] == "unpause"
+    # a listing that gives up (the cap) still unpauses
+    calls.write_text("")
+    monkeypatch.setattr(layer_changes, "MAX_ENTRIES", 1)
+    with pytest.raises(Unavailable):
+        layer_changes.container_changes(docker, "c", TAMPER_SCOPE)
+    assert calls.read_text().split()[-1] == "unpause"
+    # a container that cannot be paused is not listed: the caller asks docker diff
+    calls.write_text("")
+    during.clear()
+    script.write_text(script.read_text().replace("case \"$1\" in\n",
+                                                 "case \"$1\" in\n  pause) exit 1 ;;\n", 1))
+    with pytest.raises(Unavailable, match="pause"):
+        layer_changes.container_changes(docker, "c", TAMPER_SCOPE)
+    assert during == [] and "unpause" not in calls.read_text().split()
 
 
 # (2) more entries than the cap ---------------------------------------------------------------
