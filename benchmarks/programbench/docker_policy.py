@@ -214,6 +214,7 @@ def _steers(kind: str, path: str) -> bool | None:
 
 TAMPER_SCOPE = (*PYTHON_ROOTS, *(f"{f}/" for f in PATH_FOLDERS), *sorted(LOGIN_FILES),
                 "/etc/profile.d")
+DIFF_KINDS = ("A", "C", "D")
 
 
 def _shown(path: str) -> str:
@@ -237,14 +238,28 @@ def build_changes(docker: str, container: str) -> tuple[list[tuple[str, str]], s
         pass
     try:
         diff = subprocess.run([docker, "diff", container], capture_output=True, timeout=300,
-                              check=False).stdout.decode(errors="replace").splitlines()
+                              check=False).stdout.decode(errors="replace").split("\n")
     except subprocess.TimeoutExpired:
         return [], DIFF_TIMED_OUT
-    pairs = [line.partition(" ") for line in diff[:MAX_DIFF_CHECKED]]
-    return [(kind, path) for kind, _, path in pairs], "docker_diff"
+    if diff and diff[-1] == "":
+        diff.pop()
+    pairs = [line.partition(" ") for line in diff]
+    # a path is printed unescaped: a name with a newline splits into a line that is not
+    # "<kind> /<path>", so such a diff cannot be read, never partly
+    if any(kind not in DIFF_KINDS or sep != " " or not path.startswith("/")
+           for kind, sep, path in pairs):
+        return [], DIFF_MALFORMED
+    kept = [(kind, path) for kind, _, path in pairs
+            if path.startswith(TAMPER_SCOPE)]
+    if len(kept) > MAX_DIFF_CHECKED:  # never cut: what is past a cap goes unchecked
+        return [], DIFF_TOO_MANY
+    return kept, "docker_diff"
 
 
 DIFF_TIMED_OUT = "(docker diff timed out)"
+DIFF_MALFORMED = "(docker diff has a line that is not a change: a name with a newline?)"
+DIFF_TOO_MANY = f"(docker diff lists more than {MAX_DIFF_CHECKED} changes where Python looks)"
+DIFF_REFUSALS = (DIFF_TIMED_OUT, DIFF_MALFORMED, DIFF_TOO_MANY)
 
 
 def build_tampering(docker: str, container: str) -> list[str]:
@@ -252,8 +267,8 @@ def build_tampering(docker: str, container: str) -> list[str]:
     files, pytest and its plugins, ``.pth``/``sitecustomize``, plugin entry points, the files
     a login shell reads (the eval runs its tests under ``bash -lc``)."""
     found, source = build_changes(docker, container)
-    if source == DIFF_TIMED_OUT:
-        return [DIFF_TIMED_OUT]
+    if source in DIFF_REFUSALS:
+        return [source]
     return tampered_paths(docker, container, found)
 
 
@@ -328,7 +343,7 @@ def _commit(docker: str, new: list[str], log: str | None) -> list[str]:
     source = ""
     if container:
         found, source = build_changes(docker, container)
-        tampered = ([DIFF_TIMED_OUT] if source == DIFF_TIMED_OUT
+        tampered = ([source] if source in DIFF_REFUSALS
                     else tampered_paths(docker, container, found))
     if tampered:
         reason = f"{BUILD_TAMPER_MARKER}: {', '.join(_shown(p) for p in tampered[:20])}"
