@@ -171,8 +171,10 @@ def build_overrides(docker: str, container: str) -> list[str]:
 
 
 BUILD_TAMPER_MARKER = "docker policy: the build changed what the tests' pytest runs on"
-PYTHON_ROOTS = ("/usr/lib/python3", "/usr/local/lib/python3", "/root/.local/lib/python",
-                "/etc/python3", "/usr/bin/python", "/usr/local/bin/python", "/usr/bin/pytest",
+# where the tests' Python imports from (a link here, or one on the way, steers)
+IMPORT_ROOTS = ("/usr/lib/python3", "/usr/local/lib/python3", "/root/.local/lib/python",
+                "/etc/python3")
+PYTHON_ROOTS = (*IMPORT_ROOTS, "/usr/bin/python", "/usr/local/bin/python", "/usr/bin/pytest",
                 "/usr/local/bin/pytest", "/usr/bin/py.test")
 # the tests' PATH (docker exec resolves ``bash`` with it, ``bash -lc`` gets it from
 # /etc/profile): a command the eval's test exec or run.sh runs by name, planted ahead of the
@@ -190,14 +192,25 @@ LOGIN_FILES = frozenset({"/etc/profile", "/etc/bash.bashrc", "/etc/bashrc", "/et
 MAX_DIFF_CHECKED = 5000
 
 
+def _on_the_way(path: str) -> bool:
+    """A folder some path of :data:`TAMPER_SCOPE` is below (``/root/.local``, ``/usr``)."""
+    return any(s.startswith(path.rstrip("/") + "/") for s in TAMPER_SCOPE)
+
+
 def _steers(kind: str, path: str) -> bool | None:
     """True: this build change steers the tests' Python/pytest or their login shell; None:
-    only if it is a regular file (a changed existing module); False: harmless."""
+    only if it is a regular file (a changed existing module) or, on the way to the scope, a
+    link or a non-folder; False: harmless. ``kind`` is ``docker diff``'s, or ``L`` (a link, or
+    a non-folder on the way: :data:`~benchmarks.programbench.layer_changes.LINK`)."""
     if path in LOGIN_FILES or path.startswith("/etc/profile.d/"):
         return True
     folder, _, name = path.rpartition("/")
     if folder in PATH_FOLDERS:
         return name in TEST_COMMANDS or name.startswith(TEST_COMMAND_PREFIXES)
+    if kind == "L" and (path.startswith(IMPORT_ROOTS) or path == "/etc/profile.d"):
+        return True
+    if _on_the_way(path):  # /usr, /root/.local: a link there moves what is below
+        return True if kind in ("D", "L") else None
     if not path.startswith(PYTHON_ROOTS):
         return False
     name = path.rsplit("/", 1)[-1]
@@ -250,7 +263,7 @@ def build_changes(docker: str, container: str) -> tuple[list[tuple[str, str]], s
            for kind, sep, path in pairs):
         return [], DIFF_MALFORMED
     kept = [(kind, path) for kind, _, path in pairs
-            if path.startswith(TAMPER_SCOPE)]
+            if path.startswith(TAMPER_SCOPE) or _on_the_way(path)]
     if len(kept) > MAX_DIFF_CHECKED:  # never cut: what is past a cap goes unchecked
         return [], DIFF_TOO_MANY
     return kept, "docker_diff"
@@ -285,13 +298,25 @@ def tampered_paths(docker: str, container: str, found: list[tuple[str, str]]) ->
     if len(maybe) > MAX_DIFF_CHECKED:
         flagged.append(f"({len(maybe)} changed files where Python looks, too many to check)")
     elif maybe:
-        # regular files only (a "C" directory is just the parent of an added file); an
-        # entry_points.txt counts when it declares a pytest plugin
-        script = ('for p in "$@"; do if [ -f "$p" ] && [ ! -L "$p" ]; then case "$p" in '
-                  '*/entry_points.txt) grep -q pytest11 "$p" && echo "$p";; *) echo "$p";; '
-                  'esac; fi; done')
-        out = _exec_in(docker, container, ["sh", "-c", script, "_", *maybe], 120)
-        flagged += [p for p in out.decode(errors="replace").splitlines() if p]
+        # regular files and links (a "C" directory is just the parent of an added file); an
+        # entry_points.txt counts when it declares a pytest plugin. The script ends with
+        # status 0: a failed exec (a container that is gone or paused) flags them all.
+        script = ('for p in "$@"; do if [ -L "$p" ]; then printf "%s\\0" "$p"; '
+                  'elif [ -f "$p" ]; then case "$p" in '
+                  '*/entry_points.txt) if grep -q pytest11 "$p"; then printf "%s\\0" "$p"; '
+                  'fi;; *) printf "%s\\0" "$p";; esac; '
+                  'elif [ -e "$p" ] && [ ! -d "$p" ]; then printf "%s\\0" "$p"; fi; done; '
+                  'exit 0')
+        try:
+            proc = subprocess.run([docker, "exec", "-u", "0", container, "sh", "-c", script,
+                                   "_", *maybe], capture_output=True, timeout=120, check=False)
+            out: bytes | None = proc.stdout if proc.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired):
+            out = None
+        if out is None:
+            flagged += maybe
+        else:
+            flagged += [os.fsdecode(p) for p in out.split(b"\0") if p]
     return sorted(set(flagged))
 
 

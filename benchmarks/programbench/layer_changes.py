@@ -16,6 +16,11 @@ the build left running cannot swap a listed folder for a link between its ``lsta
 listing. Any doubt (another driver, a remote daemon, a folder this host cannot read, too many
 entries, a container that cannot be paused) is :class:`Unavailable`: the caller then asks
 ``docker diff``.
+
+Besides ``docker diff``'s kinds, a change is reported as :data:`LINK` (``L``) when the entry is
+a symbolic link in the scope, or anything but a folder on the way to it (``/root/.local`` made a
+link): what is below it is then decided by whatever it points at, which the listing never
+follows.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ MAX_ENTRIES = 200_000
 WHITEOUT_PREFIX = ".wh."
 OPAQUE_MARKERS = frozenset({".wh..wh..opq", ".wh..opq"})
 OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque", "user.fuseoverlayfs.opaque")
+LINK = "L"  # not a docker diff kind: a link in the scope, or a non-folder on the way to it
 
 
 class Unavailable(Exception):
@@ -113,6 +119,9 @@ def changes(upper: str, lowers: list[str], scope: tuple[str, ...]) -> list[tuple
     def on_the_way(path: str) -> bool:
         return any(s.startswith(path + "/") for s in scope)
 
+    def wanted(path: str) -> bool:
+        return relevant(path) or on_the_way(path)
+
     found: list[tuple[str, str]] = []
     seen = 0
     stack = [""]
@@ -132,32 +141,34 @@ def changes(upper: str, lowers: list[str], scope: tuple[str, ...]) -> list[tuple
         names = {e.name for e in entries}
         if rel and _opaque(folder, names):  # re-created: what the lower had below is gone
             found += [("D", f"{rel}/{c}") for c in sorted(_lower_children(lowers, rel))
-                      if c not in names and relevant(f"{rel}/{c}")]
+                      if c not in names and wanted(f"{rel}/{c}")]
         for entry in entries:
             name = entry.name
             if name in OPAQUE_MARKERS:
                 continue
             if name.startswith(WHITEOUT_PREFIX):
                 path = f"{rel}/{name[len(WHITEOUT_PREFIX):]}"
-                if relevant(path):
+                if wanted(path):
                     found.append(("D", path))
                 continue
             path = f"{rel}/{name}"
-            if not relevant(path) and not on_the_way(path):
+            ahead = on_the_way(path)
+            if not relevant(path) and not ahead:
                 continue
             st = entry.stat(follow_symlinks=False)
             if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
-                if relevant(path):
-                    found.append(("D", path))
+                found.append(("D", path))
                 continue
             low = _lower_stat(lowers, path)
             if relevant(path):
                 found.append(("C" if low is not None else "A", path))
             is_dir = stat.S_ISDIR(st.st_mode)
+            if stat.S_ISLNK(st.st_mode) or (ahead and not is_dir):
+                found.append((LINK, path))  # never followed: what it points at decides
             if low is not None and stat.S_ISDIR(low.st_mode) and not is_dir:
                 # a directory replaced by a file or a link: what was below it is gone
                 found += [("D", f"{path}/{c}") for c in sorted(_lower_children(lowers, path))
-                          if relevant(f"{path}/{c}")]
+                          if wanted(f"{path}/{c}")]
             if is_dir:
                 stack.append(path)
     return sorted(set(found), key=lambda kp: kp[1])
