@@ -110,12 +110,12 @@ def image(tmp_path: Path) -> Image:
 # (1) links to host paths -------------------------------------------------------------------
 
 def test_links_to_host_paths_are_reported_never_followed(image: Image) -> None:
-    image.at(f"{SITE}/zz_evil.pth").symlink_to("/etc/shadow")
-    image.at(f"{SITE}/root_link").symlink_to("/")
+    image.at(f"{SITE}/zz_evil.pth").symlink_to(image.host / "shadow")
+    image.at(f"{SITE}/root_link").symlink_to(image.root.anchor)
     image.at(f"{DIST}/host_dir").symlink_to(image.host)
     image.at(f"{DIST}/up.pth").symlink_to("../../../../../../host/shadow")
     image.at("/etc/profile.d/zz.sh").symlink_to(image.host / "shadow")
-    image.at("/root/.bashrc").symlink_to("/etc/shadow")  # replaces the image's .bashrc
+    image.at("/root/.bashrc").symlink_to(image.host / "shadow")  # replaces the image's .bashrc
     found = image.changes()
     assert image.reads_outside() == []
     # each link is one change, nothing below it was listed
@@ -375,7 +375,7 @@ def test_odd_names_are_reported_verbatim_and_flagged(tmp_path: Path, image: Imag
 # (4) a folder the check cares about replaced by a link -------------------------------------
 
 def test_a_site_folder_replaced_by_a_link_is_flagged(image: Image) -> None:
-    image.at(DIST).symlink_to("/workspace/evil_site")
+    image.at(DIST).symlink_to(image.host / "evil_site")
     found = image.changes()
     assert ("C", DIST) in found and ("D", f"{DIST}/ok.py") in found
     assert f"{DIST}/ok.py" in steering(found)
@@ -390,7 +390,7 @@ def test_a_python_folder_replaced_by_a_link_is_flagged(image: Image) -> None:
 
 
 def test_an_empty_site_folder_replaced_by_a_link_is_flagged(image: Image) -> None:
-    image.at(SITE).symlink_to("/opt/x")
+    image.at(SITE).symlink_to(image.host / "x")
     found = image.changes()
     # what the listing reports (right today): the link as changed, nothing below it
     assert ("C", SITE) in found and not any(p.startswith(SITE + "/") for _, p in found)
@@ -398,7 +398,7 @@ def test_an_empty_site_folder_replaced_by_a_link_is_flagged(image: Image) -> Non
 
 
 def test_a_link_on_the_way_to_the_user_site_is_flagged(image: Image) -> None:
-    image.at("/root/.local").symlink_to("/opt/x")
+    image.at("/root/.local").symlink_to(image.host / "x")
     found = image.changes()
     assert steering(found) != [], found
 
