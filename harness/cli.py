@@ -17,9 +17,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "merge": ("harness.cli", "merge_command", "combine the run roots of a sharded run"),
     "sweep": ("harness.sandbox.cli", "sweep_command", "remove a run's containers and networks"),
     "campaign": ("harness.budget.reconcile", "campaign_command", "campaign budget file tools"),
-    "agent-server": ("harness.agents.reference_server", "agent_server_command",
+    "agent-server": ("harness.agents.reference_server.server", "agent_server_command",
                      "start the reference agent server"),
-    "images": ("harness.sandbox.inventory", "images_command",
+    "images": ("harness.sandbox.images.inventory", "images_command",
                "list or prune the images this harness built or pulled"),
     "schema": ("harness.cli", "schema_command", "export the JSON Schemas of the runner's files"),
     "exec": ("harness.agents.host_exec", "exec_command",
@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 
 def merge_command(argv: Sequence[str]) -> int:
-    from harness.merge import MergeError, merge
+    from harness.run.merge import MergeError, merge
 
     parser = argparse.ArgumentParser(prog="harness merge",
                                      description=COMMANDS["merge"][2])
@@ -50,7 +50,7 @@ def merge_command(argv: Sequence[str]) -> int:
 def schema_command(argv: Sequence[str]) -> int:
     import json
 
-    from harness import models
+    from harness.core import models
 
     parser = argparse.ArgumentParser(prog="harness schema", description=COMMANDS["schema"][2])
     parser.add_argument("output", type=Path, help="directory for the *.schema.json files")
@@ -94,7 +94,7 @@ def dispatch(prog: str, commands: dict[str, tuple[str, str, str]], argv: Sequenc
 
 def all_commands() -> dict[str, tuple[str, str, str]]:
     """The core's commands, then those the report and the registered benchmarks add."""
-    from harness.registry import plugin_commands
+    from harness.core.registry import plugin_commands
 
     return {**COMMANDS, **plugin_commands()}
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.fsutil import atomic_write_text
+from harness.core.fsutil import atomic_write_text
 from reports.build import compare_runs
 from reports.errors import ReportInputError
 from reports.run import load_run

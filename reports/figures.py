@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from harness.models import StrictModel
+from harness.core.models import StrictModel
 
 FIGURES_SCHEMA = "harness.report.v1"
 COMPARE_SCHEMA = "harness.compare.v1"

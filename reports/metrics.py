@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from harness.models import Outcome, TaskRow
-from harness.scoring import row_is_infra, row_is_resolved, row_score
+from harness.core.models import Outcome, TaskRow
+from harness.core.scoring import row_is_infra, row_is_resolved, row_score
 from reports.figures import (
     NOT_ATTEMPTED,
     CostTotals,

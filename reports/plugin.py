@@ -1,5 +1,5 @@
 """The report as a plugin of the core (entry point ``harness.report``): the controller calls
-these two functions through :func:`harness.registry.report_plugin`, never importing reports."""
+these two functions through :func:`harness.core.registry.report_plugin`, never importing reports."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from harness.models import Outcome, TaskRow
+from harness.core.models import Outcome, TaskRow
 from reports import fmt
 from reports.stats import median
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.ledger import LedgerError, ledger_path, read_ledger
-from harness.manifest import ManifestError, read_manifest
-from harness.models import Manifest, Outcome, TaskRow
+from harness.core.models import Manifest, Outcome, TaskRow
+from harness.run.ledger import LedgerError, ledger_path, read_ledger
+from harness.run.manifest import ManifestError, read_manifest
 from reports.errors import ReportInputError
 from reports.figures import InstanceResult
 from reports.metrics import missing_result, result_from_row

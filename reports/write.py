@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.fsutil import atomic_write_text
+from harness.core.fsutil import atomic_write_text
 from reports.build import build_figures, compare_runs, read_summary
 from reports.errors import ReportInputError
 from reports.figures import ReportFigures

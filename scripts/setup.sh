@@ -69,5 +69,5 @@ echo "[setup] Cowork Bench MCP: the pinned mcp SDK wheels for the runtime image 
 python3 -c "from benchmarks.cowork_bench.images import fetch_wheels; print(fetch_wheels())"
 
 echo "[setup] local images (first time: a few minutes; later: cached)"
-python3 -m harness.images
+python3 -m harness.sandbox.images
 echo "[setup] done"

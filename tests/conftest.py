@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from harness.cache import cache_root
+from harness.core.cache import cache_root
 
 # The tests start many Python processes (xdist workers, the fork server of
 # harness.testing.forkrun, the pytest runs of the plugin tests). Where the environment

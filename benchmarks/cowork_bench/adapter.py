@@ -60,11 +60,11 @@ from benchmarks.cowork_bench.tasks import (
     check_provenance,
     discover_tasks,
 )
-from harness.adapter import BenchmarkAdapter, InstanceSpec
-from harness.errors import RefusalError
-from harness.manifest import write_manifest
-from harness.models import Manifest, Outcome
-from harness.runtime import RunContext
+from harness.core.adapter import BenchmarkAdapter, InstanceSpec
+from harness.core.errors import RefusalError
+from harness.core.models import Manifest, Outcome
+from harness.run.manifest import write_manifest
+from harness.runner.instance import RunContext
 
 DEFAULT_TASK_TIMEOUT_SEC = 1800.0  # upstream TASK_TIMEOUT (run_parallel.sh)
 DEFAULT_MAX_STEPS = 100  # upstream script default

@@ -20,16 +20,16 @@ from benchmarks.cowork_bench.phases import AGENT_LOGS, WORKSPACE, AgentContext, 
 from benchmarks.cowork_bench.tasks import task_dir
 from harness.agents.base import Agent, AgentRequest
 from harness.agents.base import AgentOutcome as RunnerOutcome
-from harness.agents.gateway_models import TaskCreateRequest
-from harness.agents.plugin import run_agent
-from harness.fsutil import atomic_write_text
-from harness.runtime import InstanceContext
+from harness.agents.gateway.models import TaskCreateRequest
+from harness.core.fsutil import atomic_write_text
+from harness.runner.agent_plugin import run_agent
+from harness.runner.instance import InstanceContext
 from harness.sandbox import Sandbox, SandboxSpec, pack_tree
 
 if TYPE_CHECKING:
     import docker
 
-    from harness.model_gateway.network import LinkableSandbox
+    from harness.model_proxy.network import LinkableSandbox
 
 RUNNER_DIR = m.RUNNER_DIR
 
@@ -80,7 +80,7 @@ class AgentBox:
     Every command runs as the unprivileged ``agent`` user, whatever user the agent asks
     for (a ``--agent-user root`` gets ``agent`` too): the agent never acts as root here.
     A model gateway (``--model-upstream``) links it through its id, client and spec
-    (:class:`harness.model_gateway.network.LinkableSandbox`): the relay joins the task's
+    (:class:`harness.model_proxy.network.LinkableSandbox`): the relay joins the task's
     internal network, which the container is on already.
     """
 
@@ -114,7 +114,7 @@ class RunnerAgent:
 
     ``oracle`` copies the groundtruth (:func:`oracle_agent`); ``command`` runs in the agent
     container; ``gateway`` gets the Cowork task body with ``executor_ref`` ``docker_exec``
-    naming the agent container. :func:`harness.agents.plugin.run_agent` records cost, tokens
+    naming the agent container. :func:`harness.runner.agent_plugin.run_agent` records cost, tokens
     and the runtime outcome on the row and raises ``InfraError`` for infrastructure outcomes
     (the phase turns that into an infra summary). The runner agent's own files go to
     ``<instance>/runner_agent/`` (so a resumed run never reattaches to an earlier attempt's

@@ -41,9 +41,9 @@ from benchmarks.cowork_bench.classify import (
 from benchmarks.cowork_bench.cli import doc_summary
 from benchmarks.cowork_bench.diagnostic import read_record
 from benchmarks.cowork_bench.eval_once import file_fact, publish_exclusive
-from harness.ledger import LedgerError, ledger_path, read_ledger
-from harness.manifest import ManifestError, read_manifest
-from harness.models import Manifest, Outcome, TaskRow
+from harness.core.models import Manifest, Outcome, TaskRow
+from harness.run.ledger import LedgerError, ledger_path, read_ledger
+from harness.run.manifest import ManifestError, read_manifest
 
 SCHEMA = "harness.cowork.audit.v1"
 AuditClass = Literal["passed", "genuine_failure", "infrastructure", "not_attempted", "unknown"]

@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from harness.sandbox import labels as L
-from harness.sandbox.images import cache_dir_for
+from harness.sandbox.images.build import cache_dir_for
 
 IMAGE_REPO = "cowork-pack"
 COMMIT_LABEL = "harness.cowork.commit"

@@ -16,7 +16,7 @@ Order of the rules (reference §4 step 13, adapted to our files):
 log or the gateway task's copied events (``runner_agent/gateway_events.jsonl``: what an
 interrupted task had spent by its last poll) has an ``llm_usage`` record with tokens;
 otherwise ``unknown`` (absence of records proves nothing). The copied events prove activity
-only: they never enter the cost sums (``runtime_usage.jsonl`` holds the task's total). Agent logs are untrusted: read through :mod:`harness.untrusted` (regular files
+only: they never enter the cost sums (``runtime_usage.jsonl`` holds the task's total). Agent logs are untrusted: read through :mod:`harness.core.untrusted` (regular files
 only, no link following, at most ``AGENT_LOG_MAX_BYTES``); a refused one (a link, a FIFO, a
 device, too large, or named like a harness file) is listed in ``agent_logs_refused``.
 ``workspace_sanitised.json`` (links and special files removed from the workspace) is
@@ -36,10 +36,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.workspace import SANITISED_NAME, WorkspaceSanitised
-from harness.agents.checkpoint import AgentFolder
-from harness.agents.gateway_events import usage_with_tokens
-from harness.models import Outcome
-from harness.untrusted import UntrustedFileError, read_untrusted_text
+from harness.agents.gateway.checkpoint import AgentFolder
+from harness.agents.gateway.events import usage_with_tokens
+from harness.core.models import Outcome
+from harness.core.untrusted import UntrustedFileError, read_untrusted_text
 
 Status = Literal["passed", "failed", "agent_failed", "infra_failed", "not_attempted"]
 ReceiptState = Literal[
@@ -286,7 +286,7 @@ def paid_activity(
 
 def gateway_usage_seen(inst_dir: Path) -> bool:
     """An ``llm_usage`` record with tokens among the gateway task's copied events (read
-    bounded, no link followed: :mod:`harness.untrusted`)."""
+    bounded, no link followed: :mod:`harness.core.untrusted`)."""
     folder = AgentFolder(Path(inst_dir), PurePosixPath(m.RUNNER_DIR))
     try:
         text = read_untrusted_text(folder.events, m.AGENT_LOG_MAX_BYTES)

@@ -20,9 +20,9 @@ import pytest
 
 from benchmarks.cowork_bench import BENCHMARK
 from benchmarks.cowork_bench.adapter import CoworkAdapter, CoworkOptions, add_options
-from harness.adapter import BenchmarkAdapter
-from harness.errors import RefusalError
-from harness.runtime import RunContext
+from harness.core.adapter import BenchmarkAdapter
+from harness.core.errors import RefusalError
+from harness.runner.instance import RunContext
 
 ADAPTER_KEY = pytest.StashKey[CoworkAdapter]()
 UNLISTED_KEY = pytest.StashKey[bool]()

@@ -2,7 +2,7 @@
 
 The containers themselves are :mod:`harness.sandbox` resources (:class:`Sandbox`, created
 from the :class:`SandboxSpec` that :func:`container_spec` builds): labelled with the run
-(``harness.run``, ``harness.instance``, ``harness.worker``, ``harness.run_root``) plus
+(``harness.run``, ``harness.instance``, ``harness.runner.worker``, ``harness.run_root``) plus
 ``harness.cowork.role`` (``pg``, ``agent``, ``eval-<attempt>``); they run ``sleep <ttl>``
 under Docker's init and expire by themselves. Teardown removes by the exact run and instance
 labels (:meth:`RunIdentity.labels` with :func:`harness.sandbox.remove_labelled`) and lists
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.sandbox import SandboxSpec
 from harness.sandbox import labels as L
-from harness.sandbox.images import AGENT_UID, AGENT_USER
+from harness.sandbox.images.build import AGENT_UID, AGENT_USER
 
 ROLE_LABEL = "harness.cowork.role"
 AGENT = AGENT_USER  # the unprivileged user of the runtime image

@@ -17,7 +17,7 @@
   from npm and their Python ones from a per-server ``uv sync``, neither of which this image
   does; ``harness cowork qualify`` names each such server with the reason.
 
-Tags are content hashes of the recipes (``harness.sandbox.images``): built once, reused.
+Tags are content hashes of the recipes (``harness.sandbox.images.build``): built once, reused.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from harness.cache import cache_root
-from harness.errors import InfraError
+from harness.core.cache import cache_root
+from harness.core.errors import InfraError
 from harness.sandbox import BuiltImage, LayerRecipe, base_recipe
 from harness.sandbox import ensure_image as sandbox_ensure_image
 

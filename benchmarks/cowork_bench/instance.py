@@ -57,15 +57,15 @@ from benchmarks.cowork_bench.phases import (
 from benchmarks.cowork_bench.sidecar import PgSidecar, start_postgres
 from benchmarks.cowork_bench.task_body import build_task_body, description, docker_exec_ref
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs
-from harness.agents.checkpoint import new_task_id
-from harness.agents.gateway_models import TaskCreateRequest
-from harness.errors import InfraError
-from harness.fsutil import atomic_write_json, atomic_write_text
-from harness.manifest import read_manifest
-from harness.models import Outcome
-from harness.runtime import InstanceContext
+from harness.agents.gateway.checkpoint import new_task_id
+from harness.agents.gateway.models import TaskCreateRequest
+from harness.core.errors import InfraError
+from harness.core.fsutil import atomic_write_json, atomic_write_text
+from harness.core.models import Outcome
+from harness.run.manifest import read_manifest
+from harness.runner.instance import InstanceContext
+from harness.runner.sandbox_fixtures import copy_limits as copy_limits_of
 from harness.sandbox import create_internal_network, remove_labelled
-from harness.sandbox.fixtures import copy_limits as copy_limits_of
 from harness.sandbox.limits import CopyLimits
 
 TTL_MARGIN_S = 3600  # container life beyond the agent timeout (preprocess, eval, teardown)

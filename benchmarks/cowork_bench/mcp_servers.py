@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from benchmarks.cowork_bench.containers import AGENT, AGENT_ID
 from benchmarks.cowork_bench.images import PYTHON_BIN, SUPERVISOR, VENV
 from benchmarks.cowork_bench.tasks import CoworkTask
-from harness.errors import InfraError
+from harness.core.errors import InfraError
 from harness.sandbox import NewDir, Sandbox
 
 CONFIG_DIR = Path("configs") / "mcp_servers"

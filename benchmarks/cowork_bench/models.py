@@ -10,7 +10,7 @@ Instance folder ``<run>/cowork_bench/<instance_id>/``::
     workspace/               the agent workspace, copied out of the agent container (untrusted)
     workspace_sanitised.json links leaving the workspace and special files removed from it
     agent/                   the agent's own logs (tools.jsonl, events.jsonl, *.log, traj.json;
-                             untrusted: read only through harness.untrusted, bounded)
+                             untrusted: read only through harness.core.untrusted, bounded)
     runtime_usage.jsonl      the harness's llm_usage record from the runtime's result
     eval_claim.json          EvalClaim (exclusive create, before the checker runs)
     eval_receipt-<id>.json   EvalReceipt (exclusive create, after)
@@ -37,7 +37,7 @@ AGENT_LOG_DIR = "agent"
 RUNTIME_USAGE = "runtime_usage.jsonl"  # harness-written; an agent/ file of that name is ignored
 AGENT_LOG_MAX_BYTES = 16 << 20  # one agent log file read on the host; larger is refused
 # The runner agent's own folder (``AgentRequest.instance_dir``): its task checkpoint and the
-# gateway task's copied events (harness.agents.checkpoint.AgentFolder names the files).
+# gateway task's copied events (harness.agents.gateway.checkpoint.AgentFolder names the files).
 RUNNER_DIR = "runner_agent"
 EVAL_CLAIM = "eval_claim.json"
 EVAL_RES = "eval_res.json"

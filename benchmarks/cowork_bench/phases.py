@@ -52,8 +52,8 @@ from benchmarks.cowork_bench.mcp_servers import (
 from benchmarks.cowork_bench.sidecar import PgSidecar
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs, task_dir
 from benchmarks.cowork_bench.workspace import SANITISED_NAME, pack_workspace, sanitise_workspace
-from harness.errors import InfraError
-from harness.fsutil import atomic_write_json, atomic_write_text
+from harness.core.errors import InfraError
+from harness.core.fsutil import atomic_write_json, atomic_write_text
 from harness.sandbox import ExecResult, NewDir, Sandbox, pack_tree
 from harness.sandbox.limits import CopyLimits
 from harness.sandbox.transfer import CopyRefused

@@ -37,8 +37,8 @@ from benchmarks.cowork_bench.mcp_servers import (
 from benchmarks.cowork_bench.phases import WORKSPACE, InstanceEnv, _start
 from benchmarks.cowork_bench.sidecar import start_postgres
 from benchmarks.cowork_bench.tasks import FINALPOOL, CoworkTask, discover_tasks
-from harness.errors import InfraError
-from harness.fsutil import atomic_write_json
+from harness.core.errors import InfraError
+from harness.core.fsutil import atomic_write_json
 from harness.sandbox import create_internal_network, remove_labelled
 from harness.sandbox import labels as L
 from harness.sandbox.cleanup import run_lock

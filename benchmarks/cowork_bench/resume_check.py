@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import RefusalError
-from harness.models import Manifest, TaskRow
+from harness.core.errors import RefusalError
+from harness.core.models import Manifest, TaskRow
 
 ROLES = {"runtime": "runtime image", "pg": "PostgreSQL image"}
 ROW_FIELDS = {"runtime": "runtime_image", "pg": "pg_image"}
@@ -82,8 +82,8 @@ def check_ancestors(benchmark: str, current: Manifest, ancestors: list[str],
                     now: Mapping[str, str], *, allow_image_change: bool) -> list[Difference]:
     """Refuse (:class:`RefusalError`, stage ``resume``) a resume whose ancestors ran other
     images or another harness commit; return the image changes the waiver let through."""
-    from harness.ledger import ledger_path, read_ledger
-    from harness.manifest import read_manifest
+    from harness.run.ledger import ledger_path, read_ledger
+    from harness.run.manifest import read_manifest
 
     found = []
     for root in ancestors:

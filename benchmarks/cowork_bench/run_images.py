@@ -6,7 +6,7 @@
   reference names a registry (``host[:port]/repo:tag``, ``localhost/...``), with the run's
   pull settings; otherwise admission refuses it, naming ``harness cowork build-image``.
 * ``--cowork-pg-image REF``: the PostgreSQL sidecar's image, resolved like any task image
-  (:func:`harness.sandbox.pull.resolve_image`: local, else pulled, per ``--pull``). It must
+  (:func:`harness.sandbox.images.pull.resolve_image`: local, else pulled, per ``--pull``). It must
   follow the harness's pg15 image layout (a Debian ``postgresql-15`` cluster ``15 main``
   started with ``pg_ctlcluster``, superuser role ``eigent``/``camel``, database
   ``cowork_gym``): the official ``postgres:15`` image's entrypoint initialisation is not
@@ -26,7 +26,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from harness.errors import InfraError, RefusalError
+from harness.core.errors import InfraError, RefusalError
 
 Role = Literal["runtime", "pg"]
 FLAGS: dict[Role, str] = {"runtime": "--cowork-image", "pg": "--cowork-pg-image"}
@@ -68,7 +68,7 @@ class RunImages:
 
 def admitted_ids(run_root: Path) -> dict[str, str]:
     """``extra.cowork.images`` of the run's manifest: role -> image ID (empty if none)."""
-    from harness.manifest import read_manifest
+    from harness.run.manifest import read_manifest
 
     try:
         images = (read_manifest(run_root).extra.get("cowork") or {}).get("images") or {}
@@ -85,8 +85,8 @@ def has_registry(ref: str) -> bool:
 
 def _pull_settings(config: pytest.Config) -> Any:
     """The run's pull settings without its per-run lock folder (one pull, at admission)."""
-    from harness.sandbox.pull import PullSettings
-    from harness.sandbox.pull_plugin import pull_settings
+    from harness.runner.pull_plugin import pull_settings
+    from harness.sandbox.images.pull import PullSettings
 
     if config.getoption("pull", None) is None:  # the pull plugin is not loaded
         return PullSettings()
@@ -108,7 +108,7 @@ def resolve_one(client: Any, role: Role, ref: str, config: pytest.Config) -> Cho
     """Local image, else (the sidecar always, the runtime with a registry) a pull."""
     from docker.errors import APIError, ImageNotFound
 
-    from harness.sandbox.pull import resolve_image
+    from harness.sandbox.images.pull import resolve_image
 
     try:
         local = client.api.inspect_image(ref)

@@ -62,8 +62,8 @@ from pydantic import BaseModel, ConfigDict
 from benchmarks.cowork_bench.cli import doc_summary
 from benchmarks.cowork_bench.containers import AGENT_ID
 from benchmarks.cowork_bench.images import runtime_recipe
-from harness.cache import cache_root
-from harness.errors import InfraError
+from harness.core.cache import cache_root
+from harness.core.errors import InfraError
 from harness.sandbox import LayerRecipe
 from harness.sandbox import ensure_image as sandbox_ensure_image
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from benchmarks.cowork_bench.containers import Limits, RunIdentity, container_spec
 from benchmarks.cowork_bench.images import ensure_image
-from harness.errors import InfraError
+from harness.core.errors import InfraError
 from harness.sandbox import ExecResult, NewDir, Sandbox, pack_tree
 
 PG_USER = "eigent"

@@ -23,8 +23,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.cowork_bench import PINNED_COMMIT
-from harness.errors import RefusalError
-from harness.models import INSTANCE_ID_RE
+from harness.core.errors import RefusalError
+from harness.core.models import INSTANCE_ID_RE
 
 FINALPOOL = Path("tasks") / "finalpool"
 _MARKER_SAFE = re.compile(r"[^A-Za-z0-9_]")

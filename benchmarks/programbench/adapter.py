@@ -21,10 +21,10 @@ from benchmarks.programbench.tasks import (
     programbench_version,
     select_instances,
 )
-from harness.adapter import BenchmarkAdapter, InstanceSpec
-from harness.errors import RefusalError
-from harness.outcomes import Outcome
-from harness.selection import ancestor_manifest
+from harness.core.adapter import BenchmarkAdapter, InstanceSpec
+from harness.core.errors import RefusalError
+from harness.core.outcomes import Outcome
+from harness.runner.selection import ancestor_manifest
 
 EVAL_MODES = ("per-task", "batch", "off")
 DEFAULT_CPUS = 4.0
@@ -191,7 +191,7 @@ class ProgramBenchAdapter(BenchmarkAdapter):
         # The selected order (--pb-filter/--pb-shuffle), not the execution order that
         # --order longest-first may already have given the items.
         rank = {inst.instance_id: n for n, inst in enumerate(self.selected(config))}
-        from harness.worker import item_spec
+        from harness.runner.worker import item_spec
 
         def position(item: pytest.Item) -> int:
             found = item_spec(item)

@@ -27,11 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.programbench import BENCHMARK
 from benchmarks.programbench.order import InstanceOrder
-from harness.fsutil import atomic_write_text
-from harness.ledger import LedgerError, ledger_path, read_ledger
-from harness.manifest import ManifestError, read_manifest
-from harness.models import Outcome, TaskRow
-from harness.untrusted import hash_untrusted_file
+from harness.core.fsutil import atomic_write_text
+from harness.core.models import Outcome, TaskRow
+from harness.core.untrusted import hash_untrusted_file
+from harness.run.ledger import LedgerError, ledger_path, read_ledger
+from harness.run.manifest import ManifestError, read_manifest
 
 EXPORT_SCHEMA = "harness.programbench.export.v1"
 SUBMISSION = "submission.tar.gz"

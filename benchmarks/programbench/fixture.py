@@ -42,8 +42,8 @@ from benchmarks.programbench.fixture_tasks import (
     tasks_fingerprint,
 )
 from benchmarks.programbench.tasks import programbench_version, tasks_dir
-from harness.cache import cache_root
-from harness.fsutil import atomic_write_bytes, atomic_write_text
+from harness.core.cache import cache_root
+from harness.core.fsutil import atomic_write_bytes, atomic_write_text
 
 FIXTURE_SCHEMA = "harness.programbench.fixture.v2"
 PYTEST_CALL = "python3 -m pytest eval/tests/"

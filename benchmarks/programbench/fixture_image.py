@@ -124,7 +124,7 @@ USER root
 
 def ensure_cleanroom_layout_image(reference_binary: bytes) -> str:
     """Build (once) the cleanroom-layout variant of the fixture; return its image ID."""
-    from harness.sandbox.images import LayerRecipe, base_recipe, ensure_image
+    from harness.sandbox.images.build import LayerRecipe, base_recipe, ensure_image
 
     recipe = LayerRecipe(
         name=CLEANROOM_LAYOUT_NAME,
@@ -183,7 +183,7 @@ def ensure_fixture_image(reference_binary: bytes,
 
     Returns ``(tag, image_id)``; the content-hash tag stays too.
     """
-    from harness.sandbox.images import LayerRecipe, base_recipe, ensure_image
+    from harness.sandbox.images.build import LayerRecipe, base_recipe, ensure_image
 
     recipe = LayerRecipe(
         name=LAYER_NAME,

@@ -53,8 +53,8 @@ from benchmarks.programbench.scores import (
     reduce_tests,
 )
 from benchmarks.programbench.tasks import programbench_version, select_instances
-from harness.fsutil import create_exclusive, read_json
-from harness.ledger import ledger_path
+from harness.core.fsutil import create_exclusive, read_json
+from harness.run.ledger import ledger_path
 from reports.stats import bootstrap_mean_ci
 
 GATE_SCHEMA = "harness.programbench.gate.v1"

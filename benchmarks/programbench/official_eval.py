@@ -46,8 +46,8 @@ from benchmarks.programbench.scorer_guard import (
     read_report,
 )
 from benchmarks.programbench.tasks import programbench_version, tasks_dir
-from harness.fsutil import atomic_write_text
-from harness.models import RESOLVED_AT
+from harness.core.fsutil import atomic_write_text
+from harness.core.models import RESOLVED_AT
 
 RESULT_NAME = "official_eval.json"
 STOP_GRACE_S = 30.0

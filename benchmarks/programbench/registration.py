@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.registry import BenchmarkRegistration, ImageStep
+from harness.core.registry import BenchmarkRegistration, ImageStep
 
 
 def _fixture() -> object:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.ledger import ledger_path, read_ledger
-from harness.manifest import read_manifest
-from harness.runtime import InstanceContext
-from harness.untrusted import hash_untrusted_file
+from harness.core.untrusted import hash_untrusted_file
+from harness.run.ledger import ledger_path, read_ledger
+from harness.run.manifest import read_manifest
+from harness.runner.instance import InstanceContext
 
 RESCORABLE_REASONS = frozenset({"official_eval_error", "eval_pending", "submission_prepared"})
 COPIED = ("submission.tar.gz", "submission_info.json", "scorer_guard.json")

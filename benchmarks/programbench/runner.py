@@ -27,17 +27,18 @@ from benchmarks.programbench.tasks import PBInstance
 from benchmarks.programbench.verdict import verdict
 from benchmarks.programbench.workspace import adapt_layout, present_reference
 from harness.agents.base import AgentOutcome, AgentRequest, OracleUnavailable
-from harness.agents.gateway_reattach import (
+from harness.agents.gateway.reattach import (
     adopt_kept_sandbox,
     keep_after_give_up,
     reattach_labels,
     record_sandbox,
 )
-from harness.agents.plugin import run_agent
-from harness.errors import InfraError
-from harness.fsutil import atomic_write_json
-from harness.models import Outcome
-from harness.runtime import InstanceContext, OutcomeSkip
+from harness.core.errors import InfraError
+from harness.core.fsutil import atomic_write_json
+from harness.core.models import Outcome
+from harness.core.untrusted import hash_untrusted_file
+from harness.runner.agent_plugin import run_agent
+from harness.runner.instance import InstanceContext, OutcomeSkip
 from harness.sandbox.errors import ProtectedInstallFailed
 from harness.sandbox.protected import (
     LAUNCHER_FAILED_PREFIX,
@@ -46,7 +47,6 @@ from harness.sandbox.protected import (
     ProtectedMissing,
 )
 from harness.sandbox.transfer import CopyRefused
-from harness.untrusted import hash_untrusted_file
 
 WORKSPACE = "/workspace"
 REFERENCE_PATH = f"{WORKSPACE}/{REFERENCE_NAME}"
@@ -63,8 +63,8 @@ def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
     A real task's image is pulled per ``--pull`` (from ``--image-mirror`` when given, pinned by
     ``--image-digest-file``); the offline fixture is built here unless a mirror serves it.
     """
-    from harness.sandbox.pull import resolve_image
-    from harness.sandbox.pull_plugin import pull_settings
+    from harness.runner.pull_plugin import pull_settings
+    from harness.sandbox.images.pull import resolve_image
 
     blob_dir: str | None = None
     settings = pull_settings(config, ctx.run_root, inst.instance_id)
@@ -85,7 +85,7 @@ def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
             ctx.result.details["image"] = {"ref": fixture.image, "id": fixture.image_id,
                                            "built_locally": True}
             return fixture.image_id, blob_dir
-    from harness import activity
+    from harness.core import activity
 
     def progress(text: str) -> None:
         activity.report(ctx.run_root, ctx.worker_id, inst.instance_id, text)

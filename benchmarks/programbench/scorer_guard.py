@@ -54,7 +54,7 @@ from benchmarks.programbench.scorer_rules import (
     edit_config,
     root_reason,
 )
-from harness.untrusted import hash_untrusted_file
+from harness.core.untrusted import hash_untrusted_file
 
 REPORT_NAME = "scorer_guard.json"
 
@@ -217,7 +217,7 @@ def guard_submission(path: Path) -> ScorerGuardReport:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    from harness.fsutil import atomic_write_text
+    from harness.core.fsutil import atomic_write_text
 
     atomic_write_text(report_path, report.model_dump_json(indent=2) + "\n")
     return report

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.programbench import NEAR_RESOLVED_AT
 from benchmarks.programbench.tasks import tasks_dir
-from harness.ledger import read_ledger
-from harness.models import RESOLVED_AT, Outcome
+from harness.core.models import RESOLVED_AT, Outcome
+from harness.run.ledger import read_ledger
 
 HEADLINE_N = 200
 

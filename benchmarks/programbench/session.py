@@ -14,9 +14,9 @@ from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_b
 from benchmarks.programbench.parity import cross_check, mismatch_row, parse_info
 from benchmarks.programbench.tasks import instance_order, programbench_version
 from benchmarks.programbench.verdict import verdict
-from harness.fsutil import atomic_write_json, atomic_write_text
-from harness.models import Outcome, TaskRow
-from harness.runtime import RunContext
+from harness.core.fsutil import atomic_write_json, atomic_write_text
+from harness.core.models import Outcome, TaskRow
+from harness.runner.instance import RunContext
 
 INFO_NAME = "programbench_info.txt"
 

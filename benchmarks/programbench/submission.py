@@ -47,7 +47,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.errors import InfraError
+from harness.core.errors import InfraError
+from harness.core.untrusted import hash_untrusted_file, open_regular, read_untrusted_bytes
 from harness.sandbox.transfer import (
     DIR,
     FILE,
@@ -61,7 +62,6 @@ from harness.sandbox.transfer import (
     Member,
     ProtectedContent,
 )
-from harness.untrusted import hash_untrusted_file, open_regular, read_untrusted_bytes
 
 ROOT_ONLY_NAMES = frozenset({"executable", "reference_executable"})
 CACHE_DIR_NAMES = frozenset(

@@ -1,7 +1,7 @@
 """The gateway task body (``POST /api/tasks``) for one ProgramBench instance (``--agent gateway``).
 
 Shape per the Ouroboros ProgramBench adapter (reference §1.2-§1.5, §3 step 8.6), typed with the
-generic request models of :mod:`harness.agents.gateway_models`.
+generic request models of :mod:`harness.agents.gateway.models`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from benchmarks.programbench import DEFAULT_TIMEOUT_SEC as DEFAULT_TIMEOUT_SEC
 from benchmarks.programbench.tasks import PBInstance
-from harness.agents.gateway_models import (
+from harness.agents.gateway.models import (
     AcceptanceClaim,
     BudgetProfile,
     ExecutorRef,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.programbench.official_eval import OfficialEvalResult
-from harness.models import Outcome
+from harness.core.models import Outcome
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 
 from typing import TYPE_CHECKING
 
-from harness.lazy import lazy_exports
+from harness.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from harness.agents.base import (

@@ -3,7 +3,7 @@
 ``Agent.run(request) -> AgentOutcome``: the request carries what one instance gives the
 agent (instruction, sandbox, the adapter's gateway task body, its oracle); the outcome is
 what the ledger row needs. An agent *returns* an outcome for anything it ran (an infra
-result included, ``infra=True``) and *raises* :class:`harness.errors.InfraError` when it
+result included, ``infra=True``) and *raises* :class:`harness.core.errors.InfraError` when it
 could not run at all. :class:`OracleUnavailable` asks the runner for a skipped row.
 """
 
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.agents.kinds import AGENT_KINDS as AGENT_KINDS
 from harness.agents.kinds import AGENT_MODULES as AGENT_MODULES
-from harness.models import Tokens
+from harness.core.models import Tokens
 
 COST_SOURCES = ("gateway", "agent_reported", "meter", "unknown")
 
@@ -194,7 +194,7 @@ def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = Non
             raise ValueError(f"agent kind {kind!r}: {AGENT_MODULES[kind]} registers no factory")
         return factory(opts)
     except ValidationError as exc:
-        from harness.agents.gateway_models import describe_validation_error  # off collection
+        from harness.agents.gateway.models import describe_validation_error  # off collection
 
         raise ValueError(f"--agent {kind}: {describe_validation_error(exc, limit=3)}") from None
 

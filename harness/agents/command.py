@@ -45,8 +45,8 @@ from harness.agents.base import (
     register_agent,
     sandbox_name,
 )
-from harness.errors import InfraError
-from harness.fsutil import atomic_write_bytes, atomic_write_json
+from harness.core.errors import InfraError
+from harness.core.fsutil import atomic_write_bytes, atomic_write_json
 from harness.sandbox.errors import SandboxError
 from harness.sandbox.execution import ContainerExit, container_exit, kill_user_processes
 
@@ -507,7 +507,7 @@ def _outcome(record: CommandRunRecord, record_path: Path) -> AgentOutcome:
 @register_agent("command")
 def _make(options: AgentOptions) -> Agent:
     if options.model_upstream:  # the command agent behind the model gateway
-        gateway = importlib.import_module("harness.model_gateway.agent")
+        gateway = importlib.import_module("harness.agents.command_proxy")
         agent: Agent = gateway.GatewayCommandAgent.from_options(options)
         return agent
     if options.per_task_limit_usd is not None:

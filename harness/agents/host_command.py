@@ -16,7 +16,7 @@ runner's environment stay out of reach of the agent under test. Plus:
   becomes the row's cost (source ``agent_reported``).
 
 With ``--model-upstream URL`` the agent's model calls go through the model gateway
-(:mod:`harness.model_gateway`), here on a loopback port of its own per instance:
+(:mod:`harness.model_proxy`), here on a loopback port of its own per instance:
 ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL`` point at it and ``OPENAI_API_KEY``/
 ``ANTHROPIC_API_KEY`` hold a per-instance token, the only credential it serves. Every call
 is metered; the row's cost is the gateway's (source ``gateway``), and
@@ -66,14 +66,14 @@ from harness.agents.base import (
     sandbox_name,
 )
 from harness.agents.host_exec import SOCKET_ENV, ExecService
-from harness.errors import InfraError
-from harness.fsutil import atomic_write_json
-from harness.models import Tokens
-from harness.untrusted import is_regular_file, read_untrusted_bytes
+from harness.core.errors import InfraError
+from harness.core.fsutil import atomic_write_json
+from harness.core.models import Tokens
+from harness.core.untrusted import is_regular_file, read_untrusted_bytes
 
 if TYPE_CHECKING:  # the model gateway loads only with --model-upstream
-    from harness.model_gateway.prices import ModelPrices
-    from harness.model_gateway.usage import InstanceMeter
+    from harness.model_proxy.prices import ModelPrices
+    from harness.model_proxy.usage import InstanceMeter
 
 MAX_LOG_BYTES = 8 << 20
 MAX_COST_FILE_BYTES = 64 << 10
@@ -285,8 +285,8 @@ class HostCommandAgent:
 
 
 def _host_gateway(options: AgentOptions, environ: Mapping[str, str]) -> HostGateway:
-    from harness.model_gateway.agent import gateway_upstream
-    from harness.model_gateway.prices import load_prices
+    from harness.agents.command_proxy import gateway_upstream
+    from harness.model_proxy.prices import load_prices
 
     upstream, key_env = gateway_upstream(options, environ)
     protect_key_holder()
@@ -328,8 +328,8 @@ def _gateway_for(gateway: HostGateway | None, environ: Mapping[str, str],
     if gateway is None:
         yield None
         return
-    from harness.model_gateway.server import GatewayServer
-    from harness.model_gateway.usage import InstanceMeter
+    from harness.model_proxy.server import GatewayServer
+    from harness.model_proxy.usage import InstanceMeter
 
     key = environ.get(gateway.key_env)
     if not key:
@@ -351,7 +351,7 @@ def _gateway_for(gateway: HostGateway | None, environ: Mapping[str, str],
 def _gateway_update(meter: InstanceMeter, out_dir: Path) -> dict[str, Any]:
     """The outcome's cost, tokens and reason from the gateway's meter (``model_gateway.json``
     in the instance folder)."""
-    from harness.model_gateway.agent import USAGE_NAME
+    from harness.agents.command_proxy import USAGE_NAME
 
     state = meter.snapshot()
     path = out_dir / USAGE_NAME

@@ -9,7 +9,7 @@ AGENT_MODULES: dict[str, str] = {
     "nop": "harness.agents.base",
     "oracle": "harness.agents.oracle",
     "command": "harness.agents.command",
-    "gateway": "harness.agents.gateway_agent",
+    "gateway": "harness.agents.gateway.agent",
     "mini-swe-agent": "harness.agents.mini_swe",
     "host-command": "harness.agents.host_command",
 }

@@ -39,10 +39,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest, register_agent
-from harness.errors import InfraError
-from harness.fsutil import atomic_write_json
-from harness.model_gateway.prices import ModelPrices, load_prices
-from harness.models import Tokens
+from harness.core.errors import InfraError
+from harness.core.fsutil import atomic_write_json
+from harness.core.models import Tokens
+from harness.model_proxy.prices import ModelPrices, load_prices
 
 MINI_VERSION = "2.4.6"
 TRAJ_NAME = "mini_swe_agent.traj.json"

@@ -18,7 +18,7 @@ from harness.agents.base import (
     OracleUnavailable,
     register_agent,
 )
-from harness.errors import InfraError
+from harness.core.errors import InfraError
 
 
 class OracleAgent:

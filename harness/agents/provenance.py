@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from harness.errors import RefusalError
+from harness.core.errors import RefusalError
 
 _GIT_ENV_DROP = (
     "GIT_DIR",

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harness.lazy import lazy_exports
+from harness.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .campaign import Campaign

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.errors import HarnessError, InfraError
+from harness.core.errors import HarnessError, InfraError
 
 # Reasons an instance is refused (the runner writes a ``blocked`` row and stops, exit 3)
 # or a run is stopped.

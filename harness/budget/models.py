@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from harness.models import OpenModel as _Open
-from harness.models import StrictModel as _Strict
+from harness.core.models import OpenModel as _Open
+from harness.core.models import StrictModel as _Strict
 
 CAMPAIGN_SCHEMA = "harness.campaign.v1"
 MONITOR_SCHEMA = "harness.monitor.v1"

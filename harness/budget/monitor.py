@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.fsutil import atomic_write_json, read_json
+from harness.core.fsutil import atomic_write_json, read_json
 
 from .models import Monitor
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import HarnessError, RefusalError
+from harness.core.errors import HarnessError, RefusalError
 
 from . import custody
 from . import errors as E

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.errors import RefusalError
+from harness.core.errors import RefusalError
 
 from . import errors as E
 from .meter import METER_KEY_ENV, Meter, make_meter

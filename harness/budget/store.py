@@ -18,8 +18,8 @@ from typing import Self, TypeVar
 import filelock
 from pydantic import ValidationError
 
-from harness.errors import RefusalError
-from harness.fsutil import atomic_write_json
+from harness.core.errors import RefusalError
+from harness.core.fsutil import atomic_write_json
 
 from . import accounting
 from . import errors as E

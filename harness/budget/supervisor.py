@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.ledger import report_write_failure
+from harness.run.ledger import report_write_failure
 
 from . import accounting
 from . import errors as E

@@ -13,13 +13,13 @@ Public API (details in each module's docstring):
 * cleanup: :func:`sweep`, :func:`remove_labelled`, :func:`sweep_stale`,
   :func:`run_lock_path`, :func:`run_lock`, :func:`leaked_resources`; CLI
   :func:`harness.sandbox.cli.sweep_command`
-* pytest fixtures: :mod:`harness.sandbox.fixtures`
-* errors: :mod:`harness.sandbox.errors` (all :class:`~harness.errors.InfraError`)
+* pytest fixtures: :mod:`harness.runner.sandbox_fixtures`
+* errors: :mod:`harness.sandbox.errors` (all :class:`~harness.core.errors.InfraError`)
 """
 
 from typing import TYPE_CHECKING
 
-from harness.lazy import lazy_exports
+from harness.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from harness.sandbox.cleanup import (
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from harness.sandbox.client import get_client
     from harness.sandbox.container import Sandbox, SandboxSpec
     from harness.sandbox.execution import ExecResult
-    from harness.sandbox.images import (
+    from harness.sandbox.images.build import (
         BaseRecipe,
         BuiltImage,
         LayerRecipe,
@@ -56,11 +56,11 @@ _LAZY = {
     "Sandbox": "harness.sandbox.container",
     "SandboxSpec": "harness.sandbox.container",
     "ExecResult": "harness.sandbox.execution",
-    "BaseRecipe": "harness.sandbox.images",
-    "BuiltImage": "harness.sandbox.images",
-    "LayerRecipe": "harness.sandbox.images",
-    "base_recipe": "harness.sandbox.images",
-    "ensure_image": "harness.sandbox.images",
+    "BaseRecipe": "harness.sandbox.images.build",
+    "BuiltImage": "harness.sandbox.images.build",
+    "LayerRecipe": "harness.sandbox.images.build",
+    "base_recipe": "harness.sandbox.images.build",
+    "ensure_image": "harness.sandbox.images.build",
     "create_internal_network": "harness.sandbox.network",
     "NewDir": "harness.sandbox.pack",
     "pack_tree": "harness.sandbox.pack",

@@ -27,7 +27,7 @@ import docker
 from docker.errors import APIError, NotFound
 from filelock import FileLock
 
-from harness.layout import lock_path
+from harness.core.layout import lock_path
 from harness.sandbox import labels as L
 from harness.sandbox.client import get_client
 from harness.sandbox.errors import SweepIncomplete
@@ -37,7 +37,7 @@ from harness.sandbox.lease_identity import current_owner
 SWEEP_WAIT_S = 30.0
 
 
-run_lock_path = lock_path  # the one definition is harness.layout
+run_lock_path = lock_path  # the one definition is harness.core.layout
 
 
 def run_lock(run_root: Path | str) -> FileLock:

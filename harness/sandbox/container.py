@@ -144,7 +144,7 @@ class Sandbox:
         except ImageNotFound as exc:
             raise ImageMissing(
                 f"image {spec.image} is not on this machine and cannot be pulled: "
-                "build it with harness.sandbox.images.ensure_image(...)"
+                "build it with harness.sandbox.images.build.ensure_image(...)"
             ) from exc
         except APIError as exc:
             raise ContainerStartFailed(

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.fsutil import atomic_write_json
-from harness.layout import state_dir
+from harness.core.fsutil import atomic_write_json
+from harness.core.layout import state_dir
 
 if TYPE_CHECKING:  # docker-py loads when an engine is reached, not when pytest collects
     import docker

@@ -1,4 +1,4 @@
-"""Sandbox failures: each is an :class:`~harness.errors.InfraError` with a stable reason code.
+"""Sandbox failures: each is an :class:`~harness.core.errors.InfraError` with a stable reason code.
 
 A Docker problem is never the model's fault: these errors make an instance
 ``infra_failed`` (pytest ``error``), never a scored failure.
@@ -6,7 +6,7 @@ A Docker problem is never the model's fault: these errors make an instance
 
 from __future__ import annotations
 
-from harness.errors import InfraError
+from harness.core.errors import InfraError
 
 
 class SandboxError(InfraError):

@@ -1,7 +1,7 @@
 """Labels and names of everything the sandbox layer creates.
 
 Every container, network and volume carries ``harness.run``, ``harness.instance``,
-``harness.worker`` and ``harness.run_root``; cleanup selects by these exact labels. They also
+``harness.runner.worker`` and ``harness.run_root``; cleanup selects by these exact labels. They also
 carry their owner (host id, boot, PID namespace, pid: :mod:`harness.sandbox.lease_identity`),
 which the stale sweep uses with the run's lease (:mod:`harness.sandbox.lease`).
 """

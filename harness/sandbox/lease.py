@@ -64,7 +64,7 @@ LEASE = "harness.lease"  # "1" on lease volumes
 LEASE_ID = "harness.lease.id"  # one per Lease object: its renewals share it
 LEASE_TTL = "harness.lease.ttl_s"
 LEASE_KEEP = "harness.lease.keep"
-LEASE_WORKER = "lease"  # the harness.worker label of lease volumes (worker sweeps skip it)
+LEASE_WORKER = "lease"  # the harness.runner.worker label of lease volumes (worker sweeps skip it)
 
 LEASE_TTL_S = 120.0  # default; HARNESS_LEASE_TTL_S overrides (at least 3 s)
 LEASE_TTL_ENV = "HARNESS_LEASE_TTL_S"

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cache import cache_root as cache_root
+from harness.core.cache import cache_root as cache_root
 
 HOST = "harness.host"
 HOSTNAME = "harness.hostname"

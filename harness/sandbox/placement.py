@@ -12,7 +12,7 @@ capacity) wins, so a run spreads over its engines.
 
 An engine that stops answering is marked lost (``lost-<i>`` beside the slots): no instance
 is placed there any more; the instance that noticed it ends ``infra_failed`` ``engine_lost``
-(:mod:`harness.sandbox.engine_plugin`), and a resume re-probes the engines at admission.
+(:mod:`harness.runner.engine_plugin`), and a resume re-probes the engines at admission.
 
 While an instance holds a slot, this process's ``DOCKER_HOST`` names the instance's engine,
 so every client made from the environment (``get_client()``, the ``docker`` and
@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.layout import state_dir
+from harness.core.layout import state_dir
 from harness.sandbox.engines import LOCAL, EngineRecord, alive
 
 POLL_S = 0.2

@@ -25,7 +25,7 @@ import docker
 from docker.errors import APIError, NotFound
 from pydantic import BaseModel, ConfigDict
 
-from harness.fsutil import atomic_write_json, read_json
+from harness.core.fsutil import atomic_write_json, read_json
 from harness.sandbox import labels as L
 from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.protected import ProtectedExecutable

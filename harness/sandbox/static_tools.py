@@ -17,8 +17,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from harness.cache import cache_root
-from harness.fsutil import atomic_write_bytes
+from harness.core.cache import cache_root
+from harness.core.fsutil import atomic_write_bytes
 from harness.sandbox.errors import ProtectedInstallFailed
 
 SOURCE_DIR = Path(__file__).resolve().parent

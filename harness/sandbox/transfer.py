@@ -46,7 +46,7 @@ from docker.errors import APIError, NotFound
 from requests.exceptions import RequestException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from harness.fsutil import atomic_open
+from harness.core.fsutil import atomic_open
 from harness.sandbox.errors import CopyFailed
 from harness.sandbox.limits import DEFAULT_MAX_COPY_FILES as DEFAULT_MAX_COPY_FILES
 from harness.sandbox.limits import DEFAULT_MAX_COPY_MB as DEFAULT_MAX_COPY_MB

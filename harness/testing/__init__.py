@@ -15,7 +15,7 @@ by name:
 * the fake-file meter (:mod:`.fake_meter`): fakes a billing meter. ``--meter
   fake-file:PATH`` reads the key's "usage" from a file a test writes.
 
-The reference agent server (``harness agent-server``, :mod:`harness.agents.reference_server`)
+The reference agent server (``harness agent-server``, :mod:`harness.agents.reference_server.server`)
 is the agent-server task API's reference implementation and self-test: it runs scripted
 plans instead of a model. It stays with the agents, where users find it.
 """

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from harness.adapter import BenchmarkAdapter, InstanceSpec
-from harness.errors import InfraError
-from harness.models import Outcome
-from harness.runtime import InstanceContext
+from harness.core.adapter import BenchmarkAdapter, InstanceSpec
+from harness.core.errors import InfraError
+from harness.core.models import Outcome
+from harness.runner.instance import InstanceContext
 
 ENV_TASKS = "HARNESS_SELFTEST_TASKS"
 EXECUTIONS = "selftest_executions.log"

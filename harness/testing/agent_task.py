@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from harness.agents.base import AgentRequest, OraclePlan
-from harness.agents.plugin import run_agent
-from harness.fsutil import atomic_write_json
-from harness.runtime import InstanceContext
+from harness.core.fsutil import atomic_write_json
+from harness.runner.agent_plugin import run_agent
+from harness.runner.instance import InstanceContext
 
 WORKSPACE = "/workspace"
 

@@ -46,11 +46,11 @@ PRELOAD = (
     "pytest", "_pytest.config", "_pytest.main", "_pytest.terminal", "_pytest.python",
     "_pytest.fixtures", "_pytest.assertion.rewrite", "_pytest.junitxml", "execnet", "pydantic",
     "docker", "requests", "jinja2", "rich.console",
-    "harness.plugin", "harness.controller", "harness.ledger", "harness.models",
-    "harness.testing.plugin", "harness.sandbox.cleanup", "harness.agents.plugin",
-    "harness.budget.plugin", "harness.sandbox.fixtures", "harness.sandbox.run_hooks",
-    "harness.sandbox.engine_plugin", "harness.sandbox.pull_plugin", "harness.order",
-    "harness.summary", "harness.activity", "harness.agents.base", "harness.agents.provenance",
+    "harness.runner.plugin", "harness.runner.controller", "harness.run.ledger", "harness.core.models",
+    "harness.testing.plugin", "harness.sandbox.cleanup", "harness.runner.agent_plugin",
+    "harness.runner.budget_plugin", "harness.runner.sandbox_fixtures", "harness.runner.sandbox_hooks",
+    "harness.runner.engine_plugin", "harness.runner.pull_plugin", "harness.runner.order",
+    "harness.run.summary", "harness.core.activity", "harness.agents.base", "harness.agents.provenance",
     "harness.budget.accounting", "harness.budget.campaign", "harness.budget.custody",
     "harness.budget.disk", "harness.budget.models", "harness.budget.monitor",
     "harness.budget.store", "harness.budget.supervisor", "harness.sandbox.engines",
@@ -120,7 +120,7 @@ def serve() -> None:
     for name in (*PRELOAD, *(f"_pytest.{p}" for p in default_plugins)):
         with contextlib.suppress(ImportError):  # not installed: a run that needs it fails
             importlib.import_module(name)
-    from harness import registry
+    from harness.core import registry
 
     report = registry.report_plugin()  # the report and the benchmarks, as registered
     preload = getattr(report, "preload", None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.adapter import BenchmarkAdapter
+from harness.core.adapter import BenchmarkAdapter
 from harness.testing.adapter import SelftestAdapter
 
 

@@ -75,7 +75,7 @@ class Run:
     @property
     def rows(self) -> list[dict[str, Any]]:
         """The ledger's rows (a torn last line, e.g. after SIGKILL, is skipped)."""
-        from harness.ledger import ledger_path, read_ledger
+        from harness.run.ledger import ledger_path, read_ledger
 
         read = read_ledger(ledger_path(self.root))
         return [r.model_dump(mode="json", by_alias=True) for r in read.rows]

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from harness.agents.gateway import PollPolicy
+from harness.agents.gateway.client import PollPolicy
 from harness.testing.forkrun import ForkedProcess
 from harness.testing.suite import FORK_SERVER
 
@@ -76,9 +76,9 @@ def start_server(
     log_path = tmp / f"server-{name}.log"
     port = free_port()
     # A fork of the warm server (harness.testing.forkrun): a process of its own, as
-    # ``python -m harness.agents.reference_server`` would be, without the start-up imports.
+    # ``python -m harness.agents.reference_server.server`` would be, without the start-up imports.
     proc = FORK_SERVER.spawn(
-        "harness.agents.reference_server",
+        "harness.agents.reference_server.server",
         ["--port", str(port), "--config", str(config_path)],
         REPO,
         {**os.environ, **(env or {})},

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness.agents.gateway import PollPolicy
+from harness.agents.gateway.client import PollPolicy
 from tests.agents.agents_support import FAST, RefServer, start_server
 
 
@@ -42,7 +42,7 @@ def sandbox_factory(
 ) -> Iterator[Callable[..., Any]]:
     """Real Docker sandboxes (``harness.sandbox``) on the shared base image; removed after.
 
-    The session's client and base image come from :mod:`harness.sandbox.fixtures` (loaded
+    The session's client and base image come from :mod:`harness.runner.sandbox_fixtures` (loaded
     by the harness plugin). No Docker means an error, never a skip.
     """
     from harness.sandbox.container import Sandbox, SandboxSpec

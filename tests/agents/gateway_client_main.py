@@ -15,8 +15,8 @@ import threading
 import time
 from pathlib import Path
 
-from harness.agents.gateway import GatewayClient, PollPolicy
-from harness.agents.gateway_run import run_task
+from harness.agents.gateway.client import GatewayClient, PollPolicy
+from harness.agents.gateway.run import run_task
 
 POLICY = PollPolicy(
     interval_s=0.05,

@@ -6,8 +6,8 @@ import pytest
 
 from harness.agents import AgentOutcome, AgentRequest, OraclePlan, OracleUnavailable, make_agent
 from harness.agents.command import CommandAgent
-from harness.agents.gateway_agent import GatewayAgent
-from harness.errors import InfraError
+from harness.agents.gateway.agent import GatewayAgent
+from harness.core.errors import InfraError
 
 
 def _request(tmp_path, **kw) -> AgentRequest:

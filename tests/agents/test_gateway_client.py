@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from harness.agents.base import AgentRequest
-from harness.agents.checkpoint import read_checkpoint
-from harness.agents.gateway import (
+from harness.agents.gateway.agent import GatewayAgent
+from harness.agents.gateway.checkpoint import read_checkpoint
+from harness.agents.gateway.client import (
     ClientPollError,
     ClientPollTimeout,
     GatewayClient,
@@ -19,9 +20,8 @@ from harness.agents.gateway import (
     GatewayValidation,
     PollPolicy,
 )
-from harness.agents.gateway_agent import GatewayAgent
-from harness.agents.gateway_run import reattach_decision, run_task
-from harness.errors import RunInterrupted
+from harness.agents.gateway.run import reattach_decision, run_task
+from harness.core.errors import RunInterrupted
 from tests.agents.agents_support import FAST, free_port, task_body
 
 PLAN = {
@@ -257,7 +257,7 @@ def test_point1_a_resume_cancels_the_earlier_attempts_task_before_submitting(ref
     server = ref_server({"never_settle": True})
     ancestor = tmp_path / "ancestor"
     with GatewayClient(server.url, policy=FAST) as client:  # the killed run's submission
-        from harness.agents.checkpoint import write_checkpoint
+        from harness.agents.gateway.checkpoint import write_checkpoint
 
         old_id = client.submit(task_body(tmp_path / "ws", PLAN)).task_id
         ancestor.mkdir()
@@ -285,8 +285,8 @@ def test_point1_a_resume_cancels_the_earlier_attempts_task_before_submitting(ref
 def test_point1_a_task_that_will_not_settle_blocks_a_second_submission(ref_server, tmp_path):
     """When the earlier attempt's task does not settle after its cancel, the instance is an
     infra failure and nothing new is submitted."""
-    from harness.agents.checkpoint import write_checkpoint
-    from harness.agents.gateway_errors import GatewayError
+    from harness.agents.gateway.checkpoint import write_checkpoint
+    from harness.agents.gateway.errors import GatewayError
 
     server = ref_server({"faults": [{"kind": "error", "match": "POST /api/tasks/*/cancel",
                                      "status": 500}], "never_settle": True})
@@ -429,8 +429,8 @@ def test_an_oversized_answer_is_not_read_whole(tmp_path):
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from harness.agents.gateway_errors import GatewayError
-    from harness.agents.gateway_http import MAX_RESPONSE_BYTES, GatewayHTTP
+    from harness.agents.gateway.errors import GatewayError
+    from harness.agents.gateway.http import MAX_RESPONSE_BYTES, GatewayHTTP
 
     class Huge(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from harness.agents.base import AgentRequest
-from harness.agents.checkpoint import read_checkpoint
-from harness.agents.gateway import GatewayClient
-from harness.agents.gateway_agent import GatewayAgent
-from harness.agents.gateway_events import EVENTS_NAME, EventLog, read_events, usage_with_tokens
+from harness.agents.gateway.agent import GatewayAgent
+from harness.agents.gateway.checkpoint import read_checkpoint
+from harness.agents.gateway.client import GatewayClient
+from harness.agents.gateway.events import EVENTS_NAME, EventLog, read_events, usage_with_tokens
 from tests.agents.agents_support import FAST, task_body
 
 SECRET = "sk-live-4f1c9a7be2d04c6b9e5a"
@@ -89,7 +89,7 @@ def test_a_server_without_the_events_endpoint_is_asked_once(ref_server: Any,
 
 def test_events_file_is_bounded_and_credential_fields_are_replaced(
         ref_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness.agents.gateway_events as ge
+    import harness.agents.gateway.events as ge
 
     class Page:  # a server answering with whatever these events are
         def __init__(self, events: list[Any]) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from harness.agents.classify import classify_result
-from harness.agents.gateway_models import (
+from harness.agents.gateway.classify import classify_result
+from harness.agents.gateway.models import (
     BudgetProfile,
     ExecutorRef,
     ProtectedArtifact,

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.agents.checkpoint import read_checkpoint
+from harness.agents.gateway.checkpoint import read_checkpoint
 from tests.agents.agents_support import REPO, task_body
 
 CLIENT = Path(__file__).with_name("gateway_client_main.py")

@@ -111,7 +111,7 @@ def test_litellm_stays_off_the_collection_path_and_bad_configs_refuse(tmp_path: 
 
 def test_an_unpriced_call_leaves_the_cost_unknown_not_zero() -> None:
     from harness.agents.mini_swe import account
-    from harness.model_gateway.prices import ModelPrices
+    from harness.model_proxy.prices import ModelPrices
 
     call = {"role": "assistant", "extra": {"cost": 0.0, "response": {
         "usage": {"prompt_tokens": 10, "completion_tokens": 2}}}}

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.model_gateway.prices import ModelPrices
-from harness.model_gateway.server import GatewayServer
-from harness.model_gateway.usage import InstanceMeter
+from harness.model_proxy.prices import ModelPrices
+from harness.model_proxy.server import GatewayServer
+from harness.model_proxy.usage import InstanceMeter
 from harness.testing.fake_model_server import FakeModelServer, start_fake_model_server
 from tests.agents.model_scripts import step
 

@@ -20,7 +20,7 @@ import pytest
 
 from harness.agents import AgentOutcome, AgentRequest
 from harness.agents.command import CommandAgent, CommandAgentConfig
-from harness.agents.gateway_agent import GatewayAgent
+from harness.agents.gateway.agent import GatewayAgent
 from tests.agents.agents_support import FAST, task_body
 
 pytestmark = pytest.mark.docker

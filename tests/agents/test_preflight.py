@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from harness.agents.gateway import GatewayClient
-from harness.agents.preflight import (
+from harness.agents.gateway.client import GatewayClient
+from harness.agents.gateway.preflight import (
     attest_runtime,
     check_target_actor,
     model_form_problem,
@@ -14,7 +14,7 @@ from harness.agents.preflight import (
     require_runtime,
     version_matches,
 )
-from harness.errors import RefusalError
+from harness.core.errors import RefusalError
 from tests.agents.agents_support import FAST, free_port
 
 HEAD = "3f1c2a9b7d0e4f5a6b7c8d9e0f1a2b3c4d5e6f70"

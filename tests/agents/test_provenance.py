@@ -14,7 +14,7 @@ from harness.agents.provenance import (
     require_seed,
     seed_gate,
 )
-from harness.errors import RefusalError
+from harness.core.errors import RefusalError
 
 GIT_ENV = {
     **os.environ,

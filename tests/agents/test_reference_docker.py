@@ -7,8 +7,8 @@ import time
 import pytest
 
 from harness.agents import AgentRequest
-from harness.agents.gateway import GatewayClient
-from harness.agents.gateway_agent import GatewayAgent
+from harness.agents.gateway.agent import GatewayAgent
+from harness.agents.gateway.client import GatewayClient
 from tests.agents.agents_support import FAST
 
 pytestmark = pytest.mark.docker

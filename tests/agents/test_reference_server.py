@@ -9,7 +9,7 @@ import sys
 
 import httpx
 
-from harness.agents.reference_server import agent_server_command
+from harness.agents.reference_server.server import agent_server_command
 from tests.agents.agents_support import REPO, task_body
 
 
@@ -98,7 +98,7 @@ def test_cli_serves_until_sigterm_and_exits_0(tmp_path):
         [
             sys.executable,
             "-m",
-            "harness.agents.reference_server",
+            "harness.agents.reference_server.server",
             "--port",
             "0",
             "--port-file",

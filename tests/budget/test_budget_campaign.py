@@ -21,7 +21,7 @@ from harness.budget import (
     check_disk,
     key_fingerprint,
 )
-from harness.errors import RefusalError
+from harness.core.errors import RefusalError
 from tests.budget.budget_support import FINGERPRINT
 
 MakeCampaign = Callable[..., Campaign]

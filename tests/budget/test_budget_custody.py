@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from harness.budget import Campaign, campaign_command
-from harness.errors import RefusalError
+from harness.core.errors import RefusalError
 from tests.engines.engines_support import Engine, second_engine
 
 __all__ = ["second_engine"]  # the session fixture (a second dockerd), for item 7
@@ -104,7 +104,7 @@ def test_reconcile_refuses_while_a_labelled_container_exists(
     docker_client: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from harness.sandbox.images import base_recipe, ensure_image
+    from harness.sandbox.images.build import base_recipe, ensure_image
 
     image = ensure_image(base_recipe(), client=docker_client).image_id
     campaign = make_campaign(100.0)
@@ -180,7 +180,7 @@ def test_point6_custody_stays_unsettled_when_a_network_survives_cleanup(
 ) -> None:
     """The run's final sweep cannot remove a labelled network (a foreign container still
     uses it): the run ends, but its custody stays in the campaign until reconciled."""
-    from harness.sandbox.images import base_recipe, ensure_image
+    from harness.sandbox.images.build import base_recipe, ensure_image
     from harness.testing.suite import Suite
 
     run_id = f"unsettled-{uuid.uuid4().hex[:8]}"
@@ -348,7 +348,7 @@ def test_issue23_item2_reconcile_names_the_kept_sandbox_and_each_way_out(
     docker_client: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from harness.sandbox.images import base_recipe, ensure_image
+    from harness.sandbox.images.build import base_recipe, ensure_image
 
     image = ensure_image(base_recipe(), client=docker_client).image_id
     campaign = make_campaign(100.0)
@@ -385,7 +385,8 @@ def test_issue23_item7_the_session_end_proof_asks_every_engine_the_run_used(
     """With ``--docker-host`` naming other engines, the custody proof queries each of them
     (and the local one), for the run and the runs it took over: a network left on the second
     engine keeps the custody unsettled."""
-    from harness.budget import plugin, reconcile
+    from harness.budget import reconcile
+    from harness.runner import budget_plugin as plugin
     from harness.sandbox import engines
     from harness.sandbox.labels import mark_docker_used
 
@@ -426,7 +427,7 @@ def test_issue23_item7_the_custody_proof_finds_a_leftover_on_the_second_engine(
     """A run over ``--docker-host`` engines: a network of the run left on the second engine
     (a real second dockerd) keeps the custody unsettled; before, only the default engine
     was asked and the custody settled."""
-    from harness.budget.plugin import cleanup_unproven
+    from harness.runner.budget_plugin import cleanup_unproven
     from harness.sandbox import engines
     from harness.sandbox.labels import mark_docker_used
 

@@ -16,7 +16,7 @@ from harness.budget import (
     WorkerBudget,
     read_monitor,
 )
-from harness.errors import RefusalError
+from harness.core.errors import RefusalError
 
 
 def _settings(tmp_path: Path, **kw: object) -> BudgetSettings:

@@ -8,8 +8,8 @@ from typing import Any
 
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun
-from harness.fsutil import atomic_write_json
-from harness.models import GitState, Manifest, Outcome, Selection, TaskRow, Versions
+from harness.core.fsutil import atomic_write_json
+from harness.core.models import GitState, Manifest, Outcome, Selection, TaskRow, Versions
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "cowork_mini"
 

@@ -20,17 +20,17 @@ from benchmarks.cowork_bench import BENCHMARK
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.agents import RunnerAgent
 from benchmarks.cowork_bench.classify import classify_instance, paid_activity
-from harness.adapter import BenchmarkAdapter, InstanceSpec
 from harness.agents.base import AgentRequest
-from harness.agents.checkpoint import AgentFolder, read_checkpoint, write_checkpoint
-from harness.agents.gateway_agent import GatewayAgent
-from harness.agents.gateway_body import validate_task_body
-from harness.agents.gateway_models import TaskCreateRequest
-from harness.errors import InfraError
-from harness.models import Plan, TaskRow
-from harness.outcomes import Outcome
-from harness.runtime import InstanceContext, RunContext
-from harness.runtime import paid_activity as row_paid_activity
+from harness.agents.gateway.agent import GatewayAgent
+from harness.agents.gateway.body import validate_task_body
+from harness.agents.gateway.checkpoint import AgentFolder, read_checkpoint, write_checkpoint
+from harness.agents.gateway.models import TaskCreateRequest
+from harness.core.adapter import BenchmarkAdapter, InstanceSpec
+from harness.core.errors import InfraError
+from harness.core.models import Plan, TaskRow
+from harness.core.outcomes import Outcome
+from harness.runner.instance import InstanceContext, RunContext
+from harness.runner.instance import paid_activity as row_paid_activity
 from tests.agents.agents_support import FAST, RefServer, start_server, task_body
 
 IID = "gcal-standup-week"

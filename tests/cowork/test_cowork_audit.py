@@ -7,7 +7,7 @@ from pathlib import Path
 
 from benchmarks.cowork_bench.audit import audit_command, build_report
 from benchmarks.cowork_bench.eval_once import evaluate_once
-from harness.fsutil import atomic_write_json
+from harness.core.fsutil import atomic_write_json
 from tests.cowork.cowork_helpers import (
     FIXTURE,
     CountingChecker,

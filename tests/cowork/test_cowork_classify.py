@@ -8,8 +8,8 @@ from pathlib import Path
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.classify import classify_instance, receipt_state
 from benchmarks.cowork_bench.eval_once import evaluate_once, read_claim
-from harness.fsutil import atomic_write_json
-from harness.models import Outcome
+from harness.core.fsutil import atomic_write_json
+from harness.core.models import Outcome
 from tests.cowork.cowork_helpers import FIXTURE, CountingChecker, write_agent_phase, write_events
 
 IID = "excel-sales-summary"

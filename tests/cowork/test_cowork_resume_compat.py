@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from benchmarks.cowork_bench.resume_check import differences, run_images
-from harness.models import GitState, Manifest, TaskRow, Versions
+from harness.core.models import GitState, Manifest, TaskRow, Versions
 from harness.testing.suite import REPO_ROOT, run_pytest
 from tests.cowork.cowork_helpers import FIXTURE
 

@@ -242,7 +242,7 @@ def start_reference_server(
     port_file = tmp / "server.port"
     log = open(tmp / "server.log", "wb")  # noqa: SIM115 - the server owns it while it runs
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.agents.reference_server", "--port", "0",
+        [sys.executable, "-m", "harness.agents.reference_server.server", "--port", "0",
          "--config", str(tmp / "server.json"), "--port-file", str(port_file)],
         stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
     )  # fmt: skip

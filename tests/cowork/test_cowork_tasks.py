@@ -22,7 +22,7 @@ from benchmarks.cowork_bench.tasks import (
     discover_tasks,
     load_task,
 )
-from harness.errors import RefusalError
+from harness.core.errors import RefusalError
 from tests.cowork.cowork_helpers import FIXTURE
 
 CONFIG = {"needed_mcp_servers": ["emails", "pdf-tools"], "needed_local_tools": ["history"]}

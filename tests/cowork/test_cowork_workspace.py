@@ -16,7 +16,7 @@ from benchmarks.cowork_bench.audit import scan
 from benchmarks.cowork_bench.classify import classify_instance, usage_records
 from benchmarks.cowork_bench.eval_once import tree_fact
 from benchmarks.cowork_bench.workspace import SANITISED_NAME, pack_workspace, sanitise_workspace
-from harness.fsutil import atomic_write_json
+from harness.core.fsutil import atomic_write_json
 from tests.cowork.cowork_helpers import write_agent_phase, write_events
 
 GT = "/workspace/tasks/finalpool/excel-sales-summary/groundtruth_workspace"

@@ -15,7 +15,7 @@ import docker
 import pytest
 
 from harness.sandbox.cleanup import leaked_resources, run_lock, sweep
-from harness.sandbox.images import BuiltImage, base_recipe, ensure_image
+from harness.sandbox.images.build import BuiltImage, base_recipe, ensure_image
 from tests.docker.sandbox_support import new_run_id
 
 PROTECTED_C = r"""
@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @dataclass
 class StandInInstance:
-    """TEST STAND-IN for the runner's ``harness_instance`` (harness.runtime.InstanceContext).
+    """TEST STAND-IN for the runner's ``harness_instance`` (harness.runner.instance.InstanceContext).
 
     Carries only what the sandbox fixtures read. It holds the run lock like a real
     controller would, so a concurrent ``sweep_stale`` elsewhere leaves its sandboxes alone.

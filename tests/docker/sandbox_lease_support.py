@@ -10,7 +10,7 @@ from pathlib import Path
 import docker
 
 from harness.sandbox import labels as L
-from harness.sandbox.images import BuiltImage
+from harness.sandbox.images.build import BuiltImage
 from harness.sandbox.lease import create_lease_volume
 from harness.sandbox.lease_identity import Owner
 

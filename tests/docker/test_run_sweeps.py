@@ -15,7 +15,7 @@ from pathlib import Path
 import docker
 
 from harness.sandbox.cleanup import leaked_resources, sweep
-from harness.sandbox.images import BuiltImage
+from harness.sandbox.images.build import BuiltImage
 from harness.sandbox.lease_identity import host_id
 from harness.testing.suite import Suite, finish, wait_for
 from tests.docker.sandbox_lease_support import foreign_run, other_host

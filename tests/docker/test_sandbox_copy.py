@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import InfraError
+from harness.core.errors import InfraError
+from harness.runner.sandbox_fixtures import SandboxFactory
 from harness.sandbox import NewDir, pack_tree
 from harness.sandbox.container import Sandbox
 from harness.sandbox.errors import CopyFailed
-from harness.sandbox.fixtures import SandboxFactory
 from harness.sandbox.transfer import CopyLimits, CopyRefused, CopyTooLarge, TooManyFiles
 
 
@@ -125,7 +125,7 @@ def test_a_copied_folder_the_agent_replaced_by_a_link_comes_out_as_an_empty_fold
     sandbox: Sandbox, tmp_path: Path
 ) -> None:
     """The host reads fixed names under a copied-out folder (``agent/events.jsonl``) with
-    ``harness.untrusted``, which refuses a link in the last component only: the folder
+    ``harness.core.untrusted``, which refuses a link in the last component only: the folder
     itself must never arrive as a link to a host directory."""
     res = sandbox.exec("mkdir -p /workspace/logs && rm -rf /workspace/logs && "
                        "ln -s /etc /workspace/logs", user="root", timeout=30)

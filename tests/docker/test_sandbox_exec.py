@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness.errors import InfraError
+from harness.core.errors import InfraError
 from harness.sandbox.container import Sandbox
 from harness.sandbox.errors import ExecFailed, ExecTimeout
 

@@ -21,7 +21,7 @@ import pytest
 
 from harness.sandbox.cleanup import run_lock
 
-pytest_plugins = ["harness.sandbox.fixtures"]
+pytest_plugins = ["harness.runner.sandbox_fixtures"]
 
 
 @dataclass

@@ -12,10 +12,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from harness.errors import InfraError
+from harness.core.errors import InfraError
 from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.errors import ImageBuildFailed, ImageMissing
-from harness.sandbox.images import (
+from harness.sandbox.images.build import (
     BaseRecipe,
     BuiltImage,
     LayerRecipe,

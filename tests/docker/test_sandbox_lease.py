@@ -21,7 +21,7 @@ from harness.sandbox.cleanup import (
 )
 from harness.sandbox.cli import sweep_command
 from harness.sandbox.container import Sandbox, SandboxSpec
-from harness.sandbox.images import BuiltImage
+from harness.sandbox.images.build import BuiltImage
 from harness.sandbox.lease import (
     LEASE,
     LEASE_ID,

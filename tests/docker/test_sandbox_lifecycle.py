@@ -12,7 +12,7 @@ import pytest
 from harness.sandbox import labels as L
 from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.errors import ContainerStartFailed
-from harness.sandbox.images import BuiltImage
+from harness.sandbox.images.build import BuiltImage
 
 FORK_UNTIL_REFUSED = """
 import os, signal, time

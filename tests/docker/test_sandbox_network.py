@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import docker
 import pytest
 
+from harness.runner.sandbox_fixtures import SandboxFactory
 from harness.sandbox import labels as L
 from harness.sandbox.container import Sandbox
-from harness.sandbox.fixtures import SandboxFactory
 
 CONNECT = r"""
 import socket, sys, time

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from harness.runner.sandbox_fixtures import SandboxFactory
 from harness.sandbox.container import Sandbox
 from harness.sandbox.errors import ProtectedInstallFailed
-from harness.sandbox.fixtures import SandboxFactory
 from harness.sandbox.protected import (
     PROTECTED_DIR,
     PROTECTED_SANDBOX_CAP_DROP,

@@ -9,11 +9,11 @@ from pathlib import Path
 import docker
 import pytest
 
+from harness.runner.sandbox_fixtures import SandboxFactory
 from harness.sandbox import labels as L
 from harness.sandbox.cleanup import kept_sandboxes, sweep
 from harness.sandbox.container import Sandbox
-from harness.sandbox.fixtures import SandboxFactory
-from harness.sandbox.images import BuiltImage
+from harness.sandbox.images.build import BuiltImage
 from harness.sandbox.protected import PROTECTED_SANDBOX_CAP_DROP, PROTECTED_SANDBOX_ULIMITS
 from harness.sandbox.reattach import (
     ReattachUnavailable,

@@ -36,7 +36,7 @@ def test_programbench_refuses_gvisor_which_ignores_the_reference_launchers_setui
 def test_setuid_is_ignored_under_gvisor(tmp_path: Path) -> None:
     """The fact the refusal rests on, checked on this machine's runsc."""
     client = docker.from_env()
-    from harness.sandbox.images import base_recipe, ensure_image
+    from harness.sandbox.images.build import base_recipe, ensure_image
 
     image = ensure_image(base_recipe()).image_id
     script = ("cp /usr/bin/id /tmp/id && chown 1999 /tmp/id && chmod 4755 /tmp/id && "

@@ -26,7 +26,7 @@ from harness.sandbox.cleanup import (
 from harness.sandbox.cli import sweep_command
 from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.errors import SweepIncomplete
-from harness.sandbox.images import BuiltImage
+from harness.sandbox.images.build import BuiltImage
 from harness.sandbox.lease import Lease
 from harness.sandbox.network import create_internal_network
 

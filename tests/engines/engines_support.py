@@ -29,7 +29,7 @@ import docker
 import pytest
 
 from harness.sandbox.cleanup import leaked_resources
-from harness.sandbox.images import base_recipe, ensure_image
+from harness.sandbox.images.build import base_recipe, ensure_image
 
 START_TIMEOUT_S = 60
 

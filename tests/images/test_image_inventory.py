@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.sandbox.inventory import Inventory, inventory_path, record_use
+from harness.sandbox.images.inventory import Inventory, inventory_path, record_use
 
 pytestmark = pytest.mark.docker
 

@@ -123,7 +123,7 @@ def test_two_workers_needing_one_image_make_one_pull(registry, tmp_path: Path) -
     before = reg.docker_pulls(REPO)
     code = (
         "import sys; from pathlib import Path; from harness.sandbox.client import get_client;"
-        "from harness.sandbox.pull import PullSettings, resolve_image;"
+        "from harness.sandbox.images.pull import PullSettings, resolve_image;"
         "s = PullSettings(policy='always', mirror=sys.argv[1], lock_dir=Path(sys.argv[2]));"
         "print(resolve_image(get_client(), sys.argv[3], s).pulled)"
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.fsutil import atomic_write_text
+from harness.core.fsutil import atomic_write_text
 
 MODES = ("enforce", "warn")
 _OPS: dict[str, Callable[[float, float], bool]] = {

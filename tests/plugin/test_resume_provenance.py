@@ -63,7 +63,7 @@ def test_point9_resume_refuses_a_different_runtime_version(suite, tmp_path):
 @pytest.mark.docker
 def test_point9_resume_refuses_a_different_image_digest(suite, tmp_path):
     from harness.sandbox.client import get_client
-    from harness.sandbox.images import base_recipe, ensure_image
+    from harness.sandbox.images.build import base_recipe, ensure_image
 
     client = get_client()
     built = ensure_image(base_recipe(), client=client)

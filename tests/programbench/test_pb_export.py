@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.programbench.export import ExportManifest, export_command, export_run
-from harness.manifest import new_manifest, write_manifest
+from harness.run.manifest import new_manifest, write_manifest
 
 
 def _run(tmp: Path) -> Path:

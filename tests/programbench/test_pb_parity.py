@@ -12,7 +12,7 @@ from benchmarks.programbench.parity import (
     mismatch_row,
     parse_info,
 )
-from harness.models import Outcome, TaskRow
+from harness.core.models import Outcome, TaskRow
 
 LEADERBOARD = Path(__file__).resolve().parents[1] / "data" / "programbench_leaderboard"
 WALK = "antonmedv__walk.bf802ef"
@@ -89,8 +89,8 @@ def test_issue23_a_resume_never_rewrites_a_carried_score(tmp_path: Path) -> None
     sides (the official Average is over this root's eval.json files)."""
     from benchmarks.programbench.adapter import ProgramBenchAdapter
     from benchmarks.programbench.session import check_parity
-    from harness.models import Plan
-    from harness.runtime import RunContext
+    from harness.core.models import Plan
+    from harness.runner.instance import RunContext
 
     src = tmp_path / "programbench"
     walk = _eval_json(src, WALK, 0.5)  # the only instance this resume evaluated

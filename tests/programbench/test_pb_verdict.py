@@ -8,7 +8,7 @@ from benchmarks.programbench.adapter import ProgramBenchAdapter
 from benchmarks.programbench.official_eval import OfficialEvalResult
 from benchmarks.programbench.session import scored_row
 from benchmarks.programbench.verdict import verdict
-from harness.models import Outcome, TaskRow
+from harness.core.models import Outcome, TaskRow
 
 IID = "testorg__calculator.abc1234"
 
@@ -95,9 +95,9 @@ def test_issue23_an_eval_off_row_is_no_settled_score_and_its_run_resumes_with_an
 
     from benchmarks.programbench.rescore import RESCORABLE_REASONS
     from benchmarks.programbench.runner import EVAL_OFF_REASON
-    from harness.ledger import ledger_path
-    from harness.manifest import new_manifest, write_manifest
-    from harness.resume import ResumeError, plan_resume
+    from harness.run.ledger import ledger_path
+    from harness.run.manifest import new_manifest, write_manifest
+    from harness.run.resume import ResumeError, plan_resume
 
     root = tmp_path / "off"
     root.mkdir()

@@ -3,8 +3,8 @@
 Two sources, one shape (a run root: ``run_manifest.json``, ``result_index.jsonl``,
 ``<benchmark>/<instance_id>/`` folders):
 
-- ``make_run`` writes a run root by hand through ``harness.models`` and
-  ``harness.fsutil.append_line``: fast, and it reaches states a live run rarely produces
+- ``make_run`` writes a run root by hand through ``harness.core.models`` and
+  ``harness.core.fsutil.append_line``: fast, and it reaches states a live run rarely produces
   (torn tail, carried rows, unlisted instances, declared official summaries);
 - ``real_run_root`` is a real run of the built-in ``selftest`` benchmark, run by pytest in
   a subprocess. Tests that need "a real run" depend only on this fixture.
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from harness.models import Outcome, TaskRow
+from harness.core.models import Outcome, TaskRow
 from harness.testing.suite import Suite
 from tests.reports.report_runs import row, write_run
 

@@ -1,7 +1,7 @@
 """Run roots written by hand for the report tests (and the report benchmark in tests/perf).
 
 ``write_run`` writes ``run_manifest.json``, ``result_index.jsonl`` and one folder per
-instance through ``harness.models`` and ``harness.fsutil.append_line``; ``big_run_rows``
+instance through ``harness.core.models`` and ``harness.core.fsutil.append_line``; ``big_run_rows``
 gives the ledger of a large, varied run (10,000 rows for the size and paging checks).
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from harness.fsutil import append_line, atomic_write_json
-from harness.models import GitState, Manifest, Outcome, Selection, TaskRow, Versions
+from harness.core.fsutil import append_line, atomic_write_json
+from harness.core.models import GitState, Manifest, Outcome, Selection, TaskRow, Versions
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout the manifest says it ran in
 T0 = 1_790_000_000.0

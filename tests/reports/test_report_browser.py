@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from harness.fsutil import read_json
+from harness.core.fsutil import read_json
 from reports.write import write_report
 
 

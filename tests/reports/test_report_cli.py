@@ -68,7 +68,7 @@ def test_compare_prints_a_table_and_writes_json(make_run, make_row, tmp_path: Pa
 
 
 def test_compare_warns_about_infra_failures(make_run, make_row, capsys) -> None:
-    from harness.models import Outcome
+    from harness.core.models import Outcome
 
     a = make_run(
         "a",

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from harness.models import Outcome, TaskRow
+from harness.core.models import Outcome, TaskRow
 from reports.build import compare_runs
 from reports.run import load_run
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.models import Outcome, TaskRow
+from harness.core.models import Outcome, TaskRow
 from reports.build import build_figures
 from reports.errors import ReportInputError
 from reports.metrics import headline, result_from_row

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 
-from harness.models import Outcome, TaskRow
+from harness.core.models import Outcome, TaskRow
 from reports.progress import Progress
 
 MakeRow = Callable[..., TaskRow]

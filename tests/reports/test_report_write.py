@@ -9,7 +9,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from harness.fsutil import atomic_write_json, read_json
+from harness.core.fsutil import atomic_write_json, read_json
 from reports.errors import ReportInputError
 from reports.figures import ReportFigures
 from reports.write import write_report

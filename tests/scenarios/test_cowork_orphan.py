@@ -1,6 +1,6 @@
 """Scenario (issue 23 item 3): a Cowork gateway run killed mid-task, then resumed.
 
-The agent server is the reference agent server (``python -m harness.agents.reference_server``,
+The agent server is the reference agent server (``python -m harness.agents.reference_server.server``,
 a real HTTP server on 127.0.0.1); its scripted plan reports model usage, then thinks for a
 while (a server-side sleep), then writes the task's rows in the agent container. The first
 run is SIGKILLed (its whole process group) once the task's ``llm_usage`` event was copied

@@ -1,7 +1,7 @@
 """A gateway task's copied events as evidence, planted by an adversary (no Docker).
 
-The orphan cancel on resume (:func:`harness.agents.gateway_orphans.paid_evidence`) and a
-row's paid evidence (:func:`harness.agents.plugin.record_gateway_evidence`) read
+The orphan cancel on resume (:func:`harness.agents.gateway.orphans.paid_evidence`) and a
+row's paid evidence (:func:`harness.runner.agent_plugin.record_gateway_evidence`) read
 ``gateway_events.jsonl`` from agent folders, ancestors' included, which an agent's files sit
 beside. A link to someone else's file, a file past the writer's 16 MiB cap and a FIFO must
 prove nothing, and never hang or crash the reader.
@@ -19,13 +19,13 @@ from typing import TypeVar
 
 import pytest
 
-from harness.adapter import BenchmarkAdapter, InstanceSpec
-from harness.agents.checkpoint import EVENTS_NAME
-from harness.agents.gateway_events import MAX_EVENTS_BYTES, read_events
-from harness.agents.gateway_orphans import paid_evidence
-from harness.agents.plugin import record_gateway_evidence
-from harness.models import Plan
-from harness.runtime import InstanceContext, RunContext
+from harness.agents.gateway.checkpoint import EVENTS_NAME
+from harness.agents.gateway.events import MAX_EVENTS_BYTES, read_events
+from harness.agents.gateway.orphans import paid_evidence
+from harness.core.adapter import BenchmarkAdapter, InstanceSpec
+from harness.core.models import Plan
+from harness.runner.agent_plugin import record_gateway_evidence
+from harness.runner.instance import InstanceContext, RunContext
 
 T = TypeVar("T")
 USAGE = json.dumps({"type": "llm_usage", "prompt_tokens": 7, "completion_tokens": 3}) + "\n"

@@ -48,8 +48,8 @@ DRIVER = r"""
 import ctypes, json, os, sys, types
 from pathlib import Path
 # everything the run needs is imported before the switch: /root is closed to other users
-import harness.model_gateway.agent, harness.model_gateway.prices, harness.model_gateway.server
-import harness.model_gateway.usage, harness.agents.host_exec, http.server, socketserver
+import harness.agents.command_proxy, harness.model_proxy.prices, harness.model_proxy.server
+import harness.model_proxy.usage, harness.agents.host_exec, http.server, socketserver
 import urllib.request, http.client, encodings.idna, subprocess, threading, secrets
 import certifi, httpx
 httpx.Client().close()  # loads the transport's modules

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from harness import activity
+from harness.core import activity
 from reports.progress import Progress
 
 

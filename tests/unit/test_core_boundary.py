@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness import registry
+from harness.core import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("benchmarks", "reports")
@@ -126,7 +126,7 @@ def test_pip_install_without_extras_gives_a_core_that_imports_and_runs(tmp_path:
     code = textwrap.dedent("""
         import importlib.util, sys
         assert importlib.util.find_spec("programbench") is None, "programbench is installed"
-        import harness, harness.plugin, harness.cli
+        import harness, harness.runner.plugin, harness.cli
         assert harness.__file__.startswith(sys.prefix), harness.__file__
         raise SystemExit(harness.cli.main(["--help"]))
     """)
@@ -144,8 +144,8 @@ def test_vocabulary_and_threshold_are_the_adapters() -> None:
     and Cowork bring theirs."""
     from benchmarks.cowork_bench.adapter import CoworkAdapter
     from benchmarks.programbench.adapter import ProgramBenchAdapter
-    from harness.adapter import BenchmarkAdapter
-    from harness.models import Outcome
+    from harness.core.adapter import BenchmarkAdapter
+    from harness.core.models import Outcome
 
     core = BenchmarkAdapter()
     assert core.status_for(Outcome.SCORED, True) == "scored"
@@ -173,12 +173,12 @@ def imported_modules(path: Path) -> set[str]:
 @pytest.mark.parametrize(("importer", "imported"), [
     ("harness/agents/base.py", "harness.agents.oracle"),
     ("harness/agents/base.py", "harness.agents.command"),
-    ("harness/agents/base.py", "harness.agents.gateway_agent"),
+    ("harness/agents/base.py", "harness.agents.gateway.agent"),
     ("harness/agents/base.py", "harness.agents.mini_swe"),
     ("harness/agents/base.py", "harness.agents.host_command"),
-    ("harness/agents/base.py", "harness.model_gateway.agent"),
-    ("harness/agents/gateway.py", "harness.agents.gateway_run"),
-    ("harness/sandbox/builders.py", "harness.sandbox.images"),
+    ("harness/agents/base.py", "harness.agents.command_proxy"),
+    ("harness/agents/gateway/client.py", "harness.agents.gateway.run"),
+    ("harness/sandbox/images/builders.py", "harness.sandbox.images.build"),
 ])
 def test_former_import_cycles_stay_broken(importer: str, imported: str) -> None:
     assert imported not in imported_modules(ROOT / importer)

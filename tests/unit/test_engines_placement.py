@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.order import ledger_durations
+from harness.runner.order import ledger_durations
 from harness.sandbox import placement
 from harness.sandbox.engines import EngineError, EngineRecord, engine_specs, load_engines_file
 

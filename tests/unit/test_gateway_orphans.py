@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from harness.agents.checkpoint import write_checkpoint
-from harness.agents.plugin import orphan_checkpoints
+from harness.agents.gateway.checkpoint import write_checkpoint
+from harness.runner.agent_plugin import orphan_checkpoints
 
 
 def _ctx(tmp: Path, ancestors: list[Path]) -> SimpleNamespace:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from harness.ledger import LedgerError, LedgerWriter, read_ledger
-from harness.models import Outcome, TaskRow
+from harness.core.models import Outcome, TaskRow
+from harness.run.ledger import LedgerError, LedgerWriter, read_ledger
 
 
 def row(iid: str, status: str = "completed", score: float | None = 1.0) -> TaskRow:

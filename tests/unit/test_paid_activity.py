@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness.models import Tokens
-from harness.runtime import InstanceResult, paid_activity
+from harness.core.models import Tokens
+from harness.runner.instance import InstanceResult, paid_activity
 
 
 def test_point3_interrupted_rows_carry_paid_activity() -> None:

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from harness.plan import (
+from harness.run.plan import (
     PlanError,
     config_differences,
     fingerprint,

@@ -1,4 +1,4 @@
-"""harness.secrets_scan: every form of a secret is found and redacted in place, in plain
+"""harness.run.secrets: every form of a secret is found and redacted in place, in plain
 files and in a submission ``.tar.gz``, streaming with bounded memory, never following links."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import secrets_scan as S
-from harness.secrets_scan import MARKER, SecretScanner, scan_and_redact
+from harness.run import secrets as S
+from harness.run.secrets import MARKER, SecretScanner, scan_and_redact
 
 SECRET = "sk-test-" + secrets.token_urlsafe(30)  # long enough for base64 to hold '-'/'_'
 NAME = "MY_API_KEY"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.plan import PlanError, read_task_file, unknown_ids
+from harness.run.plan import PlanError, read_task_file, unknown_ids
 
 
 def test_one_id_a_line_with_comments_blanks_and_repeats(tmp_path: Path) -> None:

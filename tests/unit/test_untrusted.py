@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.untrusted import (
+from harness.core.untrusted import (
     UntrustedFileError,
     hash_untrusted_file,
     is_regular_file,

@@ -1,0 +1,128 @@
+"""``--agent command --model-upstream URL``: the command agent, with a model gateway.
+
+Per instance: a :class:`~harness.model_proxy.server.GatewayServer` (key and meter, in
+this process), its relay network (:mod:`harness.model_proxy.network`), then the usual
+command agent with ``OPENAI_BASE_URL``/``OPENAI_API_BASE`` = ``http://model-gateway:8080/v1``,
+``ANTHROPIC_BASE_URL`` = ``http://model-gateway:8080`` and placeholder API keys (the
+SDKs insist on one; the gateway replaces it). The provider key is read from
+``$<--model-key-env>`` (default ``HARNESS_MODEL_API_KEY``) and never leaves this process.
+
+The row gets the gateway's tokens and cost (source ``gateway``; unknown when a call could
+not be priced); ``model_gateway.json`` in the instance folder has the details. A refusal
+at the per-task limit makes the instance the agent's failure ``per_task_limit_reached``.
+Upstream failures (connection errors, 5xx) when the agent did not finish make it
+infrastructure (``model_upstream_failed``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest
+from harness.agents.command import CommandAgent
+from harness.core.errors import InfraError
+from harness.core.fsutil import atomic_write_json
+from harness.core.models import Tokens
+from harness.model_proxy.network import BASE_URL, GatewayLink
+from harness.model_proxy.prices import ModelPrices, load_prices
+from harness.model_proxy.server import SOCKET_NAME, GatewayServer
+from harness.model_proxy.usage import InstanceMeter
+
+DEFAULT_KEY_ENV = "HARNESS_MODEL_API_KEY"
+PLACEHOLDER_KEY = "harness-model-gateway"
+USAGE_NAME = "model_gateway.json"
+
+
+def gateway_upstream(options: AgentOptions, environ: Mapping[str, str]) -> tuple[str, str]:
+    """``--model-upstream`` checked for any agent kind behind the model gateway: its base
+    URL and the name of the variable holding the provider key (set, and never one the
+    agent is given). ValueError naming the option and the fix otherwise."""
+    upstream = options.model_upstream or ""
+    if not upstream.startswith(("http://", "https://")):
+        raise ValueError(f"--model-upstream {upstream!r}: give an http(s) base URL, "
+                         f"e.g. https://openrouter.ai/api/v1")
+    key_env = options.model_key_env or DEFAULT_KEY_ENV
+    if not environ.get(key_env):
+        raise ValueError(f"--model-upstream: the provider key ${key_env} is not set "
+                         f"(export it, or name another variable with --model-key-env)")
+    if key_env in options.env:
+        raise ValueError(f"--agent-env {key_env}: that is the gateway's provider key; "
+                         f"the agent never gets it (drop the option)")
+    return upstream, key_env
+
+
+def sandbox_env() -> dict[str, str]:
+    return {"OPENAI_BASE_URL": f"{BASE_URL}/v1", "OPENAI_API_BASE": f"{BASE_URL}/v1",
+            "ANTHROPIC_BASE_URL": BASE_URL, "OPENAI_API_KEY": PLACEHOLDER_KEY,
+            "ANTHROPIC_API_KEY": PLACEHOLDER_KEY, "HARNESS_MODEL_GATEWAY": f"{BASE_URL}/v1"}
+
+
+class GatewayCommandAgent:
+    kind = "command"
+
+    def __init__(self, inner: CommandAgent, upstream: str, key_env: str, prices: ModelPrices,
+                 limit_usd: float | None, environ: Mapping[str, str] | None = None) -> None:
+        self.inner = inner
+        self.upstream = upstream
+        self.key_env = key_env
+        self.prices = prices
+        self.limit_usd = limit_usd
+        self._environ = environ
+
+    @classmethod
+    def from_options(cls, options: AgentOptions,
+                     environ: Mapping[str, str] | None = None) -> GatewayCommandAgent:
+        environ = os.environ if environ is None else environ
+        if not options.command:
+            raise ValueError("the command agent needs a command line (--agent-command)")
+        upstream, key_env = gateway_upstream(options, environ)
+        extra = sandbox_env()
+        names = [n for n in options.env if n not in extra] + list(extra)
+        overlay = {**{k: v for k, v in environ.items() if k != key_env}, **extra}
+        config = CommandAgent.from_options(options.model_copy(update={"env": names})).config
+        inner = CommandAgent(config, environ=overlay)
+        return cls(inner, upstream, key_env, load_prices(options.model_prices),
+                   options.per_task_limit_usd, environ)
+
+    def missing_env(self) -> list[str]:
+        return self.inner.missing_env()
+
+    def run(self, request: AgentRequest) -> AgentOutcome:
+        environ = os.environ if self._environ is None else self._environ
+        key = environ.get(self.key_env)
+        if not key:
+            raise InfraError(f"the provider key ${self.key_env} is gone", "model_gateway_failed")
+        if request.sandbox is None:
+            raise InfraError("the command agent needs a sandbox, none was given",
+                             "agent_no_sandbox")
+        meter = InstanceMeter(self.prices, self.limit_usd)
+        server = GatewayServer(self.upstream, key, meter).start()
+        try:
+            link = GatewayLink.open(request.sandbox, server.socket_dir, SOCKET_NAME)
+            try:
+                outcome = self.inner.run(request)
+            finally:
+                link.close()
+        finally:
+            server.close()
+        state = meter.snapshot()
+        out = Path(request.instance_dir) / USAGE_NAME
+        atomic_write_json(out, state)
+        known = state.cost_known
+        update: dict[str, Any] = {
+            "cost_usd": round(state.cost_usd, 12),
+            "cost_known": known,
+            "tokens": Tokens(prompt=state.prompt_tokens, completion=state.completion_tokens,
+                             total=state.prompt_tokens + state.completion_tokens),
+            "output_paths": {**outcome.output_paths, "model_gateway": str(out)},
+            "details": {**outcome.details, "cost_source": "gateway" if known else "unknown",
+                        "model_calls": state.calls, "model_refused": state.refused},
+        }
+        if state.limit_reached:
+            update.update(completed=False, infra=False, reason_code="per_task_limit_reached")
+        elif state.upstream_errors and not outcome.completed and not outcome.infra:
+            update.update(infra=True, reason_code="model_upstream_failed")
+        return outcome.model_copy(update=update)

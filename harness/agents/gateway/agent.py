@@ -1,0 +1,164 @@
+"""The ``gateway`` agent: one task on the agent server per instance.
+
+The adapter builds the task body (``AgentRequest.task_body``); this agent fills in the
+timeout when the body has none and, for a ``docker_exec`` executor, the unprivileged user
+its steps run as (``executor_ref.user``: the sandbox's user, else ``agent``; never root),
+reattaches or submits, waits, and classifies the settled result. A client-side give-up
+(timeout, lasting poll errors) is an infra outcome; the task is cancelled then unless the
+adapter keeps its sandbox for a reattach (``extra["keep_sandbox"]``, or ``extra["reattach"]``
+for a sandbox adopted on resume: :mod:`harness.sandbox.reattach`), since otherwise its
+sandbox ends with the instance. An interrupt cancels the task first. A resume first settles the tasks
+earlier attempts left running (:mod:`harness.agents.gateway.orphans`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from harness.agents.base import (
+    Agent,
+    AgentOptions,
+    AgentOutcome,
+    AgentRequest,
+    RuntimeOutcome,
+    register_agent,
+)
+from harness.agents.gateway.checkpoint import AgentFolder
+from harness.agents.gateway.classify import classify_result
+from harness.agents.gateway.client import (
+    ClientPollError,
+    ClientPollTimeout,
+    GatewayClient,
+    PollPolicy,
+)
+from harness.agents.gateway.models import TaskCreateRequest, is_root_user
+from harness.agents.gateway.orphans import settle_orphans
+from harness.agents.gateway.run import run_task, validate_task_body
+from harness.core.errors import InfraError
+from harness.run.secrets import secrets_from_env
+
+AGENT_USER = "agent"  # harness.sandbox.images.build.AGENT_USER (uid 1000) in every harness image
+
+
+def agent_user(sandbox: Any) -> str:
+    """The user the agent server's ``docker exec`` steps run as: the sandbox's default exec
+    user when it is not root, else the images' unprivileged ``agent``."""
+    user = getattr(getattr(sandbox, "spec", None), "user", None)
+    if isinstance(user, str) and user and not is_root_user(user):
+        return user
+    return AGENT_USER
+
+
+class GatewayAgent:
+    kind = "gateway"
+
+    def __init__(
+        self, base_url: str, *, policy: PollPolicy | None = None, adapter: str | None = None,
+        limit_usd: float | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self.policy = policy or PollPolicy()
+        self.adapter = adapter
+        self.limit_usd = limit_usd  # --per-task-limit-usd: the task is cancelled there
+
+    @classmethod
+    def from_options(cls, options: AgentOptions) -> GatewayAgent:
+        if not options.gateway_url:
+            raise ValueError("the gateway agent needs the agent server's URL (--gateway-url)")
+        updates: dict[str, Any] = {}
+        if options.poll_interval_s is not None:
+            updates["interval_s"] = options.poll_interval_s
+        if options.client_grace_s is not None:
+            updates["client_grace_s"] = options.client_grace_s
+        return cls(options.gateway_url, policy=PollPolicy(**updates), adapter=options.adapter,
+                   limit_usd=options.per_task_limit_usd)
+
+    def _body(self, request: AgentRequest) -> TaskCreateRequest:
+        body = request.task_body
+        if body is None:
+            raise InfraError(
+                f"{request.adapter}: no gateway task body for instance {request.instance_id} "
+                "(the adapter does not support --agent gateway)",
+                "gateway_task_body_missing",
+            )
+        data = (
+            body.model_dump(mode="json", exclude_none=True)
+            if isinstance(body, BaseModel)
+            else dict(body)
+        )
+        if request.timeout_sec and not any(
+            data.get(k) for k in ("timeout_sec", "timeout", "deadline_at")
+        ):
+            data["timeout_sec"] = request.timeout_sec
+        ref = data.get("executor_ref")
+        if isinstance(ref, dict) and ref.get("type") == "docker_exec" and not ref.get("user"):
+            data["executor_ref"] = {**ref, "user": agent_user(request.sandbox)}
+        return validate_task_body(data)
+
+    def run(self, request: AgentRequest) -> AgentOutcome:
+        instance_dir = Path(request.instance_dir)  # the agent's folder (AgentFolder)
+        adapter = self.adapter or request.adapter
+        body = self._body(request)
+        orphan_details: dict[str, Any] = {}
+        with GatewayClient(self.base_url, policy=self.policy) as client:
+            # A resume that cannot reattach first settles what earlier attempts left running.
+            orphans = settle_orphans(client, request.extra.get("ancestor_checkpoints", ()))
+            if orphans:
+                orphan_details["orphan_tasks"] = orphans
+            try:
+                run = run_task(
+                    client, body, instance_dir=instance_dir, adapter=adapter,
+                    timeout_s=request.timeout_sec,
+                    secrets=secrets_from_env(request.env_allowlist),
+                    limit_usd=self.limit_usd,
+                )
+            except (ClientPollTimeout, ClientPollError) as exc:
+                last = exc.last
+                # Its sandbox ends with the instance unless the adapter keeps it for a
+                # reattach (``keep_sandbox``, or ``reattach``: an adopted one): a task left
+                # running in a removed sandbox would spend for nothing.
+                reattachable = bool(request.extra.get("reattach")
+                                    or request.extra.get("keep_sandbox"))
+                cancelled = (not reattachable and exc.task_id is not None
+                             and client.cancel(exc.task_id))
+                return AgentOutcome(
+                    agent=self.kind,
+                    completed=False,
+                    infra=True,
+                    reason_code=exc.reason_code,
+                    task_id=exc.task_id,
+                    runtime_outcome=RuntimeOutcome(
+                        available=last is not None, status=last.status if last else None
+                    ),
+                    output_paths={"task_checkpoint": str(AgentFolder(instance_dir).checkpoint)},
+                    details={"reattachable": reattachable, "error": str(exc),
+                             "cancelled_on_give_up": cancelled, **orphan_details},
+                )
+        outcome = classify_result(
+            run.result, task_id=run.task_id, raw_result_path=run.result_path, agent=self.kind
+        )
+        paths = {"task_checkpoint": run.checkpoint_path, "task_result": run.result_path}
+        if run.body_path:
+            paths["task_body"] = run.body_path
+        if run.events_path:
+            paths["gateway_events"] = run.events_path
+        details = {
+            **outcome.details,
+            "reattached": run.reattached,
+            "reattach_reason": run.decision.reason,
+            "polls": run.polls,
+            "events": run.events,
+            "gateway_url": self.base_url,
+            **orphan_details,
+            **({"per_task_limit_usd": self.limit_usd, "per_task_limit_reached": run.limit_reached}
+               if run.limit_reached else {}),
+        }
+        return outcome.model_copy(update={"output_paths": paths, "details": details})
+
+
+@register_agent("gateway")
+def _make(options: AgentOptions) -> Agent:
+    return GatewayAgent.from_options(options)

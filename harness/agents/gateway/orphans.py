@@ -1,0 +1,107 @@
+"""Never two live paid tasks for one instance: settle an earlier attempt's task first.
+
+A run that crashed (SIGKILL, a lost machine) or whose client gave up waiting leaves its
+gateway task on the server, where it may still run and spend. Its sandbox is gone (the
+harness removes an instance's sandbox when the instance ends, and a resume starts a fresh
+one), so the task cannot be reattached: before a resume submits a fresh task for the
+instance, each task named by an ancestor's checkpoint is looked up and, when still in flight,
+cancelled and waited on until settled. What was found and done is returned for the row
+(``details.orphan_tasks``), with what the earlier attempt's copied events prove about its
+spend (``paid_activity`` ``observed`` when an ``llm_usage`` record reports tokens, with
+their sums; else ``unknown``): the events sit beside the checkpoint
+(:class:`harness.agents.gateway.checkpoint.AgentFolder`). When the server cannot say, or the task
+will not settle, the instance stops with an infra outcome instead of starting a second paid
+task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from harness.agents.gateway.checkpoint import EVENTS_NAME, read_checkpoint
+from harness.agents.gateway.classify import result_cost
+from harness.agents.gateway.client import ClientPollTimeout, GatewayClient
+from harness.agents.gateway.errors import GatewayError
+from harness.agents.gateway.events import read_events, usage_with_tokens
+from harness.agents.gateway.models import CANCEL_REQUESTED, IN_FLIGHT_STATUSES
+from harness.core.untrusted import is_regular_file
+
+log = logging.getLogger(__name__)
+
+ORPHAN_LIVE = "gateway_orphan_live"
+
+
+def settle_orphans(client: GatewayClient, checkpoints: Iterable[Path | str]) -> list[dict[str, Any]]:
+    """Cancel every still-running task the given checkpoints name; one record per task."""
+    records: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for path in checkpoints:
+        checkpoint = read_checkpoint(Path(path))
+        if checkpoint is None or checkpoint.task_id in seen:
+            continue
+        seen.add(checkpoint.task_id)
+        record = _settle(client, checkpoint.task_id, str(path))
+        usage_seen = bool((checkpoint.events or {}).get("usage_observed"))
+        records.append({**record, **paid_evidence(Path(path).parent / EVENTS_NAME, usage_seen)})
+    return records
+
+
+def paid_evidence(events: Path, usage_seen: bool = False) -> dict[str, Any]:
+    """What an earlier attempt's copied events prove about its spend: ``paid_activity``
+    (``observed``/``unknown``) and the tokens its ``llm_usage`` records report."""
+    prompt = completion = 0
+    observed = usage_seen
+    for event in read_events(events):
+        if not usage_with_tokens(event):
+            continue
+        observed = True
+        prompt += _count(event, "prompt_tokens", "input_tokens")
+        completion += _count(event, "completion_tokens", "output_tokens")
+    out: dict[str, Any] = {"paid_activity": "observed" if observed else "unknown"}
+    if observed:
+        out.update(prompt_tokens=prompt, completion_tokens=completion)
+    if is_regular_file(events):
+        out["events"] = str(events)
+    return out
+
+
+def _count(event: dict[str, Any], *keys: str) -> int:
+    nested = event.get("usage")
+    usage: dict[str, Any] = nested if isinstance(nested, dict) else event
+    for key in keys:
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def _settle(client: GatewayClient, task_id: str, checkpoint: str) -> dict[str, Any]:
+    record: dict[str, Any] = {"task_id": task_id, "checkpoint": checkpoint}
+    found = client.find_task(task_id)  # GatewayUnavailable (infra) when the server cannot say
+    if found is None:
+        return {**record, "status": None, "action": "unknown_to_server"}
+    record["status_before"] = found.status
+    if found.status not in IN_FLIGHT_STATUSES and found.status != CANCEL_REQUESTED:
+        return {**record, "status": found.status, "action": "already_settled",
+                "cost_usd": result_cost(found)[0]}
+    if found.status != CANCEL_REQUESTED:
+        log.warning("cancelling task %s left running by an earlier attempt", task_id)
+        if not client.cancel(task_id):
+            again = client.find_task(task_id)
+            if again is None or again.status in IN_FLIGHT_STATUSES:
+                raise GatewayError(
+                    f"task {task_id} of an earlier attempt is still {found.status} and the "
+                    "server refused to cancel it: not starting a second paid task (cancel it "
+                    "on the agent server, then resume)", ORPHAN_LIVE, task_id=task_id)
+    try:
+        settled = client.wait(task_id, timeout_s=client.policy.cancel_settle_s)
+    except ClientPollTimeout as exc:
+        raise GatewayError(
+            f"task {task_id} of an earlier attempt did not settle within "
+            f"{client.policy.cancel_settle_s:.0f}s of its cancel: not starting a second paid "
+            "task (resume again once it has settled)", ORPHAN_LIVE, task_id=task_id) from exc
+    return {**record, "status": settled.status, "action": "cancelled",
+            "cost_usd": result_cost(settled)[0]}

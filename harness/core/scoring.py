@@ -1,0 +1,31 @@
+"""The one rule for a row's effective score, shared by the ledger tally and the report.
+
+A row is resolved when its benchmark said so (``resolved``, recorded from the adapter's own
+vocabulary) or its score reached :data:`RESOLVED_AT`; the core knows no benchmark's status
+words.
+"""
+
+from __future__ import annotations
+
+from harness.core.models import RESOLVED_AT, Outcome, TaskRow
+
+INFRA_STATUS = "infra_failed"
+
+
+def row_is_infra(row: TaskRow) -> bool:
+    return row.outcome is Outcome.INFRA_FAILED or row.infra or row.status == INFRA_STATUS
+
+
+def row_is_resolved(row: TaskRow) -> bool:
+    if row_is_infra(row):
+        return False
+    return row.resolved is True or (row.score is not None and row.score >= RESOLVED_AT)
+
+
+def row_score(row: TaskRow) -> float:
+    """Effective score: the row's score, else 1 for a resolved row, else 0 (0 when infra)."""
+    if row_is_infra(row):
+        return 0.0
+    if row.score is not None:
+        return float(row.score)
+    return 1.0 if row_is_resolved(row) else 0.0

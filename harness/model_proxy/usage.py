@@ -1,0 +1,241 @@
+"""Tokens and cost of one model call, from the provider's response (JSON or a stream of
+server-sent events), for the OpenAI chat/completions/responses and Anthropic Messages
+shapes; and :class:`InstanceMeter`, the running total of one instance.
+
+Cost of a call: the provider's own field when present (``usage.cost``, as OpenRouter
+reports it; source ``provider``), else the ``--model-prices`` table (source ``prices``),
+else unknown: the instance's cost is then unknown, never $0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.model_proxy.prices import ModelPrices
+
+
+@dataclass
+class CallUsage:
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+    provider_cost: float | None = None
+    model: str | None = None
+    seen: bool = False  # a usage block was found
+
+    def absorb(self, usage: Mapping[str, Any]) -> None:
+        """Merge a usage block (OpenAI or Anthropic names); later values win."""
+        self.seen = True
+        for key, attr in (("prompt_tokens", "prompt"), ("input_tokens", "prompt"),
+                          ("completion_tokens", "completion"), ("output_tokens", "completion")):
+            value = usage.get(key)
+            if isinstance(value, int) and value >= 0:
+                setattr(self, attr, value)
+        extra_in = sum(v for k in ("cache_read_input_tokens", "cache_creation_input_tokens")
+                       if isinstance(v := usage.get(k), int) and v > 0)
+        if extra_in and "input_tokens" in usage:
+            self.prompt = int(usage.get("input_tokens") or 0) + extra_in
+            self.cached = int(usage.get("cache_read_input_tokens") or 0)
+        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
+        if isinstance(details, Mapping) and isinstance(details.get("cached_tokens"), int):
+            self.cached = int(details["cached_tokens"])
+        cost = usage.get("cost")
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and \
+                math.isfinite(cost) and cost >= 0:
+            self.provider_cost = float(cost)
+
+
+def usage_from_json(body: Mapping[str, Any]) -> CallUsage:
+    out = CallUsage(model=body.get("model") if isinstance(body.get("model"), str) else None)
+    usage = body.get("usage")
+    if isinstance(usage, Mapping):
+        out.absorb(usage)
+    response = body.get("response")  # responses API stream events wrap the response
+    if isinstance(response, Mapping) and isinstance(response.get("usage"), Mapping):
+        out.absorb(response["usage"])
+    message = body.get("message")  # anthropic message_start
+    if isinstance(message, Mapping):
+        if isinstance(message.get("model"), str):
+            out.model = message["model"]
+        if isinstance(message.get("usage"), Mapping):
+            out.absorb(message["usage"])
+    return out
+
+
+class SSEUsage:
+    """Feeds on a server-sent-event stream; keeps the call's usage. ``transform`` decides,
+    per event, whether it is passed on (the usage-only chunk the gateway asked for when the
+    client did not is dropped)."""
+
+    def __init__(self, drop_usage_only_chunks: bool = False) -> None:
+        self.usage = CallUsage()
+        self.drop = drop_usage_only_chunks
+        self._buf = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """Return the bytes to forward now (whole events only)."""
+        self._buf += data
+        out = bytearray()
+        while True:
+            cut = _event_end(self._buf)
+            if cut is None:
+                break
+            event, self._buf = self._buf[:cut[0]], self._buf[cut[1]:]
+            if self._keep(event):
+                out += event + b"\n\n"
+        return bytes(out)
+
+    def flush(self) -> bytes:
+        rest, self._buf = self._buf, b""
+        if rest and self._keep(rest):
+            return rest
+        return b""
+
+    def _keep(self, event: bytes) -> bool:
+        for line in event.splitlines():
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if not payload or payload == b"[DONE]":
+                continue
+            try:
+                obj = json.loads(payload)
+            except ValueError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            part = usage_from_json(obj)
+            if part.seen:
+                if part.provider_cost is not None:
+                    self.usage.provider_cost = part.provider_cost
+                if obj.get("type") == "message_delta":  # anthropic: output tokens so far
+                    self.usage.completion = part.completion
+                else:
+                    self.usage.prompt = part.prompt or self.usage.prompt
+                    self.usage.completion = part.completion or self.usage.completion
+                    self.usage.cached = part.cached or self.usage.cached
+                self.usage.seen = True
+            if part.model and not self.usage.model:
+                self.usage.model = part.model
+            if self.drop and part.seen and obj.get("choices") == []:
+                return False
+        return True
+
+
+def _event_end(buf: bytes) -> tuple[int, int] | None:
+    best: tuple[int, int] | None = None
+    for sep in (b"\n\n", b"\r\n\r\n"):
+        i = buf.find(sep)
+        if i >= 0 and (best is None or i < best[0]):
+            best = (i, i + len(sep))
+    return best
+
+
+class MeterState(BaseModel):
+    """``model_gateway.json`` in the instance folder."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: str = Field(default="harness.model_gateway.usage.v1", alias="schema")
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    priced_by_provider: int = 0
+    priced_by_table: int = 0
+    unpriced_calls: int = 0
+    usage_missing: int = 0
+    refused: int = 0
+    upstream_errors: int = 0
+    limit_usd: float | None = None
+    limit_reached: bool = False
+    limit_reason: str | None = None
+    models: list[str] = Field(default_factory=list)
+
+    @property
+    def cost_known(self) -> bool:
+        return self.unpriced_calls == 0 and self.usage_missing == 0
+
+
+@dataclass
+class InstanceMeter:
+    prices: ModelPrices
+    limit_usd: float | None = None
+    state: MeterState = field(default_factory=MeterState)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # With a per-task limit, calls go out one at a time: each is admitted knowing what every
+    # earlier call cost, so the limit is overshot by at most the one call that crosses it
+    # (concurrent calls admitted together could each cross it).
+    slot: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.state.limit_usd = self.limit_usd
+
+    @contextlib.contextmanager
+    def call_slot(self) -> Iterator[None]:
+        """Held for a whole call (admission, forwarding, recording) under a limit."""
+        if self.limit_usd is None:
+            yield
+            return
+        with self.slot:
+            yield
+
+    def admit(self) -> str | None:
+        """None if a call may go out, else the refusal message."""
+        with self.lock:
+            s = self.state
+            if self.limit_usd is None:
+                return None
+            if not s.limit_reached and s.cost_usd >= self.limit_usd:
+                s.limit_reached, s.limit_reason = True, "spent"
+            if not s.limit_reached and not s.cost_known:
+                s.limit_reached, s.limit_reason = True, "cost_unknown"
+            if s.limit_reached:
+                s.refused += 1
+                why = ("the cost of an earlier call is unknown"
+                       if s.limit_reason == "cost_unknown" else
+                       f"spent ${s.cost_usd:.6f} of ${self.limit_usd:g}")
+                return f"per_task_limit_reached: the per-task model budget is spent ({why}); "\
+                       f"no more model calls"
+            return None
+
+    def record(self, usage: CallUsage, requested_model: str | None) -> None:
+        with self.lock:
+            s = self.state
+            s.calls += 1
+            for name in (requested_model, usage.model):
+                if name and name not in s.models and len(s.models) < 20:
+                    s.models.append(name)
+            if not usage.seen:
+                s.usage_missing += 1
+                return
+            s.prompt_tokens += usage.prompt
+            s.completion_tokens += usage.completion
+            if usage.provider_cost is not None:
+                s.cost_usd += usage.provider_cost
+                s.priced_by_provider += 1
+                return
+            cost = self.prices.cost(usage.prompt, usage.completion, requested_model,
+                                    usage.model, cached=usage.cached)
+            if cost is None:
+                s.unpriced_calls += 1
+            else:
+                s.cost_usd += cost
+                s.priced_by_table += 1
+
+    def upstream_error(self) -> None:
+        with self.lock:
+            self.state.upstream_errors += 1
+
+    def snapshot(self) -> MeterState:
+        with self.lock:
+            return self.state.model_copy()

@@ -1,0 +1,383 @@
+"""pytest wiring of agents: ``--agent`` and its options, the controller's preflights (seed
+gate, target actor, runtime attestation: recorded first, then enforced), the
+``harness_agent`` fixture, and :func:`run_agent`, which turns an agent's outcome into the
+instance's row fields."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from harness.agents.kinds import AGENT_KINDS
+from harness.core.errors import InfraError, RefusalError
+from harness.core.outcomes import Outcome
+
+if TYPE_CHECKING:  # agents and rows load when a run starts, not at collection
+    from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest
+    from harness.runner.instance import InstanceContext, RunContext
+
+GATEWAY_URL_ENV = "HARNESS_GATEWAY_URL"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness agent", "the agent under test")
+    group.addoption("--agent", default=None, metavar="KIND",
+                    help=f"agent kind: {' | '.join(AGENT_KINDS)} (required except with "
+                         f"--dry-run, where task bodies are written for the gateway)")
+    group.addoption("--gateway-url", default=None, metavar="URL",
+                    help=f"agent server base URL (or ${GATEWAY_URL_ENV})")
+    group.addoption("--gateway-poll-sec", default=None, metavar="SEC",
+                    help="seconds between polls of a gateway task (default 5)")
+    group.addoption("--solve-model", default=None, metavar="MODEL",
+                    help="the declared model; the server's settings must match it")
+    group.addoption("--expect-runtime-version", default=None, metavar="VERSION",
+                    help="refuse (exit 3) unless the server reports this runtime_version")
+    group.addoption("--allow-runtime-skew", action="store_true", default=False,
+                    help="waive a runtime_version skew (recorded in the manifest)")
+    group.addoption("--agent-command", default=None, metavar="CMD",
+                    help="command line of a CLI agent run inside the sandbox")
+    group.addoption("--agent-kill-after", default=None, metavar="SEC",
+                    help="command agents: seconds between the task timeout's TERM and its "
+                         "KILL (default 10)")
+    group.addoption("--agent-exec-margin", default=None, metavar="SEC",
+                    help="command agents: seconds after timeout + kill-after before the "
+                         "harness itself kills the process tree (default 30)")
+    group.addoption("--agent-env", action="append", default=[], metavar="NAME",
+                    help="environment variable passed to the command agent (repeatable; "
+                         "values come from this environment, never argv)")
+    group.addoption("--agent-config", default=None, metavar="FILE",
+                    help="mini-swe-agent: YAML merged over the pinned programbench.yaml")
+    group.addoption("--model-upstream", default=None, metavar="URL",
+                    help="command and host-command agents: start the model gateway, "
+                         "forwarding to this OpenAI/Anthropic-compatible base URL")
+    group.addoption("--model-key-env", default=None, metavar="NAME",
+                    help="the gateway's provider key comes from $NAME "
+                         "(default HARNESS_MODEL_API_KEY; never passed to the sandbox)")
+    group.addoption("--model-prices", default=None, metavar="FILE",
+                    help="USD per million tokens per model (JSON), for calls whose "
+                         "response carries no cost")
+    group.addoption("--per-task-limit-usd", default=None, metavar="USD",
+                    help="stop an instance's agent once it spent this much (model "
+                         "gateway, mini-swe-agent, gateway tasks); refused for an agent "
+                         "whose spend the harness cannot see")
+    group.addoption("--agent-repo", default=None, metavar="DIR",
+                    help="source checkout of the agent under test, recorded for provenance")
+    group.addoption("--allow-dirty-seed", action="store_true", default=False,
+                    help="allow a dirty --agent-repo checkout")
+    group.addoption("--expect-agent-commit", default=None, metavar="SHA",
+                    help="refuse unless --agent-repo's HEAD is this commit")
+
+
+def agent_kind(config: pytest.Config) -> str:
+    kind = config.getoption("agent")
+    if kind is None:
+        return "gateway" if config.getoption("dry_run") else ""
+    return str(kind)
+
+
+def agent_options(config: pytest.Config) -> AgentOptions:
+    from harness.agents.base import AgentOptions
+
+    return AgentOptions(
+        command=config.getoption("agent_command"),
+        env=list(config.getoption("agent_env")),
+        gateway_url=config.getoption("gateway_url") or os.environ.get(GATEWAY_URL_ENV),
+        poll_interval_s=_float_option(config, "gateway_poll_sec"),
+        solve_model=config.getoption("solve_model"),
+        agent_config=config.getoption("agent_config"),
+        model_upstream=config.getoption("model_upstream"),
+        model_key_env=config.getoption("model_key_env"),
+        model_prices=config.getoption("model_prices"),
+        per_task_limit_usd=_float_option(config, "per_task_limit_usd"),
+        kill_after_s=_float_option(config, "agent_kill_after"),
+        exec_margin_s=_float_option(config, "agent_exec_margin"),
+    )
+
+
+def _float_option(config: pytest.Config, name: str) -> float | None:
+    raw = config.getoption(name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        flag = "--" + name.replace("_", "-")
+        raise RefusalError(f"{flag} {raw!r} is not a positive number; pass e.g. {flag} 2",
+                           stage="agent", reason="agent_options")
+    return value
+
+
+def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
+    """Agent options that change results (names only: never a secret value)."""
+    return {
+        "agent.kind": agent_kind(config),
+        "agent.solve_model": config.getoption("solve_model"),
+        "agent.command": config.getoption("agent_command"),
+        "agent.env": sorted(config.getoption("agent_env")),
+        "agent.config": config.getoption("agent_config"),
+        "agent.model_upstream": config.getoption("model_upstream"),
+        "agent.model_prices": config.getoption("model_prices"),
+        "agent.per_task_limit_usd": config.getoption("per_task_limit_usd"),
+    }
+
+
+def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+    from harness.agents.base import make_agent
+
+    kind = agent_kind(config)
+    if not kind and not any(a.needs_agent for a in run.adapters.values()):
+        kind = "nop"
+    if not kind:
+        raise RefusalError(f"choose the agent under test with --agent "
+                           f"{'|'.join(AGENT_KINDS)}", stage="agent", reason="agent_missing")
+    options = agent_options(config)
+    if run.dry_run and kind == "gateway" and not options.gateway_url:
+        return  # a dry run only writes the task bodies a gateway would get
+    try:
+        agent = make_agent(kind, options)
+    except ValueError as exc:
+        raise RefusalError(str(exc), stage="agent", reason="agent_options") from exc
+    extra = run.manifest.extra if run.manifest is not None else {}
+    extra["agent"] = {"kind": kind, "gateway_url": options.gateway_url,
+                      "solve_model": config.getoption("solve_model"),
+                      "command": options.command, "env_names": sorted(options.env)}
+    write = _writer(run)
+    repo = config.getoption("agent_repo")
+    head: str | None = None
+    version: str | None = None
+    if repo:
+        from harness.agents.provenance import repo_provenance, require_seed, seed_gate
+
+        prov = repo_provenance(repo)
+        gate = seed_gate(prov, allow_dirty_seed=config.getoption("allow_dirty_seed"),
+                         expect=config.getoption("expect_agent_commit"))
+        extra["agent_source"] = prov.model_dump(mode="json", by_alias=True)
+        extra["seed_gate"] = gate.model_dump(mode="json", by_alias=True)
+        write()
+        require_seed(gate, prov)
+        head, version = prov.head, getattr(prov, "version", None)
+    if kind == "command":
+        missing = agent.missing_env() if hasattr(agent, "missing_env") else []
+        if missing:
+            raise RefusalError(f"--agent-env {', '.join(missing)}: not set in this environment; "
+                               f"export it or drop the option", stage="agent",
+                               reason="agent_env_missing")
+    if kind == "gateway" and options.gateway_url:
+        _gateway_preflight(config, run, options.gateway_url, repo, head, version, write)
+    elif kind == "gateway" and not run.dry_run:
+        raise RefusalError(f"--agent gateway needs --gateway-url URL (or ${GATEWAY_URL_ENV})",
+                           stage="agent", reason="agent_options")
+
+
+def _writer(run: RunContext) -> Any:
+    from harness.run.manifest import write_manifest
+
+    def write() -> None:
+        if run.manifest is not None:
+            write_manifest(run.manifest)
+
+    return write
+
+
+def _gateway_preflight(config: pytest.Config, run: RunContext, url: str, repo: str | None,
+                       head: str | None, version: str | None, write: Any) -> None:
+    from harness.agents.gateway.client import GatewayClient
+    from harness.agents.gateway.preflight import (
+        attest_runtime,
+        preflight_target_actor,
+        require_runtime,
+    )
+
+    extra = run.manifest.extra if run.manifest is not None else {}
+    model = config.getoption("solve_model")
+
+    def record(found: dict[str, Any]) -> None:  # on disk before any refusal
+        extra["target_runtime_actor"] = found
+        write()
+
+    with GatewayClient(url) as client:
+        if model:
+            preflight_target_actor(client, model, budget_s=10.0, record=record)
+        if run.dry_run:
+            extra["runtime_attestation"] = {"skipped": "dry_run"}
+            return
+        att = attest_runtime(client, expected_version=config.getoption("expect_runtime_version"),
+                             repo_dir=repo, repo_head=head, repo_version=version,
+                             allow_skew=config.getoption("allow_runtime_skew"))
+        extra["runtime_attestation"] = att.model_dump(mode="json", by_alias=True)
+        write()
+        require_runtime(att)
+
+
+@pytest.fixture(scope="session")
+def harness_agent(pytestconfig: pytest.Config) -> Agent:
+    """The agent under test (one per process; agents keep no per-instance state)."""
+    from harness.agents.base import make_agent
+
+    kind = agent_kind(pytestconfig) or "nop"
+    options = agent_options(pytestconfig)
+    return make_agent(kind, options)
+
+
+def carry_checkpoint(ctx: InstanceContext, source: str | None = None,
+                     agent_dir: Path | None = None) -> None:
+    """On resume, bring the ancestor's gateway checkpoint (``source`` when given: the one of
+    the sandbox adopted for the reattach) so the client can reattach. ``agent_dir``: the
+    agent's folder (``AgentRequest.instance_dir``), default the instance folder."""
+    from harness.agents.gateway.checkpoint import AgentFolder
+
+    folder = AgentFolder.of(ctx.instance_dir, agent_dir)
+    target = folder.checkpoint
+    if target.exists():
+        return
+    found = [Path(source)] if source else [
+        folder.in_run(root, ctx.benchmark, ctx.instance_id).checkpoint
+        for root in ctx.run.plan.ancestors]
+    for path in found:
+        if path.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            ctx.result.details["checkpoint_from"] = str(path)
+            return
+
+
+def orphan_checkpoints(ctx: InstanceContext, agent_dir: Path | None = None) -> list[str]:
+    """Checkpoints of earlier attempts at this instance whose tasks may still run: the
+    ancestors' (a resume) and this instance directory's own (an instance run again in the
+    same root), the latter moved aside so the new attempt starts fresh. ``agent_dir``: the
+    agent's folder (``AgentRequest.instance_dir``; the same subfolder in every root).
+
+    A task an ancestor's row already accounts for is left out (its spend is recorded once):
+    one that row's attempt settled as an orphan (``agent_details.orphan_tasks``), or its own
+    task when the row knows its cost."""
+    from harness.agents.gateway.checkpoint import AgentFolder, read_checkpoint
+
+    folder = AgentFolder.of(ctx.instance_dir, agent_dir)
+    found = [str(folder.in_run(root, ctx.benchmark, ctx.instance_id).checkpoint)
+             for root in ctx.run.plan.ancestors]
+    own = folder.checkpoint
+    if own.exists():
+        aside = own.with_name(f"{own.stem}.earlier-{os.getpid()}-{len(found)}{own.suffix}")
+        os.replace(own, aside)
+        found.append(str(aside))
+    accounted = accounted_task_ids(ctx)
+    out = []
+    for path in found:
+        checkpoint = read_checkpoint(Path(path)) if Path(path).is_file() else None
+        if checkpoint is not None and checkpoint.task_id not in accounted:
+            out.append(path)
+    return out
+
+
+def accounted_task_ids(ctx: InstanceContext) -> set[str]:
+    """Gateway tasks whose spend a row of this instance in an ancestor's ledger records."""
+    from harness.run.ledger import LedgerError, ledger_path, read_ledger
+
+    ids: set[str] = set()
+    for root in ctx.run.plan.ancestors:
+        try:
+            rows = read_ledger(ledger_path(Path(root))).rows
+        except (LedgerError, OSError):
+            continue  # an unreadable ledger accounts for nothing
+        for row in rows:
+            if row.benchmark != ctx.benchmark or row.instance_id != ctx.instance_id:
+                continue
+            agent = row.details.get("agent_details")
+            orphans = agent.get("orphan_tasks") if isinstance(agent, dict) else None
+            for orphan in orphans if isinstance(orphans, list) else []:
+                if isinstance(orphan, dict) and isinstance(orphan.get("task_id"), str):
+                    ids.add(orphan["task_id"])
+            task_id = row.details.get("task_id")
+            if row.cost_known and isinstance(task_id, str):
+                ids.add(task_id)
+    return ids
+
+
+def record_gateway_evidence(ctx: InstanceContext, agent_dir: Path | None = None) -> None:
+    """What the agent's folder (``agent_dir``, default the instance folder) proves about a
+    gateway task's spend, for the row's ``paid_activity`` (``details.paid_evidence``), and
+    its copied events as an output."""
+    from harness.agents.gateway.checkpoint import AgentFolder, read_checkpoint
+    from harness.agents.gateway.classify import result_cost
+    from harness.agents.gateway.events import read_events, usage_with_tokens
+    from harness.agents.gateway.models import TaskResult
+    from harness.core.untrusted import is_regular_file
+
+    folder = AgentFolder.of(ctx.instance_dir, agent_dir)
+    events = folder.events
+    if is_regular_file(events):
+        ctx.output("gateway_events", events)
+    checkpoint = read_checkpoint(folder.checkpoint)
+    if (checkpoint is not None and (checkpoint.events or {}).get("usage_observed")) or any(
+            usage_with_tokens(e) for e in read_events(events)):  # copied, not yet checkpointed
+        ctx.result.details["paid_evidence"] = "gateway_events_llm_usage"
+        return
+    if checkpoint is not None and checkpoint.task_result:
+        try:
+            cost, _ = result_cost(TaskResult.parse_tolerant(checkpoint.task_result))
+        except ValueError:
+            return
+        if cost:
+            ctx.result.details["paid_evidence"] = "task_result_cost"
+
+
+def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> AgentOutcome:
+    """Run the agent for this instance and record what the row needs.
+
+    Raises :class:`OutcomeSkip` (skipped row) when the oracle is unavailable and
+    :class:`InfraError` for an infrastructure outcome; returns the outcome otherwise
+    (``completed`` false means the agent did not finish: the adapter decides whether to
+    score partial work).
+    """
+    from harness.agents.base import OracleUnavailable
+    from harness.runner.instance import OutcomeSkip, Unresolved
+
+    if getattr(agent, "kind", "") == "gateway":
+        if request.extra.get("reattach"):
+            # Only with the sandbox the task works in (adopted: harness.sandbox.reattach) or
+            # a workspace outliving the run: a fresh sandbox cannot hold what an earlier task
+            # produced, so reattaching would be wrong.
+            carry_checkpoint(ctx, request.extra.get("reattach_checkpoint"), request.instance_dir)
+        else:  # earlier attempts' tasks are cancelled before a fresh one is submitted
+            request = replace(request, extra={**request.extra, "ancestor_checkpoints":
+                                              orphan_checkpoints(ctx, request.instance_dir)})
+    r = ctx.result
+    r.agent_started = True
+    try:
+        outcome = agent.run(request)
+    except OracleUnavailable as exc:
+        r.agent_started = False
+        raise OutcomeSkip(Outcome.SKIPPED, exc.reason, str(exc)) from exc
+    finally:
+        if getattr(agent, "kind", "") == "gateway":  # also when interrupted or given up
+            record_gateway_evidence(ctx, request.instance_dir)
+    r.cost_usd = outcome.cost_usd
+    r.cost_known = outcome.cost_known
+    r.tokens = outcome.tokens
+    r.details["cost_source"] = outcome.details.get("cost_source") or (
+        "agent_reported" if outcome.cost_known else "unknown")
+    r.details["agent"] = outcome.agent
+    r.details["runtime_outcome"] = outcome.runtime_outcome.model_dump(mode="json")
+    if outcome.task_id:
+        r.details["task_id"] = outcome.task_id
+    if outcome.truncated:
+        r.details["truncated"] = True
+    if outcome.details:
+        r.details["agent_details"] = outcome.details
+    for name, path in outcome.output_paths.items():
+        ctx.output(name, Path(path))
+    if outcome.infra:
+        raise InfraError(f"agent {outcome.agent}: {outcome.reason_code}",
+                         outcome.reason_code or "agent_infra")
+    if outcome.sandbox_lost:  # the agent ended its own sandbox: nothing left to collect
+        reason = outcome.reason_code or "agent_sandbox_exited"
+        ctx.agent_failed(reason, f"the agent's sandbox ended while it ran: {reason}")
+        raise Unresolved(f"agent_failed: {reason}", pytrace=False)
+    return outcome

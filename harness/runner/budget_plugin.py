@@ -1,0 +1,245 @@
+"""pytest wiring of campaign budgets: options, controller admission and meter supervision,
+and the per-instance reservation (an autouse fixture that is a no-op unless enabled)."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Generator, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from harness.budget.errors import BudgetRefused, CampaignPersistenceError
+from harness.budget.session import BudgetSettings, ControllerBudget, WorkerBudget
+from harness.core.errors import InfraError, RefusalError
+from harness.core.outcomes import Outcome
+from harness.core.signals import request_stop
+from harness.runner.worker import STATE_KEY
+
+if TYPE_CHECKING:  # loaded when a run starts, not at collection
+    from harness.runner.instance import RunContext
+
+BUDGET_KEY = pytest.StashKey[ControllerBudget]()
+SETTINGS_KEY = pytest.StashKey[BudgetSettings]()
+FLOAT_OPTIONS = ("campaign_budget_usd", "prior_spend_usd", "per_task_reserve_usd",
+                 "budget_reserve_usd", "budget_usd", "meter_blindness_sec", "meter_poll_sec",
+                 "meter_read_timeout_sec", "min_free_disk_gb", "unknown_cost_allowance_usd")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness budget", "campaign budgets and reservations")
+    group.addoption("--campaign-file", default=None, metavar="PATH",
+                    help="campaign budget file shared by every run of a campaign")
+    group.addoption("--campaign-budget-usd", default=None, metavar="USD",
+                    help="the campaign's ceiling (fixed when the campaign file is created)")
+    group.addoption("--prior-spend-usd", default=None, metavar="USD",
+                    help="spend before the campaign file existed (creation only)")
+    group.addoption("--per-task-reserve-usd", default=None, metavar="USD",
+                    help="hold this much for each instance in flight (default 0: per-task "
+                         "limits are never reserved automatically)")
+    group.addoption("--budget-reserve-usd", default="0", metavar="USD",
+                    help="one allowance for delayed/in-flight charges, kept unspent below "
+                         "the ceiling whatever the concurrency (default 0)")
+    group.addoption("--budget-usd", default=None, metavar="USD",
+                    help="this run's own spend limit")
+    group.addoption("--meter", default="none",
+                    help="usage meter: openrouter[=URL] | fake-file:PATH | none (a budget "
+                         "without a meter needs --unknown-cost-allowance-usd)")
+    group.addoption("--unknown-cost-allowance-usd", default=None, metavar="USD",
+                    help="held for each instance in flight and charged for one whose cost "
+                         "is unknown (a budget without --meter needs it, above 0)")
+    group.addoption("--meter-blindness-sec", default="30", metavar="SEC",
+                    help="stop when no meter reading is younger than this (default 30)")
+    group.addoption("--meter-poll-sec", default="15", metavar="SEC",
+                    help="seconds between meter readings (default 15)")
+    group.addoption("--meter-read-timeout-sec", default="5", metavar="SEC",
+                    help="bound of one meter reading (default 5)")
+    group.addoption("--min-free-disk-gb", default=None, metavar="GIB",
+                    help="refuse to start an instance below this much free disk")
+
+
+def settings_from(config: pytest.Config) -> BudgetSettings:
+    """The budget options, parsed and validated once per process."""
+    cached = config.stash.get(SETTINGS_KEY, None)
+    if cached is None:
+        cached = config.stash[SETTINGS_KEY] = _parse_settings(config)
+    return cached
+
+
+def _parse_settings(config: pytest.Config) -> BudgetSettings:
+    values: dict[str, Any] = {}
+    for name in FLOAT_OPTIONS:
+        raw = config.getoption(name)
+        if raw is None:
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0:
+            flag = "--" + name.replace("_", "-")
+            raise RefusalError(f"{flag} {raw!r} is not a non-negative number; pass e.g. "
+                               f"{flag} 10", stage="options", reason="bad_budget_option")
+        values[name] = value
+    settings = BudgetSettings(campaign_file=config.getoption("campaign_file"),
+                              meter=config.getoption("meter"), **values)
+    bound = settings.meter_poll_sec + settings.meter_read_timeout_sec
+    if settings.meter != "none" and settings.meter_blindness_sec <= bound:
+        raise RefusalError(
+            f"--meter-blindness-sec {settings.meter_blindness_sec:g} must exceed "
+            f"--meter-poll-sec + --meter-read-timeout-sec ({bound:g}); raise it",
+            stage="options", reason="bad_budget_option")
+    return replace(settings, meter_retry_sec=min(settings.meter_retry_sec,
+                                                 settings.meter_poll_sec))
+
+
+def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+    from harness.runner.plugin import CONTROLLER_KEY
+
+    settings = settings_from(config)
+    controller = config.stash[CONTROLLER_KEY]
+    dry = run.dry_run  # a dry run spends nothing: it never creates or changes a campaign
+    if run.manifest is not None:
+        run.manifest.extra["budget"] = {
+            "enabled": settings.reservations_enabled and not dry,
+            "dry_run_untouched": dry,
+            "campaign_file": str(settings.campaign_path(run.run_root))
+            if settings.reservations_enabled else None,
+            "budget_usd": settings.budget_usd,
+            "per_task_reserve_usd": settings.per_task_reserve_usd,
+            "unknown_cost_allowance_usd": settings.unknown_cost_allowance_usd,
+            "budget_reserve_usd": settings.budget_reserve_usd,
+            "meter": settings.meter.split("=", 1)[0],
+            "meter_blindness_sec": settings.meter_blindness_sec,
+            "min_free_disk_gb": settings.min_free_disk_gb,
+        }
+    if dry:
+        return
+
+    def on_stop(reason: str) -> None:
+        controller.request_stop(reason, interrupt=True)
+
+    try:
+        cb = ControllerBudget.start(settings, run_id=run.run_id, run_root=run.run_root,
+                                    on_stop=on_stop, resumes=run.plan.ancestors)
+    except ValueError as exc:
+        raise RefusalError(str(exc), stage="budget", reason="bad_budget_option") from exc
+    if cb is None:
+        return
+    config.stash[BUDGET_KEY] = cb
+    cb.supervisor.start()
+
+
+@pytest.hookimpl(trylast=True)  # after the sandbox layer's final sweep
+def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
+                                  summary: dict[str, Any]) -> None:
+    cb = config.stash.get(BUDGET_KEY, None)
+    if cb is None:
+        return
+    unproven = cleanup_unproven(run.run_id, run.run_root, took_over=cb.took_over(run.run_id),
+                                ancestors=run.plan.ancestors,
+                                campaign_file=str(cb.campaign.path))
+    if unproven is None:
+        monitor = cb.finish(summary["outcome"], summary["exit_code"])
+    else:
+        monitor = cb.keep_custody(summary["outcome"], summary["exit_code"], unproven)
+        sys.stderr.write(
+            f"harness: campaign custody of run {run.run_id} stays unsettled: {unproven}; "
+            f"once they are gone run: harness campaign reconcile {cb.campaign.path} "
+            f"--run {run.run_root}\n")
+    if run.manifest is not None:
+        run.manifest.extra.setdefault("budget", {})["final"] = monitor.model_dump(mode="json")
+
+
+def cleanup_unproven(run_id: str, run_root: str | os.PathLike[str], *,
+                     took_over: Sequence[str] = (),
+                     ancestors: Sequence[str | os.PathLike[str]] = (),
+                     campaign_file: str | None = None) -> str | None:
+    """Why the run's cleanup is not proven (a fresh query of every engine the run used
+    still lists a container or network labelled with the run, or with a run whose custody
+    it took over, or cannot answer); None when none is left, or when no process of the run
+    (nor of a run it took over) ever labelled a Docker resource (nothing to prove, no
+    Docker needed)."""
+    from harness.budget.reconcile import (
+        WayOut,
+        custody_resources_left,
+        leftovers_refusal,
+        manifest_facts,
+    )
+    from harness.sandbox.labels import docker_used
+
+    roots = [run_root, *(ancestors if took_over else ())]
+    if not any(docker_used(os.fspath(root)) for root in roots):
+        return None
+    way_out = WayOut(run_id=run_id, run_root=str(run_root),
+                     benchmarks=manifest_facts(run_root).benchmarks,
+                     campaign_file=campaign_file)
+    try:
+        left = custody_resources_left([run_id, *took_over], roots)
+        refusal = leftovers_refusal(run_id, left, way_out=way_out)
+    except RefusalError as exc:
+        return str(exc)
+    return None if refusal is None else str(refusal)
+
+
+@pytest.fixture(autouse=True)
+def harness_budget(request: pytest.FixtureRequest) -> Generator[WorkerBudget | None, None, None]:
+    """Reserve the instance's expected cost before anything else starts; settle after."""
+    state = request.node.stash.get(STATE_KEY, None)
+    if state is None or state.ctx.dry_run:
+        yield None
+        return
+    ctx = state.ctx
+    settings = settings_from(request.config)
+    if not settings.reservations_enabled and settings.min_free_disk_gb is None:
+        yield None
+        return
+    wb = WorkerBudget(settings, ctx.run_id, ctx.run_root)
+    try:
+        wb.reserve(ctx.key)
+    except CampaignPersistenceError as exc:
+        raise InfraError(str(exc), exc.reason_code) from exc
+    except BudgetRefused as exc:
+        request_stop(ctx.run_root, exc.reason)  # no new instance starts anywhere
+        from harness.runner.instance import OutcomeSkip
+
+        raise OutcomeSkip(Outcome.BLOCKED, exc.reason, str(exc)) from exc
+    try:
+        yield wb
+    finally:
+        result = ctx.result
+        if result.agent_started:
+            reattached, earlier = earlier_attempts(result.details)
+            try:
+                settlement = wb.settle(ctx.key, result.cost_usd, result.cost_known,
+                                       reattached=reattached, earlier_cost_usd=earlier)
+            except CampaignPersistenceError as exc:
+                result.details["budget_settlement_error"] = str(exc)
+                request_stop(ctx.run_root, exc.reason_code)
+            else:
+                if settlement is not None:
+                    result.details["budget_overrun"] = settlement.overran
+                    result.details["budget_charged_usd"] = (settlement.charged_usd
+                                                            + settlement.earlier_charged_usd)
+                    if settlement.earlier_charged_usd:
+                        result.details["budget_earlier_attempts_usd"] = (
+                            settlement.earlier_charged_usd)
+        else:
+            wb.release(ctx.key)
+
+
+def earlier_attempts(details: dict[str, Any]) -> tuple[bool, float | None]:
+    """What the row says of the dead attempts at its instance: whether it reattached to
+    their task (``agent_details.reattached``: its cost covers theirs), and what the tasks
+    they left running reported once settled (``agent_details.orphan_tasks``), if anything."""
+    agent = details.get("agent_details")
+    if not isinstance(agent, dict):
+        return False, None
+    costs = [o.get("cost_usd") for o in agent.get("orphan_tasks") or [] if isinstance(o, dict)]
+    known = [float(c) for c in costs
+             if isinstance(c, int | float) and not isinstance(c, bool) and math.isfinite(c)
+             and c >= 0]
+    return agent.get("reattached") is True, math.fsum(known) if known else None

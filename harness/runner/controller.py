@@ -1,0 +1,560 @@
+"""The controller: runs once per session (the xdist controller or the single process).
+
+It admits the run (run root, manifest first, frozen plan), learns the selection once
+collection is done, is the ONLY writer of the ledger, writes the rows nobody else can (a
+crashed worker's instance, interrupted and never-started instances), and finalizes the
+manifest with outcome and exit code on every exit path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from harness.core.errors import RefusalError
+from harness.core.fsutil import atomic_write_json
+from harness.core.layout import collection_file, lock_path, state_dir, workers_dir
+from harness.core.models import Manifest, Outcome, Plan, Refusal, Selection, TaskRow
+from harness.core.signals import StopGuard, read_stop, request_stop
+from harness.run import manifest as mf
+from harness.run.ledger import LedgerWriter, ledger_path, tally
+from harness.run.plan import fingerprint, new_run_id, validate_run_id
+from harness.run.resume import (
+    Ancestry,
+    ResumeError,
+    ResumePlan,
+    check_generations,
+    check_provenance,
+    local_image_ids,
+    plan_resume,
+)
+from harness.runner.instance import ROW_PROPERTY, RunContext
+
+if TYPE_CHECKING:
+    from filelock import UnixFileLock
+
+EXIT_OK, EXIT_INFRA, EXIT_REFUSED, EXIT_STOPPED = 0, 1, 2, 3
+# Options that do not change results: left out of the fingerprint and the resume command.
+ROOT_OPTIONS = ("--run-root", "--run-id", "--resume-from", "--shard")
+
+
+def write_collection(run_root: Path, worker_id: str, nodeids: dict[str, str]) -> None:
+    atomic_write_json(collection_file(run_root, worker_id), {"nodeids": nodeids})
+
+
+def selection_change(ancestor: list[str], now: list[str]) -> dict[str, int]:
+    """How a resume with its own selectors (``--task-file``, ``--all-instances``, -k, ...)
+    changed its ancestor's selection: a gate run grown to the full benchmark adds."""
+    before, after = set(ancestor), set(now)
+    return {"ancestor_selected": len(before), "selected": len(after),
+            "added": len(after - before), "left_out": len(before - after)}
+
+
+class TerminalLines:
+    """A text stream that writes whole lines through pytest's terminal reporter, so progress
+    lines never land in the middle of pytest's own output."""
+
+    def __init__(self, reporter: Any) -> None:
+        self.reporter = reporter
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                self.reporter.write_line(line)
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+    def isatty(self) -> bool:
+        return False
+
+
+class Controller:
+    def __init__(self, config: pytest.Config, options: Any) -> None:
+        self.config = config
+        self.options = options
+        self.run: RunContext | None = None
+        self.manifest: Manifest | None = None
+        self.writer: LedgerWriter | None = None
+        self.lock: UnixFileLock | None = None
+        self.selection: list[str] | None = None
+        self.nodeids: dict[str, str] = {}
+        self.key_nodeids: dict[str, str] = {}
+        self.rows: dict[str, TaskRow] = {}
+        self.running: dict[str, tuple[str, float]] = {}
+        self.last_checkpoint = 0.0
+        self.guard: StopGuard | None = None
+        self.collection_errors = 0
+        self.refused = False
+        self.internal_errors = 0
+        self.progress: Any = None  # the report plugin's progress view
+        self.report_path: Path | None = None
+        self.report_error: str | None = None
+        self.ancestry: Ancestry | None = None
+        self.resume_plan: ResumePlan | None = None
+        self.late_refusal: RefusalError | None = None  # refused once the selection was known
+
+    # admission --------------------------------------------------------------------------
+    def resolve_root(self, benchmarks: list[str]) -> tuple[str, Path]:
+        opts = self.options
+        run_id = opts.run_id or new_run_id(benchmarks[0] if len(benchmarks) == 1 else "run")
+        validate_run_id(run_id)
+        root = Path(opts.run_root) if opts.run_root else opts.runs_root / run_id
+        return run_id, root.resolve()
+
+    def refuse_reused_root(self, run_id: str, root: Path, argv: list[str]) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        sibling = root.parent / f"{root.name}-refused-{stamp}-{os.getpid()}"
+        message = (
+            f"--run-root {root} already exists: run roots are never reused; pass a new "
+            f"--run-root, or --resume-from {root} to continue that run"
+        )
+        manifest = mf.new_manifest(run_id=run_id, run_root=sibling, argv=argv,
+                                   dry_run=False, workers=0)
+        manifest.refusal = Refusal(stage="run_root", reason="run_root_exists", message=message)
+        manifest.extra["refused_run_root"] = str(root)
+        sibling.mkdir(parents=True)
+        mf.finalize(manifest, outcome="refused", exit_code=EXIT_REFUSED)
+        self.refused = True
+        raise RefusalError(message, stage="run_root", reason="run_root_exists")
+
+    def admit(self, run: RunContext, config_dict: dict[str, Any],
+              benchmark_versions: dict[str, str], argv: list[str], workers: int) -> None:
+        """Create the run root, write the manifest first, then plan (resume), then preflight."""
+        self.run = run
+        root = run.run_root
+        if root.exists():
+            self.refuse_reused_root(run.run_id, root, argv)
+        state_dir(root).mkdir(parents=True)
+        from filelock import Timeout, UnixFileLock  # off the collection path
+
+        self.lock = UnixFileLock(str(lock_path(root)))
+        try:
+            self.lock.acquire(timeout=0)
+        except Timeout as exc:  # pragma: no cover - a fresh root cannot be locked by others
+            raise RefusalError(f"{root} is locked by another run", stage="run_root",
+                               reason="run_root_locked") from exc
+        manifest = mf.new_manifest(run_id=run.run_id, run_root=root, argv=argv,
+                                   dry_run=run.plan.dry_run, workers=workers)
+        manifest.benchmarks = sorted(run.adapters)
+        manifest.benchmark_versions = benchmark_versions
+        manifest.config = config_dict
+        manifest.config_fingerprint = fingerprint(config_dict)
+        manifest.shard = run.plan.shard
+        manifest.selection.selectors = dict(self.options.selectors)
+        self.manifest = run.manifest = manifest
+        mf.write_manifest(manifest)  # manifest first: everything after can be refused on disk
+        ledger_path(root).touch()
+        self.writer = LedgerWriter(root)
+        try:
+            compare = self.options.compare_to
+            if compare and not mf.manifest_path(Path(compare)).is_file():
+                raise RefusalError(f"--compare-to {compare} is not a run root (no "
+                                   f"{mf.MANIFEST_NAME}); pass an earlier run's directory",
+                                   stage="options", reason="bad_option")
+            if self.options.resume_from:
+                self.plan_resume(run, config_dict, benchmark_versions)
+            atomic_write_json(root / mf.PLAN_NAME, run.plan)
+            self.config.hook.pytest_harness_admit(config=self.config, run=run)
+            self.check_resume_provenance()
+        except RefusalError as exc:
+            self.refuse(exc)
+            raise
+        mf.checkpoint(manifest, "admitted")
+
+    def plan_resume(self, run: RunContext, config_dict: dict[str, Any],
+                    versions: dict[str, str]) -> None:
+        assert self.manifest is not None
+        try:
+            rp = plan_resume(
+                Path(self.options.resume_from),
+                config=config_dict,
+                benchmark_versions=versions,
+                shard=run.plan.shard,
+                shard_given=self.options.shard_given,
+            )
+        except ResumeError as exc:
+            raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
+        self.ancestry, self.resume_plan = rp.ancestry, rp
+        selection = None if self.options.selectors_given else rp.selection
+        remaining = [k for k in rp.selection if k not in rp.carried]
+        try:
+            if selection is not None:  # a recovery; selectors: see check_resume_selection
+                check_generations(rp, len(remaining), self.options.max_recovery_generations)
+        except ResumeError as exc:
+            raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
+        run.plan = Plan(
+            run_id=run.run_id, created_at_unix=run.plan.created_at_unix,
+            dry_run=run.plan.dry_run, shard=rp.shard, selection=selection,
+            carried=rp.carried, attempts=rp.attempts, ancestors=rp.ancestor_roots,
+        )
+        m = self.manifest
+        m.shard = rp.shard
+        m.resume.ancestors = rp.ancestor_roots
+        m.resume.ancestor_run_ids = [a.run_id for a in rp.ancestry.manifests]
+        m.resume.generation = rp.generation
+
+    def check_resume_provenance(self) -> None:
+        """After the admission hooks recorded this run's agent seed and runtime: a resume
+        must match every ancestor's, or name the waiver (recorded in the manifest)."""
+        if self.ancestry is None or self.manifest is None or self.run is None \
+                or self.run.plan.dry_run:
+            return
+        waived = {reason for reason, option in (("seed_changed", "allow_seed_change"),
+                                                ("runtime_changed", "allow_runtime_change"),
+                                                ("image_changed", "allow_image_change"))
+                  if self.config.getoption(option)}
+        try:
+            records = check_provenance(self.ancestry, self.manifest, waived, local_image_ids())
+        except ResumeError as exc:
+            raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
+        self.manifest.extra["resume_provenance"] = {"waived": records}
+
+    def refuse(self, exc: RefusalError) -> None:
+        self.refused = True
+        if self.manifest is None:
+            return
+        self.manifest.refusal = Refusal(stage=exc.stage, reason=exc.reason, message=str(exc))
+        self.finalize(outcome="refused", exit_code=exc.exit_code)
+
+    # selection --------------------------------------------------------------------------
+    def set_selection(self, nodeids: dict[str, str]) -> None:
+        """nodeid -> key of every selected item, once collection is final."""
+        if self.selection is not None or self.manifest is None or self.run is None:
+            return
+        self.nodeids = dict(nodeids)
+        self.key_nodeids = {key: nodeid for nodeid, key in nodeids.items()}
+        keys = list(self.key_nodeids)
+        self.selection = keys
+        m = self.manifest
+        m.selection = Selection(
+            resolved=True, instance_ids=keys, count=len(keys),
+            selectors=m.selection.selectors,
+            source="ancestor" if self.run.plan.selection is not None else "collection",
+        )
+        per_benchmark = Counter(k.split("/", 1)[0] for k in keys)
+        sizes = {name: a.benchmark_size for name, a in self.run.adapters.items()}
+        m.extra["benchmark_sizes"] = sizes
+        m.subset_notice = mf.subset_notice(dict(per_benchmark), sizes)
+        m.resume.carried = sum(1 for k in keys if k in self.run.plan.carried)
+        m.resume.to_run = len(keys) - m.resume.carried
+        if self.ancestry is not None and self.run.plan.selection is None:
+            m.extra["resume_selection"] = selection_change(
+                self.ancestry.nearest.selection.instance_ids, keys)
+        mf.checkpoint(m, "selection_resolved")
+        self.check_resume_selection(keys)
+        self.start_progress(len(keys))
+
+    def check_resume_selection(self, keys: list[str]) -> None:
+        """A resume with its own selectors that adds no instance to its ancestor's selection
+        (``--instance X`` again) is a recovery: past ``--max-recovery-generations`` it is
+        refused before any instance starts (exit 2, no row). Only growth starts a new stage."""
+        rp, m, run = self.resume_plan, self.manifest, self.run
+        if rp is None or m is None or run is None or run.plan.selection is not None \
+                or selection_change(rp.selection, keys)["added"]:
+            return
+        remaining = [k for k in keys if k not in run.plan.carried]
+        try:
+            check_generations(rp, len(remaining), self.options.max_recovery_generations)
+        except ResumeError as exc:
+            refusal = RefusalError(str(exc), stage="resume", reason=exc.reason)
+            self.late_refusal, self.refused = refusal, True
+            m.refusal = Refusal(stage=refusal.stage, reason=refusal.reason, message=str(exc))
+            mf.checkpoint(m, "refused")
+            pytest.exit(str(exc), returncode=refusal.exit_code)
+
+    def start_progress(self, total: int) -> None:
+        mode = self.options.progress
+        if mode == "off" or total == 0:
+            return
+        from harness.core.registry import report_plugin
+
+        report = report_plugin()
+        if report is None:
+            return
+        is_tty = sys.stdout.isatty() if mode == "auto" else mode == "live"
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        stream: Any = sys.stdout if is_tty or reporter is None else TerminalLines(reporter)
+        self.progress = report.progress(total, stream, is_tty=is_tty)
+        self.start_activity_poll()
+
+    def start_activity_poll(self, interval_s: float = 1.0) -> None:
+        """Show workers' activity files (image pulls) in the live view, polled once a second."""
+        if self.run is None or self.progress is None:
+            return
+        from harness.core.activity import read_all
+
+        root, progress = self.run.run_root, self.progress
+        self.activity_stop = threading.Event()
+
+        def loop() -> None:
+            while not self.activity_stop.wait(interval_s):
+                progress.set_activity(read_all(root))
+
+        threading.Thread(target=loop, name="harness-activity", daemon=True).start()
+
+    def load_worker_selection(self, worker_id: str) -> None:
+        if self.selection is not None or self.run is None:
+            return
+        path = collection_file(self.run.run_root, worker_id)
+        data = json.loads(path.read_text())
+        self.set_selection(data["nodeids"])
+
+    # rows -------------------------------------------------------------------------------
+    def instance_started(self, nodeid: str, worker: str, started: float | None = None) -> None:
+        key = self.nodeids.get(nodeid)
+        if key is None:
+            return
+        previous = self.running.get(key)
+        if previous is not None and previous[0] != "controller":
+            return
+        self.running[key] = (worker, started or time.time())
+        if self.progress is not None and worker != "controller":
+            self.progress.instance_started(key, worker, self.running[key][1])
+
+    def on_report(self, report: pytest.TestReport) -> None:
+        if self.writer is None:
+            return
+        if report.when == "setup":
+            node = getattr(report, "node", None)
+            worker = getattr(getattr(node, "gateway", None), "id", None) or self.run_worker()
+            self.instance_started(report.nodeid, worker, time.time() - report.duration)
+        props = dict(report.user_properties)
+        if ROW_PROPERTY in props:
+            self.append(TaskRow.model_validate(props[ROW_PROPERTY]))
+            return
+        if report.when == "???":  # type: ignore[comparison-overlap]
+            key = self.nodeids.get(report.nodeid)
+            if key is None:
+                return
+            worker = getattr(getattr(report, "node", None), "gateway", None)
+            worker_id = getattr(worker, "id", "unknown")
+            self.append(self.synthetic_row(key, Outcome.INFRA_FAILED, "worker_crashed",
+                                           error=str(report.longrepr), worker=worker_id))
+            assert self.run is not None
+            with contextlib.suppress(Exception):
+                self.config.hook.pytest_harness_worker_crashed(
+                    config=self.config, run=self.run, worker_id=worker_id)
+
+    def synthetic_row(self, key: str, outcome: Outcome, reason: str, *,
+                      error: str | None = None, worker: str | None = None) -> TaskRow:
+        assert self.run is not None
+        benchmark, instance_id = key.split("/", 1)
+        adapter = self.run.adapters.get(benchmark)
+        status = adapter.status_for(outcome, None) if adapter else outcome.value
+        started = self.running.get(key)
+        nodeid = self.key_nodeids.get(key)
+        return TaskRow(
+            ts_unix=time.time(), run_id=self.run.run_id, benchmark=benchmark,
+            instance_id=instance_id, status=status, outcome=outcome, reason_code=reason,
+            attempt=self.run.plan.attempts.get(key, 1),
+            worker=worker or (started[0] if started else "controller"), nodeid=nodeid,
+            duration_s=round(time.time() - started[1], 3) if started else None,
+            infra=outcome is Outcome.INFRA_FAILED, error=error,
+        )
+
+    def append(self, row: TaskRow) -> None:
+        assert self.writer is not None
+        # a carried row is already durable in its ancestor: fsynced in a group (see ledger)
+        self.writer.append(row, durable=row.outcome is not Outcome.CARRIED)
+        self.rows[row.key] = row
+        self.running.pop(row.key, None)
+        if self.progress is not None:
+            self.progress.row_written(row)
+        with contextlib.suppress(Exception):
+            self.config.hook.pytest_harness_row_written(config=self.config, row=row)
+        now = time.time()
+        if self.manifest is not None and now - self.last_checkpoint > 1.0:
+            self.last_checkpoint = now
+            self.update_counts()
+            mf.checkpoint(self.manifest, "running")
+
+    def fill_missing(self, cause: str | None) -> None:
+        """Rows for selected instances that have none: interrupted or never started."""
+        for key in self.selection or []:
+            if key in self.rows:
+                continue
+            if key in self.running:
+                reason = f"interrupted:{cause or 'session_ended'}"
+                self.append(self.synthetic_row(key, Outcome.INFRA_FAILED, reason))
+            else:
+                outcome = Outcome.BLOCKED if cause else Outcome.NOT_ATTEMPTED
+                self.append(self.synthetic_row(key, outcome, cause or "not_run"))
+
+    # summary and exit -------------------------------------------------------------------
+    def update_counts(self) -> dict[str, Any]:
+        assert self.manifest is not None
+        selected = self.selection or []
+        figures = tally(selected, self.rows)
+        self.manifest.counts = figures.counts
+        self.manifest.outcome_counts = figures.outcome_counts
+        self.manifest.mean_score = figures.mean_score
+        return {"selected": len(selected), "counts": figures.counts,
+                "outcomes": figures.outcome_counts, "mean_score": figures.mean_score}
+
+    def decide_exit(self, cause: str | None, pytest_status: int = 0) -> tuple[str, int]:
+        assert self.run is not None
+        if self.late_refusal is not None:
+            return "refused", self.late_refusal.exit_code
+        outcomes = Counter(r.outcome for r in self.rows.values())
+        if cause:
+            return "stopped", EXIT_STOPPED
+        if pytest_status == pytest.ExitCode.INTERNAL_ERROR or self.internal_errors:
+            return "crashed", EXIT_INFRA
+        if self.run.plan.dry_run:
+            return "dry_run", EXIT_OK
+        if self.selection is None or self.collection_errors:
+            return "collection_failed", EXIT_REFUSED
+        if not self.selection:
+            return "empty_selection", EXIT_REFUSED
+        if outcomes[Outcome.INFRA_FAILED] or outcomes[Outcome.NOT_ATTEMPTED] or \
+                outcomes[Outcome.BLOCKED]:
+            return "infra_failed", EXIT_INFRA
+        if all(self.rows[k].outcome is Outcome.CARRIED
+                                  for k in self.selection if k in self.rows):
+            return "nothing_remaining", EXIT_OK
+        return "completed", EXIT_OK
+
+    def finish(self, pytest_status: int = 0) -> int | None:
+        if self.run is None or self.manifest is None or self.manifest.finalized:
+            return self.manifest.exit_code if self.manifest is not None else None
+        if self.late_refusal is None:  # refused at selection: nothing ran, no row to write
+            self.fill_missing(read_stop(self.run.run_root))
+            try:
+                self.config.hook.pytest_harness_session_results(
+                    config=self.config, run=self.run, rows=dict(self.rows), append=self.append)
+            except Exception as exc:  # session-level scoring must not lose the manifest
+                self.manifest.extra.setdefault("finish_errors", []).append(
+                    f"{type(exc).__name__}: {exc}"[:2000])
+        cause = read_stop(self.run.run_root)  # once more: scoring above may have been stopped
+        summary = self.update_counts()
+        outcome, code = self.decide_exit(cause, pytest_status)
+        self.manifest.resume_command = None if self.late_refusal else self.resume_command()
+        summary.update(outcome=outcome, exit_code=code, stop_reason=cause)
+        try:
+            self.config.hook.pytest_harness_session_finish(
+                config=self.config, run=self.run, summary=summary)
+        except Exception as exc:  # a finishing step must not lose the manifest
+            self.manifest.extra.setdefault("finish_errors", []).append(
+                f"{type(exc).__name__}: {exc}"[:2000])
+        if getattr(self, "activity_stop", None) is not None:
+            self.activity_stop.set()
+        if self.progress is not None:
+            self.progress.close()
+        self.retry_ledger()
+        self.finalize(outcome=outcome, exit_code=code, stop_reason=cause)
+        self.write_report()
+        return code
+
+    def retry_ledger(self) -> None:
+        """Rows a failed ledger write kept in memory: one more try, then on record."""
+        if self.writer is None or self.manifest is None or not self.writer.failures:
+            return
+        left = self.writer.flush_pending()
+        self.manifest.extra["diagnostic_write_failed"] = {
+            "failed_writes": self.writer.failures, "ledger_rows_unwritten": left}
+
+    def write_report(self) -> None:
+        """The HTML/Markdown report; a report problem never changes the run's exit status."""
+        if self.run is None or not self.options.report or self.manifest is None:
+            return
+        try:
+            from harness.core.registry import report_plugin
+
+            report = report_plugin()
+            if report is None:
+                return
+            self.report_path = report.write_report(self.run.run_root,
+                                                   compare_to=self.options.compare_to)
+        except Exception as exc:
+            self.report_error = f"{type(exc).__name__}: {exc}"
+
+    def run_worker(self) -> str:
+        return self.run.worker_id if self.run is not None else "main"
+
+    def finalize(self, *, outcome: str, exit_code: int, stop_reason: str | None = None,
+                 error: BaseException | None = None) -> None:
+        if self.manifest is None or self.manifest.finalized:
+            return
+        if self.writer is not None:
+            self.writer.sync()
+        mf.finalize(self.manifest, outcome=outcome, exit_code=exit_code,
+                    stop_reason=stop_reason, error=error)
+
+    def crash_finalize(self, error: BaseException | None) -> None:
+        """Last resort (pytest_unconfigure): a session that never finished normally."""
+        if self.manifest is None or self.manifest.finalized:
+            return
+        with contextlib.suppress(Exception):
+            self.fill_missing(read_stop(self.run.run_root) if self.run else None)
+            self.update_counts()
+        self.finalize(outcome="crashed", exit_code=EXIT_INFRA, error=error)
+
+    def emergency_exit(self, cause: str) -> None:
+        """Second signal: record what we can, kill the workers, exit at once."""
+        for pid in self.worker_pids():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self.fill_missing(cause)
+            self.update_counts()
+            self.finalize(outcome="stopped", exit_code=EXIT_STOPPED, stop_reason=cause)
+        self.release()
+
+    def request_stop(self, cause: str, *, interrupt: bool) -> str:
+        assert self.run is not None
+        cause = request_stop(self.run.run_root, cause)
+        if interrupt:
+            if self.run.role == "single":
+                os.kill(os.getpid(), signal.SIGUSR1)  # interrupts the instance running here
+            for pid in self.worker_pids():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGUSR1)
+        return cause
+
+    def worker_pids(self) -> list[int]:
+        if self.run is None:
+            return []
+        pids: list[int] = []
+        for path in sorted(workers_dir(self.run.run_root).glob("*.pid")):
+            with contextlib.suppress(ValueError, OSError):
+                pid = int(path.read_text().strip())
+                if pid != os.getpid():
+                    pids.append(pid)
+        return pids
+
+    def resume_command(self) -> str:
+        assert self.run is not None
+        args = list(self.config.invocation_params.args)
+        kept: list[str] = []
+        skip_next = False
+        for arg in args:
+            if skip_next:
+                skip_next = False
+                continue
+            name = arg.split("=", 1)[0]
+            if name in ROOT_OPTIONS:
+                skip_next = "=" not in arg
+                continue
+            kept.append(arg)
+        # One word: from the project's root with no path, pytest would take a run root
+        # outside the project for a path to collect (harness.runner.startup.lost_config).
+        return shlex.join(["pytest", *kept, f"--resume-from={self.run.run_root}"])
+
+    def release(self) -> None:
+        if self.lock is not None:
+            with contextlib.suppress(Exception):
+                self.lock.release()
+            self.lock = None

@@ -1,0 +1,341 @@
+"""pytest entry point: options, markers, and the role objects (thin).
+
+The plugin stays inert unless a benchmark conftest provides an adapter
+(``pytest_harness_adapters``), so ``pytest tests`` of any project is unaffected.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from harness.core.adapter import BenchmarkAdapter
+from harness.core.errors import RefusalError
+from harness.core.fsutil import read_json
+from harness.core.layout import workers_dir
+from harness.core.signals import StopGuard
+from harness.run.plan import PlanError, default_runs_root, parse_shard, rewrite_marker_args
+from harness.runner import hookspecs
+from harness.runner.selection import (
+    apply_task_file,
+    check_requested_ids,
+    requested_ids,
+    resume_benchmarks,
+    user_selectors,
+    worker_instances,
+)
+from harness.runner.startup import LOST_CONFIG_KEY
+from harness.runner.worker import WorkerHooks, harness_instance
+
+if TYPE_CHECKING:  # the controller and the file models load when a run starts
+    from harness.runner.controller import Controller
+
+# The runner's own plugins: Docker sandbox fixtures, campaign budgets, agents.
+pytest_plugins = ["harness.runner.startup", "harness.runner.selection",
+                  "harness.runner.sandbox_fixtures", "harness.runner.sandbox_hooks",
+                  "harness.runner.pull_plugin", "harness.runner.engine_plugin", "harness.runner.order",
+                  "harness.runner.budget_plugin", "harness.runner.agent_plugin"]
+
+CONTROLLER_KEY: pytest.StashKey[Controller] = pytest.StashKey()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness", "benchmark runner")
+    group.addoption("--run-root", default=None,
+                    help="directory of this run (must not exist); default "
+                         "$BENCH_RUNS_ROOT/<run_id> or ./bench_runs/<run_id>")
+    group.addoption("--run-id", default=None, help="run id (default <benchmark>-<time>-<hex>)")
+    group.addoption("--dry-run", action="store_true", default=False,
+                    help="write manifest, plan and each instance's inputs; run no agent")
+    group.addoption("--resume-from", default=None, metavar="RUN_ROOT",
+                    help="continue an earlier run in a new run root")
+    group.addoption("--max-recovery-generations", default="2",
+                    help="most resume generations allowed while work remains (default 2)")
+    group.addoption("--allow-seed-change", action="store_true", default=False,
+                    help="resume although the agent seed commit (--agent-repo HEAD) differs "
+                         "from the ancestor's (waiver recorded in the manifest)")
+    group.addoption("--allow-runtime-change", action="store_true", default=False,
+                    help="resume although the agent server's runtime_version differs from "
+                         "the ancestor's (waiver recorded)")
+    group.addoption("--allow-image-change", action="store_true", default=False,
+                    help="resume although an instance image's digest differs from the one "
+                         "the ancestor ran (waiver recorded)")
+    group.addoption("--shard", default=None, metavar="I/N",
+                    help="run shard I of N (stable hash of the instance id)")
+    group.addoption("--instance", action="append", default=[], metavar="ID",
+                    help="select an instance by id (repeatable)")
+    group.addoption("--task-file", default=None, metavar="FILE",
+                    help="select the instances FILE lists: one id a line ('#' comments, "
+                         "blank lines ignored), or a JSON list, or the ProgramBench gate's "
+                         "--tasks file; an unknown id is refused (exit 2)")
+    group.addoption("--all-instances", action="store_true", default=False,
+                    help="select every instance the benchmark collects; with --resume-from "
+                         "it grows the run from its ancestor's selection to all of them")
+    group.addoption("--harness-progress", default="auto", metavar="MODE",
+                    help="live progress: auto (live on a terminal, lines otherwise), "
+                         "live, lines, off")
+    group.addoption("--no-report", action="store_true", default=False,
+                    help="do not write the HTML/Markdown report at session end")
+    group.addoption("--compare-to", default=None, metavar="RUN_ROOT",
+                    help="add a paired comparison with an earlier run to the report")
+
+
+@dataclass
+class Options:
+    run_root: str | None
+    run_id: str | None
+    runs_root: Path
+    dry_run: bool
+    resume_from: str | None
+    max_recovery_generations: int
+    shard_text: str | None
+    progress: str = "auto"
+    report: bool = True
+    compare_to: str | None = None
+    selectors: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shard_given(self) -> bool:
+        return bool(self.shard_text)
+
+    @property
+    def selectors_given(self) -> bool:
+        return bool(self.selectors)
+
+
+def read_options(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> Options:
+    opt = config.option
+    try:
+        generations = int(opt.max_recovery_generations)
+        if generations < 0:
+            raise ValueError
+    except ValueError as exc:
+        raise PlanError(
+            f"--max-recovery-generations {opt.max_recovery_generations!r} is not a "
+            f"non-negative integer; pass e.g. --max-recovery-generations 2") from exc
+    progress = opt.harness_progress
+    if progress not in ("auto", "live", "lines", "off"):
+        raise PlanError(f"--harness-progress {progress!r} is unknown; use auto, live, lines "
+                        f"or off")
+    return Options(
+        run_root=opt.run_root, run_id=opt.run_id, runs_root=default_runs_root(),
+        dry_run=opt.dry_run, resume_from=opt.resume_from,
+        max_recovery_generations=generations, shard_text=opt.shard,
+        progress=progress, report=not opt.no_report, compare_to=opt.compare_to,
+        selectors=user_selectors(config, adapters),
+    )
+
+
+def collect_adapters(config: pytest.Config) -> dict[str, BenchmarkAdapter]:
+    adapters: dict[str, BenchmarkAdapter] = {}
+    for group in config.hook.pytest_harness_adapters(config=config):
+        for adapter in group or []:
+            adapters.setdefault(adapter.name, adapter)
+    return adapters
+
+
+def result_config(config: pytest.Config, adapters: dict[str, BenchmarkAdapter]) -> dict[str, Any]:
+    out: dict[str, Any] = {"benchmarks": sorted(adapters)}
+    for extra in config.hook.pytest_harness_result_config(config=config):
+        out.update(extra or {})
+    for name, adapter in sorted(adapters.items()):
+        for key, value in adapter.result_config(config).items():
+            out[f"{name}.{key}"] = value
+    return out
+
+
+def fail_usage(message: str, code: int = 2) -> None:
+    pytest.exit(message, returncode=code)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "harness_benchmark(name): a benchmark's instance test")
+    if LOST_CONFIG_KEY in config.stash:
+        fail_usage(config.stash[LOST_CONFIG_KEY])
+        return
+    adapters = collect_adapters(config)
+    if not adapters:
+        return
+    if config.option.markexpr:
+        config.option.markexpr = rewrite_marker_args(config.option.markexpr)
+    for adapter in adapters.values():
+        for name in adapter.marker_names:
+            config.addinivalue_line("markers", f"{name}(value): {adapter.name} attribute")
+    worker_input = getattr(config, "workerinput", None)
+    hooks = WorkerHooks(config, adapters)  # every collectable benchmark parametrizes
+    try:
+        apply_task_file(config)
+        adapters = resume_benchmarks(config, adapters)
+    except PlanError as exc:
+        fail_usage(str(exc))
+        return
+    config.pluginmanager.register(hooks, "harness-worker")
+    if config.option.collectonly:
+        return
+    from harness.core.models import Plan
+    from harness.run.manifest import PLAN_NAME
+    from harness.runner.controller import Controller
+    from harness.runner.instance import RunContext
+
+    if worker_input is not None:
+        info = worker_input.get("harness")
+        if not info:
+            return
+        root = Path(info["run_root"])
+        plan = Plan.model_validate(read_json(root / PLAN_NAME))
+        run = RunContext(run_id=info["run_id"], run_root=root,
+                         worker_id=worker_input.get("workerid", "gw?"), role="worker",
+                         plan=plan, adapters=adapters)
+        workers_dir(root).mkdir(parents=True, exist_ok=True)
+        (workers_dir(root) / f"{run.worker_id}.pid").write_text(str(os.getpid()))
+        hooks.run = run
+        return
+    try:
+        options = read_options(config, list(adapters.values()))
+        shard = parse_shard(options.shard_text)
+    except (PlanError, RefusalError) as exc:  # a benchmark's own option, e.g. --eval bogus
+        fail_usage(str(exc))
+        return
+    controller = Controller(config, options)
+    config.stash[CONTROLLER_KEY] = controller
+    try:
+        run_id, root = controller.resolve_root(sorted(adapters))
+    except PlanError as exc:
+        fail_usage(str(exc))
+        return
+    xdist = _xdist_active(config)
+    run = RunContext(
+        run_id=run_id, run_root=root, worker_id="controller" if xdist else "main",
+        role="controller" if xdist else "single",
+        plan=Plan(run_id=run_id, created_at_unix=time.time(), dry_run=options.dry_run,
+                  shard=shard),
+        adapters=adapters,
+    )
+    controller.run = run
+    config.pluginmanager.register(
+        ControllerHooks(controller, None if xdist else hooks), "harness-controller")
+    if not xdist:
+        hooks.run = run
+        hooks.controller = controller
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A benchmark instance is bounded by its own limits (``--task-timeout``, the scorer's),
+    never by pytest-timeout's per-test limit, which a project's configuration may set for
+    its own tests (this repository's is 900 s; a ProgramBench task may work 6 h)."""
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    from harness.runner.worker import item_spec
+
+    for item in items:
+        if item_spec(item) is not None:
+            item.add_marker(pytest.mark.timeout(0))
+
+
+def _xdist_active(config: pytest.Config) -> bool:
+    """True when this process hands the items to xdist workers: a distribution mode and
+    somewhere to send them (``-n N`` fills ``--tx``). ``--dist loadgroup`` alone, as a
+    project's ``addopts`` may give it, runs the items here."""
+    dist = getattr(config.option, "dist", "no")
+    return dist not in (None, "no") and bool(getattr(config.option, "tx", None))
+
+
+class ControllerHooks:
+    """Session-level hooks of the controller process."""
+
+    def __init__(self, controller: Controller, worker_hooks: WorkerHooks | None) -> None:
+        self.c = controller
+        self.worker_hooks = worker_hooks  # single-process mode: items run here too
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        c = self.c
+        run = c.run
+        assert run is not None
+        config = session.config
+        try:  # before the run root exists: an unknown id records nothing
+            check_requested_ids(config, run.adapters)
+        except (PlanError, RefusalError) as exc:
+            c.refused = True  # pytest prints the one line; no repeat at unconfigure
+            c.release()
+            fail_usage(str(exc))
+        cfg = result_config(config, run.adapters)
+        versions = {name: a.version() for name, a in sorted(run.adapters.items())}
+        argv = [sys.executable, "-m", "pytest", *config.invocation_params.args]
+        workers = int(getattr(config.option, "numprocesses", 0) or 0)
+        try:
+            c.admit(run, cfg, versions, argv, workers)
+        except RefusalError as exc:
+            c.release()
+            fail_usage(str(exc), exc.exit_code)
+        guard = StopGuard(
+            run.run_root,
+            forward_to=c.worker_pids if run.role == "controller" else None,
+            on_second=c.emergency_exit,
+        )
+        guard.install()
+        c.guard = guard
+        if self.worker_hooks is not None:
+            self.worker_hooks.guard = guard
+
+    def pytest_configure_node(self, node: Any) -> None:
+        run = self.c.run
+        assert run is not None
+        node.workerinput["harness"] = {"run_root": str(run.run_root), "run_id": run.run_id,
+                                       **worker_instances(self.c.config)}
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.c.load_worker_selection(node.gateway.id)
+
+    def pytest_internalerror(self, excrepr: Any, excinfo: Any) -> None:
+        self.c.internal_errors += 1
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.c.collection_errors += 1
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.c.instance_started(nodeid, "controller")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.c.on_report(report)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        code = self.c.finish(int(exitstatus))
+        if code is not None:
+            session.exitstatus = code
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from harness.run.summary import print_summary
+
+        print_summary(terminalreporter, self.c)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.c.refused:
+            # pytest already printed the refusal ("Exit: ..."); its terminal reporter would
+            # repeat it framed in "!": keep the one line. (pytest private, no public API:
+            # major pinned, checked by tests/unit/test_pytest_private_reach.py)
+            reporter = config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None and hasattr(reporter, "_keyboardinterrupt_memo"):
+                reporter._keyboardinterrupt_memo = None
+        self.c.crash_finalize(None)
+        self.c.release()
+        if self.c.guard is not None:
+            self.c.guard.uninstall()
+
+
+__all__ = ["CONTROLLER_KEY", "harness_instance", "requested_ids", "user_selectors"]

@@ -1,0 +1,33 @@
+"""``python -m harness.sandbox.images``: build every local image the project uses, once.
+
+Nothing can be pulled here, so images are built from Debian packages (see
+:mod:`harness.sandbox.images.build`) and tagged by content hash; a second call is a no-op.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def main() -> int:
+    from harness.sandbox.images.build import base_recipe, ensure_image
+
+    def base() -> object:
+        return ensure_image(base_recipe())
+
+    steps: list[tuple[str, Callable[[], object]]] = [("base (debootstrap bookworm)", base)]
+
+    from harness.core.registry import benchmarks
+
+    for reg in benchmarks():
+        steps.extend((step.label, step.build) for step in reg.images)
+    for name, build in steps:
+        t0 = time.monotonic()
+        build()
+        print(f"[images] {name}: ready in {time.monotonic() - t0:.1f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
