@@ -3,9 +3,16 @@
 Modules are imported on demand; importing this package is cheap (no Docker, no CLI).
 """
 
+from importlib.metadata import version
+
 BENCHMARK = "programbench"
 FIXTURE_ID = "testorg__calculator.abc1234"
 CLEANROOM_TAG = "task_cleanroom_v6"
 # Near-resolved ("almost"): at least 95% of the scored tests pass (ProgramBench's notion).
 NEAR_RESOLVED_AT = 0.95
 DEFAULT_TIMEOUT_SEC = 21600  # the official 6 h wall clock of the mini-SWE-agent baseline
+
+
+def programbench_version() -> str:
+    """Version of the installed ``programbench`` distribution (e.g. ``1.2.5``)."""
+    return version("programbench")

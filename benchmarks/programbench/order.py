@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-
-def _version() -> str:
-    from benchmarks.programbench.tasks import programbench_version
-
-    return programbench_version()
+from benchmarks.programbench import programbench_version
 
 
 class InstanceOrder(BaseModel):
@@ -23,4 +19,4 @@ class InstanceOrder(BaseModel):
     filter: str | None = None
     slice: str | None = None
     include_fixture: bool = False
-    programbench_version: str = Field(default_factory=_version)
+    programbench_version: str = Field(default_factory=programbench_version)

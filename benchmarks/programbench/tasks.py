@@ -22,11 +22,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from benchmarks.programbench import CLEANROOM_TAG, FIXTURE_ID
+from benchmarks.programbench import CLEANROOM_TAG, FIXTURE_ID, programbench_version
 from harness.core.cache import cache_root
 
 if TYPE_CHECKING:
@@ -111,11 +111,6 @@ class PBInstance:
 
     def image_ref(self, tag: str = CLEANROOM_TAG) -> str:
         return f"{self.image_name}:{tag}"
-
-
-def programbench_version() -> str:
-    """Version of the installed ``programbench`` distribution (e.g. ``1.2.5``)."""
-    return version("programbench")
 
 
 def tasks_dir() -> Path:

@@ -36,8 +36,8 @@ retry_sec=3, read_timeout_sec=5, budget_reserve_usd=0, min_free_gb=None, on_stop
     ``.poll() -> stop_reason | None`` (or ``.start()`` a thread), ``.finish(outcome,
     runner_exit_code) -> Monitor``; keeps ``<run_root>/monitor.json``.
 ``make_meter(spec) -> Meter | None`` (``openrouter[=URL]``, ``none``, a registered scheme:
-``fake-file:PATH`` is the test double :mod:`harness.testing.fake_meter`), ``register_meter``,
-``key_fingerprint(secret)``, ``check_disk(path, min_free_gb) -> DiskStatus``,
+``fake-file:PATH`` once the test double :mod:`harness.testing.fake_meter` is loaded),
+``register_meter``, ``key_fingerprint(secret)``, ``check_disk(path, min_free_gb) -> DiskStatus``,
 ``write_monitor(run_root, monitor)``, ``campaign_command(argv) -> int``.
 
 Wiring: ``BudgetSettings`` (the plugin options), ``ControllerBudget.start(settings, *,

@@ -6,16 +6,16 @@
   ``Cache-Control: no-cache``; base ``https://openrouter.ai/api/v1`` or
   ``openrouter=<base url>``. The key (env ``OPENROUTER_API_KEY``) goes on stdin to a
   throwaway ``python -I -S`` process whose argv and environment hold no secret.
-* ``fake-file:PATH`` — a test double, not a billing meter: PATH holds ``{"usage": x}`` (or
-  a bare number), written by a test (:mod:`harness.testing.fake_meter`, registered with
-  :func:`register_meter` and imported when the scheme is used).
 * ``none`` — no meter: spend is the sum of settled instance costs only.
+* ``SCHEME:ARG`` — a meter that a loaded module registered with :func:`register_meter`.
+  The test double ``fake-file:PATH`` (:mod:`harness.testing.fake_meter`) is one: it exists
+  only in a process that loaded it (``-p harness.testing.fake_meter``, or a test suite's
+  ``harness.testing.plugin``), never from a real run's options alone.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import subprocess
@@ -127,9 +127,7 @@ class OpenRouterKeyMeter:
         )
 
 
-# Meters named by ``--meter SCHEME:ARG`` that live in other modules, imported on first use;
-# each registers its factory with :func:`register_meter`. ``fake-file`` is a test double.
-METER_MODULES: dict[str, str] = {"fake-file": "harness.testing.fake_meter"}
+# Meters named by ``--meter SCHEME:ARG``, registered by the modules that define them.
 _FACTORIES: dict[str, Callable[[str], Meter]] = {}
 
 
@@ -157,8 +155,7 @@ def make_meter(
             raise ValueError(f"--meter openrouter needs the provider key in ${key_env}")
         return OpenRouterKeyMeter(key, base)
     scheme, sep, arg = spec.partition(":")
-    if sep and scheme in METER_MODULES:
-        if scheme not in _FACTORIES:
-            importlib.import_module(METER_MODULES[scheme])
+    if sep and scheme in _FACTORIES:
         return _FACTORIES[scheme](arg)
-    raise ValueError(f"unknown --meter {spec!r}: use openrouter[=URL], fake-file:PATH or none")
+    known = "".join(f", {name}:ARG" for name in sorted(_FACTORIES))
+    raise ValueError(f"unknown --meter {spec!r}: use openrouter[=URL]{known} or none")

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from harness import __version__
 from harness.core.fsutil import atomic_write_json, read_json
+from harness.core.git import repo_provenance
 from harness.core.models import Checkpoint, GitState, Manifest, Versions
 
 MANIFEST_NAME = "run_manifest.json"
@@ -48,9 +49,7 @@ def versions() -> Versions:
 
 def source_state() -> GitState:
     """Git state of the runner's own checkout (head, branch, describe, dirty, digests)."""
-    from harness.agents.provenance import repo_provenance
-
-    prov = repo_provenance(Path(__file__).resolve().parent.parent)
+    prov = repo_provenance(Path(__file__).resolve().parents[2])
     if not prov.git_available:
         return GitState(available=False, error=prov.git_error)
     return GitState(available=True, head=prov.head, branch=prov.branch,

@@ -46,8 +46,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--budget-usd", default=None, metavar="USD",
                     help="this run's own spend limit")
     group.addoption("--meter", default="none",
-                    help="usage meter: openrouter[=URL] | fake-file:PATH | none (a budget "
-                         "without a meter needs --unknown-cost-allowance-usd)")
+                    help="usage meter: openrouter[=URL] | none | a loaded test meter "
+                         "(-p harness.testing.fake_meter: fake-file:PATH); a budget "
+                         "without a meter needs --unknown-cost-allowance-usd")
     group.addoption("--unknown-cost-allowance-usd", default=None, metavar="USD",
                     help="held for each instance in flight and charged for one whose cost "
                          "is unknown (a budget without --meter needs it, above 0)")

@@ -31,6 +31,7 @@ from harness.runner.selection import (
     worker_instances,
 )
 from harness.runner.startup import LOST_CONFIG_KEY
+from harness.runner.summary import print_summary
 from harness.runner.worker import WorkerHooks, harness_instance
 
 if TYPE_CHECKING:  # the controller and the file models load when a run starts
@@ -319,8 +320,6 @@ class ControllerHooks:
             session.exitstatus = code
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from harness.run.summary import print_summary
-
         print_summary(terminalreporter, self.c)
 
     @pytest.hookimpl(tryfirst=True)

@@ -13,7 +13,8 @@ by name:
   OpenAI- (and minimal Anthropic-) compatible HTTP server on loopback that replays canned
   responses and usage: ``python -m harness.testing.fake_model_server --script S.json``.
 * the fake-file meter (:mod:`.fake_meter`): fakes a billing meter. ``--meter
-  fake-file:PATH`` reads the key's "usage" from a file a test writes.
+  fake-file:PATH`` reads the key's "usage" from a file a test writes; the scheme exists
+  only where it is loaded (``-p harness.testing.fake_meter``, or :mod:`.plugin`).
 
 The reference agent server (``harness agent-server``, :mod:`harness.agents.reference_server.server`)
 is the agent-server task API's reference implementation and self-test: it runs scripted

@@ -6,8 +6,10 @@ It lets the campaign budget, the meter supervisor and the blind-meter stop be ex
 without a provider key. A missing or unreadable file is a meter outage
 (``MeterError("unavailable")``), a file without a usage ``MeterError("parse")``.
 
-It registers the ``fake-file`` scheme with :func:`harness.budget.meter.register_meter`;
-:func:`harness.budget.meter.make_meter` imports this module when that scheme is asked for.
+Importing it registers the ``fake-file`` scheme with :func:`harness.budget.meter.register_meter`:
+nothing in a real run imports it, so ``--meter fake-file:PATH`` works only where a test
+loads it, as a pytest plugin (``-p harness.testing.fake_meter``) or through
+:mod:`harness.testing.plugin`, which every self-test suite loads.
 """
 
 from __future__ import annotations

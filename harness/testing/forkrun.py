@@ -50,7 +50,7 @@ PRELOAD = (
     "harness.testing.plugin", "harness.sandbox.cleanup", "harness.runner.agent_plugin",
     "harness.runner.budget_plugin", "harness.runner.sandbox_fixtures", "harness.runner.sandbox_hooks",
     "harness.runner.engine_plugin", "harness.runner.pull_plugin", "harness.runner.order",
-    "harness.run.summary", "harness.core.activity", "harness.agents.base", "harness.agents.provenance",
+    "harness.runner.summary", "harness.core.activity", "harness.agents.base", "harness.agents.provenance",
     "harness.budget.accounting", "harness.budget.campaign", "harness.budget.custody",
     "harness.budget.disk", "harness.budget.models", "harness.budget.monitor",
     "harness.budget.store", "harness.budget.supervisor", "harness.sandbox.engines",

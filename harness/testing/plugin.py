@@ -10,6 +10,9 @@ A test suite for the runner writes a ``conftest.py`` with
 
     def test_selftest(harness_instance):
         run_selftest_instance(harness_instance)
+
+It also loads the fake-file meter (:mod:`harness.testing.fake_meter`): a suite's runs may
+pass ``--meter fake-file:PATH``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import pytest
 
 from harness.core.adapter import BenchmarkAdapter
+from harness.testing import fake_meter  # noqa: F401  (registers --meter fake-file:PATH)
 from harness.testing.adapter import SelftestAdapter
 
 

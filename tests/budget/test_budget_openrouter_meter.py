@@ -111,21 +111,32 @@ def test_meter_specs() -> None:
     assert meter.url == "https://openrouter.ai/api/v1/key"
 
 
-def test_the_fake_file_meter_is_the_test_double_loaded_on_first_use(tmp_path: Path) -> None:
-    """``--meter fake-file:PATH`` works from a fresh interpreter: ``make_meter`` imports
-    the double from ``harness.testing`` (nothing else registered it)."""
+def test_the_fake_file_meter_exists_only_where_a_test_loads_it(tmp_path: Path) -> None:
+    """A real run's options never reach the test double: in a fresh interpreter
+    ``fake-file:PATH`` is an unknown meter; once ``harness.testing.fake_meter`` is loaded
+    (``-p harness.testing.fake_meter``) it reads the file."""
     import subprocess
     import sys
 
     usage = tmp_path / "usage.json"
     usage.write_text('{"usage": 2.5, "limit_remaining": 7}')
+    spec = "fake-file:" + str(usage)
     code = ("import sys\nfrom harness.budget import make_meter\n"
+            "try:\n"
+            f"    make_meter({spec!r})\n"
+            "except ValueError as exc:\n"
+            "    print('refused:', exc)\n"
             "assert 'harness.testing.fake_meter' not in sys.modules\n"
-            f"m = make_meter({'fake-file:' + str(usage)!r})\nr = m.read(1)\n"
+            "import harness.testing.fake_meter\n"
+            f"m = make_meter({spec!r})\nr = m.read(1)\n"
             "print(type(m).__module__, m.name, r.usage, r.limit_remaining, r.source)")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=env, timeout=60, check=True).stdout.split()
-    assert out == ["harness.testing.fake_meter", "fake-file", "2.5", "7.0", "fake-file"]
-    with pytest.raises(ValueError, match="unknown --meter 'fake-files:x'"):
+                         env=env, timeout=60, check=True).stdout.splitlines()
+    assert out == [f"refused: unknown --meter {spec!r}: use openrouter[=URL] or none",
+                   "harness.testing.fake_meter fake-file 2.5 7.0 fake-file"]
+    import harness.testing.fake_meter  # noqa: F401  (registers the scheme here too)
+
+    with pytest.raises(ValueError, match=r"unknown --meter 'fake-files:x': use "
+                                         r"openrouter\[=URL\], fake-file:ARG or none"):
         make_meter("fake-files:x")

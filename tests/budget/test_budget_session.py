@@ -17,6 +17,7 @@ from harness.budget import (
     read_monitor,
 )
 from harness.core.errors import RefusalError
+from harness.testing import fake_meter  # noqa: F401  (registers --meter fake-file:PATH)
 
 
 def _settings(tmp_path: Path, **kw: object) -> BudgetSettings:

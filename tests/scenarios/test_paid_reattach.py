@@ -121,7 +121,8 @@ def test_paid_reattach_after_sigkill_is_admitted_and_charges_the_task_once(
     options = ["--pb-fixtures", "-k", "calculator", "--agent", "gateway",
                "--gateway-url", server.url, "--gateway-poll-sec", "0.2",
                "--campaign-file", str(campaign), "--campaign-budget-usd", "5",
-               "--per-task-reserve-usd", "1", "--meter", f"fake-file:{meter}",
+               "--per-task-reserve-usd", "1",
+               "-p", "harness.testing.fake_meter", "--meter", f"fake-file:{meter}",
                "--meter-poll-sec", "0.5", "--meter-read-timeout-sec", "1",
                "--meter-blindness-sec", "30"]
     first = tmp_path / "r1"
