@@ -2,9 +2,8 @@
 
 Writing: one line per row, flushed and fsynced, appended at the run root and copied to the
 instance's own folder (the copy is written but not fsynced: every reader, and a resume after
-a power loss, reads the run root's ledger). A row carried from an ancestor (already durable
-there) is written at once and fsynced with the next row, within :data:`GROUP_SYNC_S`, or when
-the run finalizes: a resume of thousands of settled instances pays one fsync, not one each.
+a power loss, reads the run root's ledger). The rows a resume carries from its ancestors are
+appended in one batch, one write and one fsync for all of them, before any instance runs.
 Only the controller writes. A write that fails is a diagnostic, not
 the end of the run: ``diagnostic_write_failed`` goes to stderr, the line is kept in memory
 (in order, per file) and retried before the next line and at finish. Reading: a torn last line (a crash in
@@ -17,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,11 +23,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.core.fsutil import append_line
 from harness.core.models import TaskRow
 
 LEDGER_NAME = "result_index.jsonl"
-GROUP_SYNC_S = 0.5  # the longest a carried row waits for its fsync
 
 
 class LedgerError(ValueError):
@@ -133,72 +129,86 @@ class LedgerWriter:
         self.path = ledger_path(self.run_root)
         self.pending: dict[Path, list[str]] = {}  # lines not written yet, per file, in order
         self.failures = 0
-        self.unsynced_since: float | None = None  # a carried row written, not yet fsynced
 
     @property
     def unwritten(self) -> int:
         """Lines of the run-root ledger still held in memory."""
         return len(self.pending.get(self.path, []))
 
-    def append(self, row: TaskRow, *, durable: bool = True) -> bool:
-        """Write ``row`` at the run root and in its instance folder; False when some write
-        failed (reported, kept and retried: see the module doc). ``durable=False`` (a row
-        carried from an ancestor): fsynced with the next row, see :meth:`sync`."""
-        line = row.dump_line()
-        if "\n" in line:
-            raise ValueError("a ledger line must not contain a newline")
-        copy = instance_dir(self.run_root, row.benchmark, row.instance_id) / LEDGER_NAME
-        ok = True
-        for path in (self.path, copy):
-            self.pending.setdefault(path, []).append(line)
-            ok = self._flush(path, durable=durable or path != self.path) and ok
-        if self.unsynced_since is not None and (
-                durable or time.monotonic() - self.unsynced_since > GROUP_SYNC_S):
-            self.sync()
-        return ok
+    def append(self, row: TaskRow) -> bool:
+        """Write ``row`` at the run root (fsynced) and in its instance folder; False when
+        some write failed (reported, kept and retried: see the module doc)."""
+        return self.append_batch([row])
 
-    def sync(self) -> None:
-        """fsync the run root's ledger (the carried rows written since the last fsync)."""
-        if self.unsynced_since is None:
-            return
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            report_write_failure(f"{self.path} (fsync)", exc)
-            return
-        self.unsynced_since = None
+    def append_batch(self, rows: list[TaskRow]) -> bool:
+        """Write ``rows`` at the run root in one append and one fsync, then each in its
+        instance folder (rows carried from an ancestor: a resume of thousands of settled
+        instances pays one fsync, not one each). A kill in the middle leaves a prefix of
+        the rows and at most a torn last line, which the reader skips."""
+        lines: list[tuple[Path, str]] = []
+        for row in rows:
+            line = row.dump_line()
+            if "\n" in line:
+                raise ValueError("a ledger line must not contain a newline")
+            lines.append((instance_dir(self.run_root, row.benchmark, row.instance_id), line))
+        if not lines:
+            return True
+        self.pending.setdefault(self.path, []).extend(line for _, line in lines)
+        ok = self._flush(self.path)
+        for folder, line in lines:
+            copy = folder / LEDGER_NAME
+            self.pending.setdefault(copy, []).append(line)
+            ok = self._flush(copy) and ok
+        return ok
 
     def flush_pending(self) -> int:
         """Retry every held line; returns how many run-root lines are still unwritten."""
         for path in list(self.pending):
             self._flush(path)
-        self.sync()
         return self.unwritten
 
-    def _flush(self, path: Path, durable: bool = True) -> bool:
+    def _flush(self, path: Path) -> bool:
         lines = self.pending.get(path, [])
-        while lines:
-            try:
-                if path != self.path:
+        if not lines:
+            self.pending.pop(path, None)
+            return True
+        try:
+            if path == self.path:
+                _append_synced(path, lines)
+            else:
+                while lines:
                     _append_copy(path, lines[0])
-                elif durable:
-                    append_line(path, lines[0])  # fsyncs the carried rows before it too
-                    self.unsynced_since = None
-                else:
-                    _append_copy(path, lines[0])
-                    if self.unsynced_since is None:
-                        self.unsynced_since = time.monotonic()
-            except OSError as exc:
-                self.failures += 1
-                report_write_failure(f"{path} ({len(lines)} row(s) kept in memory)", exc)
-                return False
-            lines.pop(0)
+                    lines.pop(0)
+        except OSError as exc:
+            self.failures += 1
+            report_write_failure(f"{path} ({len(lines)} row(s) kept in memory)", exc)
+            return False
         self.pending.pop(path, None)
         return True
+
+
+def _append_synced(path: Path, lines: list[str]) -> None:
+    """Append ``lines`` to the run root's ledger in one write and fsync them (and the
+    folder, when the file is new). The lines written whole leave ``lines`` even when a
+    later part of the write fails."""
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    new = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    written = 0
+    try:
+        view = memoryview(data)
+        while written < len(data):
+            written += os.write(fd, view[written:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        del lines[:data.count(b"\n", 0, written)]  # what was not written whole is kept
+    if new:
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
 
 
 def _append_copy(path: Path, line: str) -> None:

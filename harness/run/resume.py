@@ -1,4 +1,5 @@
-"""Resume: walk the ancestry, check compatibility, compute the settled set (pure logic)."""
+"""Resume: walk the ancestry, check compatibility, compute the settled set (pure logic: the
+caller passes what needs Docker, such as the local image ids, in)."""
 
 from __future__ import annotations
 
@@ -94,15 +95,25 @@ def walk_ancestry(start: Path) -> Ancestry:
 
 
 def original_row(row: TaskRow) -> TaskRow:
-    """A row to carry: keep the ancestor's verdict, re-label as carried forward."""
-    data = row.model_dump(by_alias=True)
-    details = dict(data.get("details") or {})
-    if row.outcome is not Outcome.CARRIED:
-        details["carried_status"] = row.status
-        details["carried_outcome"] = row.outcome.value
-        data["carried_from"] = row.run_id
-    data["details"] = details
-    return TaskRow.model_validate(data)
+    """A row to carry: keep the ancestor's verdict, re-label as carried forward (a row
+    carried already keeps its labels). A copy, not a re-validation: the row was validated
+    when its ledger was read."""
+    if row.outcome is Outcome.CARRIED:
+        return row
+    details = dict(row.details)
+    details["carried_status"] = row.status
+    details["carried_outcome"] = row.outcome.value
+    return row.model_copy(update={"details": details, "carried_from": row.run_id})
+
+
+def carry_row(carried: TaskRow, *, run_id: str, worker: str, nodeid: str | None,
+              status: str, ts_unix: float) -> TaskRow:
+    """The row a resume writes for an instance settled in an ancestor: the ancestor's row
+    (see :func:`original_row`) as this run's, skipped with ``settled_in_ancestor``."""
+    return carried.model_copy(update={
+        "ts_unix": ts_unix, "run_id": run_id, "worker": worker, "nodeid": nodeid,
+        "status": status, "outcome": Outcome.CARRIED, "reason_code": "settled_in_ancestor",
+        "duration_s": 0.0})
 
 
 def plan_resume(
@@ -290,22 +301,3 @@ def check_provenance(ancestry: Ancestry, current: Manifest, waived: set[str],
                 f"agent, runtime and images, or waive it with {flag} (recorded)",
                 change.reason)
     return [c.record() for c in changes]
-
-
-def local_image_ids() -> Callable[[str], str | None]:
-    """A resolver ``ref -> id`` of local images (one Docker client, made on first use); None
-    when the image is not present or Docker cannot tell (the instance then fails on its own
-    with the runner's image error)."""
-    client: list[Any] = []
-
-    def resolve(ref: str) -> str | None:
-        try:
-            if not client:
-                from harness.sandbox.client import get_client
-
-                client.append(get_client())
-            return str(client[0].api.inspect_image(ref)["Id"])
-        except Exception:  # absent image, or no Docker: nothing to compare
-            return None
-
-    return resolve

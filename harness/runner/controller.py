@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +35,9 @@ from harness.run.resume import (
     Ancestry,
     ResumeError,
     ResumePlan,
+    carry_row,
     check_generations,
     check_provenance,
-    local_image_ids,
     plan_resume,
 )
 from harness.runner.instance import ROW_PROPERTY, RunContext
@@ -59,6 +60,25 @@ def selection_change(ancestor: list[str], now: list[str]) -> dict[str, int]:
     before, after = set(ancestor), set(now)
     return {"ancestor_selected": len(before), "selected": len(after),
             "added": len(after - before), "left_out": len(before - after)}
+
+
+def local_image_ids() -> Callable[[str], str | None]:
+    """A resolver ``ref -> id`` of local images for the resume's provenance check (one
+    Docker client, made on first use); None when the image is not present or Docker cannot
+    tell (the instance then fails on its own with the runner's image error)."""
+    client: list[Any] = []
+
+    def resolve(ref: str) -> str | None:
+        try:
+            if not client:
+                from harness.sandbox.client import get_client
+
+                client.append(get_client())
+            return str(client[0].api.inspect_image(ref)["Id"])
+        except Exception:  # absent image, or no Docker: nothing to compare
+            return None
+
+    return resolve
 
 
 class TerminalLines:
@@ -105,6 +125,7 @@ class Controller:
         self.ancestry: Ancestry | None = None
         self.resume_plan: ResumePlan | None = None
         self.late_refusal: RefusalError | None = None  # refused once the selection was known
+        self.carried: set[str] = set()  # keys whose carried row is written (resume)
 
     # admission --------------------------------------------------------------------------
     def resolve_root(self, benchmarks: list[str]) -> tuple[str, Path]:
@@ -217,7 +238,8 @@ class Controller:
                                                 ("image_changed", "allow_image_change"))
                   if self.config.getoption(option)}
         try:
-            records = check_provenance(self.ancestry, self.manifest, waived, local_image_ids())
+            records = check_provenance(self.ancestry, self.manifest, waived,
+                                       local_image_ids())
         except ResumeError as exc:
             raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
         self.manifest.extra["resume_provenance"] = {"waived": records}
@@ -256,6 +278,40 @@ class Controller:
         mf.checkpoint(m, "selection_resolved")
         self.check_resume_selection(keys)
         self.start_progress(len(keys))
+        self.carry_settled(keys)
+
+    def carry_settled(self, keys: list[str]) -> None:
+        """Write the row of every selected instance settled in an ancestor, before any
+        instance runs: one ledger append and one fsync for all of them (the items still
+        report as skipped; they bring no row). A kill in the middle leaves a prefix of these
+        rows, each as settled as its ancestor's: a resume of this run carries them again."""
+        run, writer = self.run, self.writer
+        if run is None or writer is None or not run.plan.carried:
+            return
+        now, worker = time.time(), self.run_worker()
+        rows: list[TaskRow] = []
+        for key in keys:
+            carried = run.plan.carried.get(key)
+            if carried is None or key in self.rows:
+                continue
+            adapter = run.adapters.get(carried.benchmark)
+            status = (adapter.status_for(Outcome.CARRIED, carried.resolved) if adapter
+                      else Outcome.CARRIED.value)
+            rows.append(carry_row(carried, run_id=run.run_id, worker=worker,
+                                  nodeid=self.key_nodeids.get(key), status=status, ts_unix=now))
+        if not rows:
+            return
+        names = list(self.config.getoption("agent_env", None) or [])
+        if names:  # as every row: no value of an --agent-env name on disk
+            from harness.run import secrets as secrets_scan
+
+            rows = [TaskRow.model_validate(secrets_scan.redact_row(
+                r.model_dump(mode="json", by_alias=True), names)) for r in rows]
+        writer.append_batch(rows)
+        for row in rows:
+            self.carried.add(row.key)
+            self.record(row)
+        self.checkpoint_counts()
 
     def check_resume_selection(self, keys: list[str]) -> None:
         """A resume with its own selectors that adds no instance to its ancestor's selection
@@ -315,7 +371,7 @@ class Controller:
     # rows -------------------------------------------------------------------------------
     def instance_started(self, nodeid: str, worker: str, started: float | None = None) -> None:
         key = self.nodeids.get(nodeid)
-        if key is None:
+        if key is None or key in self.carried:  # a carried instance does not run
             return
         previous = self.running.get(key)
         if previous is not None and previous[0] != "controller":
@@ -333,7 +389,10 @@ class Controller:
             self.instance_started(report.nodeid, worker, time.time() - report.duration)
         props = dict(report.user_properties)
         if ROW_PROPERTY in props:
-            self.append(TaskRow.model_validate(props[ROW_PROPERTY]))
+            row = TaskRow.model_validate(props[ROW_PROPERTY])
+            if row.key in self.carried and row.outcome is Outcome.CARRIED:
+                return  # written at selection (carry_settled)
+            self.append(row)
             return
         if report.when == "???":  # type: ignore[comparison-overlap]
             key = self.nodeids.get(report.nodeid)
@@ -367,17 +426,23 @@ class Controller:
 
     def append(self, row: TaskRow) -> None:
         assert self.writer is not None
-        # a carried row is already durable in its ancestor: fsynced in a group (see ledger)
-        self.writer.append(row, durable=row.outcome is not Outcome.CARRIED)
+        self.writer.append(row)
+        self.record(row)
+        if time.time() - self.last_checkpoint > 1.0:
+            self.checkpoint_counts()
+
+    def record(self, row: TaskRow) -> None:
+        """A row is in the ledger: keep it, and tell the progress view and the hooks."""
         self.rows[row.key] = row
         self.running.pop(row.key, None)
         if self.progress is not None:
             self.progress.row_written(row)
         with contextlib.suppress(Exception):
             self.config.hook.pytest_harness_row_written(config=self.config, row=row)
-        now = time.time()
-        if self.manifest is not None and now - self.last_checkpoint > 1.0:
-            self.last_checkpoint = now
+
+    def checkpoint_counts(self) -> None:
+        if self.manifest is not None:
+            self.last_checkpoint = time.time()
             self.update_counts()
             mf.checkpoint(self.manifest, "running")
 
@@ -488,8 +553,6 @@ class Controller:
                  error: BaseException | None = None) -> None:
         if self.manifest is None or self.manifest.finalized:
             return
-        if self.writer is not None:
-            self.writer.sync()
         mf.finalize(self.manifest, outcome=outcome, exit_code=exit_code,
                     stop_reason=stop_reason, error=error)
 

@@ -271,16 +271,14 @@ class RowState:
         details = dict(r.details)
         if self.teardown_error:
             details["teardown_error"] = self.teardown_error
-        if outcome is Outcome.CARRIED:
+        if outcome is Outcome.CARRIED:  # the controller wrote it already (carry_settled)
+            from harness.run.resume import carry_row
+
             carried = ctx.run.plan.carried[ctx.key]
-            data = carried.model_dump(by_alias=True)
-            data.update(
-                ts_unix=time.time(), run_id=ctx.run_id, worker=ctx.worker_id,
-                nodeid=ctx.nodeid, status=ctx.adapter.status_for(Outcome.CARRIED, carried.resolved),
-                outcome=Outcome.CARRIED, reason_code="settled_in_ancestor",
-                duration_s=round(self.duration, 3),
-            )
-            return TaskRow.model_validate(data)
+            return carry_row(
+                carried, run_id=ctx.run_id, worker=ctx.worker_id, nodeid=ctx.nodeid,
+                status=ctx.adapter.status_for(Outcome.CARRIED, carried.resolved),
+                ts_unix=time.time())
         infra = outcome is Outcome.INFRA_FAILED
         return TaskRow(
             ts_unix=time.time(),

@@ -133,10 +133,11 @@ class WorkerHooks:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None
                                 ) -> bool | None:
-        """A carried instance (settled in an ancestor) needs no fixture, capture or call: its
-        two reports (a skipped setup, a teardown carrying its row) are made here, after the
-        teardown of what the previous item left set up. A resume of thousands of settled
-        instances then costs little more than collecting them."""
+        """A carried instance (settled in an ancestor) needs no fixture, capture, call or
+        row (the controller wrote it at selection, see ``Controller.carry_settled``): its
+        two reports (a skipped setup, a teardown) are made here, after the teardown of what
+        the previous item left set up. A resume of thousands of settled instances then costs
+        little more than collecting them."""
         run = self.run
         if run is None or not run.plan.carried:
             return None
@@ -147,35 +148,30 @@ class WorkerHooks:
         carried = run.plan.carried.get(instance_key(benchmark, spec.instance_id))
         if carried is None:
             return None
-        from harness.runner.instance import InstanceContext, OutcomeSkip, RowState
-
         ihook = item.ihook
-        ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        state = RowState(InstanceContext(run, self.adapters[benchmark], spec, item.nodeid))
-        item.stash[STATE_KEY] = state
-        skip = OutcomeSkip(Outcome.CARRIED, "settled_in_ancestor",
-                           f"settled in run {carried.carried_from}")
-        state.skip = skip
+        nodeid, location = item.nodeid, item.location
+        ihook.pytest_runtest_logstart(nodeid=nodeid, location=location)
         now = time.time()
-        path, lineno, _ = item.location
-        keywords: dict[str, Literal[1]] = {k: 1 for k in item.keywords}
+        path, lineno, _ = location
+        keywords: dict[str, Literal[1]] = dict.fromkeys(item.keywords, 1)
         ihook.pytest_runtest_logreport(report=pytest.TestReport(
-            item.nodeid, item.location, keywords, "skipped",
-            (path, (lineno or 0) + 1, f"Skipped: {skip.msg}"), "setup", duration=0.0,
-            start=now, stop=now, user_properties=list(item.user_properties)))
+            nodeid, location, keywords, "skipped",
+            (path, (lineno or 0) + 1,
+             f"Skipped: settled_in_ancestor: settled in run {carried.carried_from}"),
+            "setup", duration=0.0, start=now, stop=now,
+            user_properties=list(item.user_properties)))
         outcome: Literal["passed", "failed"] = "passed"
         longrepr: str | None = None
         try:  # what the previous instance left set up and the next one does not need
             item.session._setupstate.teardown_exact(nextitem)
         except Exception as exc:
             outcome, longrepr = "failed", f"teardown: {type(exc).__name__}: {exc}"
-            state.observe("teardown", pytest.ExceptionInfo.from_exception(exc), 0.0)
         stop = time.time()
         ihook.pytest_runtest_logreport(report=pytest.TestReport(
-            item.nodeid, item.location, keywords, outcome, longrepr, "teardown",
+            nodeid, location, keywords, outcome, longrepr, "teardown",
             duration=stop - now, start=now, stop=stop,
-            user_properties=[*item.user_properties, (ROW_PROPERTY, self._row(state))]))
-        ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+            user_properties=list(item.user_properties)))
+        ihook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
         return True
 
     def _phase(self, phase: str) -> None:
