@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +24,13 @@ from harness.agents.gateway.models import TaskCreateRequest
 from harness.core.fsutil import atomic_write_text
 from harness.runner.agent_plugin import run_agent
 from harness.runner.instance import InstanceContext
-from harness.sandbox import Sandbox, SandboxSpec, pack_tree
+from harness.sandbox.container import Sandbox, SandboxSpec
+from harness.sandbox.execution import MAX_OUTPUT_BYTES, ContainerExit, ExecResult
+from harness.sandbox.pack import NewDir, pack_tree
+from harness.sandbox.transfer import Exclude
 
 if TYPE_CHECKING:
     import docker
-
-    from harness.model_proxy.network import LinkableSandbox
 
 RUNNER_DIR = m.RUNNER_DIR
 
@@ -75,34 +76,63 @@ class ScriptAgent:
 
 
 class AgentBox:
-    """The agent container as the runner's agents see it (``exec`` in the workspace).
+    """The agent container as the runner's agents see it: the sandbox contract
+    (:class:`harness.sandbox.protocol.Sandbox`; ``tests/sandbox/test_self_check.py``).
 
-    Every command runs as the unprivileged ``agent`` user, whatever user the agent asks
-    for (a ``--agent-user root`` gets ``agent`` too): the agent never acts as root here.
-    A model gateway (``--model-upstream``) links it through its id, client and spec
-    (:class:`harness.model_proxy.network.LinkableSandbox`): the relay joins the task's
-    internal network, which the container is on already.
+    Every command runs as the unprivileged ``agent`` user in the task workspace, whatever
+    user or directory the agent asks for (a ``--agent-user root`` gets ``agent`` too): the
+    agent never acts as root here. Files copied in belong to the agent user. A model gateway
+    (``--model-upstream``) links it through its id, client and spec: the relay joins the
+    task's internal network, which the container is on already.
     """
 
     def __init__(self, container: Sandbox) -> None:
         self.container = container
-        self.name = self.container_name = container.name
+        self.name: str = container.name
         self.id: str = container.id
         self.client: docker.DockerClient = container.client
         self.spec: SandboxSpec = container.spec
-        self.workdir = WORKSPACE
+        self.user: str = AGENT
+        self.workdir: str | None = WORKSPACE
 
     def exec(
         self,
-        cmd: Any,
+        cmd: str | Sequence[str],
         *,
         user: str | None = None,
         timeout: float | None = None,
         stdin: bytes | None = None,
-    ) -> Any:
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        max_output: int = MAX_OUTPUT_BYTES,
+        tail_output: int = 0,
+    ) -> ExecResult:
         return self.container.exec(
-            cmd, user=AGENT, timeout=timeout, stdin=stdin, workdir=WORKSPACE
+            cmd, user=AGENT, timeout=timeout, stdin=stdin, env=env, workdir=WORKSPACE,
+            max_output=max_output, tail_output=tail_output,
         )
+
+    def copy_in(
+        self, src: Path, dest_dir: str, *, uid: int | None = None, gid: int | None = None
+    ) -> None:
+        """Copy into ``dest_dir`` (relative: in the workspace), owned by the agent user; a
+        missing ``dest_dir`` is made the agent's through the daemon (no capability inside)."""
+        dest = dest_dir if dest_dir.startswith("/") else f"{WORKSPACE}/{dest_dir}"
+        if self.exec(["test", "-d", dest], timeout=60).exit_code != 0:
+            self.container.make_dirs([NewDir(dest, AGENT_ID, AGENT_ID)])
+        self.container.copy_in(src, dest, uid=AGENT_ID, gid=AGENT_ID)
+
+    def copy_out(self, src: str, dest: Path, *, exclude: Exclude | None = None) -> list[str]:
+        return self.container.copy_out(src, dest, exclude=exclude)
+
+    def exit_state(self, since: float) -> ContainerExit | None:
+        return self.container.exit_state(since)
+
+    def end_user_processes(self, user: str) -> str:
+        """Nothing: the task's MCP servers run as the agent user in this container, so its
+        processes are the task's, not an agent's leftovers (the container ends with the
+        instance)."""
+        return ""
 
 
 # (container name, setup s, outside MCP_HTTP_URLS or None) -> body
@@ -223,6 +253,3 @@ def usage_record(outcome: RunnerOutcome) -> dict[str, Any] | None:
         "cost_usd": outcome.cost_usd if outcome.cost_known else None,
     }
 
-
-if TYPE_CHECKING:  # the agent box can be linked to a model gateway (mypy checks it)
-    _BOX_LINKS: type[LinkableSandbox] = AgentBox

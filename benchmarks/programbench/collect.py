@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from benchmarks.programbench.submission import (
     BUILD_OUTPUT_DIRS,
@@ -32,6 +32,9 @@ from benchmarks.programbench.submission import (
     pack_members,
 )
 from harness.sandbox.transfer import ArchiveBroken, Budget, CopyRefused
+
+if TYPE_CHECKING:
+    from harness.sandbox.container import Sandbox
 
 WORKSPACE = "/workspace"
 PROBE_TIMEOUT_S = 300
@@ -70,7 +73,7 @@ class WorkspaceFacts:
     probe_error: str | None = None
 
 
-def freeze(sandbox: Any) -> None:
+def freeze(sandbox: Sandbox) -> None:
     """Kill the agent user's leftover processes (the killer itself survives)."""
     sandbox.exec(["/bin/sh", "-c", _FREEZE], user="agent", timeout=60, workdir="/")
 
@@ -91,7 +94,7 @@ def parse_probe(stdout: bytes) -> WorkspaceFacts:
     return facts
 
 
-def probe_workspace(sandbox: Any, workspace: str = WORKSPACE) -> WorkspaceFacts:
+def probe_workspace(sandbox: Sandbox, workspace: str = WORKSPACE) -> WorkspaceFacts:
     """Tracked build dirs and cache dirs, asked inside the sandbox as the agent user."""
     res = sandbox.exec(["/bin/sh", "-c", _PROBE, "sh", workspace, CACHEDIR_SIGNATURE.decode()],
                        user="agent", timeout=PROBE_TIMEOUT_S, workdir="/")
@@ -102,7 +105,7 @@ def probe_workspace(sandbox: Any, workspace: str = WORKSPACE) -> WorkspaceFacts:
 
 
 def export_submission(
-    sandbox: Any,
+    sandbox: Sandbox,
     dest: Path,
     *,
     facts: WorkspaceFacts,

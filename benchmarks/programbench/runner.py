@@ -26,7 +26,7 @@ from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
 from benchmarks.programbench.tasks import PBInstance
 from benchmarks.programbench.verdict import verdict
 from benchmarks.programbench.workspace import adapt_layout, present_reference
-from harness.agents.base import AgentOutcome, AgentRequest, OracleUnavailable
+from harness.agents.base import AgentOutcome, AgentRequest, OracleCallable, OracleUnavailable
 from harness.agents.gateway.reattach import (
     adopt_kept_sandbox,
     keep_after_give_up,
@@ -37,8 +37,9 @@ from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
 from harness.core.models import Outcome
 from harness.core.untrusted import hash_untrusted_file
-from harness.runner.agent_plugin import run_agent
+from harness.runner.agent_plugin import instance_view, run_agent
 from harness.runner.instance import InstanceContext, OutcomeSkip
+from harness.sandbox.container import Sandbox
 from harness.sandbox.errors import ProtectedInstallFailed
 from harness.sandbox.protected import (
     LAUNCHER_FAILED_PREFIX,
@@ -98,7 +99,7 @@ def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
     return record.id, blob_dir
 
 
-def preflight(ctx: InstanceContext, sandbox: Any) -> dict[str, Any]:
+def preflight(ctx: InstanceContext, sandbox: Sandbox) -> dict[str, Any]:
     """Network mode none, reference protected and probed; every failure is infra."""
     info = sandbox.api.inspect_container(sandbox.id)
     mode = info["HostConfig"]["NetworkMode"]
@@ -138,7 +139,7 @@ def preflight(ctx: InstanceContext, sandbox: Any) -> dict[str, Any]:
     return probe
 
 
-def agent_capabilities(sandbox: Any) -> dict[str, str]:
+def agent_capabilities(sandbox: Sandbox) -> dict[str, str]:
     """The agent user's capability sets (hex) as its processes start in the sandbox."""
     res = sandbox.exec(["cat", "/proc/self/status"], user="agent", timeout=30)
     sets: dict[str, str] = {}
@@ -149,7 +150,7 @@ def agent_capabilities(sandbox: Any) -> dict[str, str]:
     return sets
 
 
-def oracle_for(inst: PBInstance, sandbox: Any) -> Any:
+def oracle_for(inst: PBInstance, sandbox: Sandbox) -> OracleCallable:
     """The oracle writes the bundled correct submission (the fixture's only)."""
 
     def apply(request: AgentRequest) -> AgentOutcome:
@@ -178,7 +179,7 @@ def write_body(ctx: InstanceContext, inst: PBInstance, instruction: str, contain
     return body
 
 
-def collect_submission(ctx: InstanceContext, sandbox: Any) -> Path | None:
+def collect_submission(ctx: InstanceContext, sandbox: Sandbox) -> Path | None:
     """``submission.tar.gz`` streamed from the sandbox (no host copy of the workspace, no
     host program run on it); None when the agent's workspace was refused (the instance is
     then the agent's failure, with the reason code, and there is no submission)."""
@@ -252,7 +253,8 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     factory = request.getfixturevalue("sandbox_factory")
     agent = request.getfixturevalue("harness_agent")
     # A resume reattaches to an unsettled gateway task in the sandbox it works in.
-    adopted = adopt_kept_sandbox(ctx, agent, factory)
+    view = instance_view(ctx)
+    adopted = adopt_kept_sandbox(view, agent, factory)
     if adopted is not None:
         sandbox, extra = adopted
     else:
@@ -265,7 +267,7 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
         ctx.result.details["preflight"] = preflight(ctx, sandbox)
         extra = {"keep_sandbox": True} if reattach_labels(agent) else {}
         if extra:
-            record_sandbox(ctx, sandbox)
+            record_sandbox(view, sandbox)
     ctx.result.details["container"] = sandbox.name
     body = write_body(ctx, inst, instruction, sandbox.name, settings.timeout)
     started = time.monotonic()
@@ -276,7 +278,7 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
             env_allowlist=tuple(request.config.getoption("agent_env")),
             oracle=oracle_for(inst, sandbox), adapter="programbench", extra=extra))
     except InfraError:
-        keep_after_give_up(ctx, factory, sandbox)  # the task still runs in it: resume
+        keep_after_give_up(view, factory, sandbox)  # the task still runs in it: resume
         raise
     ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
     submission = collect_submission(ctx, sandbox)

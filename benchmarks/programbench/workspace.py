@@ -21,11 +21,14 @@ handled the same way. Idempotent; no program at all raises
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from benchmarks.programbench.task_body import REFERENCE_NAME, WORKSPACE_BACKEND_PATH
 from harness.sandbox.errors import ProtectedInstallFailed
 from harness.sandbox.protected import ProtectedExecutable
+
+if TYPE_CHECKING:
+    from harness.sandbox.container import Sandbox
 
 AGENT_USER = "agent"
 LAUNCHER_PATH = f"{WORKSPACE_BACKEND_PATH}/{REFERENCE_NAME}"
@@ -73,7 +76,7 @@ if ! command -v runuser >/dev/null 2>&1; then echo no_runuser; fi
 """
 
 
-def adapt_layout(sandbox: Any) -> list[str]:
+def adapt_layout(sandbox: Sandbox) -> list[str]:
     """Make a real cleanroom image's layout what the agent phase needs; list the changes."""
     res = sandbox.exec(["sh", "-c", ADAPT_LAYOUT_SCRIPT], user="root", timeout=120)
     if res.exit_code != 0:
@@ -86,7 +89,7 @@ class ReferencePresentFailed(ProtectedInstallFailed):
     reason_code = "reference_present_failed"
 
 
-def present_reference(sandbox: Any) -> ProtectedExecutable:
+def present_reference(sandbox: Sandbox) -> ProtectedExecutable:
     """Protect the image's reference behind the launcher; exclude both names from git."""
     prot: ProtectedExecutable = sandbox.protect_executable(REFERENCE_CANDIDATES, LAUNCHER_PATH)
     res = sandbox.exec(["sh", "-c", GIT_EXCLUDE_SCRIPT], user="root", timeout=60)

@@ -5,6 +5,13 @@ agent (instruction, sandbox, the adapter's gateway task body, its oracle); the o
 what the ledger row needs. An agent *returns* an outcome for anything it ran (an infra
 result included, ``infra=True``) and *raises* :class:`harness.core.errors.InfraError` when it
 could not run at all. :class:`OracleUnavailable` asks the runner for a skipped row.
+
+Around ``run`` the runner calls :meth:`Agent.before_run` (it may return a changed request)
+and :meth:`Agent.after_run` (also when ``run`` raised or was interrupted: ``outcome`` None),
+both with an :class:`InstanceView` of the instance; they do nothing unless a kind needs them
+(the gateway agent carries checkpoints and records paid evidence there). A new kind is one
+module that registers a factory (:func:`register_agent`) plus its entry in
+:data:`harness.agents.kinds.AGENT_MODULES`.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,15 +28,10 @@ from harness.agents.kinds import AGENT_KINDS as AGENT_KINDS
 from harness.agents.kinds import AGENT_MODULES as AGENT_MODULES
 from harness.core.models import Tokens
 
+if TYPE_CHECKING:
+    from harness.sandbox.protocol import Sandbox
+
 COST_SOURCES = ("gateway", "agent_reported", "meter", "unknown")
-
-
-def sandbox_name(sandbox: Any) -> str | None:
-    for attr in ("container_name", "name"):
-        value = getattr(sandbox, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    return None
 
 
 class OraclePlan(BaseModel):
@@ -53,7 +55,7 @@ class AgentRequest:
     instance_dir: Path
     instruction: str
     task_body: Mapping[str, Any] | BaseModel | None = None
-    sandbox: Any = None
+    sandbox: Sandbox | None = None
     timeout_sec: float | None = None
     env_allowlist: Sequence[str] = ()
     oracle: OracleCallable | OraclePlan | None = None
@@ -110,13 +112,47 @@ class OracleUnavailable(Exception):
         self.reason = reason
 
 
-class Agent(Protocol):
-    kind: str
-
-    def run(self, request: AgentRequest) -> AgentOutcome: ...
+def _no_output(name: str, path: Path) -> None:
+    return None
 
 
-class NopAgent:
+@dataclass(frozen=True)
+class InstanceView:
+    """What an agent's hooks see of the instance (the runner builds it; no runner types).
+
+    ``details`` is the row's ``details`` itself: what a hook writes there lands in the row.
+    ``output(name, path)`` records a file as one of the row's outputs.
+    """
+
+    benchmark: str
+    instance_id: str
+    instance_dir: Path
+    run_root: Path
+    ancestors: tuple[Path, ...] = ()  # run roots of the earlier attempts, nearest first
+    details: dict[str, Any] = field(default_factory=dict)
+    output: Callable[[str, Path], object] = _no_output
+
+
+class Agent:
+    """The base of every agent kind: :meth:`run`, and two hooks that do nothing here."""
+
+    kind: str = ""
+
+    def run(self, request: AgentRequest) -> AgentOutcome:
+        raise NotImplementedError(f"agent kind {self.kind!r} does not implement run()")
+
+    def before_run(self, view: InstanceView, request: AgentRequest) -> AgentRequest:
+        """Called before :meth:`run`; the request ``run`` gets (default: unchanged)."""
+        return request
+
+    def after_run(self, view: InstanceView, request: AgentRequest,
+                  outcome: AgentOutcome | None) -> None:
+        """Called after :meth:`run`, also when it raised or was interrupted (``outcome``
+        None); ``request`` is the one ``run`` got."""
+        return None
+
+
+class NopAgent(Agent):
     """Does nothing; the outcome is ``completed`` (a pipeline check, or a scorer baseline)."""
 
     kind = "nop"

@@ -25,8 +25,6 @@ The agent never runs as root: a configured ``user`` of root is refused.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import os
 import re
 import shlex
@@ -37,18 +35,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from harness.agents.base import (
-    Agent,
-    AgentOptions,
-    AgentOutcome,
-    AgentRequest,
-    register_agent,
-    sandbox_name,
-)
+from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_bytes, atomic_write_json
 from harness.sandbox.errors import SandboxError
-from harness.sandbox.execution import ContainerExit, container_exit, kill_user_processes
+from harness.sandbox.execution import ContainerExit, ExecResult
+from harness.sandbox.protocol import Sandbox
 
 INSTRUCTION_PATH = "/tmp/harness_instruction.md"
 INSTRUCTION_ENV = "HARNESS_INSTRUCTION_FILE"
@@ -176,7 +168,7 @@ def redact(data: bytes, secrets: Mapping[str, str]) -> tuple[bytes, int]:
     return data, count
 
 
-class CommandAgent:
+class CommandAgent(Agent):
     kind = "command"
 
     def __init__(
@@ -232,7 +224,7 @@ class CommandAgent:
             )
         cfg = self.config
         user = cfg.user
-        workdir = cfg.workdir or getattr(sandbox, "workdir", None)
+        workdir = cfg.workdir or sandbox.workdir
         names = [*cfg.env, *request.env_allowlist]
         bad = [n for n in names if not ENV_NAME_RE.match(n)]
         if bad:
@@ -271,9 +263,11 @@ class CommandAgent:
         started = time.monotonic()
         since = time.time()
         lost: ContainerExit | None = None
+        result: ExecResult | None
         try:
             result = sandbox.exec(
-                argv, user=user, timeout=exec_timeout, stdin=stdin, **self._capture(sandbox)
+                argv, user=user, timeout=exec_timeout, stdin=stdin,
+                max_output=cfg.output_head_bytes, tail_output=cfg.output_tail_bytes,
             )
         except SandboxError:
             lost = _lost_sandbox(sandbox, since)
@@ -281,11 +275,12 @@ class CommandAgent:
                 raise  # Docker itself failed, or the sandbox was stopped from outside
             result = None
         if result is not None:
-            code = getattr(result, "exit_code", None)
+            code = result.exit_code
             # killed or unknown: the container may be dying right now; let it settle
             settle = code is None or code > 128
             lost = _lost_sandbox(sandbox, since, settle_s=_SETTLE_S if settle else 0.0)
-        wall = float(getattr(result, "wall_s", None) or time.monotonic() - started)
+        wall = float((result.wall_s if result is not None else None)
+                     or time.monotonic() - started)
         leftovers = "" if lost is not None else _end_leftovers(sandbox, user)
 
         out_dir = Path(request.instance_dir)
@@ -294,14 +289,14 @@ class CommandAgent:
         out = _store(stdout_path, result, "stdout", secrets, cfg)
         err = _store(stderr_path, result, "stderr", secrets, cfg)
 
-        exit_code = getattr(result, "exit_code", None)
-        timed_out = bool(getattr(result, "timed_out", False)) or (
+        exit_code = result.exit_code if result is not None else None
+        timed_out = (result is not None and result.timed_out) or (
             bool(timeout) and exit_code in TIMEOUT_EXITS and wall >= 0.95 * float(timeout or 0)
         )
         record = CommandRunRecord(
             command=_redact_command(cfg.command, secrets),
-            sandbox=sandbox_name(sandbox),
-            user=user or _default_user(sandbox),
+            sandbox=sandbox.name or None,
+            user=user or sandbox.user,
             workdir=workdir,
             instruction_via=cfg.instruction_via,
             instruction_file=INSTRUCTION_PATH,
@@ -321,26 +316,13 @@ class CommandAgent:
             stderr_truncated=err.truncated,
             output_cap_bytes=[cfg.output_head_bytes, cfg.output_tail_bytes],
             kill_survivors=" ".join(
-                x for x in (str(getattr(result, "survivors", "") or ""), leftovers) if x
+                x for x in (result.survivors if result is not None else "", leftovers) if x
             ),
             sandbox_exit=None if lost is None else _exit_details(lost),
         )
         record_path = out_dir / RECORD_NAME
         atomic_write_json(record_path, record)
         return _outcome(record, record_path)
-
-    def _capture(self, sandbox: Any) -> dict[str, int]:
-        """Bound the exec's memory too when the sandbox's ``exec`` can (harness Sandbox)."""
-        try:
-            params = inspect.signature(sandbox.exec).parameters
-        except (TypeError, ValueError):
-            return {}
-        if "tail_output" not in params or "max_output" not in params:
-            return {}
-        return {
-            "max_output": self.config.output_head_bytes,
-            "tail_output": self.config.output_tail_bytes,
-        }
 
 
 class _Stored(BaseModel):
@@ -350,12 +332,18 @@ class _Stored(BaseModel):
 
 
 def _store(
-    path: Path, result: Any, stream: str, secrets: Mapping[str, str], cfg: CommandAgentConfig
+    path: Path, result: ExecResult | None, stream: Literal["stdout", "stderr"],
+    secrets: Mapping[str, str], cfg: CommandAgentConfig,
 ) -> _Stored:
     """Write one stream: head, a marker line, tail when cut; secrets redacted; bounded."""
-    data = _as_bytes(getattr(result, stream, b""))
-    total = int(getattr(result, f"{stream}_total", 0) or len(data))
-    cut = getattr(result, f"{stream}_cut", None)
+    if result is None:
+        data, total, cut = b"", 0, None
+    elif stream == "stdout":
+        data, total, cut = result.stdout, result.stdout_total, result.stdout_cut
+    else:
+        data, total, cut = result.stderr, result.stderr_total, result.stderr_cut
+    data = _as_bytes(data)
+    total = int(total or len(data))
     head_limit, tail_limit = cfg.output_head_bytes, cfg.output_tail_bytes
     head, tail = (data, b"") if cut is None else (data[:cut], data[cut:])
     if cut is None and len(head) <= head_limit + tail_limit:
@@ -401,34 +389,33 @@ def _strip_partial_secrets(
     return head, tail
 
 
-def _end_leftovers(sandbox: Any, user: str | None) -> str:
+def _end_leftovers(sandbox: Sandbox, user: str | None) -> str:
     """End every process the agent left behind (daemons, children that left its session)
     so nothing of it runs while its work is collected; the survivors, if any."""
-    api, cid = getattr(sandbox, "api", None), getattr(sandbox, "id", None)
-    user = user or _default_user(sandbox)
-    if api is None or not isinstance(cid, str) or not user or user.split(":")[0] in ROOT_USERS:
-        return ""  # not a harness Sandbox (a wrapper that picks its own user): leave it
+    user = user or sandbox.user
+    if not user or user.split(":")[0] in ROOT_USERS:
+        return ""
     try:
-        return kill_user_processes(api, cid, user)
+        return sandbox.end_user_processes(user)
     except SandboxError as exc:
         return f"(could not end leftovers: {exc})"
 
 
-def _lost_sandbox(sandbox: Any, since: float, settle_s: float = _SETTLE_S) -> ContainerExit | None:
+def _lost_sandbox(
+    sandbox: Sandbox, since: float, settle_s: float = _SETTLE_S
+) -> ContainerExit | None:
     """The sandbox's exit when it ended from inside while the agent ran, else None.
 
     A sandbox the harness removed, or one stopped from outside, is not the agent's doing;
-    a sandbox that is not a harness container (no Docker API) cannot be checked.
+    one the engine cannot answer for cannot be checked.
     """
-    target = getattr(sandbox, "container", sandbox)  # Cowork's AgentBox wraps a Sandbox
-    api, cid = getattr(target, "api", None), getattr(target, "id", None)
-    if api is None or not isinstance(cid, str) or getattr(target, "removed", False):
-        return None
     deadline = time.monotonic() + settle_s
     while True:
         try:
-            state = container_exit(api, cid, since)
+            state = sandbox.exit_state(since)
         except SandboxError:
+            return None
+        if state is None:
             return None
         if not state.running or time.monotonic() >= deadline:
             return state if state.from_inside else None
@@ -445,12 +432,6 @@ def _redact_command(command: str | list[str], secrets: Mapping[str, str]) -> str
         return redact(text.encode("utf-8"), secrets)[0].decode("utf-8", "replace")
 
     return clean(command) if isinstance(command, str) else [clean(c) for c in command]
-
-
-def _default_user(sandbox: Any) -> str | None:
-    """The sandbox's own default exec user (``harness.sandbox``: ``spec.user``)."""
-    value = getattr(getattr(sandbox, "spec", None), "user", None)
-    return value if isinstance(value, str) else None
 
 
 def _fmt(seconds: float) -> str:
@@ -503,15 +484,3 @@ def _outcome(record: CommandRunRecord, record_path: Path) -> AgentOutcome:
         return AgentOutcome(completed=True, reason_code="completed", **common)
     return AgentOutcome(completed=False, reason_code=reason_for_exit(record.exit_code), **common)
 
-
-@register_agent("command")
-def _make(options: AgentOptions) -> Agent:
-    if options.model_upstream:  # the command agent behind the model gateway
-        gateway = importlib.import_module("harness.agents.command_proxy")
-        agent: Agent = gateway.GatewayCommandAgent.from_options(options)
-        return agent
-    if options.per_task_limit_usd is not None:
-        raise ValueError("--per-task-limit-usd cannot be enforced for agent kind 'command' "
-                         "without --model-upstream (the harness does not see its model "
-                         "calls): add --model-upstream URL, or drop --per-task-limit-usd")
-    return CommandAgent.from_options(options)

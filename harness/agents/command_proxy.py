@@ -1,4 +1,6 @@
-"""``--agent command --model-upstream URL``: the command agent, with a model gateway.
+"""``--agent command``: the registry's entry for the command agent
+(:class:`~harness.agents.command.CommandAgent`), and with ``--model-upstream URL`` the
+command agent behind a model gateway (:class:`GatewayCommandAgent`).
 
 Per instance: a :class:`~harness.model_proxy.server.GatewayServer` (key and meter, in
 this process), its relay network (:mod:`harness.model_proxy.network`), then the usual
@@ -21,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.agents.base import AgentOptions, AgentOutcome, AgentRequest
+from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest, register_agent
 from harness.agents.command import CommandAgent
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
@@ -60,7 +62,7 @@ def sandbox_env() -> dict[str, str]:
             "ANTHROPIC_API_KEY": PLACEHOLDER_KEY, "HARNESS_MODEL_GATEWAY": f"{BASE_URL}/v1"}
 
 
-class GatewayCommandAgent:
+class GatewayCommandAgent(Agent):
     kind = "command"
 
     def __init__(self, inner: CommandAgent, upstream: str, key_env: str, prices: ModelPrices,
@@ -126,3 +128,14 @@ class GatewayCommandAgent:
         elif state.upstream_errors and not outcome.completed and not outcome.infra:
             update.update(infra=True, reason_code="model_upstream_failed")
         return outcome.model_copy(update=update)
+
+
+@register_agent("command")
+def _make(options: AgentOptions) -> Agent:
+    if options.model_upstream:  # the command agent behind the model gateway
+        return GatewayCommandAgent.from_options(options)
+    if options.per_task_limit_usd is not None:
+        raise ValueError("--per-task-limit-usd cannot be enforced for agent kind 'command' "
+                         "without --model-upstream (the harness does not see its model "
+                         "calls): add --model-upstream URL, or drop --per-task-limit-usd")
+    return CommandAgent.from_options(options)

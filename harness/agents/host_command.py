@@ -63,7 +63,6 @@ from harness.agents.base import (
     AgentOutcome,
     AgentRequest,
     register_agent,
-    sandbox_name,
 )
 from harness.agents.host_exec import SOCKET_ENV, ExecService
 from harness.core.errors import InfraError
@@ -165,7 +164,7 @@ class HostGateway:
     limit_usd: float | None
 
 
-class HostCommandAgent:
+class HostCommandAgent(Agent):
     kind = "host-command"
 
     def __init__(self, command: str, gateway: HostGateway | None = None,
@@ -207,7 +206,7 @@ class HostCommandAgent:
         env = agent_environment(environ, request.env_allowlist)
         env.update({"HARNESS_INSTANCE_ID": request.instance_id,
                     "HARNESS_INSTRUCTION_FILE": str(instruction),
-                    "HARNESS_SANDBOX": sandbox_name(sandbox) or "",
+                    "HARNESS_SANDBOX": sandbox.name,
                     SOCKET_ENV: str(service.path),
                     "HARNESS_COST_FILE": str(cost_file)})
         started = time.monotonic()
@@ -245,7 +244,7 @@ class HostCommandAgent:
         wall = time.monotonic() - started
         cost, cost_error = read_reported_cost(cost_file)
         record = HostRunRecord(
-            command=self.command, sandbox=sandbox_name(sandbox), exit_code=proc.returncode,
+            command=self.command, sandbox=sandbox.name or None, exit_code=proc.returncode,
             timed_out=timed_out, wall_s=round(wall, 3), exec_calls=service.calls,
             stdout_bytes=int(stats_out.get("bytes", 0)),
             stderr_bytes=int(stats_err.get("bytes", 0)),

@@ -29,9 +29,12 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+if TYPE_CHECKING:  # harness exec (the CLI half) stays light
+    from harness.sandbox.protocol import Sandbox
 
 SOCKET_ENV = "HARNESS_EXEC_SOCKET"
 MAX_REQUEST_BYTES = 32 << 20  # stdin included (base64)
@@ -70,7 +73,7 @@ def _cut(data: bytes, limit: int) -> tuple[bytes, bool]:
 class ExecService:
     """Serves ``harness exec`` requests for one sandbox on a private Unix socket."""
 
-    def __init__(self, sandbox: Any, *, max_timeout_s: float | None = None) -> None:
+    def __init__(self, sandbox: Sandbox, *, max_timeout_s: float | None = None) -> None:
         self.sandbox = sandbox
         self.max_timeout_s = max_timeout_s
         self.calls = 0
@@ -120,7 +123,7 @@ class ExecService:
         out, t1 = _cut(bytes(res.stdout), req.max_output)
         err, t2 = _cut(bytes(res.stderr), req.max_output)
         return ExecReply(exit_code=res.exit_code, timed_out=bool(res.timed_out),
-                         truncated=t1 or t2 or bool(getattr(res, "truncated", False)),
+                         truncated=t1 or t2 or res.truncated,
                          stdout_b64=base64.b64encode(out).decode(),
                          stderr_b64=base64.b64encode(err).decode())
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 AGENT_MODULES: dict[str, str] = {
     "nop": "harness.agents.base",
     "oracle": "harness.agents.oracle",
-    "command": "harness.agents.command",
+    "command": "harness.agents.command_proxy",  # plain, or behind --model-upstream
     "gateway": "harness.agents.gateway.agent",
     "mini-swe-agent": "harness.agents.mini_swe",
     "host-command": "harness.agents.host_command",

@@ -43,6 +43,7 @@ from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
 from harness.core.models import Tokens
 from harness.model_proxy.prices import ModelPrices, load_prices
+from harness.sandbox.protocol import Sandbox
 
 MINI_VERSION = "2.4.6"
 TRAJ_NAME = "mini_swe_agent.traj.json"
@@ -155,10 +156,10 @@ class SandboxEnvironment:
     stdout and stderr merged, under the per-command timeout (the command's process tree is
     killed on expiry, the sandbox stays usable)."""
 
-    def __init__(self, sandbox: Any, **kwargs: Any) -> None:
+    def __init__(self, sandbox: Sandbox, **kwargs: Any) -> None:
         self.sandbox = sandbox
         self.config = SandboxEnvironmentConfig(**kwargs)
-        self.container_id = getattr(sandbox, "id", None)
+        self.container_id = sandbox.id
 
     def execute(self, action: dict[str, Any], cwd: str = "", *,
                 timeout: int | None = None) -> dict[str, Any]:
@@ -200,7 +201,7 @@ class SandboxEnvironment:
         return {"info": {"config": {
             "environment": self.config.model_dump(mode="json"),
             "environment_type": f"{type(self).__module__}.{type(self).__name__}",
-            "sandbox": getattr(self.sandbox, "name", None)}}}
+            "sandbox": self.sandbox.name}}}
 
 
 def _usage_of(message: Mapping[str, Any]) -> tuple[int, int, int]:
@@ -239,7 +240,7 @@ def account(messages: list[dict[str, Any]], model: str,
     return tokens, total, 0, "agent_reported"
 
 
-class MiniSweAgent:
+class MiniSweAgent(Agent):
     kind = "mini-swe-agent"
 
     def __init__(self, config: dict[str, Any], files: list[str], prices: ModelPrices,

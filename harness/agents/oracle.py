@@ -21,7 +21,7 @@ from harness.agents.base import (
 from harness.core.errors import InfraError
 
 
-class OracleAgent:
+class OracleAgent(Agent):
     kind = "oracle"
 
     def run(self, request: AgentRequest) -> AgentOutcome:

@@ -14,9 +14,9 @@ A sandbox already on an internal network of its instance (``spec.network`` is no
 servers) keeps it: the relay joins that network under the same alias, and :meth:`close`
 removes only the relay (the network is the instance's own, removed by its teardown).
 
-What the link needs of a sandbox is :class:`LinkableSandbox` (its container id, its Docker
-client, its spec); the harness :class:`~harness.sandbox.container.Sandbox` and Cowork's
-agent box both satisfy it (checked by mypy).
+What the link needs of a sandbox (its container id, its Docker client, its spec) is part of
+the sandbox contract, :class:`harness.sandbox.protocol.Sandbox`, which the harness
+:class:`~harness.sandbox.container.Sandbox` and Cowork's agent box both implement.
 """
 
 from __future__ import annotations
@@ -25,18 +25,14 @@ import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-import docker
 from docker.errors import APIError, NotFound
 
 from harness.core.errors import InfraError
 from harness.sandbox import labels as L
-from harness.sandbox.container import SandboxSpec
 from harness.sandbox.network import create_internal_network, remove_network
-
-if TYPE_CHECKING:
-    from harness.sandbox.container import Sandbox
+from harness.sandbox.protocol import Sandbox
 
 ALIAS = "model-gateway"
 PORT = 8080
@@ -84,19 +80,6 @@ asyncio.run(main())
 """
 
 
-class LinkableSandbox(Protocol):
-    """What :meth:`GatewayLink.open` needs of a sandbox."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def client(self) -> docker.DockerClient: ...
-
-    @property
-    def spec(self) -> SandboxSpec: ...
-
-
 NO_NETWORK = "none"
 
 
@@ -117,7 +100,7 @@ class GatewayLink:
     owns_network: bool = True  # False: the sandbox's own network, joined (left to its owner)
 
     @classmethod
-    def open(cls, sandbox: LinkableSandbox, socket_dir: Path, socket_name: str) -> GatewayLink:
+    def open(cls, sandbox: Sandbox, socket_dir: Path, socket_name: str) -> GatewayLink:
         spec = sandbox.spec
         client = sandbox.client
         api = client.api
@@ -197,6 +180,3 @@ def _wait_ready(api: Any, container_id: str) -> None:
         time.sleep(0.1)
     raise InfraError("model gateway relay did not start", "model_gateway_failed")
 
-
-if TYPE_CHECKING:  # the harness sandbox can be linked (mypy checks the structure)
-    _SANDBOX_LINKS: type[LinkableSandbox] = Sandbox

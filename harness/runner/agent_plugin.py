@@ -6,8 +6,6 @@ instance's row fields."""
 from __future__ import annotations
 
 import os
-import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +16,7 @@ from harness.core.errors import InfraError, RefusalError
 from harness.core.outcomes import Outcome
 
 if TYPE_CHECKING:  # agents and rows load when a run starts, not at collection
-    from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest
+    from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest, InstanceView
     from harness.runner.instance import InstanceContext, RunContext
 
 GATEWAY_URL_ENV = "HARNESS_GATEWAY_URL"
@@ -226,106 +224,35 @@ def harness_agent(pytestconfig: pytest.Config) -> Agent:
     return make_agent(kind, options)
 
 
-def carry_checkpoint(ctx: InstanceContext, source: str | None = None,
-                     agent_dir: Path | None = None) -> None:
-    """On resume, bring the ancestor's gateway checkpoint (``source`` when given: the one of
-    the sandbox adopted for the reattach) so the client can reattach. ``agent_dir``: the
-    agent's folder (``AgentRequest.instance_dir``), default the instance folder."""
-    from harness.agents.gateway.checkpoint import AgentFolder
+def instance_view(ctx: InstanceContext) -> InstanceView:
+    """What an agent's hooks see of ``ctx`` (:class:`harness.agents.base.InstanceView`)."""
+    from harness.agents.base import InstanceView
 
-    folder = AgentFolder.of(ctx.instance_dir, agent_dir)
-    target = folder.checkpoint
-    if target.exists():
-        return
-    found = [Path(source)] if source else [
-        folder.in_run(root, ctx.benchmark, ctx.instance_id).checkpoint
-        for root in ctx.run.plan.ancestors]
-    for path in found:
-        if path.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-            ctx.result.details["checkpoint_from"] = str(path)
-            return
+    return InstanceView(benchmark=ctx.benchmark, instance_id=ctx.instance_id,
+                        instance_dir=ctx.instance_dir, run_root=ctx.run_root,
+                        ancestors=tuple(Path(a) for a in ctx.run.plan.ancestors),
+                        details=ctx.result.details, output=ctx.output)
 
 
 def orphan_checkpoints(ctx: InstanceContext, agent_dir: Path | None = None) -> list[str]:
-    """Checkpoints of earlier attempts at this instance whose tasks may still run: the
-    ancestors' (a resume) and this instance directory's own (an instance run again in the
-    same root), the latter moved aside so the new attempt starts fresh. ``agent_dir``: the
-    agent's folder (``AgentRequest.instance_dir``; the same subfolder in every root).
+    """The earlier attempts' gateway checkpoints a fresh attempt settles first
+    (:func:`harness.agents.gateway.orphans.orphan_checkpoints`); ``agent_dir``: the agent's
+    folder (``AgentRequest.instance_dir``), default the instance folder."""
+    from harness.agents.gateway.checkpoint import AgentFolder
+    from harness.agents.gateway.orphans import orphan_checkpoints as found
 
-    A task an ancestor's row already accounts for is left out (its spend is recorded once):
-    one that row's attempt settled as an orphan (``agent_details.orphan_tasks``), or its own
-    task when the row knows its cost."""
-    from harness.agents.gateway.checkpoint import AgentFolder, read_checkpoint
-
-    folder = AgentFolder.of(ctx.instance_dir, agent_dir)
-    found = [str(folder.in_run(root, ctx.benchmark, ctx.instance_id).checkpoint)
-             for root in ctx.run.plan.ancestors]
-    own = folder.checkpoint
-    if own.exists():
-        aside = own.with_name(f"{own.stem}.earlier-{os.getpid()}-{len(found)}{own.suffix}")
-        os.replace(own, aside)
-        found.append(str(aside))
-    accounted = accounted_task_ids(ctx)
-    out = []
-    for path in found:
-        checkpoint = read_checkpoint(Path(path)) if Path(path).is_file() else None
-        if checkpoint is not None and checkpoint.task_id not in accounted:
-            out.append(path)
-    return out
-
-
-def accounted_task_ids(ctx: InstanceContext) -> set[str]:
-    """Gateway tasks whose spend a row of this instance in an ancestor's ledger records."""
-    from harness.run.ledger import LedgerError, ledger_path, read_ledger
-
-    ids: set[str] = set()
-    for root in ctx.run.plan.ancestors:
-        try:
-            rows = read_ledger(ledger_path(Path(root))).rows
-        except (LedgerError, OSError):
-            continue  # an unreadable ledger accounts for nothing
-        for row in rows:
-            if row.benchmark != ctx.benchmark or row.instance_id != ctx.instance_id:
-                continue
-            agent = row.details.get("agent_details")
-            orphans = agent.get("orphan_tasks") if isinstance(agent, dict) else None
-            for orphan in orphans if isinstance(orphans, list) else []:
-                if isinstance(orphan, dict) and isinstance(orphan.get("task_id"), str):
-                    ids.add(orphan["task_id"])
-            task_id = row.details.get("task_id")
-            if row.cost_known and isinstance(task_id, str):
-                ids.add(task_id)
-    return ids
+    return found(AgentFolder.of(ctx.instance_dir, agent_dir), benchmark=ctx.benchmark,
+                 instance_id=ctx.instance_id, ancestors=ctx.run.plan.ancestors)
 
 
 def record_gateway_evidence(ctx: InstanceContext, agent_dir: Path | None = None) -> None:
-    """What the agent's folder (``agent_dir``, default the instance folder) proves about a
-    gateway task's spend, for the row's ``paid_activity`` (``details.paid_evidence``), and
-    its copied events as an output."""
-    from harness.agents.gateway.checkpoint import AgentFolder, read_checkpoint
-    from harness.agents.gateway.classify import result_cost
-    from harness.agents.gateway.events import read_events, usage_with_tokens
-    from harness.agents.gateway.models import TaskResult
-    from harness.core.untrusted import is_regular_file
+    """The row's paid evidence from a gateway agent's folder
+    (:func:`harness.agents.gateway.orphans.record_paid_evidence`)."""
+    from harness.agents.gateway.checkpoint import AgentFolder
+    from harness.agents.gateway.orphans import record_paid_evidence
 
-    folder = AgentFolder.of(ctx.instance_dir, agent_dir)
-    events = folder.events
-    if is_regular_file(events):
-        ctx.output("gateway_events", events)
-    checkpoint = read_checkpoint(folder.checkpoint)
-    if (checkpoint is not None and (checkpoint.events or {}).get("usage_observed")) or any(
-            usage_with_tokens(e) for e in read_events(events)):  # copied, not yet checkpointed
-        ctx.result.details["paid_evidence"] = "gateway_events_llm_usage"
-        return
-    if checkpoint is not None and checkpoint.task_result:
-        try:
-            cost, _ = result_cost(TaskResult.parse_tolerant(checkpoint.task_result))
-        except ValueError:
-            return
-        if cost:
-            ctx.result.details["paid_evidence"] = "task_result_cost"
+    record_paid_evidence(AgentFolder.of(ctx.instance_dir, agent_dir), ctx.result.details,
+                         ctx.output)
 
 
 def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> AgentOutcome:
@@ -339,25 +266,18 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
     from harness.agents.base import OracleUnavailable
     from harness.runner.instance import OutcomeSkip, Unresolved
 
-    if getattr(agent, "kind", "") == "gateway":
-        if request.extra.get("reattach"):
-            # Only with the sandbox the task works in (adopted: harness.sandbox.reattach) or
-            # a workspace outliving the run: a fresh sandbox cannot hold what an earlier task
-            # produced, so reattaching would be wrong.
-            carry_checkpoint(ctx, request.extra.get("reattach_checkpoint"), request.instance_dir)
-        else:  # earlier attempts' tasks are cancelled before a fresh one is submitted
-            request = replace(request, extra={**request.extra, "ancestor_checkpoints":
-                                              orphan_checkpoints(ctx, request.instance_dir)})
+    view = instance_view(ctx)
+    request = agent.before_run(view, request)
     r = ctx.result
     r.agent_started = True
+    outcome: AgentOutcome | None = None
     try:
         outcome = agent.run(request)
     except OracleUnavailable as exc:
         r.agent_started = False
         raise OutcomeSkip(Outcome.SKIPPED, exc.reason, str(exc)) from exc
     finally:
-        if getattr(agent, "kind", "") == "gateway":  # also when interrupted or given up
-            record_gateway_evidence(ctx, request.instance_dir)
+        agent.after_run(view, request, outcome)  # also when interrupted or given up
     r.cost_usd = outcome.cost_usd
     r.cost_known = outcome.cost_known
     r.tokens = outcome.tokens

@@ -43,7 +43,14 @@ from harness.sandbox.errors import (
     ImageMissing,
     ProtectedInstallFailed,
 )
-from harness.sandbox.execution import MAX_OUTPUT_BYTES, ExecResult, run_exec
+from harness.sandbox.execution import (
+    MAX_OUTPUT_BYTES,
+    ContainerExit,
+    ExecResult,
+    container_exit,
+    kill_user_processes,
+    run_exec,
+)
 from harness.sandbox.protected import (
     ProtectedExecutable,
     install_protected,
@@ -200,6 +207,28 @@ class Sandbox:
             return bool(self.api.inspect_container(self.id)["State"]["Running"])
         except NotFound:
             return False
+
+    # -- the sandbox contract (harness.sandbox.protocol) ---------------------------
+    @property
+    def user(self) -> str:
+        """The default user of :meth:`exec` (``spec.user``)."""
+        return self.spec.user
+
+    @property
+    def workdir(self) -> str | None:
+        """The default directory of :meth:`exec` (``spec.workdir``)."""
+        return self.spec.workdir
+
+    def exit_state(self, since: float) -> ContainerExit | None:
+        """Running, or how the container ended since ``since`` (epoch s): from inside, or
+        killed from outside; None once the harness removed it (:meth:`remove`)."""
+        if self.removed:
+            return None
+        return container_exit(self.api, self.id, since)
+
+    def end_user_processes(self, user: str) -> str:
+        """Kill every process of ``user`` (refuses root, ValueError); the survivors."""
+        return kill_user_processes(self.api, self.id, user)
 
     # -- commands ----------------------------------------------------------------
     def exec(

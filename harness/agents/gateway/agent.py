@@ -9,12 +9,19 @@ adapter keeps its sandbox for a reattach (``extra["keep_sandbox"]``, or ``extra[
 for a sandbox adopted on resume: :mod:`harness.sandbox.reattach`), since otherwise its
 sandbox ends with the instance. An interrupt cancels the task first. A resume first settles the tasks
 earlier attempts left running (:mod:`harness.agents.gateway.orphans`).
+
+Its hooks around each run: :meth:`GatewayAgent.before_run` brings the ancestor's checkpoint
+for a reattach, or else names the earlier attempts' checkpoints whose tasks it must settle
+first (``extra["ancestor_checkpoints"]``); :meth:`GatewayAgent.after_run` records what the
+agent folder proves about the task's spend (``details.paid_evidence``), also when the run
+was interrupted or given up.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -23,10 +30,11 @@ from harness.agents.base import (
     AgentOptions,
     AgentOutcome,
     AgentRequest,
+    InstanceView,
     RuntimeOutcome,
     register_agent,
 )
-from harness.agents.gateway.checkpoint import AgentFolder
+from harness.agents.gateway.checkpoint import AgentFolder, carry_checkpoint
 from harness.agents.gateway.classify import classify_result
 from harness.agents.gateway.client import (
     ClientPollError,
@@ -35,24 +43,31 @@ from harness.agents.gateway.client import (
     PollPolicy,
 )
 from harness.agents.gateway.models import TaskCreateRequest, is_root_user
-from harness.agents.gateway.orphans import settle_orphans
+from harness.agents.gateway.orphans import (
+    orphan_checkpoints,
+    record_paid_evidence,
+    settle_orphans,
+)
 from harness.agents.gateway.run import run_task, validate_task_body
 from harness.core.errors import InfraError
 from harness.run.secrets import secrets_from_env
 
+if TYPE_CHECKING:
+    from harness.sandbox.protocol import Sandbox
+
 AGENT_USER = "agent"  # harness.sandbox.images.build.AGENT_USER (uid 1000) in every harness image
 
 
-def agent_user(sandbox: Any) -> str:
+def agent_user(sandbox: Sandbox | None) -> str:
     """The user the agent server's ``docker exec`` steps run as: the sandbox's default exec
     user when it is not root, else the images' unprivileged ``agent``."""
-    user = getattr(getattr(sandbox, "spec", None), "user", None)
-    if isinstance(user, str) and user and not is_root_user(user):
+    user = sandbox.user if sandbox is not None else None
+    if user and not is_root_user(user):
         return user
     return AGENT_USER
 
 
-class GatewayAgent:
+class GatewayAgent(Agent):
     kind = "gateway"
 
     def __init__(
@@ -97,6 +112,26 @@ class GatewayAgent:
         if isinstance(ref, dict) and ref.get("type") == "docker_exec" and not ref.get("user"):
             data["executor_ref"] = {**ref, "user": agent_user(request.sandbox)}
         return validate_task_body(data)
+
+    def before_run(self, view: InstanceView, request: AgentRequest) -> AgentRequest:
+        folder = AgentFolder.of(view.instance_dir, request.instance_dir)
+        if request.extra.get("reattach"):
+            # Only with the sandbox the task works in (adopted: harness.sandbox.reattach) or
+            # a workspace outliving the run: a fresh sandbox cannot hold what an earlier task
+            # produced, so reattaching would be wrong.
+            carry_checkpoint(folder, view.details, benchmark=view.benchmark,
+                             instance_id=view.instance_id, ancestors=view.ancestors,
+                             source=request.extra.get("reattach_checkpoint"))
+            return request
+        # earlier attempts' tasks are cancelled before a fresh one is submitted
+        found = orphan_checkpoints(folder, benchmark=view.benchmark,
+                                   instance_id=view.instance_id, ancestors=view.ancestors)
+        return replace(request, extra={**request.extra, "ancestor_checkpoints": found})
+
+    def after_run(self, view: InstanceView, request: AgentRequest,
+                  outcome: AgentOutcome | None) -> None:
+        folder = AgentFolder.of(view.instance_dir, request.instance_dir)
+        record_paid_evidence(folder, view.details, view.output)
 
     def run(self, request: AgentRequest) -> AgentOutcome:
         instance_dir = Path(request.instance_dir)  # the agent's folder (AgentFolder)

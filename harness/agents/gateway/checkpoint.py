@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -107,3 +109,22 @@ class AgentFolder:
     def in_run(self, run_root: Path | str, benchmark: str, instance_id: str) -> AgentFolder:
         """The same agent folder of this instance in another run root (an ancestor)."""
         return AgentFolder(Path(run_root) / benchmark / instance_id, self.sub)
+
+
+def carry_checkpoint(folder: AgentFolder, details: dict[str, Any], *, benchmark: str,
+                     instance_id: str, ancestors: Iterable[Path | str],
+                     source: str | None = None) -> None:
+    """On resume, bring the ancestor's checkpoint into ``folder`` (``source`` when given: the
+    one of the sandbox adopted for the reattach) so the client can reattach; where it came
+    from goes to the row's ``details["checkpoint_from"]``."""
+    target = folder.checkpoint
+    if target.exists():
+        return
+    found = [Path(source)] if source else [
+        folder.in_run(root, benchmark, instance_id).checkpoint for root in ancestors]
+    for path in found:
+        if path.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            details["checkpoint_from"] = str(path)
+            return

@@ -17,16 +17,17 @@ task.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.agents.gateway.checkpoint import EVENTS_NAME, read_checkpoint
+from harness.agents.gateway.checkpoint import EVENTS_NAME, AgentFolder, read_checkpoint
 from harness.agents.gateway.classify import result_cost
 from harness.agents.gateway.client import ClientPollTimeout, GatewayClient
 from harness.agents.gateway.errors import GatewayError
 from harness.agents.gateway.events import read_events, usage_with_tokens
-from harness.agents.gateway.models import CANCEL_REQUESTED, IN_FLIGHT_STATUSES
+from harness.agents.gateway.models import CANCEL_REQUESTED, IN_FLIGHT_STATUSES, TaskResult
 from harness.core.untrusted import is_regular_file
 
 log = logging.getLogger(__name__)
@@ -105,3 +106,76 @@ def _settle(client: GatewayClient, task_id: str, checkpoint: str) -> dict[str, A
             "task (resume again once it has settled)", ORPHAN_LIVE, task_id=task_id) from exc
     return {**record, "status": settled.status, "action": "cancelled",
             "cost_usd": result_cost(settled)[0]}
+
+
+def orphan_checkpoints(folder: AgentFolder, *, benchmark: str, instance_id: str,
+                       ancestors: Iterable[Path | str]) -> list[str]:
+    """Checkpoints of earlier attempts at this instance whose tasks may still run: the
+    ancestors' (a resume) and ``folder``'s own (an instance run again in the same root), the
+    latter moved aside so the new attempt starts fresh. ``folder``: the agent's folder (the
+    same subfolder in every root).
+
+    A task an ancestor's row already accounts for is left out (its spend is recorded once):
+    one that row's attempt settled as an orphan (``agent_details.orphan_tasks``), or its own
+    task when the row knows its cost."""
+    roots = list(ancestors)
+    found = [str(folder.in_run(root, benchmark, instance_id).checkpoint) for root in roots]
+    own = folder.checkpoint
+    if own.exists():
+        aside = own.with_name(f"{own.stem}.earlier-{os.getpid()}-{len(found)}{own.suffix}")
+        os.replace(own, aside)
+        found.append(str(aside))
+    accounted = accounted_task_ids(benchmark=benchmark, instance_id=instance_id,
+                                   ancestors=roots)
+    out = []
+    for path in found:
+        checkpoint = read_checkpoint(Path(path)) if Path(path).is_file() else None
+        if checkpoint is not None and checkpoint.task_id not in accounted:
+            out.append(path)
+    return out
+
+
+def accounted_task_ids(*, benchmark: str, instance_id: str,
+                       ancestors: Iterable[Path | str]) -> set[str]:
+    """Gateway tasks whose spend a row of this instance in an ancestor's ledger records."""
+    from harness.run.ledger import LedgerError, ledger_path, read_ledger
+
+    ids: set[str] = set()
+    for root in ancestors:
+        try:
+            rows = read_ledger(ledger_path(Path(root))).rows
+        except (LedgerError, OSError):
+            continue  # an unreadable ledger accounts for nothing
+        for row in rows:
+            if row.benchmark != benchmark or row.instance_id != instance_id:
+                continue
+            agent = row.details.get("agent_details")
+            orphans = agent.get("orphan_tasks") if isinstance(agent, dict) else None
+            for orphan in orphans if isinstance(orphans, list) else []:
+                if isinstance(orphan, dict) and isinstance(orphan.get("task_id"), str):
+                    ids.add(orphan["task_id"])
+            task_id = row.details.get("task_id")
+            if row.cost_known and isinstance(task_id, str):
+                ids.add(task_id)
+    return ids
+
+
+def record_paid_evidence(folder: AgentFolder, details: dict[str, Any],
+                         output: Callable[[str, Path], object]) -> None:
+    """What the agent's ``folder`` proves about a gateway task's spend, for the row's
+    ``paid_activity`` (``details["paid_evidence"]``), and its copied events as an output."""
+    events = folder.events
+    if is_regular_file(events):
+        output("gateway_events", events)
+    checkpoint = read_checkpoint(folder.checkpoint)
+    if (checkpoint is not None and (checkpoint.events or {}).get("usage_observed")) or any(
+            usage_with_tokens(e) for e in read_events(events)):  # copied, not yet checkpointed
+        details["paid_evidence"] = "gateway_events_llm_usage"
+        return
+    if checkpoint is not None and checkpoint.task_result:
+        try:
+            cost, _ = result_cost(TaskResult.parse_tolerant(checkpoint.task_result))
+        except ValueError:
+            return
+        if cost:
+            details["paid_evidence"] = "task_result_cost"

@@ -12,70 +12,88 @@ no second paid task). The steps, for an adapter whose gateway task runs in a san
    sandbox still the same; it returns the sandbox and the ``AgentRequest.extra`` for the
    reattach, or None (the row says why; the fresh start then cancels the old task);
 3. :func:`keep_after_give_up` when the client gave up on a task it left running.
+
+The instance is seen through :class:`harness.agents.base.InstanceView` (the runner's
+``harness.runner.agent_plugin.instance_view(ctx)``) and the instance's sandbox factory
+through :class:`SandboxKeeper` (``harness.runner.sandbox_fixtures.SandboxFactory``).
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.agents.gateway.checkpoint import CHECKPOINT_NAME
 from harness.sandbox import labels as L
 from harness.sandbox.reattach import (
     RECORD_NAME,
     ReattachUnavailable,
+    SandboxRecord,
     read_record,
     record_of,
     write_record,
 )
 
 if TYPE_CHECKING:
-    from harness.runner.instance import InstanceContext
-    from harness.runner.sandbox_fixtures import SandboxFactory
+    from harness.agents.base import Agent, InstanceView
+    from harness.agents.gateway.agent import GatewayAgent
     from harness.sandbox.container import Sandbox
 
 log = logging.getLogger(__name__)
 
-__all__ = ["adopt_kept_sandbox", "keep_after_give_up", "reattach_labels", "record_sandbox"]
+__all__ = ["SandboxKeeper", "adopt_kept_sandbox", "keep_after_give_up", "reattach_labels",
+           "record_sandbox"]
 
 
-def _gateway(agent: Any) -> bool:
-    return getattr(agent, "kind", "") == "gateway"
+class SandboxKeeper(Protocol):
+    """What a reattach needs of the instance's sandbox factory: take a kept sandbox over,
+    and keep one running past the instance."""
+
+    def adopt(self, record: SandboxRecord) -> Sandbox: ...
+
+    def keep(self, sandbox: Sandbox) -> None: ...
 
 
-def reattach_labels(agent: Any) -> dict[str, str]:
+def _gateway(agent: Agent) -> GatewayAgent | None:
+    from harness.agents.gateway.agent import GatewayAgent
+
+    return agent if isinstance(agent, GatewayAgent) else None
+
+
+def reattach_labels(agent: Agent) -> dict[str, str]:
     """Labels of a sandbox the agent's task works in: kept for a reattach when a gateway's."""
-    return {L.REATTACH: "gateway"} if _gateway(agent) else {}
+    return {L.REATTACH: "gateway"} if _gateway(agent) is not None else {}
 
 
-def record_sandbox(ctx: InstanceContext, sandbox: Sandbox) -> None:
+def record_sandbox(view: InstanceView, sandbox: Sandbox) -> None:
     """Write ``sandbox.json`` in the instance folder (what a resume needs to adopt it)."""
-    write_record(ctx.instance_dir, record_of(sandbox))
+    write_record(view.instance_dir, record_of(sandbox))
 
 
-def adopt_kept_sandbox(ctx: InstanceContext, agent: Any,
-                       factory: SandboxFactory) -> tuple[Sandbox, dict[str, Any]] | None:
+def adopt_kept_sandbox(view: InstanceView, agent: Agent,
+                       factory: SandboxKeeper) -> tuple[Sandbox, dict[str, Any]] | None:
     """The nearest ancestor's kept sandbox, adopted, and the request ``extra`` that
     reattaches to its task; None when there is none to take over (``details.reattach``
     says why)."""
-    if not _gateway(agent) or not ctx.run.plan.ancestors:
+    gateway = _gateway(agent)
+    if gateway is None or not view.ancestors:
         return None
     from harness.agents.gateway.client import GatewayClient
     from harness.agents.gateway.run import reattach_decision
 
-    for root in ctx.run.plan.ancestors:
-        folder = Path(root) / ctx.benchmark / ctx.instance_id
+    for root in view.ancestors:
+        folder = Path(root) / view.benchmark / view.instance_id
         checkpoint = folder / CHECKPOINT_NAME
         if not checkpoint.is_file():
             continue  # that ancestor never submitted: look further back
         note: dict[str, Any] = {"from": str(folder)}
-        ctx.result.details["reattach"] = note
+        view.details["reattach"] = note
         record = read_record(folder / RECORD_NAME)
         if record is None or not record.reattachable:
             note["adopted"], note["reason"] = False, "no_kept_sandbox"
             return None
-        with GatewayClient(agent.base_url, policy=agent.policy) as client:
+        with GatewayClient(gateway.base_url, policy=gateway.policy) as client:
             decision = reattach_decision(client, checkpoint)
         note.update(task_id=decision.task_id, task_status=decision.status)
         if decision.action != "reattach":
@@ -88,24 +106,24 @@ def adopt_kept_sandbox(ctx: InstanceContext, agent: Any,
             note["adopted"], note["reason"], note["error"] = False, exc.reason, str(exc)
             return None
         note.update(adopted=True, sandbox=record.name, expires_unix=record.expires_unix())
-        write_record(ctx.instance_dir, record)  # a crash now can reattach again
+        write_record(view.instance_dir, record)  # a crash now can reattach again
         return sandbox, {"reattach": True, "reattach_checkpoint": str(checkpoint)}
     return None
 
 
-def keep_after_give_up(ctx: InstanceContext, factory: SandboxFactory, sandbox: Sandbox) -> bool:
+def keep_after_give_up(view: InstanceView, factory: SandboxKeeper, sandbox: Sandbox) -> bool:
     """After a client give-up that left the task running (``agent_details.reattachable``),
     leave the sandbox running for a resume; True when kept (recorded in the row)."""
-    agent_details = ctx.result.details.get("agent_details") or {}
+    agent_details = view.details.get("agent_details") or {}
     if not agent_details.get("reattachable") or agent_details.get("cancelled_on_give_up"):
         return False
     try:
         factory.keep(sandbox)
     except ValueError:
         return False
-    record = read_record(ctx.instance_dir / RECORD_NAME)
-    ctx.result.details["kept_sandbox"] = {
-        "name": sandbox.name, "task_id": ctx.result.details.get("task_id"),
+    record = read_record(view.instance_dir / RECORD_NAME)
+    view.details["kept_sandbox"] = {
+        "name": sandbox.name, "task_id": view.details.get("task_id"),
         "expires_unix": record.expires_unix() if record else None,
-        "resume": f"--resume-from {ctx.run_root}"}
+        "resume": f"--resume-from {view.run_root}"}
     return True
