@@ -22,16 +22,22 @@ code). This module passes each call on unchanged too, except:
   ends every process the program under test left behind before the JUnit XML is written.
 * ``network``: refused (nothing may connect a container to a network).
 * ``commit`` (the eval commits the compile container once, after ``compile.sh``, which runs
-  as root): the same snapshot is taken again and compared (type, size, mode, owner, mtime and
-  ctime, which no process in the container can set back), which lists what ``docker diff``
-  would list under those paths at a fraction of its cost (``docker diff`` walks the whole
-  image on a naive-diff storage driver); without a first snapshot, ``docker diff`` itself is
-  read. A build that changed Python's own files, pytest or its plugins, added a ``.pth``,
-  ``sitecustomize``, a ``pytest11`` entry point, or a file a login shell reads, is refused
-  (exit 125, :data:`BUILD_TAMPER_MARKER`: the eval errors, the agent's failure). Otherwise the
-  files a build could have written to steer the tests' pytest are deleted in that container
-  (the same root rules as :mod:`benchmarks.programbench.scorer_guard`, applied to
-  ``/workspace`` and ``/``), so generating a ``conftest.py`` at build time gains nothing.
+  as root): first the files a build could have written to steer the tests' pytest are
+  deleted in that container (the same root rules as
+  :mod:`benchmarks.programbench.scorer_guard`, applied to ``/workspace`` and ``/``), so
+  generating a ``conftest.py`` at build time gains nothing. Then the container is paused, and
+  stays paused until ``docker commit`` has made the image (unpaused on every path): a process
+  the build left running cannot write between the check and the commit. While it is paused,
+  the build's changes are read from its upper layer on this host
+  (:mod:`~benchmarks.programbench.layer_changes`), else from the engine's API (JSON, so a
+  name with a newline is one path), else ``docker diff``. A build that changed Python's own
+  files, pytest or its plugins, added a ``.pth``, ``sitecustomize``, a module ahead of one the
+  scorer imports (the standard library's folders, the user site and /usr/local's
+  dist-packages come before Debian's /usr/lib/python3/dist-packages), a ``pytest11`` entry
+  point, a file a login shell reads, or made a workspace override again after its removal,
+  is refused (exit 125, :data:`BUILD_TAMPER_MARKER`: the eval errors, the agent's failure).
+  A running container that cannot be paused is refused too, without that marker (the
+  engine's doing).
 
 Each decision is appended to a JSON-lines log that the caller reads back as evidence, with
 the seconds the policy spent on it (``took_s``).
@@ -39,15 +45,19 @@ the seconds the policy spent on it (``took_s``).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 WRAPPER_NAME = "docker"
 LOG_NAME = "docker_policy.jsonl"
@@ -197,11 +207,57 @@ def _on_the_way(path: str) -> bool:
     return any(s.startswith(path.rstrip("/") + "/") for s in TAMPER_SCOPE)
 
 
-def _steers(kind: str, path: str) -> bool | None:
+# The image's sys.path after the working directory (Debian's python3): a zip, the standard
+# library and its lib-dynload, the user site, /usr/local/lib/python3.X/dist-packages, then
+# /usr/lib/python3/dist-packages (pytest and its plugins). A module added to an entry replaces
+# one of the same name in every later entry.
+SYS_PATH_ZIP = re.compile(r"/usr/lib/python3\d+\.zip")
+STDLIB_ENTRY = re.compile(r"/usr/lib/python3\.\d+(/lib-dynload)?")
+SITE_ENTRY = re.compile(r"/root/\.local/lib/python3\.\d+/site-packages|"
+                        r"/usr/local/lib/python3\.\d+/dist-packages")
+LAST_SITE = "/usr/lib/python3/dist-packages"
+_MODULE_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\.py|\.pyc|\.pyw|(\.[A-Za-z0-9_-]+)?\.so)?$")
+
+
+def module_name(name: str) -> str | None:
+    """The module a top-level entry named ``name`` of a ``sys.path`` folder provides (a
+    module file, a package or namespace folder), or None."""
+    match = _MODULE_NAME.match(name)
+    if match is None or name == "__pycache__":
+        return None
+    return match.group(1)
+
+
+def _site_shadow_names() -> frozenset[str]:
+    from benchmarks.programbench.scorer_rules import SITE_SHADOW_NAMES
+
+    return SITE_SHADOW_NAMES
+
+
+def _shadows(path: str, shadowable: frozenset[str] | set[str]) -> bool:
+    """An added entry ``path`` puts a module ahead of one the scorer imports: anything
+    importable added to the standard library's folders (they come before every site folder),
+    a module of ``shadowable`` added to the user site or /usr/local's dist-packages, or a zip
+    on sys.path."""
+    if SYS_PATH_ZIP.fullmatch(path):
+        return True
+    folder, _, name = path.rpartition("/")
+    module = module_name(name)
+    if module is None:
+        return False
+    if STDLIB_ENTRY.fullmatch(folder):
+        return True
+    return SITE_ENTRY.fullmatch(folder) is not None and module in shadowable
+
+
+def _steers(kind: str, path: str,
+            shadowable: frozenset[str] | set[str] | None = None) -> bool | None:
     """True: this build change steers the tests' Python/pytest or their login shell; None:
     only if it is a regular file (a changed existing module) or, on the way to the scope, a
     link or a non-folder; False: harmless. ``kind`` is ``docker diff``'s, or ``L`` (a link, or
-    a non-folder on the way: :data:`~benchmarks.programbench.layer_changes.LINK`)."""
+    a non-folder on the way: :data:`~benchmarks.programbench.layer_changes.LINK`).
+    ``shadowable``: the modules an added top-level module of a site folder may not be named
+    (what the scorer imports from a later sys.path entry)."""
     if path in LOGIN_FILES or path.startswith("/etc/profile.d/"):
         return True
     folder, _, name = path.rpartition("/")
@@ -213,8 +269,10 @@ def _steers(kind: str, path: str) -> bool | None:
         return True if kind in ("D", "L") else None
     if not path.startswith(PYTHON_ROOTS):
         return False
-    name = path.rsplit("/", 1)[-1]
     if kind == "D" or name.endswith(".pth") or name in STEERING_NAMES:
+        return True
+    if kind == "A" and _shadows(path, _site_shadow_names() if shadowable is None
+                                else shadowable):
         return True
     if name.endswith(".pyc") and path.startswith("/usr/lib/python3"):
         return True  # a cached module the system's own sources would load
@@ -228,6 +286,9 @@ def _steers(kind: str, path: str) -> bool | None:
 TAMPER_SCOPE = (*PYTHON_ROOTS, *(f"{f}/" for f in PATH_FOLDERS), *sorted(LOGIN_FILES),
                 "/etc/profile.d")
 DIFF_KINDS = ("A", "C", "D")
+API_KINDS = {0: "C", 1: "A", 2: "D"}  # the Engine API's ContainerChanges "Kind"
+WORKSPACE = "/workspace"
+WORKSPACE_DEPTH = 2  # the levels the workspace's overrides are looked for (build_overrides)
 
 
 def _shown(path: str) -> str:
@@ -239,85 +300,305 @@ def _shown(path: str) -> str:
         return path.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def build_changes(docker: str, container: str) -> tuple[list[tuple[str, str]], str]:
-    """``([(kind, path)], source)``: what the build changed under :data:`TAMPER_SCOPE`, from
-    the container's upper layer when this host can read it (``layer``), else ``docker diff``
-    (``docker_diff``, every path; it walks the whole image on a naive-diff driver)."""
-    from benchmarks.programbench.layer_changes import Unavailable, container_changes
+def _in_workspace(path: str) -> bool:
+    return path.startswith(WORKSPACE + "/") and path.count("/") <= WORKSPACE_DEPTH + 1
 
+
+def _checked_here(path: str) -> bool:
+    return path.startswith(TAMPER_SCOPE) or _on_the_way(path) or _in_workspace(path)
+
+
+# (type, data) of one path of the build container: see layer_changes.look
+Look = Callable[[str, int], tuple[str, bytes | None]]
+
+
+def _unknown(path: str, limit: int) -> tuple[str, bytes | None]:
+    return "unknown", None
+
+
+def _api_client() -> Any:
+    """A Docker SDK client for the engine the CLI talks to (``DOCKER_HOST``), or None."""
+    if sys.flags.no_site and "site" not in sys.modules:  # started with -S
+        import site
+
+        site.main()
     try:
-        return container_changes(docker, container, TAMPER_SCOPE), "layer"
-    except (Unavailable, OSError):
-        pass
+        import docker as docker_sdk
+
+        host = os.environ.get("DOCKER_HOST", "")
+        return docker_sdk.from_env(timeout=300, use_ssh_client=host.startswith("ssh"))
+    except Exception:  # no SDK, no engine at DOCKER_HOST (a CLI context): the CLI's text
+        return None
+
+
+def _api_changes(client: Any, container: str) -> list[tuple[str, str]] | str | None:
+    """The container's changes from the Engine API (JSON ``{Path, Kind}``: a name with a
+    newline is one path), a refusal, or None when the API could not be asked."""
     try:
-        diff = subprocess.run([docker, "diff", container], capture_output=True, timeout=300,
-                              check=False).stdout.decode(errors="replace").split("\n")
+        raw = client.api.diff(container)
+    except Exception:
+        return None
+    pairs: list[tuple[str, str]] = []
+    for item in raw or []:
+        code = item.get("Kind") if isinstance(item, dict) else None
+        kind = API_KINDS.get(code) if isinstance(code, int) else None
+        path = item.get("Path") if isinstance(item, dict) else None
+        if kind is None or not isinstance(path, str) or not path.startswith("/"):
+            return DIFF_MALFORMED
+        pairs.append((kind, path))
+    return pairs
+
+
+GO_TYPE_BITS = (1 << 31) | (1 << 27) | (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)
+
+
+def _api_look(client: Any, container: str) -> Look:
+    """:data:`Look` through the Engine API's archive endpoint (works on a paused container):
+    its stat header for the type, the tar of a regular file for ``data``."""
+    import io
+    import tarfile
+
+    def look(path: str, limit: int = 0) -> tuple[str, bytes | None]:
+        try:
+            stream, st = client.api.get_archive(container, path, chunk_size=1 << 16)
+        except Exception as exc:
+            return ("missing" if getattr(exc, "status_code", None) == 404 else "unknown"), None
+        try:
+            mode = int(st.get("mode", 0)) if isinstance(st, dict) else -1
+            if mode < 0 or (isinstance(st, dict) and st.get("linkTarget")):
+                return ("link" if mode >= 0 else "unknown"), None
+            if mode & (1 << 31):
+                return "dir", None
+            if mode & GO_TYPE_BITS:
+                return "other", None
+            if not limit:
+                return "file", None
+            data = b""
+            for chunk in stream:
+                data += chunk
+                if len(data) > limit + (1 << 16):
+                    return "file", b"\0" * (limit + 1)  # too large
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                member = tar.next()
+                if member is None or not member.isfile():
+                    return "other", None
+                handle = tar.extractfile(member)
+                return "file", handle.read(limit + 1) if handle else None
+        except Exception:
+            return "unknown", None
+        finally:
+            with contextlib.suppress(Exception):
+                stream.close()
+
+    return look
+
+
+def _text_changes(docker: str, container: str) -> list[tuple[str, str]] | str:
+    """``docker diff``'s lines (when the API cannot be asked): a path is printed unescaped, so
+    a name with a newline splits into a line that is not "<kind> /<path>" (the name's end has
+    no "/"): such a diff cannot be read, never partly."""
+    try:
+        proc = subprocess.run([docker, "diff", container], capture_output=True, timeout=300,
+                              check=False)
     except subprocess.TimeoutExpired:
-        return [], DIFF_TIMED_OUT
+        return DIFF_TIMED_OUT
+    if proc.returncode != 0:
+        return DIFF_FAILED
+    diff = proc.stdout.decode(errors="replace").split("\n")
     if diff and diff[-1] == "":
         diff.pop()
     pairs = [line.partition(" ") for line in diff]
-    # a path is printed unescaped: a name with a newline splits into a line that is not
-    # "<kind> /<path>", so such a diff cannot be read, never partly
     if any(kind not in DIFF_KINDS or sep != " " or not path.startswith("/")
            for kind, sep, path in pairs):
-        return [], DIFF_MALFORMED
-    kept = [(kind, path) for kind, _, path in pairs
-            if path.startswith(TAMPER_SCOPE) or _on_the_way(path)]
+        return DIFF_MALFORMED
+    return [(kind, path) for kind, _, path in pairs]
+
+
+def _diff_changes(docker: str, container: str) -> tuple[list[tuple[str, str]], str, Look]:
+    """``(changes, source, look)`` from the engine: its API (``docker_api``), else ``docker
+    diff`` (``docker_diff``, every path; it walks the whole image on a naive-diff driver).
+    ``source`` is one of :data:`DIFF_REFUSALS` when they cannot be read."""
+    client = _api_client()
+    listed: list[tuple[str, str]] | str | None = None
+    look: Look = _unknown
+    source = "docker_api"
+    if client is not None:
+        listed = _api_changes(client, container)
+        look = _api_look(client, container)
+    if listed is None:
+        listed, source = _text_changes(docker, container), "docker_diff"
+    if isinstance(listed, str):
+        return [], listed, look
+    kept = [(kind, path) for kind, path in listed if _checked_here(path)]
     if len(kept) > MAX_DIFF_CHECKED:  # never cut: what is past a cap goes unchecked
-        return [], DIFF_TOO_MANY
-    return kept, "docker_diff"
+        return [], DIFF_TOO_MANY, look
+    return kept, source, look
 
 
 DIFF_TIMED_OUT = "(docker diff timed out)"
+DIFF_FAILED = "(docker diff failed)"
 DIFF_MALFORMED = "(docker diff has a line that is not a change: a name with a newline?)"
 DIFF_TOO_MANY = f"(docker diff lists more than {MAX_DIFF_CHECKED} changes where Python looks)"
-DIFF_REFUSALS = (DIFF_TIMED_OUT, DIFF_MALFORMED, DIFF_TOO_MANY)
+DIFF_REFUSALS = (DIFF_TIMED_OUT, DIFF_FAILED, DIFF_MALFORMED, DIFF_TOO_MANY)
+
+
+def _site_names(lowers: list[str]) -> set[str]:
+    """The modules of the image's site folders (what the scorer may import from them)."""
+    from benchmarks.programbench.layer_changes import top_level_names
+
+    folders = [LAST_SITE]
+    for base in ("/usr/local/lib", "/root/.local/lib"):
+        folders += [f"{base}/{v}/{'dist' if base == '/usr/local/lib' else 'site'}-packages"
+                    for v in top_level_names(lowers, (base,)) if v.startswith("python3.")]
+    return {m for n in top_level_names(lowers, tuple(folders)) if (m := module_name(n))}
+
+
+def _build_view(docker: str, container: str, layers: tuple[str, list[str]] | None
+                ) -> tuple[list[tuple[str, str]], str, Look, frozenset[str]]:
+    """``(changes, source, look, shadowable)`` of a build container no process changes
+    meanwhile (paused, or not running): from its upper layer (``layer``) when ``layers``
+    is given and can be listed, else from the engine (:func:`_diff_changes`)."""
+    from benchmarks.programbench.layer_changes import (
+        Unavailable,
+        changes,
+        look,
+        shallow_entries,
+    )
+
+    if layers is not None:
+        upper, lowers = layers
+        try:
+            found = changes(upper, lowers, TAMPER_SCOPE)
+            found += shallow_entries(upper, WORKSPACE, WORKSPACE_DEPTH)
+            shadowable = _site_shadow_names() | _site_names(lowers)
+            return found, "layer", functools.partial(look, upper), shadowable
+        except (Unavailable, OSError):
+            pass
+    found, source, api_look = _diff_changes(docker, container)
+    return found, source, api_look, _site_shadow_names()
+
+
+def build_changes(docker: str, container: str) -> tuple[list[tuple[str, str]], str]:
+    """``([(kind, path)], source)``: what the build changed under :data:`TAMPER_SCOPE` and in
+    the workspace's top levels, the container paused while they are read (see
+    :func:`_build_view`; a container that cannot be paused is read as it is)."""
+    from benchmarks.programbench.layer_changes import PauseFailed, paused
+
+    try:
+        with paused(docker, container) as layers:
+            return _build_view(docker, container, layers)[:2]
+    except PauseFailed:
+        return _build_view(docker, container, None)[:2]
 
 
 def build_tampering(docker: str, container: str) -> list[str]:
     """Changes the build made outside ``/workspace`` that would steer the tests: Python's own
-    files, pytest and its plugins, ``.pth``/``sitecustomize``, plugin entry points, the files
-    a login shell reads (the eval runs its tests under ``bash -lc``)."""
-    found, source = build_changes(docker, container)
+    files, pytest and its plugins, ``.pth``/``sitecustomize``, a module ahead of one the
+    scorer imports, plugin entry points, the files a login shell reads (the eval runs its
+    tests under ``bash -lc``); and the workspace's overrides. The container is paused while
+    it is checked (:func:`check_build`)."""
+    from benchmarks.programbench.layer_changes import PauseFailed, paused
+
+    try:
+        with paused(docker, container) as layers:
+            return check_build(docker, container, layers)[0]
+    except PauseFailed:
+        if _container_running(docker, container) is not False:
+            return [PAUSE_FAILED]  # no check of a running container stands
+        return check_build(docker, container, _layers(docker, container))[0]
+
+
+def _layers(docker: str, container: str) -> tuple[str, list[str]] | None:
+    from benchmarks.programbench.layer_changes import Unavailable, layer_dirs
+
+    try:
+        return layer_dirs(docker, container)
+    except Unavailable:
+        return None
+
+
+PAUSE_FAILED = "(the build container could not be paused for its check)"
+
+
+def check_build(docker: str, container: str, layers: tuple[str, list[str]] | None
+                ) -> tuple[list[str], str]:
+    """``(steering paths, source)`` of a build container no process changes meanwhile."""
+    found, source, look, shadowable = _build_view(docker, container, layers)
     if source in DIFF_REFUSALS:
-        return [source]
-    return tampered_paths(docker, container, found)
+        return [source], source
+    return tampered_paths(found, look, shadowable, first_only=source != "layer"), source
 
 
-def tampered_paths(docker: str, container: str, found: list[tuple[str, str]]) -> list[str]:
-    """The paths of ``found`` (``docker diff`` pairs) that steer the tests."""
+def tampered_paths(found: list[tuple[str, str]], look: Look,
+                   shadowable: frozenset[str] | set[str] | None = None,
+                   first_only: bool = False) -> list[str]:
+    """The paths of ``found`` that steer the tests; ``look`` decides the doubtful ones (with
+    ``first_only``, none once one steers: each look is then a request to the engine)."""
+    from benchmarks.programbench.scorer_rules import EDITED_CONFIGS, root_reason
+
     flagged: list[str] = []
     maybe: list[str] = []
+    configs: list[str] = []
     for kind, path in found:
-        verdict = _steers(kind, path)
+        if path.startswith(WORKSPACE + "/"):
+            parts = path[len(WORKSPACE) + 1:].split("/")
+            if kind == "D":
+                continue  # removed: what the overrides' removal leaves
+            if kind == "L" or (root_reason(parts) is not None and (
+                    len(parts) == 1 or parts[0] != "eval")):
+                flagged.append(path)  # an override made (again) after they were removed
+            elif len(parts) == 1 and parts[0] in EDITED_CONFIGS:
+                configs.append(path)
+            continue
+        if path == WORKSPACE:  # the tests' folder itself: a folder, or it steers
+            if kind == "L":
+                flagged.append(path)
+            elif kind != "D":
+                maybe.append(path)
+            continue
+        verdict = _steers(kind, path, shadowable)
         if verdict:
             flagged.append(path)
         elif verdict is None:
             maybe.append(path)
+    # in a state no process changes, a path with a change listed below it is a folder
+    folders: set[str] = set()
+    for kind, path in found:
+        if kind != "D":
+            while (cut := path.rfind("/")) > 0 and (path := path[:cut]) not in folders:
+                folders.add(path)
+    maybe = [p for p in maybe if p not in folders]
     if len(maybe) > MAX_DIFF_CHECKED:
         flagged.append(f"({len(maybe)} changed files where Python looks, too many to check)")
-    elif maybe:
-        # regular files and links (a "C" directory is just the parent of an added file); an
-        # entry_points.txt counts when it declares a pytest plugin. The script ends with
-        # status 0: a failed exec (a container that is gone or paused) flags them all.
-        script = ('for p in "$@"; do if [ -L "$p" ]; then printf "%s\\0" "$p"; '
-                  'elif [ -f "$p" ]; then case "$p" in '
-                  '*/entry_points.txt) if grep -q pytest11 "$p"; then printf "%s\\0" "$p"; '
-                  'fi;; *) printf "%s\\0" "$p";; esac; '
-                  'elif [ -e "$p" ] && [ ! -d "$p" ]; then printf "%s\\0" "$p"; fi; done; '
-                  'exit 0')
-        try:
-            proc = subprocess.run([docker, "exec", "-u", "0", container, "sh", "-c", script,
-                                   "_", *maybe], capture_output=True, timeout=120, check=False)
-            out: bytes | None = proc.stdout if proc.returncode == 0 else None
-        except (OSError, subprocess.TimeoutExpired):
-            out = None
-        if out is None:
-            flagged += maybe
-        else:
-            flagged += [os.fsdecode(p) for p in out.split(b"\0") if p]
+        maybe = []
+    for path in maybe:
+        if flagged and first_only:
+            break  # refused anyway
+        entry_points = path.endswith("/entry_points.txt")
+        kind_of, data = look(path, MAX_CONFIG_BYTES if entry_points else 0)
+        if kind_of == "dir":
+            continue
+        if kind_of == "file" and entry_points and data is not None and (
+                len(data) <= MAX_CONFIG_BYTES and b"pytest11" not in data):
+            continue
+        flagged.append(path)  # a link, a changed module, a plugin, what cannot be read
+    for path in configs:
+        kind_of, data = look(path, MAX_CONFIG_BYTES)
+        if kind_of != "file" or data is None or len(data) > MAX_CONFIG_BYTES or (
+                _config_edited(path.rsplit("/", 1)[1], data)):
+            flagged.append(path)
     return sorted(set(flagged))
+
+
+def _config_edited(name: str, data: bytes) -> bool:
+    """``setup.cfg``/``pyproject.toml`` that still configure pytest (or cannot be parsed)."""
+    from benchmarks.programbench.scorer_rules import edit_config
+
+    if sys.flags.no_site and "site" not in sys.modules:  # a setup.cfg is read with iniconfig
+        import site
+
+        site.main()
+    return edit_config(name, data) != data
 
 
 RUN_TESTS_MARKER = "./eval/run.sh"
@@ -360,31 +641,72 @@ def guard_results(docker: str, args: list[str]) -> list[str]:
     return [*args[:-1], prefix + args[-1]]
 
 
-def _commit(docker: str, new: list[str], log: str | None) -> list[str]:
-    """Refuse a build that steers the tests (exit), else remove its overrides: the argv."""
-    positional = [a for a in new[1:] if not a.startswith("-")]
-    container = positional[0] if positional else ""
-    tampered: list[str] = []
-    source = ""
-    if container:
-        found, source = build_changes(docker, container)
-        tampered = ([source] if source in DIFF_REFUSALS
-                    else tampered_paths(docker, container, found))
+def _container_running(docker: str, container: str) -> bool | None:
+    try:
+        proc = subprocess.run([docker, "inspect", "--type", "container", "--format",
+                               "{{.State.Running}}", container], capture_output=True,
+                              timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    answer = proc.stdout.strip() if proc.returncode == 0 else b""
+    return {b"true": True, b"false": False}.get(answer)
+
+
+def _refuse(log: str | None, reason: str) -> NoReturn:
+    _log(log, {"op": "commit", "refused": reason})
+    print(reason, file=sys.stderr)
+    sys.exit(REFUSED_RC)
+
+
+def _checked_commit(docker: str, new: list[str], container: str, layers: tuple[str, list[str]]
+                    | None, removed: list[str], log: str | None, started: float) -> int:
+    """Check the build (``container`` is paused, or not running) and commit it: the exit
+    status of ``docker commit``, or exit :data:`REFUSED_RC` when the build steers."""
+    tampered, source = check_build(docker, container, layers)
     if tampered:
-        reason = f"{BUILD_TAMPER_MARKER}: {', '.join(_shown(p) for p in tampered[:20])}"
-        _log(log, {"op": "commit", "refused": reason})
-        print(reason, file=sys.stderr)
-        sys.exit(REFUSED_RC)
-    removed = build_overrides(docker, container) if container else []
-    paths = [p for p in removed if p.startswith("/")]
-    if paths:
-        subprocess.run([docker, "exec", "-u", "0", container, "rm", "-rf", "--", *paths],
-                       capture_output=True, timeout=300, check=False)
+        _refuse(log, f"{BUILD_TAMPER_MARKER}: {', '.join(_shown(p) for p in tampered[:20])}")
+    positional = [a for a in new[1:] if not a.startswith("-")]
     _log(log, {"op": "commit", "image": positional[1] if len(positional) > 1 else "",
                "build_files_removed": [_shown(p) for p in removed], "changes_from": source})
     if log:  # the committed image carries the call's label too (see sweep)
         new = [new[0], "--change", f"LABEL {LABEL_KEY}={Path(log).parent.name}", *new[1:]]
-    return new
+    _log(log, {"op": "commit_checked", "took_s": round(time.monotonic() - started, 3)})
+    # docker commit leaves a paused container paused (it pauses only a running one)
+    proc = subprocess.run([docker, *new], stdin=subprocess.DEVNULL, capture_output=True,
+                          check=False)
+    sys.stdout.buffer.write(proc.stdout)
+    sys.stderr.buffer.write(proc.stderr)
+    return proc.returncode
+
+
+def _commit(docker: str, new: list[str], log: str | None, started: float) -> NoReturn:
+    """Remove the build's overrides, then, the container paused from its check until the
+    commit is made (a process the build left running writes nothing in between), refuse a
+    build that steers the tests, or commit it. Exits with the commit's status."""
+    from benchmarks.programbench.layer_changes import PauseFailed, paused
+
+    positional = [a for a in new[1:] if not a.startswith("-")]
+    container = positional[0] if positional else ""
+    if not container:
+        os.execv(docker, [docker, *new])
+    # while it runs: docker exec (the removal) cannot run in a paused container; anything
+    # made again after it is an override the check below finds
+    removed = build_overrides(docker, container)
+    paths = [p for p in removed if p.startswith("/")]
+    if paths:
+        subprocess.run([docker, "exec", "-u", "0", container, "rm", "-rf", "--", *paths],
+                       capture_output=True, timeout=300, check=False)
+    try:
+        with paused(docker, container) as layers:
+            status = _checked_commit(docker, new, container, layers, removed, log, started)
+    except PauseFailed:
+        if _container_running(docker, container) is not False:
+            # an engine without a freezer: no check here could stand for what is committed
+            _refuse(log, f"docker policy: {PAUSE_FAILED[1:-1]}")
+        # not running: no process of the build is left to write
+        status = _checked_commit(docker, new, container, _layers(docker, container), removed,
+                                 log, started)
+    sys.exit(status)
 
 
 def main(argv: list[str]) -> NoReturn:
@@ -420,8 +742,7 @@ def main(argv: list[str]) -> NoReturn:
         _log(log, {"op": "exec", "results_guard": True,
                    "took_s": round(time.monotonic() - started, 3)})
     elif sub == "commit" and len(new) >= 2:
-        new = _commit(docker, new, log)
-        _log(log, {"op": "commit_checked", "took_s": round(time.monotonic() - started, 3)})
+        _commit(docker, new, log, started)
     os.execv(docker, [docker, *new])
 
 

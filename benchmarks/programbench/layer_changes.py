@@ -21,6 +21,12 @@ Besides ``docker diff``'s kinds, a change is reported as :data:`LINK` (``L``) wh
 a symbolic link in the scope, or anything but a folder on the way to it (``/root/.local`` made a
 link): what is below it is then decided by whatever it points at, which the listing never
 follows.
+
+The eval's build check keeps the container paused from its listing through the ``docker
+commit`` (:func:`paused`), so what is committed is what was checked: a process the build left
+running cannot write in between. While it is paused, :func:`look` may also read one small
+file of the layer (an ``entry_points.txt``, a ``setup.cfg``) by walking it one folder at a
+time, never following a link.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import json
 import os
 import stat
 import subprocess
+from collections.abc import Iterator
 
 OVERLAY_DRIVERS = frozenset({"overlay2", "overlay", "fuse-overlayfs"})
 MAX_ENTRIES = 200_000
@@ -41,6 +48,10 @@ LINK = "L"  # not a docker diff kind: a link in the scope, or a non-folder on th
 
 class Unavailable(Exception):
     """The layers cannot be read here: ask ``docker diff``."""
+
+
+class PauseFailed(Exception):
+    """``docker pause`` failed (a container that is not running, an engine without freezer)."""
 
 
 def layer_dirs(docker: str, container: str) -> tuple[str, list[str]]:
@@ -217,3 +228,138 @@ def _unpause(docker: str, container: str) -> None:
         except (OSError, subprocess.TimeoutExpired):
             continue
     raise Unavailable("docker unpause failed")
+
+
+@contextlib.contextmanager
+def paused(docker: str, container: str) -> Iterator[tuple[str, list[str]] | None]:
+    """Keep ``container`` paused for the block, yielding its ``(upper, lowers)`` (None: not
+    readable on this host, ask ``docker diff``). ``docker inspect`` runs while the pause is
+    under way. Unpaused on every path out (an error, ``sys.exit``); a failed unpause is
+    retried once, then left (the eval removes the container). Raises :class:`PauseFailed`
+    when the container could not be paused (nothing is yielded then)."""
+    try:
+        pausing = subprocess.Popen([docker, "pause", container], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        raise PauseFailed(f"docker pause: {exc}") from exc
+    try:
+        try:
+            layers: tuple[str, list[str]] | None = layer_dirs(docker, container)
+        except Unavailable:
+            layers = None
+        if _status(pausing) != 0:
+            raise PauseFailed("docker pause failed")
+        yield layers
+    finally:
+        status = _status(pausing)
+        if status == 0 or status is None:  # None: stopped mid-way, it may have paused it
+            with contextlib.suppress(Unavailable):
+                _unpause(docker, container)
+
+
+def shallow_entries(upper: str, folder: str, depth: int) -> list[tuple[str, str]]:
+    """``[(kind, path)]`` of the upper layer's entries below ``folder`` (a container path such
+    as ``/workspace``), ``depth`` levels deep: ``A`` for an entry (added or changed),
+    :data:`LINK` for ``folder`` itself when the layer made it something else than a folder.
+    Whiteouts and opaque markers are left out; a link is an entry, never descended; bounded by
+    :data:`MAX_ENTRIES` (:class:`Unavailable`)."""
+    base = upper + folder
+    try:
+        st = os.lstat(base)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise Unavailable(f"cannot stat {base}: {exc}") from exc
+    if not stat.S_ISDIR(st.st_mode):
+        return [(LINK, folder)]
+    found: list[tuple[str, str]] = []
+    level = [folder]
+    seen = 0
+    for _ in range(depth):
+        below: list[str] = []
+        for rel in level:
+            try:
+                with os.scandir(upper + rel) as it:
+                    for entry in it:
+                        seen += 1
+                        if seen > MAX_ENTRIES:
+                            raise Unavailable(f"more than {MAX_ENTRIES} entries below {folder}")
+                        if entry.name in OPAQUE_MARKERS or entry.name.startswith(
+                                WHITEOUT_PREFIX):
+                            continue
+                        est = entry.stat(follow_symlinks=False)
+                        if stat.S_ISCHR(est.st_mode) and est.st_rdev == 0:
+                            continue  # a whiteout: the entry is gone
+                        path = f"{rel}/{entry.name}"
+                        found.append(("A", path))
+                        if stat.S_ISDIR(est.st_mode):
+                            below.append(path)
+            except OSError as exc:
+                raise Unavailable(f"cannot list {upper + rel}: {exc}") from exc
+        level = below
+    return found
+
+
+def top_level_names(lowers: list[str], folders: tuple[str, ...]) -> set[str]:
+    """The names in ``folders`` (container paths) of the image's layers: what a module of the
+    same name earlier on ``sys.path`` would replace."""
+    names: set[str] = set()
+    for folder in folders:
+        names |= _lower_children(lowers, folder)
+    return names
+
+
+FOLDER, FILE, SYMLINK, OTHER, MISSING = "dir", "file", "link", "other", "missing"
+
+
+def look(upper: str, path: str, limit: int = 0) -> tuple[str, bytes | None]:
+    """``(type, data)`` of ``path`` (a container path) in the upper layer of a container no
+    process changes meanwhile (paused): one folder at a time from ``upper``, none of them a
+    link (``O_NOFOLLOW``); ``data`` is the first ``limit`` bytes of a regular file when
+    ``limit`` is given (``limit + 1`` bytes read: more means too large)."""
+    parts = [p for p in path.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        return OTHER, None
+    fd = os.open(upper, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            try:
+                new = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                return MISSING, None
+            except OSError:  # a link or a file on the way
+                return OTHER, None
+            os.close(fd)
+            fd = new
+        try:
+            st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return MISSING, None
+        if stat.S_ISLNK(st.st_mode):
+            return SYMLINK, None
+        if stat.S_ISDIR(st.st_mode):
+            return FOLDER, None
+        if not stat.S_ISREG(st.st_mode):
+            return OTHER, None
+        if not limit:
+            return FILE, None
+        try:
+            ffd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+        except OSError:
+            return OTHER, None
+        try:
+            if not stat.S_ISREG(os.fstat(ffd).st_mode):
+                return OTHER, None
+            chunks: list[bytes] = []
+            left = limit + 1
+            while left > 0:
+                chunk = os.read(ffd, min(left, 1 << 16))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+            return FILE, b"".join(chunks)
+        finally:
+            os.close(ffd)
+    finally:
+        os.close(fd)

@@ -29,6 +29,16 @@ PYTEST_MODULES = frozenset(
     }
 )
 SHADOW_NAMES = frozenset(sys.stdlib_module_names) | PYTEST_MODULES
+# The top-level modules of the clean room's /usr/lib/python3/dist-packages (Debian's pytest
+# and what it and its plugins import): a module of the same name earlier on sys.path
+# (/usr/local/lib/python3.X/dist-packages, the user site) replaces one of them in the scorer.
+SITE_SHADOW_NAMES = SHADOW_NAMES | frozenset(
+    {
+        "importlib_metadata", "more_itertools", "pkg_resources", "zipp", "setuptools",
+        "_distutils_hack", "distutils", "pytest_asyncio", "pytest_cov", "coverage", "hypothesis",
+        "_hypothesis_pytestplugin", "pytest_mock", "pytest_forked", "pexpect", "ptyprocess",
+    }
+)
 _MODULE_FILE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\.py|\.pyc|\.pyw|(\.[A-Za-z0-9_-]+)?\.so)$")
 _INIT_FILE = re.compile(r"^__init__(\.py|\.pyc|(\.[A-Za-z0-9_-]+)?\.so)$")
 

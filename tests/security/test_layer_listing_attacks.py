@@ -24,6 +24,7 @@ import pytest
 
 from benchmarks.programbench import layer_changes
 from benchmarks.programbench.docker_policy import (
+    DIFF_MALFORMED,
     MAX_DIFF_CHECKED,
     TAMPER_SCOPE,
     _log,
@@ -133,13 +134,16 @@ def test_links_to_host_paths_are_reported_never_followed(image: Image) -> None:
 @pytest.mark.xfail(strict=True, reason=(
     "layer_changes.py (changes): `os.scandir(upper + rel)` opens each folder by its "
     "full path, so a link swapped in for a scope folder after its parent was listed (by a "
-    "compile.sh process still running: the eval does not stop leftovers before commit) is "
-    "followed and a host folder is listed (names, up to MAX_ENTRIES, reported as changes). "
-    "The eval's path is closed by pausing the container for the listing "
-    "(container_changes; test_the_container_is_paused_while_its_layer_is_listed). This "
-    "in-process simulation cannot pass with either fix: its swap runs inside the os.scandir "
-    "it patches (a walk by fd never calls it with the path), and os.open of each folder "
-    "trips this file's 'opens nothing' audit."))
+    "compile.sh process still running) would be followed and a host folder listed (names, "
+    "up to MAX_ENTRIES, reported as changes). The eval's path never lets that happen: the "
+    "container is paused from before the listing until its commit is made "
+    "(layer_changes.paused, docker_policy._commit; "
+    "test_the_container_is_paused_while_its_layer_is_listed, "
+    "test_a_process_left_running_cannot_write_between_the_check_and_the_commit), so no "
+    "process of it runs while its layer is read. This in-process simulation calls changes() "
+    "on a layer it swaps itself, inside the os.scandir it patches: it cannot pass with "
+    "either fix (a walk by fd never calls os.scandir with the path, and os.open of each "
+    "folder trips this file's 'opens nothing' audit)."))
 def test_a_folder_swapped_for_a_link_during_the_walk_is_not_followed(
         image: Image, monkeypatch: pytest.MonkeyPatch) -> None:
     # compile.sh's background processes are still running when the check runs (the eval
@@ -489,3 +493,181 @@ def test_a_build_planting_a_non_utf8_named_pth_is_the_agents_failure(tmp_path: P
     row, refused, out = _eval_with_build(tmp_path, plant)
     assert row["outcome"] == "agent_failed" and row["infra"] is False, out
     assert "zz" in refused and ".pth" in refused, refused
+
+
+# issue 29: a process the build left running, a module ahead of pytest's, the fallback's names
+
+def test_a_module_ahead_of_one_the_scorer_imports_is_flagged(image: Image) -> None:
+    # Debian's sys.path: the standard library, the user site, /usr/local's dist-packages, then
+    # /usr/lib/python3/dist-packages, where the clean room's pytest and pluggy are
+    for rel in (f"{SITE}/pluggy.py", f"{SITE}/iniconfig/__init__.py",
+                f"{SITE}/exceptiongroup.cpython-311-x86_64-linux-gnu.so",
+                "/root/.local/lib/python3.11/site-packages/packaging/__init__.py",
+                "/usr/lib/python3.11/pluggy.py", "/usr/lib/python3.11/lib-dynload/zipp.so"):
+        image.at(rel).write_text("x\n")
+    image.at("/usr/lib/python311.zip").write_text("PK")  # a zip ahead of the standard library
+    # the image's own dist-packages module (not in the static list): named from its layers
+    image.at(f"{DIST}/x").parent.mkdir(parents=True, exist_ok=True)
+    (image.lower / DIST.lstrip("/") / "corp_plugin").mkdir()
+    image.at(f"{SITE}/corp_plugin/__init__.py").write_text("x\n")
+    # what an honest `pip install .` of the program adds there is not flagged
+    image.at(f"{SITE}/calculator_tool/__init__.py").write_text("x\n")
+    image.at(f"{SITE}/calculator_tool-1.0.dist-info/METADATA").write_text("x\n")
+    from benchmarks.programbench.docker_policy import check_build
+
+    flagged, source = check_build("docker", "c", (str(image.upper), [str(image.lower)]))
+    assert source == "layer"
+    for path in (f"{SITE}/pluggy.py", f"{SITE}/iniconfig",
+                 f"{SITE}/exceptiongroup.cpython-311-x86_64-linux-gnu.so",
+                 "/root/.local/lib/python3.11/site-packages/packaging",
+                 "/usr/lib/python3.11/pluggy.py", "/usr/lib/python3.11/lib-dynload/zipp.so",
+                 "/usr/lib/python311.zip", f"{SITE}/corp_plugin"):
+        assert path in flagged, (path, flagged)
+    assert not any("calculator_tool" in p for p in flagged), flagged
+
+
+def test_the_text_fallback_refuses_a_name_that_forges_lines(
+        tmp_path: Path, image: Image, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a folder "zz\nA " holding tmp/.pth prints a line "A " for the folder itself: a name has
+    # no "/", so the end of a name with a newline is never a well-formed change
+    monkeypatch.setattr(layer_changes, "MAX_ENTRIES", 5)
+    for i in range(10):
+        image.at(f"/junk{i}").write_text("")
+    forged = f"A {SITE}/zz\nA \nA {SITE}/zz\nA /tmp\nA {SITE}/zz\nA /tmp/.pth\n"
+    docker = fake_docker(tmp_path, image, f"C {SITE}\n{forged}".encode())
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")  # the API cannot be asked
+    assert build_tampering(docker, "c") == [DIFF_MALFORMED]
+
+
+def test_the_fallback_refuses_a_failed_docker_diff(
+        tmp_path: Path, image: Image, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layer_changes, "MAX_ENTRIES", 5)
+    for i in range(10):
+        image.at(f"/junk{i}").write_text("")
+    docker = fake_docker(tmp_path, image, b"")
+    script = Path(docker)
+    script.write_text(script.read_text().replace("  diff) cat", "  diff) exit 1; cat", 1))
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    assert build_tampering(docker, "c") != []  # nothing listed is not "nothing changed"
+
+
+def test_a_container_that_cannot_be_paused_is_not_checked_as_clean(
+        tmp_path: Path, image: Image) -> None:
+    docker = fake_docker(tmp_path, image, b"")
+    script = Path(docker)
+    script.write_text(script.read_text().replace("case \"$1\" in\n",
+                                                 "case \"$1\" in\n  pause) exit 1 ;;\n", 1))
+    assert build_tampering(docker, "c") != []
+
+
+# the same three through the real engine ------------------------------------------------------
+
+@pytest.fixture
+def build_container(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A clean-room container as the eval's compile container runs (``--init``, ``sleep``),
+    with a host folder mounted at /signal: ``(id, folder)``."""
+    import shutil
+    import subprocess
+
+    from tests.security.scorer_support import FIXTURE_IMAGE
+
+    docker = shutil.which("docker")
+    assert docker
+    signal = tmp_path / "signal"
+    signal.mkdir()
+    cid = subprocess.run([docker, "run", "-d", "--init", "--network", "none", "-v",
+                          f"{signal}:/signal", "-w", "/workspace", FIXTURE_IMAGE, "sleep", "300"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        yield cid, signal
+    finally:
+        subprocess.run([docker, "rm", "-f", cid], capture_output=True, check=False)
+
+
+def _in(cid: str, script: str, *, detach: bool = False) -> str:
+    import subprocess
+
+    return subprocess.run(["docker", "exec", *(["-d"] if detach else []), cid, "sh", "-c",
+                           script], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.docker
+def test_a_process_left_running_cannot_write_between_the_check_and_the_commit(
+        tmp_path: Path, build_container: tuple[str, Path]) -> None:
+    import shutil
+    import subprocess
+
+    from benchmarks.programbench.docker_policy import REPO_ROOT
+
+    cid, signal = build_container
+    image = f"harness-test/late-write:{cid[:12]}"
+    # compile.sh leaves a process behind that plants a .pth as soon as the check has listed
+    # the build (the moment a mounted file tells it: deterministic, but the same process as
+    # one that watches the clock for the pause to end)
+    _in(cid, f"mkdir -p {SITE}; (while [ ! -e /signal/go ]; do sleep 0.005; done; "
+             f"printf 'import os\\n' > {SITE}/zz_late.pth; touch /signal/wrote) "
+             ">/dev/null 2>&1 &", detach=True)
+    time.sleep(0.3)
+    policy = ("import sys\n"
+              "from benchmarks.programbench import layer_changes as lc\n"
+              "real = lc.changes\n"
+              "def listed(*a, **k):\n"
+              "    out = real(*a, **k)\n"
+              f"    open({str(signal / 'go')!r}, 'w').close()\n"
+              "    return out\n"
+              "lc.changes = listed\n"
+              "from benchmarks.programbench.docker_policy import main\n"
+              "main(sys.argv[1:])\n")
+    docker = shutil.which("docker")
+    assert docker
+    try:
+        proc = subprocess.run([sys.executable, "-c", policy, "--docker", docker, "--log",
+                               str(tmp_path / "policy.jsonl"), "--", "commit", cid, image],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        assert (signal / "go").exists(), proc.stderr  # the build was listed from its layer
+        for _ in range(200):  # the process did write (once the container ran again)
+            if (signal / "wrote").exists():
+                break
+            time.sleep(0.05)
+        assert (signal / "wrote").exists()
+        if proc.returncode == 0:  # committed: without what was written after the check
+            listing = subprocess.run([docker, "run", "--rm", "--network", "none", image, "ls",
+                                      SITE], capture_output=True, text=True, check=True)
+            assert "zz_late.pth" not in listing.stdout, "written after the check, committed"
+        else:
+            assert "the build changed" in proc.stderr and "zz_late.pth" in proc.stderr
+        state = subprocess.run([docker, "inspect", "-f", "{{.State.Status}}", cid],
+                               capture_output=True, text=True).stdout.strip()
+        assert state == "running", state  # unpaused after the commit
+    finally:
+        subprocess.run([docker, "rmi", "-f", image], capture_output=True, check=False)
+
+
+@pytest.mark.docker
+def test_a_real_module_ahead_of_pluggy_is_refused(
+        build_container: tuple[str, Path]) -> None:
+    cid, _ = build_container
+    _in(cid, f"mkdir -p {SITE}/calc_tool && printf 'x = 1\\n' > {SITE}/calc_tool/__init__.py "
+             f"&& printf 'raise SystemExit(0)\\n' > {SITE}/pluggy.py")
+    # the attack is real: Debian's python imports the planted module, not pytest's pluggy
+    shown = _in(cid, "python3 -c 'import importlib.util as u; "
+                     "print(u.find_spec(\"pluggy\").origin)'")
+    assert shown.strip() == f"{SITE}/pluggy.py"
+    assert build_tampering("docker", cid) == [f"{SITE}/pluggy.py"]
+
+
+@pytest.mark.docker
+def test_the_fallback_reads_names_with_newlines_exactly(
+        build_container: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    cid, _ = build_container
+
+    def unreadable(docker: str, container: str) -> tuple[str, list[str]]:
+        raise Unavailable("as on a remote engine")
+
+    monkeypatch.setattr(layer_changes, "layer_dirs", unreadable)
+    # a .pth whose name prints as two lines, and a data file outside Python's folders whose
+    # name does too (an honest build may write one: it is no reason to refuse)
+    _in(cid, f"mkdir -p {SITE} /opt/app && printf 'import os\\n' > \"{SITE}/$(printf "
+             "'zz\\nA .pth')\" && touch \"/opt/app/$(printf 'data\\nfile')\"")
+    assert build_changes("docker", cid)[1] == "docker_api"
+    assert build_tampering("docker", cid) == [f"{SITE}/zz\nA .pth"]
