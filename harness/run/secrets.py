@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.core.fsutil import atomic_open
+from harness.run.ledger import ledger_path, read_ledger
 
 MARKER = b"[harness:redacted-secret]"
 NAME_MARKER = "REDACTED-SECRET"
@@ -415,8 +416,6 @@ def instance_scan(folder: Path, run_root: Path, names: Sequence[str]) -> dict[st
 def run_scan(run_root: Path, names: Sequence[str]) -> dict[str, Any]:
     """The manifest's ``secret_scan``: the run-end scan of the whole run root, plus the
     instances whose rows recorded hits (from the ledger)."""
-    from harness.run.ledger import ledger_path, read_ledger
-
     try:
         record = scan_and_redact(run_root, secrets_from_env(names)).record()
     except Exception as exc:

@@ -17,6 +17,7 @@ from harness.budget.session import BudgetSettings, ControllerBudget, WorkerBudge
 from harness.core.errors import InfraError, RefusalError
 from harness.core.outcomes import Outcome
 from harness.core.signals import request_stop
+from harness.runner.plugin import CONTROLLER_KEY
 from harness.runner.worker import STATE_KEY
 
 if TYPE_CHECKING:  # loaded when a run starts, not at collection
@@ -98,8 +99,6 @@ def _parse_settings(config: pytest.Config) -> BudgetSettings:
 
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
-    from harness.runner.plugin import CONTROLLER_KEY
-
     settings = settings_from(config)
     controller = config.stash[CONTROLLER_KEY]
     dry = run.dry_run  # a dry run spends nothing: it never creates or changes a campaign

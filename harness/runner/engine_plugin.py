@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.core.errors import InfraError, RefusalError
+from harness.runner.worker import STATE_KEY
 
 if TYPE_CHECKING:  # engines (pydantic records) and placement load when a run uses them
     from harness.runner.instance import RunContext
@@ -93,8 +94,6 @@ def _lost(state: Any, slot: placement.Slot) -> None:
 @pytest.fixture(autouse=True)
 def harness_engine(request: pytest.FixtureRequest) -> Iterator[EngineRecord | None]:
     """The engine this instance runs on (None: the local engine, no placement)."""
-    from harness.runner.worker import STATE_KEY
-
     state = request.node.stash.get(STATE_KEY, None)
     if state is None:
         yield None

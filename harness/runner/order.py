@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from harness.runner.worker import item_spec
+
 ORDERS = ("auto", "longest-first", "given")
 DIFFICULTY = {"easy": 1.0, "medium": 2.0, "hard": 3.0}
 HOLD = 2  # an xdist worker runs an item only once it knows the next one
@@ -57,8 +59,6 @@ def ledger_durations(roots: list[str]) -> dict[str, float]:
 
 
 def _estimate(item: pytest.Item, durations: dict[str, float]) -> float | None:
-    from harness.runner.worker import item_spec
-
     found = item_spec(item)
     if found is None:
         return None

@@ -32,7 +32,7 @@ from harness.runner.selection import (
 )
 from harness.runner.startup import LOST_CONFIG_KEY
 from harness.runner.summary import print_summary
-from harness.runner.worker import WorkerHooks, harness_instance
+from harness.runner.worker import WorkerHooks, harness_instance, item_spec
 
 if TYPE_CHECKING:  # the controller and the file models load when a run starts
     from harness.runner.controller import Controller
@@ -238,7 +238,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     its own tests (this repository's is 900 s; a ProgramBench task may work 6 h)."""
     if not config.pluginmanager.hasplugin("timeout"):
         return
-    from harness.runner.worker import item_spec
 
     for item in items:
         if item_spec(item) is not None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.core.errors import RefusalError
 from harness.sandbox.limits import DEFAULT_MAX_COPY_FILES, DEFAULT_MAX_COPY_MB, CopyLimits
 
 # Docker and the sandbox modules load when a fixture runs, not when pytest collects.
@@ -119,7 +120,6 @@ def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
 @pytest.hookimpl(optionalhook=True)  # the runner's hooks: this plugin also works alone
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     """Refuse a ``--runtime`` the daemon does not know; record its path and arguments."""
-    from harness.core.errors import RefusalError
     from harness.sandbox.client import get_client
     from harness.sandbox.errors import DockerUnavailable
     from harness.sandbox.runtimes import RuntimeNotRegistered, runtime_entry

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.core.layout import keep_marker
+
 if TYPE_CHECKING:
     from harness.runner.instance import RunContext
     from harness.sandbox.lease import Lease
@@ -24,7 +26,6 @@ def _extra(run: RunContext) -> dict[str, Any]:
 
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
-    from harness.core.layout import keep_marker
     from harness.sandbox.cleanup import sweep_stale
     from harness.sandbox.lease import Lease
 

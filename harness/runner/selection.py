@@ -12,6 +12,7 @@ import pytest
 from harness.core.adapter import BenchmarkAdapter
 from harness.core.fsutil import read_json
 from harness.run.plan import PlanError, read_task_file, unknown_ids
+from harness.runner.worker import item_spec
 
 # The ids the user gave with --instance (before --task-file's ids joined them).
 GIVEN_INSTANCES_KEY: pytest.StashKey[list[str]] = pytest.StashKey()
@@ -144,7 +145,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     names = config.stash.get(RUN_BENCHMARKS_KEY, None)
     if names is None:
         return
-    from harness.runner.worker import item_spec
 
     drop = [i for i in items if (found := item_spec(i)) is not None and found[0] not in names]
     if drop:

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from harness.core.fsutil import atomic_write_json, read_json
 from harness.sandbox import labels as L
 from harness.sandbox.container import Sandbox, SandboxSpec
+from harness.sandbox.lease import parse_engine_time
 from harness.sandbox.protected import ProtectedExecutable
 
 RECORD_NAME = "sandbox.json"
@@ -95,8 +96,6 @@ def record_of(sandbox: Sandbox) -> SandboxRecord:
 
 
 def _created(info: dict[str, Any]) -> float:
-    from harness.sandbox.lease import parse_engine_time
-
     started = (info.get("State") or {}).get("StartedAt") or info.get("Created")
     parsed = parse_engine_time(started) if started else None
     return parsed if parsed is not None else time.time()

@@ -16,8 +16,10 @@ it; names on one line are siblings, and siblings import neither each other):
 Every import counts, wherever it stands and whatever its form (inside a function, under
 ``if TYPE_CHECKING``, ``importlib.import_module("...")``, a module table of names loaded by
 ``import_module``, a package's lazy export table): see :mod:`tests.unit.import_graph`.
-A benchmark reaches the harness only through the modules of :data:`BENCHMARK_SURFACE`
-(``docs/adapters.md`` says what each is for).
+Some imports are never allowed (:data:`FORBIDDEN`: the harness imports no benchmark and no
+report; nothing outside ``harness.testing`` imports a test double), and a benchmark reaches
+the harness only through the modules of :data:`BENCHMARK_SURFACE` (``docs/adapters.md``
+says what each is for).
 
 A failure prints each offending import as ``file:line importer -> imported: rule``.
 """
@@ -44,22 +46,20 @@ LAYERS: list[tuple[str, ...]] = [
 # The package's face (``harness/__init__.py``: the version and nothing else) sits with core.
 FACES = {"harness": "harness.core"}
 
-# Imports that break the contract today and are being fixed by name. Each says why; an
-# exception that no longer occurs fails test_every_exception_is_still_needed.
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("harness.run.resume", "harness.sandbox.client"):
-        "being fixed (issue 25): resume's pure decision takes the sandbox client from "
-        "the runner",
-    ("harness.agents.gateway.reattach", "harness.runner.instance"):
-        "being fixed (issue 25): reattaching an agent-server task moves into the runner",
-    ("harness.agents.gateway.reattach", "harness.runner.sandbox_fixtures"):
-        "being fixed (issue 25): reattaching an agent-server task moves into the runner",
-}
-CYCLE_EXCEPTIONS: dict[frozenset[str], str] = {
-    frozenset({"harness.agents.command", "harness.agents.command_proxy"}):
-        "being fixed (issue 25): the command agent and its model-proxy variant, one "
-        "behind importlib.import_module",
-}
+# Never, whatever the layers say: (importer prefix, imported prefix, why). "" is any module.
+FORBIDDEN: list[tuple[str, str, str]] = [
+    ("harness", "benchmarks", "the core knows no benchmark (it finds them by entry point)"),
+    ("harness", "reports", "the core knows no report (it finds it by entry point)"),
+    ("", "harness.testing", "a test double is reachable only where a test loads it"),
+]
+
+# Imports that break the contract and are being fixed by name: {(importer, imported): why},
+# {frozenset(the cycle's modules): why}. Each says why; an exception that no longer occurs
+# fails test_every_exception_is_still_needed. None today: the last three (run.resume ->
+# sandbox.client, agents.gateway.reattach -> runner.*, agents.command <-> command_proxy)
+# were fixed by issue 25.
+EXCEPTIONS: dict[tuple[str, str], str] = {}
+CYCLE_EXCEPTIONS: dict[frozenset[str], str] = {}
 
 # The harness modules a benchmark adapter may import (docs/adapters.md). Today's set,
 # written out: a new one is a decision, made here and in the doc.
@@ -142,6 +142,13 @@ def layer_breaks(imports: list[Import]) -> list[tuple[Import, str]]:
     return out
 
 
+def forbidden_breaks(imports: list[Import]) -> list[tuple[Import, str]]:
+    return [(imp, f"forbidden: {why}") for imp in imports
+            for source, target, why in FORBIDDEN
+            if (not source or _under(imp.importer, source)) and _under(imp.imported, target)
+            and not _under(imp.importer, target)]
+
+
 def surface_breaks(imports: list[Import]) -> list[tuple[Import, str]]:
     return [(imp, "a benchmark reaches the harness only through BENCHMARK_SURFACE")
             for imp in imports
@@ -167,6 +174,11 @@ def test_imports_only_run_down_the_layers(graph: Graph) -> None:
     breaks = [describe(imp, rule) for imp, rule in layer_breaks(graph.imports)
               if (imp.importer, imp.imported) not in EXCEPTIONS]
     assert not breaks, "imports against the layer contract:\n" + "\n".join(breaks)
+
+
+def test_no_forbidden_import(graph: Graph) -> None:
+    breaks = [describe(imp, rule) for imp, rule in forbidden_breaks(graph.imports)]
+    assert not breaks, "forbidden imports:\n" + "\n".join(breaks)
 
 
 def test_no_import_cycle(graph: Graph) -> None:
@@ -257,6 +269,10 @@ def test_an_upward_import_is_reported_with_its_place_and_rule() -> None:
     down = Import("benchmarks.x", "harness.core.models", "benchmarks/x.py", 1,
                   in_function=False, type_only=False, how="import")
     assert layer_breaks([down]) == []
-    assert surface_breaks([down]) == []
+    assert surface_breaks([down]) == [] and forbidden_breaks([down]) == []
+    fake = Import("reports.x", "harness.testing.fake_meter", "reports/x.py", 7,
+                  in_function=True, type_only=False, how="import")
+    assert forbidden_breaks([fake])[0][1].startswith("forbidden: a test double")
+    assert layer_breaks([fake]) == []  # the layers alone would let the report reach it
     assert surface_breaks([Import("benchmarks.x", "harness.runner.controller", "benchmarks/x.py",
                                   1, in_function=False, type_only=False, how="import")])

@@ -53,6 +53,7 @@ from harness.core.fsutil import append_line
 from harness.sandbox import placement
 from harness.sandbox.client import get_client
 from harness.sandbox.errors import ImageBuildFailed
+from harness.sandbox.images import builders
 from harness.sandbox.images.recipes import (
     AGENT_UID,
     AGENT_USER,
@@ -66,6 +67,7 @@ from harness.sandbox.images.recipes import (
     Recipe,
     base_recipe,
 )
+from harness.sandbox.images.transfer import controller_client, ensure_on_engine, same_engine
 
 # Recipes live in harness.sandbox.images.recipes (pure data); re-exported for existing callers.
 __all__ = [
@@ -153,8 +155,6 @@ def ensure_image(
 
 def _from_controller(recipe: Recipe, client: docker.DockerClient, cache: Path) -> str | None:
     """An instance placed on another engine: build on the controller's engine, then move."""
-    from harness.sandbox.images.transfer import controller_client, ensure_on_engine, same_engine
-
     source = controller_client()
     if same_engine(source, client):
         source.close()
@@ -167,8 +167,6 @@ def _from_controller(recipe: Recipe, client: docker.DockerClient, cache: Path) -
 
 
 def _build(recipe: Recipe, client: docker.DockerClient, cache: Path) -> str:
-    from harness.sandbox.images import builders
-
     started = time.monotonic()
     log = cache / "logs" / f"{recipe.name.replace('/', '_')}-{recipe.content_hash()[:24]}.log"
     log.parent.mkdir(parents=True, exist_ok=True)

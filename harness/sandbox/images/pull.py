@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.core.errors import InfraError
 from harness.sandbox.errors import ImageMissing
+from harness.sandbox.images.inventory import record_use
 from harness.sandbox.images.pull_settings import POLICIES as POLICIES
 from harness.sandbox.images.pull_settings import PullPolicy as PullPolicy
 from harness.sandbox.images.pull_settings import PullSettings, mirror_ref, split_ref
@@ -320,8 +321,6 @@ def _resolve_locked(api: docker.APIClient, ref: str, source: str, settings: Pull
     if source != ref:
         _tag(api, str(local["Id"]), ref)  # the scorer looks the canonical name up
     record = _record(api, ref, source, local, need_pull, pull_s)
-    from harness.sandbox.images.inventory import record_use
-
     record_use(record.id, [ref, source], pulled=need_pull)
     if settings.pin and record.repo_digest != settings.pin:
         raise ImageMissing(
