@@ -3,7 +3,8 @@
 Writing: one line per row, flushed and fsynced, appended at the run root and copied to the
 instance's own folder (the copy is written but not fsynced: every reader, and a resume after
 a power loss, reads the run root's ledger). The rows a resume carries from its ancestors are
-appended in one batch, one write and one fsync for all of them, before any instance runs.
+appended in one batch, one write and one fsync for all of them, before any instance runs;
+their instance copies are written by a thread while the run goes on.
 Only the controller writes. A write that fails is a diagnostic, not
 the end of the run: ``diagnostic_write_failed`` goes to stderr, the line is kept in memory
 (in order, per file) and retried before the next line and at finish. Reading: a torn last line (a crash in
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -129,6 +131,9 @@ class LedgerWriter:
         self.path = ledger_path(self.run_root)
         self.pending: dict[Path, list[str]] = {}  # lines not written yet, per file, in order
         self.failures = 0
+        self._copier: threading.Thread | None = None  # instance copies written behind
+        self._copying: set[Path] = set()
+        self._copy_failed: list[tuple[Path, str]] = []
 
     @property
     def unwritten(self) -> int:
@@ -140,29 +145,68 @@ class LedgerWriter:
         some write failed (reported, kept and retried: see the module doc)."""
         return self.append_batch([row])
 
-    def append_batch(self, rows: list[TaskRow]) -> bool:
+    def append_batch(self, rows: list[TaskRow], *, copies_behind: bool = False) -> bool:
         """Write ``rows`` at the run root in one append and one fsync, then each in its
-        instance folder (rows carried from an ancestor: a resume of thousands of settled
-        instances pays one fsync, not one each). A kill in the middle leaves a prefix of
-        the rows and at most a torn last line, which the reader skips."""
+        instance folder: here, or (``copies_behind``, the rows a resume carries) by a thread
+        while the run goes on, finished by :meth:`wait_copies`. A kill in the middle leaves
+        a prefix of the rows and at most a torn last line, which the reader skips; an
+        instance folder's copy is never read back by the runner."""
         lines: list[tuple[Path, str]] = []
         for row in rows:
             line = row.dump_line()
             if "\n" in line:
                 raise ValueError("a ledger line must not contain a newline")
-            lines.append((instance_dir(self.run_root, row.benchmark, row.instance_id), line))
+            folder = instance_dir(self.run_root, row.benchmark, row.instance_id)
+            lines.append((folder / LEDGER_NAME, line))
         if not lines:
             return True
+        if self._copying and any(path in self._copying for path, _ in lines):
+            self.wait_copies()  # an instance folder's lines stay in order
         self.pending.setdefault(self.path, []).extend(line for _, line in lines)
         ok = self._flush(self.path)
-        for folder, line in lines:
-            copy = folder / LEDGER_NAME
+        if copies_behind:
+            self.wait_copies()
+            self._copying = {path for path, _ in lines}
+            self._copier = threading.Thread(target=self._write_copies, args=(lines,),
+                                            name="harness-ledger-copies", daemon=True)
+            self._copier.start()
+            return ok
+        for copy, line in lines:
             self.pending.setdefault(copy, []).append(line)
             ok = self._flush(copy) and ok
         return ok
 
+    def _write_copies(self, lines: list[tuple[Path, str]]) -> None:
+        failed: list[tuple[Path, str]] = []
+        first: OSError | None = None
+        for copy, line in lines:
+            try:
+                _append_copy(copy, line)
+            except OSError as exc:
+                failed.append((copy, line))  # kept, in order, for the retry
+                first = first or exc
+        if failed and first is not None:
+            self._copy_failed = failed
+            report_write_failure(f"{failed[0][0]} and {len(failed) - 1} other instance "
+                                 f"folder(s) ({len(failed)} row(s) kept in memory)", first)
+
+    def wait_copies(self) -> bool:
+        """Wait for the instance copies written behind; False when some failed (kept in
+        memory, retried by :meth:`flush_pending`)."""
+        if self._copier is None:
+            return True
+        self._copier.join()
+        self._copier, self._copying = None, set()
+        failed, self._copy_failed = self._copy_failed, []
+        if failed:
+            self.failures += 1
+            for copy, line in failed:
+                self.pending.setdefault(copy, []).append(line)
+        return not failed
+
     def flush_pending(self) -> int:
         """Retry every held line; returns how many run-root lines are still unwritten."""
+        self.wait_copies()
         for path in list(self.pending):
             self._flush(path)
         return self.unwritten

@@ -307,7 +307,7 @@ class Controller:
 
             rows = [TaskRow.model_validate(secrets_scan.redact_row(
                 r.model_dump(mode="json", by_alias=True), names)) for r in rows]
-        writer.append_batch(rows)
+        writer.append_batch(rows, copies_behind=True)
         for row in rows:
             self.carried.add(row.key)
             self.record(row)
@@ -525,7 +525,10 @@ class Controller:
 
     def retry_ledger(self) -> None:
         """Rows a failed ledger write kept in memory: one more try, then on record."""
-        if self.writer is None or self.manifest is None or not self.writer.failures:
+        if self.writer is None or self.manifest is None:
+            return
+        self.writer.wait_copies()  # the instance copies of the carried rows
+        if not self.writer.failures:
             return
         left = self.writer.flush_pending()
         self.manifest.extra["diagnostic_write_failed"] = {
@@ -553,6 +556,8 @@ class Controller:
                  error: BaseException | None = None) -> None:
         if self.manifest is None or self.manifest.finalized:
             return
+        if self.writer is not None:
+            self.writer.wait_copies()  # every file of the run is written before it is final
         mf.finalize(self.manifest, outcome=outcome, exit_code=exit_code,
                     stop_reason=stop_reason, error=error)
 
