@@ -151,7 +151,7 @@ def test_reconcile_refuses_a_live_run(
 
 
 @pytest.mark.docker
-def test_point6_reconcile_refuses_while_a_labelled_network_exists(
+def test_reconcile_refuses_while_a_labelled_network_exists(
     make_campaign: MakeCampaign,
     tmp_path: Path,
     docker_client: Any,
@@ -175,7 +175,7 @@ def test_point6_reconcile_refuses_while_a_labelled_network_exists(
 
 
 @pytest.mark.docker
-def test_point6_custody_stays_unsettled_when_a_network_survives_cleanup(
+def test_custody_stays_unsettled_when_a_network_survives_cleanup(
     tmp_path: Path, docker_client: Any
 ) -> None:
     """The run's final sweep cannot remove a labelled network (a foreign container still
@@ -217,7 +217,7 @@ def test_point6_custody_stays_unsettled_when_a_network_survives_cleanup(
 
 
 @pytest.mark.docker
-def test_point8_dead_runs_custody_refuses_until_reconciled_live_runs_share(
+def test_dead_runs_custody_refuses_until_reconciled_live_runs_share(
     make_campaign: MakeCampaign, tmp_path: Path, docker_client: Any
 ) -> None:
     """Live runs (their controllers running) may share one campaign; an ``active_run``

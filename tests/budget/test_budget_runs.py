@@ -203,7 +203,7 @@ def test_a_zero_unknown_cost_allowance_without_a_meter_refuses_the_run(tmp_path:
     assert refused.rows == []
 
 
-def test_point5_dry_run_never_creates_or_changes_a_campaign(tmp_path: Path) -> None:
+def test_dry_run_never_creates_or_changes_a_campaign(tmp_path: Path) -> None:
     (tmp_path / "s").mkdir()
     suite = Suite(tmp_path / "s")
     suite.tasks([{"id": "d", "work": "succeed", "cost": 1, "count": 2}])
@@ -223,7 +223,7 @@ def test_point5_dry_run_never_creates_or_changes_a_campaign(tmp_path: Path) -> N
     assert not (again.root / "monitor.json").exists()
 
 
-def test_point7_failed_ledger_writes_do_not_stop_valid_work(tmp_path: Path) -> None:
+def test_failed_ledger_writes_do_not_stop_valid_work(tmp_path: Path) -> None:
     """The run-root ledger cannot be appended to (immutable): every row is reported as
     ``diagnostic_write_failed`` and kept in memory, and every instance still runs."""
     (tmp_path / "s").mkdir()

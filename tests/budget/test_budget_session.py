@@ -108,7 +108,7 @@ def test_no_budget_options_mean_no_reservations_but_the_disk_reserve(run_root: P
     assert refused.value.reason == "disk_reserve" and "GiB free" in str(refused.value)
 
 
-def test_point4_reserve_is_explicit_allowance(tmp_path: Path, run_root: Path) -> None:
+def test_reserve_is_explicit_allowance(tmp_path: Path, run_root: Path) -> None:
     """``--budget-reserve-usd`` is one allowance for delayed charges, whatever the
     concurrency; without ``--per-task-reserve-usd`` no per-task amount is held back, so 32
     instances in flight reserve nothing more than the allowance."""
@@ -127,7 +127,7 @@ def test_point4_reserve_is_explicit_allowance(tmp_path: Path, run_root: Path) ->
     assert refused.value.reason == "campaign_budget"
 
 
-def test_point4_specification_paid_command_is_admitted(tmp_path: Path, run_root: Path) -> None:
+def test_specification_paid_command_is_admitted(tmp_path: Path, run_root: Path) -> None:
     """The adapter specification's paid command: campaign file, campaign budget 1000, run
     budget 150, reserve 100, no per-task reserve: admitted with its meter, not
     ``per_task_reserve_unknown``."""
@@ -243,7 +243,7 @@ def test_issue23_item6_a_meter_can_be_added_to_a_meterless_campaign(
     assert refused.value.reason == "campaign_key_changed" and "--meter" in str(refused.value)
 
 
-def test_point7_failed_monitor_write_is_reported_and_the_run_goes_on(
+def test_failed_monitor_write_is_reported_and_the_run_goes_on(
     tmp_path: Path, run_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = _settings(tmp_path)

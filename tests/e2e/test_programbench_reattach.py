@@ -71,7 +71,7 @@ def resume(root: Path, parent: Path, server: RefServer) -> Run:
 
 
 @pytest.mark.docker
-def test_point1_resume_reattaches_to_the_killed_runs_task_in_its_kept_sandbox(tmp_path: Path) -> None:
+def test_resume_reattaches_to_the_killed_runs_task_in_its_kept_sandbox(tmp_path: Path) -> None:
     server = start_server(tmp_path / "server", {"default_plan": oracle_plan(8.0),
                                                 "docker_user": "agent"})
     try:
@@ -94,7 +94,7 @@ def test_point1_resume_reattaches_to_the_killed_runs_task_in_its_kept_sandbox(tm
 
 
 @pytest.mark.docker
-def test_point1_resume_without_the_kept_sandbox_cancels_the_old_task_first(tmp_path: Path) -> None:
+def test_resume_without_the_kept_sandbox_cancels_the_old_task_first(tmp_path: Path) -> None:
     server = start_server(tmp_path / "server", {"default_plan": oracle_plan(15.0),
                                                 "docker_user": "agent"})
     try:

@@ -18,7 +18,7 @@ TARGET = "benchmarks/programbench"
 BROKEN_EVAL = {"PROGRAMBENCH_DOCKER_RUN_TIMEOUT": "0"}
 
 
-def test_point2_resume_rescores_the_kept_submission(tmp_path: Path) -> None:
+def test_resume_rescores_the_kept_submission(tmp_path: Path) -> None:
     first = run_pytest(TARGET, tmp_path / "a", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
                        env=BROKEN_EVAL)
     row = first.latest[FIXTURE_ID]

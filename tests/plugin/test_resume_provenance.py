@@ -25,7 +25,7 @@ def _commit(path: Path, text: str) -> None:
     subprocess.run([*git, "commit", "-qam", text], check=True)
 
 
-def test_point9_resume_refuses_a_different_seed_commit_unless_waived(suite, tmp_path):
+def test_resume_refuses_a_different_seed_commit_unless_waived(suite, tmp_path):
     repo = _repo(tmp_path / "agent")
     suite.tasks([{"id": "a", "work": "infra"}, {"id": "b", "work": "succeed"}])
     first = suite.run("--agent-repo", str(repo))
@@ -44,7 +44,7 @@ def test_point9_resume_refuses_a_different_seed_commit_unless_waived(suite, tmp_
     assert record["reason"] == "seed_changed" and record["waived_by"] == "--allow-seed-change"
 
 
-def test_point9_resume_refuses_a_different_runtime_version(suite, tmp_path):
+def test_resume_refuses_a_different_runtime_version(suite, tmp_path):
     suite.tasks([{"id": "a", "work": "infra"}])
     first = suite.run()
     manifest_file = first.root / "run_manifest.json"
@@ -61,7 +61,7 @@ def test_point9_resume_refuses_a_different_runtime_version(suite, tmp_path):
 
 
 @pytest.mark.docker
-def test_point9_resume_refuses_a_different_image_digest(suite, tmp_path):
+def test_resume_refuses_a_different_image_digest(suite, tmp_path):
     from harness.sandbox.client import get_client
     from harness.sandbox.images.build import base_recipe, ensure_image
 

@@ -194,7 +194,7 @@ def _gate20(tmp_path: Path) -> tuple[Path, list[str]]:
     return path, smoke + unseen
 
 
-def test_point13_gate_refuses_while_a_listed_task_is_unscored(
+def test_gate_refuses_while_a_listed_task_is_unscored(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tasks, ids = _gate20(tmp_path)
@@ -208,7 +208,7 @@ def test_point13_gate_refuses_while_a_listed_task_is_unscored(
     assert not (run / "gate.json").exists()
 
 
-def test_point13_gate_pairs_over_every_listed_task(
+def test_gate_pairs_over_every_listed_task(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tasks, ids = _gate20(tmp_path)
@@ -233,7 +233,7 @@ def test_point13_gate_pairs_over_every_listed_task(
     assert load.overloaded and "overloaded" in out.err
 
 
-def test_point13_gate_task_list_must_be_ten_smoke_and_ten_unseen(
+def test_gate_task_list_must_be_ten_smoke_and_ten_unseen(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = _ledger(tmp_path / "run", _rows({WALK: 1.0}))

@@ -42,7 +42,7 @@ def _row(iid: str, score: float) -> TaskRow:
                    resolved=score == 1.0, official_eval_status="completed")
 
 
-def test_point14_scores_and_headline_agree_with_programbench_info(tmp_path: Path) -> None:
+def test_scores_and_headline_agree_with_programbench_info(tmp_path: Path) -> None:
     src = tmp_path / "programbench"
     walk, gotests = _eval_json(src, WALK, 0.5), _eval_json(src, GOTESTS, 1.0)
     info = parse_info(run_info(src))  # the real official CLI
@@ -53,7 +53,7 @@ def test_point14_scores_and_headline_agree_with_programbench_info(tmp_path: Path
     assert report.ok and report.checked == 2 and report.headline_ok
 
 
-def test_point14_a_disagreement_is_an_error_row(tmp_path: Path) -> None:
+def test_a_disagreement_is_an_error_row(tmp_path: Path) -> None:
     src = tmp_path / "programbench"
     walk, gotests = _eval_json(src, WALK, 0.5), _eval_json(src, GOTESTS, 1.0)
     info = parse_info(run_info(src))

@@ -92,7 +92,7 @@ def test_task_body_shape() -> None:
     json.dumps(body)  # what is POSTed
 
 
-def test_point11_budget_profile_is_the_specifications() -> None:
+def test_budget_profile_is_the_specifications() -> None:
     """The ProgramBench adapter specification's pacing: until the deadline, at most 6
     improvement passes, 15 % kept for finalization, a stall after 12 rounds."""
     body = build_task_body(get_instance(CMATRIX), instruction="x", container_name="c1").body()

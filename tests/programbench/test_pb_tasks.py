@@ -136,7 +136,7 @@ def _collected(*args: str) -> list[str]:
             if "::" in line and "[" in line]
 
 
-def test_point12_slice_applies_to_the_selected_order() -> None:
+def test_slice_applies_to_the_selected_order() -> None:
     """``-m "difficulty('easy')" --pb-slice 0:3`` is the first three easy tasks, not the
     easy tasks among the first three."""
     easy = [i.instance_id for i in select_instances() if i.difficulty == "easy"]

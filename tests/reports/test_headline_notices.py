@@ -26,7 +26,7 @@ def _report(root: Path) -> tuple[dict, str]:
     return figures, (root / "report" / "report.md").read_text()
 
 
-def test_point10_runs_without_a_clean_agent_repo_are_not_reportable(tmp_path: Path) -> None:
+def test_runs_without_a_clean_agent_repo_are_not_reportable(tmp_path: Path) -> None:
     (tmp_path / "suite").mkdir()
     suite = Suite(tmp_path / "suite")
     suite.tasks([{"id": "a", "work": "succeed"}])
@@ -56,7 +56,7 @@ def test_point10_runs_without_a_clean_agent_repo_are_not_reportable(tmp_path: Pa
     assert "not reportable" not in _report(clean.root)[1]
 
 
-def test_point15_programbench_subset_says_it_is_not_the_benchmark_score(tmp_path: Path) -> None:
+def test_programbench_subset_says_it_is_not_the_benchmark_score(tmp_path: Path) -> None:
     run = run_pytest("benchmarks/programbench", tmp_path / "pb", "--dry-run",
                      "--pb-filter", "abishekvashok|ajeetdsouza", timeout=300)
     assert run.rc == 0, run.out
@@ -69,7 +69,7 @@ def test_point15_programbench_subset_says_it_is_not_the_benchmark_score(tmp_path
     assert notice in (run.root / "report" / "report.html").read_text()
 
 
-def test_point15_cowork_subset_says_it_is_not_the_benchmark_score(tmp_path: Path) -> None:
+def test_cowork_subset_says_it_is_not_the_benchmark_score(tmp_path: Path) -> None:
     fixture = REPO_ROOT / "tests" / "fixtures" / "cowork_mini"
     run = run_pytest("benchmarks/cowork_bench", tmp_path / "cw", "--cowork-root", str(fixture),
                      "--allow-dirty-bench", "--dry-run", timeout=300)
@@ -80,7 +80,7 @@ def test_point15_cowork_subset_says_it_is_not_the_benchmark_score(tmp_path: Path
     assert _report(run.root)[0]["provenance"]["subset_notice"] == notice
 
 
-def test_point15_merged_shards_of_the_whole_benchmark_carry_no_subset_notice(
+def test_merged_shards_of_the_whole_benchmark_carry_no_subset_notice(
     tmp_path: Path,
 ) -> None:
     shards = [run_pytest("benchmarks/programbench", tmp_path / f"s{i}", "--dry-run",

@@ -59,7 +59,7 @@ def test_instance_ids_are_validated():
         row("../escape")
 
 
-def test_point7_failed_ledger_write_is_reported_kept_and_retried(tmp_path, capsys):
+def test_failed_ledger_write_is_reported_kept_and_retried(tmp_path, capsys):
     """A row the ledger cannot take is reported as ``diagnostic_write_failed`` on stderr,
     kept in memory (in order) and written by the retry at finish."""
     ledger = tmp_path / "result_index.jsonl"

@@ -6,7 +6,7 @@ from harness.core.models import Tokens
 from harness.runner.instance import InstanceResult, paid_activity
 
 
-def test_point3_interrupted_rows_carry_paid_activity() -> None:
+def test_interrupted_rows_carry_paid_activity() -> None:
     never = InstanceResult()
     assert paid_activity(never) is False  # interrupted before the agent started
     started = InstanceResult(agent_started=True)
