@@ -1,7 +1,7 @@
 """The layer contract: imports only run down, and no module imports itself round a loop.
 
 The layers of the project, bottom to top (a name covers its module and everything under
-it; names on one line are siblings, and siblings import neither each other):
+it; names on one line are siblings, which do not import each other):
 
     harness.core (and the package face ``harness``)
     harness.run
@@ -137,7 +137,7 @@ def layer_breaks(imports: list[Import]) -> list[tuple[Import, str]]:
             out.append((imp, f"upward: {here[1]} (layer {here[0]}) is below "
                              f"{there[1]} (layer {there[0]})"))
         elif there[0] == here[0] and there[1] != here[1]:
-            out.append((imp, f"sideways: siblings {here[1]} and {there[1]} import neither "
+            out.append((imp, f"sideways: siblings {here[1]} and {there[1]} do not import "
                              "each other"))
     return out
 
