@@ -8,11 +8,14 @@
   runs on the same Docker engine are never counted nor touched. Leaks fail the session
   (exit 1) and are then swept. Skipped when the Docker daemon is unreachable (tests
   that need Docker fail loudly on their own).
+* Slow tests first (``pytest -n N``): see :func:`_slow_first`.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +42,72 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         names = getattr(item, "fixturenames", ())
         if DOCKER_FIXTURES.intersection(names):
             item.add_marker(pytest.mark.docker)
+
+
+# Seconds a test took in a full run (setup, call and teardown; the slowest ones only, a
+# test not listed counts as fast). Only the order of the run depends on it.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+class _SlowFirstOrder:
+    @pytest.hookimpl(trylast=True)  # after -m/-k deselection: the list xdist schedules
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is None or config.getoption("dist", None) != "load":
+            return  # one process: the order does not change its length
+        known = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+        items[:] = _slow_first(items, known, int(workerinput["workercount"]),
+                               config.getoption("maxschedchunk", None))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_SlowFirstOrder(), "harness-tests-slow-first")
+
+
+def _unit(item: pytest.Item) -> str:
+    """Tests that share a module-scoped fixture of their own module stay together (one
+    setup in one worker); any other test is moved on its own."""
+    module = item.nodeid.split("::", 1)[0]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info is not None else ()):
+        if any(d.scope != "function" and d.baseid == module for d in defs):
+            return module
+    return item.nodeid
+
+
+def _slow_first(items: list[pytest.Item], known: dict[str, float], workers: int,
+                maxchunk: int | None) -> list[pytest.Item]:
+    """The known-slow tests, balanced over the workers, at the front of each worker's first
+    batch, so that ``-n N`` does not end on one long test.
+
+    xdist's ``load`` scheduling gives each worker, in turn, a batch of consecutive tests
+    (``len(items) // workers // 4`` of them, at most ``--maxschedchunk``), then more as
+    it drains. The slow units are dealt longest first to the least loaded worker's batch.
+    """
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        units.setdefault(_unit(item), []).append(item)
+    cost = {k: sum(known.get(i.nodeid, 0.0) for i in v) for k, v in units.items()}
+    slow = sorted((k for k in units if cost[k] > 0), key=lambda k: -cost[k])
+    if workers < 2 or not slow:
+        return items
+    chunk = max(min(len(items) // workers // 4, maxchunk or len(items)), 2)
+    batches: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for key in slow:
+        i = min(range(workers), key=lambda w: load[w])
+        batches[i] += units[key]
+        load[i] += cost[key]
+    rest = [i for k, v in units.items() if k not in cost or cost[k] <= 0 for i in v]
+    if any(len(b) > chunk for b in batches) or len(items) < 2 * workers:
+        return [i for b in batches for i in b] + rest  # no room: just slow first
+    ordered: list[pytest.Item] = []
+    for batch in batches:
+        fill = chunk - len(batch)
+        ordered += batch + rest[:fill]
+        rest = rest[fill:]
+    return ordered + rest
 
 
 @pytest.fixture(autouse=True)
