@@ -67,8 +67,7 @@ def parse_lines(lines: Iterable[str], source: str = "ledger") -> LedgerRead:
         if not text.strip():
             continue
         try:
-            data = json.loads(text)
-            row = TaskRow.model_validate(data)
+            row = _parse_row(text)
         except (json.JSONDecodeError, ValidationError) as exc:
             if index == last and not text.endswith("\n"):
                 result.torn_tail = True
@@ -80,6 +79,15 @@ def parse_lines(lines: Iterable[str], source: str = "ledger") -> LedgerRead:
             ) from exc
         result.rows.append(row)
     return result
+
+
+def _parse_row(text: str) -> TaskRow:
+    """One line as a row: parsed and validated in one pass; a line that fails is parsed
+    again the plain way, whose error (``json`` or pydantic's) names what is wrong."""
+    try:
+        return TaskRow.model_validate_json(text)
+    except ValidationError:
+        return TaskRow.model_validate(json.loads(text))
 
 
 def read_ledger(path: Path) -> LedgerRead:
