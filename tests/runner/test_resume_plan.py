@@ -103,7 +103,7 @@ def test_the_row_a_resume_writes_for_a_carried_instance(tmp_path: Path) -> None:
 
 def test_a_changed_option_is_refused_and_named(tmp_path: Path) -> None:
     root = first_run(tmp_path)
-    with pytest.raises(ResumeError, match="differs in agent.model, timeout") as info:
+    with pytest.raises(ResumeError, match=r"differs in agent\.model, timeout") as info:
         resume(root, config={**CONFIG, "agent.model": "other", "timeout": 61})
     assert info.value.reason == "config_mismatch"
     with pytest.raises(ResumeError, match="differs in runtime"):  # given then, not now

@@ -138,7 +138,7 @@ def test_a_worker_that_joins_later_is_fed() -> None:
     late = Node("gw2")
     sched.add_node(late)
     sched.schedule()  # xdist calls it again for a new node
-    assert late.sent == [4, 5]
+    assert late.sent == [4, 5] and (a.sent, b.sent) == ([0, 2], [1, 3])
 
 
 def simulate(make: Any, durations: list[float], workers: int) -> float:
