@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import threading
 import time
 import uuid
@@ -15,7 +16,7 @@ import pytest
 
 from benchmarks.programbench import FIXTURE_ID
 from harness.sandbox.cli import sweep_command
-from harness.testing.suite import Run, run_pytest
+from harness.testing.suite import REPO_ROOT, Run, run_pytest
 from tests.engines.engines_support import (
     Engine,
     assert_no_leaks,
@@ -71,8 +72,14 @@ class EventLog:
                 self.events.append(ev)
 
     def spans(self) -> dict[str, tuple[float, float]]:
-        """Per instance: its first container create and last container destroy."""
-        time.sleep(1)
+        """Per instance: its first container create and last container destroy (the run has
+        ended: every container it created was removed, its destroy event is on the way)."""
+        def count(action: str) -> int:
+            return sum(1 for ev in list(self.events) if ev.get("Action") == action)
+
+        deadline = time.monotonic() + 10
+        while count("destroy") < count("create") and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.stream.close()
         self.thread.join(timeout=10)
         spans: dict[str, list[float]] = {}
@@ -91,6 +98,17 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
         now += step
         most = max(most, now)
     return most
+
+
+def same_harness_commit(root: Path) -> None:
+    """A commit made in the checkout while the first run went on must not turn the resume
+    into the refusal of another harness commit (tests/cowork/test_cowork_resume_compat.py)."""
+    head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    path = root / "run_manifest.json"
+    data = json.loads(path.read_text())
+    data["source"]["head"] = head
+    path.write_text(json.dumps(data))
 
 
 def test_programbench_fixture_on_the_second_engine_scores_one(
@@ -157,6 +175,7 @@ def test_a_killed_engine_loses_its_instances_and_resume_finishes_them(
         assert done and all(r["details"]["engine"]["index"] == 0 for r in done)
         assert len(lost) + len(done) == 5
         assert first.manifest["extra"]["engines_lost"] == [doomed.url]
+        same_harness_commit(first.root)
         again = cowork(tmp_path / "resumed", "--resume-from", str(first.root),
                        "--engines", str(path))
         assert again.rc == 0, again.out
