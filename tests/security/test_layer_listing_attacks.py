@@ -654,6 +654,22 @@ def test_a_real_module_ahead_of_pluggy_is_refused(
                      "print(u.find_spec(\"pluggy\").origin)'")
     assert shown.strip() == f"{SITE}/pluggy.py"
     assert build_tampering("docker", cid) == [f"{SITE}/pluggy.py"]
+    # the eval's commit is refused (the agent's failure), the container left running
+    import shutil
+    import subprocess
+
+    from benchmarks.programbench.docker_policy import BUILD_TAMPER_MARKER, REFUSED_RC, REPO_ROOT
+
+    docker = shutil.which("docker")
+    assert docker
+    proc = subprocess.run([sys.executable, "-S", "-m", "benchmarks.programbench.docker_policy",
+                           "--docker", docker, "--", "commit", cid, f"harness-test/no:{cid[:12]}"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == REFUSED_RC and BUILD_TAMPER_MARKER in proc.stderr, proc.stderr
+    assert f"{SITE}/pluggy.py" in proc.stderr
+    state = subprocess.run([docker, "inspect", "-f", "{{.State.Status}}", cid],
+                           capture_output=True, text=True).stdout.strip()
+    assert state == "running", state
 
 
 @pytest.mark.docker
