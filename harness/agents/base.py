@@ -141,6 +141,11 @@ class Agent:
     def run(self, request: AgentRequest) -> AgentOutcome:
         raise NotImplementedError(f"agent kind {self.kind!r} does not implement run()")
 
+    def missing_env(self) -> list[str]:
+        """Names the agent is to get from the runner's environment that are not set there
+        (checked before the run starts; default: none)."""
+        return []
+
     def before_run(self, view: InstanceView, request: AgentRequest) -> AgentRequest:
         """Called before :meth:`run`; the request ``run`` gets (default: unchanged)."""
         return request

@@ -161,12 +161,11 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
         write()
         require_seed(gate, prov)
         head, version = prov.head, getattr(prov, "version", None)
-    if kind == "command":
-        missing = agent.missing_env() if hasattr(agent, "missing_env") else []
-        if missing:
-            raise RefusalError(f"--agent-env {', '.join(missing)}: not set in this environment; "
-                               f"export it or drop the option", stage="agent",
-                               reason="agent_env_missing")
+    missing = agent.missing_env()
+    if missing:
+        raise RefusalError(f"--agent-env {', '.join(missing)}: not set in this environment; "
+                           f"export it or drop the option", stage="agent",
+                           reason="agent_env_missing")
     if kind == "gateway" and options.gateway_url:
         _gateway_preflight(config, run, options.gateway_url, repo, head, version, write)
     elif kind == "gateway" and not run.dry_run:
