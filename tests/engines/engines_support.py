@@ -8,8 +8,8 @@ the system engine's ``docker0``. Storage: ``fuse-overlayfs`` when the host engin
 283 MB base image here), else ``vfs``; ``HARNESS_TEST_ENGINE_DRIVER`` overrides. Images
 reach it through the harness itself (``docker save | docker load`` on first use).
 
-Import it as ``tests.engines.engines_support`` and use :func:`second_engine` (session
-scoped) in a test module.
+Import it as ``tests.engines.engines_support`` and use :func:`second_engine` (module
+scoped: stopped after the module's last test, not at the end of the session) in a test module.
 """
 
 from __future__ import annotations
@@ -144,10 +144,10 @@ def assert_no_leaks(client: docker.DockerClient, under: Path) -> None:
     assert not any(left.values()), left
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def second_engine() -> Iterator[Engine]:
-    """A fresh second engine for the session (stopped at its end); the system bridge is
-    checked afterwards."""
+    """A fresh second engine for the module (stopped after its last test); the system
+    bridge is checked afterwards."""
     root = Path(tempfile.mkdtemp(prefix="harness-engine2-", dir="/tmp"))
     engine, proc = start_engine(root)
     try:

@@ -26,7 +26,7 @@ from tests.engines.engines_support import (
 )
 
 pytestmark = pytest.mark.docker
-__all__ = ["second_engine"]  # the session fixture, imported for the tests below
+__all__ = ["second_engine"]  # the module fixture, imported for the tests below
 
 COWORK = Path(__file__).resolve().parents[1] / "fixtures" / "cowork_mini"
 SYSTEM = "local"  # the engine of the environment (the system dockerd)
