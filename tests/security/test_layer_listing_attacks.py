@@ -687,3 +687,18 @@ def test_the_fallback_reads_names_with_newlines_exactly(
              "'zz\\nA .pth')\" && touch \"/opt/app/$(printf 'data\\nfile')\"")
     assert build_changes("docker", cid)[1] == "docker_api"
     assert build_tampering("docker", cid) == [f"{SITE}/zz\nA .pth"]
+
+
+def test_an_override_made_again_after_its_removal_is_flagged(image: Image) -> None:
+    # the overrides are removed while the container runs (docker exec), just before it is
+    # paused for the check: a process that writes one again in between is caught by it
+    image.at("/workspace/conftest.py").write_text("import pytest\n")
+    image.at("/workspace/setup.cfg").write_text("[tool:pytest]\naddopts = -p evil\n")
+    image.at("/workspace/pyproject.toml").write_text("[project]\nname = 'calc'\n")
+    image.at("/workspace/src/conftest.py").write_text("x = 1\n")  # never on pytest's path
+    image.at("/workspace/calculator.sh").write_text("echo 42\n")
+    from benchmarks.programbench.docker_policy import check_build
+
+    flagged, source = check_build("docker", "c", (str(image.upper), [str(image.lower)]))
+    assert source == "layer"
+    assert flagged == ["/workspace/conftest.py", "/workspace/setup.cfg"]
