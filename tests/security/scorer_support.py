@@ -7,7 +7,8 @@ import http.server
 import socketserver
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -126,3 +127,12 @@ def raw_official_score(tmp: Path, files: dict[str, str]) -> float | None:
                    env=env, capture_output=True, timeout=900, check=False)
     eval_json = eval_json_path(src, FIXTURE_ID)
     return score_eval_json(FIXTURE_ID, eval_json).score if eval_json.exists() else None
+
+
+@contextmanager
+def raw_score_alongside(tmp: Path, files: dict[str, str]) -> Iterator[Callable[[], float | None]]:
+    """:func:`raw_official_score` in a thread while the block runs (the harness's run of the
+    same files); the callable it gives returns the control's score once the block is done."""
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(raw_official_score, tmp, files)
+        yield future.result

@@ -18,7 +18,7 @@ from tests.security.scorer_support import (
     TARGET,
     agent_command,
     fixture_row,
-    raw_official_score,
+    raw_score_alongside,
 )
 
 pytestmark = pytest.mark.docker
@@ -39,9 +39,10 @@ def official_eval_json(run, row: dict) -> dict:  # type: ignore[no-untyped-def]
 
 def test_wrong_program_with_forcing_conftest_scores_exactly_zero(tmp_path: Path) -> None:
     # control: the bare official eval is fooled by these files (what the issue measured)
-    assert raw_official_score(tmp_path / "control", CHEAT) == 1.0
-    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
-                     "--agent-command", agent_command(CHEAT))
+    with raw_score_alongside(tmp_path / "control", CHEAT) as control:
+        run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
+                         "--agent-command", agent_command(CHEAT))
+    assert control() == 1.0
     row = fixture_row(run)
     assert row["official_eval_status"] == "completed", run.out
     assert row["score"] == 0.0 and row["resolved"] is False
@@ -83,9 +84,10 @@ def test_honest_test_scaffolding_does_not_break_a_correct_solution(tmp_path: Pat
         "tests/test_x.py": "def test_x():\n    assert False\n",
     }
     # control: the bare official eval zeroes this correct solution
-    assert raw_official_score(tmp_path / "control", files) == 0.0
-    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
-                     "--agent-command", agent_command(files))
+    with raw_score_alongside(tmp_path / "control", files) as control:
+        run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
+                         "--agent-command", agent_command(files))
+    assert control() == 0.0
     row = fixture_row(run)
     assert row["official_eval_status"] == "completed", run.out
     assert row["score"] == 1.0 and row["resolved"] is True
@@ -119,9 +121,10 @@ def test_a_program_that_forges_its_results_scores_what_it_earns(tmp_path: Path) 
     files = {"forger.py": forger, "program.sh": program,
              "compile.sh": "#!/bin/bash\ncp program.sh executable\nchmod +x executable\n"}
     # control: the bare official eval is fooled
-    assert raw_official_score(tmp_path / "control", files) == 1.0
-    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
-                     "--agent-command", agent_command(files))
+    with raw_score_alongside(tmp_path / "control", files) as control:
+        run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
+                         "--agent-command", agent_command(files))
+    assert control() == 1.0
     row = fixture_row(run)
     assert row["official_eval_status"] == "completed", run.out
     assert row["score"] == 0.0 and row["resolved"] is False and row["tests_passed"] == 0
@@ -149,9 +152,10 @@ def test_a_build_that_plants_a_pytest_plugin_is_refused(tmp_path: Path) -> None:
     )
     files = {"compile.sh": PRINT_42_COMPILE + plant, ".hidden/force.py": FORCE_PASS_CONFTEST}
     # control: the bare official eval is fooled
-    assert raw_official_score(tmp_path / "control", files) == 1.0
-    run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
-                     "--agent-command", agent_command(files))
+    with raw_score_alongside(tmp_path / "control", files) as control:
+        run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
+                         "--agent-command", agent_command(files))
+    assert control() == 1.0
     row = fixture_row(run)
     assert row["infra"] is False and row["outcome"] == "agent_failed", run.out
     assert row["reason_code"] == "submission_broke_eval" and row["score"] == 0.0
