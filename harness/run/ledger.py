@@ -140,7 +140,7 @@ class LedgerWriter:
         self.pending: dict[Path, list[str]] = {}  # lines not written yet, per file, in order
         self.failures = 0
         self._copier: threading.Thread | None = None  # instance copies written behind
-        self._copying: set[Path] = set()
+        self._copying: set[tuple[str, str]] = set()  # (benchmark, instance id)
         self._copy_failed: list[tuple[Path, str]] = []
 
     @property
@@ -159,39 +159,49 @@ class LedgerWriter:
         while the run goes on, finished by :meth:`wait_copies`. A kill in the middle leaves
         a prefix of the rows and at most a torn last line, which the reader skips; an
         instance folder's copy is never read back by the runner."""
-        lines: list[tuple[Path, str]] = []
+        lines: list[tuple[str, str, str]] = []  # benchmark, instance id, line
         for row in rows:
             line = row.dump_line()
             if "\n" in line:
                 raise ValueError("a ledger line must not contain a newline")
-            folder = instance_dir(self.run_root, row.benchmark, row.instance_id)
-            lines.append((folder / LEDGER_NAME, line))
+            lines.append((row.benchmark, row.instance_id, line))
         if not lines:
             return True
-        if self._copying and any(path in self._copying for path, _ in lines):
+        if self._copying and any((b, i) in self._copying for b, i, _ in lines):
             self.wait_copies()  # an instance folder's lines stay in order
-        self.pending.setdefault(self.path, []).extend(line for _, line in lines)
+        self.pending.setdefault(self.path, []).extend(line for _, _, line in lines)
         ok = self._flush(self.path)
         if copies_behind:
             self.wait_copies()
-            self._copying = {path for path, _ in lines}
+            self._copying = {(b, i) for b, i, _ in lines}
             self._copier = threading.Thread(target=self._write_copies, args=(lines,),
                                             name="harness-ledger-copies", daemon=True)
             self._copier.start()
             return ok
-        for copy, line in lines:
+        for benchmark, iid, line in lines:
+            copy = instance_dir(self.run_root, benchmark, iid) / LEDGER_NAME
             self.pending.setdefault(copy, []).append(line)
             ok = self._flush(copy) and ok
         return ok
 
-    def _write_copies(self, lines: list[tuple[Path, str]]) -> None:
+    def _write_copies(self, lines: list[tuple[str, str, str]]) -> None:
+        """The instance copies of a batch (a thread: plain strings and ``os`` calls, the
+        folders being new)."""
+        root = os.fspath(self.run_root)
         failed: list[tuple[Path, str]] = []
         first: OSError | None = None
-        for copy, line in lines:
+        for benchmark, iid, line in lines:
+            folder = os.path.join(root, benchmark, iid)
             try:
-                _append_copy(copy, line)
+                try:
+                    os.mkdir(folder)
+                except FileExistsError:
+                    pass
+                except FileNotFoundError:  # the benchmark's folder: once
+                    os.makedirs(folder, exist_ok=True)
+                _append_copy(os.path.join(folder, LEDGER_NAME), line)
             except OSError as exc:
-                failed.append((copy, line))  # kept, in order, for the retry
+                failed.append((Path(folder) / LEDGER_NAME, line))  # kept for the retry
                 first = first or exc
         if failed and first is not None:
             self._copy_failed = failed
@@ -263,13 +273,13 @@ def _append_synced(path: Path, lines: list[str]) -> None:
             os.close(folder)
 
 
-def _append_copy(path: Path, line: str) -> None:
+def _append_copy(path: Path | str, line: str) -> None:
     """Append a line to an instance folder's copy of the ledger: written, not fsynced."""
     data = (line + "\n").encode("utf-8")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         view = memoryview(data)
