@@ -9,13 +9,14 @@ the path, else ``A``; a whiteout, or a lower entry below a directory the build r
 replaced, is ``D``). A whiteout is a ``0:0`` character device or a ``.wh.<name>`` file; a
 re-created directory is marked opaque (an xattr or a ``.wh..wh..opq`` entry).
 
-Nothing of the layer is followed or read: names and ``lstat`` only, a bounded number of
-entries (counted while a folder is read, so one huge folder is bounded too), and only below the
-paths the caller asks about. The container is paused while its layer is listed, so a process
-the build left running cannot swap a listed folder for a link between its ``lstat`` and its
-listing. Any doubt (another driver, a remote daemon, a folder this host cannot read, too many
-entries, a container that cannot be paused) is :class:`Unavailable`: the caller then asks
-``docker diff``.
+Nothing of the layer is followed by the listing, nor read: names and ``lstat`` only, a bounded
+number of entries (counted while a folder is read, so one huge folder is bounded too), and only
+below the paths the caller asks about. The container is paused while its layer is listed, so a
+process the build left running cannot swap a listed folder for a link between its ``lstat`` and
+its listing. Any doubt (another driver, a remote daemon, a folder this host cannot read, too
+many entries) is :class:`Unavailable`: the caller then asks the engine (its API, or ``docker
+diff``). A running container that cannot be paused is :class:`PauseFailed`: the eval's check
+refuses it (:func:`container_changes`, kept for a listing on its own, falls back instead).
 
 Besides ``docker diff``'s kinds, a change is reported as :data:`LINK` (``L``) when the entry is
 a symbolic link in the scope, or anything but a folder on the way to it (``/root/.local`` made a
