@@ -53,8 +53,11 @@ class _SlowFirstOrder:
     @pytest.hookimpl(trylast=True)  # after -m/-k deselection: the list xdist schedules
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
+        # Only in an xdist worker (it collects; the controller schedules what it sends).
+        # The worker's own ``dist`` option reads "no": the order is made for ``load``, the
+        # default, and harmless under the other modes.
         workerinput = getattr(config, "workerinput", None)
-        if workerinput is None or config.getoption("dist", None) != "load":
+        if workerinput is None:
             return  # one process: the order does not change its length
         known = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
         items[:] = _slow_first(items, known, int(workerinput["workercount"]),
@@ -95,19 +98,22 @@ def _slow_first(items: list[pytest.Item], known: dict[str, float], workers: int,
     chunk = max(min(len(items) // workers // 4, maxchunk or len(items)), 2)
     batches: list[list[pytest.Item]] = [[] for _ in range(workers)]
     load = [0.0] * workers
+    later: list[pytest.Item] = []  # slow units past the first batches, longest first
     for key in slow:
-        i = min(range(workers), key=lambda w: load[w])
-        batches[i] += units[key]
-        load[i] += cost[key]
-    rest = [i for k, v in units.items() if k not in cost or cost[k] <= 0 for i in v]
-    if any(len(b) > chunk for b in batches) or len(items) < 2 * workers:
-        return [i for b in batches for i in b] + rest  # no room: just slow first
+        room = [w for w in range(workers) if len(batches[w]) + len(units[key]) <= chunk]
+        if not room:
+            later += units[key]
+            continue
+        w = min(room, key=lambda w: load[w])
+        batches[w] += units[key]
+        load[w] += cost[key]
+    rest = [i for k, v in units.items() if cost[k] <= 0 for i in v]
     ordered: list[pytest.Item] = []
-    for batch in batches:
+    for batch in batches:  # each batch filled up to its size with fast tests
         fill = chunk - len(batch)
         ordered += batch + rest[:fill]
         rest = rest[fill:]
-    return ordered + rest
+    return ordered + later + rest
 
 
 @pytest.fixture(autouse=True)
