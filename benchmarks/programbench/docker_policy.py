@@ -45,19 +45,21 @@ the seconds the policy spent on it (``took_s``).
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    # (type, data) of one path of the build container: see layer_changes.look
+    Look = Callable[[str, int], tuple[str, bytes | None]]
 
 WRAPPER_NAME = "docker"
 LOG_NAME = "docker_policy.jsonl"
@@ -211,21 +213,26 @@ def _on_the_way(path: str) -> bool:
 # library and its lib-dynload, the user site, /usr/local/lib/python3.X/dist-packages, then
 # /usr/lib/python3/dist-packages (pytest and its plugins). A module added to an entry replaces
 # one of the same name in every later entry.
-SYS_PATH_ZIP = re.compile(r"/usr/lib/python3\d+\.zip")
-STDLIB_ENTRY = re.compile(r"/usr/lib/python3\.\d+(/lib-dynload)?")
-SITE_ENTRY = re.compile(r"/root/\.local/lib/python3\.\d+/site-packages|"
-                        r"/usr/local/lib/python3\.\d+/dist-packages")
+SYS_PATH_ZIP = r"/usr/lib/python3\d+\.zip"
+STDLIB_ENTRY = r"/usr/lib/python3\.\d+(/lib-dynload)?"
+SITE_ENTRY = r"/root/\.local/lib/python3\.\d+/site-packages|/usr/local/lib/python3\.\d+/dist-packages"
 LAST_SITE = "/usr/lib/python3/dist-packages"
-_MODULE_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\.py|\.pyc|\.pyw|(\.[A-Za-z0-9_-]+)?\.so)?$")
+MODULE_NAME = r"([A-Za-z_][A-Za-z0-9_]*)(\.py|\.pyc|\.pyw|(\.[A-Za-z0-9_-]+)?\.so)?"
+
+
+def _full(pattern: str, text: str) -> Any:
+    import re  # compiled (and cached) at the first build check, not at every docker call
+
+    return re.fullmatch(pattern, text)
 
 
 def module_name(name: str) -> str | None:
     """The module a top-level entry named ``name`` of a ``sys.path`` folder provides (a
     module file, a package or namespace folder), or None."""
-    match = _MODULE_NAME.match(name)
+    match = _full(MODULE_NAME, name)
     if match is None or name == "__pycache__":
         return None
-    return match.group(1)
+    return str(match.group(1))
 
 
 def _site_shadow_names() -> frozenset[str]:
@@ -239,15 +246,15 @@ def _shadows(path: str, shadowable: frozenset[str] | set[str]) -> bool:
     importable added to the standard library's folders (they come before every site folder),
     a module of ``shadowable`` added to the user site or /usr/local's dist-packages, or a zip
     on sys.path."""
-    if SYS_PATH_ZIP.fullmatch(path):
+    if _full(SYS_PATH_ZIP, path):
         return True
     folder, _, name = path.rpartition("/")
     module = module_name(name)
     if module is None:
         return False
-    if STDLIB_ENTRY.fullmatch(folder):
+    if _full(STDLIB_ENTRY, folder):
         return True
-    return SITE_ENTRY.fullmatch(folder) is not None and module in shadowable
+    return _full(SITE_ENTRY, folder) is not None and module in shadowable
 
 
 def _steers(kind: str, path: str,
@@ -308,10 +315,6 @@ def _checked_here(path: str) -> bool:
     return path.startswith(TAMPER_SCOPE) or _on_the_way(path) or _in_workspace(path)
 
 
-# (type, data) of one path of the build container: see layer_changes.look
-Look = Callable[[str, int], tuple[str, bytes | None]]
-
-
 def _unknown(path: str, limit: int) -> tuple[str, bytes | None]:
     return "unknown", None
 
@@ -355,6 +358,7 @@ GO_TYPE_BITS = (1 << 31) | (1 << 27) | (1 << 26) | (1 << 25) | (1 << 24) | (1 <<
 def _api_look(client: Any, container: str) -> Look:
     """:data:`Look` through the Engine API's archive endpoint (works on a paused container):
     its stat header for the type, the tar of a regular file for ``data``."""
+    import contextlib
     import io
     import tarfile
 
@@ -458,6 +462,8 @@ def _build_view(docker: str, container: str, layers: tuple[str, list[str]] | Non
     """``(changes, source, look, shadowable)`` of a build container no process changes
     meanwhile (paused, or not running): from its upper layer (``layer``) when ``layers``
     is given and can be listed, else from the engine (:func:`_diff_changes`)."""
+    import functools
+
     from benchmarks.programbench.layer_changes import (
         Unavailable,
         changes,
