@@ -58,15 +58,14 @@ def provenance(run: RunData) -> Provenance:
 
 def summary_paths(run: RunData) -> tuple[list[str], list[str]]:
     """Relative paths of the official summaries the run declares
-    (``manifest.extra["official_summaries"]``), and warnings about bad entries."""
+    (``manifest.extra.official_summaries``), and warnings about bad entries."""
     paths: list[str] = []
     warnings: list[str] = []
-    declared = run.manifest.extra.get("official_summaries", [])
-    if not isinstance(declared, list):
-        return paths, ["manifest.extra.official_summaries is not a list of paths; ignored"]
-    for entry in declared:
-        rel = Path(entry) if isinstance(entry, str) else None
-        if rel is None or rel.is_absolute() or ".." in rel.parts or rel.suffix != ".txt":
+    if "official_summaries" in run.manifest.extra.unread:
+        warnings.append("manifest.extra.official_summaries is not a list of paths; ignored")
+    for entry in run.manifest.extra.official_summaries or []:
+        rel = Path(entry)
+        if rel.is_absolute() or ".." in rel.parts or rel.suffix != ".txt":
             warnings.append(f"official summary {entry!r} ignored: give a relative *.txt path")
             continue
         if rel.as_posix() not in paths:

@@ -428,9 +428,10 @@ class CoworkAdapter(BenchmarkAdapter):
     def _record(self, run: RunContext, record: CoworkRunRecord, reasons: list[str]) -> None:
         if run.manifest is None:
             return
-        run.manifest.extra["cowork"] = record.model_dump(mode="json", by_alias=True)
-        by_benchmark = run.manifest.extra.setdefault("not_reportable_by_benchmark", {})
-        by_benchmark[self.name] = list(reasons)
+        extra = run.manifest.extra
+        extra.set_section("cowork", record)
+        extra.not_reportable_by_benchmark = {**(extra.not_reportable_by_benchmark or {}),
+                                             self.name: list(reasons)}
         write_manifest(run.manifest)
 
     def run_image_ids(self) -> dict[str, str]:

@@ -43,7 +43,7 @@ class Difference:
 
 def run_images(manifest: Manifest, rows: Iterable[TaskRow]) -> dict[str, set[str]]:
     """role -> the image IDs a run used: its admission record, else its rows'."""
-    record = (manifest.extra.get("cowork") or {}).get("run_images") or {}
+    record = (manifest.extra.section("cowork") or {}).get("run_images") or {}
     out: dict[str, set[str]] = {role: set() for role in ROLES}
     for role in ROLES:
         if isinstance(record.get(role), str):

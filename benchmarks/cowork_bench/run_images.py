@@ -71,7 +71,7 @@ def admitted_ids(run_root: Path) -> dict[str, str]:
     from harness.run.manifest import read_manifest
 
     try:
-        images = (read_manifest(run_root).extra.get("cowork") or {}).get("images") or {}
+        images = (read_manifest(run_root).extra.section("cowork") or {}).get("images") or {}
         return {str(role): ChosenImage.model_validate(c).id for role, c in images.items()}
     except Exception:  # the manifest is the runner's; no record means this process decides
         return {}

@@ -58,8 +58,17 @@ class Mismatch(BaseModel):
     official: str
 
 
+class ParityFailure(BaseModel):
+    """``extra.official_parity`` when ``programbench info`` failed: nothing was checked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool = False
+    error: str
+
+
 class ParityReport(BaseModel):
-    """``manifest.extra["official_parity"]``."""
+    """``extra.official_parity`` (the manifest's section of this benchmark)."""
 
     model_config = ConfigDict(extra="forbid")
 

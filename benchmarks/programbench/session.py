@@ -8,10 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from benchmarks.programbench.adapter import ProgramBenchAdapter
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_batch, run_info
-from benchmarks.programbench.parity import cross_check, mismatch_row, parse_info
+from benchmarks.programbench.parity import ParityFailure, cross_check, mismatch_row, parse_info
 from benchmarks.programbench.tasks import instance_order, programbench_version
 from benchmarks.programbench.verdict import verdict
 from harness.core.fsutil import atomic_write_json, atomic_write_text
@@ -19,6 +20,24 @@ from harness.core.models import Outcome, TaskRow
 from harness.runner.instance import RunContext
 
 INFO_NAME = "programbench_info.txt"
+SECTION = "programbench"  # run_manifest.json extra.programbench: RunRecord
+PARITY_SECTION = "official_parity"  # ParityReport, or ParityFailure when info failed
+
+
+class RunRecord(BaseModel):
+    """``extra.programbench``: the options that chose and ordered this run's tasks."""
+
+    programbench_version: str
+    eval: str
+    shuffle: bool
+    shuffle_seed: int | None
+    filter: str | None
+    slice: str | None
+    instance_order: str
+    cpus: int | float
+    memory: str
+    docker_cpus: int
+    task_timeout_sec: int | float
 
 
 def write_instance_order(config: pytest.Config, run: RunContext,
@@ -28,13 +47,13 @@ def write_instance_order(config: pytest.Config, run: RunContext,
                            filter_spec=s.filter, slice_spec=s.slice, include_fixture=True)
     atomic_write_json(run.run_root / "instance_order.json", order)
     if run.manifest is not None:
-        run.manifest.extra["programbench"] = {
-            "programbench_version": programbench_version(), "eval": s.eval_mode,
-            "shuffle": s.shuffle, "shuffle_seed": s.seed if s.shuffle else None,
-            "filter": s.filter, "slice": s.slice, "instance_order": "instance_order.json",
-            "cpus": s.cpus, "memory": s.memory, "docker_cpus": s.docker_cpus,
-            "task_timeout_sec": s.timeout,
-        }
+        run.manifest.extra.set_section(SECTION, RunRecord(
+            programbench_version=programbench_version(), eval=s.eval_mode,
+            shuffle=s.shuffle, shuffle_seed=s.seed if s.shuffle else None,
+            filter=s.filter, slice=s.slice, instance_order="instance_order.json",
+            cpus=s.cpus, memory=s.memory, docker_cpus=s.docker_cpus,
+            task_timeout_sec=s.timeout,
+        ))
 
 
 def scored_row(row: TaskRow, result: OfficialEvalResult | None,
@@ -77,7 +96,8 @@ def finish_session(config: pytest.Config, run: RunContext, adapter: ProgramBench
             text, info_ok = f"programbench info failed: {exc}\n", False
         atomic_write_text(run.run_root / INFO_NAME, text)
         if run.manifest is not None:
-            run.manifest.extra.setdefault("official_summaries", []).append(INFO_NAME)
+            extra = run.manifest.extra
+            extra.official_summaries = [*(extra.official_summaries or []), INFO_NAME]
         check_parity(run, adapter, text if info_ok else None, latest, append)
 
 
@@ -87,8 +107,8 @@ def check_parity(run: RunContext, adapter: ProgramBenchAdapter, info_text: str |
     disagreement becomes an error row (see :mod:`benchmarks.programbench.parity`)."""
     if info_text is None:
         if run.manifest is not None:
-            run.manifest.extra["official_parity"] = {"ok": False,
-                                                     "error": "programbench info failed"}
+            run.manifest.extra.set_section(
+                PARITY_SECTION, ParityFailure(error="programbench info failed"))
         return
     report = cross_check(parse_info(info_text), latest)
     rows = {r.instance_id: r for r in latest.values() if r.benchmark == adapter.name}
@@ -97,9 +117,10 @@ def check_parity(run: RunContext, adapter: ProgramBenchAdapter, info_text: str |
         if row is not None:
             append(mismatch_row(row, mismatch, adapter.status_for(Outcome.INFRA_FAILED, None)))
     if run.manifest is not None:
-        run.manifest.extra["official_parity"] = report.model_dump(mode="json")
+        extra = run.manifest.extra
+        extra.set_section(PARITY_SECTION, report)
         if not report.headline_ok:
-            run.manifest.extra.setdefault("finish_errors", []).append(
+            extra.finish_errors = [*(extra.finish_errors or []), (
                 f"official parity: headline {report.headline_ours} over "
                 f"{report.headline_instances_ours} instance(s), programbench info says "
-                f"{report.headline_official} over {report.headline_instances_official}")
+                f"{report.headline_official} over {report.headline_instances_official}")]

@@ -6,9 +6,20 @@ files (``ouroboros.benchmark.*``) where one exists, so their readers keep workin
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 # The outcome vocabulary and instance ids live in harness.core.outcomes (no pydantic: the
 # collection path imports them); re-exported here.
@@ -153,6 +164,225 @@ class Checkpoint(StrictModel):
     at_unix: float
 
 
+
+# --- run_manifest.json "extra": one typed section per writer ---------------------------------
+# On disk "extra" stays the JSON object older runs wrote: a section is written only once it
+# has been set (never as a new ``null``), a section's fields likewise, in the order first set.
+
+Number = int | float  # an int stays an int on disk (5, not 5.0)
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class Section(OpenModel):
+    """A manifest section. What was read is written back unchanged: only the fields that
+    were set (read or assigned) are written, in the order first set, with the keys this
+    version does not model (``extra="allow"``). Reading is tolerant, as resume and reports
+    read old runs: a field this version cannot read (another version's shape) reads as
+    absent and is written back as it was. Strict: a value is never coerced (``"5"`` is not
+    read as 5), so what is written back is what was read."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, strict=True)
+
+    _order: list[str] = PrivateAttr(default_factory=list)  # keys in the order first set
+    _unread: dict[str, Any] = PrivateAttr(default_factory=dict)  # kept verbatim
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _tolerant(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if not isinstance(data, dict):
+            return handler(data)
+        unread: dict[str, Any] = {}
+        try:
+            model = handler(data)
+        except ValidationError as exc:
+            bad = {e["loc"][0] for e in exc.errors() if e["loc"]}
+            if not bad:
+                raise
+            unread = {k: v for k, v in data.items() if k in bad}
+            model = handler({k: v for k, v in data.items() if k not in bad})
+        model._order = [str(k) for k in data]
+        model._unread = unread
+        return model
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if not name.startswith("_"):
+            self._set(name)
+
+    def _set(self, name: str) -> None:
+        self._unread.pop(name, None)
+        if name not in self._order:
+            self._order.append(name)
+
+    @property
+    def unread(self) -> dict[str, Any]:
+        """The keys read that this version could not read (kept, written back as they were)."""
+        return dict(self._unread)
+
+    @model_serializer(mode="wrap")
+    def _as_read(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        keep = self.model_fields_set | set(self.model_extra or {})
+        out = {k: v for k, v in data.items() if k in keep}
+        out.update(self._unread)
+        rank = {k: i for i, k in enumerate(self._order)}
+        return dict(sorted(out.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+
+
+class HostLoad(Section):
+    """Load average at the run's start and end (the gate warns on an overloaded host)."""
+
+    cpus: int | None = None
+    start: list[Number] | None = None
+    end: list[Number] | None = None
+
+
+class BudgetRecord(Section):
+    """The budget options a run admitted with; ``final`` is the monitor at session end
+    (``harness.budget``'s model, a JSON object here: the core does not import budget)."""
+
+    enabled: bool | None = None
+    dry_run_untouched: bool | None = None
+    campaign_file: str | None = None
+    budget_usd: Number | None = None
+    per_task_reserve_usd: Number | None = None
+    unknown_cost_allowance_usd: Number | None = None
+    budget_reserve_usd: Number | None = None
+    meter: str | None = None
+    meter_blindness_sec: Number | None = None
+    min_free_disk_gb: Number | None = None
+    final: dict[str, Any] | None = None
+
+
+class ImagePolicy(Section):
+    pull: str | None = None
+    mirror: str | None = None
+    digest_file: str | None = None
+    pins: int | None = None
+    allow_image_change: bool | None = None
+
+
+class SweepsRecord(Section):
+    """The sandbox layer's lease and sweeps: the lease, the startup sweep of dead runs'
+    orphans, each crashed worker's sweep, and the final sweep (``{"removed": [...]}``,
+    ``{"kept": true, ...}`` or ``{"error": ...}``)."""
+
+    lease: dict[str, Any] | None = None
+    startup: dict[str, Any] | None = None
+    worker_crashes: list[dict[str, Any]] | None = None
+    lease_release_error: str | None = None
+    final: dict[str, Any] | None = None
+
+
+class EngineSweep(Section):
+    """What a crashed worker left on each engine (engine url -> what the sweep removed)."""
+
+    worker: str | None = None
+    engines: dict[str, Any] | None = None
+
+
+class ResumeProvenance(Section):
+    """The provenance changes a resume waived (reason, ancestor, detail, waived_by)."""
+
+    waived: list[dict[str, Any]] | None = None
+
+
+class SelectionChange(Section):
+    """How a resume with its own selectors changed its ancestor's selection."""
+
+    ancestor_selected: int | None = None
+    selected: int | None = None
+    added: int | None = None
+    left_out: int | None = None
+
+
+class DiagnosticWriteFailed(Section):
+    failed_writes: int | None = None
+    ledger_rows_unwritten: int | None = None
+
+
+class ManifestExtra(Section):
+    """``run_manifest.json`` ``extra``: one optional section per writer (the comment names the
+    module that writes it). Sections of other packages' models the core cannot import
+    (layers) are JSON objects here. A benchmark's own section is an extra key, written and
+    read only through :meth:`set_section` / :meth:`get_section` / :meth:`section`."""
+
+    # harness.run.manifest (new_manifest, finalize)
+    host_load: HostLoad | None = None
+    # harness.runner.controller (a refused --run-root: the existing root)
+    refused_run_root: str | None = None
+    # harness.runner.agent_plugin (harness.agents models: agent, provenance, seed gate, preflight)
+    agent: dict[str, Any] | None = None
+    agent_source: dict[str, Any] | None = None
+    seed_gate: dict[str, Any] | None = None
+    target_runtime_actor: dict[str, Any] | None = None
+    runtime_attestation: dict[str, Any] | None = None
+    # harness.runner.engine_plugin (harness.sandbox.engines records)
+    engines: list[dict[str, Any]] | None = None
+    # harness.runner.budget_plugin
+    budget: BudgetRecord | None = None
+    # harness.runner.pull_plugin
+    image_policy: ImagePolicy | None = None
+    image_changes_allowed: list[str] | None = None
+    # harness.runner.sandbox_fixtures (harness.sandbox.runtimes entry: name, path, args)
+    sandbox_runtime: dict[str, Any] | None = None
+    # harness.runner.sandbox_hooks
+    sweeps: SweepsRecord | None = None
+    # harness.runner.controller (resume provenance, selection)
+    resume_provenance: ResumeProvenance | None = None
+    benchmark_sizes: dict[str, int | None] | None = None
+    resume_selection: SelectionChange | None = None
+    # harness.runner.controller and a benchmark's session scoring (a finishing step that failed)
+    finish_errors: list[str] | None = None
+    # harness.runner.engine_plugin (session end)
+    engine_sweeps: list[EngineSweep] | None = None
+    engine_final: dict[str, Any] | None = None
+    engines_lost: list[str] | None = None
+    # harness.runner.worker (harness.run.secrets.run_scan)
+    secret_scan: dict[str, Any] | None = None
+    # harness.runner.controller (ledger rows a failed write kept in memory)
+    diagnostic_write_failed: DiagnosticWriteFailed | None = None
+    # harness.run.merge (a merged run: its shards and the union of their reasons)
+    merged_from: list[str] | None = None
+    merged_not_reportable: list[str] | None = None
+    # Written by a benchmark, read by the core: the official summary files the report
+    # shows (relative *.txt paths; reports.build) and a benchmark's own reasons the run is
+    # not reportable (benchmark name -> reasons; harness.run.manifest.reportability).
+    official_summaries: list[str] | None = None
+    not_reportable_by_benchmark: dict[str, list[str]] | None = None
+
+    def _benchmark_key(self, name: str) -> str:
+        if name in type(self).model_fields or name.startswith("_"):
+            raise ValueError(f"{name!r} is a runner section of the manifest, not a benchmark's")
+        return name
+
+    def set_section(self, name: str, value: BaseModel | dict[str, Any]) -> None:
+        """Write benchmark section ``name`` (its model's JSON, by alias)."""
+        key = self._benchmark_key(name)
+        data = value.model_dump(mode="json", by_alias=True) if isinstance(value, BaseModel) \
+            else dict(value)
+        if self.__pydantic_extra__ is None:
+            self.__pydantic_extra__ = {}
+        self.__pydantic_extra__[key] = data
+        self._set(key)
+
+    def section(self, name: str) -> Any:
+        """Benchmark section ``name`` as written (JSON), None when absent."""
+        return (self.model_extra or {}).get(self._benchmark_key(name))
+
+    def get_section(self, name: str, model: type[_M]) -> _M | None:
+        """Benchmark section ``name`` read as ``model``; None when absent or not readable."""
+        raw = self.section(name)
+        if raw is None:
+            return None
+        try:
+            return model.model_validate(raw)
+        except ValidationError:
+            return None
+
+
 class Manifest(OpenModel):
     """``run_manifest.json``: written first, checkpointed, finalized on every exit path."""
 
@@ -193,7 +423,7 @@ class Manifest(OpenModel):
     not_reportable: list[str] = Field(default_factory=list)
     # "12 of 200 selected: not the benchmark score" when the selection is a subset.
     subset_notice: str | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
+    extra: ManifestExtra = Field(default_factory=ManifestExtra)
 
     @property
     def finalized(self) -> bool:

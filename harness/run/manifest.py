@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from harness import __version__
 from harness.core.fsutil import atomic_write_json, read_json
 from harness.core.git import repo_provenance
-from harness.core.models import Checkpoint, GitState, Manifest, Versions
+from harness.core.models import Checkpoint, GitState, HostLoad, Manifest, ManifestExtra, Versions
 
 MANIFEST_NAME = "run_manifest.json"
 PLAN_NAME = "plan.json"
@@ -73,7 +73,8 @@ def new_manifest(
         source=source_state(),
         dry_run=dry_run,
         workers=workers,
-        extra={"host_load": {"cpus": os.cpu_count() or 1, "start": list(os.getloadavg())}},
+        extra=ManifestExtra(host_load=HostLoad(cpus=os.cpu_count() or 1,
+                                               start=list(os.getloadavg()))),
     )
 
 
@@ -83,26 +84,26 @@ def reportability(manifest: Manifest) -> list[str]:
     nor anything of a benchmark's own (``extra.not_reportable_by_benchmark``: name ->
     reasons, e.g. Cowork's ``--allow-dirty-bench``)."""
     extra = manifest.extra
-    if "merged_from" in extra:  # harness merge: the union of its shards' reasons
-        return [str(r) for r in extra.get("merged_not_reportable") or []]
+    if extra.merged_from is not None:  # harness merge: the union of its shards' reasons
+        return list(extra.merged_not_reportable or [])
     reasons: list[str] = []
     if manifest.dry_run:
         reasons.append("dry run: no agent ran")
-    source = extra.get("agent_source")
-    if not isinstance(source, dict):
+    source = extra.agent_source
+    if source is None:
         reasons.append("no --agent-repo: the agent's source checkout is unknown (no seed gate)")
     elif source.get("dirty") is True:
         reasons.append(f"dirty agent checkout {source.get('repo_dir')} (--allow-dirty-seed is "
                        f"for development diagnostics)")
     elif source.get("dirty") is None or not source.get("head"):
         reasons.append(f"agent checkout {source.get('repo_dir')}: commit or status unknown")
-    attestation = extra.get("runtime_attestation")
-    if isinstance(attestation, dict) and attestation.get("overridden"):
+    attestation = extra.runtime_attestation
+    if attestation is not None and attestation.get("overridden"):
         reasons.append("agent runtime skew waived (--allow-runtime-skew)")
-    by_benchmark = extra.get("not_reportable_by_benchmark") or {}  # a benchmark's waivers
-    for name in sorted(by_benchmark if isinstance(by_benchmark, dict) else {}):
-        reasons.extend(str(r) for r in by_benchmark[name] or [])
-    waived = (extra.get("resume_provenance") or {}).get("waived") or []
+    by_benchmark = extra.not_reportable_by_benchmark or {}  # a benchmark's waivers
+    for name in sorted(by_benchmark):
+        reasons.extend(by_benchmark[name])
+    waived = (extra.resume_provenance.waived if extra.resume_provenance else None) or []
     for record in waived:
         if isinstance(record, dict):
             reasons.append(f"resume waived {record.get('reason')} ({record.get('waived_by')})")
@@ -147,9 +148,9 @@ def finalize(
     if error is not None:
         manifest.error = {"type": type(error).__name__, "message": str(error)[:4000]}
     manifest.finished_at_unix = time.time()
-    load = manifest.extra.setdefault("host_load", {"cpus": os.cpu_count() or 1})
-    if isinstance(load, dict):
-        load["end"] = list(os.getloadavg())  # the gate warns when the host was overloaded
+    if manifest.extra.host_load is None:
+        manifest.extra.host_load = HostLoad(cpus=os.cpu_count() or 1)
+    manifest.extra.host_load.end = list(os.getloadavg())  # the gate warns when overloaded
     manifest.checkpoint = Checkpoint(phase="finalized", at_unix=manifest.finished_at_unix)
     write_manifest(manifest)
 

@@ -10,7 +10,14 @@ from pathlib import Path
 from pydantic import Field
 
 from harness.core.fsutil import atomic_write_json, atomic_write_text
-from harness.core.models import MERGE_SCHEMA, Manifest, Selection, StrictModel, TaskRow
+from harness.core.models import (
+    MERGE_SCHEMA,
+    Manifest,
+    ManifestExtra,
+    Selection,
+    StrictModel,
+    TaskRow,
+)
 from harness.run.ledger import LEDGER_NAME, LedgerError, read_ledger, tally
 from harness.run.manifest import (
     ManifestError,
@@ -119,12 +126,12 @@ def merge(roots: list[Path], output: Path) -> MergeRecord:
     merged.mean_score = figures.mean_score
     merged.outcome = "merged"
     merged.exit_code = 0
-    sizes = first.extra.get("benchmark_sizes") or {}
-    merged.extra = {
-        "merged_from": [str(s.root) for s in shards],
-        "merged_not_reportable": sorted({r for s in shards for r in reportability(s.manifest)}),
-        "benchmark_sizes": sizes,
-    }
+    sizes = first.extra.benchmark_sizes or {}
+    merged.extra = ManifestExtra(
+        merged_from=[str(s.root) for s in shards],
+        merged_not_reportable=sorted({r for s in shards for r in reportability(s.manifest)}),
+        benchmark_sizes=sizes,
+    )
     merged.subset_notice = subset_notice(
         dict(Counter(k.split("/", 1)[0] for k in selection)), sizes)
     write_manifest(merged, output)

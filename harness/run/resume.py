@@ -182,9 +182,9 @@ def grew(manifest: Manifest) -> bool:
     """True when a resume with its own selectors added instances to its ancestor's selection
     (``extra.resume_selection.added``; unknown counts as grown): a new stage, not a
     recovery."""
-    change = manifest.extra.get("resume_selection")
-    added = change.get("added") if isinstance(change, dict) else None
-    return not isinstance(added, int) or added > 0
+    change = manifest.extra.resume_selection
+    added = change.added if change is not None else None
+    return added is None or added > 0
 
 
 def recovery_generation(ancestry: Ancestry) -> int:
@@ -235,14 +235,14 @@ class ProvenanceChange:
 
 
 def _seed(manifest: Manifest) -> str | None:
-    source = manifest.extra.get("agent_source")
-    head = source.get("head") if isinstance(source, dict) else None
+    source = manifest.extra.agent_source
+    head = source.get("head") if source is not None else None
     return head if isinstance(head, str) else None
 
 
 def _runtime(manifest: Manifest) -> str | None:
-    att = manifest.extra.get("runtime_attestation")
-    version = att.get("runtime_version") if isinstance(att, dict) else None
+    att = manifest.extra.runtime_attestation
+    version = att.get("runtime_version") if att is not None else None
     return version if isinstance(version, str) else None
 
 

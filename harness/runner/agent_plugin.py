@@ -128,6 +128,7 @@ def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     from harness.agents.base import make_agent
+    from harness.core.models import ManifestExtra
 
     kind = agent_kind(config)
     if not kind and not any(a.needs_agent for a in run.adapters.values()):
@@ -142,10 +143,10 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
         agent = make_agent(kind, options)
     except ValueError as exc:
         raise RefusalError(str(exc), stage="agent", reason="agent_options") from exc
-    extra = run.manifest.extra if run.manifest is not None else {}
-    extra["agent"] = {"kind": kind, "gateway_url": options.gateway_url,
-                      "solve_model": config.getoption("solve_model"),
-                      "command": options.command, "env_names": sorted(options.env)}
+    extra = run.manifest.extra if run.manifest is not None else ManifestExtra()
+    extra.agent = {"kind": kind, "gateway_url": options.gateway_url,
+                   "solve_model": config.getoption("solve_model"),
+                   "command": options.command, "env_names": sorted(options.env)}
     write = _writer(run)
     repo = config.getoption("agent_repo")
     head: str | None = None
@@ -156,8 +157,8 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
         prov = repo_provenance(repo)
         gate = seed_gate(prov, allow_dirty_seed=config.getoption("allow_dirty_seed"),
                          expect=config.getoption("expect_agent_commit"))
-        extra["agent_source"] = prov.model_dump(mode="json", by_alias=True)
-        extra["seed_gate"] = gate.model_dump(mode="json", by_alias=True)
+        extra.agent_source = prov.model_dump(mode="json", by_alias=True)
+        extra.seed_gate = gate.model_dump(mode="json", by_alias=True)
         write()
         require_seed(gate, prov)
         head, version = prov.head, getattr(prov, "version", None)
@@ -191,24 +192,25 @@ def _gateway_preflight(config: pytest.Config, run: RunContext, url: str, repo: s
         preflight_target_actor,
         require_runtime,
     )
+    from harness.core.models import ManifestExtra
 
-    extra = run.manifest.extra if run.manifest is not None else {}
+    extra = run.manifest.extra if run.manifest is not None else ManifestExtra()
     model = config.getoption("solve_model")
 
     def record(found: dict[str, Any]) -> None:  # on disk before any refusal
-        extra["target_runtime_actor"] = found
+        extra.target_runtime_actor = found
         write()
 
     with GatewayClient(url) as client:
         if model:
             preflight_target_actor(client, model, budget_s=10.0, record=record)
         if run.dry_run:
-            extra["runtime_attestation"] = {"skipped": "dry_run"}
+            extra.runtime_attestation = {"skipped": "dry_run"}
             return
         att = attest_runtime(client, expected_version=config.getoption("expect_runtime_version"),
                              repo_dir=repo, repo_head=head, repo_version=version,
                              allow_skew=config.getoption("allow_runtime_skew"))
-        extra["runtime_attestation"] = att.model_dump(mode="json", by_alias=True)
+        extra.runtime_attestation = att.model_dump(mode="json", by_alias=True)
         write()
         require_runtime(att)
 

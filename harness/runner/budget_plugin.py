@@ -103,19 +103,21 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     controller = config.stash[CONTROLLER_KEY]
     dry = run.dry_run  # a dry run spends nothing: it never creates or changes a campaign
     if run.manifest is not None:
-        run.manifest.extra["budget"] = {
-            "enabled": settings.reservations_enabled and not dry,
-            "dry_run_untouched": dry,
-            "campaign_file": str(settings.campaign_path(run.run_root))
+        from harness.core.models import BudgetRecord
+
+        run.manifest.extra.budget = BudgetRecord(
+            enabled=settings.reservations_enabled and not dry,
+            dry_run_untouched=dry,
+            campaign_file=str(settings.campaign_path(run.run_root))
             if settings.reservations_enabled else None,
-            "budget_usd": settings.budget_usd,
-            "per_task_reserve_usd": settings.per_task_reserve_usd,
-            "unknown_cost_allowance_usd": settings.unknown_cost_allowance_usd,
-            "budget_reserve_usd": settings.budget_reserve_usd,
-            "meter": settings.meter.split("=", 1)[0],
-            "meter_blindness_sec": settings.meter_blindness_sec,
-            "min_free_disk_gb": settings.min_free_disk_gb,
-        }
+            budget_usd=settings.budget_usd,
+            per_task_reserve_usd=settings.per_task_reserve_usd,
+            unknown_cost_allowance_usd=settings.unknown_cost_allowance_usd,
+            budget_reserve_usd=settings.budget_reserve_usd,
+            meter=settings.meter.split("=", 1)[0],
+            meter_blindness_sec=settings.meter_blindness_sec,
+            min_free_disk_gb=settings.min_free_disk_gb,
+        )
     if dry:
         return
 
@@ -151,7 +153,11 @@ def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
             f"once they are gone run: harness campaign reconcile {cb.campaign.path} "
             f"--run {run.run_root}\n")
     if run.manifest is not None:
-        run.manifest.extra.setdefault("budget", {})["final"] = monitor.model_dump(mode="json")
+        from harness.core.models import BudgetRecord
+
+        if run.manifest.extra.budget is None:
+            run.manifest.extra.budget = BudgetRecord()
+        run.manifest.extra.budget.final = monitor.model_dump(mode="json")
 
 
 def cleanup_unproven(run_id: str, run_root: str | os.PathLike[str], *,

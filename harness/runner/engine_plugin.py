@@ -69,7 +69,7 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     records = [probe(spec, i) for i, spec in enumerate(specs)]
     write_engines(run.run_root, records)
     if run.manifest is not None:
-        run.manifest.extra["engines"] = [r.model_dump(mode="json") for r in records]
+        run.manifest.extra.engines = [r.model_dump(mode="json") for r in records]
     if not any(r.reachable for r in records):
         raise RefusalError("no engine of --docker-host/--engines answers: "
                            + "; ".join(f"{r.url}: {r.error}" for r in records),
@@ -147,8 +147,11 @@ def pytest_harness_worker_crashed(config: pytest.Config, run: RunContext, worker
         return
     swept = _sweep_engines(run, worker_id)
     if swept:
-        run.manifest.extra.setdefault("engine_sweeps", []).append({"worker": worker_id,
-                                                                   "engines": swept})
+        from harness.core.models import EngineSweep
+
+        extra = run.manifest.extra
+        extra.engine_sweeps = [*(extra.engine_sweeps or []),
+                               EngineSweep(worker=worker_id, engines=swept)]
 
 
 def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
@@ -158,8 +161,8 @@ def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
     engines = run_engines(run.run_root)
     if not engines:
         return
-    run.manifest.extra["engine_final"] = _sweep_engines(run)
+    run.manifest.extra.engine_final = _sweep_engines(run)
     from harness.sandbox import placement
 
     lost = [e.url for e in engines if placement.is_lost(run.run_root, e.index)]
-    run.manifest.extra["engines_lost"] = lost
+    run.manifest.extra.engines_lost = lost

@@ -105,10 +105,12 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     pins = load_pins(config.getoption("image_digest_file"))
     config.stash[PINS_KEY] = pins
     if run.manifest is not None:
-        run.manifest.extra["image_policy"] = {
-            "pull": config.getoption("pull"), "mirror": config.getoption("image_mirror"),
-            "digest_file": config.getoption("image_digest_file"), "pins": len(pins),
-            "allow_image_change": bool(config.getoption("allow_image_change"))}
+        from harness.core.models import ImagePolicy
+
+        run.manifest.extra.image_policy = ImagePolicy(
+            pull=config.getoption("pull"), mirror=config.getoption("image_mirror"),
+            digest_file=config.getoption("image_digest_file"), pins=len(pins),
+            allow_image_change=bool(config.getoption("allow_image_change")))
     if pins and config.getoption("pull") != "never":
         _check_pins_exist(config, pins)
     if run.plan.ancestors:
@@ -222,7 +224,7 @@ def _check_ancestor_images(config: pytest.Config, run: RunContext) -> None:
         return
     if config.getoption("allow_image_change"):
         if run.manifest is not None:
-            run.manifest.extra["image_changes_allowed"] = diffs
+            run.manifest.extra.image_changes_allowed = diffs
         return
     raise RefusalError(
         f"resume: the image of {len(diffs)} instance(s) changed since the ancestor ran: "

@@ -134,7 +134,7 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     except RuntimeNotRegistered as exc:
         raise RefusalError(str(exc), stage="sandbox", reason="runtime_unavailable") from exc
     if run.manifest is not None:
-        run.manifest.extra["sandbox_runtime"] = entry
+        run.manifest.extra.sandbox_runtime = entry
 
 
 class SandboxFactory:

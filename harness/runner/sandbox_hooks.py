@@ -12,17 +12,22 @@ import pytest
 from harness.core.layout import keep_marker
 
 if TYPE_CHECKING:
+    from harness.core.models import SweepsRecord
     from harness.runner.instance import RunContext
     from harness.sandbox.lease import Lease
 
 LEASE_KEY: pytest.StashKey[Lease] = pytest.StashKey()
 
 
-def _extra(run: RunContext) -> dict[str, Any]:
+def _sweeps(run: RunContext) -> SweepsRecord:
+    """The manifest's ``sweeps`` section (a throwaway one when the run has no manifest)."""
+    from harness.core.models import SweepsRecord
+
     if run.manifest is None:
-        return {}
-    sweeps: dict[str, Any] = run.manifest.extra.setdefault("sweeps", {})
-    return sweeps
+        return SweepsRecord()
+    if run.manifest.extra.sweeps is None:
+        run.manifest.extra.sweeps = SweepsRecord()
+    return run.manifest.extra.sweeps
 
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
@@ -36,12 +41,12 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     try:  # first the lease: a sweep elsewhere must see this run alive from now on
         lease = Lease(run.run_id, run.run_root, keep=keep).acquire()
         config.stash[LEASE_KEY] = lease
-        _extra(run)["lease"] = lease.record()
+        _sweeps(run).lease = lease.record()
         swept = sweep_stale()
     except Exception as exc:  # no Docker here: nothing of ours can be left either
-        _extra(run)["startup"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        _sweeps(run).startup = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         return
-    _extra(run)["startup"] = {"stale_runs_swept": swept}
+    _sweeps(run).startup = {"stale_runs_swept": swept}
 
 
 def _stop_lease(config: pytest.Config, run: RunContext | None = None, *,
@@ -54,7 +59,7 @@ def _stop_lease(config: pytest.Config, run: RunContext | None = None, *,
     else:
         lease.stop()  # the lease expires (and its owner pid is gone) after the process
     if run is not None:
-        _extra(run)["lease"] = lease.record()
+        _sweeps(run).lease = lease.record()
 
 
 def pytest_harness_worker_crashed(config: pytest.Config, run: RunContext, worker_id: str) -> None:
@@ -64,8 +69,10 @@ def pytest_harness_worker_crashed(config: pytest.Config, run: RunContext, worker
         return
     removed = sweep(run.run_id, worker_id, spare_kept=True)
     kept = [k["name"] for k in kept_sandboxes(run.run_id) if k["instance"]]
-    _extra(run).setdefault("worker_crashes", []).append(
-        {"worker": worker_id, "removed": removed, **({"kept_for_reattach": kept} if kept else {})})
+    sweeps = _sweeps(run)
+    sweeps.worker_crashes = [
+        *(sweeps.worker_crashes or []),
+        {"worker": worker_id, "removed": removed, **({"kept_for_reattach": kept} if kept else {})}]
 
 
 def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
@@ -75,10 +82,10 @@ def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
     try:
         _stop_lease(config, run, release=True)
     except Exception as exc:  # the sweep below removes the lease anyway
-        _extra(run)["lease_release_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        _sweeps(run).lease_release_error = f"{type(exc).__name__}: {exc}"[:500]
     if config.getoption("keep_sandboxes", False):
         message = f"--keep-sandboxes: remove this run's sandboxes with: harness sweep --run {run.run_id}"
-        _extra(run)["final"] = {"kept": True, "command": f"harness sweep --run {run.run_id}"}
+        _sweeps(run).final = {"kept": True, "command": f"harness sweep --run {run.run_id}"}
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(message)
@@ -87,11 +94,12 @@ def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
         removed = sweep(run.run_id, spare_kept=True)
         kept = kept_sandboxes(run.run_id)
     except Exception as exc:
-        _extra(run)["final"] = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
+        _sweeps(run).final = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
         return
-    _extra(run)["final"] = {"removed": removed}
+    final: dict[str, Any] = {"removed": removed}
+    _sweeps(run).final = final
     if kept:  # an agent server's task still works in them: a resume reattaches
-        _extra(run)["final"]["kept_for_reattach"] = [k["name"] for k in kept]
+        final["kept_for_reattach"] = [k["name"] for k in kept]
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(

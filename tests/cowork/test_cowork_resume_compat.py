@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from benchmarks.cowork_bench.resume_check import differences, run_images
-from harness.core.models import GitState, Manifest, TaskRow, Versions
+from harness.core.models import GitState, Manifest, ManifestExtra, TaskRow, Versions
 from harness.testing.suite import REPO_ROOT, run_pytest
 from tests.cowork.cowork_helpers import FIXTURE
 
@@ -33,7 +33,8 @@ def manifest(root: str, head: str | None, images: dict[str, str] | None = None,
     return Manifest(run_id=root, run_root=f"/runs/{root}", created_at_unix=0.0,
                     created_at="1970-01-01T00:00:00+00:00", argv=[], cwd="/",
                     versions=Versions(harness="x", python="3", pytest="9", platform="p"),
-                    source=GitState(available=True, head=head), dry_run=dry_run, extra=extra)
+                    source=GitState(available=True, head=head), dry_run=dry_run,
+                    extra=ManifestExtra.model_validate(extra))
 
 
 def row(runtime: str, pg: str) -> TaskRow:

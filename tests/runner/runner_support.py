@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.core.models import Outcome, Selection, ShardSpec, TaskRow
+from harness.core.models import ManifestExtra, Outcome, Selection, ShardSpec, TaskRow
 from harness.run import manifest as mf
 from harness.run.ledger import LedgerWriter, ledger_path
 from harness.run.plan import fingerprint
@@ -42,7 +42,8 @@ def write_run(root: Path, *, run_id: str, selection: Iterable[str], rows: Iterab
                                    source=source)
     manifest.resume.ancestors = [str(Path(a).resolve()) for a in ancestors]
     manifest.resume.generation = generation
-    manifest.extra.update(extra or {})
+    manifest.extra = ManifestExtra.model_validate(
+        {**manifest.extra.model_dump(mode="json"), **(extra or {})})
     root.mkdir(parents=True)
     mf.write_manifest(manifest)
     ledger_path(root).touch()

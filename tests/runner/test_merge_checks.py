@@ -53,7 +53,7 @@ def test_two_shards_merge_into_one_run(tmp_path: Path) -> None:
     assert merged.selection.count == len(IDS)  # the denominator counts the unrun instance
     assert (record.shard_count, record.selected, record.rows) == (2, len(IDS), len(IDS) - 1)
     assert sum(merged.counts.values()) == len(IDS) - 1
-    assert merged.extra["merged_from"] == [str(s1), str(s2)]
+    assert merged.extra.merged_from == [str(s1), str(s2)]
     assert json.loads((out / "merge.json").read_text())["shard_count"] == 2
 
 
