@@ -26,7 +26,17 @@ import pytest
 from harness.core.errors import RefusalError
 from harness.core.fsutil import atomic_write_json
 from harness.core.layout import collection_file, lock_path, state_dir, workers_dir
-from harness.core.models import Manifest, Outcome, Plan, Refusal, Selection, TaskRow
+from harness.core.models import (
+    DiagnosticWriteFailed,
+    Manifest,
+    Outcome,
+    Plan,
+    Refusal,
+    ResumeProvenance,
+    Selection,
+    SelectionChange,
+    TaskRow,
+)
 from harness.core.signals import StopGuard, read_stop, request_stop
 from harness.run import manifest as mf
 from harness.run.ledger import LedgerWriter, ledger_path, tally
@@ -145,7 +155,7 @@ class Controller:
         manifest = mf.new_manifest(run_id=run_id, run_root=sibling, argv=argv,
                                    dry_run=False, workers=0)
         manifest.refusal = Refusal(stage="run_root", reason="run_root_exists", message=message)
-        manifest.extra["refused_run_root"] = str(root)
+        manifest.extra.refused_run_root = str(root)
         sibling.mkdir(parents=True)
         mf.finalize(manifest, outcome="refused", exit_code=EXIT_REFUSED)
         self.refused = True
@@ -242,7 +252,7 @@ class Controller:
                                        local_image_ids())
         except ResumeError as exc:
             raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
-        self.manifest.extra["resume_provenance"] = {"waived": records}
+        self.manifest.extra.resume_provenance = ResumeProvenance(waived=records)
 
     def refuse(self, exc: RefusalError) -> None:
         self.refused = True
@@ -268,13 +278,13 @@ class Controller:
         )
         per_benchmark = Counter(k.split("/", 1)[0] for k in keys)
         sizes = {name: a.benchmark_size for name, a in self.run.adapters.items()}
-        m.extra["benchmark_sizes"] = sizes
+        m.extra.benchmark_sizes = sizes
         m.subset_notice = mf.subset_notice(dict(per_benchmark), sizes)
         m.resume.carried = sum(1 for k in keys if k in self.run.plan.carried)
         m.resume.to_run = len(keys) - m.resume.carried
         if self.ancestry is not None and self.run.plan.selection is None:
-            m.extra["resume_selection"] = selection_change(
-                self.ancestry.nearest.selection.instance_ids, keys)
+            m.extra.resume_selection = SelectionChange(**selection_change(
+                self.ancestry.nearest.selection.instance_ids, keys))
         mf.checkpoint(m, "selection_resolved")
         self.check_resume_selection(keys)
         self.start_progress(len(keys))
@@ -501,8 +511,7 @@ class Controller:
                 self.config.hook.pytest_harness_session_results(
                     config=self.config, run=self.run, rows=dict(self.rows), append=self.append)
             except Exception as exc:  # session-level scoring must not lose the manifest
-                self.manifest.extra.setdefault("finish_errors", []).append(
-                    f"{type(exc).__name__}: {exc}"[:2000])
+                self.finish_error(exc)
         cause = read_stop(self.run.run_root)  # once more: scoring above may have been stopped
         summary = self.update_counts()
         outcome, code = self.decide_exit(cause, pytest_status)
@@ -512,8 +521,7 @@ class Controller:
             self.config.hook.pytest_harness_session_finish(
                 config=self.config, run=self.run, summary=summary)
         except Exception as exc:  # a finishing step must not lose the manifest
-            self.manifest.extra.setdefault("finish_errors", []).append(
-                f"{type(exc).__name__}: {exc}"[:2000])
+            self.finish_error(exc)
         if getattr(self, "activity_stop", None) is not None:
             self.activity_stop.set()
         if self.progress is not None:
@@ -523,6 +531,13 @@ class Controller:
         self.write_report()
         return code
 
+    def finish_error(self, exc: Exception) -> None:
+        """A finishing step failed: on record (``extra.finish_errors``), the run goes on."""
+        if self.manifest is not None:
+            extra = self.manifest.extra
+            extra.finish_errors = [*(extra.finish_errors or []),
+                                   f"{type(exc).__name__}: {exc}"[:2000]]
+
     def retry_ledger(self) -> None:
         """Rows a failed ledger write kept in memory: one more try, then on record."""
         if self.writer is None or self.manifest is None:
@@ -531,8 +546,8 @@ class Controller:
         if not self.writer.failures:
             return
         left = self.writer.flush_pending()
-        self.manifest.extra["diagnostic_write_failed"] = {
-            "failed_writes": self.writer.failures, "ledger_rows_unwritten": left}
+        self.manifest.extra.diagnostic_write_failed = DiagnosticWriteFailed(
+            failed_writes=self.writer.failures, ledger_rows_unwritten=left)
 
     def write_report(self) -> None:
         """The HTML/Markdown report; a report problem never changes the run's exit status."""

@@ -258,7 +258,7 @@ class WorkerHooks:
         if names and run.manifest is not None:
             from harness.run.secrets import run_scan
 
-            run.manifest.extra["secret_scan"] = run_scan(run.run_root, names)
+            run.manifest.extra.secret_scan = run_scan(run.run_root, names)
 
     def pytest_report_teststatus(self, report: pytest.TestReport,
                                  config: pytest.Config) -> tuple[str, str, str] | None:
