@@ -22,7 +22,7 @@ import pytest
 from harness.core.cache import cache_root
 
 # The tests start many Python processes (xdist workers, the fork server of
-# harness.testing.forkrun, the pytest runs of the plugin tests). Where the environment
+# tests.support.forkrun, the pytest runs of the plugin tests). Where the environment
 # turns bytecode caching off (PYTHONDONTWRITEBYTECODE), every one of them compiled every
 # module again: about 0.2 s a process. They cache it outside the source tree instead.
 if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:

@@ -57,7 +57,7 @@ def read_untrusted_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> byte
     Only the last component is opened without following (``O_NOFOLLOW``): the parent
     directories must be ones the harness made or walked without following links. Copy-out
     guarantees it for the folders it writes (a copied folder the agent replaced by a link
-    arrives as an empty real folder: tests/docker/test_sandbox_copy.py).
+    arrives as an empty real folder: tests/sandbox/test_sandbox_copy.py).
     """
     path = Path(path)
     fd = _open(path, max_bytes)

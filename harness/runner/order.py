@@ -93,7 +93,7 @@ def make_scheduler(config: pytest.Config, log: Any) -> LongestFirstDealing:
 
 
 # xdist is imported only here, when a scheduler is made: importing ``xdist`` imports
-# ``xdist.plugin``, which freezes ``sys.path`` (harness.testing.forkrun preloads this module
+# ``xdist.plugin``, which freezes ``sys.path`` (tests.support.forkrun preloads this module
 # before a run sets its path), and the collection path stays off execnet.
 if TYPE_CHECKING:
     from xdist.scheduler import LoadScheduling as _LoadScheduling

@@ -326,7 +326,7 @@ class ControllerHooks:
         if self.c.refused:
             # pytest already printed the refusal ("Exit: ..."); its terminal reporter would
             # repeat it framed in "!": keep the one line. (pytest private, no public API:
-            # major pinned, checked by tests/unit/test_pytest_private_reach.py)
+            # major pinned, checked by tests/runner/test_pytest_private_reach.py)
             reporter = config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None and hasattr(reporter, "_keyboardinterrupt_memo"):
                 reporter._keyboardinterrupt_memo = None

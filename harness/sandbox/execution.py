@@ -307,7 +307,7 @@ class _Demux:
 
 def _raw_socket(sock: Any) -> socket.socket:
     # docker-py's SocketIO hands out no public accessor: major version pinned in pyproject,
-    # the reach checked by tests/docker/test_docker_private_reaches.py
+    # the reach checked by tests/sandbox/test_docker_private_reaches.py
     raw = getattr(sock, "_sock", sock)
     if not isinstance(raw, socket.socket):
         raise ExecFailed(f"unsupported exec transport {type(raw).__name__}")

@@ -1,6 +1,6 @@
 """Protected executables: a program the agent may run but cannot read, dump, move or link.
 
-Design (kernel-enforced; tests: tests/docker/test_sandbox_protected.py and
+Design (kernel-enforced; tests: tests/sandbox/test_sandbox_protected.py and
 tests/security/test_reference_*.py)::
 
     /.harness-protected/            uid 1999, mode 0700: nobody else can enter it

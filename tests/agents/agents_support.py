@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 
 from harness.agents.gateway.client import PollPolicy
-from harness.testing.forkrun import ForkedProcess
-from harness.testing.suite import FORK_SERVER
+from tests.support.forkrun import ForkedProcess
+from tests.support.suite import FORK_SERVER
 
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
@@ -75,7 +75,7 @@ def start_server(
     config_path.write_text(json.dumps(config or {}), encoding="utf-8")
     log_path = tmp / f"server-{name}.log"
     port = free_port()
-    # A fork of the warm server (harness.testing.forkrun): a process of its own, as
+    # A fork of the warm server (tests.support.forkrun): a process of its own, as
     # ``python -m harness.agents.reference_server.server`` would be, without the start-up imports.
     proc = FORK_SERVER.spawn(
         "harness.agents.reference_server.server",

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.testing.suite import Run, Suite, finish, wait_for
 from tests.agents.agents_support import start_server
+from tests.support.suite import Run, Suite, finish, wait_for
 
 pytestmark = pytest.mark.docker
 

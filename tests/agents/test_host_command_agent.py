@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.fixture import ensure_fixture
-from harness.testing.suite import run_pytest
+from tests.support.suite import run_pytest
 
 pytestmark = pytest.mark.docker
 TARGET = "benchmarks/programbench"

@@ -12,8 +12,8 @@ import yaml
 
 from benchmarks.programbench import FIXTURE_ID
 from harness.testing.fake_model_server import start_fake_model_server
-from harness.testing.suite import run_pytest
 from tests.agents.model_scripts import partial_script, solve_script
+from tests.support.suite import run_pytest
 
 pytestmark = pytest.mark.docker
 TARGET = "benchmarks/programbench"

@@ -17,7 +17,7 @@ import pytest
 
 from harness.budget import Campaign, campaign_command
 from harness.core.errors import RefusalError
-from tests.engines.engines_support import Engine, second_engine
+from tests.sandbox.engines.engines_support import Engine, second_engine
 
 __all__ = ["second_engine"]  # the session fixture (a second dockerd), for item 7
 
@@ -181,7 +181,7 @@ def test_custody_stays_unsettled_when_a_network_survives_cleanup(
     """The run's final sweep cannot remove a labelled network (a foreign container still
     uses it): the run ends, but its custody stays in the campaign until reconciled."""
     from harness.sandbox.images.build import base_recipe, ensure_image
-    from harness.testing.suite import Suite
+    from tests.support.suite import Suite
 
     run_id = f"unsettled-{uuid.uuid4().hex[:8]}"
     image = ensure_image(base_recipe(), client=docker_client).image_id

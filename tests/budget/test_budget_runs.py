@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.testing.suite import Run, Suite, finish, wait_for
+from tests.support.suite import Run, Suite, finish, wait_for
 
 PROCESSES = 8
 INSTANCES = 50

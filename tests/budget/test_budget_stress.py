@@ -12,9 +12,9 @@ from pathlib import Path
 
 from harness.budget import Campaign, MeterSupervisor, read_monitor
 from harness.testing.fake_meter import FakeFileMeter
-from harness.testing.suite import FORK_SERVER
-from harness.testing.suite import REPO_ROOT as REPO
 from tests.budget.budget_support import BASELINE, FINGERPRINT
+from tests.support.suite import FORK_SERVER
+from tests.support.suite import REPO_ROOT as REPO
 
 PROCESSES = 8
 WORKERS = 2
@@ -56,7 +56,7 @@ def test_ceiling_holds_across_processes_and_spend_equals_settled_costs(tmp_path:
             "workers": WORKERS,
             "reserve": RESERVE,
         }
-        # Processes of their own, forked from the tests' warm server (harness.testing.forkrun)
+        # Processes of their own, forked from the tests' warm server (tests.support.forkrun)
         # rather than eight interpreter start-ups.
         procs.append(FORK_SERVER.spawn("tests.budget.stress_worker", [json.dumps(args)], REPO,
                                        dict(os.environ), tmp_path / f"worker{p}.out"))

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.testing.suite import Suite
+from tests.support.suite import Suite
 
 TASKS = ([{"id": f"s1-{i}", "work": "sleep", "seconds": 1} for i in range(8)]
          + [{"id": f"s3-{i}", "work": "sleep", "seconds": 3} for i in range(4)]

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from harness.core.models import Outcome, TaskRow
-from harness.testing.suite import Suite
 from tests.reports.report_runs import row, write_run
+from tests.support.suite import Suite
 
 MakeRun = Callable[..., Path]
 CHROMIUM = Path("/usr/bin/chromium")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.testing.suite import REPO_ROOT, Suite, run_pytest
+from tests.support.suite import REPO_ROOT, Suite, run_pytest
 
 
 def _repo(path: Path) -> Path:

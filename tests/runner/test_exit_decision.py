@@ -22,6 +22,8 @@ from harness.runner.controller import (
 )
 from tests.runner.runner_support import BENCH, row
 
+pytestmark = pytest.mark.usefixtures("no_git")
+
 KEYS = [f"{BENCH}/a", f"{BENCH}/b", f"{BENCH}/c"]
 
 

@@ -16,6 +16,8 @@ from harness.run.merge import MergeError, merge
 from harness.run.plan import shard_of
 from tests.runner.runner_support import BENCH, CONFIG, row, write_run
 
+pytestmark = pytest.mark.usefixtures("no_git")
+
 IDS = [f"t{i}" for i in range(12)]
 
 

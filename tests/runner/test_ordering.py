@@ -15,6 +15,8 @@ from harness.run import ordering
 from harness.runner import order
 from harness.runner.worker import SPEC_KEY
 
+pytestmark = pytest.mark.usefixtures("no_git")
+
 
 def ledger(root: Path, rows: list[dict[str, Any]], tail: str = "") -> str:
     root.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,8 @@ from harness.run.resume import (
 )
 from tests.runner.runner_support import BENCH, CONFIG, row, write_run
 
+pytestmark = pytest.mark.usefixtures("no_git")
+
 IDS = ["a", "b", "c", "d", "e", "f"]
 VERSIONS = {BENCH: "1.0"}
 

@@ -14,6 +14,8 @@ from xdist.scheduler import LoadScheduling
 
 from harness.runner import order
 
+pytestmark = pytest.mark.usefixtures("no_git")
+
 
 class Node:
     """A worker as the scheduler sees it: an id, what it was sent, whether it shuts down."""

@@ -14,6 +14,8 @@ import pytest
 from harness.core.models import Plan, ShardSpec
 from harness.run.plan import PlanError, in_shard, parse_shard, select_keys, shard_of
 
+pytestmark = pytest.mark.usefixtures("no_git")
+
 REPO = Path(__file__).resolve().parents[2]
 KEYS = [f"programbench/task-{i}" for i in range(500)] + \
     [f"cowork/{c}" for c in ("alpha", "Beta", "g.1", "d_2", "e-3")]

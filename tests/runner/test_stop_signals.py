@@ -2,7 +2,7 @@
 records the stop and interrupts only a running instance, the stop file is the one record
 every process reads, a second signal exits at once (exit 3).
 
-(Named test_stop_signals: tests/plugin/test_signals.py runs whole sessions and signals them.)
+(Named test_stop_signals: tests/runner/test_signals.py runs whole sessions and signals them.)
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from harness.core import signals
 from harness.core.errors import RunInterrupted
 from harness.core.layout import stop_file
 from harness.core.signals import FORWARD_SIGNAL, StopGuard, read_stop, request_stop
+
+pytestmark = pytest.mark.usefixtures("no_git")
 
 
 class Exited(BaseException):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.programbench.official_eval import score_eval_json
-from harness.testing.suite import REPO_ROOT, Run, wait_for
+from tests.support.suite import REPO_ROOT, Run, wait_for
 
 TARGET = "benchmarks/programbench"
 

@@ -19,9 +19,9 @@ import docker
 import pytest
 
 from harness.testing.fake_model_server import start_fake_model_server
-from harness.testing.suite import run_pytest
-from tests.cowork.cowork_agent_scripts import SCRIPTS
-from tests.cowork.cowork_helpers import FIXTURE
+from tests.benchmarks.cowork.cowork_agent_scripts import SCRIPTS
+from tests.benchmarks.cowork.cowork_helpers import FIXTURE
+from tests.support.suite import run_pytest
 
 pytestmark = pytest.mark.docker
 

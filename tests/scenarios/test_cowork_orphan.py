@@ -26,10 +26,10 @@ import httpx
 import pytest
 
 from harness.sandbox.cleanup import sweep
-from harness.testing.suite import REPO_ROOT, run_pytest, wait_for
 from tests.agents.agents_support import RefServer, start_server
-from tests.cowork.cowork_agent_scripts import SCRIPTS
-from tests.cowork.cowork_helpers import FIXTURE
+from tests.benchmarks.cowork.cowork_agent_scripts import SCRIPTS
+from tests.benchmarks.cowork.cowork_helpers import FIXTURE
+from tests.support.suite import REPO_ROOT, run_pytest, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -77,7 +77,7 @@ def harness_head() -> str:
 
 def same_harness_commit(root: Path) -> None:
     """The killed run's manifest names this checkout's commit (a resume on another commit
-    is refused: tests/cowork/test_cowork_resume_compat.py); a commit made in the checkout
+    is refused: tests/benchmarks/cowork/test_cowork_resume_compat.py); a commit made in the checkout
     while the test ran must not turn this scenario into that refusal."""
     path = root / "run_manifest.json"
     data = json.loads(path.read_text())

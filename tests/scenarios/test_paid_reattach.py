@@ -35,8 +35,8 @@ import pytest
 
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.fixture import ensure_fixture
-from harness.testing.suite import REPO_ROOT, Run, run_pytest, wait_for
 from tests.agents.agents_support import RefServer, start_server
+from tests.support.suite import REPO_ROOT, Run, run_pytest, wait_for
 
 pytestmark = pytest.mark.docker
 

@@ -32,7 +32,6 @@ from benchmarks.programbench.fixture import ensure_fixture
 from benchmarks.programbench.fixture_tasks import ORACLE_SCORES
 from benchmarks.programbench.official_eval import evaluate_batch, run_info
 from benchmarks.programbench.parity import parse_info, percent_text
-from harness.testing.suite import Run, run_pytest
 from tests.scenarios.pb_scenario_support import (
     TARGET,
     labelled_containers,
@@ -40,6 +39,7 @@ from tests.scenarios.pb_scenario_support import (
     official_score,
     run_killed_after_first_row,
 )
+from tests.support.suite import Run, run_pytest
 
 pytestmark = pytest.mark.docker
 

@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from benchmarks.programbench import FIXTURE_ID
-from harness.testing.suite import FORK_SERVER, REPO_ROOT
+from tests.support.suite import FORK_SERVER, REPO_ROOT
 
 COWORK_MINI = "tests/fixtures/cowork_mini"
 _SCRATCH = itertools.count()

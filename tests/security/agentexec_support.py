@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.programbench import FIXTURE_ID
-from harness.testing.suite import Run, run_pytest
+from tests.support.suite import Run, run_pytest
 
 TARGET = "benchmarks/programbench"
 

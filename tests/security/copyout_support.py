@@ -13,7 +13,7 @@ from typing import Any
 
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.fixture import ensure_fixture
-from harness.testing.suite import Run, run_pytest
+from tests.support.suite import Run, run_pytest
 
 TARGET = "benchmarks/programbench"
 

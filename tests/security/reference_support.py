@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.fixture import ensure_fixture, fixture_cache_root
-from harness.testing.suite import Run, run_pytest
+from tests.support.suite import Run, run_pytest
 
 TARGET = "benchmarks/programbench"
 # In the reference's read-only data: any dump of its mapped segments carries it; neither the

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from benchmarks.programbench import FIXTURE_ID
-from harness.testing.suite import run_pytest
 from tests.agents.agents_support import start_server
 from tests.security.agentexec_support import TARGET
+from tests.support.suite import run_pytest
 
 pytestmark = pytest.mark.docker
 

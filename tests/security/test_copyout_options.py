@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.testing.suite import run_pytest
+from tests.support.suite import run_pytest
 
 
 def test_copy_out_caps_are_documented_and_validated(tmp_path: Path) -> None:

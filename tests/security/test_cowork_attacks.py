@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 from harness.core.untrusted import read_untrusted_text
-from harness.testing.suite import REPO_ROOT, Run, run_pytest
 from tests.agents.agents_support import start_server
 from tests.security.runtime_support import security_runtime, security_runtime_args
+from tests.support.suite import REPO_ROOT, Run, run_pytest
 
 pytestmark = pytest.mark.docker
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.testing.suite import REPO_ROOT
+from tests.support.suite import REPO_ROOT
 
 KEY = "sk-host-agent-victim-key-0123456789abcdef"
 NOBODY = 65534

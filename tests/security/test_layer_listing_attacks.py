@@ -452,13 +452,13 @@ def test_an_added_python3_in_usr_local_sbin_is_flagged(image: Image) -> None:
 
 def _eval_with_build(tmp_path: Path, plant: str) -> tuple[dict[str, Any], str, str]:
     """``(row, refused, output)`` of the fixture run whose ``compile.sh`` ends with ``plant``."""
-    from harness.testing.suite import run_pytest
     from tests.security.scorer_support import (
         PRINT_42_COMPILE,
         TARGET,
         agent_command,
         fixture_row,
     )
+    from tests.support.suite import run_pytest
 
     run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator",
                      "--agent", "command",

@@ -16,7 +16,6 @@ import pytest
 
 from benchmarks.programbench import FIXTURE_ID
 from harness.testing.fake_model_server import start_fake_model_server
-from harness.testing.suite import run_pytest
 from tests.agents.model_scripts import solve_script
 from tests.security.model_gateway_support import (
     AGENT_COMMAND,
@@ -24,6 +23,7 @@ from tests.security.model_gateway_support import (
     agent_report,
     files_containing,
 )
+from tests.support.suite import run_pytest
 
 pytestmark = pytest.mark.docker
 TARGET = "benchmarks/programbench"

@@ -11,7 +11,6 @@ import pytest
 
 from benchmarks.programbench.fixture import ensure_fixture
 from benchmarks.programbench.submission import list_submission
-from harness.testing.suite import run_pytest
 from tests.security.scorer_support import (
     FORCE_PASS_CONFTEST,
     PRINT_42_COMPILE,
@@ -20,6 +19,7 @@ from tests.security.scorer_support import (
     fixture_row,
     raw_score_alongside,
 )
+from tests.support.suite import run_pytest
 
 pytestmark = pytest.mark.docker
 

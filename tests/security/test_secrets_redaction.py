@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.programbench import FIXTURE_ID
-from harness.testing.suite import run_pytest
+from tests.support.suite import run_pytest
 
 pytestmark = pytest.mark.docker
 

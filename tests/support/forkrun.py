@@ -1,0 +1,296 @@
+"""Whole pytest runs in fresh processes without paying the interpreter's start-up each time.
+
+A test helper. Tests of the runner start many short pytest sessions (``Suite.run``,
+``run_pytest``); most of each one used to go to starting Python and importing pytest,
+pydantic, docker-py and the harness (about 0.8 s of a 1.1 s run here). A fork server is
+started once per test process: it imports those modules and then waits. Each run is a
+``fork()`` of it, so every session is still a separate process with its own pid, session,
+working directory, environment, standard streams, signal handlers and exit status, as
+``python -m pytest`` would give, only with the imports already done. Nothing of one run
+survives into the next: the server itself never runs pytest.
+
+Protocol: one JSON request per line on the server's stdin (``id``, ``module``: what
+``python -m`` would run, ``argv``, ``cwd``, ``env``, ``out``: the file that receives the
+child's stdout and stderr); the server answers ``{"id", "pid"}`` when the child has
+started and ``{"id", "rc"}`` when it has ended (its exit status as ``subprocess`` gives
+it: negative for a signal). Children run concurrently; each leads its own session, so a
+caller signals it, or its whole process group, by pid.
+
+:meth:`ForkServer.spawn` gives a :class:`ForkedProcess`, which answers the parts of
+``subprocess.Popen`` the tests use (``pid``, ``poll``, ``wait``, ``communicate``,
+``send_signal``, ``kill``, ``returncode``); :meth:`ForkServer.run` runs to the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+import json
+import os
+import runpy
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Imported by the server before it forks (third-party code and the harness's heavy modules).
+# Not xdist: ``xdist.plugin`` freezes ``sys.path`` when imported, "at interpreter start-up",
+# and hands it to the workers; each run imports it after setting up its own path.
+PRELOAD = (
+    "pytest", "_pytest.config", "_pytest.main", "_pytest.terminal", "_pytest.python",
+    "_pytest.fixtures", "_pytest.assertion.rewrite", "_pytest.junitxml", "execnet", "pydantic",
+    "docker", "requests", "jinja2", "rich.console",
+    "harness.runner.plugin", "harness.runner.controller", "harness.run.ledger", "harness.core.models",
+    "harness.testing.plugin", "harness.sandbox.cleanup", "harness.runner.agent_plugin",
+    "harness.runner.budget_plugin", "harness.runner.sandbox_fixtures", "harness.runner.sandbox_hooks",
+    "harness.runner.engine_plugin", "harness.runner.pull_plugin", "harness.runner.order",
+    "harness.runner.summary", "harness.core.activity", "harness.agents.base", "harness.agents.provenance",
+    "harness.budget.accounting", "harness.budget.campaign", "harness.budget.custody",
+    "harness.budget.disk", "harness.budget.models", "harness.budget.monitor",
+    "harness.budget.store", "harness.budget.supervisor", "harness.sandbox.engines",
+    "harness.sandbox.placement", "harness.sandbox.runtimes", "pytest_timeout", "platformdirs",
+    "platformdirs.pytest_plugin", "pdb", "unittest", "tomllib", "concurrent.futures", "netrc",
+    "faulthandler", "readline",
+)  # fmt: skip
+# pytest warns when a module of an entry-point plugin's distribution was imported before it
+# could rewrite its asserts; here that is by design (the modules are the same files).
+ARGS = ("-W", "ignore::pytest.PytestAssertRewriteWarning")
+REAP_SEC = 0.01  # how often a server with running children looks for ended ones
+
+
+def _child(req: dict[str, Any]) -> None:
+    """Become ``python -m MODULE ARGV`` in CWD with ENV; never returns."""
+    rc = 70
+    try:
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        out = os.open(req["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+        os.close(null)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        sys.path[0] = os.getcwd()  # what ``python -m`` puts first
+        # ... then $PYTHONPATH, which a fresh interpreter reads at start-up (e.g. a test's
+        # ``-p plugin`` module): the server's own start-up did not see the run's.
+        extra = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[1:1] = [p for p in extra if p not in sys.path]
+        module = req["module"]
+        sys.argv = [module, *(ARGS if module == "pytest" else ()), *req["argv"]]
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            rc = 0
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # anything else is a failed run, reported as Python would
+        import traceback
+
+        traceback.print_exc()
+        rc = 70
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(rc)
+
+
+def _say(answer: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
+def serve() -> None:
+    """The server's loop: preload, then fork a child per request and report its end."""
+    import importlib
+
+    from _pytest.config import default_plugins
+
+    for name in (*PRELOAD, *(f"_pytest.{p}" for p in default_plugins)):
+        with contextlib.suppress(ImportError):  # not installed: a run that needs it fails
+            importlib.import_module(name)
+    from harness.core import registry
+
+    report = registry.report_plugin()  # the report and the benchmarks, as registered
+    preload = getattr(report, "preload", None)
+    if preload is not None:
+        preload()  # its templates compiled once here, not in every run
+    registry.benchmarks()
+    gc.freeze()  # what is loaded now is never collected: each run's gc passes skip it
+    children: dict[int, str] = {}
+    open_input = True
+    pending = b""  # read but not yet a whole line: requests sent together arrive in one read
+    while open_input or children:
+        ready, _, _ = select.select([0] if open_input else [], [], [],
+                                    REAP_SEC if children else None)
+        if ready:
+            chunk = os.read(0, 65536)
+            if not chunk:
+                open_input = False  # the client is gone: finish the children, then stop
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                req = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _child(req)
+                children[pid] = req["id"]
+                _say({"id": req["id"], "pid": pid})
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            _say({"id": children.pop(pid), "rc": os.waitstatus_to_exitcode(status)})
+
+
+class ForkedProcess:
+    """A child of the fork server, seen from the test (the parts of ``Popen`` tests use)."""
+
+    stdout = None
+    stderr = None
+
+    def __init__(self, pid: int, out: Path, ended: threading.Event,
+                 status: dict[str, int]) -> None:
+        self.pid = pid
+        self.out = out
+        self._ended = ended
+        self._status = status
+
+    @property
+    def returncode(self) -> int | None:
+        return self._status.get("rc")
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+        return self._status["rc"]
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, None]:
+        self.wait(timeout)
+        return self.out.read_text(errors="replace"), None
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+@dataclass
+class Finished:
+    returncode: int
+    output: str
+
+
+class ForkServer:
+    """The client: one server process, started on first use, shared by the test's threads."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+        # request id -> (started, ended, {"pid": N, "rc": N} as they become known)
+        self._pending: dict[str, tuple[threading.Event, threading.Event, dict[str, int]]] = {}
+        self._ids = itertools.count()
+
+    def _server(self) -> subprocess.Popen[str]:
+        if self._proc is None or self._proc.poll() is not None:
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.forkrun"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).parents[2],
+            )  # fmt: skip
+            threading.Thread(target=self._read, args=(self._proc,), daemon=True,
+                             name="forkrun-reader").start()
+        return self._proc
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            answer = json.loads(line)
+            with self._lock:
+                started, ended, status = self._pending[answer["id"]]
+                if "pid" in answer:
+                    status["pid"] = answer["pid"]
+                    started.set()
+                else:
+                    status["rc"] = answer["rc"]
+                    del self._pending[answer["id"]]
+                    ended.set()
+        with self._lock:  # the server ended: nothing pending will ever be answered
+            for started, ended, status in self._pending.values():
+                status.setdefault("rc", -int(signal.SIGKILL))
+                started.set()
+                ended.set()
+            self._pending.clear()
+
+    def spawn(self, module: str, argv: list[str], cwd: Path, env: dict[str, str],
+              out: Path) -> ForkedProcess:
+        """Start ``python -m MODULE ARGV`` in CWD with ENV, its output into OUT."""
+        started, ended = threading.Event(), threading.Event()
+        status: dict[str, int] = {}
+        with self._lock:
+            proc = self._server()
+            assert proc.stdin is not None
+            req_id = str(next(self._ids))
+            self._pending[req_id] = (started, ended, status)
+            proc.stdin.write(json.dumps({"id": req_id, "module": module, "argv": argv,
+                                         "cwd": str(cwd), "env": env, "out": str(out)}) + "\n")
+            proc.stdin.flush()
+        if not started.wait(60) or "pid" not in status:
+            raise RuntimeError("the fork server did not start the child")
+        return ForkedProcess(status["pid"], out, ended, status)
+
+    def run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> Finished:
+        """Run ``python -m pytest ARGV`` to its end; on timeout kill its process group and
+        raise ``subprocess.TimeoutExpired``."""
+        fd, name = tempfile.mkstemp(prefix="harness-forkrun-", suffix=".out")
+        os.close(fd)
+        out = Path(name)
+        try:
+            child = self.spawn("pytest", argv, cwd, env, out)
+            try:
+                output, _ = child.communicate(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                raise subprocess.TimeoutExpired(argv, timeout,
+                                                out.read_text(errors="replace")) from None
+            return Finished(child.wait(), output)
+        finally:
+            out.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+
+
+if __name__ == "__main__":
+    serve()

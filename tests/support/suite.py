@@ -1,0 +1,178 @@
+"""Run the ``selftest`` benchmark as a real pytest session in a subprocess (test helper).
+
+Tests of the runner build a tiny suite in a temporary directory with :class:`Suite` and run
+pytest on it, in normal or ``-n 2`` mode, then read the run root through :class:`Run`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.forkrun import ForkedProcess, ForkServer
+
+# Plugins a subprocess run does without: the cache (no state between runs), anyio's, whose
+# start-up probes every async backend (importing trio: about 0.5 s a process, most of a
+# small run; no suite here has an async test), and pytest-benchmark's (no suite benchmarks).
+QUIET_PLUGINS = ("-p", "no:cacheprovider", "-p", "no:anyio", "-p", "no:benchmark")
+
+_BASETEMPS = itertools.count()
+
+
+def private_basetemp(under: Path) -> list[str]:
+    """``--basetemp`` for one subprocess run, a new folder under ``under``.
+
+    Without it every run numbers a folder under the shared ``pytest-of-<user>`` and, in
+    doing so, deletes the oldest ones: whichever run came first paid for removing an
+    earlier session's trees (seconds for a 10,000-folder run root), at a random test.
+    """
+    parent = under / ".basetemp"
+    parent.mkdir(parents=True, exist_ok=True)  # pytest makes the folder, not its parents
+    return ["--basetemp", str(parent / f"{os.getpid()}-{next(_BASETEMPS)}")]
+
+# One warm fork server per test process, for the runs that go to their end (``Suite.run``,
+# :func:`run_pytest`); ended when the process exits (its stdin closes).
+FORK_SERVER = ForkServer()
+atexit.register(FORK_SERVER.close)
+
+SUITE_CONFTEST = 'pytest_plugins = ["harness.testing.plugin"]\n'
+SUITE_TEST = '''
+import pytest
+from harness.testing.adapter import run_selftest_instance
+
+pytestmark = pytest.mark.harness_benchmark("selftest")
+
+
+def test_selftest(harness_instance, request):
+    run_selftest_instance(harness_instance, request)
+'''
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    root: Path
+
+    @classmethod
+    def of(cls, root: Path) -> Run:
+        """Read a run root that a started (not yet finished) process writes."""
+        return cls(-1, "", root)
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return json.loads((self.root / "run_manifest.json").read_text())
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The ledger's rows (a torn last line, e.g. after SIGKILL, is skipped)."""
+        from harness.run.ledger import ledger_path, read_ledger
+
+        read = read_ledger(ledger_path(self.root))
+        return [r.model_dump(mode="json", by_alias=True) for r in read.rows]
+
+    @property
+    def latest(self) -> dict[str, dict[str, Any]]:
+        return {r["instance_id"]: r for r in self.rows}
+
+    def statuses(self) -> dict[str, str]:
+        return {k: v["status"] for k, v in self.latest.items()}
+
+    def executions(self) -> list[str]:
+        path = self.root / "selftest_executions.log"
+        if not path.exists():
+            return []
+        return [line.split()[0] for line in path.read_text().splitlines()]
+
+
+class Suite:
+    """A selftest benchmark suite on disk and a way to run pytest on it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        (path / "conftest.py").write_text(SUITE_CONFTEST)
+        (path / "test_selftest.py").write_text(SUITE_TEST)
+        self.counter = 0
+        self.started = 0
+
+    def tasks(self, tasks: list[dict[str, Any]]) -> Path:
+        path = self.path / "tasks.json"
+        path.write_text(json.dumps(tasks))
+        return path
+
+    def command(self, root: Path | None, *args: str) -> list[str]:
+        cmd = [sys.executable, "-m", "pytest", *QUIET_PLUGINS, "-q",
+               "-o", "console_output_style=classic", str(self.path / "test_selftest.py")]
+        if root is not None:
+            cmd += ["--run-root", str(root)]
+        return cmd + private_basetemp(self.path) + list(args)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["HARNESS_SELFTEST_TASKS"] = str(self.path / "tasks.json")
+        env.pop("PYTEST_XDIST_WORKER", None)
+        env.pop("PYTEST_ADDOPTS", None)
+        return env
+
+    def new_root(self) -> Path:
+        self.counter += 1
+        return self.path / "runs" / f"r{self.counter}"
+
+    def run(self, *args: str, root: Path | None = None, timeout: float = 120) -> Run:
+        """Run pytest on the suite to its end (a fork of the warm server, see :mod:`.forkrun`)."""
+        root = root or self.new_root()
+        done = FORK_SERVER.run(self.command(root, *args)[3:], self.path, self.env(), timeout)
+        return Run(done.returncode, done.output, root)
+
+    def start(self, *args: str, root: Path | None = None) -> tuple[ForkedProcess, Path]:
+        """Start pytest on the suite and return at once (a fork of the warm server, leading
+        its own session: signal it, or its process group, by ``pid``)."""
+        root = root or self.new_root()
+        self.started += 1
+        out = self.path / f".pytest-output-{self.started}.txt"
+        proc = FORK_SERVER.spawn("pytest", self.command(root, *args)[3:], self.path,
+                                 self.env(), out)
+        return proc, root
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def finish(proc: ForkedProcess, timeout: float = 60) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"pytest did not stop within {timeout}s:\n{out}") from None
+    return out
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_pytest(target: str, root: Path, *args: str, env: dict[str, str] | None = None,
+               timeout: float = 900) -> Run:
+    """Run ``pytest <target> --run-root <root> <args>`` from the repository root."""
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+    full_env.update(env or {})
+    done = FORK_SERVER.run([*QUIET_PLUGINS, "-q", target, "--run-root", str(root),
+                            *private_basetemp(root.parent), *args],
+                           REPO_ROOT, full_env, timeout)
+    return Run(done.returncode, done.output, root)
