@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.forkrun import ForkedProcess, ForkServer
 
 # Plugins a subprocess run does without: the cache (no state between runs), anyio's, whose
@@ -57,11 +59,27 @@ def test_selftest(harness_instance, request):
 '''
 
 
+def pytest_result(rc: int, out: str) -> pytest.RunResult:
+    """A finished session's exit code and output as pytest's own :class:`pytest.RunResult`.
+
+    The fork server merges the child's stderr into its stdout, so every line is in
+    ``result.stdout`` (``fnmatch_lines``, ``re_match_lines``, ``no_fnmatch_line``) and
+    ``result.stderr`` is empty; ``assert_outcomes`` reads the ``-q`` summary line.
+    """
+    return pytest.RunResult(rc, out.splitlines(), [], 0.0)
+
+
 @dataclass
 class Run:
     rc: int
     out: str
     root: Path
+
+    @property
+    def result(self) -> pytest.RunResult:
+        """This run as a :class:`pytest.RunResult`: ``run.result.stdout.fnmatch_lines([...])``,
+        ``run.result.assert_outcomes(passed=1)`` (see :func:`pytest_result`)."""
+        return pytest_result(self.rc, self.out)
 
     @classmethod
     def of(cls, root: Path) -> Run:
