@@ -132,3 +132,18 @@ def test_default_plan_from_the_config_file(ref_server, tmp_path):
     server.wait_for(lambda s: s["tasks"][task_id] == "completed")
     assert server.task(task_id)["result"] == "configured"
     assert (tmp_path / "ws" / "from_config.txt").read_text() == "cfg"
+
+
+def test_plans_in_submission_order_then_the_default(ref_server, tmp_path):
+    """``plans``: the first submission runs the first plan, the second the second, later ones
+    the default (a scenario's killed task thinks long, its resumed task does not)."""
+    server = ref_server({"plans": [{"result": "first"}, {"result": "second"}],
+                         "default_plan": {"result": "default"}})
+    results = []
+    for n in range(3):
+        body = task_body(tmp_path / f"ws{n}")
+        del body["metadata"]["reference_plan"]
+        task_id = _post(server.url, "/api/tasks", body).json()["task_id"]
+        server.wait_for(lambda s, t=task_id: s["tasks"][t] == "completed")
+        results.append(server.task(task_id)["result"])
+    assert results == ["first", "second", "default"]

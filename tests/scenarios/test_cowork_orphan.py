@@ -40,9 +40,9 @@ USAGE = {"cost_usd": 0.05, "prompt_tokens": 300, "completion_tokens": 30}
 WRITE = {"cost_usd": 0.02, "prompt_tokens": 200, "completion_tokens": 20}
 
 
-def plan() -> dict[str, Any]:
+def plan(think_s: float) -> dict[str, Any]:
     return {"steps": [{"run": "true", **USAGE},
-                      {"sleep_s": THINK_S, "run": f"python3 -c {shlex.quote(SCRIPTS[IID])}",
+                      {"sleep_s": think_s, "run": f"python3 -c {shlex.quote(SCRIPTS[IID])}",
                        **WRITE}]}
 
 
@@ -98,7 +98,8 @@ def task_events(server: RefServer, task_id: str) -> list[dict[str, Any]]:
 
 def test_a_killed_cowork_gateway_run_is_resumed_without_a_second_live_task(
         tmp_path: Path) -> None:
-    server = start_server(tmp_path / "server", {"default_plan": plan()})
+    # the killed run's task thinks long; the resume's own task has nothing to wait out
+    server = start_server(tmp_path / "server", {"plans": [plan(THINK_S), plan(0.0)]})
     try:
         killed_run(tmp_path / "r1", server)
         (first,) = server.state()["tasks"]

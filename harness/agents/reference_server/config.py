@@ -89,6 +89,9 @@ class ReferenceServerConfig(_Strict):
     app_version: str = "harness-reference-server"
     settings: dict[str, Any] = Field(default_factory=dict)
     default_plan: ReferencePlan = Field(default_factory=ReferencePlan)
+    # Plans in submission order (the first submission runs plans[0], ...); a submission past
+    # the list runs the default, one naming ``metadata.reference_plan`` runs that one.
+    plans: list[ReferencePlan] = Field(default_factory=list)
     faults: list[FaultRule] = Field(default_factory=list)
     # "Still starting": submits get 503 for this long after start, and the first N submits.
     starting_s: float = Field(default=0.0, ge=0)

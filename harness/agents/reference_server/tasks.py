@@ -197,8 +197,10 @@ class TaskStore:
 
     def _plan(self, request: TaskCreateRequest) -> ReferencePlan:
         raw = request.metadata.get("reference_plan")
-        if raw is None:
-            return self.config.default_plan
+        if raw is None:  # the Nth submission's own plan, when the config lists one
+            plans = self.config.plans
+            return plans[self.submissions] if self.submissions < len(plans) \
+                else self.config.default_plan
         try:
             return ReferencePlan.model_validate(raw)
         except ValueError as exc:
