@@ -50,7 +50,7 @@ def test_gateway_agent_runs_a_whole_instance(tmp_path: Path) -> None:
     assert state["submissions"] == 1
 
 
-def test_point3_an_interrupted_gateway_row_keeps_the_events_proving_its_spend(
+def test_an_interrupted_gateway_row_keeps_the_events_proving_its_spend(
         tmp_path: Path) -> None:
     """Issue 14 point 3: the task reported no cost yet (its usage is in its events only);
     Ctrl-C mid-task leaves an interrupted row whose ``paid_activity`` is observed, from the

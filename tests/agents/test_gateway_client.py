@@ -250,7 +250,7 @@ def test_give_up_cancels_the_task_when_its_sandbox_ends_with_the_instance(ref_se
     assert server.state()["tasks"][outcome.task_id] in {"cancel_requested", "cancelled"}
 
 
-def test_point1_a_resume_cancels_the_earlier_attempts_task_before_submitting(ref_server, tmp_path):
+def test_a_resume_cancels_the_earlier_attempts_task_before_submitting(ref_server, tmp_path):
     """Issue 14 point 1: a resumed instance whose ancestor left its gateway task running
     (SIGKILL mid-wait: a checkpoint, no row) cancels that task and waits for it to settle
     before it submits, so there are never two live paid tasks for one instance."""
@@ -282,7 +282,7 @@ def test_point1_a_resume_cancels_the_earlier_attempts_task_before_submitting(ref
     assert len(live) <= 1
 
 
-def test_point1_a_task_that_will_not_settle_blocks_a_second_submission(ref_server, tmp_path):
+def test_a_task_that_will_not_settle_blocks_a_second_submission(ref_server, tmp_path):
     """When the earlier attempt's task does not settle after its cancel, the instance is an
     infra failure and nothing new is submitted."""
     from harness.agents.gateway.checkpoint import write_checkpoint

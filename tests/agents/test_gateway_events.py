@@ -36,7 +36,7 @@ def run_agent(server_url: str, tmp_path: Path, plan: dict[str, Any], timeout: fl
         env_allowlist=("HARNESS_TEST_KEY",), extra={"keep_sandbox": True}))
 
 
-def test_point3_events_are_copied_scrubbed_before_every_status_request(
+def test_events_are_copied_scrubbed_before_every_status_request(
         ref_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARNESS_TEST_KEY", SECRET)
     server = ref_server({})
@@ -61,7 +61,7 @@ def test_point3_events_are_copied_scrubbed_before_every_status_request(
     assert polls and all(i > 0 and "/events" in requests[i - 1] for i in polls)
 
 
-def test_point3_an_aborted_wait_keeps_the_events_that_prove_the_spend(
+def test_an_aborted_wait_keeps_the_events_that_prove_the_spend(
         ref_server: Any, tmp_path: Path) -> None:
     server = ref_server({})
     plan = {"steps": [secret_step(), {"run": "true", "sleep_s": 30}]}
