@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 TASKS = [
     {"id": "alpha", "work": "succeed", "difficulty": "easy", "language": "rust"},
     {"id": "beta", "work": "succeed", "difficulty": "hard", "language": "go"},
@@ -33,7 +35,7 @@ def test_instance_option_and_unknown_id(suite):
     assert sorted(run.latest) == ["beta"]
     bad = suite.run("--instance", "nope")
     assert bad.rc == 2
-    assert "--instance nope: no such instance id" in bad.out
+    bad.result.stdout.fnmatch_lines(["*--instance nope: no such instance id in selftest (3 instances here)*"])
     assert not bad.root.exists()  # nothing selected, no rows (tests/runner/test_task_file.py)
 
 
@@ -41,7 +43,9 @@ def test_item_ids_are_instance_ids(suite):
     suite.tasks(TASKS)
     run = suite.run("--collect-only", root=suite.path / "unused")
     assert run.rc == 0, run.out
-    assert "test_selftest.py::test_selftest[alpha]" in run.out
+    items = [re.escape(f"test_selftest.py::test_selftest[{task['id']}]") + "$" for task in TASKS]
+    for item in items:  # whole lines, one a task (in the order the runner gives them)
+        run.result.stdout.re_match_lines([item])
     assert not (suite.path / "unused").exists(), "--collect-only must not create a run root"
 
 
@@ -49,7 +53,7 @@ def test_invalid_instance_id_is_refused(suite):
     suite.tasks([{"id": "bad id/with slash", "work": "succeed"}])
     run = suite.run()
     assert run.rc != 0
-    assert "invalid instance id" in run.out
+    run.result.stdout.fnmatch_lines(["*invalid instance id 'bad id/with slash': use only letters, *"])
 
 
 def test_a_project_test_timeout_does_not_cut_an_instance_short(suite):
@@ -60,4 +64,4 @@ def test_a_project_test_timeout_does_not_cut_an_instance_short(suite):
     run = suite.run("-o", "timeout=1")
     assert run.rc == 0, run.out
     assert run.statuses() == {"slow": "completed"}
-    assert "Timeout" not in run.out
+    run.result.stdout.no_fnmatch_line("*Timeout*")

@@ -13,7 +13,7 @@ def test_settled_run_exits_0_even_with_unresolved(suite):
     assert rows["a"]["resolved"] is True and rows["a"]["score"] == 1.0
     assert rows["b"]["resolved"] is False and rows["b"]["reason_code"] == "unresolved"
     assert rows["c"]["outcome"] == "agent_failed" and rows["c"]["score"] is None
-    assert "1 passed" in run.out and "2 failed" in run.out
+    run.result.assert_outcomes(passed=1, failed=2)
 
 
 def test_infra_failure_is_not_scored_and_exits_1(suite):
@@ -26,18 +26,22 @@ def test_infra_failure_is_not_scored_and_exits_1(suite):
     assert rows["b"]["status"] == "infra_failed" and rows["b"]["infra"] is True
     assert rows["b"]["reason_code"] == "image_missing" and rows["b"]["score"] is None
     assert rows["c"]["reason_code"] == "harness_error:RuntimeError"
-    assert "2 errors" in run.out  # infrastructure shows as pytest errors, not failures
+    run.result.assert_outcomes(passed=1, errors=2)  # infrastructure: pytest errors, not failures
     m = run.manifest
     assert m["outcome"] == "infra_failed" and m["exit_code"] == 1
-    assert "resume with: pytest" in run.out and "--resume-from" in run.out
+    run.result.stdout.fnmatch_lines([f"resume with: pytest *--resume-from={run.root}"])
 
 
 def test_terminal_summary(suite):
     suite.tasks([{"id": "a", "work": "succeed"}, {"id": "b", "work": "partial", "score": 0.5}])
     run = suite.run()
-    assert "2 selected; completed 2" in run.out
-    assert "mean score 0.7500 over 2" in run.out
-    assert f"run root {run.root}" in run.out
+    run.result.stdout.fnmatch_lines([
+        "*= harness run =*",
+        "run *: 2 selected; completed 2",
+        "mean score 0.7500 over 2 (missing counts 0)",
+        "outcome completed, exit status 0",
+        f"run root {run.root}",
+    ])
 
 
 def test_dry_run_prepares_inputs_and_runs_nothing(suite, mode):
@@ -57,7 +61,7 @@ def test_empty_selection_is_an_error(suite):
     suite.tasks([{"id": "a", "work": "succeed"}])
     run = suite.run("-k", "nothing_matches_this")
     assert run.rc == 2
-    assert "nothing was selected" in run.out
+    run.result.stdout.fnmatch_lines(["nothing was selected: check -k, -m, --instance *"])
     assert run.manifest["outcome"] == "empty_selection"
 
 

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.suite import pytest_result
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -25,4 +27,4 @@ def test_a_refusal_is_printed_once(tmp_path: Path) -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-2000:]
     assert out.count("ProgramBench protects the reference program") == 1, out[-2000:]
-    assert "!!!!" not in out, out[-2000:]
+    pytest_result(proc.returncode, out).stdout.no_fnmatch_line("*!!!!*")  # no pytest.exit banner

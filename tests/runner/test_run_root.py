@@ -81,7 +81,9 @@ def test_reused_root_is_refused_and_recorded_beside_it(suite):
     before = (first.root / "result_index.jsonl").read_bytes()
     second = suite.run(root=first.root)
     assert second.rc == 2, second.out
-    assert "already exists" in second.out and "--resume-from" in second.out
+    second.result.stdout.fnmatch_lines([
+        f"*--run-root {first.root} already exists: run roots are never reused; pass a new"
+        f" --run-root, or --resume-from {first.root} to continue that run*"])
     assert (first.root / "result_index.jsonl").read_bytes() == before
     assert json.loads((first.root / "run_manifest.json").read_text())["outcome"] == "completed"
     siblings = [p for p in first.root.parent.iterdir() if "-refused-" in p.name]
@@ -94,22 +96,24 @@ def test_reused_root_is_refused_and_recorded_beside_it(suite):
 def test_bad_inputs_exit_2_with_one_line(suite, tmp_path):
     suite.tasks([{"id": "a", "work": "succeed"}])
     cases = [
-        (["--shard", "3/2"], "--shard '3/2' is out of range"),
-        (["--shard", "x"], "--shard 'x' is malformed"),
-        (["--run-id", "bad id"], "--run-id 'bad id' is invalid"),
-        (["--max-recovery-generations", "many"], "--max-recovery-generations 'many'"),
-        (["--resume-from", str(tmp_path / "nothing")], "is not a run root"),
+        (["--shard", "3/2"], "*--shard '3/2' is out of range: *"),
+        (["--shard", "x"], "*--shard 'x' is malformed: *"),
+        (["--run-id", "bad id"], "*--run-id 'bad id' is invalid: *"),
+        (["--max-recovery-generations", "many"], "*--max-recovery-generations 'many'*"),
+        (["--resume-from", str(tmp_path / "nothing")],
+         f"*--resume-from {tmp_path / 'nothing'} is not a run root (no such directory); *"),
     ]
-    for args, message in cases:
+    for args, line in cases:
         run = suite.run(*args)
         assert run.rc == 2, (args, run.out)
-        assert message in run.out, (args, run.out)
+        run.result.stdout.fnmatch_lines([line])
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     (corrupt / "run_manifest.json").write_text("{not json")
     (corrupt / "result_index.jsonl").write_text("")
     run = suite.run("--resume-from", str(corrupt))
-    assert run.rc == 2 and "is corrupt" in run.out
+    assert run.rc == 2, run.out
+    run.result.stdout.fnmatch_lines([f"*{corrupt / 'run_manifest.json'} is corrupt (*"])
     assert (corrupt / "run_manifest.json").read_text() == "{not json"
 
 
@@ -129,4 +133,4 @@ def test_corrupt_ancestor_ledger_names_the_line(suite):
     ledger.write_text(lines[0] + "garbage\n" + lines[1])
     run = suite.run("--resume-from", str(first.root))
     assert run.rc == 2
-    assert "line 2 is corrupt" in run.out
+    run.result.stdout.fnmatch_lines([f"*{ledger}: line 2 is corrupt (*"])

@@ -7,7 +7,7 @@ import os
 import signal
 import time
 
-from tests.support.suite import Run, finish, wait_for
+from tests.support.suite import Run, finish, pytest_result, wait_for
 
 SLOW = [{"id": "s", "work": "sleep", "seconds": 4, "count": 6}]
 
@@ -34,7 +34,11 @@ def test_sigterm_stops_gracefully(suite, mode):
     assert all(r["status"] == "infra_failed" for r in interrupted)
     blocked = [r for r in rows.values() if r["status"] == "blocked"]
     assert len(blocked) == 6 - len(interrupted)
-    assert "resume with" in out
+    pytest_result(proc.returncode, out).stdout.fnmatch_lines([
+        "outcome stopped, exit status 3, stop reason signal_15",
+        f"run root {root}",
+        f"resume with: pytest *--resume-from={root}",
+    ])
 
 
 def test_sigint_to_the_process_group(suite):
