@@ -40,7 +40,7 @@ def test_runs_without_a_clean_agent_repo_are_not_reportable(tmp_path: Path) -> N
     figures, markdown = _report(bare.root)
     assert figures["provenance"]["reportable"] is False
     assert "not reportable" in markdown and "--agent-repo" in markdown
-    assert "not reportable" in bare.out
+    bare.result.stdout.fnmatch_lines(["*= harness run =*", "not reportable: *--agent-repo*"])
 
     (repo / "agent.py").write_text("print('edited')\n")
     dirty = suite.run("--agent-repo", str(repo), "--allow-dirty-seed")
@@ -62,7 +62,7 @@ def test_programbench_subset_says_it_is_not_the_benchmark_score(tmp_path: Path) 
     assert run.rc == 0, run.out
     notice = "2 of 200 selected: not the benchmark score"
     assert run.manifest["subset_notice"] == notice
-    assert notice in run.out
+    run.result.stdout.fnmatch_lines(["*= harness run =*", notice])  # a line of its own
     figures, markdown = _report(run.root)
     assert figures["provenance"]["subset_notice"] == notice
     assert notice in markdown
@@ -76,7 +76,7 @@ def test_cowork_subset_says_it_is_not_the_benchmark_score(tmp_path: Path) -> Non
     assert run.rc == 0, run.out
     notice = "5 of 496 selected: not the benchmark score"
     assert run.manifest["subset_notice"] == notice
-    assert notice in run.out
+    run.result.stdout.fnmatch_lines(["*= harness run =*", notice])  # a line of its own
     assert _report(run.root)[0]["provenance"]["subset_notice"] == notice
 
 

@@ -21,7 +21,8 @@ def test_a_wider_dry_run_without_the_checkout_names_cowork_in_one_line(
     run = run_pytest("benchmarks", tmp_path / "dry", "--dry-run", *workers)
     assert run.rc == 0, run.out
     assert run.out.count(LINE) == 1, run.out[-3000:]
-    assert "Traceback" not in run.out and "ERROR" not in run.out
+    run.result.stdout.no_fnmatch_line("*Traceback*")
+    run.result.stdout.no_fnmatch_line("*ERROR*")
     assert run.manifest["benchmarks"] == ["programbench"]
     assert run.manifest["outcome"] == "dry_run" and run.manifest["selection"]["count"] > 0
     assert {row["benchmark"] for row in run.rows} == {"programbench"}
@@ -29,5 +30,7 @@ def test_a_wider_dry_run_without_the_checkout_names_cowork_in_one_line(
 
 def test_naming_cowork_without_the_checkout_is_a_one_line_refusal(tmp_path: Path) -> None:
     run = run_pytest("benchmarks/cowork_bench", tmp_path / "named", "--dry-run")
-    assert run.rc == 2 and "--cowork-root PATH is required" in run.out
-    assert "Traceback" not in run.out and LINE not in run.out
+    assert run.rc == 2, run.out
+    run.result.stdout.fnmatch_lines(["*--cowork-root PATH is required: point it at a Cowork Bench checkout*"])
+    run.result.stdout.no_fnmatch_line("*Traceback*")
+    run.result.stdout.no_fnmatch_line(f"*{LINE}*")
