@@ -103,10 +103,12 @@ def test_litellm_stays_off_the_collection_path_and_bad_configs_refuse(tmp_path: 
     run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator",
                      "--agent", "mini-swe-agent", "--solve-model", MODEL,
                      "--agent-config", str(bad))
-    assert run.rc == 2 and "top level must be a mapping" in run.out, run.out
+    assert run.rc == 2, run.out
+    run.result.stdout.fnmatch_lines([f"*--agent-config {bad}: top level must be a mapping*"])
     run = run_pytest(TARGET, tmp_path / "run2", "--pb-fixtures", "-k", "calculator",
                      "--agent", "mini-swe-agent")
-    assert run.rc == 2 and "--solve-model" in run.out, run.out
+    assert run.rc == 2, run.out
+    run.result.stdout.fnmatch_lines(["*--agent mini-swe-agent needs the model: --solve-model MODEL *"])
 
 
 def test_an_unpriced_call_leaves_the_cost_unknown_not_zero() -> None:

@@ -84,7 +84,8 @@ def test_keep_sandboxes_prints_the_sweep_command(tmp_path: Path) -> None:
     assert run.rc == 0, run.out
     run_id = run_id_of(run.root)
     assert len(labelled(run_id)) == 1
-    assert f"harness sweep --run {run_id}" in run.out
+    run.result.stdout.fnmatch_lines([
+        f"*--keep-sandboxes: remove this run's sandboxes with: harness sweep --run {run_id}"])
     later = suite.run("--agent", "nop")  # a later run's start-up sweep leaves it alone
     assert later.rc == 0, later.out
     assert len(labelled(run_id)) == 1

@@ -12,6 +12,7 @@ import pytest
 
 from harness.sandbox.cleanup import leaked_resources, sweep
 from tests.sandbox.sandbox_support import new_run_id
+from tests.support.suite import pytest_result
 
 pytestmark = pytest.mark.docker
 
@@ -112,7 +113,8 @@ def test_keep_sandboxes_keeps_them_and_names_the_sweep(
         assert proc.returncode == 0, proc.stdout + proc.stderr
         container_id = (tmp_path / "inner-run" / "container-id").read_text()
         assert _listed(docker_client, container_id)
-        assert f"harness sweep --run {run_id}" in proc.stdout
+        pytest_result(proc.returncode, proc.stdout).stdout.fnmatch_lines([
+            f"*UserWarning: --keep-sandboxes: kept *; remove with `harness sweep --run {run_id}`"])
     finally:
         sweep(run_id, client=docker_client)
     assert leaked_resources(docker_client, run_id_prefix=run_id)["containers"] == []
@@ -125,8 +127,10 @@ def test_docker_unavailable_is_an_infra_error_not_a_skip(tmp_path: Path) -> None
     )
     out = proc.stdout
     assert proc.returncode == 1, out
-    assert "1 error" in out and "skipped" not in out
-    assert "DockerUnavailable" in out and "cannot reach the Docker daemon" in out
+    result = pytest_result(proc.returncode, out)
+    result.assert_outcomes(errors=1)
+    result.stdout.no_fnmatch_line("*skipped*")
+    result.stdout.fnmatch_lines(["*DockerUnavailable: cannot reach the Docker daemon (*"])
 
 
 LEAKY_TEST = """
@@ -187,9 +191,11 @@ def test_session_end_check_flags_this_sessions_leaks_only(
             check=False,
         )
         out = proc.stdout
-        assert "1 passed" in out and proc.returncode == 1, out + proc.stderr
-        assert "LEAKED Docker resources of this test session (1)" in out
-        assert leak_in in out and leak_out not in out
+        assert proc.returncode == 1, out + proc.stderr
+        result = pytest_result(proc.returncode, out)
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines([f"*LEAKED Docker resources of this test session (1): *({leak_in}*)"])
+        result.stdout.no_fnmatch_line(f"*{leak_out}*")
         assert leaked_resources(docker_client, run_id_prefix=leak_in)["containers"] == [], (
             "swept after reporting"
         )

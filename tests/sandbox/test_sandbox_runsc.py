@@ -63,7 +63,7 @@ def test_unregistered_runtime_is_refused_before_any_sandbox(tmp_path: Path) -> N
     run = run_pytest(TARGET, tmp_path / "bogus", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
                      "--runtime", "no-such-runtime")
     assert run.rc == 2, run.out
-    assert "--runtime no-such-runtime: the Docker daemon has no runtime of that name" in run.out
+    run.result.stdout.fnmatch_lines(["*--runtime no-such-runtime: the Docker daemon has no runtime of that name*"])
     refusal = run.manifest["refusal"]
     assert refusal["reason"] == "runtime_unavailable", refusal
     assert run.rows == []
