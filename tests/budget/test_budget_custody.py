@@ -205,7 +205,9 @@ def test_custody_stays_unsettled_when_a_network_survives_cleanup(
         monitor = json.loads((run.root / "monitor.json").read_text())
         assert monitor["campaign_settlement"] == "unconfirmed"
         assert f"{run_id}-net" in monitor["custody_unsettled"]
-        assert "harness campaign reconcile" in run.out
+        run.result.stdout.fnmatch_lines([
+            f"*harness: campaign custody of run {run_id} stays unsettled: *; once they are gone run:"
+            f" harness campaign reconcile {campaign} --run {run.root}"])
     finally:
         holder.remove(force=True)
         network.remove()

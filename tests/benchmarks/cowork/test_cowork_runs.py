@@ -131,10 +131,10 @@ def test_oracle_passes_file_tasks_and_fails_db_tasks_for_missing_rows(oracle_run
         assert row["reason_code"] == "verifier_failed" and row["score"] == 0.0
         assert row["official_eval_status"] == "completed" and row["infra"] is False
         assert "rows missing" in row["details"]["eval"]["checker_output_tail"], row["details"]
-        assert f"checker output of {iid}" in run.out  # shown in pytest's failure report
+        run.result.stdout.fnmatch_lines([f"*checker output of {iid}*"])  # pytest's failure report
     for iid in FILE_TASKS:
         assert rows[iid]["resolved"] is True and rows[iid]["details"]["eval"]["pass"] is True
-    assert "3 failed, 2 passed" in run.out
+    run.result.assert_outcomes(passed=2, failed=3)
     assert sorted(calls) == sorted(FILE_TASKS + DB_TASKS)  # one checker run per instance
     # one sidecar and one network per instance, spread over both workers, all removed
     assert {r["worker"] for r in rows.values()} == {"gw0", "gw1"}
@@ -342,7 +342,8 @@ def test_keep_sandboxes_leaves_the_sidecar_until_harness_sweep(tmp_path: Path) -
         assert run.rc == 0, run.out
         row = run.latest[iid]
         assert row["status"] == "passed" and row["details"]["cleanup"] == {"kept": True}
-        assert f"harness sweep --run {run_id}" in run.out
+        run.result.stdout.fnmatch_lines([
+            f"*--keep-sandboxes: remove this run's sandboxes with: harness sweep --run {run_id}"])
         kept = labelled(run_id)  # the sidecar and the network (agent and eval containers go)
         flt = {"label": [f"harness.run={run_id}", "harness.cowork.role=pg"]}
         pg = docker.from_env().containers.list(all=True, filters=flt)
@@ -382,7 +383,7 @@ def test_a_broken_seed_is_infra_failed_never_scored(tmp_path: Path) -> None:
     assert (row["status"], row["reason_code"], row["infra"]) == ("infra_failed", "pg_fail", True)
     assert row["score"] is None and row["resolved"] is None
     assert "seeding init.sql.gz failed" in row["error"]
-    assert " ERROR " in run.out or "1 error" in run.out  # pytest reports an error, not a fail
+    run.result.assert_outcomes(errors=1)  # pytest reports an error, not a fail
     assert labelled(run.manifest["run_id"]) == []
 
 
@@ -392,18 +393,23 @@ def test_a_broken_seed_is_infra_failed_never_scored(tmp_path: Path) -> None:
 def test_the_provenance_gate_refuses_on_disk(tmp_path: Path) -> None:
     root = bench_checkout(tmp_path)
     missing = run_pytest(TARGET, tmp_path / "r0", "--agent", "oracle")
-    assert missing.rc == 2 and "--cowork-root PATH is required" in missing.out
+    assert missing.rc == 2, missing.out
+    missing.result.stdout.fnmatch_lines(["*--cowork-root PATH is required: *"])
     (root / "notes.txt").write_text("local edit\n")
     dirty = run_pytest(TARGET, tmp_path / "r1", "--cowork-root", str(root), "--agent", "oracle")
     assert dirty.rc == 2, dirty.out
     assert dirty.manifest["refusal"]["reason"] == "bench_dirty"
-    assert "--allow-dirty-bench" in dirty.out
+    dirty.result.stdout.fnmatch_lines([
+        "*--cowork-root * has 1 uncommitted change(s) (first: *notes.txt); clean it"
+        " (git stash / git clean) or pass --allow-dirty-bench*"])
     record = dirty.manifest["extra"]["cowork"]
     assert record["bench"]["dirty"] is True and record["bench_gate"]["ok"] is False
     (root / "notes.txt").unlink()
     other = run_pytest(TARGET, tmp_path / "r2", "--cowork-root", str(root), "--agent", "oracle")
     assert other.rc == 2 and other.manifest["refusal"]["reason"] == "bench_mismatch"
-    assert PINNED_COMMIT in other.out and "--allow-bench-commit-mismatch" in other.out
+    other.result.stdout.fnmatch_lines([
+        f"*--cowork-root * is at * but the pinned commit is {PINNED_COMMIT}; run `git -C *"
+        f" checkout {PINNED_COMMIT}` or pass --allow-bench-commit-mismatch*"])
     allowed = run_pytest(TARGET, tmp_path / "r3", "--cowork-root", str(root),
                          "--allow-bench-commit-mismatch", "--dry-run")  # fmt: skip
     assert allowed.rc == 0, allowed.out

@@ -61,7 +61,7 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
     assert row["details"]["eval_error_code"] == "compile_failed"
     assert submitted(nop) == ["README.md"]
     assert nop.manifest["extra"]["official_parity"]["ok"] is True
-    assert "1 failed" in nop.out
+    nop.result.assert_outcomes(failed=1)
 
 
 @pytest.mark.docker
