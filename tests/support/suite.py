@@ -59,14 +59,15 @@ def test_selftest(harness_instance, request):
 '''
 
 
-def pytest_result(rc: int, out: str) -> pytest.RunResult:
+def pytest_result(rc: int | None, out: str) -> pytest.RunResult:
     """A finished session's exit code and output as pytest's own :class:`pytest.RunResult`.
 
     The fork server merges the child's stderr into its stdout, so every line is in
     ``result.stdout`` (``fnmatch_lines``, ``re_match_lines``, ``no_fnmatch_line``) and
-    ``result.stderr`` is empty; ``assert_outcomes`` reads the ``-q`` summary line.
+    ``result.stderr`` is empty; ``assert_outcomes`` reads the ``-q`` summary line. An exit
+    code not yet known (``None``) reads -1, as in :meth:`Run.of`.
     """
-    return pytest.RunResult(rc, out.splitlines(), [], 0.0)
+    return pytest.RunResult(-1 if rc is None else rc, out.splitlines(), [], 0.0)
 
 
 @dataclass
