@@ -238,7 +238,7 @@ def test_the_printed_resume_command_works_from_the_root(tmp_path: Path) -> None:
 def test_the_projects_tests_run_by_their_path(tmp_path: Path) -> None:
     """``pytest`` from the root no longer collects the project's tests (``testpaths`` is
     ``benchmarks``); ``python3 -m pytest tests`` does, with the project's conftest and
-    ``addopts`` (``--ignore=tests/perf``), and CI calls exactly that."""
+    ``addopts`` (``--ignore=tests/perf``), and CI calls exactly the README's command."""
     runs = tmp_path / "runs"
     listed = from_root(runs, "--collect-only", "-q")
     assert listed.rc == 0, listed.out[-3000:]
@@ -249,8 +249,11 @@ def test_the_projects_tests_run_by_their_path(tmp_path: Path) -> None:
     tests.result.stdout.fnmatch_lines(["tests/scenarios/test_root_commands.py::*"])
     tests.result.stdout.no_fnmatch_line("*tests/perf/*")
     tests.result.stdout.no_fnmatch_line("*benchmarks/programbench/test_programbench.py::*")
+    readme = (REPO_ROOT / "README.md").read_text()
+    command = readme.split("Run the tests:\n\n```bash\n", 1)[1].split("\n", 1)[0]
+    assert command.startswith("python3 -m pytest tests -n ")
     ci = (REPO_ROOT / ".ci" / "run").read_text().splitlines()
-    assert "python3 -m pytest tests -n 2" in ci
+    assert command in ci  # CI runs exactly the README's test command
 
 
 @pytest.mark.docker
