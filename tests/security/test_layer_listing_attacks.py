@@ -35,8 +35,15 @@ from benchmarks.programbench.docker_policy import (
 from benchmarks.programbench.layer_changes import Unavailable, changes
 
 SECRET = "HOST_SECRET_NAME"
-SITE = "/usr/local/lib/python3.11/dist-packages"  # on sys.path of the clean-room image
-DIST = "/usr/lib/python3/dist-packages"
+# The clean-room image's Python folders, as container paths (committed data, relative to the
+# container's root: tests/data/scorer/README.md)
+LAYOUT = json.loads((Path(__file__).resolve().parents[1] / "data" / "scorer"
+                     / "cleanroom_layout.json").read_text())
+SITE = "/" + LAYOUT["site"]  # /usr/local's dist-packages: on sys.path ahead of Debian's
+DIST = "/" + LAYOUT["dist"]
+STDLIB = "/" + LAYOUT["stdlib"]
+USER_SITE = "/" + LAYOUT["user_site"]
+STDLIB_ZIP = "/" + LAYOUT["stdlib_zip"]
 
 # Every directory listing and file open of this process while a check runs (audit events):
 # the check may list folders of the layer only, and open nothing.
@@ -63,12 +70,10 @@ class Image:
         self.host.mkdir()
         (self.host / f"{SECRET}.pth").write_text("import os\n")
         (self.host / "shadow").write_text("root:$6$secret:...\n")
-        for rel in (DIST, SITE, "/usr/lib/python3.11", "/usr/bin", "/usr/local/bin",
-                    "/usr/local/sbin", "/etc/profile.d", "/root"):
-            (self.lower / rel.lstrip("/")).mkdir(parents=True, exist_ok=True)
-        for rel in (f"{DIST}/ok.py", "/usr/lib/python3.11/os.py", "/usr/bin/python3",
-                    "/etc/profile", "/root/.bashrc", "/root/.profile"):
-            (self.lower / rel.lstrip("/")).write_text("x\n")
+        for rel in LAYOUT["lower_folders"]:
+            (self.lower / rel).mkdir(parents=True, exist_ok=True)
+        for rel in LAYOUT["lower_files"]:
+            (self.lower / rel).write_text("x\n")
         self.upper.mkdir()
 
     def at(self, rel: str) -> Path:
@@ -386,10 +391,10 @@ def test_a_site_folder_replaced_by_a_link_is_flagged(image: Image) -> None:
 
 
 def test_a_python_folder_replaced_by_a_link_is_flagged(image: Image) -> None:
-    image.at("/usr/lib/python3.11").symlink_to(image.host)
+    image.at(STDLIB).symlink_to(image.host)
     found = image.changes()
     assert image.reads_outside() == []
-    assert "/usr/lib/python3.11/os.py" in steering(found)
+    assert f"{STDLIB}/os.py" in steering(found)
     assert not any(SECRET in p for _, p in found)
 
 
@@ -502,10 +507,10 @@ def test_a_module_ahead_of_one_the_scorer_imports_is_flagged(image: Image) -> No
     # /usr/lib/python3/dist-packages, where the clean room's pytest and pluggy are
     for rel in (f"{SITE}/pluggy.py", f"{SITE}/iniconfig/__init__.py",
                 f"{SITE}/exceptiongroup.cpython-311-x86_64-linux-gnu.so",
-                "/root/.local/lib/python3.11/site-packages/packaging/__init__.py",
-                "/usr/lib/python3.11/pluggy.py", "/usr/lib/python3.11/lib-dynload/zipp.so"):
+                f"{USER_SITE}/packaging/__init__.py",
+                f"{STDLIB}/pluggy.py", f"{STDLIB}/lib-dynload/zipp.so"):
         image.at(rel).write_text("x\n")
-    image.at("/usr/lib/python311.zip").write_text("PK")  # a zip ahead of the standard library
+    image.at(STDLIB_ZIP).write_text("PK")  # a zip ahead of the standard library
     # the image's own dist-packages module (not in the static list): named from its layers
     image.at(f"{DIST}/x").parent.mkdir(parents=True, exist_ok=True)
     (image.lower / DIST.lstrip("/") / "corp_plugin").mkdir()
@@ -519,9 +524,9 @@ def test_a_module_ahead_of_one_the_scorer_imports_is_flagged(image: Image) -> No
     assert source == "layer"
     for path in (f"{SITE}/pluggy.py", f"{SITE}/iniconfig",
                  f"{SITE}/exceptiongroup.cpython-311-x86_64-linux-gnu.so",
-                 "/root/.local/lib/python3.11/site-packages/packaging",
-                 "/usr/lib/python3.11/pluggy.py", "/usr/lib/python3.11/lib-dynload/zipp.so",
-                 "/usr/lib/python311.zip", f"{SITE}/corp_plugin"):
+                 f"{USER_SITE}/packaging",
+                 f"{STDLIB}/pluggy.py", f"{STDLIB}/lib-dynload/zipp.so",
+                 STDLIB_ZIP, f"{SITE}/corp_plugin"):
         assert path in flagged, (path, flagged)
     assert not any("calculator_tool" in p for p in flagged), flagged
 
