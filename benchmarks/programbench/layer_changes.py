@@ -39,6 +39,8 @@ import stat
 import subprocess
 from collections.abc import Iterator
 
+from harness.core.untrusted import read_capped
+
 OVERLAY_DRIVERS = frozenset({"overlay2", "overlay", "fuse-overlayfs"})
 MAX_ENTRIES = 200_000
 WHITEOUT_PREFIX = ".wh."
@@ -351,15 +353,7 @@ def look(upper: str, path: str, limit: int = 0) -> tuple[str, bytes | None]:
         try:
             if not stat.S_ISREG(os.fstat(ffd).st_mode):
                 return OTHER, None
-            chunks: list[bytes] = []
-            left = limit + 1
-            while left > 0:
-                chunk = os.read(ffd, min(left, 1 << 16))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
-            return FILE, b"".join(chunks)
+            return FILE, read_capped(ffd, limit)
         finally:
             os.close(ffd)
     finally:

@@ -19,6 +19,20 @@ from typing import IO
 DEFAULT_MAX_BYTES = 16 << 20
 
 
+def read_capped(fd: int, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of an open file: one byte past the cap tells a caller that
+    the file is larger than allowed, without reading the rest."""
+    chunks: list[bytes] = []
+    left = limit + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 class UntrustedFileError(OSError):
     """An agent-written file that is not a regular file, or is larger than allowed."""
 
@@ -62,15 +76,7 @@ def read_untrusted_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> byte
     path = Path(path)
     fd = _open(path, max_bytes)
     try:
-        chunks: list[bytes] = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
+        data = read_capped(fd, max_bytes)
         if len(data) > max_bytes:
             raise UntrustedFileError(path, f"grew past the {max_bytes} byte cap while read")
         return data
