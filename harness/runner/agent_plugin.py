@@ -235,27 +235,6 @@ def instance_view(ctx: InstanceContext) -> InstanceView:
                         details=ctx.result.details, output=ctx.output)
 
 
-def orphan_checkpoints(ctx: InstanceContext, agent_dir: Path | None = None) -> list[str]:
-    """The earlier attempts' gateway checkpoints a fresh attempt settles first
-    (:func:`harness.agents.gateway.orphans.orphan_checkpoints`); ``agent_dir``: the agent's
-    folder (``AgentRequest.instance_dir``), default the instance folder."""
-    from harness.agents.gateway.checkpoint import AgentFolder
-    from harness.agents.gateway.orphans import orphan_checkpoints as found
-
-    return found(AgentFolder.of(ctx.instance_dir, agent_dir), benchmark=ctx.benchmark,
-                 instance_id=ctx.instance_id, ancestors=ctx.run.plan.ancestors)
-
-
-def record_gateway_evidence(ctx: InstanceContext, agent_dir: Path | None = None) -> None:
-    """The row's paid evidence from a gateway agent's folder
-    (:func:`harness.agents.gateway.orphans.record_paid_evidence`)."""
-    from harness.agents.gateway.checkpoint import AgentFolder
-    from harness.agents.gateway.orphans import record_paid_evidence
-
-    record_paid_evidence(AgentFolder.of(ctx.instance_dir, agent_dir), ctx.result.details,
-                         ctx.output)
-
-
 def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> AgentOutcome:
     """Run the agent for this instance and record what the row needs.
 

@@ -315,8 +315,9 @@ class Controller:
         if names:  # as every row: no value of an --agent-env name on disk
             from harness.run import secrets as secrets_scan
 
-            rows = [TaskRow.model_validate(secrets_scan.redact_row(
-                r.model_dump(mode="json", by_alias=True), names)) for r in rows]
+            scanner = secrets_scan.SecretScanner(secrets_scan.secrets_from_env(names))
+            rows = [TaskRow.model_validate(secrets_scan.redact_json(
+                r.model_dump(mode="json", by_alias=True), scanner)) for r in rows]
         writer.append_batch(rows, copies_behind=True)
         for row in rows:
             self.carried.add(row.key)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from harness.agents.gateway.checkpoint import write_checkpoint
-from harness.runner.agent_plugin import orphan_checkpoints
+from harness.agents.gateway.checkpoint import AgentFolder, write_checkpoint
+from harness.agents.gateway.orphans import orphan_checkpoints as found_in
 
 
 def _ctx(tmp: Path, ancestors: list[Path]) -> SimpleNamespace:
@@ -15,6 +15,11 @@ def _ctx(tmp: Path, ancestors: list[Path]) -> SimpleNamespace:
     return SimpleNamespace(benchmark="bench", instance_id="i1", instance_dir=inst,
                            run=SimpleNamespace(plan=SimpleNamespace(
                                ancestors=[str(a) for a in ancestors])))
+
+
+def orphan_checkpoints(ctx: SimpleNamespace) -> list[str]:
+    return found_in(AgentFolder.of(ctx.instance_dir, None), benchmark=ctx.benchmark,
+                    instance_id=ctx.instance_id, ancestors=ctx.run.plan.ancestors)
 
 
 def test_ancestor_and_own_checkpoints_are_named_and_the_own_one_moved_aside(tmp_path) -> None:
@@ -27,7 +32,7 @@ def test_ancestor_and_own_checkpoints_are_named_and_the_own_one_moved_aside(tmp_
     own = ctx.instance_dir / "task_checkpoint.json"
     write_checkpoint(own, "task-c", "running", None, "http://127.0.0.1:1", 1)
 
-    found = orphan_checkpoints(ctx)  # type: ignore[arg-type]
+    found = orphan_checkpoints(ctx)
 
     assert found[:2] == [str(old / "bench/i1/task_checkpoint.json"),
                          str(older / "bench/i1/task_checkpoint.json")]
@@ -37,4 +42,4 @@ def test_ancestor_and_own_checkpoints_are_named_and_the_own_one_moved_aside(tmp_
 
 
 def test_a_first_attempt_has_none(tmp_path) -> None:
-    assert orphan_checkpoints(_ctx(tmp_path, [])) == []  # type: ignore[arg-type]
+    assert orphan_checkpoints(_ctx(tmp_path, [])) == []

@@ -1,7 +1,7 @@
 """A gateway task's copied events as evidence, planted by an adversary (no Docker).
 
 The orphan cancel on resume (:func:`harness.agents.gateway.orphans.paid_evidence`) and a
-row's paid evidence (:func:`harness.runner.agent_plugin.record_gateway_evidence`) read
+row's paid evidence (:func:`harness.agents.gateway.orphans.record_paid_evidence`) read
 ``gateway_events.jsonl`` from agent folders, ancestors' included, which an agent's files sit
 beside. A link to someone else's file, a file past the writer's 16 MiB cap and a FIFO must
 prove nothing, and never hang or crash the reader.
@@ -19,12 +19,11 @@ from typing import TypeVar
 
 import pytest
 
-from harness.agents.gateway.checkpoint import EVENTS_NAME
+from harness.agents.gateway.checkpoint import EVENTS_NAME, AgentFolder
 from harness.agents.gateway.events import MAX_EVENTS_BYTES, read_events
-from harness.agents.gateway.orphans import paid_evidence
+from harness.agents.gateway.orphans import paid_evidence, record_paid_evidence
 from harness.core.adapter import BenchmarkAdapter, InstanceSpec
 from harness.core.models import Plan
-from harness.runner.agent_plugin import record_gateway_evidence
 from harness.runner.instance import InstanceContext, RunContext
 
 T = TypeVar("T")
@@ -85,7 +84,8 @@ def test_a_planted_events_file_in_an_ancestor_folder_proves_nothing(
 def test_a_planted_events_file_gives_a_row_no_paid_evidence(tmp_path: Path, kind: str) -> None:
     ctx = _context(tmp_path / "r2")
     events = _plant(ctx.instance_dir, kind, tmp_path)
-    _bounded(lambda: record_gateway_evidence(ctx), events)
+    _bounded(lambda: record_paid_evidence(AgentFolder.of(ctx.instance_dir, None),
+                                          ctx.result.details, ctx.output), events)
     assert "paid_evidence" not in ctx.result.details
     # kept as an output only when it is a regular file of the instance's own folder
     assert ("gateway_events" in ctx.result.output_paths) is (kind == "oversized")
