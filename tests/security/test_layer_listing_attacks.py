@@ -707,3 +707,35 @@ def test_an_override_made_again_after_its_removal_is_flagged(image: Image) -> No
     flagged, source = check_build("docker", "c", (str(image.upper), [str(image.lower)]))
     assert source == "layer"
     assert flagged == ["/workspace/conftest.py", "/workspace/setup.cfg"]
+
+
+@pytest.mark.docker
+def test_the_engine_api_fallback_reads_what_the_build_planted(
+        build_container: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the host cannot read the layer (a remote engine), the doubtful changes are read
+    through the Engine API's archive endpoint of the paused container: a plugin entry point,
+    a pytest configuration and a changed module are refused; honest files are not."""
+    cid, _ = build_container
+
+    def unreadable(docker: str, container: str) -> tuple[str, list[str]]:
+        raise Unavailable("as on a remote engine")
+
+    monkeypatch.setattr(layer_changes, "layer_dirs", unreadable)
+    info = f"{SITE}/calculator_tool-1.0.dist-info"
+    _in(cid, f"mkdir -p {info} && printf '[console_scripts]\\ncalc = calculator_tool:main\\n' "
+             f"> {info}/entry_points.txt && printf '[project]\\nname = \"calc\"\\n' "
+             "> /workspace/pyproject.toml")
+    assert build_changes("docker", cid)[1] == "docker_api"
+    assert build_tampering("docker", cid) == []  # an honest install and project file
+    attacks = {
+        f"{info}/entry_points.txt": f"printf '[pytest11]\\nevil = calculator_tool.evil\\n' "
+                                    f"> {info}/entry_points.txt",
+        "/workspace/setup.cfg": "printf '[tool:pytest]\\naddopts = -p evil\\n' "
+                                "> /workspace/setup.cfg",
+        f"{DIST}/pluggy/__init__.py": f"echo 'raise SystemExit(0)' >> {DIST}/pluggy/__init__.py",
+    }
+    for path, plant in attacks.items():
+        _in(cid, plant)
+        assert path in build_tampering("docker", cid), path  # (with its changed folder)
+        _in(cid, "rm -f /workspace/setup.cfg && printf '[console_scripts]\\n' "
+                 f"> {info}/entry_points.txt")  # the next attack alone
