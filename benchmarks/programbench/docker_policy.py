@@ -68,7 +68,6 @@ LABEL_KEY = "harness.pb_eval"  # value: the policy folder's name, one per eval c
 NETWORK_FLAGS = ("--network", "--net")
 CREATE_COMMANDS = ("run", "create")
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MAX_CONFIG_BYTES = 1 << 20
 
 
 class PolicyRefused(Exception):
@@ -139,9 +138,8 @@ def build_overrides(docker: str, container: str) -> list[str]:
     """Paths in ``container`` (absolute) that would steer the tests' pytest."""
     from benchmarks.programbench.scorer_rules import (
         EDITED_CONFIGS,
+        MAX_CONFIG_BYTES,
         ROOT_PYTEST_FILES,
-        edit_config,
-        root_reason,
     )
 
     # one exec: the workspace's top two levels, then ini files at /, then the two editable
@@ -165,19 +163,14 @@ def build_overrides(docker: str, container: str) -> list[str]:
     for path in listing:
         rel = path.removeprefix("/workspace/")
         parts = rel.split("/")
-        if not rel.startswith("/") and root_reason(parts) is not None and (
-                len(parts) == 1 or parts[0] != "eval"):
+        if not rel.startswith("/") and workspace_override(parts):
             found.append(path)
     for name in EDITED_CONFIGS:
         path = f"/workspace/{name}"
         if path in found or path not in listing:
             continue
         data = _exec_in(docker, container, ["head", "-c", str(MAX_CONFIG_BYTES + 1), path], 60)
-        if sys.flags.no_site and "site" not in sys.modules:  # started with -S: a setup.cfg
-            import site  # is read with iniconfig, from the site packages
-
-            site.main()
-        if len(data) > MAX_CONFIG_BYTES or edit_config(name, data) != data:
+        if len(data) > MAX_CONFIG_BYTES or _config_edited(name, data):
             found.append(path)
     return sorted(set(found))
 
@@ -321,10 +314,7 @@ def _unknown(path: str, limit: int) -> tuple[str, bytes | None]:
 
 def _api_client() -> Any:
     """A Docker SDK client for the engine the CLI talks to (``DOCKER_HOST``), or None."""
-    if sys.flags.no_site and "site" not in sys.modules:  # started with -S
-        import site
-
-        site.main()
+    _ensure_site()
     try:
         import docker as docker_sdk
 
@@ -540,7 +530,7 @@ def tampered_paths(found: list[tuple[str, str]], look: Look,
                    first_only: bool = False) -> list[str]:
     """The paths of ``found`` that steer the tests; ``look`` decides the doubtful ones (with
     ``first_only``, none once one steers: each look is then a request to the engine)."""
-    from benchmarks.programbench.scorer_rules import EDITED_CONFIGS, root_reason
+    from benchmarks.programbench.scorer_rules import EDITED_CONFIGS, MAX_CONFIG_BYTES
 
     flagged: list[str] = []
     maybe: list[str] = []
@@ -550,8 +540,7 @@ def tampered_paths(found: list[tuple[str, str]], look: Look,
             parts = path[len(WORKSPACE) + 1:].split("/")
             if kind == "D":
                 continue  # removed: what the overrides' removal leaves
-            if kind == "L" or (root_reason(parts) is not None and (
-                    len(parts) == 1 or parts[0] != "eval")):
+            if kind == "L" or workspace_override(parts):
                 flagged.append(path)  # an override made (again) after they were removed
             elif len(parts) == 1 and parts[0] in EDITED_CONFIGS:
                 configs.append(path)
@@ -596,14 +585,27 @@ def tampered_paths(found: list[tuple[str, str]], look: Look,
     return sorted(set(flagged))
 
 
+def _ensure_site() -> None:
+    """The site packages, in a shim started with ``-S`` (its fast path needs none of them)."""
+    if sys.flags.no_site and "site" not in sys.modules:
+        import site
+
+        site.main()
+
+
+def workspace_override(parts: list[str]) -> bool:
+    """A workspace path (split at ``/``) the overrides' removal takes away: a pytest config,
+    the reserved ``eval/`` folder itself, a module shadowing one the tests import."""
+    from benchmarks.programbench.scorer_rules import root_reason
+
+    return root_reason(parts) is not None and (len(parts) == 1 or parts[0] != "eval")
+
+
 def _config_edited(name: str, data: bytes) -> bool:
     """``setup.cfg``/``pyproject.toml`` that still configure pytest (or cannot be parsed)."""
     from benchmarks.programbench.scorer_rules import edit_config
 
-    if sys.flags.no_site and "site" not in sys.modules:  # a setup.cfg is read with iniconfig
-        import site
-
-        site.main()
+    _ensure_site()  # a setup.cfg is read with iniconfig, from the site packages
     return edit_config(name, data) != data
 
 
