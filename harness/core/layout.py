@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# The run's ledger, one JSON row per settled instance (harness.run.ledger writes it).
+LEDGER_NAME = "result_index.jsonl"
+
 HARNESS_DIR = ".harness"
 
 

@@ -25,9 +25,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from harness.core.layout import LEDGER_NAME
 from harness.core.models import TaskRow
-
-LEDGER_NAME = "result_index.jsonl"
 
 
 class LedgerError(ValueError):

@@ -18,9 +18,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from harness.core.layout import LEDGER_NAME
+
 DIFFICULTY = {"easy": 1.0, "medium": 2.0, "hard": 3.0}
 HOLD = 2  # an xdist worker runs an item only once it knows the next one
-LEDGER_FILE = "result_index.jsonl"  # harness.run.ledger.LEDGER_NAME, without its pydantic import
 UNMEASURED = ("skipped", "carried")  # rows whose duration is not the instance's
 
 Node = TypeVar("Node")
@@ -36,9 +37,9 @@ def ledger_durations(roots: Iterable[str | Path]) -> dict[str, float]:
     without a positive duration."""
     out: dict[str, float] = {}
     for root in roots:
-        path = Path(root) / LEDGER_FILE
+        path = Path(root) / LEDGER_NAME
         if not path.is_file():
-            raise DurationsError(f"--durations-from {root}: no {LEDGER_FILE} there")
+            raise DurationsError(f"--durations-from {root}: no {LEDGER_NAME} there")
         for line in path.read_text().splitlines():
             try:
                 row = json.loads(line)
