@@ -13,9 +13,9 @@ import re
 from pydantic import BaseModel
 
 from harness.core.errors import RefusalError
-from harness.core.git import RepoProvenance, repo_provenance
+from harness.core.git import RepoProvenance
 
-__all__ = ["SHA_RE", "RepoProvenance", "SeedGate", "repo_provenance", "require_seed", "seed_gate"]
+__all__ = ["SHA_RE", "SeedGate", "require_seed", "seed_gate"]
 
 # A git commit SHA, full or abbreviated (lower case).
 SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")

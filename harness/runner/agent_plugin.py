@@ -152,7 +152,8 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     head: str | None = None
     version: str | None = None
     if repo:
-        from harness.agents.provenance import repo_provenance, require_seed, seed_gate
+        from harness.agents.provenance import require_seed, seed_gate
+        from harness.core.git import repo_provenance
 
         prov = repo_provenance(repo)
         gate = seed_gate(prov, allow_dirty_seed=config.getoption("allow_dirty_seed"),

@@ -9,12 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.agents.provenance import (
-    repo_provenance,
-    require_seed,
-    seed_gate,
-)
+from harness.agents.provenance import require_seed, seed_gate
 from harness.core.errors import RefusalError
+from harness.core.git import repo_provenance
 
 GIT_ENV = {
     **os.environ,
