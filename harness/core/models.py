@@ -54,6 +54,19 @@ class Tokens(OpenModel):
     total: int | None = None
 
 
+class ModelCalls(OpenModel):
+    """The calls one instance made to one model, as one source saw them (issue 24)."""
+
+    model: str  # the model name the call asked for (litellm's resolved name for mini-swe-agent)
+    source: str  # "model_proxy", "mini_swe", "gateway_server", ...
+    calls: int = 0
+    refused: int = 0  # calls refused because the model is not pinned (403 model_not_allowed)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None  # None: unknown (never 0 for unknown)
+    allowed: bool = True  # False: this model is neither --solve-model nor an --allow-model
+
+
 class TaskRow(OpenModel):
     """One line of ``result_index.jsonl``: the terminal record of one instance attempt."""
 
@@ -87,6 +100,17 @@ class TaskRow(OpenModel):
     error: str | None = None
     details: dict[str, Any] = Field(default_factory=dict)
     carried_from: str | None = None
+    # Repeated attempts (--attempts K > 1): instance_id is "<sample_of>@<sample>", the task's
+    # own id is sample_of and sample is 1..K. Both None for a K=1 run (ids unchanged).
+    sample_of: str | None = None
+    sample: int | None = None
+    # The models the instance's agent called, per model and source (None: not recorded).
+    models: list[ModelCalls] | None = None
+
+    @property
+    def task_id(self) -> str:
+        """The benchmark task this row is an attempt at (its instance id when K=1)."""
+        return self.sample_of or self.instance_id
 
     @field_validator("instance_id")
     @classmethod
@@ -334,6 +358,9 @@ class ManifestExtra(Section):
     resume_provenance: ResumeProvenance | None = None
     benchmark_sizes: dict[str, int | None] | None = None
     resume_selection: SelectionChange | None = None
+    # harness.runner.summary (issue 24): attempts per task, mean score with its interval,
+    # pass@k, unstable tasks (harness.run.samples.SampleStats)
+    samples: dict[str, Any] | None = None
     # harness.runner.controller and a benchmark's session scoring (a finishing step that failed)
     finish_errors: list[str] | None = None
     # harness.runner.engine_plugin (session end)

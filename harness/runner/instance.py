@@ -21,6 +21,7 @@ from harness.core.errors import InfraError, RunInterrupted
 from harness.core.models import (
     RESOLVED_AT,
     Manifest,
+    ModelCalls,
     Outcome,
     Plan,
     TaskRow,
@@ -85,6 +86,7 @@ class InstanceResult:
     cost_usd: float | None = None
     cost_known: bool = False
     tokens: Tokens | None = None
+    models: list[ModelCalls] | None = None  # per model and source (issue 24)
     prediction_written: bool = False
     agent_started: bool = False  # the agent was called (its cost must be settled)
     error: str | None = None
@@ -303,6 +305,7 @@ class RowState:
             cost_known=r.cost_known,
             paid_activity=paid_activity(r),
             tokens=r.tokens,
+            models=list(r.models) if r.models is not None else None,
             prediction_written=r.prediction_written,
             output_paths=dict(r.output_paths),
             error=error or r.error,
