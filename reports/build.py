@@ -6,6 +6,7 @@ import hashlib
 from collections import defaultdict
 from pathlib import Path
 
+from harness.run.samples import SampleStats, sample_stats
 from reports.compare import compare_results
 from reports.figures import (
     CompareReport,
@@ -17,6 +18,7 @@ from reports.figures import (
     RunRef,
 )
 from reports.metrics import headline
+from reports.model_use import model_use
 from reports.run import RunData
 from reports.stats import DEFAULT_RESAMPLES
 
@@ -118,7 +120,23 @@ def compare_runs(
     )
 
 
-def build_figures(run: RunData, compare: CompareReport | None = None) -> ReportFigures:
+def run_samples(
+    run: RunData, *, resamples: int = DEFAULT_RESAMPLES, seed: int = 0
+) -> SampleStats | None:
+    """The repeated-attempt figures of a run with K > 1 attempts per task; None for K=1."""
+    if not any(r.task is not None for r in run.results):
+        return None
+    stats = sample_stats(run.rows, [r.key for r in run.results], resamples=resamples, seed=seed)
+    return stats if stats.repeated else None
+
+
+def build_figures(
+    run: RunData,
+    compare: CompareReport | None = None,
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> ReportFigures:
     summaries, summary_warnings = official_summaries(run)
     return ReportFigures(
         provenance=provenance(run),
@@ -129,4 +147,6 @@ def build_figures(run: RunData, compare: CompareReport | None = None) -> ReportF
         official_summaries=summaries,
         warnings=[*run.warnings, *summary_warnings],
         compare=compare,
+        samples=run_samples(run, resamples=resamples, seed=seed),
+        models=model_use(run.results),
     )

@@ -14,9 +14,10 @@ from pathlib import Path
 from harness.core.fsutil import atomic_write_text
 from reports.build import compare_runs
 from reports.errors import ReportInputError
+from reports.figures import ReportFigures
 from reports.run import load_run
 from reports.stats import DEFAULT_RESAMPLES
-from reports.terminal import print_compare
+from reports.terminal import models_renderable, print_compare, samples_renderable
 from reports.write import write_report
 
 EXIT_OK = 0
@@ -70,7 +71,24 @@ def report_command(argv: Sequence[str] | None = None) -> int:
         print(f"harness report: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(f"harness report: wrote {paths.html}, {paths.markdown.name} and {paths.figures.name}")
+    print_attempts(paths.figures)
     return EXIT_OK
+
+
+def print_attempts(figures_path: Path) -> None:
+    """A run with repeated attempts or flagged model calls: those sections on the terminal
+    too (nothing more for a K=1 run whose rows name only allowed models)."""
+    try:
+        figures = ReportFigures.model_validate_json(figures_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    from rich.console import Console
+
+    console = Console()
+    if figures.samples is not None:
+        console.print(samples_renderable(figures.samples))
+    if figures.models is not None and figures.models.flagged:
+        console.print(models_renderable(figures.models))
 
 
 def compare_command(argv: Sequence[str] | None = None) -> int:

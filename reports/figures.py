@@ -6,11 +6,12 @@ path other than what the manifest records, so regenerating them gives the same b
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from harness.core.models import StrictModel
+from harness.core.models import ModelCalls, StrictModel
+from harness.run.samples import SampleStats
 
 FIGURES_SCHEMA = "harness.report.v1"
 COMPARE_SCHEMA = "harness.compare.v1"
@@ -18,7 +19,21 @@ COMPARE_SCHEMA = "harness.compare.v1"
 NOT_ATTEMPTED = "not_attempted"
 
 
-class InstanceResult(StrictModel):
+class FiguresModel(StrictModel):
+    """A model whose newer optional fields (:attr:`OMIT_NONE`) are left out of its JSON while
+    unset, so a file without them (a K=1 run, rows without models) keeps its old bytes."""
+
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if not isinstance(data, dict) or not self.OMIT_NONE:
+            return data
+        return {k: v for k, v in data.items() if not (k in self.OMIT_NONE and v is None)}
+
+
+class InstanceResult(FiguresModel):
     """The result of one instance as the report sees it (one per selected key)."""
 
     key: str
@@ -46,6 +61,21 @@ class InstanceResult(StrictModel):
     worker: str | None = None
     error: str | None = None
     output_paths: dict[str, str] = Field(default_factory=dict)
+    # Repeated attempts (K > 1): the task this row is an attempt at ("benchmark/task_id")
+    # and the attempt's number; None for a K=1 run.
+    task: str | None = None
+    sample: int | None = None
+    # The models the row's calls named (per model and source), None when not recorded; the
+    # flag says when a call named a model that was not allowed or was refused.
+    models: list[ModelCalls] | None = None
+    model_flag: str | None = None
+
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"task", "sample", "models", "model_flag"})
+
+    @property
+    def task_key(self) -> str:
+        """The task this result is an attempt at (its key for a K=1 run)."""
+        return self.task or self.key
 
 
 class RateSet(StrictModel):
@@ -149,8 +179,8 @@ class McNemarResult(StrictModel):
 Change = Literal["gained", "lost", "improved", "regressed", "same"]
 
 
-class PairedChange(StrictModel):
-    key: str
+class PairedChange(FiguresModel):
+    key: str  # the task (its instance key for a K=1 run)
     status_a: str
     status_b: str
     score_a: float
@@ -161,6 +191,16 @@ class PairedChange(StrictModel):
     infra_a: bool
     infra_b: bool
     change: Change
+    # Repeated attempts: the attempts behind each side's mean score and resolved fraction
+    # (None, and left out of the JSON, when both runs have one attempt per task).
+    attempts_a: int | None = None
+    attempts_b: int | None = None
+    resolved_rate_a: float | None = None
+    resolved_rate_b: float | None = None
+
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset(
+        {"attempts_a", "attempts_b", "resolved_rate_a", "resolved_rate_b"}
+    )
 
 
 class RunRef(StrictModel):
@@ -169,8 +209,11 @@ class RunRef(StrictModel):
     selected: int
 
 
-class CompareReport(StrictModel):
-    """``harness compare --json``: B minus A on the instances both runs selected."""
+class CompareReport(FiguresModel):
+    """``harness compare --json``: B minus A on the instances both runs selected.
+
+    Paired by task: with repeated attempts, a task's score is the mean over its selected
+    attempts and the bootstrap resamples tasks (each with its attempts)."""
 
     schema_: str = Field(default=COMPARE_SCHEMA, alias="schema")
     run_a: RunRef
@@ -188,9 +231,48 @@ class CompareReport(StrictModel):
     infra_b: list[str]
     warnings: list[str]
     changes: list[PairedChange]  # every shared key, sorted by key
+    # Repeated attempts: the most attempts one task has in each run, and the attempts behind
+    # the shared tasks (None, and left out, when both runs have one attempt per task).
+    attempts_per_task_a: int | None = None
+    attempts_per_task_b: int | None = None
+    shared_attempts_a: int | None = None
+    shared_attempts_b: int | None = None
+
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset(
+        {"attempts_per_task_a", "attempts_per_task_b", "shared_attempts_a", "shared_attempts_b"}
+    )
 
 
-class ReportFigures(StrictModel):
+class ModelTotal(StrictModel):
+    """One model's calls over the run's selected rows, as one source reported them."""
+
+    model: str
+    source: str
+    instances: int  # rows whose calls named it
+    calls: int
+    refused: int
+    prompt_tokens: int | None  # None: no row reported them
+    completion_tokens: int | None
+    cost_usd: float | None  # over the rows that reported a cost; None: none did
+    cost_unknown_rows: int  # rows that named it without a cost
+    allowed: bool  # False: some row says it was not allowed
+
+
+class FlaggedRow(StrictModel):
+    key: str
+    flag: str
+
+
+class ModelUse(StrictModel):
+    """The models the run's rows called (rows that recorded them), and the flagged rows."""
+
+    rows_recorded: int  # selected rows with a models list
+    rows_unrecorded: int  # attempted rows without one
+    totals: list[ModelTotal]
+    flagged: list[FlaggedRow]
+
+
+class ReportFigures(FiguresModel):
     """``report.json``: every figure the HTML and Markdown pages show."""
 
     schema_: str = Field(default=FIGURES_SCHEMA, alias="schema")
@@ -202,3 +284,8 @@ class ReportFigures(StrictModel):
     official_summaries: list[OfficialSummary]
     warnings: list[str]
     compare: CompareReport | None = None
+    # Repeated attempts (K > 1) and the models the rows called: left out while unset.
+    samples: SampleStats | None = None
+    models: ModelUse | None = None
+
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"samples", "models"})

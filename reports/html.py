@@ -13,9 +13,10 @@ from typing import Any
 
 import jinja2
 
-from reports import fmt
+from harness.run.samples import SampleStats
+from reports import fmt, samples_view
 from reports.charts import Chart, per_instance_chart, score_histogram, status_breakdown
-from reports.figures import Headline, Provenance, ReportFigures
+from reports.figures import Headline, ModelUse, Provenance, ReportFigures
 from reports.html_tables import Links, compare_view, instance_table
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -131,6 +132,26 @@ def charts(figures: ReportFigures) -> list[Chart]:
     ]
 
 
+def samples_context(stats: SampleStats) -> dict[str, Any]:
+    """The repeated-attempt section: figures, pass@k and every unstable task."""
+    return {
+        "items": samples_view.summary_items(stats),
+        "pass_headers": samples_view.PASS_HEADERS,
+        "pass_rows": samples_view.pass_rows(stats),
+        "unstable_headers": samples_view.UNSTABLE_HEADERS,
+        "unstable_rows": samples_view.unstable_rows(stats),
+    }
+
+
+def models_context(use: ModelUse) -> dict[str, Any]:
+    return {
+        "note": samples_view.models_note(use),
+        "headers": samples_view.MODEL_HEADERS,
+        "rows": samples_view.model_rows(use),
+        "flagged": [(f.key, f.flag) for f in use.flagged],
+    }
+
+
 def _when(unix: float | None) -> str:
     if unix is None:
         return "not finished"
@@ -183,6 +204,8 @@ def context(
         "ex_denominator": head.infra_excluded.denominator,
         "by_benchmark": by_benchmark_rows(figures.by_benchmark),
         "compare": compare_view(figures.compare) if figures.compare else None,
+        "samples": samples_context(figures.samples) if figures.samples is not None else None,
+        "models": models_context(figures.models) if figures.models is not None else None,
         "charts": charts(figures),
         "instances": instance_table(figures.instances, links, "instances-table"),
         "outside": (

@@ -12,9 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from reports import fmt
+from reports import fmt, samples_view
 from reports.charts import status_color
 from reports.figures import CompareReport, InstanceResult
+from reports.model_use import models_cell
 
 Links = Mapping[str, Sequence[tuple[str, str]]]
 PAGE_SIZE = 100
@@ -52,9 +53,13 @@ INSTANCE_COLUMNS = [
     Column(label="Carried from", kind="text", text=17),
     Column(label="Files", kind="files", text=18, sortable=False),
 ]
+# Shown when some row recorded the models it called (issue 24): the models, ⚠ when flagged.
+MODELS_COLUMN = Column(label="Models", kind="text", text=19)
 
 
-def instance_row(r: InstanceResult, links: Sequence[tuple[str, str]]) -> Row:
+def instance_row(
+    r: InstanceResult, links: Sequence[tuple[str, str]], *, models: bool = False
+) -> Row:
     reason = r.reason_code or ""
     if r.error:
         reason = f"{reason}: {r.error}" if reason else r.error
@@ -85,6 +90,7 @@ def instance_row(r: InstanceResult, links: Sequence[tuple[str, str]]) -> Row:
         r.worker or "",
         r.carried_from or "",
         [list(link) for link in links],
+        *([models_cell(r)] if models else []),
     ]
 
 
@@ -92,17 +98,19 @@ def instance_table(
     results: Sequence[InstanceResult], links: Links, table_id: str
 ) -> dict[str, Any]:
     """What the template and ``report.js`` need to show one paged instance table."""
-    rows = [instance_row(r, links.get(r.key, ())) for r in results]
+    models = any(r.models is not None for r in results)
+    columns = [*INSTANCE_COLUMNS, MODELS_COLUMN] if models else INSTANCE_COLUMNS
+    rows = [instance_row(r, links.get(r.key, ()), models=models) for r in results]
     statuses = sorted({r.status for r in results})
     return {
         "id": table_id,
-        "columns": INSTANCE_COLUMNS,
+        "columns": columns,
         "rows": rows,
         "first_page": rows[:PAGE_SIZE],
         "pages": max(1, -(-len(rows) // PAGE_SIZE)),
         "statuses": statuses,
         "data": {
-            "columns": [c.model_dump() for c in INSTANCE_COLUMNS],
+            "columns": [c.model_dump() for c in columns],
             "rows": rows,
             "colors": {s: status_color(s) for s in statuses},
             "pageSize": PAGE_SIZE,
@@ -163,6 +171,11 @@ def compare_view(cmp: CompareReport) -> dict[str, Any]:
                 "McNemar",
                 f"b={mc.b} (A only), c={mc.c} (B only): exact p={mc.exact_p:.4g}; "
                 f"χ² (cc)={mc.chi2:.3f}, p={mc.chi2_p:.4g}",
+            ),
+            *(
+                [("Attempts", samples_view.attempts_text(cmp))]
+                if cmp.attempts_per_task_a is not None
+                else []
             ),
         ],
     }

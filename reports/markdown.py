@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from reports import fmt
-from reports.figures import CompareReport, ReportFigures
+from harness.run.samples import SampleStats
+from reports import fmt, samples_view
+from reports.figures import CompareReport, ModelUse, ReportFigures
 
 MAX_CHANGES = 25
 
@@ -43,6 +44,8 @@ def compare_markdown(cmp: CompareReport) -> list[str]:
         f"- Resolved A / B: {cmp.resolved_a} / {cmp.resolved_b}; McNemar b={mc.b}, c={mc.c}, "
         f"exact p={mc.exact_p:.4g}, χ²(cc)={mc.chi2:.3f} (p={mc.chi2_p:.4g})",
     ]
+    if cmp.attempts_per_task_a is not None:
+        lines.append(f"- Attempts: {samples_view.attempts_text(cmp)}")
     lines += [f"- ⚠ {w}" for w in cmp.warnings]
     changed = [c for c in cmp.changes if c.change != "same"]
     if changed:
@@ -62,6 +65,38 @@ def compare_markdown(cmp: CompareReport) -> list[str]:
         lines += _table(["Instance", "Change", "A", "B", "Score A", "Score B", "Δ"], rows)
         if len(changed) > MAX_CHANGES:
             lines.append(f"\n…and {len(changed) - MAX_CHANGES} more (see report.html).")
+    return lines
+
+
+def samples_markdown(stats: SampleStats) -> list[str]:
+    """Repeated attempts: the figures with the attempts behind them, pass@k, unstable tasks."""
+    lines = ["### Repeated attempts", ""]
+    lines += [f"- {label}: {value}" for label, value in samples_view.summary_items(stats)]
+    lines += ["", *_table(samples_view.PASS_HEADERS, samples_view.pass_rows(stats))]
+    unstable = stats.unstable_tasks()
+    lines += ["", f"#### Unstable tasks ({len(unstable)})", ""]
+    if unstable:
+        rows = samples_view.unstable_rows(stats, samples_view.MAX_UNSTABLE)
+        lines += _table(samples_view.UNSTABLE_HEADERS, rows)
+        if len(unstable) > len(rows):
+            lines.append(f"\n…and {len(unstable) - len(rows)} more (see report.html).")
+    else:
+        lines.append("No task's attempts disagree.")
+    return lines
+
+
+def models_markdown(use: ModelUse) -> list[str]:
+    """The models the rows called, and the rows flagged (a model not allowed, refused calls)."""
+    lines = ["### Models", "", samples_view.models_note(use), ""]
+    lines += _table(samples_view.MODEL_HEADERS, samples_view.model_rows(use))
+    if use.flagged:
+        lines += [
+            "",
+            f"**Flagged rows ({len(use.flagged)}):** calls named a model that was "
+            "not allowed, or were refused",
+            "",
+        ]
+        lines += _table(["Instance", "Flag"], [[f.key, f.flag] for f in use.flagged])
     return lines
 
 
@@ -115,6 +150,10 @@ def render_markdown(figures: ReportFigures, summary_texts: Mapping[str, str]) ->
     ]
     if figures.warnings:
         lines += ["", *[f"- ⚠ {w}" for w in figures.warnings]]
+    if figures.samples is not None:
+        lines += ["", *samples_markdown(figures.samples)]
+    if figures.models is not None:
+        lines += ["", *models_markdown(figures.models)]
     if figures.compare:
         lines += ["", *compare_markdown(figures.compare)]
     for s in figures.official_summaries:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from harness.core.models import Outcome, TaskRow
+from harness.core.models import ModelCalls, Outcome, TaskRow, instance_key
 from harness.core.scoring import row_is_infra, row_is_resolved, row_score
+from harness.run.samples import split_attempt
 from reports.figures import (
     NOT_ATTEMPTED,
     CostTotals,
@@ -20,6 +21,20 @@ from reports.figures import (
     RateSet,
 )
 from reports.stats import quantile
+
+
+def model_flag(models: Sequence[ModelCalls] | None) -> str | None:
+    """Why a row's model calls need a look: a call named a model that was not allowed (not
+    the declared model nor an allowed helper), or calls were refused. None: nothing to flag."""
+    if not models:
+        return None
+    parts = [
+        f"not allowed: {m.model} ({m.source}, {m.calls} call(s))" for m in models if not m.allowed
+    ]
+    parts += [
+        f"refused: {m.refused} call(s) to {m.model} ({m.source})" for m in models if m.refused
+    ]
+    return "; ".join(parts) or None
 
 
 def result_from_row(row: TaskRow, *, in_selection: bool = True) -> InstanceResult:
@@ -51,11 +66,16 @@ def result_from_row(row: TaskRow, *, in_selection: bool = True) -> InstanceResul
         worker=row.worker,
         error=(row.error or "").splitlines()[0][:300] if row.error else None,
         output_paths=dict(row.output_paths),
+        task=instance_key(row.benchmark, row.sample_of) if row.sample_of is not None else None,
+        sample=row.sample if row.sample_of is not None else None,
+        models=list(row.models) if row.models is not None else None,
+        model_flag=model_flag(row.models),
     )
 
 
 def missing_result(key: str) -> InstanceResult:
     benchmark, _, instance_id = key.rpartition("/")
+    task, sample = split_attempt(instance_id)  # an attempt without a row: "<task>@<k>"
     return InstanceResult(
         key=key,
         benchmark=benchmark,
@@ -63,6 +83,8 @@ def missing_result(key: str) -> InstanceResult:
         attempted=False,
         status=NOT_ATTEMPTED,
         outcome=Outcome.NOT_ATTEMPTED.value,
+        task=instance_key(benchmark, task) if sample is not None else None,
+        sample=sample,
     )
 
 

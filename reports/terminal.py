@@ -6,8 +6,9 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from reports import fmt
-from reports.figures import CompareReport
+from harness.run.samples import SampleStats
+from reports import fmt, samples_view
+from reports.figures import CompareReport, ModelUse
 
 MAX_ROWS = 50
 CHANGE_STYLES = {"gained": "green", "improved": "green", "lost": "red", "regressed": "red"}
@@ -28,6 +29,8 @@ def compare_renderable(cmp: CompareReport, max_rows: int = MAX_ROWS) -> Renderab
         f"  (bootstrap, {ci.resamples} resamples, seed {ci.seed})",
     )
     summary.add_row("resolved A / B", f"{cmp.resolved_a} / {cmp.resolved_b}")
+    if cmp.attempts_per_task_a is not None:
+        summary.add_row("attempts", samples_view.attempts_text(cmp))
     summary.add_row(
         "McNemar",
         f"b={mc.b} c={mc.c}  exact p={mc.exact_p:.4g}  χ²(cc)={mc.chi2:.3f} p={mc.chi2_p:.4g}",
@@ -59,3 +62,47 @@ def compare_renderable(cmp: CompareReport, max_rows: int = MAX_ROWS) -> Renderab
 
 def print_compare(cmp: CompareReport, console: Console | None = None) -> None:
     (console or Console()).print(compare_renderable(cmp))
+
+
+def _table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title)
+    for h in headers:
+        table.add_column(h)
+    for r in rows:
+        table.add_row(*r)
+    return table
+
+
+def samples_renderable(stats: SampleStats, max_rows: int = samples_view.MAX_UNSTABLE) -> Group:
+    """Repeated attempts: the figures with the attempts behind them, pass@k, unstable tasks."""
+    summary = Table(title="repeated attempts", show_header=False)
+    summary.add_column("figure", style="bold")
+    summary.add_column("value")
+    for label, value in samples_view.summary_items(stats):
+        summary.add_row(label, value)
+    parts: list[RenderableType] = [
+        summary,
+        _table("pass@k", samples_view.PASS_HEADERS, samples_view.pass_rows(stats)),
+    ]
+    unstable = stats.unstable_tasks()
+    if unstable:
+        rows = samples_view.unstable_rows(stats, max_rows)
+        parts.append(
+            _table(f"unstable tasks ({len(unstable)})", samples_view.UNSTABLE_HEADERS, rows)
+        )
+        if len(unstable) > len(rows):
+            parts.append(Text(f"... {len(unstable) - len(rows)} more (see report.html)"))
+    else:
+        parts.append(Text("no unstable task"))
+    return Group(*parts)
+
+
+def models_renderable(use: ModelUse) -> Group:
+    """The models the rows called; the flagged rows in red."""
+    parts: list[RenderableType] = [
+        _table("models", samples_view.MODEL_HEADERS, samples_view.model_rows(use)),
+        Text(samples_view.models_note(use)),
+    ]
+    for f in use.flagged:
+        parts.append(Text(f"flagged: {f.key}: {f.flag}", style="red"))
+    return Group(*parts)

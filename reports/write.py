@@ -81,7 +81,7 @@ def write_report(
     check_writable(paths, overwrite=overwrite)
 
     compare = compare_runs(baseline, run, resamples=resamples, seed=seed) if baseline else None
-    figures = build_figures(run, compare)
+    figures = build_figures(run, compare, resamples=resamples, seed=seed)
     root_real, out_real = root.resolve(), out.resolve()
     links = {
         r.key: instance_links(root_real, r, out_real)

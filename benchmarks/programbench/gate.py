@@ -26,6 +26,13 @@ run's own eval.json (``<run>/programbench/<iid>/<iid>.eval.json``) when that exi
 less the installed tests.json ignore list; otherwise on the reference's keys less that list,
 paired with the ledger score. Each pair says which basis it used.
 
+Repeated attempts (a run with ``--attempts K``): the gate pairs by task. A task's run score
+is the mean over its K attempts (each reduced as above, from its own eval.json when that
+exists) and the bootstrap resamples tasks, each with its attempts. Every selected attempt
+of a listed task must be scored, as every task must: a missing or infrastructure-failed
+attempt refuses the gate (exit 2) and is listed, never dropped from the mean. A K=1 run is
+gated exactly as before.
+
 ``gate.json`` is written to the run root (or ``--output``) with exclusive create: a gate
 verdict is a record and is never overwritten; pass another ``--output`` to gate again.
 Exit status: 0 PASS, 1 FAIL, 2 refused (bad input, existing output).
@@ -38,11 +45,12 @@ import json
 import os
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from benchmarks.programbench.scores import (
     RunScore,
@@ -54,7 +62,9 @@ from benchmarks.programbench.scores import (
 )
 from benchmarks.programbench.tasks import programbench_version, select_instances
 from harness.core.fsutil import create_exclusive, read_json
-from harness.run.ledger import ledger_path
+from harness.core.models import TaskRow
+from harness.run.ledger import ledger_path, read_ledger
+from harness.run.manifest import ManifestError, read_manifest
 from reports.stats import bootstrap_mean_ci
 
 GATE_SCHEMA = "harness.programbench.gate.v1"
@@ -109,12 +119,18 @@ def load_tasks(path: Path) -> TaskList:
     groups = data if isinstance(data, dict) else {}
     smoke, unseen = groups.get("smoke"), groups.get("unseen")
     known = {inst.instance_id for inst in select_instances()}
-    if not isinstance(smoke, list) or not isinstance(unseen, list) \
-            or len(smoke) != GATE_GROUP_SIZE or len(unseen) != GATE_GROUP_SIZE \
-            or set(groups) != {"smoke", "unseen"}:
-        raise GateRefused(f"--tasks {path} must be {{\"smoke\": [...], \"unseen\": [...]}} "
-                          f"listing {GATE_GROUP_SIZE} smoke and {GATE_GROUP_SIZE} unseen "
-                          f"instance ids")
+    if (
+        not isinstance(smoke, list)
+        or not isinstance(unseen, list)
+        or len(smoke) != GATE_GROUP_SIZE
+        or len(unseen) != GATE_GROUP_SIZE
+        or set(groups) != {"smoke", "unseen"}
+    ):
+        raise GateRefused(
+            f'--tasks {path} must be {{"smoke": [...], "unseen": [...]}} '
+            f"listing {GATE_GROUP_SIZE} smoke and {GATE_GROUP_SIZE} unseen "
+            f"instance ids"
+        )
     ids = [*smoke, *unseen]
     unknown = sorted(str(i) for i in ids if i not in known)
     if unknown:
@@ -135,28 +151,55 @@ def _run_load(run_root: Path) -> tuple[list[float] | None, list[float] | None]:
     return load.get("start"), load.get("end")
 
 
-def host_load(run_root: Path, start: tuple[float, float, float],
-              max_load_per_cpu: float) -> HostLoad:
+def host_load(
+    run_root: Path, start: tuple[float, float, float], max_load_per_cpu: float
+) -> HostLoad:
     cpus = os.cpu_count() or 1
     end = os.getloadavg()
     run_start, run_end = _run_load(run_root)
     ones = [start[0], end[0]] + [v[0] for v in (run_start, run_end) if v]
     peak = max(ones) / cpus
-    return HostLoad(cpus=cpus, max_load_per_cpu=max_load_per_cpu, start=list(start),
-                    end=list(end), run_start=run_start, run_end=run_end,
-                    peak_per_cpu=round(peak, 4), overloaded=peak >= max_load_per_cpu)
+    return HostLoad(
+        cpus=cpus,
+        max_load_per_cpu=max_load_per_cpu,
+        start=list(start),
+        end=list(end),
+        run_start=run_start,
+        run_end=run_end,
+        peak_per_cpu=round(peak, 4),
+        overloaded=peak >= max_load_per_cpu,
+    )
 
 
-class Pair(BaseModel):
+class _OmitUnset(BaseModel):
+    """Newer optional fields (:attr:`OMIT_NONE`) are left out of ``gate.json`` while unset:
+    a K=1 gate record keeps its old shape."""
+
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        return {k: v for k, v in data.items() if not (k in self.OMIT_NONE and v is None)}
+
+
+class Pair(_OmitUnset):
     model_config = ConfigDict(extra="forbid")
 
-    instance_id: str
-    run: float
+    instance_id: str  # the task
+    run: float  # with repeated attempts: the mean over the task's attempts
     reference: float
     diff: float
-    basis: Literal["instance_score", "common_keys"]
+    basis: Literal["instance_score", "common_keys", "mixed"]  # mixed: attempts differ
     n_keys: int | None = None
     reference_missing: bool = False  # the other entry lacks this task: it counts 0 for it
+    # Repeated attempts: the attempts' instance ids and run scores (left out for K=1)
+    attempts: list[str] | None = None
+    attempt_scores: list[float] | None = None
+
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"attempts", "attempt_scores"})
 
 
 class Comparison(BaseModel):
@@ -177,7 +220,7 @@ class Comparison(BaseModel):
     pairs: list[Pair] = Field(default_factory=list)
 
 
-class GateReport(BaseModel):
+class GateReport(_OmitUnset):
     """``gate.json``."""
 
     model_config = ConfigDict(extra="forbid")
@@ -197,11 +240,21 @@ class GateReport(BaseModel):
     baseline: Comparison | None = None
     verdict: Literal["PASS", "FAIL"]
     reasons: list[str] = Field(default_factory=list)
+    # Repeated attempts: the most attempts one task has, and the attempts scored (left out
+    # for K=1; ``run_scored`` then counts tasks)
+    attempts_per_task: int | None = None
+    attempts_scored: int | None = None
+
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"attempts_per_task", "attempts_scored"})
 
 
-def _run_tests(run_root: Path, iid: str) -> dict[str, bool] | None:
-    eval_json = run_root / "programbench" / iid / f"{iid}.eval.json"
-    if not eval_json.exists():
+def _run_tests(run_root: Path, iid: str, attempt: str | None = None) -> dict[str, bool] | None:
+    """The run's per-test results of task ``iid`` (of its attempt ``attempt``, whose folder
+    is ``programbench/<attempt>/``, holding ``<attempt>.eval.json`` or ``<iid>.eval.json``)."""
+    folder = run_root / "programbench" / (attempt or iid)
+    candidates = [folder / f"{attempt or iid}.eval.json", folder / f"{iid}.eval.json"]
+    eval_json = next((c for c in candidates if c.exists()), None)
+    if eval_json is None:
         return None
     from benchmarks.programbench.official_eval import per_test_outcomes
 
@@ -211,12 +264,13 @@ def _run_tests(run_root: Path, iid: str) -> dict[str, bool] | None:
         return None
 
 
-def _pair(run_root: Path, run: RunScore, other: ScoresFile) -> Pair:
-    iid = run.instance_id
+def _pair(run_root: Path, run: RunScore, other: ScoresFile, task: str | None = None) -> Pair:
+    """One pair; ``task``: ``run`` is an attempt (its own instance id) at that task."""
+    iid = task or run.instance_id
     assert run.score is not None
     ref_tests = (other.per_test or {}).get(iid)
     if ref_tests is not None:
-        mine = _run_tests(run_root, iid)
+        mine = _run_tests(run_root, iid, run.instance_id if task else None)
         if mine:
             common = current_keys(iid, set(ref_tests) & set(mine))
             ref_score, run_score = reduce_tests(ref_tests, common), reduce_tests(mine, common)
@@ -231,14 +285,41 @@ def _pair(run_root: Path, run: RunScore, other: ScoresFile) -> Pair:
                 )
     ref = other.scores.get(iid)
     return Pair(
-        instance_id=iid, run=run.score, reference=ref or 0.0, diff=run.score - (ref or 0.0),
-        basis="instance_score", reference_missing=ref is None,
+        instance_id=iid,
+        run=run.score,
+        reference=ref or 0.0,
+        diff=run.score - (ref or 0.0),
+        basis="instance_score",
+        reference_missing=ref is None,
+    )
+
+
+def _task_pair(run_root: Path, attempts: list[RunScore], other: ScoresFile, task: str) -> Pair:
+    """A task's pair: its one attempt's (K=1), or the means over its attempts' pairs."""
+    if len(attempts) == 1 and attempts[0].instance_id == task:
+        return _pair(run_root, attempts[0], other)
+    pairs = [_pair(run_root, a, other, task) for a in attempts]
+    n = len(pairs)
+    run = sum(p.run for p in pairs) / n
+    reference = sum(p.reference for p in pairs) / n
+    bases = {p.basis for p in pairs}
+    keys = {p.n_keys for p in pairs}
+    return Pair(
+        instance_id=task,
+        run=run,
+        reference=reference,
+        diff=run - reference,
+        basis=bases.pop() if len(bases) == 1 else "mixed",
+        n_keys=keys.pop() if len(keys) == 1 else None,
+        reference_missing=pairs[0].reference_missing,
+        attempts=[a.instance_id for a in attempts],
+        attempt_scores=[p.run for p in pairs],
     )
 
 
 def compare(
     run_root: Path,
-    scored: dict[str, RunScore],
+    scored: dict[str, list[RunScore]],
     other: ScoresFile,
     *,
     role: Literal["reference", "baseline"],
@@ -247,9 +328,10 @@ def compare(
     over: list[str] | None = None,
 ) -> Comparison:
     """Pairs on the instances both have, or (``over``) on every listed one: a listed
-    instance the other entry lacks counts 0 for it."""
+    instance the other entry lacks counts 0 for it. ``scored``: per task, its attempts'
+    scores (K=1: the instance's one; repeated attempts: the task's pair is their mean)."""
     shared = sorted(over) if over is not None else sorted(set(scored) & set(other.scores))
-    pairs = [_pair(run_root, scored[iid], other) for iid in shared]
+    pairs = [_task_pair(run_root, scored[iid], other, iid) for iid in shared]
     n = len(pairs)
     run_mean = sum(p.run for p in pairs) / n if n else None
     other_mean = sum(p.reference for p in pairs) / n if n else None
@@ -273,6 +355,81 @@ def compare(
     )
 
 
+class RunTasks(BaseModel):
+    """The run's ledger by task: each task's scored attempts and its unscored ones."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scored: dict[str, list[RunScore]]  # task -> its attempts, all scored (K=1: one)
+    unscored: list[RunScore]  # attempts (K=1: instances) without a score
+    # task -> why it is not scored: its status (K=1), "attempt (status)" per unscored attempt
+    unscored_tasks: dict[str, list[str]]
+    attempts_per_task: int  # the most attempts selected for one task
+    repeated: bool  # some row is an attempt of a task run more than once (K > 1)
+
+
+def _expected_attempts(run_root: Path) -> dict[str, list[str]]:
+    """Task -> the attempt ids the run's manifest selected (repeated runs; {} if unknown)."""
+    try:
+        selection = read_manifest(run_root).selection.instance_ids
+    except (ManifestError, OSError, ValueError):
+        return {}
+    out: dict[str, list[str]] = defaultdict(list)
+    for key in selection:
+        benchmark, _, iid = key.rpartition("/")
+        task, at, sample = iid.rpartition("@")
+        if benchmark == "programbench" and at and sample.isdigit():
+            out[task].append(iid)
+    return out
+
+
+def _sample_order(rows: dict[str, TaskRow], item: RunScore) -> tuple[int, str]:
+    row = rows.get(item.instance_id)
+    return (row.sample or 0) if row is not None else 0, item.instance_id
+
+
+def read_run_tasks(run_root: Path) -> RunTasks:
+    """The run's per-instance scores (:func:`read_run_scores`) grouped by task. A K=1 run:
+    one attempt per task, its instance. A repeated run: a task is scored only when every
+    attempt it has (in the ledger, or selected in the manifest) is scored."""
+    ledger = ledger_path(run_root)
+    scored, unscored = read_run_scores(ledger)
+    rows: dict[str, TaskRow] = {
+        row.instance_id: row
+        for row in read_ledger(ledger).latest.values()
+        if row.benchmark == "programbench"
+    }
+    repeated = any(row.sample_of is not None for row in rows.values())
+    task_of = {iid: row.task_id for iid, row in rows.items()}
+    by_task: dict[str, list[RunScore]] = defaultdict(list)
+    for iid, item in scored.items():
+        by_task[task_of.get(iid, iid)].append(item)
+    missing: dict[str, list[str]] = defaultdict(list)
+    for u in unscored:
+        status = u.status or u.outcome or "unscored"
+        missing[task_of.get(u.instance_id, u.instance_id)].append(
+            f"{u.instance_id} ({status})" if repeated else status
+        )
+    expected = _expected_attempts(run_root) if repeated else {}
+    for task, ids in expected.items():
+        missing[task] += [f"{iid} (no row)" for iid in ids if iid not in rows]
+    for task, reasons in list(missing.items()):
+        if not reasons:
+            del missing[task]
+        else:
+            by_task.pop(task, None)
+    per_task = [len(v) for v in by_task.values()] + [len(v) for v in expected.values()]
+    return RunTasks(
+        scored={
+            t: sorted(v, key=lambda r: _sample_order(rows, r)) for t, v in sorted(by_task.items())
+        },
+        unscored=unscored,
+        unscored_tasks=dict(sorted(missing.items())),
+        attempts_per_task=max(per_task, default=0),
+        repeated=repeated,
+    )
+
+
 def run_gate(
     run_root: Path,
     reference: Path,
@@ -288,25 +445,40 @@ def run_gate(
     ledger = ledger_path(run_root)
     if not ledger.exists():
         raise FileNotFoundError(f"no ledger at {ledger}: is {run_root} a run root?")
-    scored, unscored = read_run_scores(ledger)
-    wanted = tasks.all if tasks is not None else sorted(
-        set(scored) | {u.instance_id for u in unscored})
-    status = {u.instance_id: u.status or u.outcome or "unscored" for u in unscored}
-    missing = [i for i in wanted if i not in scored]
+    run = read_run_tasks(run_root)
+    wanted = tasks.all if tasks is not None else sorted(set(run.scored) | set(run.unscored_tasks))
+    missing = [i for i in wanted if i not in run.scored]
     if missing:
-        listed = ", ".join(f"{i} ({status.get(i, 'no row')})" for i in missing)
+        listed = ", ".join(
+            f"{i} ({'; '.join(run.unscored_tasks.get(i, ['no row']))})" for i in missing
+        )
         raise GateRefused(
             f"{len(missing)} gate task(s) unscored (missing or infra-failed), never dropped: "
-            f"{listed}; resume the run (--resume-from {run_root}) and gate the new root")
+            f"{listed}; resume the run (--resume-from {run_root}) and gate the new root"
+        )
     ref_scores = load_scores(reference)
-    ref = compare(run_root, scored, ref_scores, role="reference", seed=seed,
-                  resamples=resamples, over=wanted if tasks is not None else None)
+    ref = compare(
+        run_root,
+        run.scored,
+        ref_scores,
+        role="reference",
+        seed=seed,
+        resamples=resamples,
+        over=wanted if tasks is not None else None,
+    )
     base = None
     if baseline is not None:
         base_scores = load_scores(baseline)
         shared = [i for i in wanted if i in base_scores.scores] if tasks is not None else None
-        base = compare(run_root, scored, base_scores, role="baseline", seed=seed,
-                       resamples=resamples, over=shared)
+        base = compare(
+            run_root,
+            run.scored,
+            base_scores,
+            role="baseline",
+            seed=seed,
+            resamples=resamples,
+            over=shared,
+        )
     reasons: list[str] = []
     for comp in (ref, base):
         if comp is None:
@@ -320,16 +492,18 @@ def run_gate(
             )
     load = host_load(run_root, load_start, max_load_per_cpu)
     if load.overloaded and reasons:
-        reasons.append(f"host overloaded (peak load {load.peak_per_cpu:.2f} per CPU): the "
-                       f"methodology pauses and re-runs instead of failing")
-    return GateReport(
+        reasons.append(
+            f"host overloaded (peak load {load.peak_per_cpu:.2f} per CPU): the "
+            f"methodology pauses and re-runs instead of failing"
+        )
+    report = GateReport(
         run_root=str(run_root),
         created_at_unix=time.time(),
         programbench_version=programbench_version(),
         seed=seed,
         resamples=resamples,
-        run_scored=len(scored),
-        unscored=unscored,
+        run_scored=len(run.scored),
+        unscored=run.unscored,
         tasks=tasks,
         host_load=load,
         reference=ref,
@@ -337,6 +511,10 @@ def run_gate(
         verdict="FAIL" if reasons else "PASS",
         reasons=reasons,
     )
+    if run.repeated:  # K=1 records keep their shape
+        report.attempts_per_task = run.attempts_per_task
+        report.attempts_scored = sum(len(v) for v in run.scored.values())
+    return report
 
 
 def write_gate(report: GateReport, path: Path) -> None:
@@ -352,13 +530,26 @@ def _fmt(value: float | None) -> str:
 
 def render(report: GateReport) -> str:
     lines = [f"ProgramBench gate: {report.verdict}  ({report.run_root})"]
-    lines.append(f"  run instances scored: {report.run_scored}, not scored: {len(report.unscored)}")
+    if report.attempts_per_task is None:
+        lines.append(
+            f"  run instances scored: {report.run_scored}, not scored: {len(report.unscored)}"
+        )
+    else:
+        lines.append(
+            f"  run tasks scored: {report.run_scored} with {report.attempts_scored} attempts "
+            f"(up to {report.attempts_per_task} per task; pairs use each task's mean), "
+            f"attempts not scored: {len(report.unscored)}"
+        )
     if report.tasks is not None:
-        lines.append(f"  tasks {report.tasks.path}: {len(report.tasks.smoke)} smoke + "
-                     f"{len(report.tasks.unseen)} unseen")
+        lines.append(
+            f"  tasks {report.tasks.path}: {len(report.tasks.smoke)} smoke + "
+            f"{len(report.tasks.unseen)} unseen"
+        )
     load = report.host_load
-    lines.append(f"  host load (1 min) start {load.start[0]:.2f}, end {load.end[0]:.2f} on "
-                 f"{load.cpus} CPU(s)")
+    lines.append(
+        f"  host load (1 min) start {load.start[0]:.2f}, end {load.end[0]:.2f} on "
+        f"{load.cpus} CPU(s)"
+    )
     for comp in (report.reference, report.baseline):
         if comp is None:
             continue
@@ -383,11 +574,19 @@ def gate_command(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES)
     parser.add_argument("--output", type=Path, help=f"where to write (default RUN/{GATE_NAME})")
-    parser.add_argument("--tasks", type=Path, metavar="FILE",
-                        help='Gate-20 task list: {"smoke": [10 ids], "unseen": [10 ids]}')
-    parser.add_argument("--max-load-per-cpu", type=float, default=DEFAULT_MAX_LOAD_PER_CPU,
-                        help="warn that the host was overloaded above this 1-minute load "
-                             f"average per CPU (default {DEFAULT_MAX_LOAD_PER_CPU:g})")
+    parser.add_argument(
+        "--tasks",
+        type=Path,
+        metavar="FILE",
+        help='Gate-20 task list: {"smoke": [10 ids], "unseen": [10 ids]}',
+    )
+    parser.add_argument(
+        "--max-load-per-cpu",
+        type=float,
+        default=DEFAULT_MAX_LOAD_PER_CPU,
+        help="warn that the host was overloaded above this 1-minute load "
+        f"average per CPU (default {DEFAULT_MAX_LOAD_PER_CPU:g})",
+    )
     try:
         args = parser.parse_args(None if argv is None else list(argv))
     except SystemExit as exc:
@@ -402,8 +601,13 @@ def gate_command(argv: Sequence[str] | None = None) -> int:
     try:
         tasks = load_tasks(args.tasks) if args.tasks is not None else None
         report = run_gate(
-            args.run, args.reference, args.baseline, seed=args.seed, resamples=args.resamples,
-            tasks=tasks, max_load_per_cpu=args.max_load_per_cpu,
+            args.run,
+            args.reference,
+            args.baseline,
+            seed=args.seed,
+            resamples=args.resamples,
+            tasks=tasks,
+            max_load_per_cpu=args.max_load_per_cpu,
         )
         out.parent.mkdir(parents=True, exist_ok=True)
         write_gate(report, out)
@@ -413,8 +617,10 @@ def gate_command(argv: Sequence[str] | None = None) -> int:
     print(render(report))
     print(f"  written: {out}")
     if report.host_load.overloaded:
-        print(f"warning: host overloaded during the gate or the run (peak 1-minute load "
-              f"{report.host_load.peak_per_cpu:.2f} per CPU >= {args.max_load_per_cpu:g}): "
-              f"pause and re-run when contention clears; load data is in {out}",
-              file=sys.stderr)
+        print(
+            f"warning: host overloaded during the gate or the run (peak 1-minute load "
+            f"{report.host_load.peak_per_cpu:.2f} per CPU >= {args.max_load_per_cpu:g}): "
+            f"pause and re-run when contention clears; load data is in {out}",
+            file=sys.stderr,
+        )
     return 0 if report.verdict == "PASS" else 1

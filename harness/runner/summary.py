@@ -1,8 +1,15 @@
-"""The terminal summary of a run: counts by status, mean score, run root, resume command."""
+"""The terminal summary of a run: counts by status, mean score, run root, resume command.
+
+A run with repeated attempts (``--attempts K``, K > 1) gets one more line: the attempts
+behind the figures, the mean score with its interval over tasks, pass@1 and pass@K, and
+the unstable tasks (:mod:`harness.run.samples`). A K=1 run's summary is unchanged.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from harness.run.samples import recorded_samples, sample_stats, split_attempt, summary_line
 
 if TYPE_CHECKING:
     from harness.runner.controller import Controller
@@ -18,12 +25,17 @@ def print_summary(tr: Any, controller: Controller) -> None:
     tr.write_line(f"run {m.run_id}: {selected} selected; {counts}")
     if m.mean_score is not None:
         tr.write_line(f"mean score {m.mean_score:.4f} over {selected} (missing counts 0)")
+    line = samples_line(controller)
+    if line is not None:
+        tr.write_line(line)
     if m.subset_notice:
         tr.write_line(m.subset_notice)
     if m.not_reportable:
         tr.write_line(f"not reportable: {'; '.join(m.not_reportable)}")
-    tr.write_line(f"outcome {m.outcome}, exit status {m.exit_code}"
-                  + (f", stop reason {m.stop_reason}" if m.stop_reason else ""))
+    tr.write_line(
+        f"outcome {m.outcome}, exit status {m.exit_code}"
+        + (f", stop reason {m.stop_reason}" if m.stop_reason else "")
+    )
     tr.write_line(f"run root {m.run_root}")
     if controller.report_path is not None:
         tr.write_line(f"report {controller.report_path}")
@@ -33,6 +45,37 @@ def print_summary(tr: Any, controller: Controller) -> None:
         tr.write_line("nothing was selected: check -k, -m, --instance and the benchmark's filters")
     if m.outcome == "collection_failed":
         tr.write_line("collection failed: fix the errors above; no instance ran")
-    if m.resume_command and m.outcome not in ("completed", "nothing_remaining", "dry_run", "empty_selection",
-                                             "collection_failed"):
+    if m.resume_command and m.outcome not in (
+        "completed",
+        "nothing_remaining",
+        "dry_run",
+        "empty_selection",
+        "collection_failed",
+    ):
         tr.write_line(f"resume with: {m.resume_command}")
+
+
+def _repeated(controller: Controller) -> bool:
+    """Some row or selected id is an attempt of a task run more than once."""
+    if any(row.sample_of is not None for row in controller.rows.values()):
+        return True
+    return any(
+        split_attempt(key.rpartition("/")[2])[1] is not None for key in controller.selection or []
+    )
+
+
+def samples_line(controller: Controller) -> str | None:
+    """The repeated-attempt line (K > 1), None for a K=1 run: from the figures the manifest
+    recorded at session end, else computed from the controller's rows."""
+    m = controller.manifest
+    if m is None:
+        return None
+    stats = recorded_samples(m)
+    if stats is None:
+        if not _repeated(controller):
+            return None
+        try:
+            stats = sample_stats(controller.rows, controller.selection)
+        except Exception as exc:  # the summary never fails the run
+            return f"attempts: figures not available ({type(exc).__name__}: {exc})"
+    return summary_line(stats) if stats.repeated else None
