@@ -1,4 +1,5 @@
-"""``harness programbench SUBCOMMAND``: ``export`` and ``gate`` (dispatch only)."""
+"""``harness programbench SUBCOMMAND``: ``export``, ``gate``, ``submission`` and ``rescore``
+(dispatch only)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,26 @@ from collections.abc import Sequence
 from harness.cli import dispatch
 
 COMMANDS = {
-    "export": ("benchmarks.programbench.export", "export_command",
-               "copy a run's non-empty submissions into a fresh programbench-eval tree"),
-    "gate": ("benchmarks.programbench.gate", "gate_command",
-             "paired comparison of a run with leaderboard per-task scores (PASS/FAIL)"),
+    "export": (
+        "benchmarks.programbench.export",
+        "export_command",
+        "copy a run's non-empty submissions into a fresh programbench-eval tree",
+    ),
+    "gate": (
+        "benchmarks.programbench.gate",
+        "gate_command",
+        "paired comparison of a run with leaderboard per-task scores (PASS/FAIL)",
+    ),
+    "submission": (
+        "benchmarks.programbench.leaderboard",
+        "submission_command",
+        "a run in the leaderboard's layout, then the official submit package and verify",
+    ),
+    "rescore": (
+        "benchmarks.programbench.ignored_rescore",
+        "rescore_command",
+        "recompute every score from the kept eval.json with a registry ignored_tests.json",
+    ),
 }
 
 

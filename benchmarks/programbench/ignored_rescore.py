@@ -1,0 +1,266 @@
+"""``harness programbench rescore RUN --ignored-tests FILE``: the leaderboard's rescore, here.
+
+The leaderboard recomputes every score from per-test results with the registry's current
+``ignored_tests.json`` (``{instance_id: ["<branch>/<test name>", ...]}``, the keys of
+``_stats/score.json``; ``scripts/compile_leaderboard.py`` of ``ProgramBench/submissions``).
+This does the same from the run's kept eval.json files: per instance, the per-test map
+``programbench info`` scores (active branches, the installed tests.json's ignored tests;
+:func:`~benchmarks.programbench.official_eval.per_test_outcomes`), less the file's entries
+for that instance, scored by the package's own ``score_from_tests`` (passed / remaining,
+0 when none remain).
+
+Old and new are printed side by side. Every instance whose score or test counts change
+gets a new ledger row (the effective row with the new figures, ``details.rescore`` naming
+the rule: the file, its sha256, the entries applied and those that matched no test),
+appended with the runner's ledger writer (one fsynced append, under the run's lock); an
+unchanged instance gets none, so a second rescore with the same file writes nothing. The
+eval.json files are never changed. Not to be confused with
+:mod:`benchmarks.programbench.rescore`, which makes a resume score a kept submission.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from filelock import Timeout
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
+
+from benchmarks.programbench import NEAR_RESOLVED_AT
+from benchmarks.programbench.kept_files import ancestor_roots, effective_rows, kept_files
+from benchmarks.programbench.official_eval import per_test_outcomes
+from harness.core.models import RESOLVED_AT, TaskRow
+from harness.run.ledger import LedgerWriter
+from harness.run.manifest import ManifestError, read_manifest
+from harness.sandbox.cleanup import run_lock
+
+MAX_IGNORE_BYTES = 64 << 20
+
+
+class RescoreRefused(Exception):
+    """One line: what is wrong and the fix."""
+
+
+class IgnoredTests(RootModel[dict[str, list[str]]]):
+    """The registry's ``ignored_tests.json``: instance id -> ``"<branch>/<test>"`` names."""
+
+
+class RescoreRule(BaseModel):
+    """``details.rescore`` of a rescored row: the rule that produced its score."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: str = "registry ignored_tests.json: score = passed / tests left after ignoring"
+    ignored_tests_file: str
+    ignored_tests_sha256: str
+    ignored: list[str] = Field(default_factory=list)  # this instance's entries that matched
+    unmatched: list[str] = Field(default_factory=list)  # its entries that matched no test
+    eval_json: str
+    old_score: float | None
+    new_score: float
+    old_tests: tuple[int | None, int | None]
+    new_tests: tuple[int, int]
+    at_unix: float
+
+
+class Rescored(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    instance_id: str  # the row's id
+    old_score: float | None
+    new_score: float | None = None  # None: not rescored (see note)
+    old_tests: tuple[int | None, int | None] = (None, None)
+    new_tests: tuple[int, int] | None = None
+    changed: bool = False
+    note: str = ""
+    row: TaskRow | None = Field(default=None, exclude=True)
+
+
+def load_ignored(path: Path) -> tuple[dict[str, list[str]], str]:
+    """The ignore map and the file's sha256; :class:`RescoreRefused` when unreadable."""
+    try:
+        data = path.read_bytes()
+        if len(data) > MAX_IGNORE_BYTES:
+            raise RescoreRefused(f"--ignored-tests {path} is larger than {MAX_IGNORE_BYTES} bytes")
+        parsed = IgnoredTests.model_validate_json(data)
+    except OSError as exc:
+        raise RescoreRefused(f"--ignored-tests {path}: {exc}") from None
+    except ValidationError:
+        raise RescoreRefused(
+            f"--ignored-tests {path} is not the registry's ignored_tests.json format "
+            f'({{"<instance id>": ["<branch>/<test name>", ...]}}): pass that file'
+        ) from None
+    return parsed.root, hashlib.sha256(data).hexdigest()
+
+
+def rescore_row(row: TaskRow, eval_json: Path, entries: list[str]) -> tuple[Rescored, RescoreRule]:
+    """Old and new figures of one row (``RescoreRule`` without the file's name and hash)."""
+    from programbench.submission import score_from_tests  # the package's own rule
+
+    tests = per_test_outcomes(row.task_id, eval_json)
+    ignore = set(entries)
+    kept = {name: ok for name, ok in tests.items() if name not in ignore}
+    new_score = float(score_from_tests(tests, ignore))
+    new_tests = (sum(kept.values()), len(kept))
+    old_tests = (row.tests_passed, row.tests_total)
+    changed = new_score != row.score or new_tests != old_tests
+    rule = RescoreRule(
+        ignored_tests_file="",
+        ignored_tests_sha256="",
+        ignored=sorted(ignore & tests.keys()),
+        unmatched=sorted(ignore - tests.keys()),
+        eval_json=str(eval_json),
+        old_score=row.score,
+        new_score=new_score,
+        old_tests=old_tests,
+        new_tests=new_tests,
+        at_unix=time.time(),
+    )
+    result = Rescored(
+        instance_id=row.instance_id,
+        old_score=row.score,
+        new_score=new_score,
+        old_tests=old_tests,
+        new_tests=new_tests,
+        changed=changed,
+        note=f"{len(rule.unmatched)} entr(y/ies) matched no test" if rule.unmatched else "",
+    )
+    return result, rule
+
+
+def _new_row(row: TaskRow, rule: RescoreRule, run_id: str) -> TaskRow:
+    partial = row.details.get("partial_submission_scored") is True
+    resolved = False if partial else rule.new_score >= RESOLVED_AT
+    update: dict[str, object] = {
+        "ts_unix": time.time(),
+        "run_id": run_id,
+        "score": rule.new_score,
+        "resolved": resolved,
+        "near_resolved": rule.new_score >= NEAR_RESOLVED_AT,
+        "tests_passed": rule.new_tests[0],
+        "tests_total": rule.new_tests[1],
+        "details": {**row.details, "rescore": rule.model_dump(mode="json")},
+    }
+    if row.reason_code in ("resolved", "unresolved"):
+        update["reason_code"] = "resolved" if resolved else "unresolved"
+    return row.model_copy(update=update)
+
+
+def rescore_run(run: Path, ignored_file: Path, *, write: bool = True) -> list[Rescored]:
+    """Rescore every scored effective row of ``run``; append a row per changed one."""
+    run = Path(run)
+    try:
+        run_id = read_manifest(run).run_id
+    except ManifestError as exc:
+        raise RescoreRefused(str(exc)) from None
+    ignore_map, sha = load_ignored(ignored_file)
+    lock = run_lock(run)  # the controller's: no run writes this ledger meanwhile
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise RescoreRefused(
+            f"{run} is still running (its run lock is held): rescore it when it has finished"
+        ) from None
+    try:
+        roots = ancestor_roots(run)
+        results: list[Rescored] = []
+        new_rows: list[TaskRow] = []
+        for row in effective_rows(run):
+            if row.official_eval_status != "completed" or row.score is None:
+                results.append(
+                    Rescored(instance_id=row.instance_id, old_score=row.score, note="no verdict")
+                )
+                continue
+            kept = kept_files(row, run, roots)
+            eval_json = kept.eval_json() if kept is not None else None
+            if eval_json is None:
+                results.append(
+                    Rescored(
+                        instance_id=row.instance_id,
+                        old_score=row.score,
+                        note="no eval.json kept: not rescored",
+                    )
+                )
+                continue
+            try:
+                result, rule = rescore_row(row, eval_json, ignore_map.get(row.task_id, []))
+            except (OSError, ValueError) as exc:  # a torn or foreign eval.json
+                note = f"eval.json unreadable ({type(exc).__name__}): not rescored"
+                results.append(
+                    Rescored(instance_id=row.instance_id, old_score=row.score, note=note)
+                )
+                continue
+            rule.ignored_tests_file = str(Path(ignored_file).resolve())
+            rule.ignored_tests_sha256 = sha
+            if result.changed:
+                new_rows.append(_new_row(row, rule, run_id))
+            results.append(result)
+        if write and new_rows:
+            writer = LedgerWriter(run)
+            if not writer.append_batch(new_rows) and writer.flush_pending():
+                raise OSError(f"{run}: the rescored rows could not be written to the ledger")
+    finally:
+        lock.release()
+    return results
+
+
+def _fmt(score: float | None, tests: tuple[int | None, int | None] | None) -> str:
+    if score is None:
+        return "-"
+    counts = f" ({tests[0]}/{tests[1]})" if tests and tests[1] is not None else ""
+    return f"{score:.4f}{counts}"
+
+
+def print_results(results: list[Rescored], wrote: bool) -> None:
+    width = max([len(r.instance_id) for r in results] + [8])
+    print(f"{'instance':<{width}}  {'old':>16}  {'new':>16}")
+    for r in results:
+        mark = " *" if r.changed else ""
+        note = f"  {r.note}" if r.note else ""
+        print(
+            f"{r.instance_id:<{width}}  {_fmt(r.old_score, r.old_tests):>16}  "
+            f"{_fmt(r.new_score, r.new_tests):>16}{mark}{note}"
+        )
+    changed = [r for r in results if r.changed]
+    rescored = [r for r in results if r.new_score is not None]
+    if rescored:
+        old = sum(r.old_score or 0.0 for r in rescored) / len(rescored)
+        new = sum(r.new_score or 0.0 for r in rescored) / len(rescored)
+        print(f"mean over the {len(rescored)} rescored instance(s): {old:.4f} -> {new:.4f}")
+    verb = "appended" if wrote else "would append"
+    print(f"{len(changed)} changed (*): {verb} {len(changed)} ledger row(s)")
+
+
+def rescore_command(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="harness programbench rescore",
+        description="Recompute every score from the run's kept eval.json files with the "
+        "registry's ignored_tests.json; append a ledger row per changed instance.",
+    )
+    parser.add_argument("run", type=Path, help="run root")
+    parser.add_argument(
+        "--ignored-tests",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help='the registry\'s ignored_tests.json ({"<iid>": ["<branch>/<test>", ...]})',
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print old and new, write no row")
+    try:
+        args = parser.parse_args(None if argv is None else list(argv))
+    except SystemExit as exc:
+        return 0 if exc.code == 0 else 2
+    try:
+        results = rescore_run(args.run, args.ignored_tests, write=not args.dry_run)
+    except RescoreRefused as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"harness programbench rescore: {exc}", file=sys.stderr)
+        return 1
+    print_results(results, wrote=not args.dry_run)
+    return 0
