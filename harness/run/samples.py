@@ -51,7 +51,8 @@ DEFAULT_RESAMPLES = 10_000
 DEFAULT_LEVEL = 0.95
 DEFAULT_SEED = 0
 DEFAULT_UNSTABLE_RANGE = 0.5
-NO_ROW = "no_row"
+NO_ROW = "no_row"  # a selected attempt without a ledger row
+EVAL_PENDING = "official_eval_pending"
 _ATTEMPT_ID = re.compile(r"^(?P<task>.+)@(?P<sample>[0-9]+)$")
 
 
@@ -159,6 +160,12 @@ def _task_of(key: str, row: TaskRow | None) -> tuple[str, str, int | None]:
     return benchmark, task, sample
 
 
+def _missing_reason(row: TaskRow) -> str:
+    if row.official_eval_status == "pending" and not row_is_infra(row):
+        return EVAL_PENDING  # scored at session end by a batch eval that never came
+    return row.status or row.outcome.value
+
+
 def group_attempts(
     rows: Mapping[str, TaskRow], selection: Sequence[str] | None = None
 ) -> list[TaskAttempts]:
@@ -179,7 +186,7 @@ def group_attempts(
         elif counts_as_attempt(row):
             task.attempts.append(Attempt(key, sample, row_score(row), row_is_resolved(row)))
         else:
-            task.missing[key] = row.status or row.outcome.value
+            task.missing[key] = _missing_reason(row)
     for task in tasks.values():
         task.attempts.sort(key=lambda a: (a.sample is None, a.sample or 0, a.key))
     return [tasks[k] for k in sorted(tasks)]
