@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.agents.kinds import AGENT_KINDS as AGENT_KINDS
 from harness.agents.kinds import AGENT_MODULES as AGENT_MODULES
-from harness.core.models import Tokens
+from harness.core.models import ModelCalls, Tokens
 
 if TYPE_CHECKING:
     from harness.sandbox.protocol import Sandbox
@@ -92,6 +92,10 @@ class AgentOutcome(BaseModel):
     cost_usd: float | None = None
     cost_known: bool = False
     tokens: Tokens = Field(default_factory=Tokens)
+    # The models called, per model and source (None: the harness does not see the calls);
+    # ``steps``: the agent's own count of its steps (model calls), where it keeps one.
+    models: list[ModelCalls] | None = None
+    steps: int | None = None
     runtime_outcome: RuntimeOutcome = Field(default_factory=RuntimeOutcome)
     task_id: str | None = None
     raw_result_path: str | None = None
@@ -191,8 +195,11 @@ class AgentOptions(BaseModel):
     poll_interval_s: float | None = None
     client_grace_s: float | None = None
     adapter: str | None = None
-    # mini-swe-agent
+    # the model under test (mini-swe-agent's model; the pin of the model gateway; what the
+    # gateway's usage events are checked against) and its helpers (--allow-model)
     solve_model: str | None = None
+    allow_models: list[str] = Field(default_factory=list)
+    # mini-swe-agent
     agent_config: str | None = None
     # model gateway (command agents) and prices (gateway, mini-swe-agent)
     model_upstream: str | None = None

@@ -9,19 +9,29 @@ command agent with ``OPENAI_BASE_URL``/``OPENAI_API_BASE`` = ``http://model-gate
 SDKs insist on one; the gateway replaces it). The provider key is read from
 ``$<--model-key-env>`` (default ``HARNESS_MODEL_API_KEY``) and never leaves this process.
 
+The model under test is pinned (:mod:`harness.model_proxy.pinning`): the gateway forwards
+only ``--solve-model`` and the helpers named with ``--allow-model NAME``; any other model gets
+403 ``model_not_allowed`` and never reaches the upstream. Without ``--solve-model`` a paid
+upstream is refused at startup; an upstream on this machine (a loopback address: a local
+model server, a test's fake) is forwarded unpinned, every model named recorded.
+
 The row gets the gateway's tokens and cost (source ``gateway``; unknown when a call could
-not be priced); ``model_gateway.json`` in the instance folder has the details. A refusal
-at the per-task limit makes the instance the agent's failure ``per_task_limit_reached``.
+not be priced) and its calls per model (``models``, source ``model_proxy``, refused calls
+under the model asked with ``allowed: false``); ``model_gateway.json`` in the instance folder
+has the details. A refusal at the per-task limit makes the instance the agent's failure
+``per_task_limit_reached``.
 Upstream failures (connection errors, 5xx) when the agent did not finish make it
 infrastructure (``model_upstream_failed``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest, register_agent
 from harness.agents.command import CommandAgent
@@ -29,6 +39,7 @@ from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
 from harness.core.models import Tokens
 from harness.model_proxy.network import BASE_URL, GatewayLink
+from harness.model_proxy.pinning import ModelPin, pin_for
 from harness.model_proxy.prices import ModelPrices, load_prices
 from harness.model_proxy.server import SOCKET_NAME, GatewayServer
 from harness.model_proxy.usage import InstanceMeter
@@ -56,6 +67,33 @@ def gateway_upstream(options: AgentOptions, environ: Mapping[str, str]) -> tuple
     return upstream, key_env
 
 
+def is_loopback_url(url: str) -> bool:
+    """True when ``url``'s host is a loopback address or ``localhost`` (no name lookup)."""
+    host = (urlsplit(url).hostname or "").strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def gateway_pin(options: AgentOptions) -> ModelPin | None:
+    """The models the gateway forwards (``--solve-model`` and ``--allow-model``). Without
+    ``--solve-model``: None (nothing pinned, every model recorded) for an upstream on this
+    machine, else ValueError: a paid upstream is never left unpinned."""
+    if options.solve_model:
+        return pin_for(options.solve_model, options.allow_models)
+    if options.allow_models:
+        raise ValueError("--allow-model names a helper of the model under test: give that "
+                         "model too, with --solve-model MODEL")
+    if is_loopback_url(options.model_upstream or ""):
+        return None
+    raise ValueError(f"--model-upstream {options.model_upstream}: name the model under test "
+                     f"with --solve-model MODEL (the gateway forwards only it and each "
+                     f"--allow-model NAME)")
+
+
 def sandbox_env() -> dict[str, str]:
     return {"OPENAI_BASE_URL": f"{BASE_URL}/v1", "OPENAI_API_BASE": f"{BASE_URL}/v1",
             "ANTHROPIC_BASE_URL": BASE_URL, "OPENAI_API_KEY": PLACEHOLDER_KEY,
@@ -66,13 +104,15 @@ class GatewayCommandAgent(Agent):
     kind = "command"
 
     def __init__(self, inner: CommandAgent, upstream: str, key_env: str, prices: ModelPrices,
-                 limit_usd: float | None, environ: Mapping[str, str] | None = None) -> None:
+                 limit_usd: float | None, environ: Mapping[str, str] | None = None,
+                 pin: ModelPin | None = None) -> None:
         self.inner = inner
         self.upstream = upstream
         self.key_env = key_env
         self.prices = prices
         self.limit_usd = limit_usd
         self._environ = environ
+        self.pin = pin
 
     @classmethod
     def from_options(cls, options: AgentOptions,
@@ -81,13 +121,14 @@ class GatewayCommandAgent(Agent):
         if not options.command:
             raise ValueError("the command agent needs a command line (--agent-command)")
         upstream, key_env = gateway_upstream(options, environ)
+        pin = gateway_pin(options)
         extra = sandbox_env()
         names = [n for n in options.env if n not in extra] + list(extra)
         overlay = {**{k: v for k, v in environ.items() if k != key_env}, **extra}
         config = CommandAgent.from_options(options.model_copy(update={"env": names})).config
         inner = CommandAgent(config, environ=overlay)
         return cls(inner, upstream, key_env, load_prices(options.model_prices),
-                   options.per_task_limit_usd, environ)
+                   options.per_task_limit_usd, environ, pin)
 
     def missing_env(self) -> list[str]:
         return self.inner.missing_env()
@@ -100,8 +141,9 @@ class GatewayCommandAgent(Agent):
         if request.sandbox is None:
             raise InfraError("the command agent needs a sandbox, none was given",
                              "agent_no_sandbox")
-        meter = InstanceMeter(self.prices, self.limit_usd)
-        server = GatewayServer(self.upstream, key, meter).start()
+        meter = InstanceMeter(self.prices, self.limit_usd,
+                              pinned=None if self.pin is None else self.pin.allowed)
+        server = GatewayServer(self.upstream, key, meter, pin=self.pin).start()
         try:
             link = GatewayLink.open(request.sandbox, server.socket_dir, SOCKET_NAME)
             try:
@@ -119,9 +161,12 @@ class GatewayCommandAgent(Agent):
             "cost_known": known,
             "tokens": Tokens(prompt=state.prompt_tokens, completion=state.completion_tokens,
                              total=state.prompt_tokens + state.completion_tokens),
+            "models": meter.models_called(),
             "output_paths": {**outcome.output_paths, "model_gateway": str(out)},
             "details": {**outcome.details, "cost_source": "gateway" if known else "unknown",
-                        "model_calls": state.calls, "model_refused": state.refused},
+                        "model_calls": state.calls, "model_refused": state.refused,
+                        **({"model_not_allowed": state.model_not_allowed}
+                           if state.model_not_allowed else {})},
         }
         if state.limit_reached:
             update.update(completed=False, infra=False, reason_code="per_task_limit_reached")

@@ -21,8 +21,11 @@ With ``--model-upstream URL`` the agent's model calls go through the model gatew
 ``ANTHROPIC_API_KEY`` hold a per-instance token, the only credential it serves. Every call
 is metered; the row's cost is the gateway's (source ``gateway``), and
 ``--per-task-limit-usd`` refuses calls past it (HTTP 402; the row says
-``per_task_limit_reached``). Without ``--model-upstream`` the harness does not see the
-agent's calls, so ``--per-task-limit-usd`` is refused.
+``per_task_limit_reached``). The model is pinned as for the command agent
+(:func:`harness.agents.command_proxy.gateway_pin`: ``--solve-model`` and ``--allow-model``;
+403 ``model_not_allowed`` for any other), and the row lists the calls per model
+(``models``). Without ``--model-upstream`` the harness does not see the agent's calls, so
+``--per-task-limit-usd`` is refused.
 
 The provider key is not in the agent's environment, but the agent runs on the host as the
 runner's user, and the runner's processes (the controller, each xdist worker) started with
@@ -71,6 +74,7 @@ from harness.core.models import Tokens
 from harness.core.untrusted import is_regular_file, read_untrusted_bytes
 
 if TYPE_CHECKING:  # the model gateway loads only with --model-upstream
+    from harness.model_proxy.pinning import ModelPin
     from harness.model_proxy.prices import ModelPrices
     from harness.model_proxy.usage import InstanceMeter
 
@@ -162,6 +166,7 @@ class HostGateway:
     key_env: str
     prices: ModelPrices
     limit_usd: float | None
+    pin: ModelPin | None = None
 
 
 class HostCommandAgent(Agent):
@@ -284,13 +289,14 @@ class HostCommandAgent(Agent):
 
 
 def _host_gateway(options: AgentOptions, environ: Mapping[str, str]) -> HostGateway:
-    from harness.agents.command_proxy import gateway_upstream
+    from harness.agents.command_proxy import gateway_pin, gateway_upstream
     from harness.model_proxy.prices import load_prices
 
     upstream, key_env = gateway_upstream(options, environ)
+    pin = gateway_pin(options)
     protect_key_holder()
     return HostGateway(upstream, key_env, load_prices(options.model_prices),
-                       options.per_task_limit_usd)
+                       options.per_task_limit_usd, pin)
 
 
 PR_GET_DUMPABLE = 3
@@ -334,8 +340,10 @@ def _gateway_for(gateway: HostGateway | None, environ: Mapping[str, str],
     if not key:
         raise InfraError(f"the provider key ${gateway.key_env} is gone", "model_gateway_failed")
     token = "harness-gw-" + secrets.token_hex(16)
-    meter = InstanceMeter(gateway.prices, gateway.limit_usd)
-    server = GatewayServer(gateway.upstream, key, meter, token=token).start()
+    pin = gateway.pin
+    meter = InstanceMeter(gateway.prices, gateway.limit_usd,
+                          pinned=None if pin is None else pin.allowed)
+    server = GatewayServer(gateway.upstream, key, meter, token=token, pin=pin).start()
     assert server.base_url is not None
     env.update({"OPENAI_BASE_URL": f"{server.base_url}/v1",
                 "OPENAI_API_BASE": f"{server.base_url}/v1",
@@ -360,9 +368,12 @@ def _gateway_update(meter: InstanceMeter, out_dir: Path) -> dict[str, Any]:
         "cost_usd": round(state.cost_usd, 12), "cost_known": known,
         "tokens": Tokens(prompt=state.prompt_tokens, completion=state.completion_tokens,
                          total=state.prompt_tokens + state.completion_tokens),
+        "models": meter.models_called(),
         "paths": {"model_gateway": str(path)},
         "details": {"cost_source": "gateway" if known else "unknown",
-                    "model_calls": state.calls, "model_refused": state.refused}}
+                    "model_calls": state.calls, "model_refused": state.refused,
+                    **({"model_not_allowed": state.model_not_allowed}
+                       if state.model_not_allowed else {})}}
     if state.limit_reached:
         update["reason_code"] = "per_task_limit_reached"
     return update

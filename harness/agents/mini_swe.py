@@ -12,7 +12,9 @@ config (``run_args``, ``image``, ...) are recorded as ignored.
 litellm is imported only when an agent runs (it takes seconds and tries the network at
 import: ``LITELLM_LOCAL_MODEL_COST_MAP=True`` keeps it offline). Cost per call is
 litellm's when it knows the model, else the ``--model-prices`` table; when neither prices
-a call, the instance's cost is unknown (never $0). The trajectory
+a call, the instance's cost is unknown (never $0). The row's ``models`` (source ``mini_swe``)
+name the model each call reached, as the response gives it (litellm's resolved name), with
+its calls, tokens and cost; ``steps`` is the loop's model calls. The trajectory
 (``mini_swe_agent.traj.json``) is bounded: each observation's stored output is cut to
 :data:`MAX_OUTPUT_CHARS`.
 
@@ -32,7 +34,7 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest, register_agent
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
-from harness.core.models import Tokens
+from harness.core.models import ModelCalls, Tokens
 from harness.model_proxy.prices import ModelPrices, load_prices
 from harness.sandbox.protocol import Sandbox
 
@@ -53,6 +55,7 @@ SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 DOCKER_ONLY_KEYS = ("image", "run_args", "executable", "container_timeout", "pull_timeout",
                     "environment_class", "forward_env")
 AGENT_USER = "agent"
+SOURCE = "mini_swe"  # ModelCalls.source of this agent's records
 
 
 class MiniRunRecord(BaseModel):
@@ -72,6 +75,7 @@ class MiniRunRecord(BaseModel):
     cost_source: str
     tokens: Tokens
     unpriced_calls: int
+    models: list[ModelCalls] = Field(default_factory=list)
     ignored_environment_keys: list[str]
     wall_s: float
     error: str | None = None
@@ -215,29 +219,58 @@ def _usage_of(message: Mapping[str, Any]) -> tuple[int, int, int]:
             int(cached or 0))
 
 
-def account(messages: list[dict[str, Any]], model: str,
-            prices: ModelPrices) -> tuple[Tokens, float | None, int, str]:
-    """(tokens, cost or None, unpriced calls, source) over the trajectory's model calls."""
-    prompt = completion = unpriced = 0
-    total = 0.0
+def _calls(messages: list[dict[str, Any]], model: str,
+           prices: ModelPrices) -> Iterator[tuple[str, int, int, float | None]]:
+    """Per model call of the trajectory: (the model litellm called, prompt tokens,
+    completion tokens, cost or None). The model is the response's own ``model`` (what the
+    provider answered as), else ``model``; the cost litellm's, else the price table's."""
     for msg in messages:
         extra = msg.get("extra") or {}
         if "response" not in extra:
             continue
         p, c, cached = _usage_of(msg)
-        prompt, completion = prompt + p, completion + c
-        table = prices.cost(p, c, model, cached=cached)
+        response = extra.get("response")
+        named = response.get("model") if isinstance(response, Mapping) else None
+        called = named.strip() if isinstance(named, str) and named.strip() else model
         reported = extra.get("cost")
         if isinstance(reported, (int, float)) and reported > 0:
-            total += float(reported)
-        elif table is not None:
-            total += table
+            yield called, p, c, float(reported)
         else:
+            yield called, p, c, prices.cost(p, c, model, cached=cached)
+
+
+def account(messages: list[dict[str, Any]], model: str,
+            prices: ModelPrices) -> tuple[Tokens, float | None, int, str]:
+    """(tokens, cost or None, unpriced calls, source) over the trajectory's model calls."""
+    prompt = completion = unpriced = 0
+    total = 0.0
+    for _, p, c, cost in _calls(messages, model, prices):
+        prompt, completion = prompt + p, completion + c
+        if cost is None:
             unpriced += 1
+        else:
+            total += cost
     tokens = Tokens(prompt=prompt, completion=completion, total=prompt + completion)
     if unpriced:
         return tokens, None, unpriced, "unknown"
     return tokens, total, 0, "agent_reported"
+
+
+def models_called(messages: list[dict[str, Any]], model: str,
+                  prices: ModelPrices) -> list[ModelCalls]:
+    """The row's ``models`` (source ``mini_swe``): the calls per model litellm called, with
+    tokens and cost (None once a call of that model could not be priced). Every call asked
+    for ``--solve-model``, which the harness set itself: each is ``allowed``."""
+    out: dict[str, ModelCalls] = {}
+    for called, p, c, cost in _calls(messages, model, prices):
+        entry = out.setdefault(called, ModelCalls(model=called, source=SOURCE, prompt_tokens=0,
+                                                  completion_tokens=0, cost_usd=0.0))
+        entry.calls += 1
+        entry.prompt_tokens = (entry.prompt_tokens or 0) + p
+        entry.completion_tokens = (entry.completion_tokens or 0) + c
+        entry.cost_usd = None if cost is None or entry.cost_usd is None else \
+            round(entry.cost_usd + cost, 12)
+    return list(out.values())
 
 
 class MiniSweAgent(Agent):
@@ -334,6 +367,7 @@ class MiniSweAgent(Agent):
             infra = "model_api_error" if _is_model_error(exc) else None
         wall = time.monotonic() - started
         tokens, cost, unpriced, source = account(agent.messages, self.model_name, self.prices)
+        models = models_called(agent.messages, self.model_name, self.prices)
         step_limit = int(agent.config.step_limit or 0)
         reason = _reason(status, agent.n_calls, step_limit, infra)
         if limit_hit and status == "LimitsExceeded":
@@ -342,7 +376,8 @@ class MiniSweAgent(Agent):
             mini_version=__version__, model=self.model_name, config_files=self.files,
             exit_status=status, reason_code=reason, steps=agent.n_calls, cost_usd=cost,
             cost_known=cost is not None, cost_source=source, tokens=tokens,
-            unpriced_calls=unpriced, ignored_environment_keys=ignored, wall_s=round(wall, 3),
+            unpriced_calls=unpriced, models=models, ignored_environment_keys=ignored,
+            wall_s=round(wall, 3),
             error=error)
         record_path = out_dir / RECORD_NAME
         atomic_write_json(record_path, record)
@@ -353,7 +388,7 @@ class MiniSweAgent(Agent):
             agent=self.kind, completed=status == "Submitted", infra=infra is not None,
             reason_code=reason, truncated=status == "TimeExceeded", cost_usd=cost,
             cost_known=cost is not None, tokens=tokens, duration_s=round(wall, 3),
-            output_paths=paths,
+            models=models, steps=agent.n_calls, output_paths=paths,
             details={"steps": agent.n_calls, "exit_status": status, "cost_source": source,
                      "model": self.model_name, **({"error": error} if error else {}),
                      **({"per_task_limit_usd": limit_usd,

@@ -3,7 +3,8 @@ of the sandbox boundary that holds the provider key, forwards to ``--model-upstr
 meters every call per instance and enforces ``--per-task-limit-usd``.
 
 Modules: :mod:`.prices` (the ``--model-prices`` table), :mod:`.usage` (tokens and cost
-from a response, streamed or not), :mod:`.server` (the HTTP proxy on a Unix socket),
+from a response, streamed or not), :mod:`.pinning` (the models it forwards:
+``--solve-model`` and ``--allow-model``), :mod:`.server` (the HTTP proxy on a Unix socket),
 :mod:`.network` (the sandbox's internal network and its relay container), :mod:`.agent`
 (the ``command`` agent wired to the gateway).
 """

@@ -10,6 +10,12 @@ arrive. For an OpenAI streamed chat call the gateway asks for the usage chunk
 Each response's usage is metered (:class:`~harness.model_proxy.usage.InstanceMeter`);
 past ``--per-task-limit-usd`` a call is refused with 402 and an error the SDKs show:
 type ``per_task_limit_reached``.
+
+With a pin (:class:`~harness.model_proxy.pinning.ModelPin`: ``--solve-model`` and
+``--allow-model``) a call that names another model, or names its model ambiguously, is
+refused with 403 and an error of code ``model_not_allowed`` naming the model asked and the
+allowed ones, before the per-task limit is consulted; nothing reaches the upstream and the
+meter counts the refusal under the model asked (``allowed: false``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from harness.model_proxy.pinning import REFUSAL_CODE, ModelPin, load_json_object
 from harness.model_proxy.usage import InstanceMeter, SSEUsage, usage_from_json
 
 ROUTES = ("chat/completions", "completions", "responses", "embeddings", "messages")
@@ -38,11 +45,12 @@ SOCKET_NAME = "gateway.sock"
 REFUSAL_TYPE = "per_task_limit_reached"
 
 
-def _error_body(path: str, status: int, kind: str, message: str) -> bytes:
+def _error_body(path: str, status: int, kind: str, message: str,
+                param: str | None = None) -> bytes:
     if path.endswith("messages"):
         return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
     return json.dumps({"error": {"message": message, "type": kind, "code": kind,
-                                 "param": None}}).encode()
+                                 "param": param}}).encode()
 
 
 class GatewayServer:
@@ -50,12 +58,16 @@ class GatewayServer:
 
     ``token``: serve on a loopback TCP port instead (``base_url``), for an agent that runs
     on the host (``--agent host-command``): only requests bearing this per-instance token
-    (as their API key) are served, so no other local process can spend through it."""
+    (as their API key) are served, so no other local process can spend through it.
+
+    ``pin``: forward only the models it allows (None: every model, as named)."""
 
     def __init__(self, upstream: str, key: str, meter: InstanceMeter, *,
-                 timeout_s: float = 600.0, token: str | None = None) -> None:
+                 timeout_s: float = 600.0, token: str | None = None,
+                 pin: ModelPin | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.meter = meter
+        self.pin = pin
         self._key = key
         self._token = token
         self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=30.0))
@@ -163,12 +175,20 @@ class GatewayServer:
             return
         raw = h.rfile.read(length)
         try:
-            body = json.loads(raw or b"{}")
+            body, duplicated = load_json_object(raw)
         except ValueError:
-            body = None
+            body, duplicated = None, []
         if not isinstance(body, dict):
             self._send(h, 400, _error_body(rel, 400, "invalid_request", "body is not JSON"))
             return
+        if self.pin is not None:
+            query = h.path.split("?", 1)[1] if "?" in h.path else ""
+            body, refused = self.pin.check(body, duplicated, query, h.headers.items())
+            if refused is not None:
+                self.meter.refuse_model(refused.asked)
+                self._send(h, 403, _error_body(rel, 403, REFUSAL_CODE, refused.message,
+                                               param="model"))
+                return
         with self.meter.call_slot():  # under a per-task limit: one call at a time
             refusal = self.meter.admit()
             if refusal is not None:

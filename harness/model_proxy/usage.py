@@ -19,7 +19,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.core.models import ModelCalls
 from harness.model_proxy.prices import ModelPrices
+
+SOURCE = "model_proxy"  # ModelCalls.source of the gateway's records
+MAX_MODEL_ENTRIES = 20  # distinct (model, allowed) records; the rest share OTHER_MODELS
+OTHER_MODELS = "(other models)"
+UNNAMED = "(not named)"
 
 
 @dataclass
@@ -159,6 +165,11 @@ class MeterState(BaseModel):
     limit_reached: bool = False
     limit_reason: str | None = None
     models: list[str] = Field(default_factory=list)
+    # Model pinning: the names forwarded (None: nothing pinned, every model forwarded), the
+    # calls refused with 403 model_not_allowed, and the calls per model (source model_proxy).
+    pinned_models: list[str] | None = None
+    model_not_allowed: int = 0
+    by_model: list[ModelCalls] = Field(default_factory=list)
 
     @property
     def cost_known(self) -> bool:
@@ -169,6 +180,7 @@ class MeterState(BaseModel):
 class InstanceMeter:
     prices: ModelPrices
     limit_usd: float | None = None
+    pinned: tuple[str, ...] | None = None  # the allowed models (None: nothing pinned)
     state: MeterState = field(default_factory=MeterState)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -179,6 +191,30 @@ class InstanceMeter:
 
     def __post_init__(self) -> None:
         self.state.limit_usd = self.limit_usd
+        self.state.pinned_models = None if self.pinned is None else list(self.pinned)
+
+    def _entry(self, model: str, allowed: bool) -> ModelCalls:
+        """The record of ``model`` (under the lock); past :data:`MAX_MODEL_ENTRIES` names
+        one shared record, so an agent naming endless models cannot grow the row."""
+        entries = self.state.by_model
+        for entry in entries:
+            if entry.model == model and entry.allowed == allowed:
+                return entry
+        if len(entries) >= MAX_MODEL_ENTRIES:
+            model = OTHER_MODELS
+            for entry in entries:
+                if entry.model == model and entry.allowed == allowed:
+                    return entry
+        entry = ModelCalls(model=model, source=SOURCE, allowed=allowed, prompt_tokens=0,
+                           completion_tokens=0, cost_usd=0.0)
+        entries.append(entry)
+        return entry
+
+    def refuse_model(self, asked: str) -> None:
+        """A call refused with 403 model_not_allowed (it reached nothing)."""
+        with self.lock:
+            self.state.model_not_allowed += 1
+            self._entry(asked, allowed=False).refused += 1
 
     @contextlib.contextmanager
     def call_slot(self) -> Iterator[None]:
@@ -215,22 +251,32 @@ class InstanceMeter:
             for name in (requested_model, usage.model):
                 if name and name not in s.models and len(s.models) < 20:
                     s.models.append(name)
+            entry = self._entry(requested_model or usage.model or UNNAMED, allowed=True)
+            entry.calls += 1
             if not usage.seen:
                 s.usage_missing += 1
+                entry.cost_usd = None
                 return
             s.prompt_tokens += usage.prompt
             s.completion_tokens += usage.completion
+            entry.prompt_tokens = (entry.prompt_tokens or 0) + usage.prompt
+            entry.completion_tokens = (entry.completion_tokens or 0) + usage.completion
             if usage.provider_cost is not None:
-                s.cost_usd += usage.provider_cost
+                cost: float | None = usage.provider_cost
                 s.priced_by_provider += 1
-                return
-            cost = self.prices.cost(usage.prompt, usage.completion, requested_model,
-                                    usage.model, cached=usage.cached)
-            if cost is None:
-                s.unpriced_calls += 1
             else:
-                s.cost_usd += cost
-                s.priced_by_table += 1
+                cost = self.prices.cost(usage.prompt, usage.completion, requested_model,
+                                        usage.model, cached=usage.cached)
+                if cost is None:
+                    s.unpriced_calls += 1
+                else:
+                    s.priced_by_table += 1
+            if cost is None:
+                entry.cost_usd = None  # unknown from now on, never 0
+                return
+            s.cost_usd += cost
+            if entry.cost_usd is not None:
+                entry.cost_usd += cost
 
     def upstream_error(self) -> None:
         with self.lock:
@@ -238,4 +284,10 @@ class InstanceMeter:
 
     def snapshot(self) -> MeterState:
         with self.lock:
-            return self.state.model_copy()
+            return self.state.model_copy(deep=True)
+
+    def models_called(self) -> list[ModelCalls]:
+        """The calls per model (forwarded and refused), for the row's ``models``."""
+        with self.lock:
+            return [e.model_copy(update={"cost_usd": round(e.cost_usd, 12)})
+                    if e.cost_usd is not None else e.model_copy() for e in self.state.by_model]

@@ -32,7 +32,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gateway-poll-sec", default=None, metavar="SEC",
                     help="seconds between polls of a gateway task (default 5)")
     group.addoption("--solve-model", default=None, metavar="MODEL",
-                    help="the declared model; the server's settings must match it")
+                    help="the declared model; the server's settings must match it, and the "
+                         "model gateway (--model-upstream) forwards only it")
+    group.addoption("--allow-model", action="append", default=[], metavar="NAME",
+                    help="a helper model the model gateway forwards besides --solve-model "
+                         "(repeatable); any other model gets 403 model_not_allowed")
     group.addoption("--expect-runtime-version", default=None, metavar="VERSION",
                     help="refuse (exit 3) unless the server reports this runtime_version")
     group.addoption("--allow-runtime-skew", action="store_true", default=False,
@@ -87,6 +91,7 @@ def agent_options(config: pytest.Config) -> AgentOptions:
         gateway_url=config.getoption("gateway_url") or os.environ.get(GATEWAY_URL_ENV),
         poll_interval_s=_float_option(config, "gateway_poll_sec"),
         solve_model=config.getoption("solve_model"),
+        allow_models=list(config.getoption("allow_model")),
         agent_config=config.getoption("agent_config"),
         model_upstream=config.getoption("model_upstream"),
         model_key_env=config.getoption("model_key_env"),
@@ -114,7 +119,9 @@ def _float_option(config: pytest.Config, name: str) -> float | None:
 
 def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
     """Agent options that change results (names only: never a secret value)."""
+    allow = sorted(set(config.getoption("allow_model")))
     return {
+        **({"agent.allow_models": allow} if allow else {}),  # absent: as before the option
         "agent.kind": agent_kind(config),
         "agent.solve_model": config.getoption("solve_model"),
         "agent.command": config.getoption("agent_command"),
@@ -146,7 +153,8 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     extra = run.manifest.extra if run.manifest is not None else ManifestExtra()
     extra.agent = {"kind": kind, "gateway_url": options.gateway_url,
                    "solve_model": config.getoption("solve_model"),
-                   "command": options.command, "env_names": sorted(options.env)}
+                   "command": options.command, "env_names": sorted(options.env),
+                   **({"allow_models": options.allow_models} if options.allow_models else {})}
     write = _writer(run)
     repo = config.getoption("agent_repo")
     head: str | None = None
@@ -262,6 +270,7 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
     r.cost_usd = outcome.cost_usd
     r.cost_known = outcome.cost_known
     r.tokens = outcome.tokens
+    r.models = outcome.models
     r.details["cost_source"] = outcome.details.get("cost_source") or (
         "agent_reported" if outcome.cost_known else "unknown")
     r.details["agent"] = outcome.agent

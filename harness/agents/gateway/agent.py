@@ -15,6 +15,10 @@ for a reattach, or else names the earlier attempts' checkpoints whose tasks it m
 first (``extra["ancestor_checkpoints"]``); :meth:`GatewayAgent.after_run` records what the
 agent folder proves about the task's spend (``details.paid_evidence``), also when the run
 was interrupted or given up.
+
+The row's ``models`` are the task's ``llm_usage`` events per model (source
+``gateway_server``, :func:`harness.agents.gateway.events.add_usage`), each ``allowed`` when
+it is ``--solve-model`` or an ``--allow-model`` (every model when none is declared).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from harness.agents.gateway.client import (
     GatewayClient,
     PollPolicy,
 )
+from harness.agents.gateway.events import models_called
 from harness.agents.gateway.models import TaskCreateRequest, is_root_user
 from harness.agents.gateway.orphans import (
     orphan_checkpoints,
@@ -50,6 +55,7 @@ from harness.agents.gateway.orphans import (
 )
 from harness.agents.gateway.run import run_task, validate_task_body
 from harness.core.errors import InfraError
+from harness.model_proxy.pinning import ModelPin, pin_for
 from harness.run.secrets import secrets_from_env
 
 if TYPE_CHECKING:
@@ -72,12 +78,13 @@ class GatewayAgent(Agent):
 
     def __init__(
         self, base_url: str, *, policy: PollPolicy | None = None, adapter: str | None = None,
-        limit_usd: float | None = None,
+        limit_usd: float | None = None, pin: ModelPin | None = None,
     ) -> None:
         self.base_url = base_url
         self.policy = policy or PollPolicy()
         self.adapter = adapter
         self.limit_usd = limit_usd  # --per-task-limit-usd: the task is cancelled there
+        self.pin = pin  # --solve-model/--allow-model: the row's models say which were others
 
     @classmethod
     def from_options(cls, options: AgentOptions) -> GatewayAgent:
@@ -89,7 +96,8 @@ class GatewayAgent(Agent):
         if options.client_grace_s is not None:
             updates["client_grace_s"] = options.client_grace_s
         return cls(options.gateway_url, policy=PollPolicy(**updates), adapter=options.adapter,
-                   limit_usd=options.per_task_limit_usd)
+                   limit_usd=options.per_task_limit_usd,
+                   pin=pin_for(options.solve_model, options.allow_models))
 
     def _body(self, request: AgentRequest) -> TaskCreateRequest:
         body = request.task_body
@@ -191,7 +199,8 @@ class GatewayAgent(Agent):
             **({"per_task_limit_usd": self.limit_usd, "per_task_limit_reached": run.limit_reached}
                if run.limit_reached else {}),
         }
-        return outcome.model_copy(update={"output_paths": paths, "details": details})
+        return outcome.model_copy(update={"output_paths": paths, "details": details,
+                                          "models": models_called(run.models, self.pin)})
 
 
 @register_agent("gateway")

@@ -11,6 +11,12 @@ list (the cursor is then an offset). A server without the endpoint (404, 405, 50
 another format is recorded once (``state``) and not asked again. Copying never fails the
 poll loop: an error is recorded and the next poll tries again.
 
+The ``llm_usage`` records also give the row's ``models`` (source ``gateway_server``): per
+model the record names (``model``, in the record or its ``llm_usage``/``usage``/``data``
+part), the calls, tokens and cost; a model's cost is unknown (None) once one of its records
+reports none. The server is the agent under test: names are bounded and escaped
+(:func:`harness.model_proxy.pinning.label`) and at most :data:`MAX_MODEL_ENTRIES` kept.
+
 Scrubbing: every string has the values of the run's secret variables (``--agent-env``)
 redacted, and fields named like credentials (``api_key``, ``authorization``, ``secret``,
 ``password``) are replaced. The file is bounded (:data:`MAX_EVENTS_BYTES`); each batch is
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -34,12 +41,18 @@ from harness.agents.gateway.checkpoint import EVENTS_NAME as EVENTS_NAME
 from harness.agents.gateway.checkpoint import AgentFolder
 from harness.agents.gateway.errors import GatewayError
 from harness.agents.gateway.http import GatewayHTTP, RetryableError, describe_exc
+from harness.core.models import ModelCalls
 from harness.core.untrusted import read_untrusted_text
+from harness.model_proxy.pinning import ModelPin, label
 from harness.run.secrets import SecretScanner, redact_json
 
 log = logging.getLogger(__name__)
 
 MAX_EVENTS_BYTES = 16 << 20
+MODELS_SOURCE = "gateway_server"
+MAX_MODEL_ENTRIES = 20  # distinct model names kept; the rest share OTHER_MODELS
+OTHER_MODELS = "(other models)"
+UNNAMED = "(not named)"
 UNSUPPORTED_STATUS = (404, 405, 501)
 _CREDENTIAL_KEY = re.compile(r"(?i)(api[_-]?key|authorization|secret|password|bearer|cookie)")
 REDACTED = "[redacted]"
@@ -91,6 +104,63 @@ def usage_cost(event: Any) -> float:
     return 0.0
 
 
+def _usage_places(event: Any) -> list[dict[str, Any]] | None:
+    """The parts of an ``llm_usage`` record that may hold its fields; None for another."""
+    if not isinstance(event, dict):
+        return None
+    kind = event.get("type") or event.get("kind") or event.get("event")
+    body = event.get("llm_usage") if isinstance(event.get("llm_usage"), dict) else None
+    if kind != "llm_usage" and body is None:
+        return None
+    return [p for p in (event, body, event.get("usage"), event.get("data"))
+            if isinstance(p, dict)]
+
+
+def _first(places: list[dict[str, Any]], keys: tuple[str, ...],
+           kind: type | tuple[type, ...]) -> Any:
+    for place in places:
+        for key in keys:
+            value = place.get(key)
+            if isinstance(value, kind) and not isinstance(value, bool):
+                return value
+    return None
+
+
+def add_usage(models: dict[str, ModelCalls], event: Any) -> None:
+    """Count an ``llm_usage`` record into ``models`` (by model name; other events: no-op)."""
+    places = _usage_places(event)
+    if places is None:
+        return
+    name = _first(places, ("model",), str)
+    key = label(name) if isinstance(name, str) and name.strip() else UNNAMED
+    if key not in models and len(models) >= MAX_MODEL_ENTRIES:
+        key = OTHER_MODELS
+    entry = models.setdefault(key, ModelCalls(model=key, source=MODELS_SOURCE, prompt_tokens=0,
+                                              completion_tokens=0, cost_usd=0.0))
+    entry.calls += 1
+    prompt = _first(places, ("prompt_tokens", "input_tokens"), int)
+    completion = _first(places, ("completion_tokens", "output_tokens"), int)
+    entry.prompt_tokens = (entry.prompt_tokens or 0) + max(prompt or 0, 0)
+    entry.completion_tokens = (entry.completion_tokens or 0) + max(completion or 0, 0)
+    cost = _first(places, ("cost_usd", "cost"), (int, float))
+    if cost is None or not math.isfinite(cost) or cost < 0:
+        entry.cost_usd = None  # unknown from now on, never 0
+    elif entry.cost_usd is not None:
+        entry.cost_usd = round(entry.cost_usd + float(cost), 12)
+
+
+def models_called(models: dict[str, ModelCalls], pin: ModelPin | None) -> list[ModelCalls] | None:
+    """The row's ``models`` from the tallies; ``allowed`` per the pin (``--solve-model``,
+    ``--allow-model``; every model without one; the names past :data:`MAX_MODEL_ENTRIES`
+    not). None when no record was seen."""
+    if not models:
+        return None
+    def allowed(name: str) -> bool:  # a record without a name names no other model
+        return pin is None or name == UNNAMED or (name != OTHER_MODELS and pin.allows(name))
+
+    return [e.model_copy(update={"allowed": allowed(e.model)}) for e in models.values()]
+
+
 def _scrub_keys(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: REDACTED if _CREDENTIAL_KEY.search(str(k)) and not isinstance(v, int | float)
@@ -110,6 +180,7 @@ class EventLog:
         self.path = AgentFolder(Path(instance_dir)).events
         self.scanner = SecretScanner(dict(secrets or {}))
         self.status = EventsState()
+        self.models: dict[str, ModelCalls] = {}  # llm_usage records per model (add_usage)
 
     def copy(self) -> EventsState:
         """One request for the events past the cursor; append them. Never raises."""
@@ -156,6 +227,7 @@ class EventLog:
             if usage_with_tokens(event):
                 self.status.usage_observed = True
             self.status.usage_cost_usd += usage_cost(event)
+            add_usage(self.models, event)
             clean = redact_json(_scrub_keys(event), self.scanner)
             line = json.dumps(clean, sort_keys=True, ensure_ascii=False).encode() + b"\n"
             if size + len(line) > MAX_EVENTS_BYTES:

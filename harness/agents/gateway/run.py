@@ -32,6 +32,7 @@ from harness.agents.gateway.models import (
     TaskResult,
 )
 from harness.core.fsutil import atomic_write_json
+from harness.core.models import ModelCalls
 
 if TYPE_CHECKING:
     from harness.agents.gateway.client import GatewayClient
@@ -65,6 +66,8 @@ class TaskRun(BaseModel):
     polls: int
     events_path: str | None = None
     events: dict[str, Any] = {}
+    # The task's llm_usage records per model (gateway_server), ``allowed`` not yet decided.
+    models: dict[str, ModelCalls] = {}
     # Set when ``--per-task-limit-usd`` cancelled the task: what it had spent then.
     limit_reached: str | None = None
 
@@ -209,6 +212,7 @@ def run_task(
         polls=read_polls(checkpoint_path),
         events_path=str(events.path) if events.status.copied else None,
         events=events.status.model_dump(mode="json"),
+        models=events.models,
     )
 
 
