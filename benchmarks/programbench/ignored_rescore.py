@@ -127,7 +127,7 @@ def rescore_row(row: TaskRow, eval_json: Path, entries: list[str]) -> tuple[Resc
         old_tests=old_tests,
         new_tests=new_tests,
         changed=changed,
-        note=f"{len(rule.unmatched)} entr(y/ies) matched no test" if rule.unmatched else "",
+        note=f"{len(rule.unmatched)} ignored name(s) matched no test" if rule.unmatched else "",
     )
     return result, rule
 
@@ -262,5 +262,7 @@ def rescore_command(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"harness programbench rescore: {exc}", file=sys.stderr)
         return 1
+    sha = hashlib.sha256(args.ignored_tests.read_bytes()).hexdigest()
+    print(f"rescore of {args.run} with {args.ignored_tests} (sha256 {sha[:16]})")
     print_results(results, wrote=not args.dry_run)
     return 0
