@@ -135,7 +135,7 @@ def charts(figures: ReportFigures) -> list[Chart]:
 def samples_context(stats: SampleStats) -> dict[str, Any]:
     """The repeated-attempt section: figures, pass@k and every unstable task."""
     return {
-        "items": samples_view.summary_items(stats),
+        "figures": samples_view.summary_items(stats),
         "pass_headers": samples_view.PASS_HEADERS,
         "pass_rows": samples_view.pass_rows(stats),
         "unstable_headers": samples_view.UNSTABLE_HEADERS,

@@ -66,8 +66,8 @@ def print_compare(cmp: CompareReport, console: Console | None = None) -> None:
 
 def _table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
     table = Table(title=title)
-    for h in headers:
-        table.add_column(h)
+    for i, h in enumerate(headers):
+        table.add_column(h, no_wrap=i == 0)  # the task or model name whole
     for r in rows:
         table.add_row(*r)
     return table

@@ -53,7 +53,8 @@ DEFAULT_SEED = 0
 DEFAULT_UNSTABLE_RANGE = 0.5
 NO_ROW = "no_row"  # a selected attempt without a ledger row
 EVAL_PENDING = "official_eval_pending"
-_ATTEMPT_ID = re.compile(r"^(?P<task>.+)@(?P<sample>[0-9]+)$")
+# An attempt's id, "<task id>@<k>" (k = 1..K), as harness.core.outcomes spells it.
+_ATTEMPT_ID = re.compile(r"^(?P<task>[A-Za-z0-9._-]+)@(?P<sample>[1-9][0-9]*)$")
 
 
 # --- statistics primitives (reports.stats re-exports them) --------------------------------
