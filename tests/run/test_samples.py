@@ -13,6 +13,7 @@ import json
 import random
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -29,6 +30,7 @@ from harness.run.samples import (
     split_attempt,
     summary_line,
 )
+from harness.runner.summary import print_summary
 from tests.reports.attempt_runs import AGENT_FAILED, INFRA, attempt_row, attempt_rows, scored
 from tests.reports.report_runs import manifest_for, row
 
@@ -345,3 +347,46 @@ def test_summary_line_names_the_attempts_behind_each_figure() -> None:
     assert "mean score 0.4333 [" in line and "95% CI (bootstrap over tasks)" in line
     assert "pass@1 0.3333 (2 tasks)" in line and "pass@3 0.5000 (2 tasks)" in line
     assert "1 unstable task(s)" in line and "1 attempt(s) missing, not counted" in line
+
+
+# --- the terminal summary ------------------------------------------------------------------
+
+
+class Terminal:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def section(self, title: str, **kw: object) -> None:
+        self.lines.append(f"== {title}")
+
+    def write_line(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def _controller(rows: list[TaskRow], tmp_path: Path, *, record: bool) -> SimpleNamespace:
+    keys = [r.key for r in rows]
+    latest = rows_by_key(rows)
+    m = manifest_for(tmp_path, "run-s", keys, mean_score=tally(keys, latest).mean_score)
+    if record:
+        record_samples(m, keys, latest)
+    return SimpleNamespace(
+        manifest=m, rows=latest, selection=keys, report_path=None, report_error=None
+    )
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_summary_prints_one_more_line_only_for_repeated_runs(tmp_path: Path, record: bool) -> None:
+    k1 = Terminal()
+    print_summary(k1, _controller(_k1_rows(), tmp_path, record=record))  # type: ignore[arg-type]
+    assert not any(line.startswith("attempts:") for line in k1.lines)
+    assert k1.lines[:3] == [
+        "== harness run",
+        "run run-s: 4 selected; no rows",
+        "mean score 0.5750 over 4 (missing counts 0)",
+    ]
+    k3 = Terminal()
+    rows = attempt_rows({"a": [1.0, 0.0, 1.0], "b": [0.2, 0.3, 0.1]})
+    print_summary(k3, _controller(rows, tmp_path, record=record))  # type: ignore[arg-type]
+    assert k3.lines[2] == "mean score 0.4333 over 6 (missing counts 0)"
+    assert k3.lines[3].startswith("attempts: K=3, 2 task(s) scored with 6 attempt(s)")
+    assert k3.lines[4:] == k1.lines[3:]  # the rest as before
