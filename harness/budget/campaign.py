@@ -1,7 +1,7 @@
-"""The campaign file: one JSON document shared by every run (and xdist worker) of a
-campaign, changed only by read-modify-write transactions under an fcntl lock
-(``<file>.lock``, ``filelock.UnixFileLock``) and saved atomically (temp file, fsync,
-rename). See the package docstring for the API and :mod:`.accounting` for the rule.
+"""The campaign: one document shared by every run (and xdist worker) of a campaign,
+changed only by read-modify-write transactions of its backend (:mod:`.store`): a JSON file
+under an fcntl lock, or a PostgreSQL row (one SERIALIZABLE transaction each). See the
+package docstring for the API and :mod:`.accounting` for the rule.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .models import (
     RunRecord,
     Settlement,
 )
-from .store import CampaignStore, refuse
+from .store import CampaignStore, refuse, seal
 
 
 def _root_key(root: str | os.PathLike[str]) -> str:
@@ -30,7 +30,7 @@ def _root_key(root: str | os.PathLike[str]) -> str:
 
 
 class Campaign(CampaignStore):
-    """A campaign file and the operations every run performs on it (see the package doc)."""
+    """A campaign and the operations every run performs on it (see the package doc)."""
 
     @staticmethod
     def _run(state: CampaignState, run_id: str) -> ActiveRun:
@@ -83,11 +83,11 @@ class Campaign(CampaignStore):
                     continue
                 raise refuse(
                     E.CAMPAIGN_STALE_RUN,
-                    f"campaign {self.path} has a stale custody entry: "
+                    f"campaign {self.location} has a stale custody entry: "
                     f"{custody.describe(entry)} is not running. Resume it "
                     f"(--resume-from {entry.run_root}: the resume takes its custody over), "
                     f"or check it left nothing behind and run: harness campaign reconcile "
-                    f"{self.path} --run {entry.run_root} [--reading USD]",
+                    f"{self.cli_arg} --run {entry.run_root} [--reading USD]",
                 )
             entry = ActiveRun(
                 run_id=run_id,
@@ -295,13 +295,17 @@ class Campaign(CampaignStore):
 
         Raises CampaignPersistenceError when the save fails.
         """
-        with self._locked():
-            state = self._load()
+
+        def change(state: CampaignState | None) -> tuple[bool, CampaignState | None]:
+            if state is None:
+                raise E.CampaignPersistenceError(f"campaign {self.location} does not exist")
             if accounting.reading_rejection(reading.usage, state.last_usage) is not None:
-                return False
+                return False, None
             self._accept(state, reading)
-            self._save(state)
-            return True
+            seal(state)
+            return True, state
+
+        return self.backend.transact(change)
 
     @staticmethod
     def _accept(state: CampaignState, reading: MeterReading) -> None:

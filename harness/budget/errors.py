@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.core.errors import HarnessError, InfraError
+from harness.core.errors import HarnessError, InfraError, RefusalError
 
 # Reasons an instance is refused (the runner writes a ``blocked`` row and stops, exit 3)
 # or a run is stopped.
@@ -20,6 +20,12 @@ CAMPAIGN_STALE_RUN = "campaign_stale_run"
 CAMPAIGN_RUN_ID_IN_USE = "campaign_run_id_in_use"
 CAMPAIGN_UNREADABLE = "campaign_unreadable"
 CAMPAIGN_UNMETERED = "campaign_unmetered"  # no meter and no --unknown-cost-allowance-usd
+# PostgreSQL campaigns (``--campaign-url``) and ``harness campaign migrate``.
+CAMPAIGN_URL_UNUSABLE = "campaign_url_unusable"  # malformed, env var unset, no psycopg2
+CAMPAIGN_UNREACHABLE = "campaign_unreachable"  # the database did not answer at admission
+CAMPAIGN_MOVED = "campaign_moved"  # the file's campaign was migrated to a URL
+CAMPAIGN_EXISTS = "campaign_exists"  # migrate: the URL already holds that campaign
+CAMPAIGN_IN_USE = "campaign_in_use"  # migrate: a run still holds custody
 CAMPAIGN_STAGE = "campaign"
 
 
@@ -47,3 +53,8 @@ class MeterError(HarnessError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+def refuse(reason: str, message: str) -> RefusalError:
+    """A campaign refusal (exit 2): ``reason`` one of the codes above, a one-line message."""
+    return RefusalError(message, stage=CAMPAIGN_STAGE, reason=reason, exit_code=2)

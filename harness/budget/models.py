@@ -18,6 +18,7 @@ from harness.core.models import OpenModel as _Open
 from harness.core.models import StrictModel as _Strict
 
 CAMPAIGN_SCHEMA = "harness.campaign.v1"
+MOVED_SCHEMA = "harness.campaign.moved.v1"
 MONITOR_SCHEMA = "harness.monitor.v1"
 
 # Known instance costs kept for the learned per-task reservation.
@@ -126,6 +127,17 @@ class CampaignState(_Strict):
     active_runs: dict[str, ActiveRun] = Field(default_factory=dict)
 
 
+class CampaignMoved(_Strict):
+    """What a campaign file holds once ``harness campaign migrate`` moved its campaign to
+    PostgreSQL: where it went (the URL, password redacted) and the state as it was moved.
+    A run or command given the file is refused, naming the URL (one ceiling, one store)."""
+
+    schema_: str = Field(default=MOVED_SCHEMA, alias="schema")
+    moved_to: str
+    moved_at_unix: float
+    campaign: CampaignState
+
+
 class Reservation(_Strict):
     run_id: str
     key: str
@@ -199,6 +211,7 @@ class Monitor(_Open):
     observed_at_unix: float
     controller_pid: int
     campaign_file: str | None = None
+    campaign_url: str | None = None  # a PostgreSQL campaign, its password redacted
     ceiling_usd: float | None = None
     campaign_spent_usd: float | None = None
     campaign_remaining_usd: float | None = None

@@ -1,4 +1,6 @@
-"""``harness campaign reconcile|show``: clear a crashed run's custody, show a campaign.
+"""``harness campaign reconcile|show|migrate``: clear a crashed run's custody, show a
+campaign, move a campaign file to PostgreSQL. Each takes a campaign file or a campaign URL
+(``postgresql://...?campaign=NAME`` or ``env:NAME``, see :mod:`.pgurl`).
 
 Reconcile proves the crashed run left no container and no network behind (Docker, by the
 sandbox layer's exact label ``harness.run=<run_id>``; the run id comes from
@@ -25,6 +27,7 @@ from . import custody
 from . import errors as E
 from .campaign import Campaign
 from .models import CampaignState, RunRecord
+from .pgurl import is_campaign_url
 
 MANIFEST_FILE = "run_manifest.json"
 STAGE = "campaign_reconcile"
@@ -195,7 +198,8 @@ class WayOut:
     def resume_command(self) -> str:
         target = " ".join(f"benchmarks/{b}" for b in self.benchmarks) or "benchmarks/<name>"
         root = self.run_root or "<run root>"
-        campaign = f" --campaign-file {self.campaign_file}" if self.campaign_file else ""
+        flag = "--campaign-url" if is_campaign_url(self.campaign_file or "") else "--campaign-file"
+        campaign = f" {flag} {self.campaign_file}" if self.campaign_file else ""
         return f"pytest {target} --resume-from {root}{campaign} (with the run's options)"
 
 
@@ -232,7 +236,8 @@ def reconcile(
     *,
     docker_client: Any = None,
 ) -> RunRecord:
-    """Clear the custody entry of the dead run that wrote ``run_root``."""
+    """Clear the custody entry of the dead run that wrote ``run_root`` (``campaign_file``: a
+    campaign file or URL)."""
     campaign = Campaign.open(campaign_file)
     run_id = run_id_of(run_root)
     state = campaign.snapshot()
@@ -241,7 +246,7 @@ def reconcile(
         active = ", ".join(sorted(state.active_runs)) or "none"
         raise _refuse(
             "campaign_run_not_active",
-            f"campaign {campaign.path} holds no custody for run {run_id} (active: {active})",
+            f"campaign {campaign.location} holds no custody for run {run_id} (active: {active})",
         )
     if custody.liveness(entry) == "alive":
         raise _refuse("campaign_run_alive", f"{custody.describe(entry)} is still running")
@@ -249,7 +254,7 @@ def reconcile(
     roots = [run_root, *facts.ancestors]
     left = custody_resources_left(entry.custody_run_ids, roots, docker_client)
     way_out = WayOut(run_id=run_id, run_root=str(Path(run_root).absolute()),
-                     benchmarks=facts.benchmarks, campaign_file=str(campaign.path))
+                     benchmarks=facts.benchmarks, campaign_file=campaign.cli_arg)
     refusal = leftovers_refusal(run_id, left, way_out=way_out)
     if refusal is not None:
         raise refusal
@@ -295,11 +300,12 @@ def describe_state(state: CampaignState, path: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness campaign")
     sub = parser.add_subparsers(dest="command", required=True)
+    where = "a campaign file, or postgresql://[user@]host/db?campaign=NAME, or env:NAME"
     show = sub.add_parser("show", help="print a campaign's spend, reservations and runs")
-    show.add_argument("file")
+    show.add_argument("file", metavar="FILE|URL", help=where)
     show.add_argument("--json", action="store_true", help="print campaign.json as stored")
     rec = sub.add_parser("reconcile", help="clear the custody entry of a crashed run")
-    rec.add_argument("file")
+    rec.add_argument("file", metavar="FILE|URL", help=where)
     rec.add_argument("--run", required=True, metavar="RUN_ROOT", help="the crashed run's root")
     rec.add_argument(
         "--reading",
@@ -307,6 +313,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="USD",
         help="the key's cumulative usage now, as the provider reports it (data.usage)",
     )
+    mig = sub.add_parser("migrate", help="move a campaign file's campaign to PostgreSQL")
+    mig.add_argument("file", metavar="FILE")
+    mig.add_argument("url", metavar="URL", help="postgresql://[user@]host/db?campaign=NAME "
+                     "or env:NAME (the password from PGPASSWORD, ~/.pgpass or a service file)")
+    mig.add_argument("--replace", action="store_true",
+                     help="overwrite the campaign the URL already holds under that name")
     return parser
 
 
@@ -323,8 +335,10 @@ def campaign_command(argv: list[str]) -> int:
             if args.json:
                 print(state.model_dump_json(by_alias=True, indent=2))
             else:
-                print(describe_state(state, str(campaign.path)))
+                print(describe_state(state, campaign.location))
             return 0
+        if args.command == "migrate":
+            return _migrate(args.file, args.url, args.replace)
         record = reconcile(args.file, args.run, args.reading)
     except RefusalError as exc:
         print(f"harness campaign {args.command}: refused ({exc.reason}): {exc}", file=sys.stderr)
@@ -337,4 +351,18 @@ def campaign_command(argv: list[str]) -> int:
         f"({_money(record.settled_usd)}), {record.abandoned_count} open reservation(s) "
         f"{'charged' if args.reading is None else 'dropped (reading recorded)'}"
     )
+    return 0
+
+
+def _migrate(file: str, url: str, replace: bool) -> int:
+    if not is_campaign_url(url):
+        raise _refuse(E.CAMPAIGN_URL_UNUSABLE, f"{url!r} is not a campaign URL: pass "
+                      "postgresql://[user@]host/db?campaign=NAME or env:NAME")
+    from .migrate import migrate
+
+    moved = migrate(file, url, replace=replace)
+    print(f"moved campaign {moved.source} to {moved.target}: ceiling "
+          f"{_money(moved.state.ceiling_usd)}, spent {_money(moved.state.spent_usd)}, "
+          f"{len(moved.state.active_runs)} run(s) in custody; {moved.source} now names it "
+          "(runs given that file are refused)")
     return 0

@@ -3,10 +3,10 @@ process that writes the ledger) and :class:`WorkerBudget` (in each xdist worker'
 per-instance fixture). Both are built from :class:`BudgetSettings`, the parsed plugin
 options, which the controller hands to workers as JSON (``to_json``/``from_json``).
 
-Without ``--campaign-file`` but with ``--budget-usd``, the run gets a campaign of its
-own, ``<run_root>/campaign.json`` with the run budget as ceiling, so its xdist workers
-still share reservations. With neither, reservations are off (the disk reserve still
-applies).
+Without ``--campaign-file`` (or ``--campaign-url``, a campaign in PostgreSQL shared by
+runs on several machines) but with ``--budget-usd``, the run gets a campaign of its own,
+``<run_root>/campaign.json`` with the run budget as ceiling, so its xdist workers still
+share reservations. With neither, reservations are off (the disk reserve still applies).
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING
 from harness.core.errors import RefusalError
 
 from . import errors as E
+from . import pgurl
 from .meter import METER_KEY_ENV, Meter, make_meter
 
 if TYPE_CHECKING:  # the campaign and supervisor load when a budget starts, not at collection
     from .campaign import Campaign
     from .models import Monitor, Reservation, Settlement
+    from .pgurl import CampaignUrl
     from .supervisor import MeterSupervisor
 
 STAGE = "budget"
@@ -34,6 +36,7 @@ STAGE = "budget"
 @dataclass(frozen=True)
 class BudgetSettings:
     campaign_file: str | None = None  # --campaign-file
+    campaign_url: str | None = None  # --campaign-url: postgresql://... or env:NAME
     campaign_budget_usd: float | None = None  # --campaign-budget-usd (needed to create)
     prior_spend_usd: float | None = None  # --prior-spend-usd (creation only)
     per_task_reserve_usd: float | None = None  # --per-task-reserve-usd (else none held)
@@ -53,7 +56,8 @@ class BudgetSettings:
 
     @property
     def reservations_enabled(self) -> bool:
-        return self.campaign_file is not None or self.budget_usd is not None
+        return (self.campaign_file is not None or self.campaign_url is not None
+                or self.budget_usd is not None)
 
     @property
     def task_hold_usd(self) -> float:
@@ -65,6 +69,23 @@ class BudgetSettings:
         if self.campaign_file is not None:
             return Path(self.campaign_file).absolute()
         return Path(run_root).absolute() / "campaign.json"
+
+    def campaign_where(self, run_root: str | os.PathLike[str],
+                       environ: Mapping[str, str] | None = None) -> Path | CampaignUrl:
+        """The campaign file, or the parsed ``--campaign-url`` (ValueError when unusable)."""
+        if self.campaign_url is not None:
+            return pgurl.parse(self.campaign_url, environ)
+        return self.campaign_path(run_root)
+
+    def campaign_url_record(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """``--campaign-url`` as the manifest records it: the URL, its password redacted
+        (``env:NAME`` as given when that variable does not hold a usable URL)."""
+        if self.campaign_url is None:
+            return None
+        try:
+            return pgurl.parse(self.campaign_url, environ).redacted
+        except ValueError:
+            return self.campaign_url if self.campaign_url.startswith(pgurl.ENV_PREFIX) else None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -108,6 +129,14 @@ class ControllerBudget:
 
         if not settings.reservations_enabled:
             return None
+        if settings.campaign_file is not None and settings.campaign_url is not None:
+            raise _refuse("campaign_options_conflict", "--campaign-file and --campaign-url "
+                          "name two campaigns: pass one (harness campaign migrate FILE URL "
+                          "moves a file's campaign to the URL)")
+        try:
+            where = settings.campaign_where(run_root, environ)
+        except ValueError as exc:
+            raise _refuse(E.CAMPAIGN_URL_UNUSABLE, str(exc)) from None
         try:
             meter = make_meter(settings.meter, environ=environ, key_env=settings.key_env)
         except ValueError as exc:
@@ -132,25 +161,32 @@ class ControllerBudget:
                 "fake-file:PATH in tests), or --unknown-cost-allowance-usd USD above 0 "
                 "(charged for each such instance)",
             )
-        path = settings.campaign_path(run_root)
         ceiling = settings.campaign_budget_usd
-        if settings.campaign_file is None:
-            ceiling = settings.budget_usd
-        elif ceiling is None:
-            if not path.exists():
-                raise _refuse(
-                    "campaign_budget_missing",
-                    f"--campaign-budget-usd is needed to create campaign {path}",
-                )
-            ceiling = Campaign.open(path).snapshot().ceiling_usd
-        assert ceiling is not None
-        campaign = Campaign.open_or_create(
-            path,
-            ceiling_usd=ceiling,
-            key_fingerprint=meter.fingerprint if meter is not None else "none",
-            baseline_usage=baseline,
-            prior_spend_usd=settings.prior_spend_usd,
-        )
+        try:
+            if settings.campaign_file is None and settings.campaign_url is None:
+                ceiling = settings.budget_usd
+            elif ceiling is None:
+                existing = Campaign(where).backend.read()
+                if existing is None:
+                    raise _refuse(
+                        "campaign_budget_missing",
+                        f"--campaign-budget-usd is needed to create campaign {where}",
+                    )
+                ceiling = existing.ceiling_usd
+            assert ceiling is not None
+            campaign = Campaign.open_or_create(
+                where,
+                ceiling_usd=ceiling,
+                key_fingerprint=meter.fingerprint if meter is not None else "none",
+                baseline_usage=baseline,
+                prior_spend_usd=settings.prior_spend_usd,
+            )
+        except E.CampaignPersistenceError as exc:
+            if settings.campaign_url is None:
+                raise
+            from .pgstore import unreachable
+
+            raise unreachable(exc) from None
         if reading is not None and not campaign.record_reading(reading):
             raise _refuse(
                 E.BUDGET_METER_UNAVAILABLE,
@@ -204,7 +240,8 @@ class WorkerBudget:
         self.run_id = run_id
         self.run_root = Path(run_root)
         self.campaign = (
-            Campaign(settings.campaign_path(run_root)) if settings.reservations_enabled else None
+            Campaign(settings.campaign_where(run_root)) if settings.reservations_enabled
+            else None
         )
 
     def reserve(self, key: str) -> Reservation | None:

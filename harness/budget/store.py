@@ -1,52 +1,132 @@
-"""Storage of the campaign file: fcntl lock, load, atomic save, identity checks.
+"""Where a campaign's state lives, behind one interface, and the rules of opening it.
 
-Every read-modify-write holds ``<file>.lock`` (``filelock.UnixFileLock``, fcntl based,
-no soft fallback) and saves atomically (temp file, fsync, rename, fsync of the folder).
-Any failure to lock, read or save is a :class:`CampaignPersistenceError`.
+A campaign is one :class:`CampaignState` document. A :class:`CampaignBackend` keeps it:
+
+* :class:`.filestore.FileCampaignStore`, a JSON file under an fcntl lock (the default);
+* :class:`.pgstore.PostgresCampaignStore`, a row of a PostgreSQL table (``--campaign-url``):
+  every change is one SERIALIZABLE transaction, queued behind a per-campaign advisory lock,
+  so runs on several machines share one ceiling.
+
+Both run the same read-modify-write: :meth:`CampaignBackend.transact` hands the current
+state (None when there is no campaign yet) to a change, which returns its result and the
+state to save (None: nothing to save), which the backend stores as it is (the shared code
+stamps it first: :func:`seal`). Every rule of the campaign (:mod:`.campaign`,
+:mod:`.accounting`) is written once, over that interface. Any failure to lock, read or save
+is a :class:`CampaignPersistenceError`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import Self, TypeVar
-
-import filelock
-from pydantic import ValidationError
-
-from harness.core.errors import RefusalError
-from harness.core.fsutil import atomic_write_json
+from typing import TYPE_CHECKING, Protocol, Self, TypeVar
 
 from . import accounting
 from . import errors as E
+from .errors import refuse
 from .models import CampaignState
+from .pgurl import CampaignUrl, is_campaign_url
+
+if TYPE_CHECKING:
+    from .filestore import FileCampaignStore
 
 T = TypeVar("T")
 NO_METER = "none"  # the key fingerprint of a campaign without a meter
 
 
-def refuse(reason: str, message: str) -> RefusalError:
-    return RefusalError(message, stage=E.CAMPAIGN_STAGE, reason=reason, exit_code=2)
+def seal(state: CampaignState) -> None:
+    """Stamp the state and recompute its derived totals, just before it is saved."""
+    state.updated_at_unix = time.time()
+    accounting.refresh_derived(state)
+
+
+class CampaignBackend(Protocol):
+    """Storage of one campaign's state (see the module doc)."""
+
+    kind: str  # "file" | "postgresql"
+    noun: str  # how messages name it: "campaign file" | "campaign"
+    fresh_hint: str  # another campaign, for refusals: "a new campaign file"
+
+    @property
+    def location(self) -> str:
+        """Shown and recorded: the file's path, or the URL with its password redacted."""
+        ...
+
+    @property
+    def cli_arg(self) -> str:
+        """What a suggested command passes (``env:NAME`` for a URL read from there)."""
+        ...
+
+    def read(self) -> CampaignState | None:
+        """A consistent snapshot without locking; None when there is no campaign."""
+        ...
+
+    def transact(
+        self, change: Callable[[CampaignState | None], tuple[T, CampaignState | None]]
+    ) -> T:
+        """One serialized read-modify-write (see the module doc)."""
+        ...
+
+
+def backend_for(
+    where: str | os.PathLike[str] | CampaignUrl | CampaignBackend, *, lock_timeout_sec: float = 30.0
+) -> CampaignBackend:
+    """The backend of a file path, a ``postgresql://`` URL (or ``env:NAME``), a parsed
+    :class:`CampaignUrl`, or a backend (returned as is)."""
+    if isinstance(where, CampaignUrl) or (isinstance(where, str) and is_campaign_url(where)):
+        from .pgstore import PostgresCampaignStore  # psycopg2 only for a URL
+
+        return PostgresCampaignStore(where, lock_timeout_sec=lock_timeout_sec)
+    if isinstance(where, str | os.PathLike):
+        from .filestore import FileCampaignStore
+
+        return FileCampaignStore(where, lock_timeout_sec=lock_timeout_sec)
+    return where
 
 
 class CampaignStore:
-    """Handle on a campaign file; cheap, holds no open file, safe to share across threads."""
+    """A campaign on its backend: opening (identity checks) and the shared transaction."""
 
-    def __init__(self, path: str | os.PathLike[str], *, lock_timeout_sec: float = 30.0) -> None:
-        self.path = Path(path).absolute()
-        self.lock_path = self.path.with_name(self.path.name + ".lock")
-        self.lock_timeout_sec = lock_timeout_sec
+    def __init__(
+        self,
+        where: str | os.PathLike[str] | CampaignUrl | CampaignBackend,
+        *,
+        lock_timeout_sec: float = 30.0,
+    ) -> None:
+        self.backend = backend_for(where, lock_timeout_sec=lock_timeout_sec)
+
+    @property
+    def location(self) -> str:
+        return self.backend.location
+
+    @property
+    def cli_arg(self) -> str:
+        return self.backend.cli_arg
+
+    def _file(self) -> FileCampaignStore:
+        from .filestore import FileCampaignStore
+
+        if not isinstance(self.backend, FileCampaignStore):
+            raise TypeError(f"campaign {self.location} is not a file (use .location)")
+        return self.backend
+
+    @property
+    def path(self) -> Path:
+        """The campaign file (a file campaign only)."""
+        return self._file().path
+
+    @property
+    def lock_path(self) -> Path:
+        return self._file().lock_path
 
     # ----------------------------------------------------------------- opening
 
     @classmethod
     def open_or_create(
         cls,
-        path: str | os.PathLike[str],
+        where: str | os.PathLike[str] | CampaignUrl | CampaignBackend,
         *,
         ceiling_usd: float,
         key_fingerprint: str,
@@ -54,7 +134,7 @@ class CampaignStore:
         prior_spend_usd: float | None = None,
         lock_timeout_sec: float = 30.0,
     ) -> Self:
-        """Create the file, or open it and refuse a changed ceiling, key or prior spend.
+        """Create the campaign, or open it and refuse a changed ceiling, key or prior spend.
 
         ``baseline_usage`` (the key's usage now) is used only at creation (never rebased),
         or when a meter is added to a campaign that had none (``key_fingerprint`` was
@@ -64,19 +144,21 @@ class CampaignStore:
             raise ValueError(f"campaign ceiling must be a finite amount >= 0, got {ceiling_usd!r}")
         if not accounting.is_money(baseline_usage):
             raise ValueError(f"usage baseline must be finite and >= 0, got {baseline_usage!r}")
-        campaign = cls(path, lock_timeout_sec=lock_timeout_sec)
-        with campaign._locked():
-            if campaign.path.exists():
-                state = campaign._load()
+        campaign = cls(where, lock_timeout_sec=lock_timeout_sec)
+
+        def change(state: CampaignState | None) -> tuple[None, CampaignState | None]:
+            if state is not None:
                 adding = state.key_fingerprint == NO_METER and key_fingerprint != NO_METER
-                campaign._check_identity(state, ceiling_usd,
-                                         NO_METER if adding else key_fingerprint,
-                                         prior_spend_usd)
-                if adding:
-                    campaign._add_meter(state, key_fingerprint, baseline_usage)
-                return campaign
+                campaign._check_identity(
+                    state, ceiling_usd, NO_METER if adding else key_fingerprint, prior_spend_usd
+                )
+                if not adding:
+                    return None, None
+                campaign._add_meter(state, key_fingerprint, baseline_usage)
+                seal(state)
+                return None, state
             now = time.time()
-            state = CampaignState(
+            created = CampaignState(
                 created_at_unix=now,
                 updated_at_unix=now,
                 ceiling_usd=ceiling_usd,
@@ -86,19 +168,29 @@ class CampaignStore:
                 last_usage=baseline_usage,
                 last_reading_at_unix=None,
             )
-            campaign._save(state)
+            seal(created)
+            return None, created
+
+        campaign.backend.transact(change)
         return campaign
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, lock_timeout_sec: float = 30.0) -> Self:
-        """Open an existing file (for ``harness campaign show|reconcile``)."""
-        campaign = cls(path, lock_timeout_sec=lock_timeout_sec)
-        if not campaign.path.exists():
-            raise refuse(E.CAMPAIGN_UNREADABLE, f"campaign file {campaign.path} does not exist")
-        campaign.snapshot()
+    def open(
+        cls,
+        where: str | os.PathLike[str] | CampaignUrl | CampaignBackend,
+        *,
+        lock_timeout_sec: float = 30.0,
+    ) -> Self:
+        """Open an existing campaign (for ``harness campaign show|reconcile``)."""
+        campaign = cls(where, lock_timeout_sec=lock_timeout_sec)
+        if campaign.backend.read() is None:
+            raise refuse(
+                E.CAMPAIGN_UNREADABLE, f"{campaign.backend.noun} {campaign.location} does not exist"
+            )
         return campaign
 
-    def _add_meter(self, state: CampaignState, key_fingerprint: str, baseline: float) -> None:
+    @staticmethod
+    def _add_meter(state: CampaignState, key_fingerprint: str, baseline: float) -> None:
         """A meterless campaign gets the meter of this run: from now on the meter counts;
         what was settled before it (the meter cannot see it) stays counted in full."""
         state.key_fingerprint = key_fingerprint
@@ -106,7 +198,6 @@ class CampaignStore:
         state.usage_baseline = state.last_usage = baseline
         state.last_reading_at_unix = None
         state.meter_added_at_unix = time.time()
-        self._save(state)
 
     def _check_identity(
         self,
@@ -115,78 +206,52 @@ class CampaignStore:
         key_fingerprint: str,
         prior_spend_usd: float | None,
     ) -> None:
+        where = f"campaign {self.location}"
         if abs(state.ceiling_usd - ceiling_usd) > accounting.EPS:
             raise refuse(
                 E.CAMPAIGN_CEILING_CHANGED,
-                f"campaign {self.path} has ceiling ${state.ceiling_usd:g}; "
+                f"{where} has ceiling ${state.ceiling_usd:g}; "
                 f"--campaign-budget-usd {ceiling_usd:g} differs (a ceiling is fixed at "
-                "creation: pass the same value or start a new campaign file)",
+                f"creation: pass the same value or start {self.backend.fresh_hint})",
             )
         if state.key_fingerprint != key_fingerprint:
             if key_fingerprint == NO_METER:
                 raise refuse(
                     E.CAMPAIGN_KEY_CHANGED,
-                    f"campaign {self.path} is metered (key {state.key_fingerprint}); this "
+                    f"{where} is metered (key {state.key_fingerprint}); this "
                     "run has no meter: pass the campaign's --meter (and its key)",
                 )
             raise refuse(
                 E.CAMPAIGN_KEY_CHANGED,
-                f"campaign {self.path} belongs to key {state.key_fingerprint}; this run's "
-                f"key is {key_fingerprint} (use that key or a new campaign file)",
+                f"{where} belongs to key {state.key_fingerprint}; this run's "
+                f"key is {key_fingerprint} (use that key or {self.backend.fresh_hint})",
             )
         if prior_spend_usd is not None and abs(state.prior_spend_usd - prior_spend_usd) > 1e-9:
             raise refuse(
                 E.CAMPAIGN_PRIOR_SPEND_FIXED,
-                f"campaign {self.path} has prior spend ${state.prior_spend_usd:g}; prior "
+                f"{where} has prior spend ${state.prior_spend_usd:g}; prior "
                 "spend is set only at creation (drop the option)",
             )
 
     # ------------------------------------------------------------ transactions
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        lock = filelock.UnixFileLock(
-            str(self.lock_path), timeout=self.lock_timeout_sec, fallback_to_soft=False
-        )
-        try:
-            lock.acquire()
-        except filelock.Timeout as exc:
-            raise E.CampaignPersistenceError(
-                f"could not lock {self.lock_path} within {self.lock_timeout_sec:g}s"
-            ) from exc
-        except OSError as exc:
-            raise E.CampaignPersistenceError(f"could not lock {self.lock_path}: {exc}") from exc
-        try:
-            yield
-        finally:
-            lock.release()
-
-    def _load(self) -> CampaignState:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise E.CampaignPersistenceError(f"could not read {self.path}: {exc}") from exc
-        try:
-            return CampaignState.model_validate(json.loads(text))
-        except (ValueError, ValidationError) as exc:
-            raise E.CampaignPersistenceError(f"{self.path} is not a campaign file: {exc}") from exc
-
-    def _save(self, state: CampaignState) -> None:
-        state.updated_at_unix = time.time()
-        accounting.refresh_derived(state)
-        try:
-            atomic_write_json(self.path, state)
-        except OSError as exc:
-            raise E.CampaignPersistenceError(f"could not save {self.path}: {exc}") from exc
-
     def _mutate(self, change: Callable[[CampaignState], T]) -> T:
-        """Lock, load, apply ``change``, save; the change's result is returned."""
-        with self._locked():
-            state = self._load()
+        """One transaction: load, apply ``change``, save; the change's result is returned."""
+
+        def apply(state: CampaignState | None) -> tuple[T, CampaignState | None]:
+            if state is None:
+                raise E.CampaignPersistenceError(
+                    f"{self.backend.noun} {self.location} does not exist"
+                )
             result = change(state)
-            self._save(state)
-            return result
+            seal(state)
+            return result, state
+
+        return self.backend.transact(apply)
 
     def snapshot(self) -> CampaignState:
-        """The current state (atomic renames make a lock-free read consistent)."""
-        return self._load()
+        """The current state (a consistent read, without the lock)."""
+        state = self.backend.read()
+        if state is None:
+            raise E.CampaignPersistenceError(f"{self.backend.noun} {self.location} does not exist")
+        return state

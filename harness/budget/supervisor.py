@@ -325,7 +325,9 @@ class MeterSupervisor:
             run_id=self.run_id,
             observed_at_unix=time.time(),
             controller_pid=self.controller_pid,
-            campaign_file=str(self.campaign.path),
+            campaign_file=self.campaign.location if self.campaign.backend.kind == "file"
+            else None,
+            campaign_url=None if self.campaign.backend.kind == "file" else self.campaign.location,
             meter=MonitorMeter(
                 source=self.meter.name if self.meter is not None else None,
                 blindness_sec=self.blindness_sec,

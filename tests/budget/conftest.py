@@ -1,9 +1,11 @@
-"""Fixtures of the budget tests: a fresh campaign, a loopback HTTP key endpoint."""
+"""Fixtures of the budget tests: a fresh campaign (on each store: a file, and a campaign
+in a real PostgreSQL server, ``postgres`` marker), a loopback HTTP key endpoint."""
 
 from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -13,6 +15,23 @@ import pytest
 
 from harness.budget import Campaign
 from tests.budget.budget_support import BASELINE, FINGERPRINT, KeyEndpoint
+from tests.budget.pg_support import PgServer, start_server
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "postgres: needs a PostgreSQL server (initdb, pg_ctl); fails without one"
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One PostgreSQL server per test process (no server here: the test fails loudly)."""
+    server = start_server()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
@@ -20,12 +39,23 @@ def campaign_path(tmp_path: Path) -> Path:
     return tmp_path / "campaigns" / "campaign.json"
 
 
+@pytest.fixture(params=["file", pytest.param("postgres", marks=pytest.mark.postgres)])
+def campaign_where(request: pytest.FixtureRequest, campaign_path: Path) -> Path | str:
+    """Where ``make_campaign`` keeps the campaign: each test runs on both stores (a test
+    of the file store alone: ``@pytest.mark.parametrize("campaign_where", ["file"],
+    indirect=True)``)."""
+    if request.param == "file":
+        return campaign_path
+    server: PgServer = request.getfixturevalue("pg_server")
+    return server.url(f"t-{uuid.uuid4().hex[:12]}")
+
+
 @pytest.fixture
-def make_campaign(campaign_path: Path) -> Callable[..., Campaign]:
+def make_campaign(campaign_where: Path | str) -> Callable[..., Campaign]:
     def make(ceiling_usd: float = 100.0, **kw: Any) -> Campaign:
         kw.setdefault("key_fingerprint", FINGERPRINT)
         kw.setdefault("baseline_usage", BASELINE)
-        return Campaign.open_or_create(campaign_path, ceiling_usd=ceiling_usd, **kw)
+        return Campaign.open_or_create(campaign_where, ceiling_usd=ceiling_usd, **kw)
 
     return make
 

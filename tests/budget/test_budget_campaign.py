@@ -1,4 +1,5 @@
-"""The campaign file as a run sees it: creation, refusals, reservations, settlement."""
+"""The campaign as a run sees it: creation, refusals, reservations, settlement (on a file
+and on PostgreSQL: the ``campaign_where`` fixture)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def _reading(usage: float) -> MeterReading:
     return MeterReading(usage=usage, requested_at_unix=now, observed_at_unix=now, source="t")
 
 
+@pytest.mark.parametrize("campaign_where", ["file"], indirect=True)
 def test_created_file_holds_the_ceiling_fingerprint_and_baseline(
     make_campaign: MakeCampaign, campaign_path: Path
 ) -> None:
@@ -61,7 +63,7 @@ def test_reopening_refuses_a_changed_ceiling_key_or_prior_spend(
     with pytest.raises(RefusalError) as prior:
         make_campaign(50.0, prior_spend_usd=7.0)
     assert prior.value.reason == "campaign_prior_spend_fixed"
-    assert Campaign.open(make_campaign(50.0).path).snapshot().usage_baseline == 10.0
+    assert Campaign.open(make_campaign(50.0).location).snapshot().usage_baseline == 10.0
 
 
 def test_reserve_settle_release_and_overrun(make_campaign: MakeCampaign, run_root: Path) -> None:
@@ -172,6 +174,7 @@ def test_concurrent_live_runs_share_a_campaign(make_campaign: MakeCampaign, tmp_
         other.wait()
 
 
+@pytest.mark.parametrize("campaign_where", ["file"], indirect=True)
 def test_a_held_fcntl_lock_blocks_and_the_instance_is_refused(
     make_campaign: MakeCampaign, run_root: Path
 ) -> None:
@@ -205,12 +208,12 @@ def test_show_prints_spend_and_active_runs(
     campaign = make_campaign(25.0)
     campaign.admit_run("r1", run_root, os.getpid())
     campaign.reserve("r1", "b/a", 2.5)
-    assert campaign_command(["show", str(campaign.path)]) == 0
+    assert campaign_command(["show", campaign.location]) == 0
     out = capsys.readouterr().out
     assert "$25.0000" in out and "r1" in out and "[alive]" in out and "$2.5000" in out
-    assert campaign_command(["show", str(campaign.path), "--json"]) == 0
+    assert campaign_command(["show", campaign.location, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["outstanding_usd"] == 2.5
-    assert campaign_command(["show", str(campaign.path) + ".missing"]) == 2
+    assert campaign_command(["show", campaign.location + ".missing"]) == 2
 
 
 def test_disk_reserve(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def _crash_a_run(campaign: Campaign, tmp_path: Path, *, manifest: bool = True) -
         (run_root / "run_manifest.json").write_text(json.dumps({"run_id": run_id}))
     state = campaign.snapshot()
     args = {
-        "campaign": str(campaign.path),
+        "campaign": campaign.location,
         "fingerprint": state.key_fingerprint,
         "run_id": run_id,
         "run_root": str(run_root),
@@ -86,7 +86,7 @@ def test_a_killed_run_blocks_admission_until_reconciled(
     assert refused.value.reason == "campaign_stale_run"
     assert crashed in str(refused.value) and "harness campaign reconcile" in str(refused.value)
 
-    argv = ["reconcile", str(campaign.path), "--run", str(crashed_root), "--reading", "10.75"]
+    argv = ["reconcile", campaign.location, "--run", str(crashed_root), "--reading", "10.75"]
     assert campaign_command(argv) == 0
     assert f"reconciled run {crashed}" in capsys.readouterr().out
 
@@ -114,7 +114,7 @@ def test_reconcile_refuses_while_a_labelled_container_exists(
     )
     try:
         container.start()
-        argv = ["reconcile", str(campaign.path), "--run", str(crashed_root)]
+        argv = ["reconcile", campaign.location, "--run", str(crashed_root)]
         assert campaign_command(argv) == 2
         err = capsys.readouterr().err
         assert "containers_left" in err and f"{crashed}-left" in err
@@ -133,7 +133,7 @@ def test_reconcile_needs_the_run_manifest(
 ) -> None:
     campaign = make_campaign(100.0)
     crashed, crashed_root = _crash_a_run(campaign, tmp_path, manifest=False)
-    argv = ["reconcile", str(campaign.path), "--run", str(crashed_root)]
+    argv = ["reconcile", campaign.location, "--run", str(crashed_root)]
     assert campaign_command(argv) == 2
     err = capsys.readouterr().err
     assert "run_manifest.json is missing" in err and str(crashed_root) in err
@@ -146,7 +146,7 @@ def test_reconcile_refuses_a_live_run(
     campaign = make_campaign(100.0)
     campaign.admit_run("live", run_root, os.getpid())
     (run_root / "run_manifest.json").write_text(json.dumps({"run_id": "live"}))
-    assert campaign_command(["reconcile", str(campaign.path), "--run", str(run_root)]) == 2
+    assert campaign_command(["reconcile", campaign.location, "--run", str(run_root)]) == 2
     assert "still running" in capsys.readouterr().err
 
 
@@ -162,7 +162,7 @@ def test_reconcile_refuses_while_a_labelled_network_exists(
     network = docker_client.networks.create(
         f"{crashed}-net", internal=True, labels={"harness.run": crashed}
     )
-    argv = ["reconcile", str(campaign.path), "--run", str(crashed_root)]
+    argv = ["reconcile", campaign.location, "--run", str(crashed_root)]
     try:
         assert campaign_command(argv) == 2
         err = capsys.readouterr().err
@@ -234,7 +234,7 @@ def test_dead_runs_custody_refuses_until_reconciled_live_runs_share(
             with pytest.raises(RefusalError) as refused:
                 campaign.admit_run(attempt, tmp_path / attempt, os.getpid())
             assert refused.value.reason == "campaign_stale_run" and crashed in str(refused.value)
-        assert campaign_command(["reconcile", str(campaign.path), "--run", str(crashed_root)]) == 0
+        assert campaign_command(["reconcile", campaign.location, "--run", str(crashed_root)]) == 0
         campaign.admit_run("next", tmp_path / "next", os.getpid())
         assert set(campaign.snapshot().active_runs) == {"live-a", "live-b", "next"}
     finally:
@@ -361,14 +361,15 @@ def test_issue23_item2_reconcile_names_the_kept_sandbox_and_each_way_out(
         image, ["sleep", "600"], detach=True, name=f"{crashed}-kept",
         labels={"harness.run": crashed, "harness.reattach": "gateway",
                 "harness.instance": "testorg__calculator", "harness.ttl_s": "600"})
-    argv = ["reconcile", str(campaign.path), "--run", str(crashed_root)]
+    argv = ["reconcile", campaign.location, "--run", str(crashed_root)]
     try:
         assert campaign_command(argv) == 2
         err = capsys.readouterr().err
         assert "refused (sandboxes_kept)" in err and f"{crashed}-kept" in err, err
         assert "instance testorg__calculator" in err and "TTL ends" in err
+        flag = "--campaign-file" if campaign.backend.kind == "file" else "--campaign-url"
         assert (f"pytest benchmarks/programbench --resume-from {crashed_root} "
-                f"--campaign-file {campaign.path}") in err
+                f"{flag} {campaign.location}") in err
         assert "the paid task continues" in err
         assert f"harness sweep --run {crashed}" in err and "spend so far is lost" in err
         assert "wait until the TTL ends" in err

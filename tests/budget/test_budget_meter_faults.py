@@ -138,6 +138,7 @@ def _replaced_by_a_file(directory: Path) -> Iterator[None]:
         aside.rename(directory)
 
 
+@pytest.mark.parametrize("campaign_where", ["file"], indirect=True)  # PostgreSQL: its own
 @pytest.mark.parametrize("breakage", [_immutable, _replaced_by_a_file], ids=["immutable", "gone"])
 def test_a_failing_save_stops_the_run(
     make_campaign: MakeCampaign,
