@@ -1,0 +1,385 @@
+"""``harness programbench submission`` end to end: a real run (mini-swe-agent driven by a
+FAKE scripted model server, the real ``programbench eval`` in real Docker), then the real
+``programbench submit package`` and ``submit verify`` on the output.
+
+``submit package`` packages only known, non-fixture instances: it drops every
+``testorg__`` id, and every offline fixture task has one. So this module adds one task with
+a real-looking id, ``harnessfix__calculator.abc1234`` (the calculator's task.yaml, tests.json
+and test branch, under another name), to a private overlay of the installed package: a copy
+of its code with ``data/tasks`` holding links to every installed task plus the new one,
+first on ``PYTHONPATH`` for the run and the official commands. The installed package is not
+changed (other tests count its tasks). The task's image is the offline fixture's, tagged
+with the name ``programbench eval`` derives from the id (the tag is removed afterwards);
+its blob is the calculator's branch blob under the new id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from benchmarks.programbench import FIXTURE_ID
+from benchmarks.programbench.fixture import ensure_fixture
+from benchmarks.programbench.fixture_image import fixture_image
+from benchmarks.programbench.leaderboard import submission_command
+from benchmarks.programbench.leaderboard_records import RECORD_NAME, SubmissionRecord
+from harness.core.models import TaskRow
+from harness.run.ledger import LedgerWriter, ledger_path, read_ledger
+from harness.run.manifest import read_manifest, write_manifest
+from harness.run.resume import carry_row, original_row
+from harness.testing.fake_model_server import start_fake_model_server
+from tests.agents.model_scripts import solve_script
+from tests.support.suite import REPO_ROOT
+
+pytestmark = pytest.mark.docker
+
+LB_ID = "harnessfix__calculator.abc1234"
+MODEL = "openai/fake-model"
+BRANCH = "33128f6b8600"
+
+
+@dataclass(frozen=True)
+class Overlay:
+    pythonpath: str
+    blob_dir: Path
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "PYTHONPATH": self.pythonpath,
+            "PROGRAMBENCH_BLOB_DIR": str(self.blob_dir),
+        }
+
+
+def build_overlay(dest: Path) -> Overlay:
+    import programbench
+
+    fixture = ensure_fixture()
+    src = Path(programbench.__file__).parent
+    tasks_src = src / "data" / "tasks"
+    pkg = dest / "site" / "programbench"
+
+    def skip(folder: str, names: list[str]) -> list[str]:
+        return [
+            n
+            for n in names
+            if n == "__pycache__" or (Path(folder) == src / "data" and n == "tasks")
+        ]
+
+    shutil.copytree(src, pkg, ignore=skip)
+    tasks = pkg / "data" / "tasks"
+    tasks.mkdir()
+    for task in tasks_src.iterdir():
+        (tasks / task.name).symlink_to(task)
+    shutil.copytree(
+        tasks_src / FIXTURE_ID, tasks / LB_ID, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (tasks / LB_ID / "task.yaml").write_text(
+        (tasks / LB_ID / "task.yaml").read_text().replace("testorg/", "harnessfix/")
+    )
+    blobs = dest / "blobs"
+    (blobs / LB_ID / "tests").mkdir(parents=True)
+    shutil.copyfile(
+        Path(fixture.blob_dir) / FIXTURE_ID / "tests" / f"{BRANCH}.tar.gz",
+        blobs / LB_ID / "tests" / f"{BRANCH}.tar.gz",
+    )
+    path = os.pathsep.join(
+        [str(dest / "site"), str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    return Overlay(path, blobs)
+
+
+def clean_repo(path: Path) -> Path:
+    path.mkdir()
+    (path / "README").write_text("the agent's source checkout\n")
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    for args in (["init", "-q"], ["add", "README"], ["commit", "-q", "-m", "seed"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def overlay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Overlay]:
+    built = build_overlay(tmp_path_factory.mktemp("overlay"))
+    client = docker.from_env()
+    name = fixture_image(LB_ID)
+    repo, tag = name.rsplit(":", 1)
+    assert client.images.get(ensure_fixture().image_id).tag(repo, tag)
+    try:
+        yield built
+    finally:
+        client.images.remove(name, noprune=True)  # the tag only: the fixture image stays
+
+
+@pytest.fixture(scope="module")
+def lb_run(overlay: Overlay, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A reportable run (a clean --agent-repo) of the real-looking task."""
+    work = tmp_path_factory.mktemp("lbrun")
+    config = work / "agent.yaml"
+    prices = work / "prices.json"
+    prices.write_text(
+        json.dumps({"models": {"fake-model": {"input_per_mtok": 2.0, "output_per_mtok": 10.0}}})
+    )
+    server = start_fake_model_server(solve_script())
+    config.write_text(
+        yaml.safe_dump(
+            {"model": {"model_kwargs": {"api_base": server.base_url, "api_key": "not-a-key"}}}
+        )
+    )
+    root = work / "run"
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "benchmarks/programbench",
+                "--run-root",
+                str(root),
+                "-k",
+                "harnessfix",
+                "--agent",
+                "mini-swe-agent",
+                "--solve-model",
+                MODEL,
+                "--agent-config",
+                str(config),
+                "--model-prices",
+                str(prices),
+                "--agent-repo",
+                str(clean_repo(work / "agent")),
+            ],
+            cwd=REPO_ROOT,
+            env={
+                k: v
+                for k, v in overlay.env().items()
+                if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")
+            },
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = effective(root)
+    assert row.score == 1.0 and row.official_eval_status == "completed", row
+    assert read_manifest(root).reportable is True
+    return root
+
+
+def effective(run: Path) -> TaskRow:
+    return read_ledger(ledger_path(run)).latest[f"programbench/{LB_ID}"]
+
+
+def copy_run(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def record_of(out: Path) -> SubmissionRecord:
+    return SubmissionRecord.model_validate_json((out / RECORD_NAME).read_text())
+
+
+def test_the_official_package_and_verify_pass_on_the_output(
+    lb_run: Path,
+    overlay: Overlay,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", overlay.pythonpath)
+    out = tmp_path / "20260101_harness_fake-model"
+    assert submission_command([str(lb_run), "--output", str(out)]) == 0, capsys.readouterr()
+    printed = capsys.readouterr().out
+    assert "programbench submit package: ok (exit 0)" in printed
+    assert "programbench submit verify (Tier 0): ok (exit 0)" in printed
+    record = record_of(out)
+    assert (
+        record.package
+        and record.package.ok
+        and "Packaged 1 instance(s)" in record.package.stdout_tail
+    )
+    assert (
+        record.verify and record.verify.ok and "1/1 checks consistent" in record.verify.stdout_tail
+    )
+    assert record.reportable and not record.forced and record.status == "written"
+
+    row, folder = effective(lb_run), lb_run / "programbench" / LB_ID
+    (packed,) = record.instances
+    assert packed.submission_sha256_verified and packed.source_run == str(lb_run.resolve())
+    copied = {f.name: f for f in packed.files}
+    # byte copies of what the official eval scored (package then split the eval.json)
+    assert (out / LB_ID / "submission.tar.gz").read_bytes() == (
+        folder / "submission.tar.gz"
+    ).read_bytes()
+    assert copied[f"{LB_ID}.eval.json"].sha256 == sha(lb_run / row.output_paths["eval_json"])
+    assert (out / LB_ID / f"{LB_ID}.traj.json").read_bytes() == (
+        folder / "mini_swe_agent.traj.json"
+    ).read_bytes()
+    assert (out / LB_ID / f"{LB_ID}.eval.log.json").is_file()  # package's split
+    recombined = copy_run(out, tmp_path / "recombined")
+    subprocess.run(
+        [shutil.which("programbench") or "programbench", "submit", "recombine", str(recombined)],
+        env=overlay.env(),
+        check=True,
+        capture_output=True,
+    )
+    assert json.loads((recombined / LB_ID / f"{LB_ID}.eval.json").read_text()) == json.loads(
+        (lb_run / row.output_paths["eval_json"]).read_text()
+    )
+
+    stats = {
+        n: json.loads((out / "_stats" / f"{n}.json").read_text())
+        for n in ("cost", "calls", "tokens", "score")
+    }
+    assert row.cost_known and stats["cost"] == {LB_ID: row.cost_usd}
+    steps = len(solve_script()["responses"])
+    assert stats["calls"] == {LB_ID: steps}
+    assert row.tokens is not None and row.tokens.completion == 100 * steps
+    assert stats["tokens"] == {LB_ID: row.tokens.completion}
+    assert stats["score"] == {
+        LB_ID: {
+            f"{BRANCH}/tests.test_calculator.test_{n}": True
+            for n in ("addition", "subtraction", "multiplication")
+        }
+    }
+    manifest = yaml.safe_load((out / "submission.yaml").read_text())
+    assert manifest["submission_id"] == out.name
+    assert manifest["system"]["agent"] == "mini-swe-agent" and manifest["system"]["model"] == MODEL
+    assert read_manifest(lb_run).run_id in manifest["description"]
+    assert "FORCED" not in manifest["description"] and "Unknown" not in manifest["description"]
+
+    # again into the same folder (an earlier output): the author's fields stay
+    manifest["submitter"]["name"] = "A. Author"
+    (out / "submission.yaml").write_text(yaml.safe_dump(manifest))
+    assert submission_command([str(lb_run), "--output", str(out)]) == 0
+    again = yaml.safe_load((out / "submission.yaml").read_text())
+    assert (
+        again["submitter"]["name"] == "A. Author"
+        and again["description"] == manifest["description"]
+    )
+    assert record_of(out).verify.ok  # type: ignore[union-attr]
+
+
+def test_a_run_that_is_not_reportable_is_packaged_only_with_force_recorded(
+    lb_run: Path,
+    overlay: Overlay,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", overlay.pythonpath)
+    run = copy_run(lb_run, tmp_path / "run")
+    manifest = read_manifest(run)
+    manifest.extra.agent_source = None  # as a run without --agent-repo writes it
+    write_manifest(manifest, run)
+    out = tmp_path / "out"
+    assert submission_command([str(run), "--output", str(out)]) == 2
+    assert "is not reportable (no --agent-repo" in capsys.readouterr().err
+    assert not out.exists()
+    assert submission_command([str(run), "--output", str(out), "--force"]) == 0
+    assert "FORCED: not reportable (no --agent-repo" in capsys.readouterr().out
+    description = yaml.safe_load((out / "submission.yaml").read_text())["description"]
+    assert "FORCED (--force): the run is not reportable: no --agent-repo" in description
+    record = record_of(out)
+    assert record.forced and not record.reportable and record.verify and record.verify.ok
+
+
+def test_an_unknown_cost_is_left_out_and_listed_never_zero(
+    lb_run: Path,
+    overlay: Overlay,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The effective row (the last one) does not know its cost, as an unpriced model leaves it."""
+    monkeypatch.setenv("PYTHONPATH", overlay.pythonpath)
+    run = copy_run(lb_run, tmp_path / "run")
+    row = effective(run)
+    unpriced = row.model_copy(
+        update={
+            "cost_usd": None,
+            "cost_known": False,
+            "details": {**row.details, "cost_source": "unknown"},
+        }
+    )
+    assert LedgerWriter(run).append(unpriced)
+    out = tmp_path / "out"
+    assert submission_command([str(run), "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        f"unknown cost (left out of _stats/cost.json, not 0): {LB_ID} (cost unknown (unknown))"
+        in printed
+    )
+    assert json.loads((out / "_stats" / "cost.json").read_text()) == {}
+    assert json.loads((out / "_stats" / "calls.json").read_text()) == {
+        LB_ID: len(solve_script()["responses"])
+    }
+    record = record_of(out)
+    assert [(g.instance_id, g.stat) for g in record.unknown] == [(LB_ID, "cost")]
+    description = yaml.safe_load((out / "submission.yaml").read_text())["description"]
+    assert f"Unknown cost (left out of _stats/cost.json, not 0): {LB_ID}." in description
+    assert record.verify and record.verify.ok
+
+
+def test_a_carried_instance_comes_from_the_run_that_scored_it(
+    lb_run: Path,
+    overlay: Overlay,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", overlay.pythonpath)
+    ancestor = copy_run(lb_run, tmp_path / "ancestor")
+    manifest = read_manifest(ancestor)
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    child = manifest.model_copy(deep=True)
+    child.run_id, child.run_root = "resumed-run", str(resumed.resolve())
+    child.resume.ancestors = [str(ancestor.resolve())]
+    child.resume.ancestor_run_ids = [manifest.run_id]
+    write_manifest(child, resumed)
+    row = effective(ancestor)
+    assert LedgerWriter(resumed).append(
+        carry_row(
+            original_row(row),
+            run_id="resumed-run",
+            worker="main",
+            nodeid=row.nodeid,
+            status="skipped",
+            ts_unix=row.ts_unix,
+        )
+    )
+    out = tmp_path / "out"
+    assert submission_command([str(resumed), "--output", str(out)]) == 0
+    (packed,) = record_of(out).instances
+    assert packed.source_run == str(ancestor.resolve()) and packed.carried_from == manifest.run_id
+    assert (out / LB_ID / f"{LB_ID}.traj.json").is_file()
+
+    # a kept archive that is not the scored one is never packaged
+    archive = ancestor / "programbench" / LB_ID / "submission.tar.gz"
+    archive.write_bytes(archive.read_bytes() + b"\0")
+    out2 = tmp_path / "out2"
+    assert submission_command([str(resumed), "--output", str(out2)]) == 1  # package: nothing left
+    record = record_of(out2)
+    assert record.instances == [] and "not the scored" in record.left_out[-1].reason
+    assert record.package is not None and not record.package.ok and record.verify is None
