@@ -244,7 +244,9 @@ class CompareReport(FiguresModel):
 
 
 class ModelTotal(StrictModel):
-    """One model's calls over the run's selected rows, as one source reported them."""
+    """One model's calls over the run's selected rows, as one source reported them (a model
+    that was not allowed has its own total: the calls refused, or forwarded by a source
+    that does not pin)."""
 
     model: str
     source: str
@@ -255,7 +257,7 @@ class ModelTotal(StrictModel):
     completion_tokens: int | None
     cost_usd: float | None  # over the rows that reported a cost; None: none did
     cost_unknown_rows: int  # rows that named it without a cost
-    allowed: bool  # False: some row says it was not allowed
+    allowed: bool  # False: neither the declared model nor an allowed helper
 
 
 class FlaggedRow(StrictModel):

@@ -23,18 +23,22 @@ from reports.figures import (
 from reports.stats import quantile
 
 
+def _model_flag(m: ModelCalls) -> str | None:
+    if m.allowed and not m.refused:
+        return None
+    counts = [f"{m.calls} call(s)"] if m.calls or not m.refused else []
+    if m.refused:
+        counts.append(f"{m.refused} refused")
+    head = "not allowed" if not m.allowed else "refused calls"
+    return f"{head}: {m.model} ({m.source}, {', '.join(counts)})"
+
+
 def model_flag(models: Sequence[ModelCalls] | None) -> str | None:
     """Why a row's model calls need a look: a call named a model that was not allowed (not
-    the declared model nor an allowed helper), or calls were refused. None: nothing to flag."""
-    if not models:
-        return None
-    parts = [
-        f"not allowed: {m.model} ({m.source}, {m.calls} call(s))" for m in models if not m.allowed
-    ]
-    parts += [
-        f"refused: {m.refused} call(s) to {m.model} ({m.source})" for m in models if m.refused
-    ]
-    return "; ".join(parts) or None
+    the declared model nor an allowed helper; the gateway refuses those with 403), or calls
+    were refused. None: nothing to flag."""
+    flags = [f for m in models or [] if (f := _model_flag(m)) is not None]
+    return "; ".join(flags) or None
 
 
 def result_from_row(row: TaskRow, *, in_selection: bool = True) -> InstanceResult:

@@ -8,21 +8,20 @@ model that was not allowed or had refused calls (:func:`reports.metrics.model_fl
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reports.figures import FlaggedRow, InstanceResult, ModelTotal, ModelUse
 
 
 @dataclass
 class _Total:
-    instances: int = 0
+    rows: set[str] = field(default_factory=set)
     calls: int = 0
     refused: int = 0
     prompt: int | None = None
     completion: int | None = None
     cost: float | None = None
     cost_unknown: int = 0
-    allowed: bool = True
 
 
 def _add(total: int | None, value: int | None) -> int | None:
@@ -32,16 +31,16 @@ def _add(total: int | None, value: int | None) -> int | None:
 
 
 def model_use(results: Sequence[InstanceResult]) -> ModelUse | None:
-    """Totals per (model, source) over ``results`` and the flagged rows; None when no row
-    recorded its models (a run from before issue 24, or agents that report none)."""
+    """Totals per (model, source, allowed) over ``results`` and the flagged rows; None when
+    no row recorded its models (a run from before issue 24, or agents that report none)."""
     recorded = [r for r in results if r.models is not None]
     if not recorded:
         return None
-    totals: dict[tuple[str, str], _Total] = {}
+    totals: dict[tuple[str, str, bool], _Total] = {}
     for r in recorded:
         for m in r.models or []:
-            t = totals.setdefault((m.model, m.source), _Total())
-            t.instances += 1
+            t = totals.setdefault((m.model, m.source, m.allowed), _Total())
+            t.rows.add(r.key)
             t.calls += m.calls
             t.refused += m.refused
             t.prompt = _add(t.prompt, m.prompt_tokens)
@@ -50,7 +49,6 @@ def model_use(results: Sequence[InstanceResult]) -> ModelUse | None:
                 t.cost_unknown += 1
             else:
                 t.cost = (t.cost or 0.0) + m.cost_usd
-            t.allowed = t.allowed and m.allowed
     return ModelUse(
         rows_recorded=len(recorded),
         rows_unrecorded=sum(1 for r in results if r.attempted and r.models is None),
@@ -58,24 +56,29 @@ def model_use(results: Sequence[InstanceResult]) -> ModelUse | None:
             ModelTotal(
                 model=model,
                 source=source,
-                instances=t.instances,
+                instances=len(t.rows),
                 calls=t.calls,
                 refused=t.refused,
                 prompt_tokens=t.prompt,
                 completion_tokens=t.completion,
                 cost_usd=t.cost,
                 cost_unknown_rows=t.cost_unknown,
-                allowed=t.allowed,
+                allowed=allowed,
             )
-            for (model, source), t in sorted(totals.items())
+            for (model, source, allowed), t in sorted(totals.items())
         ],
         flagged=[FlaggedRow(key=r.key, flag=r.model_flag) for r in recorded if r.model_flag],
     )
 
 
 def models_cell(r: InstanceResult) -> str:
-    """One instance's models for a table cell: ``model: N call(s) (source)``, flagged ⚠."""
+    """One instance's models for a table cell: ``model: N call(s)[, R refused] (source)``,
+    with ⚠ when the row is flagged."""
     if r.models is None:
         return ""
-    text = "; ".join(f"{m.model}: {m.calls} call(s) ({m.source})" for m in r.models) or "none"
+    text = "; ".join(
+        f"{m.model}: {m.calls} call(s){f', {m.refused} refused' if m.refused else ''} ({m.source})"
+        for m in r.models
+    )
+    text = text or "none"
     return f"⚠ {text}" if r.model_flag else text

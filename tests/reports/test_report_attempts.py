@@ -182,7 +182,13 @@ def test_models_per_instance_and_flagged_rows(make_run: MakeRun) -> None:
         row(
             f"{B}/swap",
             score=0.5,
-            models=[_calls("model-a", 3), _calls("model-b", 2, allowed=False)],
+            models=[
+                _calls("model-a", 3),
+                _calls("model-b", 2, allowed=False),  # a source that forwarded it anyway
+                # the gateway's record of calls it refused (403 model_not_allowed)
+                ModelCalls(model="model-c", source="model_proxy", refused=3, allowed=False),
+                ModelCalls(model="model-a", source="model_proxy", refused=1, allowed=False),
+            ],
         ),
         row(f"{B}/refused", score=0.0, models=[_calls("model-a", 4, refused=2)]),
         row(f"{B}/old", score=0.3),  # recorded no models
@@ -192,23 +198,29 @@ def test_models_per_instance_and_flagged_rows(make_run: MakeRun) -> None:
     flags = {r.instance_id: r.model_flag for r in figures.instances}
     assert flags == {
         "clean": None,
-        "swap": "not allowed: model-b (model_proxy, 2 call(s))",
-        "refused": "refused: 2 call(s) to model-a (model_proxy)",
+        "swap": "not allowed: model-b (model_proxy, 2 call(s)); "
+        "not allowed: model-c (model_proxy, 3 refused); "
+        "not allowed: model-a (model_proxy, 1 refused)",
+        "refused": "refused calls: model-a (model_proxy, 4 call(s), 2 refused)",
         "old": None,
     }
     use = figures.models
     assert use is not None and use.rows_recorded == 3 and use.rows_unrecorded == 1
-    totals = {t.model: t for t in use.totals}
+    totals = {t.model: t for t in use.totals if t.allowed or t.model != "model-a"}
+    [refused_a] = [t for t in use.totals if t.model == "model-a" and not t.allowed]
+    assert refused_a.refused == 1 and refused_a.calls == 0 and refused_a.instances == 1
     assert totals["model-a"].calls == 19 and totals["model-a"].instances == 3
     assert totals["model-a"].refused == 2 and totals["model-a"].allowed
     assert totals["model-b"].calls == 2 and not totals["model-b"].allowed
+    assert totals["model-c"].refused == 3 and totals["model-c"].cost_usd is None
+    assert totals["model-c"].cost_unknown_rows == 1 and totals["model-c"].prompt_tokens is None
     assert totals["model-a"].prompt_tokens == 1900
     assert totals["model-a"].cost_usd == pytest.approx(0.19)
     assert [f.key for f in use.flagged] == [f"{B}/refused", f"{B}/swap"]
 
     md = paths.markdown.read_text()
     assert "### Models" in md and "**Flagged rows (2):**" in md
-    assert "| programbench/swap | not allowed: model-b (model_proxy, 2 call(s)) |" in md
+    assert "| programbench/swap | not allowed: model-b (model_proxy, 2 call(s)); not allowed" in md
     assert "| model-b | model_proxy | 1 | 2 | 0 | 200 | 20 | $0.02 | NO |" in md
 
     html = parse(paths.html.read_text())
@@ -220,7 +232,8 @@ def test_models_per_instance_and_flagged_rows(make_run: MakeRun) -> None:
     assert cells["swap"].startswith("⚠ model-a: 3 call(s) (model_proxy); model-b: 2 call(s)")
     assert cells["refused"].startswith("⚠ ") and cells["old"] == ""
     assert [r[0] for r in html.tables["flagged-table"][1:]] == [f"{B}/refused", f"{B}/swap"]
-    assert html.flagged_rows == 3  # model-b's total row and the two flagged instances
+    assert "; model-c: 0 call(s), 3 refused (model_proxy);" in cells["swap"]
+    assert html.flagged_rows == 5  # 3 totals not allowed (a, b, c), the 2 flagged instances
     data = json.loads(
         paths.html.read_text()
         .split('<script type="application/json" id="instances-table-data">')[1]
