@@ -9,10 +9,10 @@ The runner parametrizes that function with one item per instance.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from harness.core.outcomes import Outcome, validate_instance_id
+from harness.core.outcomes import Outcome, attempt_id, validate_task_id
 
 if TYPE_CHECKING:
     import pytest
@@ -30,9 +30,28 @@ class InstanceSpec:
     keywords: Sequence[str] = ()
     # Adapter payload (kept out of the runner's files).
     data: Any = None
+    # Which of K attempts at the task this is (``--attempts K``, K > 1), set by the runner;
+    # None for a run with one attempt per task. ``instance_id`` stays the task's own id.
+    sample: int | None = None
 
     def __post_init__(self) -> None:
-        validate_instance_id(self.instance_id)
+        validate_task_id(self.instance_id)
+        if self.sample is not None and (
+            isinstance(self.sample, bool) or not isinstance(self.sample, int) or self.sample < 1
+        ):
+            raise ValueError(
+                f"{self.instance_id}: attempt {self.sample!r} is not a positive integer"
+            )
+
+    @property
+    def key_id(self) -> str:
+        """The run's id of this instance: the task's id, or ``<task id>@<k>`` for attempt k
+        (its instance key, folder and row name it)."""
+        return attempt_id(self.instance_id, self.sample)
+
+    def attempt(self, sample: int) -> InstanceSpec:
+        """This task's attempt ``sample`` (1-based) of a run with K attempts per task."""
+        return replace(self, sample=sample)
 
     def marker_values(self) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []

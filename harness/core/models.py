@@ -327,6 +327,15 @@ class DiagnosticWriteFailed(Section):
     ledger_rows_unwritten: int | None = None
 
 
+class InfraRetries(Section):
+    """``--retry-infra N``: the instances run again within the run after an infrastructure
+    failure (each try keeps its ledger row; the last one counts)."""
+
+    limit: int | None = None  # N: most retries of one instance
+    retries: int | None = None  # retries made
+    by_reason: dict[str, int] | None = None  # retries made, by the failed try's reason code
+
+
 class ManifestExtra(Section):
     """``run_manifest.json`` ``extra``: one optional section per writer (the comment names the
     module that writes it). Sections of other packages' models the core cannot import
@@ -358,6 +367,11 @@ class ManifestExtra(Section):
     resume_provenance: ResumeProvenance | None = None
     benchmark_sizes: dict[str, int | None] | None = None
     resume_selection: SelectionChange | None = None
+    # harness.runner.controller (issue 24): --attempts K when K > 1, or when a resume's K
+    # differs from its ancestor's (a resume keeps it unless given another); absent: 1
+    attempts: int | None = None
+    # harness.runner.controller (issue 24): --retry-infra, once an instance was retried
+    infra_retries: InfraRetries | None = None
     # harness.runner.summary (issue 24): attempts per task, mean score with its interval,
     # pass@k, unstable tasks (harness.run.samples.SampleStats)
     samples: dict[str, Any] | None = None

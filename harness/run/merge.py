@@ -12,6 +12,7 @@ from pydantic import Field
 from harness.core.fsutil import atomic_write_json, atomic_write_text
 from harness.core.models import (
     MERGE_SCHEMA,
+    InfraRetries,
     Manifest,
     ManifestExtra,
     Selection,
@@ -75,6 +76,10 @@ def check_shards(shards: list[Shard]) -> int:
     if len(fingerprints) != 1:
         raise MergeError("the shards ran with different config fingerprints "
                          f"({', '.join(sorted(fingerprints))}); rerun them with equal options")
+    samples = {s.manifest.extra.attempts or 1 for s in shards}
+    if len(samples) != 1:
+        ks = ", ".join(map(str, sorted(samples)))
+        raise MergeError(f"the shards ran different --attempts ({ks}); merge shards of one run")
     index_roots: dict[int, str] = {}
     for s in shards:
         assert s.manifest.shard is not None
@@ -132,6 +137,11 @@ def merge(roots: list[Path], output: Path) -> MergeRecord:
         merged_not_reportable=sorted({r for s in shards for r in reportability(s.manifest)}),
         benchmark_sizes=sizes,
     )
+    if first.extra.attempts is not None:  # K attempts per task (--attempts)
+        merged.extra.attempts = first.extra.attempts
+    retries = merged_retries(shards)
+    if retries is not None:
+        merged.extra.infra_retries = retries
     merged.subset_notice = subset_notice(
         dict(Counter(k.split("/", 1)[0] for k in selection)), sizes)
     write_manifest(merged, output)
@@ -145,3 +155,16 @@ def merge(roots: list[Path], output: Path) -> MergeRecord:
     )
     atomic_write_json(output / "merge.json", record)
     return record
+
+
+def merged_retries(shards: list[Shard]) -> InfraRetries | None:
+    """The shards' infrastructure retries (``--retry-infra``), summed by reason code."""
+    found = [s.manifest.extra.infra_retries for s in shards
+             if s.manifest.extra.infra_retries is not None]
+    if not found:
+        return None
+    by_reason: Counter[str] = Counter()
+    for record in found:
+        by_reason.update(record.by_reason or {})
+    return InfraRetries(limit=found[0].limit, retries=sum(r.retries or 0 for r in found),
+                        by_reason=dict(sorted(by_reason.items())))

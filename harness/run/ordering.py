@@ -33,8 +33,9 @@ class DurationsError(ValueError):
 
 def ledger_durations(roots: Iterable[str | Path]) -> dict[str, float]:
     """instance id -> its last measured duration in the given runs' ledgers (later roots
-    win). A torn or garbled line is skipped, as are skipped and carried rows and rows
-    without a positive duration."""
+    win); an attempt's (``<task>@<k>``, ``--attempts``) is also its task's. A torn or
+    garbled line is skipped, as are skipped and carried rows and rows without a positive
+    duration."""
     out: dict[str, float] = {}
     for root in roots:
         path = Path(root) / LEDGER_NAME
@@ -51,6 +52,9 @@ def ledger_durations(roots: Iterable[str | Path]) -> dict[str, float]:
             if isinstance(iid, str) and isinstance(dur, (int, float)) and dur > 0 and \
                     row.get("outcome") not in UNMEASURED:
                 out[iid] = float(dur)
+                task = row.get("sample_of")
+                if isinstance(task, str):
+                    out[task] = float(dur)
     return out
 
 

@@ -104,6 +104,32 @@ def rewrite_marker_args(expr: str) -> str:
     return MARKER_ARG_RE.sub(sub, expr)
 
 
+# ``-k foo@2`` (pytest's -k grammar has no '@'): each attempt item carries the keyword
+# ``foo:2:`` and ``foo@2`` in a -k expression is read as it; ``@2`` alone, every 2nd attempt.
+KEYWORD_ATTEMPT_RE = re.compile(r"([A-Za-z0-9._-]*)@([1-9][0-9]*)(?![0-9])")
+
+
+def attempt_keyword(task_id: str, sample: int) -> str:
+    """The -k keyword of attempt ``sample`` at a task (see :func:`rewrite_attempt_keywords`)."""
+    return f"{task_id}:{sample}:"
+
+
+def rewrite_attempt_keywords(expr: str) -> str:
+    """Let ``-k "foo@2"`` select attempt 2 of task foo, and ``-k "@2"`` every second attempt."""
+    return KEYWORD_ATTEMPT_RE.sub(lambda m: attempt_keyword(m.group(1), int(m.group(2))), expr)
+
+
+def parse_count(flag: str, raw: object, *, minimum: int, example: str) -> int:
+    """An integer option at least ``minimum`` (PlanError naming the flag otherwise)."""
+    try:
+        value = int(str(raw))
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise PlanError(f"{flag} {raw!r} is not an integer >= {minimum}; pass e.g. {example}")
+    return value
+
+
 def select_keys(collected: Iterable[str], plan: Plan) -> list[str]:
     """The collected keys this run keeps: in its shard and in its frozen selection."""
     wanted = set(plan.selection) if plan.selection is not None else None

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.models import Manifest, Outcome, ShardSpec, TaskRow
+from harness.core.outcomes import attempt_id, instance_key, split_attempt
 from harness.run.ledger import LedgerError, ledger_path, read_ledger
 from harness.run.manifest import ManifestError, read_manifest
 from harness.run.plan import config_differences
@@ -46,6 +47,13 @@ class ResumePlan:
     attempts: dict[str, int]
     shard: ShardSpec | None
     recovery_generation: int = 1  # see :func:`recovery_generation`
+    samples: int = 1  # K: attempts per task of this run (``--attempts``)
+    ancestor_samples: int = 1  # K of the nearest ancestor
+
+    @property
+    def grew_samples(self) -> bool:
+        """More attempts per task than the ancestor ran: a new stage, not a recovery."""
+        return self.samples > self.ancestor_samples
 
     @property
     def ancestor_roots(self) -> list[str]:
@@ -94,6 +102,59 @@ def walk_ancestry(start: Path) -> Ancestry:
     return ancestry
 
 
+def samples_of(manifest: Manifest) -> int:
+    """K of a run: its attempts per task (``extra.attempts``; 1 when absent)."""
+    return manifest.extra.attempts or 1
+
+
+def attempt_key(benchmark: str, task_id: str, sample: int | None, samples: int) -> str | None:
+    """The key of attempt ``sample`` (None: the only one) at a task in a run of ``samples``
+    attempts per task: ``benchmark/task`` when K=1, else ``benchmark/task@k``; None when the
+    run has no such attempt (k > K)."""
+    k = sample or 1
+    if k > samples:
+        return None
+    return instance_key(benchmark, attempt_id(task_id, None if samples == 1 else k))
+
+
+def rekey(key: str, samples: int) -> str | None:
+    """An instance key of a run with another K as this run's key (see :func:`attempt_key`)."""
+    benchmark, _, iid = key.partition("/")
+    task_id, sample = split_attempt(iid)
+    return attempt_key(benchmark, task_id, sample, samples)
+
+
+def task_key(key: str) -> str:
+    """``benchmark/task`` of an instance key (an attempt's key names its task)."""
+    benchmark, _, iid = key.partition("/")
+    return instance_key(benchmark, split_attempt(iid)[0])
+
+
+def expand_selection(keys: list[str], samples: int) -> list[str]:
+    """An ancestor's selection as this run's: each of its tasks, once per attempt (all first
+    attempts, then all second ones, ...)."""
+    tasks = list(dict.fromkeys(task_key(key) for key in keys))
+    out: list[str] = []
+    for k in range(1, samples + 1):
+        for key in tasks:
+            benchmark, _, task_id = key.partition("/")
+            new = attempt_key(benchmark, task_id, k, samples)
+            if new is not None:
+                out.append(new)
+    return out
+
+
+def as_attempt(row: TaskRow, key: str) -> TaskRow:
+    """``row`` under this run's key ``key`` (the same attempt of the same task, named for a
+    run with another K: ``foo`` <-> ``foo@1``)."""
+    if row.key == key:
+        return row
+    iid = key.partition("/")[2]
+    task_id, sample = split_attempt(iid)
+    return row.model_copy(update={"instance_id": iid, "sample": sample,
+                                  "sample_of": task_id if sample is not None else None})
+
+
 def original_row(row: TaskRow) -> TaskRow:
     """A row to carry: keep the ancestor's verdict, re-label as carried forward (a row
     carried already keeps its labels). A copy, not a re-validation: the row was validated
@@ -123,7 +184,11 @@ def plan_resume(
     benchmark_versions: Mapping[str, str],
     shard: ShardSpec | None,
     shard_given: bool,
+    samples: int | None = None,
 ) -> ResumePlan:
+    """``samples``: this run's attempts per task (None: the nearest ancestor's). A resume
+    with another K than its ancestor keys each of its rows by task and attempt (``foo`` is
+    ``foo@1``): it completes the attempts the ancestor has not settled and runs the new ones."""
     ancestry = walk_ancestry(start)
     for root, manifest in zip(ancestry.roots, ancestry.manifests, strict=True):
         # A retired key (no longer fingerprinted: it was found not to change results) cannot
@@ -153,18 +218,26 @@ def plan_resume(
             f"drop --shard to reuse the frozen one",
             "shard_mismatch",
         )
+    before = samples_of(nearest)
+    k = before if samples is None else samples
     selection = list(nearest.selection.instance_ids)
+    if k != before:
+        selection = expand_selection(selection, k)
     carried: dict[str, TaskRow] = {}
     attempts: dict[str, int] = {}
     decided: set[str] = set()
     for latest in ancestry.rows:  # nearest first: the nearest row that exists decides
-        for key, row in latest.items():
+        for same, row in latest.items():
+            key = same if (row.sample is None) == (k == 1) and (row.sample or 1) <= k \
+                else attempt_key(row.benchmark, row.task_id, row.sample, k)
+            if key is None:  # an attempt beyond this run's K
+                continue
             attempts[key] = max(attempts.get(key, 0), row.attempt)
             if key in decided:
                 continue
             decided.add(key)
             if row.settled:
-                carried[key] = original_row(row)
+                carried[key] = as_attempt(original_row(row), key)
     attempts = {key: n + 1 for key, n in attempts.items() if key not in carried}
     generation = nearest.resume.generation + 1
     return ResumePlan(
@@ -175,6 +248,8 @@ def plan_resume(
         attempts=attempts,
         shard=nearest.shard if not shard_given else shard,
         recovery_generation=recovery_generation(ancestry),
+        samples=k,
+        ancestor_samples=before,
     )
 
 
@@ -191,12 +266,16 @@ def recovery_generation(ancestry: Ancestry) -> int:
     """The recovery generation of a resume that does not grow its ancestor's selection: 1 +
     the resumes before it that did not grow theirs, back to the run that chose its selection
     (the first run, or a resume whose selectors added instances, such as a gate run grown to
-    the whole benchmark: a new stage of the campaign). A resume that keeps or narrows its
-    ancestor's selection (``--instance X`` again) is a recovery."""
+    the whole benchmark, or one that ran more attempts per task than its ancestor: a new stage
+    of the campaign). A resume that keeps or narrows its ancestor's selection (``--instance
+    X`` again) is a recovery."""
     count = 1
-    for manifest in ancestry.manifests:  # nearest first
+    manifests = ancestry.manifests
+    for n, manifest in enumerate(manifests):  # nearest first
+        parent = manifests[n + 1] if n + 1 < len(manifests) else None
         if not manifest.resume.ancestors or (
-                manifest.selection.source == "collection" and grew(manifest)):
+                manifest.selection.source == "collection" and grew(manifest)) or (
+                parent is not None and samples_of(manifest) > samples_of(parent)):
             break
         count += 1
     return count

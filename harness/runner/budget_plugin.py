@@ -204,8 +204,9 @@ def harness_budget(request: pytest.FixtureRequest) -> Generator[WorkerBudget | N
         yield None
         return
     wb = WorkerBudget(settings, ctx.run_id, ctx.run_root)
+    key = ctx.budget_key  # each try of an instance (--retry-infra) reserves on its own
     try:
-        wb.reserve(ctx.key)
+        wb.reserve(key)
     except CampaignPersistenceError as exc:
         raise InfraError(str(exc), exc.reason_code) from exc
     except BudgetRefused as exc:
@@ -220,7 +221,7 @@ def harness_budget(request: pytest.FixtureRequest) -> Generator[WorkerBudget | N
         if result.agent_started:
             reattached, earlier = earlier_attempts(result.details)
             try:
-                settlement = wb.settle(ctx.key, result.cost_usd, result.cost_known,
+                settlement = wb.settle(key, result.cost_usd, result.cost_known,
                                        reattached=reattached, earlier_cost_usd=earlier)
             except CampaignPersistenceError as exc:
                 result.details["budget_settlement_error"] = str(exc)
@@ -234,7 +235,7 @@ def harness_budget(request: pytest.FixtureRequest) -> Generator[WorkerBudget | N
                         result.details["budget_earlier_attempts_usd"] = (
                             settlement.earlier_charged_usd)
         else:
-            wb.release(ctx.key)
+            wb.release(key)
 
 
 def earlier_attempts(details: dict[str, Any]) -> tuple[bool, float | None]:

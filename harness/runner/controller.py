@@ -28,6 +28,7 @@ from harness.core.fsutil import atomic_write_json
 from harness.core.layout import collection_file, lock_path, state_dir, workers_dir
 from harness.core.models import (
     DiagnosticWriteFailed,
+    InfraRetries,
     Manifest,
     Outcome,
     Plan,
@@ -37,6 +38,7 @@ from harness.core.models import (
     SelectionChange,
     TaskRow,
 )
+from harness.core.outcomes import split_attempt
 from harness.core.signals import StopGuard, read_stop, request_stop
 from harness.run import manifest as mf
 from harness.run.ledger import LedgerWriter, ledger_path, tally
@@ -136,6 +138,7 @@ class Controller:
         self.resume_plan: ResumePlan | None = None
         self.late_refusal: RefusalError | None = None  # refused once the selection was known
         self.carried: set[str] = set()  # keys whose carried row is written (resume)
+        self.retries: Counter[str] = Counter()  # --retry-infra: retries by reason code
 
     # admission --------------------------------------------------------------------------
     def resolve_root(self, benchmarks: list[str]) -> tuple[str, Path]:
@@ -185,6 +188,8 @@ class Controller:
         manifest.config_fingerprint = fingerprint(config_dict)
         manifest.shard = run.plan.shard
         manifest.selection.selectors = dict(self.options.selectors)
+        if run.samples > 1:
+            manifest.extra.attempts = run.samples
         self.manifest = run.manifest = manifest
         mf.write_manifest(manifest)  # manifest first: everything after can be refused on disk
         ledger_path(root).touch()
@@ -215,14 +220,18 @@ class Controller:
                 benchmark_versions=versions,
                 shard=run.plan.shard,
                 shard_given=self.options.shard_given,
+                samples=run.samples,
             )
         except ResumeError as exc:
             raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
         self.ancestry, self.resume_plan = rp.ancestry, rp
+        if rp.samples != rp.ancestor_samples:  # a resume keeps this K unless given another
+            self.manifest.extra.attempts = rp.samples
         selection = None if self.options.selectors_given else rp.selection
         remaining = [k for k in rp.selection if k not in rp.carried]
         try:
-            if selection is not None:  # a recovery; selectors: see check_resume_selection
+            if selection is not None and not rp.grew_samples:  # a recovery (more attempts
+                # per task is a new stage); selectors: see check_resume_selection
                 check_generations(rp, len(remaining), self.options.max_recovery_generations)
         except ResumeError as exc:
             raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
@@ -426,18 +435,33 @@ class Controller:
         status = adapter.status_for(outcome, None) if adapter else outcome.value
         started = self.running.get(key)
         nodeid = self.key_nodeids.get(key)
+        task_id, sample = split_attempt(instance_id)
         return TaskRow(
             ts_unix=time.time(), run_id=self.run.run_id, benchmark=benchmark,
             instance_id=instance_id, status=status, outcome=outcome, reason_code=reason,
-            attempt=self.run.plan.attempts.get(key, 1),
+            attempt=self.attempt_of(key),
             worker=worker or (started[0] if started else "controller"), nodeid=nodeid,
             duration_s=round(time.time() - started[1], 3) if started else None,
             infra=outcome is Outcome.INFRA_FAILED, error=error,
+            sample_of=task_id if sample is not None else None, sample=sample,
         )
+
+    def attempt_of(self, key: str) -> int:
+        """The attempt number of a row the controller writes for ``key``: the plan's, or
+        after a try of this run (an infrastructure retry), the next one."""
+        assert self.run is not None
+        attempt = self.run.plan.attempts.get(key, 1)
+        row = self.rows.get(key)
+        if row is not None and row.run_id == self.run.run_id and row.outcome is not \
+                Outcome.CARRIED:
+            attempt = max(attempt, row.attempt + 1)
+        return attempt
 
     def append(self, row: TaskRow) -> None:
         assert self.writer is not None
         self.writer.append(row)
+        if isinstance(row.details.get("retried"), dict):  # --retry-infra runs it again
+            self.count_retry(row.reason_code or "infra_error")
         self.record(row)
         if time.time() - self.last_checkpoint > 1.0:
             self.checkpoint_counts()
@@ -451,6 +475,26 @@ class Controller:
         with contextlib.suppress(Exception):
             self.config.hook.pytest_harness_row_written(config=self.config, row=row)
 
+    def count_retry(self, reason: str) -> None:
+        """One more infrastructure retry (by the failed try's reason code), on record in the
+        manifest (``extra.infra_retries``)."""
+        self.retries[reason] += 1
+        if self.manifest is None:
+            return
+        limit = getattr(self.config.option, "retry_infra", None)
+        self.manifest.extra.infra_retries = InfraRetries(
+            limit=int(limit) if limit is not None else None,
+            retries=sum(self.retries.values()), by_reason=dict(sorted(self.retries.items())))
+
+    def retries_line(self) -> str | None:
+        """The summary line of the run's infrastructure retries; None without any."""
+        if not self.retries:
+            return None
+        total = sum(self.retries.values())
+        reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(self.retries.items()))
+        return f"infrastructure retries {total}: {reasons} (each try has its row; the last " \
+               f"counts)"
+
     def checkpoint_counts(self) -> None:
         if self.manifest is not None:
             self.last_checkpoint = time.time()
@@ -458,9 +502,10 @@ class Controller:
             mf.checkpoint(self.manifest, "running")
 
     def fill_missing(self, cause: str | None) -> None:
-        """Rows for selected instances that have none: interrupted or never started."""
+        """Rows for selected instances that have none, or whose retry was cut short:
+        interrupted or never started."""
         for key in self.selection or []:
-            if key in self.rows:
+            if key in self.rows and key not in self.running:  # running again: a retry
                 continue
             if key in self.running:
                 reason = f"interrupted:{cause or 'session_ended'}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,6 +59,7 @@ class RunContext:
     plan: Plan
     adapters: dict[str, BenchmarkAdapter]
     manifest: Manifest | None = None  # controller only
+    samples: int = 1  # K: attempts per task (``--attempts``)
     _resolved_root: Path | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -71,6 +72,24 @@ class RunContext:
         if self._resolved_root is None:
             self._resolved_root = Path(self.run_root).resolve()
         return self._resolved_root
+
+    def for_retry(self) -> RunContext:
+        """The run as an instance retried within it (``--retry-infra``) sees it: its own
+        root first among the ancestors, so the earlier try's agent checkpoint and kept
+        sandbox are found there as a resume finds an ancestor's (reattached, or its task
+        cancelled, before a new paid task starts)."""
+        plan = self.plan.model_copy(update={
+            "ancestors": [str(self.run_root), *self.plan.ancestors]})
+        return replace(self, plan=plan)
+
+
+@dataclass(frozen=True)
+class EarlierTry:
+    """The try of an instance that an infrastructure retry follows (``--retry-infra``)."""
+
+    index: int  # retries before this try: 1 for the first retry
+    attempt: int  # the earlier try's attempt number (its row's ``attempt``)
+    reason_code: str  # why the earlier try failed
 
 
 @dataclass
@@ -98,24 +117,46 @@ class InstanceContext:
     """One instance of one run, as a benchmark test sees it."""
 
     def __init__(
-        self, run: RunContext, adapter: BenchmarkAdapter, spec: InstanceSpec, nodeid: str
+        self, run: RunContext, adapter: BenchmarkAdapter, spec: InstanceSpec, nodeid: str,
+        retry_of: EarlierTry | None = None,
     ) -> None:
-        self.run = run
+        self.run = run if retry_of is None else run.for_retry()
         self.adapter = adapter
         self.spec = spec
         self.nodeid = nodeid
         self.benchmark = adapter.name
-        self.key = instance_key(adapter.name, spec.instance_id)
-        self.attempt = run.plan.attempts.get(self.key, 1)
+        self.key = instance_key(adapter.name, spec.key_id)
+        self.retry_of = retry_of  # None: the instance's first try in this run
+        self.tries = 0 if retry_of is None else retry_of.index  # retries before this try
+        self.attempt = run.plan.attempts.get(self.key, 1) + self.tries
         self.result = InstanceResult()
         self.timeout_s: float | None = None  # the agent's wall clock (sandbox TTL follows)
-        self.instance_dir = instance_dir(run.run_root, adapter.name, spec.instance_id)
+        self.instance_dir = instance_dir(run.run_root, adapter.name, spec.key_id)
         self.instance_dir.mkdir(parents=True, exist_ok=True)
 
     # identity ---------------------------------------------------------------------------
     @property
     def instance_id(self) -> str:
+        """The run's id of this instance (its row, folder, sandbox labels): the task's id,
+        or ``<task id>@<k>`` for attempt k of K (``--attempts``)."""
+        return self.spec.key_id
+
+    @property
+    def task_id(self) -> str:
+        """The benchmark task's own id (what an adapter looks its task, image and official
+        eval up by); the instance id when K=1."""
         return self.spec.instance_id
+
+    @property
+    def sample(self) -> int | None:
+        """Which of K attempts at the task this is (1..K); None when K=1."""
+        return self.spec.sample
+
+    @property
+    def budget_key(self) -> str:
+        """The key of this try's budget reservation: the instance key, and for a retry
+        within the run its own (a reservation is made and settled once per key)."""
+        return self.key if not self.tries else f"{self.key}#retry{self.tries}"
 
     @property
     def run_id(self) -> str:
@@ -223,6 +264,7 @@ class RowState:
     exc: BaseException | None = None
     exc_phase: str | None = None
     teardown_error: str | None = None
+    retry_backoff_s: float | None = None  # set when this try is retried (--retry-infra)
 
     def observe(self, when: str, excinfo: pytest.ExceptionInfo[BaseException] | None,
                 duration: float) -> None:
@@ -273,6 +315,11 @@ class RowState:
         details = dict(r.details)
         if self.teardown_error:
             details["teardown_error"] = self.teardown_error
+        if ctx.retry_of is not None:
+            details["retry_of"] = {"attempt": ctx.retry_of.attempt,
+                                   "reason_code": ctx.retry_of.reason_code}
+        if self.retry_backoff_s is not None:
+            details["retried"] = {"attempt": ctx.attempt + 1, "backoff_s": self.retry_backoff_s}
         if outcome is Outcome.CARRIED:  # the controller wrote it already (carry_settled)
             from harness.run.resume import carry_row
 
@@ -310,6 +357,8 @@ class RowState:
             output_paths=dict(r.output_paths),
             error=error or r.error,
             details=details,
+            sample_of=ctx.task_id if ctx.sample is not None else None,
+            sample=ctx.sample,
         )
 
 

@@ -52,8 +52,9 @@ def item_estimate(item: pytest.Item, durations: dict[str, float]) -> float | Non
     found = item_spec(item)
     if found is None:
         return None
-    spec = found[1]
-    return ordering.estimate(spec.instance_id, spec.markers, durations)
+    spec = found[1]  # an attempt's own measured duration, else its task's
+    iid = spec.key_id if spec.key_id in durations else spec.instance_id
+    return ordering.estimate(iid, spec.markers, durations)
 
 
 def longest_first(items: list[pytest.Item], durations: dict[str, float]) -> bool:

@@ -20,19 +20,34 @@ from harness.core.errors import RefusalError
 from harness.core.fsutil import read_json
 from harness.core.layout import workers_dir
 from harness.core.signals import StopGuard
-from harness.run.plan import PlanError, default_runs_root, parse_shard, rewrite_marker_args
+from harness.run.plan import (
+    PlanError,
+    default_runs_root,
+    parse_count,
+    parse_shard,
+    rewrite_attempt_keywords,
+    rewrite_marker_args,
+)
 from harness.runner import hookspecs
 from harness.runner.selection import (
+    GIVEN_KEYWORD_KEY,
     apply_task_file,
     check_requested_ids,
     requested_ids,
+    resolve_attempts,
     resume_benchmarks,
     user_selectors,
     worker_instances,
 )
 from harness.runner.startup import LOST_CONFIG_KEY
 from harness.runner.summary import print_summary
-from harness.runner.worker import WorkerHooks, harness_instance, item_spec
+from harness.runner.worker import (
+    RetryHooks,
+    RetryPolicy,
+    WorkerHooks,
+    harness_instance,
+    item_spec,
+)
 
 if TYPE_CHECKING:  # the controller and the file models load when a run starts
     from harness.runner.controller import Controller
@@ -89,6 +104,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="do not write the HTML/Markdown report at session end")
     group.addoption("--compare-to", default=None, metavar="RUN_ROOT",
                     help="add a paired comparison with an earlier run to the report")
+    group.addoption("--attempts", default=None, metavar="K",
+                    help="run each instance K times, each attempt its own item, sandbox, "
+                         "row and budget reservation (ids <id>@1 ... <id>@K); default 1, "
+                         "or the ancestor's K on --resume-from")
+    group.addoption("--retry-infra", default="1", metavar="N",
+                    help="run an instance again, up to N times, when it failed on "
+                         "infrastructure (never an agent failure nor an interrupt), each try "
+                         "its own row, the last one counting (default 1; 0: off)")
+    group.addoption("--retry-infra-backoff", default="1", metavar="SEC",
+                    help="wait before the first infrastructure retry, doubled for each "
+                         "next one, at most 60 s (default 1)")
 
 
 @dataclass
@@ -112,6 +138,20 @@ class Options:
     @property
     def selectors_given(self) -> bool:
         return bool(self.selectors)
+
+
+def read_retry(config: pytest.Config) -> RetryPolicy:
+    opt = config.option
+    limit = parse_count("--retry-infra", opt.retry_infra, minimum=0, example="--retry-infra 1")
+    try:
+        base = float(opt.retry_infra_backoff)
+        if not 0 <= base < float("inf"):
+            raise ValueError
+    except ValueError as exc:
+        raise PlanError(f"--retry-infra-backoff {opt.retry_infra_backoff!r} is not a "
+                        f"non-negative number of seconds; pass e.g. --retry-infra-backoff 1"
+                        ) from exc
+    return RetryPolicy(limit=limit, base_s=base)
 
 
 def read_options(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> Options:
@@ -170,6 +210,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if config.option.markexpr:
         config.option.markexpr = rewrite_marker_args(config.option.markexpr)
+    if config.option.keyword and "@" in config.option.keyword:
+        config.stash[GIVEN_KEYWORD_KEY] = config.option.keyword
+        config.option.keyword = rewrite_attempt_keywords(config.option.keyword)
     for adapter in adapters.values():
         for name in adapter.marker_names:
             config.addinivalue_line("markers", f"{name}(value): {adapter.name} attribute")
@@ -178,10 +221,13 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         apply_task_file(config)
         adapters = resume_benchmarks(config, adapters)
+        hooks.samples = resolve_attempts(config)
+        hooks.retry = read_retry(config)
     except PlanError as exc:
         fail_usage(str(exc))
         return
     config.pluginmanager.register(hooks, "harness-worker")
+    config.pluginmanager.register(RetryHooks(hooks), "harness-retry")
     if config.option.collectonly:
         return
     from harness.core.models import Plan
@@ -197,7 +243,7 @@ def pytest_configure(config: pytest.Config) -> None:
         plan = Plan.model_validate(read_json(root / PLAN_NAME))
         run = RunContext(run_id=info["run_id"], run_root=root,
                          worker_id=worker_input.get("workerid", "gw?"), role="worker",
-                         plan=plan, adapters=adapters)
+                         plan=plan, adapters=adapters, samples=hooks.samples)
         workers_dir(root).mkdir(parents=True, exist_ok=True)
         (workers_dir(root) / f"{run.worker_id}.pid").write_text(str(os.getpid()))
         hooks.run = run
@@ -221,7 +267,7 @@ def pytest_configure(config: pytest.Config) -> None:
         role="controller" if xdist else "single",
         plan=Plan(run_id=run_id, created_at_unix=time.time(), dry_run=options.dry_run,
                   shard=shard),
-        adapters=adapters,
+        adapters=adapters, samples=hooks.samples,
     )
     controller.run = run
     config.pluginmanager.register(
@@ -320,6 +366,9 @@ class ControllerHooks:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         print_summary(terminalreporter, self.c)
+        line = self.c.retries_line()
+        if line is not None:
+            terminalreporter.write_line(line)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:

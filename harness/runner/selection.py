@@ -11,13 +11,18 @@ import pytest
 
 from harness.core.adapter import BenchmarkAdapter
 from harness.core.fsutil import read_json
-from harness.run.plan import PlanError, read_task_file, unknown_ids
+from harness.core.outcomes import attempt_id
+from harness.run.plan import PlanError, parse_count, read_task_file, unknown_ids
 from harness.runner.worker import item_spec
 
 # The ids the user gave with --instance (before --task-file's ids joined them).
 GIVEN_INSTANCES_KEY: pytest.StashKey[list[str]] = pytest.StashKey()
 # The benchmarks of this run when --resume-from narrows them to its ancestor's.
 RUN_BENCHMARKS_KEY: pytest.StashKey[frozenset[str]] = pytest.StashKey()
+# K, the attempts per task (--attempts, or the ancestor's on resume), and the -k the user
+# gave (before its attempt ids were rewritten: harness.run.plan.rewrite_attempt_keywords).
+ATTEMPTS_KEY: pytest.StashKey[int] = pytest.StashKey()
+GIVEN_KEYWORD_KEY: pytest.StashKey[str] = pytest.StashKey()
 
 
 def user_selectors(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> dict[str, Any]:
@@ -25,8 +30,9 @@ def user_selectors(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> d
     benchmark's own options); empty when they selected nothing in particular."""
     opt = config.option
     selectors: dict[str, Any] = {}
-    if opt.keyword:
-        selectors["keyword"] = opt.keyword
+    keyword = config.stash.get(GIVEN_KEYWORD_KEY, opt.keyword)
+    if keyword:
+        selectors["keyword"] = keyword
     if opt.markexpr:
         selectors["markexpr"] = opt.markexpr
     given = config.stash.get(GIVEN_INSTANCES_KEY, None)
@@ -46,8 +52,30 @@ def user_selectors(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> d
     return selectors
 
 
-# workerinput["harness"][...]: the ids the controller resolved (--instance and --task-file).
+# workerinput["harness"][...]: the ids the controller resolved (--instance and --task-file),
+# and K (--attempts, or the ancestor's).
 WORKER_INSTANCES = "instance_ids"
+WORKER_ATTEMPTS = "attempts"
+
+
+def resolve_attempts(config: pytest.Config) -> int:
+    """K, the attempts per task: ``--attempts``, else (``--resume-from``) the ancestor's,
+    else 1; an xdist worker takes the controller's (stashed once per process)."""
+    if ATTEMPTS_KEY in config.stash:
+        return config.stash[ATTEMPTS_KEY]
+    info = getattr(config, "workerinput", {}).get("harness") or {}
+    raw = getattr(config.option, "attempts", None)
+    if WORKER_ATTEMPTS in info:
+        k = int(info[WORKER_ATTEMPTS])
+    elif raw is not None:
+        k = parse_count("--attempts", raw, minimum=1, example="--attempts 3")
+    else:
+        manifest = ancestor_manifest(config.option.resume_from)
+        extra = manifest.get("extra") if manifest is not None else None
+        value = extra.get("attempts") if isinstance(extra, dict) else None
+        k = value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+    config.stash[ATTEMPTS_KEY] = k
+    return k
 
 
 def apply_task_file(config: pytest.Config) -> None:
@@ -68,9 +96,9 @@ def apply_task_file(config: pytest.Config) -> None:
         config.option.instance = list(dict.fromkeys([*given, *read_task_file(path)]))
 
 
-def worker_instances(config: pytest.Config) -> dict[str, list[str]]:
-    """What a worker's ``workerinput["harness"]`` carries of the selection by name."""
-    return {WORKER_INSTANCES: requested_ids(config)}
+def worker_instances(config: pytest.Config) -> dict[str, Any]:
+    """What a worker's ``workerinput["harness"]`` carries of the selection by name, and K."""
+    return {WORKER_INSTANCES: requested_ids(config), WORKER_ATTEMPTS: resolve_attempts(config)}
 
 
 def requested_ids(config: pytest.Config) -> list[str]:
@@ -84,9 +112,13 @@ def check_requested_ids(config: pytest.Config, adapters: dict[str, BenchmarkAdap
     wanted = requested_ids(config)
     if not wanted:
         return
-    known: set[str] = set()
+    tasks: set[str] = set()
     for adapter in adapters.values():
-        known.update(spec.instance_id for spec in adapter.instances(config))
+        tasks.update(spec.instance_id for spec in adapter.instances(config))
+    known = set(tasks)  # a task's id selects its K attempts, an attempt's id only it
+    samples = resolve_attempts(config)
+    if samples > 1:
+        known.update(attempt_id(t, k) for t in tasks for k in range(1, samples + 1))
     unknown = unknown_ids(wanted, known)
     if not unknown:
         return
@@ -102,7 +134,7 @@ def check_requested_ids(config: pytest.Config, adapters: dict[str, BenchmarkAdap
         sources.append(f"--task-file {task_file}: {', '.join(from_file)}")
     names = ", ".join(sorted(adapters))
     raise PlanError(f"{'; '.join(sources)}: no such instance id in {names} "
-                    f"({len(known)} instances here); list them with --collect-only -q")
+                    f"({len(tasks)} instances here); list them with --collect-only -q")
 
 
 def ancestor_manifest(resume_from: str | None) -> dict[str, Any] | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Generator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
@@ -13,12 +15,37 @@ import pytest
 from harness.core.adapter import BenchmarkAdapter, InstanceSpec
 from harness.core.outcomes import INFRA_PROPERTY, ROW_PROPERTY, Outcome, instance_key
 from harness.core.signals import StopGuard, read_stop
+from harness.run.plan import attempt_keyword
 
 if TYPE_CHECKING:  # the runtime (pydantic rows) loads when an instance runs, not at collection
     from harness.runner.controller import Controller
-    from harness.runner.instance import InstanceContext, RowState, RunContext
+    from harness.runner.instance import EarlierTry, InstanceContext, RowState, RunContext
 
 STATE_KEY: pytest.StashKey[RowState] = pytest.StashKey()
+# --retry-infra: the try an item's next run retries (set while it is retried), and the
+# retry its last try asked for (set at the failing phase, taken by RetryHooks).
+TRY_KEY: pytest.StashKey[EarlierTry] = pytest.StashKey()
+RETRY_KEY: pytest.StashKey[EarlierTry] = pytest.StashKey()
+NESTED_KEY: pytest.StashKey[bool] = pytest.StashKey()
+# A reason code never retried: the run was interrupted (a signal, a stop request).
+NOT_RETRIED_PREFIXES = ("interrupted:",)
+BACKOFF_CAP_S = 60.0
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``--retry-infra N`` and its backoff: retry ``i`` (0-based) waits ``base * 2**i``
+    seconds, at most :data:`BACKOFF_CAP_S`."""
+
+    limit: int = 1
+    base_s: float = 1.0
+
+    def backoff(self, retries_before: int) -> float:
+        return float(min(self.base_s * 2 ** retries_before, BACKOFF_CAP_S))
+
+    @staticmethod
+    def retryable(reason_code: str | None) -> bool:
+        return not (reason_code or "").startswith(NOT_RETRIED_PREFIXES)
 
 
 SPEC_KEY: pytest.StashKey[tuple[str, InstanceSpec] | None] = pytest.StashKey()
@@ -45,6 +72,8 @@ class WorkerHooks:
         self.run: RunContext | None = None
         self.controller: Controller | None = None  # set in single-process mode
         self.guard: StopGuard | None = None
+        self.samples = 1  # K: attempts per task (--attempts)
+        self.retry = RetryPolicy()
 
     # collection -------------------------------------------------------------------------
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
@@ -62,10 +91,16 @@ class WorkerHooks:
                 f"no adapter for benchmark {name!r}: its conftest.py must return one from "
                 f"pytest_harness_adapters")
         params = []
-        for spec in adapter.instances(self.config):
-            marks = [getattr(pytest.mark, attr)(value, value=value)
-                     for attr, value in spec.marker_values()]
-            params.append(pytest.param(spec, id=spec.instance_id, marks=marks))
+        specs = adapter.instances(self.config)
+        # K attempts per task: every task's first attempt, then every task's second, ...
+        rounds: list[int | None] = list(range(1, self.samples + 1)) if self.samples > 1 \
+            else [None]
+        for sample in rounds:
+            for spec in specs:
+                marks = [getattr(pytest.mark, attr)(value, value=value)
+                         for attr, value in spec.marker_values()]
+                one = spec if sample is None else spec.attempt(sample)
+                params.append(pytest.param(one, id=one.key_id, marks=marks))
         metafunc.parametrize("harness_instance", params, indirect=True)
 
     def pytest_itemcollected(self, item: pytest.Item) -> None:
@@ -74,6 +109,8 @@ class WorkerHooks:
             spec = found[1]
             item.extra_keyword_matches.update(value for _, value in spec.marker_values())
             item.extra_keyword_matches.update(spec.keywords)
+            if spec.sample is not None:  # -k foo@2 (harness.run.plan.rewrite_attempt_keywords)
+                item.extra_keyword_matches.add(attempt_keyword(spec.instance_id, spec.sample))
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,
@@ -81,15 +118,16 @@ class WorkerHooks:
         keep: list[pytest.Item] = []
         dropped: list[pytest.Item] = []
         wanted_ids = set(config.option.instance or [])
-        if wanted_ids:
-            known = {s[1].instance_id for s in map(item_spec, items) if s}
+        if wanted_ids:  # a task's id selects its K attempts, an attempt's id only it
+            known = {i for s in map(item_spec, items) if s
+                     for i in (s[1].instance_id, s[1].key_id)}
             unknown = sorted(wanted_ids - known)
             if unknown:
                 raise pytest.UsageError(
                     f"--instance {', '.join(unknown)}: no such instance id; "
                     f"list them with --collect-only -q")
         found = {item: item_spec(item) for item in items}
-        keys = {item: instance_key(f[0], f[1].instance_id) for item, f in found.items() if f}
+        keys = {item: instance_key(f[0], f[1].key_id) for item, f in found.items() if f}
         from harness.run.plan import select_keys
 
         # Shard and frozen selection (plan.selection is None when the user gave selectors).
@@ -97,7 +135,8 @@ class WorkerHooks:
         for item in items:
             spec = found[item]
             ok = spec is None or (
-                (not wanted_ids or spec[1].instance_id in wanted_ids) and keys[item] in kept)
+                (not wanted_ids or spec[1].instance_id in wanted_ids
+                 or spec[1].key_id in wanted_ids) and keys[item] in kept)
             (keep if ok else dropped).append(item)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
@@ -110,7 +149,7 @@ class WorkerHooks:
         for item in session.items:
             found = item_spec(item)
             if found:
-                nodeids[item.nodeid] = instance_key(found[0], found[1].instance_id)
+                nodeids[item.nodeid] = instance_key(found[0], found[1].key_id)
         if self.controller is not None:
             self.controller.set_selection(nodeids)
         else:
@@ -145,7 +184,7 @@ class WorkerHooks:
         if found is None:
             return None
         benchmark, spec = found
-        carried = run.plan.carried.get(instance_key(benchmark, spec.instance_id))
+        carried = run.plan.carried.get(instance_key(benchmark, spec.key_id))
         if carried is None:
             return None
         ihook = item.ihook
@@ -186,7 +225,8 @@ class WorkerHooks:
         benchmark, spec = found
         from harness.runner.instance import InstanceContext, OutcomeSkip, RowState
 
-        ctx = InstanceContext(self.run, self.adapters[benchmark], spec, item.nodeid)
+        ctx = InstanceContext(self.run, self.adapters[benchmark], spec, item.nodeid,
+                              retry_of=item.stash.get(TRY_KEY, None))
         item.stash[STATE_KEY] = RowState(ctx)
         self._phase("setup")
         if ctx.key in self.run.plan.carried:
@@ -228,9 +268,33 @@ class WorkerHooks:
         state.observe(call.when, call.excinfo, call.duration)
         if call.when == "call" and state.is_infra():
             report.user_properties.append((INFRA_PROPERTY, True))
+        if call.excinfo is not None and call.when in ("setup", "call") and \
+                state.retry_backoff_s is None and self._retry(item, state):
+            report.outcome = "rerun"  # type: ignore[assignment]  # as pytest-rerunfailures
         if call.when == "teardown":
             report.user_properties.append((ROW_PROPERTY, self._row(state)))
         return report
+
+    def _retry(self, item: pytest.Item, state: RowState) -> bool:
+        """Ask for another try of an instance whose try failed on infrastructure
+        (``--retry-infra``): never an agent's failure, an interrupted try, a stopping run,
+        nor past the limit. The retry runs once this try's teardown wrote its row."""
+        policy, ctx = self.retry, state.ctx
+        if policy.limit <= ctx.tries or not state.is_infra():
+            return False
+        outcome, reason, _ = state.classify()
+        if outcome is not Outcome.INFRA_FAILED or not policy.retryable(reason):
+            return False
+        session = item.session
+        if session.shouldstop or session.shouldfail or read_stop(ctx.run_root) or (
+                self.guard is not None and self.guard.cause is not None):
+            return False
+        from harness.runner.instance import EarlierTry
+
+        state.retry_backoff_s = policy.backoff(ctx.tries)
+        item.stash[RETRY_KEY] = EarlierTry(index=ctx.tries + 1, attempt=ctx.attempt,
+                                           reason_code=reason or "infra_error")
+        return True
 
     def _row(self, state: RowState) -> dict[str, Any]:
         """The instance's row for its teardown report (scanned for secrets and redacted)."""
@@ -262,11 +326,54 @@ class WorkerHooks:
 
     def pytest_report_teststatus(self, report: pytest.TestReport,
                                  config: pytest.Config) -> tuple[str, str, str] | None:
+        if report.outcome == "rerun":  # type: ignore[comparison-overlap]
+            return "rerun", "R", "RERUN"  # an infrastructure failure retried (--retry-infra)
         if report.when == "call" and report.failed:
             with contextlib.suppress(Exception):
                 if dict(report.user_properties).get(INFRA_PROPERTY):
                     return "error", "E", "ERROR"
         return None
+
+
+class RetryHooks:
+    """``--retry-infra``: an instance whose try failed on infrastructure runs again in the
+    same process (its whole protocol: setup with a new budget reservation and sandbox, call,
+    teardown with its own row), after an exponential backoff that a stop request cuts short.
+    The failed try's reports are logged with the outcome ``rerun``; each try's row reaches
+    the controller on its teardown report, and the last one counts."""
+
+    def __init__(self, hooks: WorkerHooks) -> None:
+        self.hooks = hooks
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None
+                                ) -> Generator[None, Any, Any]:
+        if item.stash.get(NESTED_KEY, False):
+            return (yield)
+        result = yield
+        try:
+            while RETRY_KEY in item.stash:
+                retry = item.stash[RETRY_KEY]
+                del item.stash[RETRY_KEY]
+                run = self.hooks.run
+                if run is not None:
+                    wait_unless_stopped(self.hooks.retry.backoff(retry.index - 1), run.run_root)
+                item.stash[TRY_KEY] = retry
+                item.stash[NESTED_KEY] = True
+                item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+        finally:
+            item.stash[NESTED_KEY] = False
+            if TRY_KEY in item.stash:
+                del item.stash[TRY_KEY]
+        return result
+
+
+def wait_unless_stopped(seconds: float, run_root: Path, step_s: float = 0.1) -> None:
+    """Sleep ``seconds``, less when the run is asked to stop (the retry then records the
+    stop as its row: blocked, never run)."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0 and not read_stop(run_root):
+        time.sleep(min(step_s, left))
 
 
 @pytest.fixture
