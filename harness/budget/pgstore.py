@@ -17,9 +17,10 @@ lock is a :class:`CampaignPersistenceError`, like the file's lock timeout. A con
 before anything was sent is reopened once; lost later (the outcome is unknown) it is a
 persistence error, never a silent retry. A crashed process's lock goes with its session.
 
-Connections are kept per thread and per URL (psycopg2, imported on first use). A process
-forked with one open keeps the parent's session alive: the child's copy is pointed at
-``/dev/null`` before it can send anything. Error texts never hold the password.
+Connections are kept per thread and per URL (psycopg2, imported on first use). A forked
+child opens its own: it never uses, nor closes, the parent's (psycopg2 does not end a
+connection from a process other than the one that opened it, so the parent's session
+lives on). Error texts never hold the password.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import os
 import random
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
@@ -99,26 +99,6 @@ class _Conn:
 
 
 _LOCAL = threading.local()
-_OPENED: weakref.WeakSet[Any] = weakref.WeakSet()  # every connection this process opened
-
-
-def _inert_after_fork() -> None:
-    """In a forked child: the parent's sockets now lead to ``/dev/null``, so dropping the
-    copies (psycopg2 sends a Terminate message) cannot end the parent's sessions."""
-    if not _OPENED:
-        return
-    devnull = os.open(os.devnull, os.O_RDWR)
-    try:
-        for raw in list(_OPENED):
-            try:
-                os.dup2(devnull, raw.fileno())
-            except Exception:  # already closed: nothing to protect
-                continue
-    finally:
-        os.close(devnull)
-
-
-os.register_at_fork(after_in_child=_inert_after_fork)
 
 
 class _Retry(Exception):
@@ -228,14 +208,19 @@ class PostgresCampaignStore:
             cur.execute(LOCK, (LOCK_SPACE, self.url.name))
             locked = True
             sent = True
-            cur.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
-            cur.execute(SELECT, (self.url.name,))
+            # Three round trips: the lock; BEGIN and the read; the write, COMMIT and unlock
+            # (a failed write or commit skips the rest: the unlock is then left to finally).
+            cur.execute(f"BEGIN ISOLATION LEVEL SERIALIZABLE; {SELECT}", (self.url.name,))
             row = cur.fetchone()
             state = None if row is None else self._parse(row[0])
             result, new = change(state)
-            if new is not None:
-                cur.execute(UPSERT, (self.url.name, new.model_dump_json(by_alias=True)))
-            cur.execute("COMMIT")
+            unlock = (LOCK_SPACE, self.url.name)
+            if new is None:
+                cur.execute(f"COMMIT; {UNLOCK}", unlock)
+            else:
+                data = new.model_dump_json(by_alias=True)
+                cur.execute(f"{UPSERT}; COMMIT; {UNLOCK}", (self.url.name, data, *unlock))
+            locked = False
             return result
         except pg.Error as exc:
             self._rollback(conn, cur)
@@ -324,7 +309,6 @@ class PostgresCampaignStore:
             raw.autocommit = True
         except pg.Error as exc:
             raise self._failure("cannot connect", exc) from None
-        _OPENED.add(raw)
         conn = cache[self.url.dsn] = _Conn(raw)
         return conn, False
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.budget.errors import BudgetRefused, CampaignPersistenceError
+from harness.budget.pgurl import check_option
 from harness.budget.session import BudgetSettings, ControllerBudget, WorkerBudget
 from harness.core.errors import InfraError, RefusalError
 from harness.core.outcomes import Outcome
@@ -34,6 +35,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness budget", "campaign budgets and reservations")
     group.addoption("--campaign-file", default=None, metavar="PATH",
                     help="campaign budget file shared by every run of a campaign")
+    group.addoption("--campaign-url", default=None, metavar="URL", type=check_option,
+                    help="the campaign in PostgreSQL, shared by runs on several machines: "
+                         "postgresql://[user@]host/db?campaign=NAME (the password from "
+                         "PGPASSWORD, ~/.pgpass or a service file), or env:NAME")
     group.addoption("--campaign-budget-usd", default=None, metavar="USD",
                     help="the campaign's ceiling (fixed when the campaign file is created)")
     group.addoption("--prior-spend-usd", default=None, metavar="USD",
@@ -87,6 +92,7 @@ def _parse_settings(config: pytest.Config) -> BudgetSettings:
                                f"{flag} 10", stage="options", reason="bad_budget_option")
         values[name] = value
     settings = BudgetSettings(campaign_file=config.getoption("campaign_file"),
+                              campaign_url=config.getoption("campaign_url"),
                               meter=config.getoption("meter"), **values)
     bound = settings.meter_poll_sec + settings.meter_read_timeout_sec
     if settings.meter != "none" and settings.meter_blindness_sec <= bound:
@@ -109,7 +115,7 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
             enabled=settings.reservations_enabled and not dry,
             dry_run_untouched=dry,
             campaign_file=str(settings.campaign_path(run.run_root))
-            if settings.reservations_enabled else None,
+            if settings.reservations_enabled and settings.campaign_url is None else None,
             budget_usd=settings.budget_usd,
             per_task_reserve_usd=settings.per_task_reserve_usd,
             unknown_cost_allowance_usd=settings.unknown_cost_allowance_usd,
@@ -118,6 +124,8 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
             meter_blindness_sec=settings.meter_blindness_sec,
             min_free_disk_gb=settings.min_free_disk_gb,
         )
+        if settings.campaign_url is not None:  # recorded with its password redacted
+            run.manifest.extra.budget.campaign_url = settings.campaign_url_record()
     if dry:
         return
 
@@ -143,14 +151,14 @@ def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
         return
     unproven = cleanup_unproven(run.run_id, run.run_root, took_over=cb.took_over(run.run_id),
                                 ancestors=run.plan.ancestors,
-                                campaign_file=str(cb.campaign.path))
+                                campaign_file=cb.campaign.cli_arg)
     if unproven is None:
         monitor = cb.finish(summary["outcome"], summary["exit_code"])
     else:
         monitor = cb.keep_custody(summary["outcome"], summary["exit_code"], unproven)
         sys.stderr.write(
             f"harness: campaign custody of run {run.run_id} stays unsettled: {unproven}; "
-            f"once they are gone run: harness campaign reconcile {cb.campaign.path} "
+            f"once they are gone run: harness campaign reconcile {cb.campaign.cli_arg} "
             f"--run {run.run_root}\n")
     if run.manifest is not None:
         from harness.core.models import BudgetRecord

@@ -4,7 +4,8 @@ It opens (or creates: all processes race) the campaign, admits its run, and runs
 instances in two threads that stand in for xdist workers: reserve, "work", settle with
 a random cost, then add that cost to the fake meter's usage file (so the test meter
 reports exactly the settled costs, after the fact, like a lagging provider). It prints
-one JSON document: every instance's terminal outcome and what each settlement saw.
+one JSON document: every instance's terminal outcome and what each settlement saw, and
+how long each admission (``reserve``) took.
 """
 
 from __future__ import annotations
@@ -44,18 +45,24 @@ def main() -> int:
     campaign.admit_run(run_id, args["run_root"], os.getpid())
     usage_file = Path(args["usage_file"])
     outcomes: dict[str, dict[str, Any]] = {}
+    latencies: list[float] = []
     lock = threading.Lock()
+    began = time.time()
 
     def worker(index: int) -> None:
         rng = random.Random(f"{run_id}-{index}")
         for i in range(index, args["instances"], args["workers"]):
             key = f"stress/{run_id}-{i:03d}"
+            started = time.perf_counter()
             try:
                 campaign.reserve(run_id, key, args["reserve"])
             except BudgetRefused as exc:
                 with lock:
+                    latencies.append(time.perf_counter() - started)
                     outcomes[key] = {"outcome": "refused", "reason": exc.reason}
                 continue
+            with lock:
+                latencies.append(time.perf_counter() - started)
             time.sleep(rng.uniform(0, 0.004))
             # Multiples of 1/128: sums are exact in binary floating point.
             cost = rng.randint(13, 128) / 128
@@ -75,8 +82,10 @@ def main() -> int:
         thread.start()
     for thread in threads:
         thread.join()
+    ended = time.time()
     record = campaign.finish_run(run_id, "completed")
-    print(json.dumps({"outcomes": outcomes, "record": record.model_dump()}))
+    print(json.dumps({"outcomes": outcomes, "record": record.model_dump(),
+                      "latencies": latencies, "began": began, "ended": ended}))
     return 0
 
 

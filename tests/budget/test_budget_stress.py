@@ -1,13 +1,16 @@
-"""Eight OS processes, two workers each, fifty instances each, one campaign, one ceiling.
+"""Eight OS processes, two workers each, fifty instances each, one campaign, one ceiling,
+on each store (a file, and PostgreSQL: ``campaign_where``).
 
 A controller-side meter supervisor polls a fake usage file the workers feed with their
 settled costs, so reservations, settlements and meter readings all contend for the lock.
+The admissions' latency and rate are printed (``-s``) for the README's figures.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 from pathlib import Path
 
 from harness.budget import Campaign, MeterSupervisor, read_monitor
@@ -23,8 +26,10 @@ CEILING = 60.0  # ~400 instances averaging ~$0.56 would cost ~$225: the ceiling 
 RESERVE = 1.0  # every cost is <= the reservation
 
 
-def test_ceiling_holds_across_processes_and_spend_equals_settled_costs(tmp_path: Path) -> None:
-    campaign_file = tmp_path / "campaign.json"
+def test_ceiling_holds_across_processes_and_spend_equals_settled_costs(
+    tmp_path: Path, campaign_where: Path | str
+) -> None:
+    campaign_file = campaign_where
     usage_file = tmp_path / "fake-usage.json"
     usage_file.write_text(json.dumps({"usage": BASELINE}))
 
@@ -97,6 +102,13 @@ def test_ceiling_holds_across_processes_and_spend_equals_settled_costs(tmp_path:
     assert len(settled_costs) < PROCESSES * INSTANCES / 2
     assert total > CEILING * 0.75
     assert state.active_runs == {} and len(state.runs) == PROCESSES + 1
+
+    latencies = sorted(x for result in results for x in result["latencies"])
+    span = max(r["ended"] for r in results) - min(r["began"] for r in results)
+    print(f"{campaign.backend.kind}: {len(latencies)} admissions by {PROCESSES} processes "
+          f"({PROCESSES * WORKERS} threads) in {span:.2f}s: {len(latencies) / span:.0f}/s; "
+          f"latency p50 {statistics.median(latencies) * 1000:.1f} ms, "
+          f"p95 {latencies[int(0.95 * len(latencies))] * 1000:.1f} ms")
 
     # The controller's monitor.json shows the final spend.
     assert final.finished and final.campaign_settlement == "recorded"
