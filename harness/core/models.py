@@ -270,6 +270,7 @@ class BudgetRecord(Section):
     enabled: bool | None = None
     dry_run_untouched: bool | None = None
     campaign_file: str | None = None
+    campaign_url: str | None = None  # --campaign-url, its password redacted
     budget_usd: Number | None = None
     per_task_reserve_usd: Number | None = None
     unknown_cost_allowance_usd: Number | None = None
