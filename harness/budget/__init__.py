@@ -1,10 +1,15 @@
-"""Campaign budget: a shared campaign file with cross-process reservations, a usage
-meter with a supervisor, custody of runs, and the disk reserve.
+"""Campaign budget: a shared campaign (a file, or a PostgreSQL row shared by runners on
+several machines) with cross-process reservations, a usage meter with a supervisor, custody
+of runs, and the disk reserve.
 
 API
 ---
-``Campaign.open_or_create(path, *, ceiling_usd, key_fingerprint, baseline_usage,
+``Campaign.open_or_create(where, *, ceiling_usd, key_fingerprint, baseline_usage,
 prior_spend_usd=None) -> Campaign``
+    ``where``: a file path, a ``postgresql://...?campaign=NAME`` URL or ``env:NAME``
+    (:mod:`.pgurl`), or a backend (:mod:`.store`: ``CampaignBackend``, the file and
+    PostgreSQL stores share every rule). ``campaign.location`` names it (a URL with its
+    password redacted), ``campaign.path`` is the file of a file campaign.
     Create ``campaign.json`` or open it; a changed ceiling, key or prior spend is a
     RefusalError (reasons ``campaign_ceiling_changed``, ``campaign_key_changed``,
     ``campaign_prior_spend_fixed``). ``baseline_usage`` counts only at creation.
@@ -38,7 +43,8 @@ retry_sec=3, read_timeout_sec=5, budget_reserve_usd=0, min_free_gb=None, on_stop
 ``make_meter(spec) -> Meter | None`` (``openrouter[=URL]``, ``none``, a registered scheme:
 ``fake-file:PATH`` once the test double :mod:`harness.testing.fake_meter` is loaded),
 ``register_meter``, ``key_fingerprint(secret)``, ``check_disk(path, min_free_gb) -> DiskStatus``,
-``write_monitor(run_root, monitor)``, ``campaign_command(argv) -> int``.
+``write_monitor(run_root, monitor)``, ``campaign_command(argv) -> int`` (``harness campaign
+show|reconcile|migrate``; :func:`.migrate.migrate` moves a file's campaign to a URL).
 
 Wiring: ``BudgetSettings`` (the plugin options), ``ControllerBudget.start(settings, *,
 run_id, run_root, pid=None, environ=None, on_stop=None, resumes=())`` in the controller

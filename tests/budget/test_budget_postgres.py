@@ -615,3 +615,31 @@ def test_a_forked_child_never_ends_the_parents_session(pg_server: PgServer, tmp_
         "b/child",
         "b/parent-2",
     }
+
+
+def test_a_run_without_a_ceiling_joins_the_existing_campaign(
+    pg_server: PgServer, tmp_path: Path
+) -> None:
+    """The second runner needs only the URL: the ceiling is the campaign's; a campaign the
+    URL does not hold yet needs --campaign-budget-usd, named in the refusal."""
+    url = pg_server.url(_name())
+    base: dict[str, Any] = {"campaign_url": url, "unknown_cost_allowance_usd": 1.0}
+    with pytest.raises(RefusalError) as missing:
+        ControllerBudget.start(BudgetSettings(**base), run_id="r0", run_root=tmp_path / "r0")
+    assert missing.value.reason == "campaign_budget_missing" and url in str(missing.value)
+    first = ControllerBudget.start(
+        BudgetSettings(campaign_budget_usd=7.0, **base), run_id="r1", run_root=tmp_path / "r1"
+    )
+    second = ControllerBudget.start(BudgetSettings(**base), run_id="r2", run_root=tmp_path / "r2")
+    assert first is not None and second is not None
+    assert second.campaign.snapshot().ceiling_usd == 7.0
+    assert set(second.campaign.snapshot().active_runs) == {"r1", "r2"}
+    for budget in (first, second):
+        monitor = budget.finish("completed", 0)
+        assert monitor.campaign_url == url and monitor.campaign_file is None
+    with pytest.raises(RefusalError) as changed:
+        ControllerBudget.start(
+            BudgetSettings(campaign_budget_usd=8.0, **base), run_id="r3", run_root=tmp_path / "r3"
+        )
+    assert changed.value.reason == "campaign_ceiling_changed"
+    assert "a new campaign name (?campaign=NAME)" in str(changed.value)
