@@ -291,9 +291,10 @@ class Controller:
         m.subset_notice = mf.subset_notice(dict(per_benchmark), sizes)
         m.resume.carried = sum(1 for k in keys if k in self.run.plan.carried)
         m.resume.to_run = len(keys) - m.resume.carried
-        if self.ancestry is not None and self.run.plan.selection is None:
+        if self.resume_plan is not None and self.run.plan.selection is None:
+            # the ancestor's selection as this run's keys (another K: its tasks K times)
             m.extra.resume_selection = SelectionChange(**selection_change(
-                self.ancestry.nearest.selection.instance_ids, keys))
+                self.resume_plan.selection, keys))
         mf.checkpoint(m, "selection_resolved")
         self.check_resume_selection(keys)
         self.start_progress(len(keys))
@@ -336,10 +337,11 @@ class Controller:
     def check_resume_selection(self, keys: list[str]) -> None:
         """A resume with its own selectors that adds no instance to its ancestor's selection
         (``--instance X`` again) is a recovery: past ``--max-recovery-generations`` it is
-        refused before any instance starts (exit 2, no row). Only growth starts a new stage."""
+        refused before any instance starts (exit 2, no row). Only growth starts a new stage
+        (more instances, or more attempts per task)."""
         rp, m, run = self.resume_plan, self.manifest, self.run
         if rp is None or m is None or run is None or run.plan.selection is not None \
-                or selection_change(rp.selection, keys)["added"]:
+                or rp.grew_samples or selection_change(rp.selection, keys)["added"]:
             return
         remaining = [k for k in keys if k not in run.plan.carried]
         try:

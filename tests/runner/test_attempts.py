@@ -200,3 +200,18 @@ def test_a_resume_with_a_larger_k_runs_only_the_new_attempts(suite: Suite) -> No
     again = suite.run("--resume-from", str(three.root))  # keeps K=3: nothing left
     assert again.rc == 0 and again.manifest["outcome"] == "nothing_remaining", again.out
     assert again.executions() == [] and again.manifest["extra"]["attempts"] == 3
+
+
+def test_a_resume_with_selectors_and_another_k_compares_the_same_attempts(suite: Suite) -> None:
+    attempt_suite(suite)
+    one = suite.run()
+    two = suite.run("--resume-from", str(one.root), "--attempts", "2", "-k", "alpha")
+    assert two.rc == 0, two.out
+    assert two.executions() == ["alpha@2"]  # alpha@1 is the K=1 run's row, carried
+    assert sorted(two.latest) == ["alpha@1", "alpha@2"]
+    assert two.manifest["extra"]["resume_selection"] == {
+        "ancestor_selected": 4,
+        "selected": 2,
+        "added": 0,
+        "left_out": 2,
+    }

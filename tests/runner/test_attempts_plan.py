@@ -3,13 +3,14 @@ rewrite, and a resume's plan over ancestors run with the same or another K (in p
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.core.adapter import InstanceSpec
-from harness.core.models import Outcome, TaskRow
+from harness.core.models import Outcome, ShardSpec, TaskRow
 from harness.core.outcomes import attempt_id, split_attempt, validate_instance_id
 from harness.run.plan import attempt_keyword, rewrite_attempt_keywords
 from harness.run.resume import attempt_key, expand_selection, plan_resume, rekey
@@ -146,3 +147,42 @@ def test_a_k1_resume_plans_exactly_as_before(tmp_path: Path) -> None:
     assert rp.carried[f"{BENCH}/a"].instance_id == "a"
     assert rp.carried[f"{BENCH}/a"].sample is None
     assert rp.attempts == {f"{BENCH}/b": 2}
+
+
+def test_merged_shards_keep_k_and_sum_their_retries(tmp_path: Path) -> None:
+    from harness.run.merge import MergeError, merge
+
+    extra = {
+        "attempts": 2,
+        "infra_retries": {"limit": 1, "retries": 1, "by_reason": {"docker_unavailable": 1}},
+    }
+    shards = [
+        write_run(
+            tmp_path / f"s{i}",
+            run_id=f"s{i}",
+            selection=[f"t{i}@1", f"t{i}@2"],
+            rows=[attempt_row(f"t{i}", 1), attempt_row(f"t{i}", 2)],
+            shard=ShardSpec(index=i, count=2),
+            extra=extra,
+        )
+        for i in (1, 2)
+    ]
+    record = merge(shards, tmp_path / "merged")
+    assert record.selected == 4 and record.rows == 4
+    merged = json.loads((tmp_path / "merged" / "run_manifest.json").read_text())
+    assert merged["extra"]["attempts"] == 2
+    assert merged["extra"]["infra_retries"] == {
+        "limit": 1,
+        "retries": 2,
+        "by_reason": {"docker_unavailable": 2},
+    }
+    other = write_run(
+        tmp_path / "k3",
+        run_id="k3",
+        selection=["t2@1"],
+        rows=[],
+        shard=ShardSpec(index=2, count=2),
+        extra={"attempts": 3},
+    )
+    with pytest.raises(MergeError, match=r"different --attempts \(2, 3\)"):
+        merge([shards[0], other], tmp_path / "bad")
