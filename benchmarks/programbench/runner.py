@@ -10,6 +10,7 @@ official ``programbench eval`` (per task, or batch at session end, or off) -> th
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -170,9 +171,10 @@ def oracle_for(inst: PBInstance, sandbox: Sandbox) -> OracleCallable:
 
 def write_body(ctx: InstanceContext, inst: PBInstance, instruction: str, container: str,
                timeout: float) -> Any:
+    # One gateway task per attempt (--attempts K: "<task>:<k>") and per try (ctx.attempt).
+    ref = ctx.instance_id.replace("@", ":")
     body = build_task_body(inst, instruction=instruction, container_name=container,
-                           timeout_sec=timeout,
-                           task_id=f"{ctx.run_id}-{inst.instance_id}-a{ctx.attempt}")
+                           timeout_sec=timeout, task_id=f"{ctx.run_id}-{ref}-a{ctx.attempt}")
     atomic_write_json(ctx.instance_dir / BODY_NAME, body.model_dump(mode="json",
                                                                      exclude_none=True))
     ctx.output("task_body", ctx.instance_dir / BODY_NAME)
@@ -306,12 +308,26 @@ def score_submission(ctx: InstanceContext, settings: Any, submission: Path, comp
         raise OutcomeSkip(Outcome.SKIPPED, EVAL_OFF_REASON,
                           "--eval off: submission kept, not scored; resume with --eval "
                           "per-task or batch to score it")
-    if settings.eval_mode == "batch":
+    if settings.eval_mode == "batch" and ctx.sample is None:  # an attempt: scored here
         ctx.result.details["eval_pending"] = {"completed": completed, "reason": reason,
                                              "blob_dir": blob_dir}
         ctx.awaiting_eval("pending", "eval_pending")
         return
-    result = evaluate_instance(ctx.run_root / "programbench", inst.instance_id,
+    result = evaluate_instance(eval_source(ctx, inst, submission), inst.instance_id,
                                docker_cpus=settings.docker_cpus, blob_dir=blob_dir,
                                timeout_s=3 * 3600)
     record_eval(ctx, result, completed, reason)
+
+
+def eval_source(ctx: InstanceContext, inst: PBInstance, submission: Path) -> Path:
+    """The folder ``programbench eval`` reads ``<task id>/submission.tar.gz`` from: the run's
+    ``programbench`` folder, whose instance folders are named by task; for one of K attempts
+    (``--attempts``, folder ``<task>@<k>``) a folder of the attempt's own holding a copy of
+    its submission under the task's name (the eval's files are named by the task)."""
+    if ctx.sample is None:
+        return ctx.run_root / "programbench"
+    src = ctx.instance_dir / "official_eval"
+    folder = src / inst.instance_id
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(submission, folder / "submission.tar.gz")
+    return src

@@ -32,7 +32,7 @@ def task_body(ctx: InstanceContext, container: str, instruction: str, answer: st
         steps.append({"run": "true", "sleep_s": think_s})
     return {
         "description": instruction,
-        "task_id": f"{ctx.run_id}-{ctx.instance_id}-a{ctx.attempt}",
+        "task_id": f"{ctx.run_id}-{ctx.instance_id.replace('@', ':')}-a{ctx.attempt}",
         "workspace_mode": "external",
         "memory_mode": "empty",
         "allowed_resources": {"web": False, "network": False, "internet": False},
