@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from dataclasses import dataclass, field
 from pydantic import Field, ValidationError
 
 from harness.core.models import Manifest, StrictModel, TaskRow, instance_key
+from harness.core.outcomes import split_attempt as split_attempt
 from harness.core.scoring import row_is_infra, row_is_resolved, row_score
 
 SAMPLES_SCHEMA = "harness.samples.v1"
@@ -54,7 +54,6 @@ DEFAULT_UNSTABLE_RANGE = 0.5
 NO_ROW = "no_row"  # a selected attempt without a ledger row
 EVAL_PENDING = "official_eval_pending"
 # An attempt's id, "<task id>@<k>" (k = 1..K), as harness.core.outcomes spells it.
-_ATTEMPT_ID = re.compile(r"^(?P<task>[A-Za-z0-9._-]+)@(?P<sample>[1-9][0-9]*)$")
 
 
 # --- statistics primitives (reports.stats re-exports them) --------------------------------
@@ -114,14 +113,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 # --- grouping -------------------------------------------------------------------------------
-
-
-def split_attempt(instance_id: str) -> tuple[str, int | None]:
-    """``("<task>", k)`` for an attempt id ``<task>@<k>``; ``(instance_id, None)`` otherwise."""
-    m = _ATTEMPT_ID.match(instance_id)
-    if m is None:
-        return instance_id, None
-    return m["task"], int(m["sample"])
 
 
 def counts_as_attempt(row: TaskRow) -> bool:

@@ -52,6 +52,7 @@ from harness.run.resume import (
     check_provenance,
     plan_resume,
 )
+from harness.run.samples import record_samples
 from harness.runner.instance import ROW_PROPERTY, RunContext
 
 if TYPE_CHECKING:
@@ -562,6 +563,7 @@ class Controller:
                 self.finish_error(exc)
         cause = read_stop(self.run.run_root)  # once more: scoring above may have been stopped
         summary = self.update_counts()
+        record_samples(self.manifest, self.selection or [], self.rows)
         outcome, code = self.decide_exit(cause, pytest_status)
         self.manifest.resume_command = None if self.late_refusal else self.resume_command()
         summary.update(outcome=outcome, exit_code=code, stop_reason=cause)
