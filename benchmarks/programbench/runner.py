@@ -245,6 +245,13 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
             resolve_instance_image(ctx, inst, request.getfixturevalue("sandbox_client"),
                                    request.config)
         ctx.prepared()
+    if not inst.is_fixture and getattr(request.getfixturevalue("harness_agent"), "kind",
+                                       None) == "oracle":
+        # Known before any pull: ProgramBench ships no reference solution for real tasks, so
+        # a run with the oracle must not pull multi-GB images only to record skipped.
+        raise OutcomeSkip(Outcome.SKIPPED, "oracle_unavailable",
+                          f"{inst.instance_id}: ProgramBench ships no reference solution for "
+                          f"this task (only the fixture has one); its image was not pulled")
     client = request.getfixturevalue("sandbox_factory").client  # the instance's engine
     image_id, blob_dir = resolve_instance_image(ctx, inst, client, request.config)
     kept = None if request.config.getoption("redo_existing") else find_kept_submission(ctx)
