@@ -29,6 +29,9 @@ RETRY_KEY: pytest.StashKey[EarlierTry] = pytest.StashKey()
 NESTED_KEY: pytest.StashKey[bool] = pytest.StashKey()
 # A reason code never retried: the run was interrupted (a signal, a stop request).
 NOT_RETRIED_PREFIXES = ("interrupted:",)
+# Infrastructure that a second try in the same run cannot change: an image that is not on the
+# engine under --pull never, an agent checkout that is not there, a parity disagreement.
+NOT_RETRIED_CODES = frozenset({"image_missing", "seed_unavailable", "official_parity_mismatch"})
 BACKOFF_CAP_S = 60.0
 
 
@@ -45,7 +48,8 @@ class RetryPolicy:
 
     @staticmethod
     def retryable(reason_code: str | None) -> bool:
-        return not (reason_code or "").startswith(NOT_RETRIED_PREFIXES)
+        code = reason_code or ""
+        return not code.startswith(NOT_RETRIED_PREFIXES) and code not in NOT_RETRIED_CODES
 
 
 SPEC_KEY: pytest.StashKey[tuple[str, InstanceSpec] | None] = pytest.StashKey()

@@ -322,3 +322,14 @@ def test_a_retry_reattaches_to_the_sandbox_its_earlier_try_kept(
         "reattach_checkpoint": str(AgentFolder(retry.instance_dir).checkpoint),
     }
     assert retry.result.details["reattach"]["adopted"] is True
+
+
+@pytest.mark.parametrize(("code", "retried"), [
+    ("exec_failed", True), ("docker_unavailable", True), (None, True),
+    ("interrupted:signal_15", False), ("image_missing", False), ("seed_unavailable", False),
+    ("official_parity_mismatch", False)])
+def test_only_infrastructure_a_second_try_can_change_is_retried(code: str | None,
+                                                                 retried: bool) -> None:
+    from harness.runner.worker import RetryPolicy
+
+    assert RetryPolicy.retryable(code) is retried
