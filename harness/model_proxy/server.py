@@ -16,6 +16,13 @@ With a pin (:class:`~harness.model_proxy.pinning.ModelPin`: ``--solve-model`` an
 refused with 403 and an error of code ``model_not_allowed`` naming the model asked and the
 allowed ones, before the per-task limit is consulted; nothing reaches the upstream and the
 meter counts the refusal under the model asked (``allowed: false``).
+
+With a tape (:mod:`harness.model_proxy.tape`; by default the session of the instance whose
+agent started the gateway, :func:`~harness.model_proxy.tape.current_tape`) every exchange is
+recorded after the agent got its response (``--model-record``), or every call is served
+from the records and no upstream is ever contacted (``--model-replay``: the key is not used,
+no HTTP client exists; a call with no record gets 409 ``replay_miss``). The pin and the
+per-task limit apply in replay as they did when recording.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ from typing import Any
 import httpx
 
 from harness.model_proxy.pinning import REFUSAL_CODE, ModelPin, load_json_object
-from harness.model_proxy.usage import InstanceMeter, SSEUsage, usage_from_json
+from harness.model_proxy.tape import MISS_CODE, Missed, TapeSession, current_tape
+from harness.model_proxy.usage import CallCost, InstanceMeter, SSEUsage, usage_from_json
 
 ROUTES = ("chat/completions", "completions", "responses", "embeddings", "messages")
 MAX_BODY = 32 << 20
@@ -43,6 +51,7 @@ HOP_HEADERS = {"authorization", "x-api-key", "host", "content-length", "connecti
                "api-key", "x-goog-api-key", "cookie"}
 SOCKET_NAME = "gateway.sock"
 REFUSAL_TYPE = "per_task_limit_reached"
+AMBIENT = "ambient"  # GatewayServer(tape=...): the current instance's session, if any
 
 
 def _error_body(path: str, status: int, kind: str, message: str,
@@ -60,17 +69,28 @@ class GatewayServer:
     on the host (``--agent host-command``): only requests bearing this per-instance token
     (as their API key) are served, so no other local process can spend through it.
 
-    ``pin``: forward only the models it allows (None: every model, as named)."""
+    ``pin``: forward only the models it allows (None: every model, as named).
+
+    ``tape``: record through, or replay from, this session (None: neither; the default is
+    the session of the instance whose agent runs in this thread, if any)."""
 
     def __init__(self, upstream: str, key: str, meter: InstanceMeter, *,
                  timeout_s: float = 600.0, token: str | None = None,
-                 pin: ModelPin | None = None) -> None:
+                 pin: ModelPin | None = None,
+                 tape: TapeSession | str | None = AMBIENT) -> None:
         self.upstream = upstream.rstrip("/")
         self.meter = meter
         self.pin = pin
-        self._key = key
+        self.tape: TapeSession | None = current_tape() if isinstance(tape, str) else tape
+        self.replaying = self.tape is not None and self.tape.replaying
+        self.recording = self.tape is not None and self.tape.recording
+        if self.tape is not None and self.recording:
+            self.tape.add_secret(key)
+            self.tape.add_secret(token)
+        self._key = "" if self.replaying else key  # a replay holds no key
         self._token = token
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=30.0))
+        self._client: httpx.Client | None = None if self.replaying else httpx.Client(
+            timeout=httpx.Timeout(timeout_s, connect=30.0))
         self.socket_dir = Path(tempfile.mkdtemp(prefix="hx-gw-"))
         os.chmod(self.socket_dir, 0o700)
         self.socket_path = self.socket_dir / SOCKET_NAME
@@ -118,17 +138,21 @@ class GatewayServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
-        self._client.close()
+        if self._client is not None:
+            self._client.close()
         self.socket_path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self.socket_dir.rmdir()
 
     # -- one request -----------------------------------------------------------------
     def _send(self, h: BaseHTTPRequestHandler, status: int, body: bytes,
-              ctype: str = "application/json") -> None:
+              ctype: str = "application/json",
+              headers: dict[str, str] | None = None) -> None:
         h.send_response(status)
         h.send_header("Content-Type", ctype)
         h.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            h.send_header(name, value)
         h.end_headers()
         h.wfile.write(body)
 
@@ -154,7 +178,10 @@ class GatewayServer:
                                            "this model gateway serves only its own agent"))
             return
         if method == "GET" and rel == "models":
-            self._forward_plain(h, "GET", rel, None, None)
+            if self.replaying:
+                self._replay(h, "GET", rel, None, None)
+            else:
+                self._forward_plain(h, "GET", rel, None, None)
             return
         if method != "POST" or rel not in ROUTES:
             self._send(h, 404, _error_body(rel, 404, "not_found",
@@ -195,58 +222,138 @@ class GatewayServer:
                 self._send(h, 402, _error_body(rel, 402, REFUSAL_TYPE, refusal))
                 return
             model = body.get("model") if isinstance(body.get("model"), str) else None
-            if body.get("stream") is True:
+            if self.replaying:
+                self._replay(h, "POST", rel, body, model)
+            elif body.get("stream") is True:
                 self._forward_stream(h, rel, body, model)
             else:
                 self._forward_plain(h, "POST", rel, body, model)
 
     def _forward_plain(self, h: BaseHTTPRequestHandler, method: str, rel: str,
                        body: dict[str, Any] | None, model: str | None) -> None:
+        assert self._client is not None  # never in replay
+        position = self.tape.next_position() if self.tape is not None else 0
         try:
             resp = self._client.request(method, f"{self.upstream}/{rel}",
                                         headers=self._headers(h),
                                         content=None if body is None else json.dumps(body))
         except httpx.HTTPError as exc:
             self.meter.upstream_error()
-            self._send(h, 502, _error_body(rel, 502, "upstream_unavailable",
-                                           f"model upstream unavailable: {type(exc).__name__}"))
+            data = _error_body(rel, 502, "upstream_unavailable",
+                               f"model upstream unavailable: {type(exc).__name__}")
+            try:
+                self._send(h, 502, data)
+            finally:
+                self._record(position, method, rel, body, 502, "application/json", data=data,
+                             model=model, upstream_error=True)
             return
         data = resp.content
+        usage = None
+        cost: CallCost | None = None
         if body is not None and 200 <= resp.status_code < 300:
             try:
                 parsed = json.loads(data)
             except ValueError:
                 parsed = {}
-            self.meter.record(usage_from_json(parsed if isinstance(parsed, dict) else {}),
-                              model)
+            usage = usage_from_json(parsed if isinstance(parsed, dict) else {})
+            cost = self.meter.record(usage, model)
         elif resp.status_code >= 500:
             self.meter.upstream_error()
-        self._send(h, resp.status_code, data,
-                   resp.headers.get("content-type", "application/json"))
+        ctype = resp.headers.get("content-type", "application/json")
+        try:
+            self._send(h, resp.status_code, data, ctype)
+        finally:
+            self._record(position, method, rel, body, resp.status_code, ctype, data=data,
+                         usage=usage, cost=cost, model=model,
+                         upstream_error=resp.status_code >= 500)
+
+    def _record(self, position: int, method: str, rel: str, body: dict[str, Any] | None,
+                status: int, ctype: str, **kwargs: Any) -> None:
+        if self.tape is None or not self.recording:
+            return
+        self.tape.record(position, method, rel, body, status=status, content_type=ctype,
+                         **kwargs)
+
+    def _replay(self, h: BaseHTTPRequestHandler, method: str, rel: str,
+                body: dict[str, Any] | None, model: str | None) -> None:
+        """Serve the call from the records: the same status, content type and bytes (a
+        stream event by event, through the same usage filter) as the agent got when it
+        was recorded; 409 ``replay_miss`` when there is none."""
+        assert self.tape is not None
+        stream = body is not None and body.get("stream") is True
+        found = self.tape.replay(method, rel, body, stream)
+        if isinstance(found, Missed):
+            self._send(h, 409, _error_body(rel, 409, MISS_CODE, found.message),
+                       headers={"x-should-retry": "false"})
+            return
+        record = found.record
+        resp = record.response
+        if record.upstream_error:
+            self.meter.upstream_error()
+        elif record.usage is not None:
+            self.meter.replayed(record.usage.call_usage(), model, record.cost_usd)
+        if not resp.stream:
+            self._send(h, resp.status, resp.body_bytes(), resp.content_type)
+            return
+        sse = SSEUsage(drop_usage_only_chunks=self._drops_usage(rel, body or {}))
+        h.send_response(resp.status)
+        h.send_header("Content-Type", resp.content_type)
+        h.send_header("Cache-Control", "no-cache")
+        h.send_header("Connection", "close")
+        h.end_headers()
+        h.close_connection = True
+        with contextlib.suppress(OSError):  # the agent hung up
+            for event in resp.event_bytes():
+                out = sse.feed_event(event)
+                if out:
+                    h.wfile.write(out)
+                    h.wfile.flush()
+            h.wfile.write(sse.flush_tail(resp.tail_bytes()))
+            h.wfile.flush()
+
+    @staticmethod
+    def _drops_usage(rel: str, body: dict[str, Any]) -> bool:
+        """True when the gateway asks for the stream's usage chunk and must not pass it
+        on (an OpenAI chat stream whose client did not ask for it)."""
+        if rel != "chat/completions":
+            return False
+        opts = body.get("stream_options")
+        return not (isinstance(opts, dict) and opts.get("include_usage"))
 
     def _forward_stream(self, h: BaseHTTPRequestHandler, rel: str, body: dict[str, Any],
                         model: str | None) -> None:
-        drop = False
+        assert self._client is not None  # never in replay
+        asked = body
+        drop = self._drops_usage(rel, body)
         if rel == "chat/completions":
             opts = body.get("stream_options")
             opts = dict(opts) if isinstance(opts, dict) else {}
-            drop = not opts.get("include_usage")
             opts["include_usage"] = True
             body = {**body, "stream_options": opts}
-        sse = SSEUsage(drop_usage_only_chunks=drop)
+        position = self.tape.next_position() if self.tape is not None else 0
+        events: list[bytes] | None = [] if self.recording else None
+        sse = SSEUsage(drop_usage_only_chunks=drop, capture=events)
+        status, ctype = 0, "text/event-stream"
+        cost: CallCost | None = None
+        broken = False
         try:
             with self._client.stream("POST", f"{self.upstream}/{rel}", headers=self._headers(h),
                                      content=json.dumps(body)) as resp:
+                status = resp.status_code
                 if resp.status_code >= 300:
                     data = resp.read()
                     if resp.status_code >= 500:
                         self.meter.upstream_error()
-                    self._send(h, resp.status_code, data,
-                               resp.headers.get("content-type", "application/json"))
+                    ctype = resp.headers.get("content-type", "application/json")
+                    try:
+                        self._send(h, resp.status_code, data, ctype)
+                    finally:
+                        self._record(position, "POST", rel, asked, status, ctype, data=data,
+                                     model=model, upstream_error=status >= 500)
                     return
+                ctype = resp.headers.get("content-type", "text/event-stream")
                 h.send_response(resp.status_code)
-                h.send_header("Content-Type", resp.headers.get("content-type",
-                                                               "text/event-stream"))
+                h.send_header("Content-Type", ctype)
                 h.send_header("Cache-Control", "no-cache")
                 h.send_header("Connection", "close")
                 h.end_headers()
@@ -260,12 +367,21 @@ class GatewayServer:
                     h.wfile.write(sse.flush())
                     h.wfile.flush()
                 finally:
-                    self.meter.record(sse.usage, model)
+                    cost = self.meter.record(sse.usage, model)
         except httpx.HTTPError as exc:
+            broken = True
             self.meter.upstream_error()
+            data = _error_body(rel, 502, "upstream_unavailable",
+                               f"model upstream unavailable: {type(exc).__name__}")
             with contextlib.suppress(OSError):
-                self._send(h, 502, _error_body(rel, 502, "upstream_unavailable",
-                                               f"model upstream unavailable: "
-                                               f"{type(exc).__name__}"))
+                self._send(h, 502, data)
+            if status == 0:  # before any response: the agent got the 502
+                self._record(position, "POST", rel, asked, 502, "application/json",
+                             data=data, model=model, upstream_error=True)
+                return
         except OSError:
             pass  # the agent hung up; the call was still metered above
+        if events is not None and status:
+            self._record(position, "POST", rel, asked, status, ctype, events=events,
+                         tail=sse.tail, usage=sse.usage, cost=cost, model=model,
+                         upstream_error=broken)

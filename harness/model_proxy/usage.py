@@ -81,9 +81,12 @@ class SSEUsage:
     per event, whether it is passed on (the usage-only chunk the gateway asked for when the
     client did not is dropped)."""
 
-    def __init__(self, drop_usage_only_chunks: bool = False) -> None:
+    def __init__(self, drop_usage_only_chunks: bool = False,
+                 capture: list[bytes] | None = None) -> None:
         self.usage = CallUsage()
         self.drop = drop_usage_only_chunks
+        self.capture = capture  # every event parsed, kept or not (recording)
+        self.tail = b""  # what followed the last whole event (:meth:`flush`)
         self._buf = b""
 
     def feed(self, data: bytes) -> bytes:
@@ -95,12 +98,23 @@ class SSEUsage:
             if cut is None:
                 break
             event, self._buf = self._buf[:cut[0]], self._buf[cut[1]:]
-            if self._keep(event):
-                out += event + b"\n\n"
+            out += self.feed_event(event)
         return bytes(out)
+
+    def feed_event(self, event: bytes) -> bytes:
+        """One whole event (without its blank line): the bytes to forward for it. A
+        replay feeds the recorded events one by one: the same bytes as when recorded."""
+        if self.capture is not None:
+            self.capture.append(event)
+        return event + b"\n\n" if self._keep(event) else b""
 
     def flush(self) -> bytes:
         rest, self._buf = self._buf, b""
+        return self.flush_tail(rest)
+
+    def flush_tail(self, rest: bytes) -> bytes:
+        """The bytes after the last whole event (forwarded as they are, if kept)."""
+        self.tail = rest
         if rest and self._keep(rest):
             return rest
         return b""
@@ -143,6 +157,16 @@ def _event_end(buf: bytes) -> tuple[int, int] | None:
         if i >= 0 and (best is None or i < best[0]):
             best = (i, i + len(sep))
     return best
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """One call's cost as metered (None: unknown) and its source: ``provider`` (the
+    response's own cost field), ``prices`` (``--model-prices``), ``unpriced`` (neither) or
+    ``usage_missing`` (the response had no usage)."""
+
+    cost_usd: float | None
+    source: str
 
 
 class MeterState(BaseModel):
@@ -188,6 +212,10 @@ class InstanceMeter:
     # earlier call cost, so the limit is overshot by at most the one call that crosses it
     # (concurrent calls admitted together could each cross it).
     slot: threading.Lock = field(default_factory=threading.Lock)
+    # Replayed calls (--model-replay): what they cost when recorded, and how many of them
+    # had no known cost; only the per-task limit reads these (a replay reports $0).
+    replay_spent: float = 0.0
+    replay_unpriced: int = 0
 
     def __post_init__(self) -> None:
         self.state.limit_usd = self.limit_usd
@@ -231,20 +259,22 @@ class InstanceMeter:
             s = self.state
             if self.limit_usd is None:
                 return None
-            if not s.limit_reached and s.cost_usd >= self.limit_usd:
+            spent = s.cost_usd + self.replay_spent  # a replay spends what the recording did
+            if not s.limit_reached and spent >= self.limit_usd:
                 s.limit_reached, s.limit_reason = True, "spent"
-            if not s.limit_reached and not s.cost_known:
+            if not s.limit_reached and (not s.cost_known or self.replay_unpriced):
                 s.limit_reached, s.limit_reason = True, "cost_unknown"
             if s.limit_reached:
                 s.refused += 1
                 why = ("the cost of an earlier call is unknown"
                        if s.limit_reason == "cost_unknown" else
-                       f"spent ${s.cost_usd:.6f} of ${self.limit_usd:g}")
+                       f"spent ${spent:.6f} of ${self.limit_usd:g}")
                 return f"per_task_limit_reached: the per-task model budget is spent ({why}); "\
                        f"no more model calls"
             return None
 
-    def record(self, usage: CallUsage, requested_model: str | None) -> None:
+    def record(self, usage: CallUsage, requested_model: str | None) -> CallCost:
+        """Meter one forwarded call; returns its cost and where the cost came from."""
         with self.lock:
             s = self.state
             s.calls += 1
@@ -256,27 +286,53 @@ class InstanceMeter:
             if not usage.seen:
                 s.usage_missing += 1
                 entry.cost_usd = None
-                return
+                return CallCost(None, "usage_missing")
             s.prompt_tokens += usage.prompt
             s.completion_tokens += usage.completion
             entry.prompt_tokens = (entry.prompt_tokens or 0) + usage.prompt
             entry.completion_tokens = (entry.completion_tokens or 0) + usage.completion
             if usage.provider_cost is not None:
                 cost: float | None = usage.provider_cost
+                source = "provider"
                 s.priced_by_provider += 1
             else:
                 cost = self.prices.cost(usage.prompt, usage.completion, requested_model,
                                         usage.model, cached=usage.cached)
+                source = "prices" if cost is not None else "unpriced"
                 if cost is None:
                     s.unpriced_calls += 1
                 else:
                     s.priced_by_table += 1
             if cost is None:
                 entry.cost_usd = None  # unknown from now on, never 0
-                return
+                return CallCost(None, source)
             s.cost_usd += cost
             if entry.cost_usd is not None:
                 entry.cost_usd += cost
+            return CallCost(cost, source)
+
+    def replayed(self, usage: CallUsage, requested_model: str | None,
+                 original: float | None) -> None:
+        """Meter one call served from a recording (``--model-replay``): its tokens as
+        recorded, cost $0 (nothing was paid). ``original`` (the cost metered when it was
+        recorded, None when unknown) counts against ``--per-task-limit-usd`` so the limit
+        stops a replayed agent where it stopped the recorded one."""
+        with self.lock:
+            s = self.state
+            s.calls += 1
+            for name in (requested_model, usage.model):
+                if name and name not in s.models and len(s.models) < 20:
+                    s.models.append(name)
+            entry = self._entry(requested_model or usage.model or UNNAMED, allowed=True)
+            entry.calls += 1
+            s.prompt_tokens += usage.prompt
+            s.completion_tokens += usage.completion
+            entry.prompt_tokens = (entry.prompt_tokens or 0) + usage.prompt
+            entry.completion_tokens = (entry.completion_tokens or 0) + usage.completion
+            if original is None:
+                self.replay_unpriced += 1
+            else:
+                self.replay_spent += original
 
     def upstream_error(self) -> None:
         with self.lock:
