@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.containers import AGENT, AGENT_ID
+from benchmarks.cowork_bench.mcp_access import BASH_TOOL_KINDS, route_request, tools_section
 from benchmarks.cowork_bench.phases import AGENT_LOGS, WORKSPACE, AgentContext, AgentOutcome
 from benchmarks.cowork_bench.tasks import task_dir
 from harness.agents.base import Agent, AgentRequest
@@ -135,7 +136,7 @@ class AgentBox:
         return ""
 
 
-# (container name, setup s, outside MCP_HTTP_URLS or None) -> body
+# (container name, setup s, MCP_HTTP_URLS for the body or None) -> body
 BodyFactory = Callable[[str, float, str | None], TaskCreateRequest]
 
 
@@ -144,7 +145,10 @@ class RunnerAgent:
 
     ``oracle`` copies the groundtruth (:func:`oracle_agent`); ``command`` runs in the agent
     container; ``gateway`` gets the Cowork task body with ``executor_ref`` ``docker_exec``
-    naming the agent container. :func:`harness.runner.agent_plugin.run_agent` records cost, tokens
+    naming the agent container, and the gateway agent routes the task's MCP servers to it
+    (``metadata.mcp_http_urls``, :mod:`.mcp_access`); ``mini-swe-agent`` runs its
+    commands in the agent container and its instruction names ``mcp-call`` and the tools.
+    :func:`harness.runner.agent_plugin.run_agent` records cost, tokens
     and the runtime outcome on the row and raises ``InfraError`` for infrastructure outcomes
     (the phase turns that into an infra summary). The runner agent's own files go to
     ``<instance>/runner_agent/`` (so a resumed run never reattaches to an earlier attempt's
@@ -168,9 +172,13 @@ class RunnerAgent:
         self.started = started  # time.monotonic() when the instance started
 
     def __call__(self, actx: AgentContext) -> AgentOutcome:
+        instruction = self.instruction
+        if str(self.agent.kind) in BASH_TOOL_KINDS and actx.mcp is not None:  # mcp-call
+            instruction += tools_section(actx)
+            atomic_write_text(self.ctx.instance_dir / m.INSTRUCTION, instruction)
         left = max(1.0, actx.deadline - time.monotonic())
-        urls = actx.mcp.http_urls_outside if actx.mcp else None
-        body = self.body(actx.container.name, time.monotonic() - self.started, urls)
+        body = self.body(actx.container.name, time.monotonic() - self.started, None)
+        route = route_request(actx.mcp)
 
         def oracle(_request: AgentRequest) -> RunnerOutcome:
             oracle_agent(actx)
@@ -185,13 +193,14 @@ class RunnerAgent:
         request = AgentRequest(
             instance_id=self.ctx.instance_id,
             instance_dir=self.ctx.instance_dir / RUNNER_DIR,
-            instruction=self.instruction,
+            instruction=instruction,
             task_body=body,
             sandbox=AgentBox(actx.container),
             timeout_sec=left,
             env_allowlist=self.env_allowlist,
             oracle=oracle,
             adapter="cowork_bench",
+            extra={"tool_route": route} if route else {},
         )
         try:
             outcome = run_agent(self.ctx, self.agent, request)

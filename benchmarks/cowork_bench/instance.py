@@ -54,6 +54,7 @@ from benchmarks.cowork_bench.phases import (
     container_checker,
     run_agent_phase,
 )
+from benchmarks.cowork_bench.seed import SEED_KINDS, SEED_RECORD, SeedTar, agent_seed
 from benchmarks.cowork_bench.sidecar import PgSidecar, start_postgres
 from benchmarks.cowork_bench.task_body import build_task_body, description, docker_exec_ref
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs
@@ -70,7 +71,7 @@ from harness.sandbox.limits import CopyLimits
 
 TTL_MARGIN_S = 3600  # container life beyond the agent timeout (preprocess, eval, teardown)
 BODY_NAME = "cowork_bench_task_body.json"
-INSTRUCTION_NAME = "instruction.md"
+INSTRUCTION_NAME = m.INSTRUCTION
 RECOVERED_NAME = "recovered.json"
 RECOVERABLE = ("passed", "failed", "agent_failed")
 CHECKER_TAIL = 1500
@@ -110,6 +111,7 @@ def run_instance(
     runtime_image: str | None = None,
     pg_image: str | None = None,
     copy_limits: CopyLimits | None = None,
+    seed: SeedTar | None = None,
 ) -> InstanceResult:
     """Sidecar (unless one is given, with its network), agent phase, eval phase, teardown.
 
@@ -122,6 +124,7 @@ def run_instance(
     (``--cowork-pg-image``) are image IDs replacing the harness's own. ``diagnostic`` runs the residual diagnostic
     (audit only) while the sidecar still holds the agent's state. ``copy_limits``
     (``--max-copy-out-mb``, ``--max-copy-out-files``) cap every copy out of its containers.
+    ``seed`` (``--agent command --agent-repo``) is copied into the agent container.
     """
     inst_dir = Path(inst_dir)
     inst_dir.mkdir(parents=True, exist_ok=True)
@@ -135,8 +138,8 @@ def run_instance(
             t0 = time.monotonic()
             net = create_internal_network(ident.run_id, task.instance_id, ident.worker,
                                           ident.run_root)  # fmt: skip
-            seed = seed_path or Path(bench_root) / "db" / "init.sql.gz"
-            sidecar = start_postgres(net, ident, task.instance_id, seed, ttl_s=ttl, limits=limits,
+            dump = seed_path or Path(bench_root) / "db" / "init.sql.gz"
+            sidecar = start_postgres(net, ident, task.instance_id, dump, ttl_s=ttl, limits=limits,
                                      image_id=pg_image)  # fmt: skip
             result.pg_image = sidecar.image_id
             timings.update(sidecar.timings)
@@ -146,7 +149,7 @@ def run_instance(
                           limits=limits or Limits(),
                           sandbox_runtime=sandbox_runtime,
                           allow_missing_tools=allow_missing_tools,
-                          copy_limits=copy_limits or CopyLimits())  # fmt: skip
+                          copy_limits=copy_limits or CopyLimits(), seed=seed)  # fmt: skip
         t1 = time.monotonic()
         result.summary = run_agent_phase(env, agent, agent_name, timeout_sec=agent_timeout_sec)
         timings["agent_phase_s"] = time.monotonic() - t1
@@ -269,6 +272,8 @@ def write_body(
     docs: TaskDocs | None = None,
     mcp_http_urls: str | None = None,
 ) -> TaskCreateRequest:
+    """The gateway task body; ``mcp_http_urls`` (``name=url,...``): the task's MCP servers
+    through this attempt's tool route (:mod:`.mcp_access`), reachable from the host."""
     body = build_task_body(
         opts.root,
         task.instance_id,
@@ -279,7 +284,7 @@ def write_body(
         task_id=new_task_id(f"cowork-{task.instance_id}"),
         docs=docs,
     )
-    if mcp_http_urls:  # the task's MCP servers, reachable from outside the agent container
+    if mcp_http_urls:  # the task's MCP servers, reachable from the agent server
         body.metadata["mcp_http_urls"] = mcp_http_urls
     atomic_write_json(ctx.instance_dir / BODY_NAME, body.model_dump(mode="json", exclude_none=True))
     ctx.output("task_body", ctx.instance_dir / BODY_NAME)
@@ -326,6 +331,25 @@ def _checker_tail(inst_dir: Path, receipt_file: str | None) -> str:
     return (receipt.stdout_tail + receipt.stderr_tail)[-CHECKER_TAIL:]
 
 
+def seed_for(ctx: InstanceContext, config: pytest.Config, kind: str) -> SeedTar | None:
+    """The ``--agent-repo`` checkout for an agent that runs in the agent container (the
+    command agent), as the run recorded it; its record goes to ``agent_seed.json`` and the
+    row's ``details.agent_seed``. None for other agents (their seed runs elsewhere)."""
+    repo = config.getoption("agent_repo", None)
+    if not repo or kind not in SEED_KINDS:
+        return None
+    try:
+        recorded = read_manifest(ctx.run_root).extra.agent_source
+    except Exception as exc:  # the runner's manifest: without it the copy is not checked
+        raise InfraError(f"cannot read the run manifest for the agent seed: {exc}",
+                         "seed_unavailable") from exc
+    seed = agent_seed(repo, recorded, bool(config.getoption("allow_dirty_seed", False)))
+    atomic_write_json(ctx.instance_dir / SEED_RECORD, seed.record)
+    ctx.output("agent_seed", ctx.instance_dir / SEED_RECORD)
+    ctx.result.details["agent_seed"] = seed.record.summary()
+    return seed
+
+
 def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     """The body of the benchmark's one test function (one instance)."""
     adapter = ctx.adapter
@@ -356,6 +380,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         started,
     )
     ident = RunIdentity(ctx.run_id, ctx.run_root, ctx.worker_id)
+    seed = seed_for(ctx, request.config, str(agent.kind))
     res = run_instance(
         task,
         opts.root,
@@ -373,6 +398,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         runtime_image=adapter.images.image_id("runtime", ctx.run_root),
         pg_image=adapter.images.image_id("pg", ctx.run_root),
         copy_limits=copy_limits_of(request.config),
+        seed=seed,
     )
     details = ctx.result.details
     details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}

@@ -19,8 +19,11 @@ each server's tools: the inventory ``mcp_servers.json`` (:class:`McpInventory`).
 Exposure:
 
 * inside the container, ``$MCP_CLIENT_CONFIG`` (``/workspace/dumps/mcp_config.json``, an
-  ``mcpServers`` JSON whose stdio commands bridge to the persistent sessions) and
-  ``$MCP_HTTP_URLS`` (``name=http://127.0.0.1:8765/<name>/mcp,...``);
+  ``mcpServers`` JSON whose stdio commands bridge to the persistent sessions),
+  ``$MCP_HTTP_URLS`` (``name=http://127.0.0.1:8765/<name>/mcp,...``) and, for agents whose
+  only tool is bash, the ``mcp-call`` command (``mcp_image/mcp-call``, written to
+  :data:`MCP_CALL` when the supervisor starts: ``mcp-call --list``,
+  ``mcp-call SERVER TOOL '{json}'``, through the same sessions);
 * outside, two ways. ``McpInventory.http_urls_outside``: the same endpoints by the agent
   container's name on the instance's own internal network, for an agent running in a
   container attached to that network (Docker's DNS resolves the name there only). And
@@ -60,6 +63,8 @@ PROBE_MARGIN_S = 30.0
 INVENTORY_NAME = "mcp_servers.json"
 OUTSIDE_CONFIG_NAME = "mcp_config_outside.json"
 LOG_DIR_NAME = "mcp"
+MCP_CALL = "/usr/local/bin/mcp-call"  # root's, 0755 (also shipped in images that carry it)
+MCP_CALL_SOURCE = Path(__file__).parent / "mcp_image" / "mcp-call"
 
 
 class ServerParams(BaseModel):
@@ -290,6 +295,7 @@ def start_servers(
                 "stderr_limit": STDERR_LIMIT,
                 "servers": [s.model_dump() for s in plan.specs]}  # fmt: skip
         container.write_file(SPEC_PATH, json.dumps(supervisor_spec).encode(), mode=0o644)
+        container.write_file(MCP_CALL, MCP_CALL_SOURCE.read_bytes(), mode=0o755)
         run_env = {**env, "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"}
         try:
             exec_id = container.api.exec_create(

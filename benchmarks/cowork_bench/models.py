@@ -39,6 +39,7 @@ AGENT_LOG_MAX_BYTES = 16 << 20  # one agent log file read on the host; larger is
 # The runner agent's own folder (``AgentRequest.instance_dir``): its task checkpoint and the
 # gateway task's copied events (harness.agents.gateway.checkpoint.AgentFolder names the files).
 RUNNER_DIR = "runner_agent"
+INSTRUCTION = "instruction.md"  # what the agent was given (with mcp-call's section for bash)
 EVAL_CLAIM = "eval_claim.json"
 EVAL_RES = "eval_res.json"
 EVAL_DIR = "eval"

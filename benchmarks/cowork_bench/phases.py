@@ -15,6 +15,9 @@ database role (preprocess gets the checker's role in its own exec environment, b
 sidecar locks that role out for the agent phase). After copy-out the workspace is made inert
 (:mod:`benchmarks.cowork_bench.workspace`: links leaving it and special files removed, listed
 in ``workspace_sanitised.json``) and reaches the eval container by a no-follow pack.
+With ``--agent command --agent-repo DIR`` the agent container also holds the agent's seed,
+root's and read-only for the agent, at ``/opt/agent_seed`` (``$HARNESS_AGENT_REPO``;
+:mod:`.seed`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from benchmarks.cowork_bench.mcp_servers import (
     plan_servers,
     start_servers,
 )
+from benchmarks.cowork_bench.seed import SEED_ENV, SEED_PATH, SeedTar
 from benchmarks.cowork_bench.sidecar import PgSidecar
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs, task_dir
 from benchmarks.cowork_bench.workspace import SANITISED_NAME, pack_workspace, sanitise_workspace
@@ -88,6 +92,7 @@ class InstanceEnv:
     sandbox_runtime: str | None = None  # OCI runtime of the agent container (--runtime)
     allow_missing_tools: bool = False  # run the agent even when a named MCP server failed
     copy_limits: CopyLimits = field(default_factory=CopyLimits)  # every copy out (--max-copy-out-*)
+    seed: SeedTar | None = None  # the agent's checkout, copied into the agent container
 
     @property
     def env(self) -> dict[str, str]:
@@ -98,8 +103,9 @@ class InstanceEnv:
     def agent_env(self) -> dict[str, str]:
         """The agent container and its processes: the unprivileged database role, and where
         its MCP servers are (``MCP_CLIENT_CONFIG``, ``MCP_HTTP_URLS``)."""
+        seed = {SEED_ENV: SEED_PATH} if self.seed is not None else {}
         return {**BASE_ENV, **container_env(self.task, self.local_servers),
-                **self.sidecar.agent_env()}
+                **self.sidecar.agent_env(), **seed}
 
     @property
     def local_servers(self) -> str:
@@ -178,6 +184,8 @@ def _start(env: InstanceEnv, role: str, sanitised: bool, runtime: str | None = N
         ])  # fmt: skip
         container.put_archive(ROOT, support_tar(str(env.bench_root)))
         container.put_archive(ROOT, task_tar(env, sanitised))
+        if agent and env.seed is not None:
+            container.put_archive("/", env.seed.data)
     except BaseException:
         container.remove()
         raise

@@ -8,7 +8,10 @@ reattaches or submits, waits, and classifies the settled result. A client-side g
 adapter keeps its sandbox for a reattach (``extra["keep_sandbox"]``, or ``extra["reattach"]``
 for a sandbox adopted on resume: :mod:`harness.sandbox.reattach`), since otherwise its
 sandbox ends with the instance. An interrupt cancels the task first. A resume first settles the tasks
-earlier attempts left running (:mod:`harness.agents.gateway.orphans`).
+earlier attempts left running (:mod:`harness.agents.gateway.orphans`). An adapter whose task
+serves tools on its internal network asks for a route to them (``extra["tool_route"]``):
+the server outside that network reaches them through a per-task token proxy on the host's
+loopback (:mod:`harness.agents.gateway.tool_route`), open while the task runs.
 
 Its hooks around each run: :meth:`GatewayAgent.before_run` brings the ancestor's checkpoint
 for a reattach, or else names the earlier attempts' checkpoints whose tasks it must settle
@@ -54,13 +57,17 @@ from harness.agents.gateway.orphans import (
     settle_orphans,
 )
 from harness.agents.gateway.run import run_task, validate_task_body
+from harness.agents.gateway.tool_route import RouteRequest, route_urls
+from harness.agents.gateway.tool_route import open_for as open_route
 from harness.core.errors import InfraError
+from harness.core.fsutil import atomic_write_json
 from harness.model_proxy.pinning import ModelPin, pin_for
 from harness.run.secrets import secrets_from_env
 
 if TYPE_CHECKING:
     from harness.sandbox.protocol import Sandbox
 
+ROUTE_NAME = "tool_route.json"  # in the agent's folder: the route, never its token
 AGENT_USER = "agent"  # harness.sandbox.images.build.AGENT_USER (uid 1000) in every harness image
 
 
@@ -142,6 +149,31 @@ class GatewayAgent(Agent):
         record_paid_evidence(folder, view.details, view.output)
 
     def run(self, request: AgentRequest) -> AgentOutcome:
+        """The task, with the adapter's tool route open while it runs (when one is asked:
+        ``extra["tool_route"]``, :mod:`harness.agents.gateway.tool_route`): its URLs go in
+        the body's metadata, its record to ``tool_route.json`` and ``details.tool_route``."""
+        raw = request.extra.get("tool_route")
+        if not raw or request.sandbox is None:
+            return self._run(request)
+        wanted = RouteRequest.model_validate(raw)
+        route = open_route(request.sandbox, wanted)
+        record = route.record
+        try:
+            body = self._body(request)
+            body.metadata[wanted.metadata_key] = route_urls(route, wanted)
+            outcome = self._run(replace(request, task_body=body))
+        finally:
+            record = route.close()
+            path = Path(request.instance_dir) / ROUTE_NAME
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(path, record)
+        summary = {"kind": record.kind, "paths": record.paths, "forwarded": record.forwarded,
+                   "refused": record.refused}  # fmt: skip
+        return outcome.model_copy(update={
+            "details": {**outcome.details, "tool_route": summary},
+            "output_paths": {**outcome.output_paths, "tool_route": str(path)}})  # fmt: skip
+
+    def _run(self, request: AgentRequest) -> AgentOutcome:
         instance_dir = Path(request.instance_dir)  # the agent's folder (AgentFolder)
         adapter = self.adapter or request.adapter
         body = self._body(request)

@@ -33,11 +33,22 @@ class WriteFile(_Strict):
         return value
 
 
+class McpStep(_Strict):
+    """A tool call the server itself makes (an MCP client over streamable HTTP) to a server
+    the task body names in ``metadata.mcp_http_urls`` (``name=url,...``)."""
+
+    server: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
 class PlanStep(_Strict):
-    """One round of the scripted agent: a shell command or a file, and what it costs."""
+    """One round of the scripted agent: a shell command, a file or an MCP tool call, and
+    what it costs."""
 
     run: str | None = None
     write: WriteFile | None = None
+    mcp: McpStep | None = None
     sleep_s: float = Field(default=0.0, ge=0)
     timeout_s: float | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)

@@ -17,12 +17,20 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harness.agents.gateway.models import SETTLED_STATUSES, TaskCreateRequest
-from harness.agents.reference_server.config import ReferencePlan, ReferenceServerConfig
+from harness.agents.reference_server.config import McpStep, ReferencePlan, ReferenceServerConfig
 from harness.agents.reference_server.execution import (
+    OUTPUT_TAIL,
     DockerExecExecutor,
     ExecutorUnavailable,
     LocalExecutor,
     StepExecutor,
+    StepRun,
+)
+from harness.agents.reference_server.mcp_client import (
+    McpCallFailed,
+    call_tool,
+    result_text,
+    server_urls,
 )
 
 log = logging.getLogger("harness.agents.reference_server.server")
@@ -331,6 +339,10 @@ class TaskStore:
                     executor.write(step.write)
                     record["wrote"] = step.write.path
                 run = None
+                if step.mcp is not None:
+                    run = self._mcp(task, step.mcp, timeout)
+                    record.update(mcp=f"{step.mcp.server}.{step.mcp.tool}",
+                                  exit_code=run.exit_code, output_tail=run.output_tail)
                 if step.run is not None:
                     run = executor.run(step.run, timeout_s=timeout, env=step.env, stop=task.stop)
                     record.update(
@@ -390,6 +402,22 @@ class TaskStore:
             resource_limit=plan.resource_limit,
             cost_final=plan.cost_final,
         )
+
+    def _mcp(self, task: RefTask, step: McpStep, timeout_s: float) -> StepRun:
+        """The plan's tool call, by this server (exit code 0: the tool answered; 1: it
+        reported an error, the server is not in the body, or it could not be reached)."""
+        started = time.monotonic()
+        url = server_urls(task.request.metadata).get(step.server)
+        if url is None:
+            text, code = f"no MCP server {step.server!r} in metadata.mcp_http_urls", 1
+        else:
+            try:
+                result = call_tool(url, step.tool, step.arguments, timeout_s=timeout_s)
+                text, code = result_text(result), 1 if result.get("isError") else 0
+            except McpCallFailed as exc:
+                text, code = f"MCP call failed: {exc}", 1
+        return StepRun(exit_code=code, output_tail=text[-OUTPUT_TAIL:],
+                       duration_s=time.monotonic() - started)  # fmt: skip
 
     def _settle(self, task: RefTask, status: str, reason_code: str | None, **fields: Any) -> None:
         fields.setdefault("cost_final", True)
