@@ -32,7 +32,7 @@ NO_DOCKER = "unix:///nonexistent/harness-test-not-marked-docker.sock"
 # Fixtures that reach the Docker engine: a test using one is a Docker test by construction.
 DOCKER_FIXTURES = frozenset(
     {"sandbox_client", "sandbox_base_image", "sandbox_image", "sandbox_factory", "sandbox",
-     "docker_client", "base_image", "pb_fixture", "own_run"}
+     "docker_client", "base_image", "pb_fixture", "own_run", "oracle_run"}
 )
 
 

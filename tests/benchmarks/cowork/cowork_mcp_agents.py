@@ -17,10 +17,6 @@ import io
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-
 from benchmarks.cowork_bench.containers import AGENT, container_spec
 from benchmarks.cowork_bench.images import PYTHON_BIN
 from benchmarks.cowork_bench.phases import AgentContext, AgentOutcome
@@ -151,6 +147,12 @@ def host_stdio_agent(calls: list[str]) -> Callable[[AgentContext], AgentOutcome]
     """An agent on the host: the outside client config (``docker exec`` stdio bridges)."""
 
     def step(ctx: AgentContext) -> AgentOutcome:
+        # The mcp SDK (with anyio, starlette, ...) is imported when this agent runs, not
+        # when the test module is collected: about 0.7 s of CPU in every xdist worker.
+        import anyio
+        from mcp import ClientSession, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
         assert ctx.mcp is not None
         config = ctx.mcp.client_config_outside["mcpServers"]
 

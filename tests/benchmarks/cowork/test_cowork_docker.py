@@ -1,8 +1,13 @@
 """The whole per-instance flow on the real Docker engine and a real PostgreSQL 15.
 
-Per fixture task: an internal network and one seeded sidecar; then each agent (nop, oracle,
-and for database tasks a script that writes the rows from the agent container) gets its own
-agent container (sanitised task) and eval container (full task) running the real checker.
+Per fixture task: an internal network and one seeded sidecar; then each agent (nop, a probe
+of the agent container for the file tasks, and for database tasks a script that writes the
+rows from the agent container) gets its own agent container (sanitised task) and eval
+container (full task) running the real checker. A task's agents run once for the module
+(:func:`task_runs`): the tests that read the same instances share them. The oracle's
+instances are the session's one oracle run through the runner (the ``oracle_run`` fixture
+of ``conftest.py``: the same :func:`run_instance` with the oracle agent, one sidecar per
+instance); their verdicts are replayed from the eval receipts, no checker runs again.
 No skips: without Docker these tests fail.
 """
 
@@ -11,7 +16,8 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -20,11 +26,17 @@ from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.agents import ScriptAgent, nop_agent, oracle_agent
 from benchmarks.cowork_bench.classify import classify_instance
 from benchmarks.cowork_bench.containers import AGENT, Limits, RunIdentity, container_spec
-from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun, evaluate_once
+from benchmarks.cowork_bench.eval_once import (
+    CheckerRequest,
+    CheckerRun,
+    CheckerRunner,
+    EvalOutcome,
+    evaluate_once,
+)
 from benchmarks.cowork_bench.images import ensure_image
-from benchmarks.cowork_bench.instance import run_instance
+from benchmarks.cowork_bench.instance import InstanceResult, run_instance
 from benchmarks.cowork_bench.phases import InstanceEnv, container_checker
-from benchmarks.cowork_bench.sidecar import PgSidecar, start_postgres
+from benchmarks.cowork_bench.sidecar import start_postgres
 from benchmarks.cowork_bench.tasks import load_task
 from harness.sandbox import (
     Sandbox,
@@ -34,13 +46,16 @@ from harness.sandbox import (
     run_lock,
 )
 from tests.benchmarks.cowork.cowork_agent_scripts import SCRIPTS
-from tests.benchmarks.cowork.cowork_helpers import FIXTURE
+from tests.benchmarks.cowork.cowork_helpers import FIXTURE, CountingChecker
+from tests.support.suite import Run
 
 pytestmark = pytest.mark.docker
 
 FILE_TASKS = ["excel-sales-summary", "sklad-reorder-excel"]
 DB_TASKS = ["gcal-standup-week", "email-weekly-report", "email-reply-invoice"]
+COUNTED = "email-weekly-report"  # its script agent's checker runs are counted
 TIMINGS: dict[str, dict[str, float]] = {}
+OracleRun = tuple[Run, list[str], float]
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +89,21 @@ def counted(runner):  # type: ignore[no-untyped-def]
     return run
 
 
+@dataclass
+class TaskRuns:
+    """One task's agents in this module's run: each one's result, and the checker runner of
+    each agent scored through a counter (``run.calls``)."""
+
+    results: dict[str, InstanceResult]
+    checkers: dict[str, CheckerRunner] = field(default_factory=dict)
+
+
 def run_agents(
-    iid: str, ident: RunIdentity, agents: dict[str, object]
-) -> tuple[dict[str, object], PgSidecar]:
-    """One network + sidecar for the task; each agent in its own instance folder."""
+    iid: str, ident: RunIdentity, agents: dict[str, object], count: tuple[str, ...] = ()
+) -> TaskRuns:
+    """One network + sidecar for the task; each agent in its own instance folder. An agent
+    named in ``count`` is scored by the real container checker behind a counter (given to
+    :func:`run_instance`); the others by the one :func:`run_instance` makes itself."""
     task = load_task(FIXTURE, iid)
     t0 = time.monotonic()
     net = network(ident, iid)
@@ -85,24 +111,65 @@ def run_agents(
     TIMINGS[iid] = {"sidecar_start_s": sidecar.timings["start_s"],
                     "sidecar_seed_s": sidecar.timings["seed_s"],
                     "sidecar_total_s": time.monotonic() - t0}  # fmt: skip
-    results: dict[str, object] = {}
+    runs = TaskRuns({})
     try:
         for name, agent in agents.items():
             inst = ident.run_root / "cowork_bench" / f"{iid}--{name}"
-            res = run_instance(task, FIXTURE, inst, agent, name, ident=ident, sidecar=sidecar)  # type: ignore[arg-type]
-            results[name] = res
+            checker = None
+            if name in count:
+                env = InstanceEnv(task, FIXTURE, inst, net, sidecar, ident,
+                                  ensure_image("runtime").image_id)  # fmt: skip
+                checker = runs.checkers[name] = counted(container_checker(env))
+            res = run_instance(task, FIXTURE, inst, agent, name, ident=ident,  # type: ignore[arg-type]
+                               sidecar=sidecar, checker=checker)  # fmt: skip
+            runs.results[name] = res
             for k in ("agent_phase_s", "eval_s"):
                 TIMINGS[iid][f"{name}_{k}"] = res.timings.get(k, 0.0)
     finally:
         cleanup = remove_labelled(ident.labels(iid))
     assert sidecar.container.name in cleanup["containers"] and cleanup["networks"] == [net]
-    return results, sidecar
+    return runs
+
+
+def agents_of(iid: str) -> tuple[dict[str, object], tuple[str, ...]]:
+    """A task's agents in this module (the oracle's instances are the shared oracle run's),
+    and those whose checker runs are counted."""
+    if iid in FILE_TASKS:
+        return {"nop": nop_agent, "probe": ScriptAgent(PROBE, "probe")}, ()
+    count = ("script",) if iid == COUNTED else ()
+    return {"nop": nop_agent, "script": ScriptAgent(SCRIPTS[iid])}, count
+
+
+@pytest.fixture(scope="module")
+def task_runs(images, run_ident) -> Callable[[str], TaskRuns]:  # type: ignore[no-untyped-def]
+    """A task's agents, run when a test first asks for the task, kept for the others."""
+    done: dict[str, TaskRuns] = {}
+
+    def get(iid: str) -> TaskRuns:
+        if iid not in done:
+            agents, count = agents_of(iid)
+            done[iid] = run_agents(iid, run_ident, agents, count)
+        return done[iid]
+
+    return get
 
 
 def verdict(res: object) -> tuple[bool | None, str]:
     ev = res.eval  # type: ignore[attr-defined]
     assert ev is not None and ev.receipt is not None, res
     return ev.passed, ev.receipt.stdout_tail
+
+
+def oracle_instance(oracle_run: OracleRun, iid: str) -> tuple[Path, EvalOutcome]:
+    """The shared oracle run's folder of ``iid`` and its eval, replayed from the receipt by
+    :func:`evaluate_once` (the checker given is never called)."""
+    run = oracle_run[0]
+    inst = run.root / "cowork_bench" / iid
+    never = CountingChecker()
+    outcome = evaluate_once(inst, FIXTURE, iid, never)
+    assert outcome.kind == "replayed" and never.calls == [], (outcome, run.out)
+    assert outcome.receipt is not None and outcome.receipt.checker_ran, outcome
+    return inst, outcome
 
 
 # What the agent container holds: any answer or evaluator path anywhere under /workspace,
@@ -120,16 +187,15 @@ print("#" * 300_000)
 
 
 @pytest.mark.parametrize("iid", FILE_TASKS)
-def test_file_task_oracle_passes_nop_fails(iid: str, images, run_ident) -> None:  # type: ignore[no-untyped-def]
-    agents = {"nop": nop_agent, "oracle": oracle_agent, "probe": ScriptAgent(PROBE, "probe")}
-    results, _ = run_agents(iid, run_ident, agents)
-    passed, out = verdict(results["oracle"])
-    assert passed is True, out
+def test_file_task_oracle_passes_nop_fails(iid: str, task_runs, oracle_run, run_ident) -> None:  # type: ignore[no-untyped-def]
+    results = task_runs(iid).results
+    inst, oracle = oracle_instance(oracle_run, iid)
+    assert oracle.passed is True, oracle.receipt
     passed, out = verdict(results["nop"])
     assert passed is False and "[FAIL]" in out
-    inst = run_ident.run_root / "cowork_bench" / f"{iid}--oracle"
     assert classify_instance(inst).status == "passed"
     summary = m.AgentSummary.model_validate_json((inst / m.AGENT_SUMMARY).read_text())
+    assert summary.agent == "oracle"
     assert summary.agent_container_state == "absent" and summary.preprocess_exit_code == 0
     # the agent container held the sanitised task: no groundtruth, no evaluator (the host
     # task has both, and the eval container that scored the oracle had them)
@@ -145,11 +211,11 @@ def test_file_task_oracle_passes_nop_fails(iid: str, images, run_ident) -> None:
 
 
 @pytest.mark.parametrize("iid", DB_TASKS)
-def test_db_task_needs_the_rows(iid: str, images, run_ident) -> None:  # type: ignore[no-untyped-def]
-    agents = {"nop": nop_agent, "oracle": oracle_agent, "script": ScriptAgent(SCRIPTS[iid])}
-    results, _ = run_agents(iid, run_ident, agents)
-    passed, out = verdict(results["oracle"])
-    assert passed is False and "rows missing" in out, out
+def test_db_task_needs_the_rows(iid: str, task_runs, oracle_run, run_ident) -> None:  # type: ignore[no-untyped-def]
+    results = task_runs(iid).results
+    oracle_dir, oracle = oracle_instance(oracle_run, iid)
+    assert oracle.receipt is not None
+    assert oracle.passed is False and "rows missing" in oracle.receipt.stdout_tail, oracle
     passed, out = verdict(results["nop"])
     assert passed is False and "rows missing" in out, out
     passed, out = verdict(results["script"])
@@ -157,37 +223,24 @@ def test_db_task_needs_the_rows(iid: str, images, run_ident) -> None:  # type: i
     assert (
         classify_instance(run_ident.run_root / "cowork_bench" / f"{iid}--script").status == "passed"
     )
-    assert (
-        classify_instance(run_ident.run_root / "cowork_bench" / f"{iid}--oracle").status == "failed"
-    )
+    assert classify_instance(oracle_dir).status == "failed"
     print(f"\n{iid}: {json.dumps({k: round(v, 2) for k, v in TIMINGS[iid].items()})}")
 
 
-def test_full_instance_and_eval_rerun_never_calls_the_checker_again(images, run_ident) -> None:  # type: ignore[no-untyped-def]
-    iid = "email-weekly-report"
-    task = load_task(FIXTURE, iid)
-    inst = run_ident.run_root / "cowork_bench" / f"{iid}--full"
-    net = network(run_ident, iid)
-    sidecar = start_postgres(net, run_ident, iid, FIXTURE / "db" / "init.sql.gz")
-    try:
-        env = InstanceEnv(task, FIXTURE, inst, net, sidecar, run_ident,
-                          ensure_image("runtime").image_id)  # fmt: skip
-        checker = counted(container_checker(env))
-        res = run_instance(task, FIXTURE, inst, ScriptAgent(SCRIPTS[iid]), "script",
-                           ident=run_ident, sidecar=sidecar, checker=checker)  # fmt: skip
-        assert res.eval is not None and res.eval.kind == "evaluated" and res.eval.passed
-        assert len(checker.calls) == 1  # type: ignore[attr-defined]
-        again = evaluate_once(inst, FIXTURE, iid, checker)
-        assert again.kind == "replayed" and again.passed is True
-        assert len(checker.calls) == 1  # type: ignore[attr-defined]
-        # the checker overwrote only its scratch --res_log_file; traj_log.json is intact
-        traj = m.TrajLog.model_validate_json((inst / m.TRAJ_LOG).read_text())
-        assert traj.status == "success" and traj.config.evaluation["evaluation_command"] is None
-        res_log = json.loads(Path(res.eval.receipt.res_log.path).read_text())  # type: ignore[union-attr]
-        assert res_log["total_checks"] == 4
-    finally:
-        cleanup = remove_labelled(run_ident.labels(iid))
-    assert cleanup["networks"] == [net]
+def test_full_instance_and_eval_rerun_never_calls_the_checker_again(task_runs, run_ident) -> None:  # type: ignore[no-untyped-def]
+    runs = task_runs(COUNTED)  # the script agent, scored by a counted real checker
+    res, checker = runs.results["script"], runs.checkers["script"]
+    inst = run_ident.run_root / "cowork_bench" / f"{COUNTED}--script"
+    assert res.eval is not None and res.eval.kind == "evaluated" and res.eval.passed
+    assert len(checker.calls) == 1  # type: ignore[attr-defined]
+    again = evaluate_once(inst, FIXTURE, COUNTED, checker)
+    assert again.kind == "replayed" and again.passed is True
+    assert len(checker.calls) == 1  # type: ignore[attr-defined]
+    # the checker overwrote only its scratch --res_log_file; traj_log.json is intact
+    traj = m.TrajLog.model_validate_json((inst / m.TRAJ_LOG).read_text())
+    assert traj.status == "success" and traj.config.evaluation["evaluation_command"] is None
+    res_log = json.loads(Path(res.eval.receipt.res_log.path).read_text())  # type: ignore[union-attr]
+    assert res_log["total_checks"] == 4
 
 
 def test_broken_seed_is_pg_fail_and_leaves_nothing(images, run_ident, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -3,7 +3,8 @@ subprocesses, on the real Docker engine and the real checkers of ``cowork_mini``
 
 * oracle (copies the groundtruth) under ``-n 2``: the file-only tasks pass, the database
   tasks fail because the checker finds the rows missing; one Postgres sidecar per instance;
-  nothing labelled with the run is left; ``harness cowork audit`` reads the run;
+  nothing labelled with the run is left; ``harness cowork audit`` reads the run (the
+  session's one oracle run: the ``oracle_run`` fixture of ``conftest.py``);
 * gateway: the reference agent server replays a scripted plan in the agent container
   (``docker exec``) that writes the rows: the database tasks pass;
 * resume after a lost row: the finished eval of the earlier attempt is replayed, the checker
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shlex
 import shutil
 import signal
@@ -27,93 +27,24 @@ from typing import Any
 
 import docker
 import pytest
-from filelock import FileLock
 
 from benchmarks.cowork_bench import PINNED_COMMIT
 from benchmarks.cowork_bench.eval_once import evaluate_once
 from harness.sandbox.cleanup import sweep
 from tests.benchmarks.cowork.cowork_agent_scripts import SCRIPTS
 from tests.benchmarks.cowork.cowork_helpers import FIXTURE, CountingChecker
-from tests.support.suite import REPO_ROOT, Run, run_pytest
+from tests.benchmarks.cowork.cowork_run_support import (
+    DB_TASKS,
+    FILE_TASKS,
+    TARGET,
+    counter_env,
+    cowork,
+    invocations,
+    labelled,
+)
+from tests.support.suite import REPO_ROOT, run_pytest
 
-TARGET = "benchmarks/cowork_bench"
-FILE_TASKS = ("excel-sales-summary", "sklad-reorder-excel")
-DB_TASKS = ("gcal-standup-week", "email-weekly-report", "email-reply-invoice")
 STEP_COST = 0.02
-
-COUNTER_PLUGIN = '''
-"""Counts real checker invocations: wraps the checker runner the instance uses."""
-import os
-
-from benchmarks.cowork_bench import instance
-
-_real = instance.container_checker
-
-
-def _counting(env, *args, **kwargs):
-    runner = _real(env, *args, **kwargs)
-
-    def run(req):
-        with open(os.environ["COWORK_CHECKER_LOG"], "a") as fh:
-            fh.write(f"{req.instance_id} {os.getpid()}\\n")
-        return runner(req)
-
-    return run
-
-
-instance.container_checker = _counting
-'''
-
-
-def cowork(root: Path, *args: str, env: dict[str, str] | None = None) -> Run:
-    # --allow-dirty-bench: a local edit of the fixture must not block these runs (the gate
-    # itself is tested below on a checkout of its own).
-    return run_pytest(TARGET, root, "--cowork-root", str(FIXTURE), "--allow-dirty-bench",
-                      *args, env=env, timeout=600)  # fmt: skip
-
-
-def labelled(run_id: str) -> list[str]:
-    client = docker.from_env()
-    flt = {"label": f"harness.run={run_id}"}
-    return [c.name for c in client.containers.list(all=True, filters=flt)] + [
-        n.name for n in client.networks.list(filters=flt)
-    ]
-
-
-def counter_env(tmp: Path, log: Path) -> dict[str, str]:
-    plugin_dir = tmp / "plugins"
-    plugin_dir.mkdir(parents=True, exist_ok=True)
-    (plugin_dir / "cowork_checker_counter.py").write_text(COUNTER_PLUGIN)
-    path = os.pathsep.join(p for p in (str(plugin_dir), os.environ.get("PYTHONPATH")) if p)
-    return {"PYTHONPATH": path, "COWORK_CHECKER_LOG": str(log)}
-
-
-def invocations(log: Path) -> list[str]:
-    return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
-
-
-@pytest.fixture(scope="module")
-def oracle_run(
-    tmp_path_factory: pytest.TempPathFactory, worker_id: str
-) -> tuple[Run, list[str], float]:
-    """One oracle run per test session, shared by the tests that read it (under ``-n``,
-    the first worker runs it and the others wait for its record)."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base if worker_id == "master" else base.parent
-    record = shared / "cowork_oracle_run.json"
-    with FileLock(str(shared / "cowork_oracle_run.lock")):
-        if not record.exists():
-            tmp = shared / "cowork_oracle"
-            tmp.mkdir()
-            log = tmp / "checker_calls.log"
-            t0 = time.monotonic()
-            run = cowork(tmp / "run", "--agent", "oracle", "-n", "2", "-p",
-                         "cowork_checker_counter", env=counter_env(tmp, log))  # fmt: skip
-            data = {"rc": run.rc, "out": run.out, "root": str(run.root),
-                    "calls": invocations(log), "elapsed": time.monotonic() - t0}  # fmt: skip
-            record.write_text(json.dumps(data))
-    data = json.loads(record.read_text())
-    return Run(data["rc"], data["out"], Path(data["root"])), data["calls"], data["elapsed"]
 
 
 # --------------------------------------------------------------------------- Docker
