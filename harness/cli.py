@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "schema": ("harness.cli", "schema_command", "export the JSON Schemas of the runner's files"),
     "exec": ("harness.agents.host_exec", "exec_command",
              "run a command in this instance's sandbox (for host-command agents)"),
+    "replay-check": ("harness.model_proxy.replay_check", "replay_check_command",
+                     "re-run a run's instances under strict replay of its model records"),
 }
 
 

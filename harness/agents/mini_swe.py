@@ -23,6 +23,18 @@ so far (the same accounting as the row's cost): once it is reached, or a call's 
 unknown, no further call goes out and the instance is the agent's failure
 ``per_task_limit_reached`` (the work so far is scored).
 
+Record and replay (``--model-record DIR`` / ``--model-replay DIR``,
+:mod:`harness.model_proxy.tape`): litellm's calls then go through a model gateway in this
+process (:class:`~harness.model_proxy.server.GatewayServer` on a loopback port; litellm's
+``api_base`` points at it and its ``api_key`` is a per-instance token), which holds the
+provider key, pins ``--solve-model`` (and ``--allow-model``) and records or replays every
+call as it does for a command agent. Recording forwards to ``--model-upstream`` if given,
+else to the config's ``model.model_kwargs.api_base`` (an OpenAI-compatible base URL), with
+the key of ``$--model-key-env`` (default ``HARNESS_MODEL_API_KEY``), else the config's
+``model.model_kwargs.api_key``. A replay needs neither. Only litellm model classes
+(``litellm``, ``litellm_textbased``, ``litellm_response``) can be covered. A strict replay's
+miss ends the loop at once (no retries): the agent's failure ``replay_miss``.
+
 Exit statuses: ``Submitted`` completes; ``LimitsExceeded`` is the agent's failure
 ``step_limit_reached``, ``cost_limit_reached`` or ``per_task_limit_reached``; ``TimeExceeded`` is ``deadline_local``
 (truncated); ``RepeatedFormatError`` is ``repeated_format_error``; a model API error
@@ -31,8 +43,10 @@ after the package's retries is infrastructure (``model_api_error``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import secrets
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -45,6 +59,7 @@ from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
 from harness.core.models import ModelCalls, Tokens
 from harness.model_proxy.prices import ModelPrices, load_prices
+from harness.model_proxy.tape import TapeSession, current_tape
 from harness.sandbox.protocol import Sandbox
 
 MINI_VERSION = "2.4.6"
@@ -56,6 +71,12 @@ DOCKER_ONLY_KEYS = ("image", "run_args", "executable", "container_timeout", "pul
                     "environment_class", "forward_env")
 AGENT_USER = "agent"
 SOURCE = "mini_swe"  # ModelCalls.source of this agent's records
+DEFAULT_KEY_ENV = "HARNESS_MODEL_API_KEY"
+LITELLM_CLASSES = ("", "litellm", "litellm_textbased", "litellm_response")
+
+
+class ReplayMissed(Exception):
+    """A strict replay had no record of a model call: the loop ends (never retried)."""
 
 
 class MiniRunRecord(BaseModel):
@@ -277,29 +298,119 @@ class MiniSweAgent(Agent):
     kind = "mini-swe-agent"
 
     def __init__(self, config: dict[str, Any], files: list[str], prices: ModelPrices,
-                 limit_usd: float | None = None) -> None:
+                 limit_usd: float | None = None, *, allow_models: list[str] | None = None,
+                 model_upstream: str | None = None, model_key_env: str | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
         self.config = config
         self.files = files
         self.prices = prices
         self.limit_usd = limit_usd
+        self.allow_models = list(allow_models or [])
+        self.model_upstream = model_upstream
+        self.model_key_env = model_key_env
+        self._environ = environ
 
     @classmethod
     def from_options(cls, options: AgentOptions) -> MiniSweAgent:
         config, files = load_config(options.agent_config, options.solve_model)
-        return cls(config, files, load_prices(options.model_prices), options.per_task_limit_usd)
+        return cls(config, files, load_prices(options.model_prices), options.per_task_limit_usd,
+                   allow_models=options.allow_models, model_upstream=options.model_upstream,
+                   model_key_env=options.model_key_env)
 
     @property
     def model_name(self) -> str:
         return str(self.config["model"]["model_name"])
+
+    # -- record and replay -----------------------------------------------------------
+    def _model_kwargs(self) -> dict[str, Any]:
+        kwargs = (self.config.get("model") or {}).get("model_kwargs") or {}
+        return dict(kwargs) if isinstance(kwargs, Mapping) else {}
+
+    def record_upstream(self) -> tuple[str, str]:
+        """Where a recording forwards and with which key: ``--model-upstream`` (else the
+        config's ``api_base``) and ``$--model-key-env`` (else the config's ``api_key``).
+        ValueError naming the fix when either is missing."""
+        kwargs = self._model_kwargs()
+        upstream = self.model_upstream or kwargs.get("api_base") or kwargs.get("base_url")
+        if not isinstance(upstream, str) or not upstream.startswith(("http://", "https://")):
+            raise ValueError("--model-record with mini-swe-agent: the in-process gateway "
+                             "needs the provider's OpenAI-compatible base URL: --model-upstream "
+                             "URL (or model.model_kwargs.api_base in --agent-config)")
+        environ = os.environ if self._environ is None else self._environ
+        key = environ.get(self.model_key_env or DEFAULT_KEY_ENV) or kwargs.get("api_key")
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"--model-record with mini-swe-agent: the in-process gateway "
+                             f"holds the provider key: export "
+                             f"${self.model_key_env or DEFAULT_KEY_ENV} (or name the variable "
+                             f"with --model-key-env, or set model.model_kwargs.api_key)")
+        return upstream, key
+
+    def tape_problem(self, mode: str) -> str | None:
+        """Why this agent's model calls cannot be recorded or replayed (None: they can)."""
+        model_class = str((self.config.get("model") or {}).get("model_class") or "")
+        if model_class not in LITELLM_CLASSES:
+            return (f"--model-{mode}: mini-swe-agent's model class {model_class!r} calls its "
+                    f"provider itself, not through litellm; use one of "
+                    f"{', '.join(c for c in LITELLM_CLASSES if c)}")
+        if mode == "record":
+            try:
+                self.record_upstream()
+            except ValueError as exc:
+                return str(exc)
+        return None
+
+    def _tape_gateway(self, session: TapeSession, model_cfg: dict[str, Any],
+                      stack: contextlib.ExitStack) -> None:
+        """Start the in-process gateway of this instance's tape and point litellm at it."""
+        from harness.model_proxy.pinning import pin_for
+        from harness.model_proxy.server import GatewayServer
+        from harness.model_proxy.usage import InstanceMeter
+
+        upstream, key = ("", "") if session.replaying else self.record_upstream()
+        pin = pin_for(self.model_name, self.allow_models)
+        meter = InstanceMeter(self.prices, None, pinned=None if pin is None else pin.allowed)
+        token = "harness-gw-" + secrets.token_hex(16)
+        server = GatewayServer(upstream, key, meter, token=token, pin=pin, tape=session).start()
+        stack.callback(server.close)
+        assert server.base_url is not None
+        kwargs = dict(model_cfg.get("model_kwargs") or {})
+        kwargs.pop("base_url", None)
+        provider = self.model_name.split("/", 1)[0].strip().lower()
+        # litellm's Anthropic route adds /v1/messages to its base; the others add the path
+        kwargs["api_base"] = server.base_url if provider == "anthropic" else \
+            f"{server.base_url}/v1"
+        kwargs["api_key"] = token
+        model_cfg["model_kwargs"] = kwargs
+
+    @staticmethod
+    def _stop_on_miss(model: Any, session: TapeSession) -> None:
+        """A strict replay's miss ends the loop at once instead of the package's retries."""
+        from minisweagent.models.litellm_model import LitellmModel
+
+        if not isinstance(model, LitellmModel):
+            raise InfraError(f"--model-{session.config.mode}: mini-swe-agent's model "
+                             f"{type(model).__name__} does not call through litellm",
+                             "agent_setup_failed")
+        if not session.replaying:
+            return
+        query = model._query
+
+        def _query(messages: list[dict[str, str]], **kwargs: Any) -> Any:
+            try:
+                return query(messages, **kwargs)
+            except Exception as exc:
+                if session.missed:
+                    raise ReplayMissed(str(exc)[:500]) from exc
+                raise
+
+        model._query = _query  # type: ignore[method-assign]
+        model.abort_exceptions = [*model.abort_exceptions, ReplayMissed]
 
     def run(self, request: AgentRequest) -> AgentOutcome:
         if request.sandbox is None:
             raise InfraError("mini-swe-agent needs a sandbox, none was given", "agent_no_sandbox")
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
-        from minisweagent import __version__
-        from minisweagent.agents.default import DefaultAgent
-        from minisweagent.models import get_model
 
         out_dir = Path(request.instance_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -316,6 +427,19 @@ class MiniSweAgent(Agent):
             agent_cfg["wall_time_limit_seconds"] = int(request.timeout_sec) if limit <= 0 \
                 else min(limit, int(request.timeout_sec))
         agent_cfg["output_path"] = traj
+        with contextlib.ExitStack() as stack:
+            session = current_tape()
+            if session is not None:
+                self._tape_gateway(session, model_cfg, stack)
+            return self._run(request, out_dir, traj, model_cfg, env, agent_cfg, ignored,
+                             session)
+
+    def _run(self, request: AgentRequest, out_dir: Path, traj: Path, model_cfg: dict[str, Any],
+             env: SandboxEnvironment, agent_cfg: dict[str, Any], ignored: list[str],
+             session: TapeSession | None) -> AgentOutcome:
+        from minisweagent import __version__
+        from minisweagent.agents.default import DefaultAgent
+        from minisweagent.models import get_model
 
         limit_usd, model_name, prices = self.limit_usd, self.model_name, self.prices
         limit_hit: list[str] = []  # why the per-task limit stopped the loop
@@ -349,6 +473,8 @@ class MiniSweAgent(Agent):
         infra: str | None = None
         try:
             model = get_model(config=model_cfg)
+            if session is not None:
+                self._stop_on_miss(model, session)
             env.execute({"command": 'git config user.name "mini-swe-agent" && '
                                     'git config user.email "mini-swe-agent@proton.me"'})
             agent = _Agent(model, env, **agent_cfg)

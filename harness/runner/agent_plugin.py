@@ -1,11 +1,21 @@
 """pytest wiring of agents: ``--agent`` and its options, the controller's preflights (seed
 gate, target actor, runtime attestation: recorded first, then enforced), the
 ``harness_agent`` fixture, and :func:`run_agent`, which turns an agent's outcome into the
-instance's row fields."""
+instance's row fields.
+
+``--model-record DIR`` / ``--model-replay DIR`` (``--replay-order strict|sequence``): the
+agent's model calls recorded or replayed at the model gateway
+(:mod:`harness.model_proxy.tape`), for the kinds whose calls pass through the harness: a
+``command`` or ``host-command`` agent behind the gateway, and ``mini-swe-agent`` (its
+litellm calls then go through an in-process gateway). :func:`run_agent` opens the
+instance's tape session around the agent's run. A replay needs no ``--model-upstream``
+(refused with it) and no key: the command agents get a gateway with neither.
+"""
 
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,9 +27,20 @@ from harness.core.outcomes import Outcome
 
 if TYPE_CHECKING:  # agents and rows load when a run starts, not at collection
     from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest, InstanceView
+    from harness.model_proxy.tape import TapeConfig, TapeSession
     from harness.runner.instance import InstanceContext, RunContext
 
 GATEWAY_URL_ENV = "HARNESS_GATEWAY_URL"
+# The kinds whose model calls pass through the harness (recordable and replayable).
+TAPE_KINDS = ("command", "host-command", "mini-swe-agent")
+# A replayed command agent's gateway: an upstream it never contacts and a key it never uses
+# (the gateway's checks want both; in replay neither is read).
+REPLAY_UPSTREAM = "http://127.0.0.1:9/replay-only"
+REPLAY_KEY_ENV = "HARNESS_REPLAY_HOLDS_NO_KEY"
+# Reasons an agent's run ends with when its model calls fail: a strict replay's miss wins.
+MODEL_FAILURES = ("model_upstream_failed", "model_api_error")
+# The tape of each agent this process built (the harness_agent fixture's).
+_TAPES: weakref.WeakKeyDictionary[Agent, TapeConfig] = weakref.WeakKeyDictionary()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -67,6 +88,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="stop an instance's agent once it spent this much (model "
                          "gateway, mini-swe-agent, gateway tasks); refused for an agent "
                          "whose spend the harness cannot see")
+    group.addoption("--model-record", default=None, metavar="DIR",
+                    help="store every model call of every instance in DIR (request, "
+                         "response, usage, cost; command agents behind --model-upstream, "
+                         "mini-swe-agent)")
+    group.addoption("--model-replay", default=None, metavar="DIR",
+                    help="serve every model call from the records in DIR (a --model-record "
+                         "run's); no upstream, no key; a call with no record gets 409 "
+                         "replay_miss")
+    group.addoption("--replay-order", default=None, metavar="ORDER",
+                    help="with --model-replay: strict (default: a call gets the record of "
+                         "the same request) or sequence (each instance's calls get the "
+                         "recorded responses in order; every differing request is kept)")
     group.addoption("--agent-repo", default=None, metavar="DIR",
                     help="source checkout of the agent under test, recorded for provenance")
     group.addoption("--allow-dirty-seed", action="store_true", default=False,
@@ -102,6 +135,67 @@ def agent_options(config: pytest.Config) -> AgentOptions:
     )
 
 
+def tape_config(config: pytest.Config) -> TapeConfig | None:
+    """``--model-record`` / ``--model-replay`` (None: neither); a bad combination is a
+    one-line :class:`RefusalError`."""
+    from harness.model_proxy.tape import ORDERS, TapeConfig
+
+    record, replay = config.getoption("model_record"), config.getoption("model_replay")
+    order = config.getoption("replay_order")
+
+    def refuse(message: str) -> RefusalError:
+        return RefusalError(message, stage="agent", reason="agent_options")
+
+    if order is not None and order not in ORDERS:
+        raise refuse(f"--replay-order {order!r}: use strict or sequence")
+    if record and replay:
+        raise refuse("--model-record and --model-replay: choose one (a replay records "
+                     "nothing; record again with --model-record DIR alone)")
+    if order is not None and not replay:
+        raise refuse("--replay-order needs --model-replay DIR")
+    if replay:
+        if config.getoption("model_upstream"):
+            raise refuse("--model-replay serves every call from its records and never "
+                         "contacts an upstream: drop --model-upstream")
+        return TapeConfig("replay", Path(replay).absolute(), order or "strict")
+    if record:
+        return TapeConfig("record", Path(record).absolute())
+    return None
+
+
+def build_agent(kind: str, options: AgentOptions, tape: TapeConfig | None) -> Agent:
+    """The agent of ``kind``; under a tape, one whose model calls it records or replays
+    (ValueError naming the option to fix when the kind's calls cannot be)."""
+    from harness.agents.base import make_agent
+
+    if tape is None:
+        return make_agent(kind, options)
+    flag = f"--model-{tape.mode}"
+    if kind not in TAPE_KINDS:
+        raise ValueError(f"{flag}: agent kind {kind!r} makes its model calls outside the "
+                         f"harness; use {', '.join(TAPE_KINDS)}")
+    if tape.mode == "replay" and kind in ("command", "host-command"):
+        opts = options.model_copy(update={"model_upstream": REPLAY_UPSTREAM,
+                                          "model_key_env": REPLAY_KEY_ENV})
+        environ = {**os.environ, REPLAY_KEY_ENV: "replay-holds-no-key"}
+        if kind == "command":
+            from harness.agents.command_proxy import GatewayCommandAgent
+
+            return GatewayCommandAgent.from_options(opts, environ)
+        from harness.agents.host_command import HostCommandAgent
+
+        return HostCommandAgent.from_options(opts, environ)
+    if kind in ("command", "host-command") and not options.model_upstream:
+        raise ValueError(f"{flag}: the {kind} agent's model calls reach the harness only "
+                         f"through the model gateway: add --model-upstream URL")
+    agent = make_agent(kind, options)
+    check = getattr(agent, "tape_problem", None)
+    problem = check(tape.mode) if callable(check) else None
+    if problem:
+        raise ValueError(str(problem))
+    return agent
+
+
 def _float_option(config: pytest.Config, name: str) -> float | None:
     raw = config.getoption(name)
     if raw is None:
@@ -130,11 +224,14 @@ def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
         "agent.model_upstream": config.getoption("model_upstream"),
         "agent.model_prices": config.getoption("model_prices"),
         "agent.per_task_limit_usd": config.getoption("per_task_limit_usd"),
+        # a replay's rows cost $0 (absent without it: as before the option)
+        **({"agent.model_replay": str(Path(replay).absolute()),
+            "agent.replay_order": config.getoption("replay_order") or "strict"}
+           if (replay := config.getoption("model_replay")) else {}),
     }
 
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
-    from harness.agents.base import make_agent
     from harness.core.models import ManifestExtra
 
     kind = agent_kind(config)
@@ -144,17 +241,22 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
         raise RefusalError(f"choose the agent under test with --agent "
                            f"{'|'.join(AGENT_KINDS)}", stage="agent", reason="agent_missing")
     options = agent_options(config)
-    if run.dry_run and kind == "gateway" and not options.gateway_url:
+    tape = tape_config(config)
+    if run.dry_run and kind == "gateway" and not options.gateway_url and tape is None:
         return  # a dry run only writes the task bodies a gateway would get
     try:
-        agent = make_agent(kind, options)
-    except ValueError as exc:
+        agent = build_agent(kind, options, tape)
+        if tape is not None:
+            tape.prepare()
+    except ValueError as exc:  # TapeError is one
         raise RefusalError(str(exc), stage="agent", reason="agent_options") from exc
     extra = run.manifest.extra if run.manifest is not None else ManifestExtra()
     extra.agent = {"kind": kind, "gateway_url": options.gateway_url,
                    "solve_model": config.getoption("solve_model"),
                    "command": options.command, "env_names": sorted(options.env),
-                   **({"allow_models": options.allow_models} if options.allow_models else {})}
+                   **({"allow_models": options.allow_models} if options.allow_models else {}),
+                   **({f"model_{tape.mode}": str(tape.directory)} if tape else {}),
+                   **({"replay_order": tape.order} if tape and tape.mode == "replay" else {})}
     write = _writer(run)
     repo = config.getoption("agent_repo")
     head: str | None = None
@@ -227,11 +329,14 @@ def _gateway_preflight(config: pytest.Config, run: RunContext, url: str, repo: s
 @pytest.fixture(scope="session")
 def harness_agent(pytestconfig: pytest.Config) -> Agent:
     """The agent under test (one per process; agents keep no per-instance state)."""
-    from harness.agents.base import make_agent
-
     kind = agent_kind(pytestconfig) or "nop"
     options = agent_options(pytestconfig)
-    return make_agent(kind, options)
+    tape = tape_config(pytestconfig)
+    agent = build_agent(kind, options, tape)
+    if tape is not None:
+        tape.prepare()
+        _TAPES[agent] = tape
+    return agent
 
 
 def instance_view(ctx: InstanceContext) -> InstanceView:
@@ -253,20 +358,29 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
     score partial work).
     """
     from harness.agents.base import OracleUnavailable
+    from harness.model_proxy.tape import TapeSession, instance_tape
     from harness.runner.instance import OutcomeSkip, Unresolved
 
     view = instance_view(ctx)
     request = agent.before_run(view, request)
     r = ctx.result
+    tape = _TAPES.get(agent)
+    session = None if tape is None else TapeSession(tape, ctx.benchmark, ctx.instance_id,
+                                                    ctx.instance_dir)
     r.agent_started = True
     outcome: AgentOutcome | None = None
     try:
-        outcome = agent.run(request)
+        with instance_tape(session):  # closed (index or replay report written) at its end
+            outcome = agent.run(request)
     except OracleUnavailable as exc:
         r.agent_started = False
         raise OutcomeSkip(Outcome.SKIPPED, exc.reason, str(exc)) from exc
     finally:
         agent.after_run(view, request, outcome)  # also when interrupted or given up
+        if session is not None:
+            r.details[f"model_{session.config.mode}"] = session.summary()
+    if session is not None and session.replaying:
+        outcome = replayed_outcome(ctx, session, outcome)
     r.cost_usd = outcome.cost_usd
     r.cost_known = outcome.cost_known
     r.tokens = outcome.tokens
@@ -291,3 +405,25 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
         ctx.agent_failed(reason, f"the agent's sandbox ended while it ran: {reason}")
         raise Unresolved(f"agent_failed: {reason}", pytrace=False)
     return outcome
+
+
+def replayed_outcome(ctx: InstanceContext, session: TapeSession,
+                     outcome: AgentOutcome) -> AgentOutcome:
+    """A replayed agent's outcome: cost $0 (``cost_source: replay``; what the calls cost
+    when recorded is in ``details.model_replay``), and a strict replay's miss the agent's
+    failure ``replay_miss`` (unless the agent already failed on infrastructure of its
+    own)."""
+    from harness.model_proxy.tape import MISS_CODE, REPORT_NAME
+
+    report = ctx.instance_dir / REPORT_NAME
+    update: dict[str, Any] = {
+        "cost_usd": 0.0, "cost_known": True,
+        "models": None if outcome.models is None else
+        [m.model_copy(update={"cost_usd": 0.0}) for m in outcome.models],
+        "details": {**outcome.details, "cost_source": "replay"},
+        "output_paths": {**outcome.output_paths,
+                         **({"model_replay": str(report)} if report.is_file() else {})},
+    }
+    if session.missed and (not outcome.infra or outcome.reason_code in MODEL_FAILURES):
+        update.update(completed=False, infra=False, reason_code=MISS_CODE)
+    return outcome.model_copy(update=update)
