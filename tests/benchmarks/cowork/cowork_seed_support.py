@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import socketserver
 import subprocess
 import threading
@@ -75,7 +76,7 @@ class _Echo(BaseHTTPRequestHandler):
 class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def get_request(self) -> tuple[object, tuple[str, int]]:
+    def get_request(self) -> tuple[socket.socket, tuple[str, int]]:
         conn, _ = self.socket.accept()
         return conn, ("unix", 0)  # BaseHTTPRequestHandler wants a (host, port) address
 
