@@ -75,8 +75,8 @@ def route_request(inventory: McpInventory | None) -> dict[str, object] | None:
     names = ready_servers(inventory)
     if not names:
         return None
-    return {
-        "port": MCP_PORT,
-        "endpoints": {n: f"/{n}/mcp" for n in names},
+    return {  # the trailing slash: the supervisor's mount redirects there (a redirect's
+        "port": MCP_PORT,  # Location would lose the token in the path)
+        "endpoints": {n: f"/{n}/mcp/" for n in names},
         "metadata_key": "mcp_http_urls",
     }
