@@ -59,8 +59,17 @@ from harness.run.manifest import ManifestError, read_manifest
 CHECK_NAME = "replay_check.json"
 # Options of the run not given again (each takes a value): its root and identity, a resume,
 # the model tape, the upstream and its key, pytest's temporary folder.
-DROPPED = ("--run-root", "--run-id", "--resume-from", "--model-record", "--model-replay",
-           "--replay-order", "--model-upstream", "--model-key-env", "--basetemp")
+DROPPED = (
+    "--run-root",
+    "--run-id",
+    "--resume-from",
+    "--model-record",
+    "--model-replay",
+    "--replay-order",
+    "--model-upstream",
+    "--model-key-env",
+    "--basetemp",
+)
 Verdict = Literal["identical", "diverged", "miss", "not_run"]
 
 
@@ -129,11 +138,16 @@ def replay_args(argv: Sequence[str], selection: Sequence[str]) -> list[str]:
     return kept
 
 
-def check_instance(key: str, recorded: TaskRow, replayed: TaskRow | None, replay_root: Path,
-                   records: Path) -> InstanceCheck:
+def check_instance(
+    key: str, recorded: TaskRow, replayed: TaskRow | None, replay_root: Path, records: Path
+) -> InstanceCheck:
     """The verdict of one instance (see the module's docstring)."""
-    out = InstanceCheck(key=key, verdict="not_run", recorded_sha256=submission_sha256(recorded),
-                        recorded_score=recorded.score)
+    out = InstanceCheck(
+        key=key,
+        verdict="not_run",
+        recorded_sha256=submission_sha256(recorded),
+        recorded_score=recorded.score,
+    )
     index = read_index(records, recorded.benchmark, recorded.instance_id)
     out.recorded_calls = None if index is None else len(index.calls)
     if replayed is None:
@@ -148,8 +162,9 @@ def check_instance(key: str, recorded: TaskRow, replayed: TaskRow | None, replay
     if report is not None and report.misses:
         miss = report.misses[0]
         out.verdict, out.first_differing_call = "miss", miss.position
-        out.detail = f"{miss.reason}" + (f"; first difference: {miss.first_difference}"
-                                         if miss.first_difference else "")
+        out.detail = f"{miss.reason}" + (
+            f"; first difference: {miss.first_difference}" if miss.first_difference else ""
+        )
         return out
     if replayed.reason_code == MISS_CODE:
         out.verdict, out.detail = "miss", "the row failed with replay_miss"
@@ -163,7 +178,7 @@ def check_instance(key: str, recorded: TaskRow, replayed: TaskRow | None, replay
                 break
         if first is None and report.calls != len(index.calls):
             first = min(report.calls, len(index.calls)) + 1
-    same = (out.recorded_sha256 == out.replayed_sha256 and recorded.score == replayed.score)
+    same = out.recorded_sha256 == out.replayed_sha256 and recorded.score == replayed.score
     if same and first is None:
         out.verdict = "identical"
         out.detail = "every call served from the records; same submission and score"
@@ -191,12 +206,21 @@ def replay_check_command(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="harness replay-check",
         description="re-run each instance of RUN under strict replay of DIR and compare "
-                    "its submission hash and official score with RUN's row")
+        "its submission hash and official score with RUN's row",
+    )
     parser.add_argument("run", type=Path, help="the run root to check")
-    parser.add_argument("--records", required=True, type=Path,
-                        help="the records directory (--model-record DIR of that run)")
-    parser.add_argument("--output", type=Path, default=None,
-                        help="the new run root (default: RUN-replay-check-<time>)")
+    parser.add_argument(
+        "--records",
+        required=True,
+        type=Path,
+        help="the records directory (--model-record DIR of that run)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="the new run root (default: RUN-replay-check-<time>)",
+    )
     args = parser.parse_args(list(argv))
     try:
         manifest = read_manifest(args.run)
@@ -213,29 +237,45 @@ def replay_check_command(argv: Sequence[str]) -> int:
     out = (args.output or args.run.parent / f"{args.run.name}-replay-check-{stamp}").absolute()
     if out.exists():
         return _fail(f"--output {out} exists: run roots are never reused; name a new one")
-    command = [sys.executable, "-m", "pytest",
-               *replay_args(manifest.argv, manifest.selection.instance_ids),
-               "--run-root", str(out), "--model-replay", str(args.records.absolute())]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *replay_args(manifest.argv, manifest.selection.instance_ids),
+        "--run-root",
+        str(out),
+        "--model-replay",
+        str(args.records.absolute()),
+    ]
     print(f"replay-check: {' '.join(command)}  (in {manifest.cwd})", flush=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_XDIST_WORKER",
-                                                            "PYTEST_ADDOPTS")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")
+    }
     done = subprocess.run(command, cwd=manifest.cwd, env=env, check=False)
     if not ledger_path(out).is_file():
         return _fail(f"the replay session wrote no run root at {out} (exit {done.returncode})")
     replayed = read_ledger(ledger_path(out)).latest
-    check = ReplayCheck(run=str(args.run.absolute()), records=str(args.records.absolute()),
-                        replay_run=str(out), command=command, exit_code=done.returncode)
+    check = ReplayCheck(
+        run=str(args.run.absolute()),
+        records=str(args.records.absolute()),
+        replay_run=str(out),
+        command=command,
+        exit_code=done.returncode,
+    )
     for key, row in sorted(original.items()):
         if row.carried_from is not None:
             continue  # settled in an ancestor: checked with that run
-        check.instances.append(check_instance(key, row, replayed.get(key), out,
-                                              args.records.absolute()))
+        check.instances.append(
+            check_instance(key, row, replayed.get(key), out, args.records.absolute())
+        )
     for item in check.instances:
         check.counts[item.verdict] = check.counts.get(item.verdict, 0) + 1
         sha = (item.replayed_sha256 or "none")[:12]
-        print(f"{item.key}: {item.verdict} (sha256 {sha}, score {item.replayed_score}"
-              f"{'' if item.first_differing_call is None else f', call {item.first_differing_call}'}"
-              f") {item.detail}")
+        print(
+            f"{item.key}: {item.verdict} (sha256 {sha}, score {item.replayed_score}"
+            f"{'' if item.first_differing_call is None else f', call {item.first_differing_call}'}"
+            f") {item.detail}"
+        )
     atomic_write_json(out / CHECK_NAME, check)
     summary = ", ".join(f"{k} {v}" for k, v in sorted(check.counts.items()))
     print(f"replay-check of {len(check.instances)} instances: {summary}; wrote {out / CHECK_NAME}")

@@ -81,10 +81,19 @@ from harness.model_proxy.usage import CallCost, CallUsage
 
 KEY_RULE = "harness.model_tape.key.v1"
 TAPE_SCHEMA = "harness.model_tape.v1"
-VOLATILE_KEYS = frozenset({
-    "stream_options", "user", "metadata", "request_id", "idempotency_key", "store",
-    "safety_identifier", "prompt_cache_key", "service_tier",
-})
+VOLATILE_KEYS = frozenset(
+    {
+        "stream_options",
+        "user",
+        "metadata",
+        "request_id",
+        "idempotency_key",
+        "store",
+        "safety_identifier",
+        "prompt_cache_key",
+        "service_tier",
+    }
+)
 REDACTED = "[harness:redacted-secret]"
 MIN_SECRET = 8  # shorter strings are not scrubbed (a placeholder, not a key)
 MISS_CODE = "replay_miss"
@@ -107,8 +116,9 @@ def canonical_body(body: Any) -> Any:
 
 
 def canonical_text(body: Any) -> str:
-    return json.dumps(canonical_body(body), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=True)
+    return json.dumps(
+        canonical_body(body), sort_keys=True, separators=(",", ":"), ensure_ascii=True
+    )
 
 
 def request_key(method: str, route: str, body: Any) -> str:
@@ -121,10 +131,12 @@ def first_difference(got: Any, want: Any, path: str = "") -> str | None:
     """Where two canonical bodies first differ, as ``path: what`` (bounded), None if equal."""
     where = path or "(body)"
     if type(got) is not type(want) and not (
-            isinstance(got, (int, float)) and isinstance(want, (int, float))
-            and not isinstance(got, bool) and not isinstance(want, bool)):
-        return _bounded(f"{where}: {type(got).__name__} where the record has "
-                        f"{type(want).__name__}")
+        isinstance(got, (int, float))
+        and isinstance(want, (int, float))
+        and not isinstance(got, bool)
+        and not isinstance(want, bool)
+    ):
+        return _bounded(f"{where}: {type(got).__name__} where the record has {type(want).__name__}")
     if isinstance(got, dict):
         for key in sorted(set(got) | set(want)):
             sub = f"{path}.{key}" if path else str(key)
@@ -147,18 +159,22 @@ def first_difference(got: Any, want: Any, path: str = "") -> str | None:
     if isinstance(got, str):
         if got == want:
             return None
-        i = next((n for n, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
-                 min(len(got), len(want)))
+        i = next(
+            (n for n, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+            min(len(got), len(want)),
+        )
         lo = max(0, i - 30)
-        return _bounded(f"{where}: character {i}: {got[lo:i + 30]!r} where the record has "
-                        f"{want[lo:i + 30]!r}")
+        return _bounded(
+            f"{where}: character {i}: {got[lo : i + 30]!r} where the record has "
+            f"{want[lo : i + 30]!r}"
+        )
     if got != want:
         return _bounded(f"{where}: {got!r} where the record has {want!r}")
     return None
 
 
 def _bounded(text: str) -> str:
-    return text if len(text) <= MAX_DIFF else text[:MAX_DIFF - 3] + "..."
+    return text if len(text) <= MAX_DIFF else text[: MAX_DIFF - 3] + "..."
 
 
 # --- files ------------------------------------------------------------------------------
@@ -221,14 +237,24 @@ class TapeUsage(_Model):
 
     @classmethod
     def of(cls, usage: CallUsage) -> TapeUsage:
-        return cls(seen=usage.seen, prompt_tokens=usage.prompt,
-                   completion_tokens=usage.completion, cached_tokens=usage.cached,
-                   provider_cost_usd=usage.provider_cost, model=usage.model)
+        return cls(
+            seen=usage.seen,
+            prompt_tokens=usage.prompt,
+            completion_tokens=usage.completion,
+            cached_tokens=usage.cached,
+            provider_cost_usd=usage.provider_cost,
+            model=usage.model,
+        )
 
     def call_usage(self) -> CallUsage:
-        return CallUsage(prompt=self.prompt_tokens, completion=self.completion_tokens,
-                         cached=self.cached_tokens, provider_cost=self.provider_cost_usd,
-                         model=self.model, seen=self.seen)
+        return CallUsage(
+            prompt=self.prompt_tokens,
+            completion=self.completion_tokens,
+            cached=self.cached_tokens,
+            provider_cost=self.provider_cost_usd,
+            model=self.model,
+            seen=self.seen,
+        )
 
 
 class TapeRecord(_Model):
@@ -327,25 +353,36 @@ class TapeConfig:
         info = self.directory / INFO_NAME
         if self.mode == "replay":
             if not info.is_file():
-                raise TapeError(f"--model-replay {self.directory}: not a records directory "
-                                f"(no {INFO_NAME}); give the DIR a --model-record run wrote")
+                raise TapeError(
+                    f"--model-replay {self.directory}: not a records directory "
+                    f"(no {INFO_NAME}); give the DIR a --model-record run wrote"
+                )
             try:
                 found = TapeInfo.model_validate_json(info.read_bytes())
             except (OSError, ValueError) as exc:
-                raise TapeError(f"--model-replay {self.directory}: {INFO_NAME} is "
-                                f"unreadable ({type(exc).__name__})") from None
+                raise TapeError(
+                    f"--model-replay {self.directory}: {INFO_NAME} is "
+                    f"unreadable ({type(exc).__name__})"
+                ) from None
             if found.key_rule != KEY_RULE:
-                raise TapeError(f"--model-replay {self.directory}: recorded with key rule "
-                                f"{found.key_rule!r}, this harness uses {KEY_RULE!r}")
+                raise TapeError(
+                    f"--model-replay {self.directory}: recorded with key rule "
+                    f"{found.key_rule!r}, this harness uses {KEY_RULE!r}"
+                )
             return
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             if not info.exists():
-                create_exclusive(info, (TapeInfo(created_at=_now()).model_dump_json(
-                    by_alias=True, indent=2) + "\n").encode())
+                create_exclusive(
+                    info,
+                    (
+                        TapeInfo(created_at=_now()).model_dump_json(by_alias=True, indent=2) + "\n"
+                    ).encode(),
+                )
         except OSError as exc:
-            raise TapeError(f"--model-record {self.directory}: cannot write there "
-                            f"({exc.strerror or exc})") from None
+            raise TapeError(
+                f"--model-record {self.directory}: cannot write there ({exc.strerror or exc})"
+            ) from None
 
 
 def _now() -> str:
@@ -378,8 +415,13 @@ def read_index(directory: Path, benchmark: str, instance_id: str) -> TapeIndex |
         with contextlib.suppress(ValueError):  # a torn last line
             calls.append(TapeCall.model_validate_json(line))
     calls.sort(key=lambda c: c.position)
-    return TapeIndex(benchmark=benchmark, instance_id=instance_id, complete=False,
-                     recorded_at=_now(), calls=calls)
+    return TapeIndex(
+        benchmark=benchmark,
+        instance_id=instance_id,
+        complete=False,
+        recorded_at=_now(),
+        calls=calls,
+    )
 
 
 def read_record(directory: Path, digest: str) -> TapeRecord:
@@ -481,8 +523,9 @@ class TapeSession:
     """The calls of one instance, recorded or replayed; shared by every gateway the
     instance's agent starts (the positions run on across them)."""
 
-    def __init__(self, config: TapeConfig, benchmark: str, instance_id: str,
-                 instance_dir: Path | None = None) -> None:
+    def __init__(
+        self, config: TapeConfig, benchmark: str, instance_id: str, instance_dir: Path | None = None
+    ) -> None:
         self.config = config
         self.benchmark = benchmark
         self.instance_id = instance_id
@@ -498,17 +541,23 @@ class TapeSession:
         self._original: float = 0.0
         self._original_unknown = 0
         if config.mode == "record":
-            for path in (index_path(config.directory, benchmark, instance_id),
-                         journal_path(config.directory, benchmark, instance_id)):
+            for path in (
+                index_path(config.directory, benchmark, instance_id),
+                journal_path(config.directory, benchmark, instance_id),
+            ):
                 path.unlink(missing_ok=True)  # a new run of the instance replaces the old
         else:
             self._index = read_index(config.directory, benchmark, instance_id)
             for call in self.recorded:
                 self._by_key.setdefault(call.key, deque()).append(call)
             self.report = ReplayReport(
-                records=str(config.directory), order=config.order, benchmark=benchmark,
-                instance_id=instance_id, recorded_calls=len(self.recorded),
-                recording_complete=self._index is not None and self._index.complete)
+                records=str(config.directory),
+                order=config.order,
+                benchmark=benchmark,
+                instance_id=instance_id,
+                recorded_calls=len(self.recorded),
+                recording_complete=self._index is not None and self._index.complete,
+            )
 
     @property
     def recording(self) -> bool:
@@ -539,37 +588,67 @@ class TapeSession:
             return self._position
 
     # -- record ----------------------------------------------------------------------
-    def record(self, position: int, method: str, route: str, body: Any, *, status: int,
-               content_type: str, data: bytes | None = None,
-               events: list[bytes] | None = None, tail: bytes = b"",
-               usage: CallUsage | None = None, cost: CallCost | None = None,
-               model: str | None = None, upstream_error: bool = False) -> str:
+    def record(
+        self,
+        position: int,
+        method: str,
+        route: str,
+        body: Any,
+        *,
+        status: int,
+        content_type: str,
+        data: bytes | None = None,
+        events: list[bytes] | None = None,
+        tail: bytes = b"",
+        usage: CallUsage | None = None,
+        cost: CallCost | None = None,
+        model: str | None = None,
+        upstream_error: bool = False,
+    ) -> str:
         """Store one exchange (after the agent got its response); returns its digest."""
         key = request_key(method, route, body)
         secrets = list(self._secrets)
         scrubbed_body, n_req = _scrub_json(body, secrets) if secrets else (body, 0)
         if events is None:
             encoding, texts, n_resp = _encode([data or b""], secrets)
-            response = TapeResponse(status=status, content_type=content_type,
-                                    encoding=encoding,  # type: ignore[arg-type]
-                                    body=texts[0])
+            response = TapeResponse(
+                status=status,
+                content_type=content_type,
+                encoding=encoding,  # type: ignore[arg-type]
+                body=texts[0],
+            )
         else:
             encoding, texts, n_resp = _encode([*events, tail], secrets)
-            response = TapeResponse(status=status, content_type=content_type,
-                                    encoding=encoding,  # type: ignore[arg-type]
-                                    events=texts[:-1], tail=texts[-1] or None)
+            response = TapeResponse(
+                status=status,
+                content_type=content_type,
+                encoding=encoding,  # type: ignore[arg-type]
+                events=texts[:-1],
+                tail=texts[-1] or None,
+            )
         record = TapeRecord(
-            key=key, request=TapeRequest(method=method, route=route, body=scrubbed_body),
-            response=response, model=model,
+            key=key,
+            request=TapeRequest(method=method, route=route, body=scrubbed_body),
+            response=response,
+            model=model,
             usage=None if usage is None else TapeUsage.of(usage),
             cost_usd=None if cost is None else cost.cost_usd,
             cost_source="not_metered" if cost is None else cost.source,
-            upstream_error=upstream_error, redacted=n_req + n_resp)
+            upstream_error=upstream_error,
+            redacted=n_req + n_resp,
+        )
         data_out = record.model_dump_json(by_alias=True).encode("utf-8")
         digest = hashlib.sha256(data_out).hexdigest()
         create_exclusive(record_path(self.config.directory, digest), data_out)
-        call = TapeCall(position=position, key=key, record=digest, method=method,
-                        route=route, stream=events is not None, status=status)
+        call = TapeCall(
+            position=position,
+            key=key,
+            record=digest,
+            method=method,
+            route=route,
+            stream=events is not None,
+            status=status,
+        )
         journal = journal_path(self.config.directory, self.benchmark, self.instance_id)
         with self._lock:
             self.calls.append(call)
@@ -602,33 +681,49 @@ class TapeSession:
                 if entry is None:
                     reason = f"the recording has {len(recorded)} calls"
                 elif (entry.method, entry.route, entry.stream) != (method, route, stream):
-                    reason = (f"recorded call {position} was {entry.method} {entry.route}"
-                              f"{' streamed' if entry.stream else ''}, this one is {method} "
-                              f"{route}{' streamed' if stream else ''}")
+                    reason = (
+                        f"recorded call {position} was {entry.method} {entry.route}"
+                        f"{' streamed' if entry.stream else ''}, this one is {method} "
+                        f"{route}{' streamed' if stream else ''}"
+                    )
                     entry = None
         if entry is None:
             diff = self._difference(position, body)
             with self._lock:
-                report.misses.append(ReplayMiss(position=position, key=key,
-                                                reason=reason or "", first_difference=diff))
-            return Missed(position, f"{MISS_CODE}: no recorded response for call {position} "
-                                    f"of instance {self.label} in {self.config.directory} "
-                                    f"({reason}; --replay-order {self.config.order})")
+                report.misses.append(
+                    ReplayMiss(
+                        position=position, key=key, reason=reason or "", first_difference=diff
+                    )
+                )
+            return Missed(
+                position,
+                f"{MISS_CODE}: no recorded response for call {position} "
+                f"of instance {self.label} in {self.config.directory} "
+                f"({reason}; --replay-order {self.config.order})",
+            )
         try:
             record = read_record(self.config.directory, entry.record)
         except ValueError as exc:
             with self._lock:
                 report.misses.append(ReplayMiss(position=position, key=key, reason=str(exc)))
-            return Missed(position, f"{MISS_CODE}: call {position} of instance {self.label}: "
-                                    f"{exc}")
+            return Missed(position, f"{MISS_CODE}: call {position} of instance {self.label}: {exc}")
         if entry.key != key:  # sequence order only: served anyway, the divergence kept
             diff = first_difference(canonical_body(body), canonical_body(record.request.body))
             with self._lock:
-                report.divergences.append(ReplayDivergence(
-                    position=position, key=key, recorded_key=entry.key, first_difference=diff))
+                report.divergences.append(
+                    ReplayDivergence(
+                        position=position, key=key, recorded_key=entry.key, first_difference=diff
+                    )
+                )
         with self._lock:
-            report.served.append(ReplayServed(position=position, key=key, record=entry.record,
-                                              recorded_position=entry.position))
+            report.served.append(
+                ReplayServed(
+                    position=position,
+                    key=key,
+                    record=entry.record,
+                    recorded_position=entry.position,
+                )
+            )
             if record.usage is not None or record.cost_source != "not_metered":
                 if record.cost_usd is None:
                     self._original_unknown += 1
@@ -660,17 +755,19 @@ class TapeSession:
             self._closed = True
         d = self.config.directory
         if self.recording:
-            index = TapeIndex(benchmark=self.benchmark, instance_id=self.instance_id,
-                              recorded_at=_now(),
-                              calls=sorted(self.calls, key=lambda c: c.position))
+            index = TapeIndex(
+                benchmark=self.benchmark,
+                instance_id=self.instance_id,
+                recorded_at=_now(),
+                calls=sorted(self.calls, key=lambda c: c.position),
+            )
             atomic_write_json(index_path(d, self.benchmark, self.instance_id), index)
             journal_path(d, self.benchmark, self.instance_id).unlink(missing_ok=True)
             return
         report = self.report
         assert report is not None
         report.original_cost_known = self._original_unknown == 0
-        report.original_cost_usd = round(self._original, 12) if report.original_cost_known \
-            else None
+        report.original_cost_usd = round(self._original, 12) if report.original_cost_known else None
         if self.instance_dir is not None:
             atomic_write_json(self.instance_dir / REPORT_NAME, report)
 
@@ -678,19 +775,26 @@ class TapeSession:
         """What the row's details keep (``model_record`` / ``model_replay``)."""
         d = self.config.directory
         if self.recording:
-            return {"records": str(d), "calls": len(self.calls),
-                    "index": str(index_path(d, self.benchmark, self.instance_id)
-                                 .relative_to(d))}
+            return {
+                "records": str(d),
+                "calls": len(self.calls),
+                "index": str(index_path(d, self.benchmark, self.instance_id).relative_to(d)),
+            }
         report = self.report
         assert report is not None
         return {
-            "records": str(d), "order": report.order, "recorded_calls": report.recorded_calls,
-            "recording_complete": report.recording_complete, "calls": report.calls,
-            "served": len(report.served), "misses": len(report.misses),
+            "records": str(d),
+            "order": report.order,
+            "recorded_calls": report.recorded_calls,
+            "recording_complete": report.recording_complete,
+            "calls": report.calls,
+            "served": len(report.served),
+            "misses": len(report.misses),
             "first_misses": [m.model_dump(mode="json") for m in report.misses[:MAX_ROW_ITEMS]],
             "divergences": len(report.divergences),
-            "first_divergences": [v.model_dump(mode="json")
-                                  for v in report.divergences[:MAX_ROW_ITEMS]],
+            "first_divergences": [
+                v.model_dump(mode="json") for v in report.divergences[:MAX_ROW_ITEMS]
+            ],
             "original_cost_usd": report.original_cost_usd,
             "original_cost_known": report.original_cost_known,
             "report": REPORT_NAME,

@@ -36,22 +36,23 @@ from harness.testing.fake_model_server import FakeModelServer, start_fake_model_
 from tests.agents.model_scripts import step
 
 KEY = "sk-record-unit-0123456789abcdef"
-PRICES = ModelPrices.model_validate({"models": {"priced": {"input_per_mtok": 1.0,
-                                                           "output_per_mtok": 4.0}}})
+PRICES = ModelPrices.model_validate(
+    {"models": {"priced": {"input_per_mtok": 1.0, "output_per_mtok": 4.0}}}
+)
 PER_CALL = (300 * 1.0 + 20 * 4.0) / 1e6
 MSGS = [{"role": "user", "content": "solve it"}]
 
 
 @pytest.fixture
 def upstream() -> Iterator[FakeModelServer]:
-    server = start_fake_model_server({"responses": [step("ls", prompt=300, completion=20)],
-                                      "loop": True})
+    server = start_fake_model_server(
+        {"responses": [step("ls", prompt=300, completion=20)], "loop": True}
+    )
     yield server
     server.stop()
 
 
-def session(tmp_path: Path, mode: str, order: str = "strict",
-            instance: str = "t-1") -> TapeSession:
+def session(tmp_path: Path, mode: str, order: str = "strict", instance: str = "t-1") -> TapeSession:
     config = TapeConfig(mode, tmp_path / "records", order)  # type: ignore[arg-type]
     config.prepare()
     out = tmp_path / "runs" / mode / instance
@@ -59,15 +60,23 @@ def session(tmp_path: Path, mode: str, order: str = "strict",
     return TapeSession(config, "bench", instance, out)
 
 
-def gateway(upstream_url: str, key: str, tape: TapeSession | None,
-            limit: float | None = None) -> GatewayServer:
+def report_of(tape: TapeSession) -> ReplayReport:
+    assert tape.instance_dir is not None
+    return ReplayReport.model_validate_json((tape.instance_dir / REPORT_NAME).read_bytes())
+
+
+def gateway(
+    upstream_url: str, key: str, tape: TapeSession | None, limit: float | None = None
+) -> GatewayServer:
     return GatewayServer(upstream_url, key, InstanceMeter(PRICES, limit), tape=tape).start()
 
 
 def client(gw: GatewayServer) -> httpx.Client:
-    return httpx.Client(transport=httpx.HTTPTransport(uds=str(gw.socket_path)),
-                        base_url="http://model-gateway/v1",
-                        headers={"Authorization": "Bearer placeholder"})
+    return httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(gw.socket_path)),
+        base_url="http://model-gateway/v1",
+        headers={"Authorization": "Bearer placeholder"},
+    )
 
 
 Exchange = tuple[int, str, bytes]
@@ -80,11 +89,21 @@ def calls(c: httpx.Client, extra: dict[str, Any] | None = None) -> list[Exchange
     bodies: list[tuple[str, dict[str, Any]]] = [
         ("/chat/completions", {"model": "priced", "messages": MSGS, **extra}),
         ("/chat/completions", {"model": "priced", "messages": MSGS, "stream": True, **extra}),
-        ("/chat/completions", {"model": "priced", "messages": MSGS, "stream": True,
-                               "stream_options": {"include_usage": True}, **extra}),
+        (
+            "/chat/completions",
+            {
+                "model": "priced",
+                "messages": MSGS,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                **extra,
+            },
+        ),
         ("/messages", {"model": "priced", "messages": MSGS, "max_tokens": 10, **extra}),
-        ("/messages", {"model": "priced", "messages": MSGS, "max_tokens": 10,
-                       "stream": True, **extra}),
+        (
+            "/messages",
+            {"model": "priced", "messages": MSGS, "max_tokens": 10, "stream": True, **extra},
+        ),
     ]
     for path, body in bodies:
         with c.stream("POST", path, json=body) as resp:
@@ -94,8 +113,9 @@ def calls(c: httpx.Client, extra: dict[str, Any] | None = None) -> list[Exchange
     return out
 
 
-def record_run(tmp_path: Path, upstream: FakeModelServer,
-               extra: dict[str, Any] | None = None) -> tuple[list[Exchange], GatewayServer]:
+def record_run(
+    tmp_path: Path, upstream: FakeModelServer, extra: dict[str, Any] | None = None
+) -> tuple[list[Exchange], GatewayServer]:
     tape = session(tmp_path, "record")
     gw = gateway(upstream.base_url, KEY, tape)
     try:
@@ -108,17 +128,26 @@ def record_run(tmp_path: Path, upstream: FakeModelServer,
 
 
 def test_every_exchange_is_recorded_and_replayed_byte_for_byte_without_an_upstream(
-        tmp_path: Path, upstream: FakeModelServer) -> None:
+    tmp_path: Path, upstream: FakeModelServer
+) -> None:
     recorded, rec_gw = record_run(tmp_path, upstream)
     assert upstream.requests == 5  # GET models is not counted by the fake
     index = TapeIndex.model_validate_json(
-        index_path(tmp_path / "records", "bench", "t-1").read_bytes())
+        index_path(tmp_path / "records", "bench", "t-1").read_bytes()
+    )
     assert [c.position for c in index.calls] == [1, 2, 3, 4, 5, 6]
     assert [(c.route, c.stream) for c in index.calls] == [
-        ("chat/completions", False), ("chat/completions", True), ("chat/completions", True),
-        ("messages", False), ("messages", True), ("models", False)]
-    records = [TapeRecord.model_validate_json(p.read_bytes())
-               for p in sorted((tmp_path / "records" / "records").rglob("*.json"))]
+        ("chat/completions", False),
+        ("chat/completions", True),
+        ("chat/completions", True),
+        ("messages", False),
+        ("messages", True),
+        ("models", False),
+    ]
+    records = [
+        TapeRecord.model_validate_json(p.read_bytes())
+        for p in sorted((tmp_path / "records" / "records").rglob("*.json"))
+    ]
     assert len(records) == 6
     streamed = next(r for r in records if r.request.body and r.request.body.get("stream_options"))
     assert streamed.response.events and streamed.response.events[-1] == "data: [DONE]"
@@ -144,7 +173,7 @@ def test_every_exchange_is_recorded_and_replayed_byte_for_byte_without_an_upstre
     assert state.calls == rec_state.calls == 5
     assert state.prompt_tokens == rec_state.prompt_tokens == 1500
     assert state.cost_usd == 0.0 and state.cost_known  # nothing was paid
-    report = ReplayReport.model_validate_json((tape.instance_dir / REPORT_NAME).read_bytes())
+    report = report_of(tape)
     assert (report.calls, len(report.served), report.misses, report.divergences) == (6, 6, [], [])
     assert report.original_cost_usd == pytest.approx(5 * PER_CALL)
     assert [s.recorded_position for s in report.served] == [1, 2, 3, 4, 5, 6]
@@ -153,31 +182,49 @@ def test_every_exchange_is_recorded_and_replayed_byte_for_byte_without_an_upstre
 def test_the_key_ignores_volatile_fields_and_nothing_else() -> None:
     base = {"model": "m", "messages": MSGS, "tools": [{"type": "function"}], "temperature": 0}
     key = request_key("POST", "chat/completions", base)
-    same = {**base, "user": "u-1", "metadata": {"run": 2}, "stream_options": {"x": 1},
-            "request_id": "r-9", "store": True, "service_tier": "flex"}
+    same = {
+        **base,
+        "user": "u-1",
+        "metadata": {"run": 2},
+        "stream_options": {"x": 1},
+        "request_id": "r-9",
+        "store": True,
+        "service_tier": "flex",
+    }
     assert request_key("POST", "chat/completions", dict(reversed(list(same.items())))) == key
-    for changed in ({**base, "temperature": 0.5}, {**base, "model": "m2"},
-                    {**base, "messages": [{"role": "user", "content": "solve it!"}]},
-                    {**base, "tools": []}, {**base, "stream": True}, {**base, "seed": 1}):
+    for changed in (
+        {**base, "temperature": 0.5},
+        {**base, "model": "m2"},
+        {**base, "messages": [{"role": "user", "content": "solve it!"}]},
+        {**base, "tools": []},
+        {**base, "stream": True},
+        {**base, "seed": 1},
+    ):
         assert request_key("POST", "chat/completions", changed) != key
     assert request_key("POST", "responses", base) != key
-    assert first_difference({"messages": [{"content": "abc"}]},
-                            {"messages": [{"content": "abd"}]}) == \
-        "messages[0].content: character 2: 'abc' where the record has 'abd'"
+    assert (
+        first_difference({"messages": [{"content": "abc"}]}, {"messages": [{"content": "abd"}]})
+        == "messages[0].content: character 2: 'abc' where the record has 'abd'"
+    )
 
 
 def test_strict_replay_misses_a_changed_request_with_409_naming_instance_and_call(
-        tmp_path: Path, upstream: FakeModelServer) -> None:
+    tmp_path: Path, upstream: FakeModelServer
+) -> None:
     record_run(tmp_path, upstream)
     before = upstream.requests
     tape = session(tmp_path, "replay")
     gw = gateway("http://127.0.0.1:9", "", tape)
     try:
         with client(gw) as c:
-            ok = c.post("/chat/completions", json={"model": "priced", "messages": MSGS,
-                                                   "user": "someone-else"})
-            miss = c.post("/chat/completions", json={
-                "model": "priced", "messages": [{"role": "user", "content": "solve it."}]})
+            ok = c.post(
+                "/chat/completions",
+                json={"model": "priced", "messages": MSGS, "user": "someone-else"},
+            )
+            miss = c.post(
+                "/chat/completions",
+                json={"model": "priced", "messages": [{"role": "user", "content": "solve it."}]},
+            )
     finally:
         gw.close()
         tape.close()
@@ -187,16 +234,18 @@ def test_strict_replay_misses_a_changed_request_with_409_naming_instance_and_cal
     assert error["code"] == "replay_miss"
     assert "call 2 of instance bench/t-1" in error["message"]
     assert upstream.requests == before  # never contacted
-    report = ReplayReport.model_validate_json((tape.instance_dir / REPORT_NAME).read_bytes())
+    report = report_of(tape)
     assert [m.position for m in report.misses] == [2]
     # against the call recorded at position 2 (keys in sorted order: messages come first)
     assert report.misses[0].first_difference == (
-        "messages[0].content: character 8: 'solve it.' where the record has 'solve it'")
+        "messages[0].content: character 8: 'solve it.' where the record has 'solve it'"
+    )
     assert tape.summary()["misses"] == 1
 
 
 def test_sequence_order_serves_recorded_calls_in_order_and_keeps_every_divergence(
-        tmp_path: Path, upstream: FakeModelServer) -> None:
+    tmp_path: Path, upstream: FakeModelServer
+) -> None:
     recorded, _ = record_run(tmp_path, upstream)
     tape = session(tmp_path, "replay", order="sequence")
     gw = gateway("http://127.0.0.1:9", "", tape)
@@ -209,7 +258,7 @@ def test_sequence_order_serves_recorded_calls_in_order_and_keeps_every_divergenc
         tape.close()
     assert replayed == recorded  # served in recorded order all the same
     assert extra.status_code == 409  # past the last record
-    report = ReplayReport.model_validate_json((tape.instance_dir / REPORT_NAME).read_bytes())
+    report = report_of(tape)
     assert [d.position for d in report.divergences] == [1, 2, 3, 4, 5]  # GET models: no body
     assert report.divergences[0].first_difference == "temperature: not in the record"
     assert [m.position for m in report.misses] == [7]
@@ -236,8 +285,12 @@ class _Echo(BaseHTTPRequestHandler):
             self.wfile.write(f'data: {{"echo": "{auth}", "choices": [{{}}]}}\n\n'.encode())
             self.wfile.write(b"data: [DONE]\n\n")
             return
-        data = json.dumps({"error": {"message": f"Incorrect API key provided: {auth}"},
-                           "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
+        data = json.dumps(
+            {
+                "error": {"message": f"Incorrect API key provided: {auth}"},
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+            }
+        ).encode()
         self.send_response(401)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -253,10 +306,13 @@ def test_the_key_is_in_no_record_even_when_the_upstream_echoes_it(tmp_path: Path
     gw = gateway(url, KEY, tape)
     try:
         with client(gw) as c:
-            leaked = c.post("/chat/completions", json={"model": "m", "messages": [
-                {"role": "user", "content": f"my key is {KEY}"}]})
-            with c.stream("POST", "/chat/completions",
-                          json={"model": "m", "messages": MSGS, "stream": True}) as resp:
+            leaked = c.post(
+                "/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": f"my key is {KEY}"}]},
+            )
+            with c.stream(
+                "POST", "/chat/completions", json={"model": "m", "messages": MSGS, "stream": True}
+            ) as resp:
                 streamed = resp.read()
     finally:
         gw.close()
@@ -264,21 +320,28 @@ def test_the_key_is_in_no_record_even_when_the_upstream_echoes_it(tmp_path: Path
         echo.shutdown()
         echo.server_close()
     assert KEY in leaked.text and KEY.encode() in streamed  # the agent saw what was sent
-    hits = [p for p in (tmp_path / "records").rglob("*") if p.is_file()
-            and KEY.encode() in p.read_bytes()]
+    hits = [
+        p
+        for p in (tmp_path / "records").rglob("*")
+        if p.is_file() and KEY.encode() in p.read_bytes()
+    ]
     assert hits == []
-    records = [TapeRecord.model_validate_json(p.read_bytes())
-               for p in (tmp_path / "records" / "records").rglob("*.json")]
+    records = [
+        TapeRecord.model_validate_json(p.read_bytes())
+        for p in (tmp_path / "records" / "records").rglob("*.json")
+    ]
     assert sorted(r.redacted for r in records) == [1, 2]  # prompt + error; one stream event
     assert all(REDACTED in r.model_dump_json() for r in records)
 
 
 def test_a_replay_costs_nothing_but_the_limit_counts_what_the_recording_spent(
-        tmp_path: Path, upstream: FakeModelServer) -> None:
+    tmp_path: Path, upstream: FakeModelServer
+) -> None:
     tape = session(tmp_path, "record")
     gw = gateway(upstream.base_url, KEY, tape, limit=2.5 * PER_CALL)
-    bodies = [{"model": "priced", "messages": [{"role": "user", "content": str(i)}]}
-              for i in range(4)]
+    bodies = [
+        {"model": "priced", "messages": [{"role": "user", "content": str(i)}]} for i in range(4)
+    ]
     try:
         with client(gw) as c:
             recorded = [c.post("/chat/completions", json=b).status_code for b in bodies]
@@ -301,7 +364,8 @@ def test_a_replay_costs_nothing_but_the_limit_counts_what_the_recording_spent(
 
 
 def test_a_dead_recording_is_replayed_from_its_journal(
-        tmp_path: Path, upstream: FakeModelServer) -> None:
+    tmp_path: Path, upstream: FakeModelServer
+) -> None:
     tape = session(tmp_path, "record")
     gw = gateway(upstream.base_url, KEY, tape)
     try:
