@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import docker
 from docker.errors import DockerException
@@ -11,6 +12,32 @@ from docker.errors import DockerException
 from harness.sandbox.errors import DockerUnavailable
 
 DEFAULT_TIMEOUT_S = 120
+
+
+class _EngineAPIClient(docker.APIClient):  # type: ignore[misc]
+    def merge_environment_settings(
+        self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
+    ) -> dict[str, Any]:
+        settings: dict[str, Any] = super().merge_environment_settings(
+            url, proxies, stream, verify, cert
+        )
+        if isinstance(self.verify, str) and verify in (None, True):
+            settings["verify"] = self.verify  # the engine's own CA, not the environment's
+        return settings
+
+
+class EngineClient(docker.DockerClient):  # type: ignore[misc]
+    """``docker.DockerClient`` that verifies a TLS engine with its own CA.
+
+    docker-py puts ``DOCKER_CERT_PATH``'s ``ca.pem`` on its requests session, but requests
+    replaces a session's CA with ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` on every request
+    whose caller gave none (all of docker-py's): with either variable set (common where a
+    corporate CA is installed) every TLS engine with a private CA fails verification. Only
+    the CA is pinned; proxies still come from the environment.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # not DockerClient.__init__: its api
+        self.api = _EngineAPIClient(*args, **kwargs)
 
 
 def get_client(
@@ -21,7 +48,7 @@ def get_client(
     Raises :class:`DockerUnavailable` (``docker_unavailable``) when the daemon is not there.
     """
     try:
-        client = docker.from_env(timeout=timeout, environment=environment)
+        client = EngineClient.from_env(timeout=timeout, environment=environment)
         client.api.ping()
     except (DockerException, OSError) as exc:
         raise DockerUnavailable(

@@ -14,11 +14,17 @@ An engine that stops answering is marked lost (``lost-<i>`` beside the slots): n
 is placed there any more; the instance that noticed it ends ``infra_failed`` ``engine_lost``
 (:mod:`harness.runner.engine_plugin`), and a resume re-probes the engines at admission.
 
-While an instance holds a slot, this process's ``DOCKER_HOST`` names the instance's engine,
-so every client made from the environment (``get_client()``, the ``docker`` and
-``programbench`` subprocesses) talks to it; :func:`controller_environment` keeps the
-environment the run started with (the controller's engine: builds and transfers start
-there).
+An engine admitted with capacity 0 (too small for one instance of the run's size) gets
+nothing. Before a slot is taken, ``pressure(engine)`` (the engine plugin passes
+:func:`harness.sandbox.engine_capacity.engine_pressure`) may name a memory pressure: the
+engine is passed over until it recovers.
+
+While an instance holds a slot, this process's ``DOCKER_HOST`` (and, for a TLS engine with
+certificates of its own, ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``; for an ssh engine the
+run's tunnel socket) names the instance's engine, so every client made from the
+environment (``get_client()``, the ``docker`` and ``programbench`` subprocesses) talks to
+it; :func:`controller_environment` keeps the environment the run started with (the
+controller's engine: builds and transfers start there).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.layout import state_dir
-from harness.sandbox.engines import LOCAL, EngineRecord, alive
+from harness.sandbox.engines import TLS_ENV, EngineRecord, alive, engine_environment
 
 POLL_S = 0.2
 
@@ -54,7 +60,7 @@ class Slot:
 
 
 _active: Slot | None = None
-_saved_host: str | None = None
+_saved_env: dict[str, str | None] = {}
 
 
 def engines_dir(run_root: Path | str) -> Path:
@@ -97,26 +103,33 @@ def _used(paths: list[Path]) -> int:
 
 
 def _slot_paths(run_root: Path, engine: EngineRecord) -> list[Path]:
-    return [engines_dir(run_root) / f"slot-{engine.index}-{k}.lock"
-            for k in range(engine.capacity)]
+    return [engines_dir(run_root) / f"slot-{engine.index}-{k}.lock" for k in range(engine.capacity)]
 
 
-def acquire(run_root: Path | str, engines: list[EngineRecord],
-            timeout_s: float | None = None, check: Callable[[str], bool] = alive) -> Slot:
+def acquire(
+    run_root: Path | str,
+    engines: list[EngineRecord],
+    timeout_s: float | None = None,
+    check: Callable[[str], bool] = alive,
+    pressure: Callable[[EngineRecord], str | None] | None = None,
+) -> Slot:
     """Block until a slot of a live engine is free; hold it. :class:`NoEngineLeft` if none.
 
-    ``check(url)`` tells whether the engine answers (a ping, checked on every placement).
+    ``check(url)`` tells whether the engine answers (a ping, checked on every placement);
+    ``pressure(engine)``, when given, why the engine takes no new instance now (or None).
     """
     root = Path(run_root)
     engines_dir(root).mkdir(parents=True, exist_ok=True)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
-        live = [e for e in engines if e.reachable and not is_lost(root, e.index)]
+        live = [e for e in engines if e.reachable and e.capacity > 0 and not is_lost(root, e.index)]
         if not live:
             raise NoEngineLeft("every engine of the run is lost or unreachable")
         loads = sorted((_used(_slot_paths(root, e)) / e.capacity, e.index, e) for e in live)
         for load, _, engine in loads:
             if load >= 1:
+                continue
+            if pressure is not None and pressure(engine) is not None:
                 continue
             for path in _slot_paths(root, engine):
                 fd = _try_lock(path)
@@ -134,20 +147,24 @@ def acquire(run_root: Path | str, engines: list[EngineRecord],
 
 @contextmanager
 def placed(slot: Slot) -> Iterator[Slot]:
-    """Point this process's ``DOCKER_HOST`` at the slot's engine while the block runs."""
-    global _active, _saved_host
-    _saved_host = os.environ.get("DOCKER_HOST")
+    """Point this process's Docker environment at the slot's engine while the block runs."""
+    global _active, _saved_env
+    _saved_env = {k: os.environ.get(k) for k in TLS_ENV}
     _active = slot
-    if slot.engine.url != LOCAL:
-        os.environ["DOCKER_HOST"] = slot.engine.url
+    os.environ.update(engine_environment(slot.engine))
     try:
         yield slot
     finally:
-        if _saved_host is None:
-            os.environ.pop("DOCKER_HOST", None)
+        _restore(_saved_env)
+        _active, _saved_env = None, {}
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
         else:
-            os.environ["DOCKER_HOST"] = _saved_host
-        _active, _saved_host = None, None
+            os.environ[key] = value
 
 
 def active() -> Slot | None:
@@ -159,11 +176,21 @@ def controller_environment() -> dict[str, str]:
     """The environment the run started with (its ``DOCKER_HOST`` is the controller's engine)."""
     env = dict(os.environ)
     if _active is not None:
-        env.pop("DOCKER_HOST", None)
-        if _saved_host is not None:
-            env["DOCKER_HOST"] = _saved_host
+        for key, value in _saved_env.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
     return env
 
 
-__all__ = ["NoEngineLeft", "Slot", "acquire", "active", "controller_environment",
-           "is_lost", "mark_lost", "placed"]
+__all__ = [
+    "NoEngineLeft",
+    "Slot",
+    "acquire",
+    "active",
+    "controller_environment",
+    "is_lost",
+    "mark_lost",
+    "placed",
+]

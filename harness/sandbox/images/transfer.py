@@ -20,7 +20,7 @@ from filelock import FileLock
 
 from harness.core.errors import InfraError
 from harness.sandbox import placement
-from harness.sandbox.client import long_timeout
+from harness.sandbox.client import EngineClient, long_timeout
 
 TRANSFER_TIMEOUT_S = 3600
 CHUNK = 1 << 20
@@ -29,7 +29,7 @@ CHUNK = 1 << 20
 def controller_client() -> docker.DockerClient:
     """A client of the controller's engine (the environment the run started with)."""
     env = placement.controller_environment()
-    return docker.from_env(timeout=120, environment=env)
+    return EngineClient.from_env(timeout=120, environment=env)
 
 
 def _image_id(client: docker.DockerClient, ref: str) -> str | None:
@@ -50,8 +50,9 @@ def same_engine(a: docker.DockerClient, b: docker.DockerClient) -> bool:
     return _identity(a) == _identity(b)
 
 
-def transfer(ref: str, source: docker.DockerClient, target: docker.DockerClient,
-             lock_path: str) -> dict[str, Any]:
+def transfer(
+    ref: str, source: docker.DockerClient, target: docker.DockerClient, lock_path: str
+) -> dict[str, Any]:
     """Copy ``ref`` (tag or ID) from ``source`` to ``target`` unless there; return a record."""
     info = source.api.inspect_image(ref)
     image_id, tags = str(info["Id"]), list(info.get("RepoTags") or [])
@@ -64,13 +65,19 @@ def transfer(ref: str, source: docker.DockerClient, target: docker.DockerClient,
                 for _ in target.api.load_image(stream):
                     pass
             if _image_id(target, image_id) is None:
-                raise InfraError(f"image {ref} is not on engine {target.api.base_url} after "
-                                 f"docker load", "image_transfer_failed")
+                raise InfraError(
+                    f"image {ref} is not on engine {target.api.base_url} after docker load",
+                    "image_transfer_failed",
+                )
         for tag in tags:
             repo, _, name = tag.rpartition(":")
             target.api.tag(image_id, repo, name, force=True)
-    return {"ref": ref, "id": image_id, "transferred": moved,
-            "seconds": round(time.monotonic() - started, 3)}
+    return {
+        "ref": ref,
+        "id": image_id,
+        "transferred": moved,
+        "seconds": round(time.monotonic() - started, 3),
+    }
 
 
 def ensure_on_engine(ref: str, target: docker.DockerClient) -> str | None:
@@ -90,8 +97,10 @@ def ensure_on_engine(ref: str, target: docker.DockerClient) -> str | None:
         lock = placement.engines_dir(slot.run_root) / f"image-{key}.lock"
         record = transfer(ref, source, target, str(lock))
     except DockerException as exc:
-        raise InfraError(f"moving image {ref} to engine {slot.engine.url} failed: {exc}"[:500],
-                         "image_transfer_failed") from exc
+        raise InfraError(
+            f"moving image {ref} to engine {slot.engine.url} failed: {exc}"[:500],
+            "image_transfer_failed",
+        ) from exc
     finally:
         source.close()
     return str(record["id"])
