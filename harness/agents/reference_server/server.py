@@ -12,7 +12,9 @@ It answers ``/api/health``, ``/api/settings``, ``/api/state``, ``POST /api/tasks
 ``{task_id, events: [{seq, ts, type: status|llm_usage|step, ...}], cursor}``) and
 ``POST /api/tasks/{id}/cancel`` like the real server, runs a
 task's plan (``metadata.reference_plan``, else the config's ``default_plan``) locally or
-in the container named by ``executor_ref`` (``docker_exec``), and injects the faults its
+in the container named by ``executor_ref`` (``docker_exec``), makes the plan's MCP tool
+calls itself (``mcp`` steps, to the servers the body names in ``metadata.mcp_http_urls``,
+e.g. a Cowork task's tool route: :mod:`.mcp_client`), and injects the faults its
 config asks for. It logs one line per request (method, path, status) and never a body,
 a setting value or an environment value. ``/api/state`` also reports counters (submissions,
 cancels) that tests read. Its parts: :mod:`.reference_config` (the config, plans and

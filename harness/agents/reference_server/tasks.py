@@ -2,8 +2,9 @@
 
 A task goes ``scheduled`` -> ``running`` -> one of ``completed``/``failed``/``cancelled``
 (``cancel_requested`` while a cancel settles). Its plan's steps run in the executor named
-by ``executor_ref``; cost, tokens and rounds add up per step, like the real server reports
-them.
+by ``executor_ref`` (an ``mcp`` step is a tool call the server makes itself, an MCP client
+over HTTP: exit code 0 when the tool answered, 1 otherwise); cost, tokens and rounds add up
+per step, like the real server reports them.
 """
 
 from __future__ import annotations
