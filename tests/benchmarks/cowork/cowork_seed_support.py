@@ -62,8 +62,14 @@ class _Echo(BaseHTTPRequestHandler):
     def _reply(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length).decode() if length else ""
-        data = json.dumps({"method": self.command, "path": self.path, "body": body,
-                           "headers": {k.lower(): v for k, v in self.headers.items()}}).encode()
+        data = json.dumps(
+            {
+                "method": self.command,
+                "path": self.path,
+                "body": body,
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

@@ -68,7 +68,7 @@ def test_mini_swe_agent_solves_a_cowork_task_through_mcp_call(tmp_path: Path) ->
     task = (FIXTURE / "tasks" / "finalpool" / IID / "docs" / "task.md").read_text().strip()
     assert task in instruction  # the task, then the tool section
     assert instruction.index(task) < instruction.index("## MCP tools")
-    assert "mcp-call SERVER TOOL '{\"name\": \"value\"}'" in instruction
+    assert 'mcp-call SERVER TOOL \'{"name": "value"}\'' in instruction
     assert "  create_event(summary: string, start: string, end: string, description?: string)" \
         in instruction  # the listing, as mcp-call printed it in the container  # fmt: skip
     assert "emails: 3 tools" in instruction and "filesystem: 3 tools" in instruction

@@ -58,8 +58,9 @@ def supervisor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         proc.wait(10)
 
 
-def mcp_call(base: str, *args: str, stdin: str = "", urls: str | None = None
-             ) -> subprocess.CompletedProcess[str]:
+def mcp_call(
+    base: str, *args: str, stdin: str = "", urls: str | None = None
+) -> subprocess.CompletedProcess[str]:
     default = f"filesystem={base}/filesystem/mcp"
     env = {**os.environ, "MCP_HTTP_URLS": default if urls is None else urls}
     return subprocess.run([sys.executable, str(MCP_CALL_SOURCE), *args], input=stdin, env=env,

@@ -128,9 +128,11 @@ def test_a_route_reaches_its_own_instance_only(tmp_path: Path, ident: RunIdentit
             seen["b_has_no_calendar"] = status(b.url("/google_calendar/mcp/"))
             seen["b_status_page"] = status(b.url("/status"))
             a_box = seen["container_a"]
-            code = ("import urllib.request\ntry:\n"
-                    f" urllib.request.urlopen('http://{a_box}:8765/status', timeout=3)\n"
-                    " print('reached')\nexcept Exception as e:\n print(type(e).__name__)")
+            code = (
+                "import urllib.request\ntry:\n"
+                f" urllib.request.urlopen('http://{a_box}:8765/status', timeout=3)\n"
+                " print('reached')\nexcept Exception as e:\n print(type(e).__name__)"
+            )
             relay = ctx.container.client.containers.get(b.relay_id)
             seen["b_relay_to_a"] = relay.exec_run(["python3", "-c", code]).output.decode().strip()
             seen["b_tools"] = call_tool(b.url("/emails/mcp/"), "get_emails", {"folder": "INBOX"})

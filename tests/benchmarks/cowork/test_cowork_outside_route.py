@@ -29,7 +29,12 @@ def test_decide_checks_the_token_then_the_path_and_strips_the_credential() -> No
                      "Content-Length: 2"), TOKEN, PATHS)  # fmt: skip
     assert ok.status == 200
     assert ok.head.decode().splitlines() == [
-        "POST /emails/mcp?x=1 HTTP/1.1", "Host: h", "Content-Length: 2", "Connection: close", ""]
+        "POST /emails/mcp?x=1 HTTP/1.1",
+        "Host: h",
+        "Content-Length: 2",
+        "Connection: close",
+        "",
+    ]
     bearer = decide(head("GET /google_calendar/mcp/ HTTP/1.1", f"Authorization: Bearer {TOKEN}"),
                     TOKEN, PATHS)  # fmt: skip
     assert bearer.status == 200 and b"Authorization" not in bearer.head
@@ -63,7 +68,9 @@ def test_the_proxy_forwards_only_what_carries_its_token(proxy: TokenProxy) -> No
         seen = got.json()
         assert seen["path"] == "/emails/mcp" and seen["body"] == '{"jsonrpc": "2.0"}'
         assert TOKEN not in got.text and seen["headers"]["connection"] == "close"
-        got = client.get(f"{base}/google_calendar/mcp", headers={"Authorization": f"Bearer {TOKEN}"})
+        got = client.get(
+            f"{base}/google_calendar/mcp", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
         assert got.status_code == 200 and "authorization" not in got.json()["headers"]
         for url, headers in ((f"{base}/emails/mcp", {}),
                              (f"{base}/{'c' * 48}/emails/mcp", {}),
@@ -73,8 +80,10 @@ def test_the_proxy_forwards_only_what_carries_its_token(proxy: TokenProxy) -> No
             assert refused.status_code in (401, 404), (url, refused.text)
             assert "path" not in refused.json()  # answered by the proxy, not the socket
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as raw:
-        raw.sendall(b"GET /emails/mcp HTTP/1.1\r\nHost: x\r\n\r\n"
-                    + f"GET /{TOKEN}/emails/mcp HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        raw.sendall(
+            b"GET /emails/mcp HTTP/1.1\r\nHost: x\r\n\r\n"
+            + f"GET /{TOKEN}/emails/mcp HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        )
         answer = b""
         while chunk := raw.recv(65536):
             answer += chunk

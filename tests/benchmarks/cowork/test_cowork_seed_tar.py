@@ -42,7 +42,10 @@ def test_a_clean_checkout_is_copied_as_git_lists_it(tmp_path: Path) -> None:
     now = checkout_state(repo)
     prov = repo_provenance(repo)
     assert (now["head"], now["status_sha256"], now["tracked_diff_sha256"]) == (
-        prov.head, prov.status_sha256, prov.tracked_diff_sha256)  # the admission's digests
+        prov.head,
+        prov.status_sha256,
+        prov.tracked_diff_sha256,
+    )  # the admission's digests
     seed = agent_seed(repo, recorded(repo), allow_dirty=False)
     got = members(seed.data)
     prefix = SEED_PATH.strip("/")
