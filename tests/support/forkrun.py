@@ -88,6 +88,10 @@ def _child(req: dict[str, Any]) -> None:
         sys.path[1:1] = [p for p in extra if p not in sys.path]
         module = req["module"]
         sys.argv = [module, *(ARGS if module == "pytest" else ()), *req["argv"]]
+        if module == "pytest":  # its xdist workers, if any, are forks too (see .zygote)
+            from tests.support import zygote
+
+            zygote.start()
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
             rc = 0
@@ -127,6 +131,7 @@ def serve() -> None:
     if preload is not None:
         preload()  # its templates compiled once here, not in every run
     registry.benchmarks()
+    importlib.import_module("tests.support.zygote")  # each pytest run's workers: .zygote
     gc.freeze()  # what is loaded now is never collected: each run's gc passes skip it
     children: dict[int, str] = {}
     open_input = True
