@@ -3,16 +3,15 @@ of a chain of run roots (a run and its resumes), and the official score of each 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from benchmarks.programbench.official_eval import score_eval_json
-from tests.support.suite import REPO_ROOT, Run, wait_for
+from tests.support.suite import FORK_SERVER, REPO_ROOT, Run, wait_for
 
 TARGET = "benchmarks/programbench"
 
@@ -23,24 +22,23 @@ def ledger_rows(root: Path) -> list[dict[str, Any]]:
 
 
 def run_killed_after_first_row(root: Path, *args: str, timeout: float = 600) -> list[str]:
-    """Start ``pytest benchmarks/programbench --run-root ROOT ARGS``; SIGKILL its whole
-    process group as soon as the first instance's row is in the ledger (the next instance is
-    then under way). Returns the ids whose rows the ledger holds after the kill."""
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", TARGET,
-           "--run-root", str(root), *args]
+    """Start ``pytest benchmarks/programbench --run-root ROOT ARGS`` (a fork of the tests'
+    warm pytest server, leading its own session); SIGKILL its whole process group as soon
+    as the first instance's row is in the ledger (the next instance is then under way).
+    Returns the ids whose rows the ledger holds after the kill."""
+    argv = ["-p", "no:cacheprovider", "-q", TARGET, "--run-root", str(root), *args]
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
     log = root.parent / f"{root.name}.killed-run.txt"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        ledger = root / "result_index.jsonl"
-        try:
-            wait_for(lambda: ledger.is_file() and ledger.read_bytes().count(b"\n") >= 1,
-                     timeout=timeout, interval=0.05)
-        finally:
+    proc = FORK_SERVER.spawn("pytest", argv, REPO_ROOT, env, log)
+    ledger = root / "result_index.jsonl"
+    try:
+        wait_for(lambda: ledger.is_file() and ledger.read_bytes().count(b"\n") >= 1,
+                 timeout=timeout, interval=0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        proc.wait()
     return [row["instance_id"] for row in ledger_rows(root)]
 
 
