@@ -67,6 +67,7 @@ REAP_SEC = 0.01  # how often a server with running children looks for ended ones
 def _child(req: dict[str, Any]) -> None:
     """Become ``python -m MODULE ARGV`` in CWD with ENV; never returns."""
     rc = 70
+    zygote_client = None
     try:
         os.setsid()
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -91,7 +92,7 @@ def _child(req: dict[str, Any]) -> None:
         if module == "pytest":  # its xdist workers, if any, are forks too (see .zygote)
             from tests.support import zygote
 
-            zygote.start()
+            zygote_client = zygote.start()
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
             rc = 0
@@ -107,6 +108,8 @@ def _child(req: dict[str, Any]) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
+            if zygote_client is not None:
+                zygote_client.close()  # reaped here: its workers' CPU counts to this process
             os._exit(rc)
 
 
