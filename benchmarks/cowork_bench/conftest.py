@@ -27,12 +27,33 @@ from harness.runner.instance import RunContext
 ADAPTER_KEY = pytest.StashKey[CoworkAdapter]()
 UNLISTED_KEY = pytest.StashKey[bool]()
 HERE = Path(__file__).resolve().parent
-NOT_LISTED = (f"{BENCHMARK}: not listed: pass --cowork-root PATH (a Cowork Bench checkout, "
-              f"e.g. tests/fixtures/cowork_mini) to run it")
+NOT_LISTED = (
+    f"{BENCHMARK}: not listed: pass --cowork-root PATH (a Cowork Bench checkout, "
+    f"e.g. tests/fixtures/cowork_mini) to run it"
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+    parser.getgroup("cowork_bench").addoption(
+        "--build-image",
+        action="store_true",
+        default=False,
+        dest="cowork_build_image",
+        help="build the checkout's own Dockerfile (untouched) and the harness's layer on it "
+        "(agent user, MCP supervisor, mcp-call) and run the agent and eval containers in it; "
+        "a clean commit's image is reused (see `harness cowork build-image`)",
+    )
+
+
+def check_build_image(config: pytest.Config) -> None:
+    """``--build-image`` names the runtime image: not with ``--cowork-image`` too."""
+    if config.getoption("cowork_build_image", False) and config.getoption("cowork_image", None):
+        raise RefusalError(
+            "--build-image and --cowork-image both choose the runtime image: give one",
+            stage="options",
+            reason="bad_option",
+        )
 
 
 def named(config: pytest.Config) -> bool:
@@ -78,6 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     try:
         CoworkOptions.from_config(config)
+        check_build_image(config)
     except RefusalError as exc:
         pytest.exit(str(exc), returncode=exc.exit_code)
 

@@ -17,7 +17,20 @@
   from npm and their Python ones from a per-server ``uv sync``, neither of which this image
   does; ``harness cowork qualify`` names each such server with the reason.
 
+Every file of ``mcp_image/`` goes to ``/opt/harness_mcp``: the supervisor (``*.py``) and the
+commands for the agent (a name without a suffix, e.g. ``mcp-call``), also installed in
+``/usr/local/bin``.
+
 Tags are content hashes of the recipes (``harness.sandbox.images.build``): built once, reused.
+
+The harness's layer on a checkout's own image (``harness cowork build-image``,
+:mod:`.build_image`) is described here too (:func:`harness_layer_files`): the agent user (uid
+1000), the checkout's baked-in copy removed from ``/workspace`` (its groundtruth and checkers
+must not reach the agent container; the harness copies each container's own tree), ``uv``
+and the servers under ``/opt/local_servers`` usable by the agent user, and the supervisor
+run by upstream's ``/opt/venv/bin/python3`` through a launcher that puts the harness's own
+pinned packages (``/opt/harness_mcp/site``, for that interpreter's version) first on its
+``sys.path`` only, so upstream's environment is left as it is.
 """
 
 from __future__ import annotations
@@ -34,8 +47,11 @@ from harness.core.cache import cache_root
 from harness.core.errors import InfraError
 from harness.sandbox import BuiltImage, LayerRecipe, base_recipe
 from harness.sandbox import ensure_image as sandbox_ensure_image
+from harness.sandbox.images.build import AGENT_UID, AGENT_USER
 
 MCP_IMAGE_DIR = Path(__file__).parent / "mcp_image"
+SUPERVISOR_DIR = "/opt/harness_mcp"
+BIN_DIR = "/usr/local/bin"
 VENV = "/opt/venv"
 PYTHON_BIN = f"{VENV}/bin/python3"
 SUPERVISOR = "/opt/harness_mcp/harness_mcp.py"
@@ -131,16 +147,169 @@ def fetch_wheels() -> Path:
     return dest
 
 
+def supervisor_files() -> dict[str, bytes]:
+    """``mcp_image/``'s files by name (read now: the image's hash covers their bytes)."""
+    return {p.name: p.read_bytes() for p in sorted(MCP_IMAGE_DIR.iterdir())
+            if p.is_file() and not p.name.startswith(".") and p.suffix != ".pyc"}  # fmt: skip
+
+
+def command_names(files: dict[str, bytes]) -> list[str]:
+    """The files that are commands on the agent's ``PATH`` (no suffix, e.g. ``mcp-call``)."""
+    return [name for name in files if "." not in name]
+
+
+def install_commands(names: list[str]) -> str:
+    """Dockerfile lines putting ``/opt/harness_mcp/<name>`` on the ``PATH`` (none: none)."""
+    if not names:
+        return ""
+    steps = " && ".join(f"install -m 0755 {SUPERVISOR_DIR}/{n} {BIN_DIR}/{n}" for n in names)
+    return f"RUN {steps}\n"
+
+
 @lru_cache(maxsize=1)
 def runtime_recipe() -> LayerRecipe:
     files = {f"wheels/{p.name}": p.read_bytes() for p in sorted(fetch_wheels().glob("*.whl"))}
-    files["harness_mcp/harness_mcp.py"] = (MCP_IMAGE_DIR / "harness_mcp.py").read_bytes()
+    supervisor = supervisor_files()
+    files.update({f"harness_mcp/{name}": data for name, data in supervisor.items()})
     return LayerRecipe(
         name="harness/cowork-runtime",
         base=base_recipe(),
-        dockerfile_body=RUNTIME_RECIPE + VENV_RECIPE,
+        dockerfile_body=RUNTIME_RECIPE + VENV_RECIPE + install_commands(command_names(supervisor)),
         files=files,
     )
+
+
+# --------------------------------------------------------------------- the harness's layer
+SUPERVISOR_SITE = f"{SUPERVISOR_DIR}/site"  # the harness's packages (the supervisor's only)
+SUPERVISOR_LIB = f"{SUPERVISOR_DIR}/lib"  # the real ``*.py`` files behind the launchers
+IMAGE_PYTHON = "3.11"  # the runtime image's Python: the pinned wheels are for it
+
+LAUNCHER = """\
+# The harness's launcher (harness cowork build-image): runs lib/NAME with the harness's own
+# packages first on sys.path, in this process only; upstream's environment is left as it is.
+import os
+import sys
+import types
+
+_here = os.path.dirname(os.path.realpath(__file__))
+_real = os.path.join(_here, "lib", "NAME")
+sys.path[:0] = [os.path.join(_here, "lib"), os.path.join(_here, "site")]
+with open(_real, "rb") as _fh:
+    _code = compile(_fh.read(), _real, "exec")
+_main = types.ModuleType("__main__")
+_main.__file__ = os.path.abspath(__file__)
+sys.modules["__main__"] = _main
+exec(_code, _main.__dict__)
+"""
+
+HARNESS_LAYER_SCRIPT = rf"""#!/bin/sh
+# The harness's layer on a Cowork checkout's image (harness cowork build-image); as root.
+set -eu
+L=/tmp/harness_layer
+say() {{ echo "harness layer: $*"; }}
+if [ ! -x {PYTHON_BIN} ]; then
+  echo "harness layer: no {PYTHON_BIN} in this image (upstream's layout has /opt/venv)" >&2
+  exit 1
+fi
+# 1. The agent user, uid {AGENT_UID} (a base image's own uid-{AGENT_UID} user is renamed).
+if id -u {AGENT_USER} >/dev/null 2>&1 && [ "$(id -u {AGENT_USER})" != {AGENT_UID} ]; then
+  echo "harness layer: user {AGENT_USER} exists with uid $(id -u {AGENT_USER}), not {AGENT_UID}" >&2
+  exit 1
+fi
+existing=$(getent passwd {AGENT_UID} | cut -d: -f1 || true)
+if [ -z "$existing" ]; then
+  if getent group {AGENT_UID} >/dev/null; then
+    useradd --create-home --uid {AGENT_UID} --gid {AGENT_UID} --shell /bin/bash {AGENT_USER}
+  else
+    useradd --create-home --uid {AGENT_UID} --user-group --shell /bin/bash {AGENT_USER}
+  fi
+  say "added user {AGENT_USER} (uid {AGENT_UID})"
+elif [ "$existing" != {AGENT_USER} ]; then
+  usermod --login {AGENT_USER} --home /home/{AGENT_USER} --move-home "$existing"
+  say "renamed user $existing (uid {AGENT_UID}) to {AGENT_USER}"
+fi
+# 2. The checkout baked into /workspace holds every task's groundtruth and checker: gone (the
+#    harness copies each container's own tree); the prepared .venv stays.
+mkdir -p /workspace
+find /workspace -mindepth 1 -maxdepth 1 ! -name .venv -exec rm -rf {{}} +
+# 3. What upstream runs as root, usable by the agent user: uv (and the Pythons it manages
+#    under /root), the servers (some write beside their code), their bytecode compiled.
+for tool in uv uvx; do
+  if [ -x /root/.local/bin/$tool ] && [ ! -e {BIN_DIR}/$tool ]; then
+    cp /root/.local/bin/$tool {BIN_DIR}/$tool
+  fi
+done
+chmod o+x /root
+if [ -d /opt/local_servers ]; then
+  find /opt/local_servers \( -name node_modules -o -name .venv \) -prune     -o -exec chown {AGENT_UID}:{AGENT_UID} {{}} +
+  find /opt/local_servers \( -name node_modules -o -name .venv \) -type d -prune     -exec chown {AGENT_UID}:{AGENT_UID} {{}} +
+  for venv in /opt/local_servers/*/.venv; do
+    [ -x "$venv/bin/python" ] && "$venv/bin/python" -m compileall -q "$venv/lib"       >/dev/null 2>&1 || true
+  done
+fi
+# 4. The supervisor: the real files in lib/, launchers beside them, the packages in site/.
+mkdir -p {SUPERVISOR_LIB} {SUPERVISOR_SITE}
+{PYTHON_BIN} -c 'import glob, sys, zipfile
+for wheel in sorted(glob.glob(sys.argv[2] + "/*.whl")):
+    zipfile.ZipFile(wheel).extractall(sys.argv[1])' {SUPERVISOR_SITE} $L/wheels
+for f in $L/supervisor/*; do
+  name=$(basename "$f")
+  case "$name" in
+    *.py) cp "$f" {SUPERVISOR_LIB}/"$name"
+          sed "s/NAME/$name/" $L/launcher.py > {SUPERVISOR_DIR}/"$name" ;;
+    *.*)  cp "$f" {SUPERVISOR_DIR}/"$name" ;;
+    *)    cp "$f" {SUPERVISOR_DIR}/"$name"; install -m 0755 "$f" {BIN_DIR}/"$name" ;;
+  esac
+done
+chmod -R a+rX {SUPERVISOR_DIR}
+# 5. Proof: the agent user runs the supervisor with the harness's packages.
+runuser -u {AGENT_USER} -- {PYTHON_BIN} {SUPERVISOR} --help >/dev/null
+test -f {SUPERVISOR_SITE}/mcp/__init__.py
+say "agent {AGENT_UID}, supervisor $({PYTHON_BIN} -V 2>&1), $(ls {SUPERVISOR_SITE} | wc -l) entries"
+"""
+
+HARNESS_LAYER_BODY = """USER root
+COPY harness_layer/ /tmp/harness_layer/
+RUN sh /tmp/harness_layer/install.sh && rm -rf /tmp/harness_layer
+"""
+
+
+def supervisor_wheels(python: str) -> list[Path]:
+    """The supervisor's wheels for CPython ``python`` (``3.10``): the runtime image's pinned
+    set for its own Python, else the pinned ``mcp`` resolved for that version (cached)."""
+    if python == IMAGE_PYTHON:
+        return [p for p in sorted(fetch_wheels().glob("*.whl")) if not p.name.startswith("uv-")]
+    mcp_pin = next(r for r in MCP_REQUIREMENTS if r.startswith("mcp=="))
+    key = hashlib.sha256(f"{mcp_pin} {python}".encode()).hexdigest()[:16]
+    dest = cache_root() / "wheels" / f"cowork-supervisor-py{python}-{key}"
+    if not dest.is_dir():
+        tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
+               "--python-version", python, "--implementation", "cp", "--platform",
+               "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64", "-d", str(tmp),
+               mcp_pin]  # fmt: skip
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        if res.returncode != 0:
+            raise InfraError(
+                f"downloading {mcp_pin} for Python {python} failed (pip exit "
+                f"{res.returncode}): {res.stderr.strip()[-300:]}", "image_build_failed")  # fmt: skip
+        try:
+            tmp.rename(dest)
+        except OSError:  # another process won the race
+            if not dest.is_dir():
+                raise
+    return sorted(dest.glob("*.whl"))
+
+
+def harness_layer_files(python: str) -> dict[str, bytes]:
+    """The build context of the harness's layer (``harness_layer/...``), for an image whose
+    ``/opt/venv/bin/python3`` is CPython ``python``."""
+    files = {"harness_layer/install.sh": HARNESS_LAYER_SCRIPT.encode(),
+             "harness_layer/launcher.py": LAUNCHER.encode()}  # fmt: skip
+    files.update({f"harness_layer/supervisor/{n}": d for n, d in supervisor_files().items()})
+    files.update({f"harness_layer/wheels/{p.name}": p.read_bytes()
+                  for p in supervisor_wheels(python)})  # fmt: skip
+    return files
 
 
 def ensure_image(name: ImageName) -> BuiltImage:

@@ -12,6 +12,14 @@
   ``cowork_gym``): the official ``postgres:15`` image's entrypoint initialisation is not
   used (the sidecar starts with the sandbox's own command, as every harness container).
 
+* ``--build-image``: the agent and eval containers run the checkout's own image with the
+  harness's layer (:func:`benchmarks.cowork_bench.build_image.ensure_checkout_image`: the
+  checkout's ``Dockerfile`` built untouched, reused for a clean commit already built, then
+  the derived image), built by the controller when the run resolves its images (a dry run
+  too); a build failure refuses the run (exit 2, the failing step and the log named). The
+  derived image is recorded as ``--cowork-image`` would be (its tag and ID); an xdist worker
+  never builds, it runs the ID the controller admitted into the manifest.
+
 The resolved image IDs enter the run's result configuration (a resume with another image is
 refused) and ``extra.cowork.images`` of the manifest; each row's ``details.runtime_image``
 and ``details.pg_image`` name the IDs its containers ran.
@@ -30,6 +38,7 @@ from harness.core.errors import InfraError, RefusalError
 
 Role = Literal["runtime", "pg"]
 FLAGS: dict[Role, str] = {"runtime": "--cowork-image", "pg": "--cowork-pg-image"}
+BUILD_FLAG = "--build-image"
 
 
 class ChosenImage(BaseModel):
@@ -49,6 +58,7 @@ class RunImages:
 
     chosen: dict[Role, ChosenImage] = dataclasses.field(default_factory=dict)
     error: RefusalError | None = None
+    admitted_only: set[Role] = dataclasses.field(default_factory=set)  # built by the controller
 
     def image_id(self, role: Role, run_root: Path | None = None) -> str | None:
         """The ID to run for ``role`` (None: the harness's own image): the one admitted into
@@ -59,6 +69,9 @@ class RunImages:
             return admitted[role]
         if self.error is not None:  # admission refused: an instance never gets here
             raise InfraError(str(self.error), "image_missing")
+        if role in self.admitted_only:
+            raise InfraError(f"{BUILD_FLAG}: the run manifest names no {role} image (the "
+                             "controller builds and admits it)", "image_missing")  # fmt: skip
         chosen = self.chosen.get(role)
         return chosen.id if chosen else None
 
@@ -128,11 +141,38 @@ def resolve_one(client: Any, role: Role, ref: str, config: pytest.Config) -> Cho
     return ChosenImage(ref=ref, id=rec.id, pulled=rec.pulled, repo_digest=rec.repo_digest)
 
 
+def build_requested(config: pytest.Config) -> bool:
+    return bool(config.getoption("cowork_build_image", False))
+
+
+def built_runtime(config: pytest.Config) -> ChosenImage:
+    """``--build-image``: the checkout's image with the harness's layer (built if missing)."""
+    from benchmarks.cowork_bench.build_image import BuildFailed, ensure_checkout_image
+
+    root = Path(str(config.getoption("cowork_root"))).expanduser().resolve()
+    try:
+        built = ensure_checkout_image(root)
+    except BuildFailed as exc:
+        tail = " | ".join(line.strip() for line in exc.tail[-3:] if line.strip())
+        raise RefusalError(f"{BUILD_FLAG}: {exc}{'; log tail: ' + tail if tail else ''}",
+                           stage="options", reason="image_build_failed") from exc  # fmt: skip
+    except (ValueError, OSError) as exc:  # not a git checkout, no Dockerfile
+        raise RefusalError(f"{BUILD_FLAG}: cannot build {root}/Dockerfile: {exc}",
+                           stage="options", reason="image_build_failed") from exc  # fmt: skip
+    assert built.derived is not None
+    return ChosenImage(ref=built.derived.tag, id=built.derived.image_id)
+
+
 def resolve_images(config: pytest.Config, refs: dict[Role, str | None]) -> RunImages:
-    """Resolve every given reference (none given: no Docker call at all)."""
+    """Resolve every given reference and build ``--build-image``'s (neither: no Docker call
+    at all)."""
     given = {role: ref for role, ref in refs.items() if ref}
     out = RunImages()
-    if not given:
+    build = build_requested(config)
+    if build and hasattr(config, "workerinput"):  # the controller built it and admitted it
+        out.admitted_only.add("runtime")
+        build = False
+    if not given and not build:
         return out
     from harness.sandbox.client import get_client
     from harness.sandbox.errors import SandboxError
@@ -141,6 +181,8 @@ def resolve_images(config: pytest.Config, refs: dict[Role, str | None]) -> RunIm
         client = get_client()
         for role, ref in given.items():
             out.chosen[role] = resolve_one(client, role, ref, config)
+        if build:
+            out.chosen["runtime"] = built_runtime(config)
     except SandboxError as exc:
         out.error = RefusalError(f"cowork images: {exc}", stage="options", reason="image_missing")
     except RefusalError as exc:

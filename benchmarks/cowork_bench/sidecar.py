@@ -17,14 +17,30 @@ agent; the checker logs in as ``eigent`` again after the agent container is gone
 ``COPY ... TO PROGRAM``, ``ALTER ROLE ... SUPERUSER`` and trojan triggers are refused to the
 agent. Administrative SQL runs as the cluster's ``postgres`` user over the local socket
 (peer authentication), its text on stdin.
+
+Two image layouts (:func:`pg_layout`, from the image's configuration):
+
+* ``harness``: the harness's ``pg15`` image (Debian ``postgresql-15``, cluster ``15 main``
+  initialised at build time with the roles), started with ``pg_ctlcluster``, seeded as above.
+* ``official``: an image with the official ``postgres`` image's contract (entrypoint
+  ``docker-entrypoint.sh``, ``PGDATA`` set), e.g. ``postgres:15`` itself, as upstream's
+  ``docker-compose.yml`` uses it. The dump goes to ``/docker-entrypoint-initdb.d/`` next to a
+  first script that adds the administrative ``postgres`` role, and the image's own entrypoint
+  runs as the ``postgres`` user with ``POSTGRES_USER=eigent``, ``POSTGRES_PASSWORD=camel``,
+  ``POSTGRES_DB=cowork_gym``: it initialises the empty data directory, runs the scripts (the
+  dump through ``gunzip | psql``) on a socket-only server, then starts the real one; readiness
+  on ``127.0.0.1`` therefore means seeded. A dead entrypoint fails at once with its log's
+  tail. The foreign-key fix and the agent role follow as in the other layout.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from benchmarks.cowork_bench.containers import Limits, RunIdentity, container_spec
 from benchmarks.cowork_bench.images import ensure_image
@@ -36,6 +52,17 @@ PG_PASSWORD = "camel"  # hard-coded upstream in every preprocess and checker
 PG_DATABASE = "cowork_gym"
 PG_PORT = 5432
 AGENT_ROLE = "cowork_agent"
+PgLayout = Literal["harness", "official"]
+INITDB_DIR = "/docker-entrypoint-initdb.d"  # the official image's init scripts
+ADMIN_SCRIPT = "0000-harness-admin.sql"  # sorts before the dump
+ADMIN_ROLE_SQL = "CREATE ROLE postgres LOGIN SUPERUSER;\n"  # admin_sql's role (local socket)
+ENTRYPOINT_PID = "/tmp/harness-pg.pid"
+ENTRYPOINT_LOG = "/tmp/harness-pg.log"
+# 0: ready on 127.0.0.1 (initialised and seeded); 1: still starting; 3: the entrypoint died.
+OFFICIAL_READY = (
+    f"pg_isready -q -h 127.0.0.1 -p {PG_PORT} && exit 0; "
+    f'kill -0 "$(cat {ENTRYPOINT_PID} 2>/dev/null)" 2>/dev/null && exit 1; exit 3'
+)
 
 CREATE_AGENT_ROLE_SQL = f"""
 CREATE ROLE {AGENT_ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS
@@ -93,6 +120,7 @@ class PgSidecar:
     timings: dict[str, float] = field(default_factory=dict)
     agent_password: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     image_id: str | None = None  # the image it runs (None: not recorded)
+    layout: PgLayout = "harness"
 
     def _env(self, user: str, password: str) -> dict[str, str]:
         env = {
@@ -203,6 +231,84 @@ def fix_sent_log_fk(container: Sandbox) -> None:
         raise _fail(container, "foreign-key fix failed", res.stderr_text)
 
 
+def pg_layout(image_id: str) -> PgLayout:
+    """``official`` when the image follows the official ``postgres`` image's contract (its
+    entrypoint is ``docker-entrypoint.sh`` and it sets ``PGDATA``), else ``harness``."""
+    from docker.errors import DockerException
+
+    from harness.sandbox.client import get_client
+    from harness.sandbox.errors import SandboxError
+
+    try:
+        config = get_client().api.inspect_image(image_id).get("Config") or {}
+    except (DockerException, SandboxError) as exc:
+        raise InfraError(f"postgres image {image_id}: {exc}", "pg_fail") from exc
+    return layout_of(config)
+
+
+def layout_of(config: Mapping[str, object]) -> PgLayout:
+    """The layout an image's ``Config`` (``docker image inspect``) says it has."""
+    entry = config.get("Entrypoint") or []
+    env = config.get("Env") or []
+    entrypoint = isinstance(entry, list) and any(
+        PurePosixPath(str(e)).name == "docker-entrypoint.sh" for e in entry)  # fmt: skip
+    pgdata = isinstance(env, list) and any(str(e).startswith("PGDATA=") for e in env)
+    return "official" if entrypoint and pgdata else "harness"
+
+
+def start_harness_layout(
+    container: Sandbox, seed_path: Path | None, ready_timeout_sec: float
+) -> float:
+    """``pg_ctlcluster`` start, readiness, then the dump; the seconds the seed took."""
+    res = container.exec(  # as the cluster's owner: no capability needed
+        ["pg_ctlcluster", "15", "main", "start"], timeout=120, user="postgres"
+    )
+    if res.exit_status != 0:
+        raise _fail(container, "pg_ctlcluster start failed", res.stdout_text + res.stderr_text)
+    wait_ready(container, ready_timeout_sec)
+    t1 = time.monotonic()
+    if seed_path is not None:
+        seed(container, Path(seed_path))
+    return time.monotonic() - t1
+
+
+def start_official_layout(
+    container: Sandbox,
+    seed_path: Path | None,
+    ready_timeout_sec: float,
+    seed_timeout_sec: float = 600,
+) -> float:
+    """The image's own entrypoint initialises and seeds; the seconds until it was ready."""
+    container.write_file(f"{INITDB_DIR}/{ADMIN_SCRIPT}", ADMIN_ROLE_SQL.encode(), mode=0o644)
+    if seed_path is not None:
+        container.put_archive(INITDB_DIR, pack_tree([(Path(seed_path), "init.sql.gz")],
+                                                    uid=0, gid=0))  # fmt: skip
+    env = {"POSTGRES_USER": PG_USER, "POSTGRES_PASSWORD": PG_PASSWORD,
+           "POSTGRES_DB": PG_DATABASE, "TZ": "UTC", "PGTZ": "UTC"}  # fmt: skip
+    launch = (f"echo $$ > {ENTRYPOINT_PID}; "
+              f"exec docker-entrypoint.sh postgres > {ENTRYPOINT_LOG} 2>&1")  # fmt: skip
+    try:
+        exec_id = container.api.exec_create(container.id, ["sh", "-c", launch], user="postgres",
+                                            environment=env, workdir="/")  # fmt: skip
+        container.api.exec_start(exec_id["Id"], detach=True)
+    except Exception as exc:  # the engine failed, not the database
+        raise _fail(container, "starting docker-entrypoint.sh failed", str(exc)) from exc
+    t0 = time.monotonic()
+    deadline = ready_timeout_sec + (seed_timeout_sec if seed_path is not None else 0)
+    while True:
+        res = container.exec(["sh", "-c", OFFICIAL_READY], user="postgres", timeout=30)
+        if res.exit_status == 0:
+            return time.monotonic() - t0
+        if res.exit_status != 1 or time.monotonic() - t0 > deadline:
+            log = container.exec(["tail", "-n", "20", ENTRYPOINT_LOG], user="postgres",
+                                 timeout=30)  # fmt: skip
+            what = ("docker-entrypoint.sh exited" if res.exit_status == 3
+                    else f"not ready after {deadline:.0f}s")  # fmt: skip
+            raise _fail(container, f"{what} (initialising and seeding)",
+                        log.stdout_text + res.stderr_text)  # fmt: skip
+        time.sleep(0.3)
+
+
 def start_postgres(
     network: str,
     ident: RunIdentity,
@@ -218,14 +324,17 @@ def start_postgres(
 
     Labelled with the run and instance (role ``pg``). On failure the container is removed
     before ``InfraError(pg_fail)`` propagates. ``image_id`` (``--cowork-pg-image``) replaces
-    the harness's pg15 image and must follow its layout (cluster ``15 main``, role
-    ``eigent``, database ``cowork_gym``).
+    the harness's pg15 image: either the harness's layout (cluster ``15 main``, role
+    ``eigent``, database ``cowork_gym``) or the official image's (:func:`pg_layout`).
     """
+    layout: PgLayout = "harness"
     if image_id is None:
         try:
             image_id = ensure_image("pg15").image_id
         except InfraError as exc:
             raise InfraError(f"postgres image: {exc}", "pg_fail") from exc
+    else:
+        layout = pg_layout(image_id)
     t0 = time.monotonic()
     try:
         container = Sandbox.create(container_spec(
@@ -235,18 +344,16 @@ def start_postgres(
     except InfraError as exc:
         raise InfraError(f"postgres sidecar: {exc}", "pg_fail") from exc
     sidecar = PgSidecar(host=container.name, port=PG_PORT, container=container, network=network,
-                        image_id=image_id)  # fmt: skip
+                        image_id=image_id, layout=layout)  # fmt: skip
     try:
-        res = container.exec(  # as the cluster's owner: no capability needed
-            ["pg_ctlcluster", "15", "main", "start"], timeout=120, user="postgres"
-        )
-        if res.exit_status != 0:
-            raise _fail(container, "pg_ctlcluster start failed", res.stdout_text + res.stderr_text)
-        wait_ready(container, ready_timeout_sec)
-        sidecar.timings["start_s"] = time.monotonic() - t0
-        t1 = time.monotonic()
-        if seed_path is not None:
-            seed(container, Path(seed_path))
+        if layout == "official":
+            t1 = time.monotonic()
+            sidecar.timings["start_s"] = t1 - t0
+            start_official_layout(container, seed_path, ready_timeout_sec)
+        else:
+            seeded_s = start_harness_layout(container, seed_path, ready_timeout_sec)
+            t1 = time.monotonic() - seeded_s
+            sidecar.timings["start_s"] = t1 - t0
         fix_sent_log_fk(container)
         sidecar.admin_sql(
             CREATE_AGENT_ROLE_SQL % {"password": sidecar.agent_password},

@@ -1,0 +1,293 @@
+"""Upstream's own images without hand edits (issue 26 point 4).
+
+Stand-ins, since no registry reaches Docker Hub here: ``tests/fixtures/cowork_upstream`` (a
+Dockerfile in upstream's layout: root only, no ``agent`` user, ``/opt/venv``, ``uv`` in
+``/root/.local/bin``, the checkout copied into ``/workspace``) on the harness's Debian base
+without its agent user, and ``tests/fixtures/cowork_upstream_pg`` (Debian's
+``postgresql-15`` behind an entrypoint with the official ``postgres`` image's contract). Both
+bases are layer recipes (content-hash tagged, built once); the checkout image goes through
+``harness cowork build-image`` untouched.
+
+* build-image: the checkout's Dockerfile as it is (the checkout stays clean), then the
+  harness's layer (agent uid 1000, the supervisor, ``mcp-call``, ``/workspace`` emptied),
+  tagged by both hashes and found, not rebuilt, the second time;
+* the official layout's sidecar: seeded by the image's own entrypoint, the foreign-key fix
+  and the roles; a broken dump fails at once with the entrypoint's log;
+* a run with ``--build-image --cowork-pg-image <official stand-in>`` (a dry run first): a
+  command agent solves a database task with ``mcp-call`` in the derived image, checked by
+  the task's checker; the IDs are in the manifest and the row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from benchmarks.cowork_bench.build_image import BASE_LABEL, DERIVED_REPO
+from benchmarks.cowork_bench.containers import RunIdentity
+from benchmarks.cowork_bench.images import (
+    HARNESS_LAYER_SCRIPT,
+    LAUNCHER,
+    command_names,
+    fetch_wheels,
+    harness_layer_files,
+    install_commands,
+    supervisor_files,
+)
+from benchmarks.cowork_bench.sidecar import AGENT_ROLE, _psql, layout_of, start_postgres
+from harness.core.errors import InfraError
+from harness.sandbox import LayerRecipe, base_recipe, create_internal_network, ensure_image
+from harness.sandbox import labels as L
+from harness.sandbox.cleanup import remove_labelled
+from tests.benchmarks.cowork.cowork_helpers import FIXTURE
+from tests.support.suite import REPO_ROOT, run_pytest
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+UPSTREAM = FIXTURES / "cowork_upstream"
+UPSTREAM_PG = FIXTURES / "cowork_upstream_pg"
+BASE_TAG = "cowork-upstream-standin/ubuntu:22.04"  # the stand-in Dockerfile's FROM
+PG_TAG = "cowork-upstream-standin/postgres:15"
+UPSTREAM_FIRST_STEPS = """ENV DEBIAN_FRONTEND=noninteractive
+RUN apt-get update && apt-get install -y --no-install-recommends \\
+    python3-venv python3-pip postgresql-client \\
+    python3-psycopg2 python3-openpyxl python3-docx python3-pypdf \\
+    && rm -rf /var/lib/apt/lists/*
+COPY wheels/ /tmp/wheels/
+RUN python3 -m venv --system-site-packages /opt/venv \\
+    && /opt/venv/bin/pip install --no-index --no-cache-dir --find-links /tmp/wheels mcp uv \\
+    && mkdir -p /root/.local/bin && mv /opt/venv/bin/uv /opt/venv/bin/uvx /root/.local/bin/ \\
+    && rm -rf /tmp/wheels
+ENV PATH="/opt/venv/bin:/root/.local/bin:$PATH" VIRTUAL_ENV="/opt/venv"
+"""
+GCAL = "gcal-standup-week"
+# The command agent: the calendar task through the task's MCP tools, from bash.
+GCAL_BY_MCP_CALL = (
+    "mcp-call --list google_calendar > tools.txt && "
+    "for d in 03 04 05; do mcp-call google_calendar create_event "
+    '"{\\"summary\\": \\"Daily standup\\", \\"start\\": \\"2026-03-${d}T09:30:00+00:00\\", '
+    '\\"end\\": \\"2026-03-${d}T09:45:00+00:00\\"}" || exit 1; done'
+)
+
+
+def after_from(dockerfile: str) -> str:
+    """A Dockerfile's lines after its ``FROM`` (a layer recipe's body)."""
+    lines = dockerfile.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("FROM "))
+    return "\n".join(lines[first + 1 :]) + "\n"
+
+
+def standin_base() -> LayerRecipe:
+    """The harness's Debian base without its agent user (upstream's ubuntu has none)."""
+    return LayerRecipe(name="cowork-upstream-standin/base", base=base_recipe(),
+                       dockerfile_body="RUN userdel agent && rm -rf /home/agent /workspace\n")  # fmt: skip
+
+
+def standin_ubuntu() -> LayerRecipe:
+    """The checkout Dockerfile's ``FROM``: the base plus upstream's first steps (``apt-get``,
+    ``uv`` in ``/root/.local/bin``, ``/opt/venv`` with the ``mcp`` SDK), built once by
+    content hash, so the Dockerfile's own steps stay quick."""
+    wheels = {f"wheels/{p.name}": p.read_bytes() for p in sorted(fetch_wheels().glob("*.whl"))}
+    return LayerRecipe(name="cowork-upstream-standin/ubuntu", base=standin_base(),
+                       dockerfile_body=UPSTREAM_FIRST_STEPS, files=wheels)  # fmt: skip
+
+
+def standin_pg() -> LayerRecipe:
+    return LayerRecipe(
+        name="cowork-upstream-standin/postgres",
+        base=standin_base(),
+        dockerfile_body=after_from((UPSTREAM_PG / "Dockerfile").read_text()),
+        files={"docker-entrypoint.sh": (UPSTREAM_PG / "docker-entrypoint.sh").read_bytes()},
+    )
+
+
+def harness_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=1200, check=False)  # fmt: skip
+
+
+def upstream_checkout(dest: Path) -> tuple[Path, str]:
+    """``cowork_mini`` with the stand-in Dockerfile, committed."""
+    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns(".ruff_cache", "__pycache__"))
+    for name in ("Dockerfile", ".dockerignore"):
+        shutil.copy(UPSTREAM / name, dest / name)
+    git = ["git", "-C", str(dest), "-c", "user.email=t@example.org", "-c", "user.name=t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "upstream stand-in"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    sha = subprocess.run([*git, "rev-parse", "--short=7", "HEAD"], check=True,
+                         capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return dest, sha
+
+
+def in_image(image: str, script: str, user: str = "0") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", "run", "--rm", "--network", "none", "--user", user,
+                           "--entrypoint", "sh", image, "-c", script],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def standins() -> tuple[str, str]:
+    """(the stand-in base's ID, the stand-in postgres image's ID), tagged as the fixtures
+    name them."""
+    if not shutil.which("docker"):
+        pytest.skip("no docker CLI")
+    base = ensure_image(standin_ubuntu(), retag=BASE_TAG)
+    pg = ensure_image(standin_pg(), retag=PG_TAG)
+    return base.image_id, pg.image_id
+
+
+@pytest.fixture
+def built_tags() -> Iterator[list[str]]:
+    """Tags a test built; removed afterwards (the engine is shared)."""
+    tags: list[str] = []
+    yield tags
+    client = docker.from_env()
+    for tag in reversed(tags):
+        with contextlib.suppress(docker.errors.APIError):
+            client.api.remove_image(tag, force=True)
+
+
+# --------------------------------------------------------------------------- no Docker
+
+
+def test_layout_of_tells_the_official_contract_from_the_harness_image() -> None:
+    official = {"Entrypoint": ["docker-entrypoint.sh"], "Env": ["PGDATA=/var/lib/postgresql/data"]}
+    assert layout_of(official) == "official"
+    assert layout_of({"Entrypoint": ["/usr/local/bin/docker-entrypoint.sh"],
+                      "Env": ["PATH=/bin", "PGDATA=/d"]}) == "official"  # fmt: skip
+    assert layout_of({"Entrypoint": None, "Env": ["PATH=/bin"]}) == "harness"
+    assert layout_of({"Entrypoint": ["docker-entrypoint.sh"], "Env": []}) == "harness"
+    assert layout_of({}) == "harness"
+
+
+def test_the_layer_ships_every_supervisor_file_and_puts_commands_on_the_path() -> None:
+    files = supervisor_files()
+    assert "harness_mcp.py" in files and "mcp-call" in command_names(files)
+    assert "install -m 0755 /opt/harness_mcp/mcp-call /usr/local/bin/mcp-call" in (
+        install_commands(command_names(files)))  # fmt: skip
+    assert install_commands([]) == ""
+    layer = harness_layer_files("3.11")
+    assert layer["harness_layer/supervisor/mcp-call"] == files["mcp-call"]
+    assert layer["harness_layer/launcher.py"] == LAUNCHER.encode()
+    wheels = [n for n in layer if n.startswith("harness_layer/wheels/")]
+    assert any("/mcp-" in n for n in wheels) and not any("/uv-" in n for n in wheels)
+    script = HARNESS_LAYER_SCRIPT
+    assert "useradd --create-home --uid 1000" in script and "! -name .venv" in script
+
+
+def test_build_image_and_cowork_image_together_are_refused(tmp_path: Path) -> None:
+    run = run_pytest("benchmarks/cowork_bench", tmp_path / "run", "--cowork-root", str(FIXTURE),
+                     "--build-image", "--cowork-image", "x:1", "--dry-run", timeout=120)  # fmt: skip
+    assert run.rc == 2, run.out
+    assert "--build-image and --cowork-image both choose the runtime image" in run.out
+
+
+# --------------------------------------------------------------------------- Docker
+
+
+@pytest.mark.docker
+def test_build_image_builds_upstream_untouched_then_the_harness_layer(
+    tmp_path: Path, standins: tuple[str, str], built_tags: list[str]
+) -> None:
+    checkout, sha = upstream_checkout(tmp_path / "bench")
+    built_tags.append(f"cowork-pack:{sha}")
+    res = harness_cli("cowork", "build-image", "--cowork-root", str(checkout))
+    assert res.returncode == 0, res.stderr[-3000:]
+    rec = json.loads(res.stdout.strip().splitlines()[-1])
+    derived = rec["derived"]
+    built_tags.append(derived["tag"])
+    assert rec["tag"] == f"cowork-pack:{sha}" and not rec["dirty"]
+    base_hex = rec["image_id"].split(":", 1)[1]
+    assert derived["tag"].startswith(f"{DERIVED_REPO}:{base_hex[:12]}-")
+    assert derived["base_image_id"] == rec["image_id"] and derived["built"]
+    assert derived["python"] == "3.11"
+    assert f"run with --cowork-image {derived['tag']}" in res.stderr
+    git = ["git", "-C", str(checkout), "status", "--porcelain"]
+    assert subprocess.run(git, capture_output=True, text=True).stdout == ""  # no hand edit
+
+    upstream = in_image(rec["tag"], "getent passwd 1000; ls /workspace/tasks/finalpool")
+    assert "agent" not in upstream.stdout and GCAL in upstream.stdout  # as upstream builds it
+    ours = in_image(derived["tag"], "id -u agent; ls -A /workspace | wc -l; "
+                    "test -x /usr/local/bin/mcp-call && test -x /usr/local/bin/uv && echo ok")  # fmt: skip
+    assert ours.stdout.split() == ["1000", "0", "ok"], ours.stdout + ours.stderr
+    help_ = in_image(derived["tag"], "/opt/venv/bin/python3 /opt/harness_mcp/harness_mcp.py "
+                     "--help && mcp-call --help", user="agent")  # fmt: skip
+    assert help_.returncode == 0 and "serve" in help_.stdout, help_.stderr
+    labels = docker.from_env().api.inspect_image(derived["tag"])["Config"]["Labels"]
+    assert labels[BASE_LABEL] == rec["image_id"] and labels[L.RECIPE].startswith(DERIVED_REPO)
+
+    again = harness_cli("cowork", "build-image", "--cowork-root", str(checkout))
+    assert again.returncode == 0, again.stderr[-2000:]
+    second = json.loads(again.stdout.strip().splitlines()[-1])["derived"]
+    assert (second["tag"], second["image_id"], second["built"]) == (
+        derived["tag"], derived["image_id"], False)  # fmt: skip
+
+
+@pytest.mark.docker
+def test_official_layout_sidecar_is_seeded_by_its_own_entrypoint(
+    tmp_path: Path, standins: tuple[str, str]
+) -> None:
+    _, pg_id = standins
+    ident = RunIdentity(f"cowork-pgofficial-{os.getpid()}", tmp_path, "main")
+    try:
+        net = create_internal_network(ident.run_id, "pg", ident.worker, tmp_path)
+        sidecar = start_postgres(net, ident, "pg", FIXTURE / "db" / "init.sql.gz", image_id=pg_id)
+        assert (sidecar.layout, sidecar.image_id) == ("official", pg_id)
+        sql = ("SELECT (SELECT count(*) FROM email.messages) > 0, "
+               "(SELECT confdeltype FROM pg_constraint WHERE conname = 'sent_log_message_id_fkey'), "
+               "(SELECT rolsuper FROM pg_roles WHERE rolname = 'eigent'), "
+               f"(SELECT rolsuper FROM pg_roles WHERE rolname = '{AGENT_ROLE}')")  # fmt: skip
+        res = _psql(sidecar.container, ["-At", "-c", sql], timeout_sec=60)
+        assert res.stdout_text.strip() == "t|c|t|f", res.stderr_text
+        sidecar.enter_agent_phase()  # eigent locked out, then back: the admin role works
+        sidecar.leave_agent_phase()
+        assert sidecar.timings["seed_s"] > 0
+
+        broken = tmp_path / "broken.sql.gz"
+        subprocess.run(["sh", "-c", f"echo 'CREATE TABLE oops (;' | gzip > {broken}"], check=True)
+        with pytest.raises(InfraError) as info:
+            start_postgres(net, ident, "pg-broken", broken, image_id=pg_id)
+        assert info.value.reason_code == "pg_fail"
+        assert "docker-entrypoint.sh exited" in str(info.value)
+        assert "syntax error" in str(info.value)
+    finally:
+        remove_labelled({L.RUN: ident.run_id})
+
+
+@pytest.mark.docker
+def test_run_builds_the_image_and_uses_the_official_postgres(
+    tmp_path: Path, standins: tuple[str, str], built_tags: list[str]
+) -> None:
+    _, pg_id = standins
+    checkout, sha = upstream_checkout(tmp_path / "bench")
+    built_tags.append(f"cowork-pack:{sha}")
+    common = ["--cowork-root", str(checkout), "--allow-bench-commit-mismatch", "--build-image",
+              "--cowork-pg-image", PG_TAG, "--instance", GCAL]  # fmt: skip
+    dry = run_pytest("benchmarks/cowork_bench", tmp_path / "dry", *common, "--dry-run",
+                     timeout=1200)  # fmt: skip
+    assert dry.rc == 0, dry.out[-3000:]
+    chosen = dry.manifest["extra"]["cowork"]["images"]
+    derived_tag, derived_id = chosen["runtime"]["ref"], chosen["runtime"]["id"]
+    built_tags.append(derived_tag)
+    assert derived_tag.startswith(f"{DERIVED_REPO}:") and chosen["pg"]["id"] == pg_id
+    assert dry.statuses() == {GCAL: "skipped"}
+
+    run = run_pytest("benchmarks/cowork_bench", tmp_path / "run", *common, "--agent", "command",
+                     "--agent-command", GCAL_BY_MCP_CALL, "-n", "1", timeout=900)  # fmt: skip
+    assert run.rc == 0, run.out[-3000:]
+    row = run.latest[GCAL]
+    assert (row["status"], row["resolved"]) == ("passed", True), row
+    assert row["details"]["runtime_image"] == derived_id  # the worker ran the admitted image
+    assert row["details"]["pg_image"] == pg_id
+    assert run.manifest["extra"]["cowork"]["images"]["runtime"]["ref"] == derived_tag
+    tools = run.root / "cowork_bench" / GCAL / "workspace" / "tools.txt"
+    assert "create_event" in tools.read_text()
