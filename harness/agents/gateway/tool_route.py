@@ -189,6 +189,8 @@ class TokenProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="tool-route")  # fmt: skip
         self._server: asyncio.AbstractServer | None = None
+        self._open: set[asyncio.StreamWriter] = set()  # connections of running handlers
+        self._closing = False
 
     def start(self) -> TokenProxy:
         self._thread.start()
@@ -202,12 +204,19 @@ class TokenProxy:
         return port
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_w: asyncio.StreamWriter | None = None
+        self._open.add(writer)
+        if self._closing:  # the route is closing: nothing more goes through
+            writer.close()
+            self._open.discard(writer)
+            return
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
                 self.refused += 1
                 writer.write(_answer(400, "Bad Request", "incomplete request head"))
+                await writer.drain()
                 return
             decision = decide(head, self.token, self.paths)
             if decision.status != 200:
@@ -215,31 +224,47 @@ class TokenProxy:
                 reasons = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}
                 writer.write(_answer(decision.status, reasons[decision.status],
                                      decision.message))  # fmt: skip
+                await writer.drain()
                 return
             try:
                 up_r, up_w = await asyncio.open_unix_connection(self.socket_path, limit=HEAD_LIMIT)
             except OSError:
                 writer.write(_answer(502, "Bad Gateway", "the task's endpoints are gone"))
+                await writer.drain()
                 return
+            self._open.add(up_w)
             self.forwarded += 1
             up_w.write(decision.head)
             await asyncio.gather(_pipe(reader, up_w, half=True), _answer_back(up_r, writer))
-            up_w.close()
-        except Exception:  # a client that went away: nothing to answer
+        except (Exception, asyncio.CancelledError):  # a peer gone, or the route closing
             pass
-        finally:
-            with contextlib.suppress(Exception):
-                await writer.drain()
-            writer.close()
+        finally:  # no await here: a cancelled handler closes its sockets and ends
+            for w in (up_w, writer):
+                if w is not None:
+                    w.close()
+                    self._open.discard(w)
 
     def close(self) -> None:
         async def stop() -> None:
+            """Every open connection closed under its handler, which then ends by itself
+            (a handler cancelled before its first step would never close its socket); a
+            connection that arrives meanwhile is closed at once. Then no more listening."""
+            self._closing = True
+            others: list[asyncio.Task[Any]] = []
+            for _ in range(200):
+                await asyncio.sleep(0.01)  # also: closed transports release their sockets
+                others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                if not others and not self._open:
+                    break
+                for w in list(self._open):
+                    w.close()
+            else:  # a handler that will not end
+                for task in others:
+                    task.cancel()
+                await asyncio.gather(*others, return_exceptions=True)
             if self._server is not None:
                 self._server.close()
-            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in others:
-                task.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
+                await asyncio.sleep(0.01)
 
         if self._thread.is_alive():
             with contextlib.suppress(Exception):

@@ -6,7 +6,9 @@ refused before it reaches the socket. The relay container half is in
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,6 +60,7 @@ def proxy(tmp_path: Path) -> Iterator[TokenProxy]:
     yield proxy
     proxy.close()
     server.shutdown()
+    server.server_close()
 
 
 def test_the_proxy_forwards_only_what_carries_its_token(proxy: TokenProxy) -> None:
@@ -89,3 +92,27 @@ def test_the_proxy_forwards_only_what_carries_its_token(proxy: TokenProxy) -> No
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 401") and b'"path"' not in answer  # no smuggling
     assert (proxy.forwarded, proxy.refused) == (2, 5)
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.filterwarnings("error::ResourceWarning")
+def test_closing_the_proxy_ends_connections_in_flight(tmp_path: Path) -> None:
+    sock = tmp_path / "s.sock"
+    server = echo_server(sock)
+    proxy = TokenProxy(str(sock), TOKEN, PATHS).start()
+    waiting = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
+    waiting.sendall(b"POST /" + TOKEN.encode() + b"/emails/mcp HTTP/1.1\r\nHost: x\r\n")  # no end
+    idle = [socket.create_connection(("127.0.0.1", proxy.port), timeout=10) for _ in range(5)]
+    time.sleep(0.3)  # all six accepted and waiting for their request heads
+    proxy.close()  # each connection closed under its handler; nothing left pending
+    try:
+        with contextlib.suppress(ConnectionResetError):  # (closed with its head unread)
+            assert waiting.recv(100) == b""  # closed by the proxy, never forwarded
+        assert [s.recv(10) for s in idle] == [b""] * 5 and proxy.forwarded == 0
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=2).close()
+    finally:
+        for s in [waiting, *idle]:
+            s.close()
+        server.shutdown()
+        server.server_close()
