@@ -31,6 +31,7 @@ from tests.support.test_hosts import TestHost, leftovers, ssh_environment, start
 pytestmark = pytest.mark.docker
 
 LOCAL = "local"
+SYSTEM_CAS = "/etc/ssl/certs/ca-certificates.crt"  # Debian's ca-certificates
 
 # Loaded into the run's processes (-p): what each instance saw of its engine while it ran.
 WITNESS = """
@@ -145,6 +146,10 @@ def test_a_run_over_an_ssh_and_a_tls_engine_settles_and_proves_both_clean(
     )
     assert no_cert.returncode != 0, no_cert.stdout
     env = ssh_environment(tmp_path / "ssh", [a])
+    # A CA bundle of the environment (set where a corporate CA is installed) must not
+    # replace the TLS engine's own CA: requests would otherwise let it, on every request.
+    env["REQUESTS_CA_BUNDLE"] = env["CURL_CA_BUNDLE"] = SYSTEM_CAS
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", SYSTEM_CAS)
     witness = tmp_path / "witness.jsonl"
     env.update(plugin(tmp_path / "plugins", "witness", WITNESS.format(out=str(witness))))
     suite = Suite(tmp_path)

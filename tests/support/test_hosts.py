@@ -27,7 +27,9 @@ the hosts' keys (``StrictHostKeyChecking yes``) and ``BatchMode``: what a user's
 
 Everything is undone by :meth:`TestHost.close` (also after a failed start): processes
 killed, namespace and veth deleted, folder removed; :func:`leftovers` lists what of a host
-would remain (asserted empty by :func:`test_host`).
+would remain (asserted empty by :func:`test_host` and the tests' fixtures). A host whose
+test process was killed before it could close it (its folder's ``owner`` names a pid and
+start time that no longer run) is removed by the next :func:`start_host`.
 """
 
 from __future__ import annotations
@@ -390,13 +392,6 @@ class TestHost:
             path.write_text(self.ssh_config_block())
         return path
 
-    def start(self) -> TestHost:
-        self._start_network()
-        self._start_dockerd()
-        if self.ssh:
-            self._start_sshd()
-        return self
-
     def close(self) -> None:
         """Undo everything (safe after a partial start); :func:`leftovers` is then empty."""
         from tests.sandbox.engines.engines_support import Engine, stop_engine
@@ -467,13 +462,51 @@ def _allocate() -> tuple[str, str, str]:
     raise RuntimeError("no free /30 in 10.213.0.0/16")
 
 
+def _start_time(pid: int) -> str | None:
+    """A process's start time (``/proc/<pid>/stat`` field 22): with the pid, its identity."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def sweep_dead_hosts() -> list[str]:
+    """Remove the test hosts whose test process is gone (killed before its fixture could
+    close them): their processes, mounts, namespace, veth and folder."""
+    swept = []
+    for owner in Path(tempfile.gettempdir()).glob("hth-*/owner"):
+        try:
+            pid, start = owner.read_text().split()
+        except (OSError, ValueError):
+            continue
+        if _start_time(int(pid)) == start:
+            continue  # its test process still runs
+        root = owner.parent
+        name = "-".join(root.name.split("-")[:2])
+        for proc in _pids_naming(root):
+            if proc != os.getpid():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc, signal.SIGKILL)
+        for sub in ("data", "exec"):
+            _run("umount", "-R", "-l", str(root / sub), check=False)
+        _run("ip", "netns", "del", name, check=False)
+        _run("ip", "link", "del", name.replace("-", "") + "h", check=False)
+        shutil.rmtree(root, ignore_errors=True)
+        swept.append(name)
+    return swept
+
+
 def start_host(*, ssh: bool = False, tls: bool = False, cpus: str | None = None) -> TestHost:
-    """Start a test host (undone on a failed start)."""
+    """Start a test host (undone on a failed start). Hosts left by a test process that was
+    killed are removed first."""
     ALLOC_LOCK.touch(exist_ok=True)
     with open(ALLOC_LOCK) as lock:  # two test processes never pick one /30
         fcntl.flock(lock, fcntl.LOCK_EX)
+        sweep_dead_hosts()
         name, address, peer = _allocate()
         root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir="/tmp"))
+        (root / "owner").write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
         host = TestHost(
             name=name, root=root, address=address, peer=peer, ssh=ssh, tls=tls, cpus=cpus
         )
@@ -527,5 +560,6 @@ __all__ = [
     "make_certificates",
     "ssh_environment",
     "start_host",
+    "sweep_dead_hosts",
     "test_host",
 ]
