@@ -85,7 +85,7 @@ def test_the_engines_file_gives_the_instance_size_and_checks_certificates(
 
 def res(**kw: float | None) -> EngineResources:
     base = {"ncpu": 8, "mem_total": 64 * GiB, "mem_available": 60 * GiB, "disk_free": 500 * GiB}
-    return EngineResources(**{**base, **kw})
+    return EngineResources.model_validate({**base, **kw})
 
 
 def test_capacity_is_the_least_the_resources_allow_at_most_the_configured() -> None:
