@@ -121,6 +121,7 @@ class PgSidecar:
     agent_password: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     image_id: str | None = None  # the image it runs (None: not recorded)
     layout: PgLayout = "harness"
+    seed_missing: str | None = None  # the dump that was not there (``allow_unseeded``)
 
     def _env(self, user: str, password: str) -> dict[str, str]:
         env = {
@@ -319,6 +320,7 @@ def start_postgres(
     ttl_s: int = 7200,
     limits: Limits | None = None,
     image_id: str | None = None,
+    allow_unseeded: bool = False,
 ) -> PgSidecar:
     """Start, wait for and seed a sidecar on ``network``; reachable there by its name.
 
@@ -326,7 +328,17 @@ def start_postgres(
     before ``InfraError(pg_fail)`` propagates. ``image_id`` (``--cowork-pg-image``) replaces
     the harness's pg15 image: either the harness's layout (cluster ``15 main``, role
     ``eigent``, database ``cowork_gym``) or the official image's (:func:`pg_layout`).
+    A ``seed_path`` that does not exist (a checkout without ``db/``) is ``pg_fail`` before
+    any container starts, unless ``allow_unseeded``: then the database is left empty and
+    ``seed_missing`` names the dump.
     """
+    missing: str | None = None
+    if seed_path is not None and not Path(seed_path).is_file():
+        if not allow_unseeded:
+            raise InfraError(f"postgres sidecar: no database dump at {seed_path} (a checkout "
+                             "without db/?): fetch the checkout's db/init.sql.gz",
+                             "pg_fail")  # fmt: skip
+        missing, seed_path = str(seed_path), None
     layout: PgLayout = "harness"
     if image_id is None:
         try:
@@ -344,7 +356,7 @@ def start_postgres(
     except InfraError as exc:
         raise InfraError(f"postgres sidecar: {exc}", "pg_fail") from exc
     sidecar = PgSidecar(host=container.name, port=PG_PORT, container=container, network=network,
-                        image_id=image_id, layout=layout)  # fmt: skip
+                        image_id=image_id, layout=layout, seed_missing=missing)  # fmt: skip
     try:
         if layout == "official":
             t1 = time.monotonic()

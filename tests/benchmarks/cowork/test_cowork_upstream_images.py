@@ -184,6 +184,15 @@ def test_the_layer_ships_every_supervisor_file_and_puts_commands_on_the_path() -
     assert "useradd --create-home --uid 1000" in script and "! -name .venv" in script
 
 
+def test_a_missing_dump_fails_before_any_container(tmp_path: Path) -> None:
+    ident = RunIdentity("cowork-nodump", tmp_path, "main")
+    with pytest.raises(InfraError) as info:
+        start_postgres("no-network", ident, "x", tmp_path / "db" / "init.sql.gz",
+                       image_id="no-such-image")  # fmt: skip
+    assert info.value.reason_code == "pg_fail"
+    assert "no database dump at" in str(info.value) and "db/init.sql.gz" in str(info.value)
+
+
 def test_build_image_and_cowork_image_together_are_refused(tmp_path: Path) -> None:
     run = run_pytest("benchmarks/cowork_bench", tmp_path / "run", "--cowork-root", str(FIXTURE),
                      "--build-image", "--cowork-image", "x:1", "--dry-run", timeout=120)  # fmt: skip
@@ -251,6 +260,14 @@ def test_official_layout_sidecar_is_seeded_by_its_own_entrypoint(
         sidecar.enter_agent_phase()  # eigent locked out, then back: the admin role works
         sidecar.leave_agent_phase()
         assert sidecar.timings["seed_s"] > 0
+
+        empty = start_postgres(net, ident, "pg-empty", tmp_path / "db" / "init.sql.gz",
+                               image_id=pg_id, allow_unseeded=True)  # fmt: skip
+        assert empty.seed_missing == str(tmp_path / "db" / "init.sql.gz")
+        res = _psql(empty.container, ["-At", "-c", "SELECT to_regclass('email.messages') IS NULL, "
+                                      f"(SELECT count(*) FROM pg_roles WHERE rolname = '{AGENT_ROLE}')"],
+                    timeout_sec=60)  # fmt: skip
+        assert res.stdout_text.strip() == "t|1", res.stderr_text
 
         broken = tmp_path / "broken.sql.gz"
         subprocess.run(["sh", "-c", f"echo 'CREATE TABLE oops (;' | gzip > {broken}"], check=True)
