@@ -68,15 +68,48 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_SlowFirstOrder(), "harness-tests-slow-first")
 
 
-def _unit(item: pytest.Item) -> str:
-    """Tests that share a module-scoped fixture of their own module stay together (one
-    setup in one worker); any other test is moved on its own."""
+# Session fixtures that cost seconds to set up in each worker that uses one (a Chromium): the
+# tests using one are moved together, to one worker.
+ONE_WORKER_FIXTURES = frozenset({"browser"})
+
+
+def _keys(item: pytest.Item) -> list[str]:
+    """What ties ``item`` to other tests: its module, when it uses a module-scoped (or wider)
+    fixture of its own module (one setup in one worker), and each of
+    :data:`ONE_WORKER_FIXTURES` it uses. A test with no key is moved on its own."""
     module = item.nodeid.split("::", 1)[0]
+    keys = [f"fixture:{name}" for name in sorted(
+        ONE_WORKER_FIXTURES.intersection(getattr(item, "fixturenames", ())))]
     info = getattr(item, "_fixtureinfo", None)
     for defs in (info.name2fixturedefs.values() if info is not None else ()):
         if any(d.scope != "function" and d.baseid == module for d in defs):
-            return module
-    return item.nodeid
+            return [module, *keys]
+    return keys
+
+
+def _units(items: list[pytest.Item]) -> dict[str, list[pytest.Item]]:
+    """The tests that move together (tied by a key of :func:`_keys`, directly or through
+    another test), in collection order, each unit named by its first key or node id."""
+    parent: dict[str, str] = {}
+
+    def find(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    names: list[str] = []
+    for item in items:
+        keys = _keys(item) or [item.nodeid]
+        for key in keys[1:]:
+            a, b = find(keys[0]), find(key)
+            if a != b:
+                parent[b] = a
+        names.append(keys[0])
+    units: dict[str, list[pytest.Item]] = {}
+    for name, item in zip(names, items, strict=True):
+        units.setdefault(find(name), []).append(item)
+    return units
 
 
 def _slow_first(items: list[pytest.Item], known: dict[str, float], workers: int,
@@ -88,9 +121,7 @@ def _slow_first(items: list[pytest.Item], known: dict[str, float], workers: int,
     (``len(items) // workers // 4`` of them, at most ``--maxschedchunk``), then more as
     it drains. The slow units are dealt longest first to the least loaded worker's batch.
     """
-    units: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        units.setdefault(_unit(item), []).append(item)
+    units = _units(items)
     cost = {k: sum(known.get(i.nodeid, 0.0) for i in v) for k, v in units.items()}
     slow = sorted((k for k in units if cost[k] > 0), key=lambda k: -cost[k])
     if workers < 2 or not slow:
