@@ -112,7 +112,8 @@ def refusal_text(first_root: str, found: list[Difference]) -> str:
 
 
 def waiver_reasons(allow_dirty: bool, allow_mismatch: bool, allow_missing_tools: bool,
-                   dirty: bool | None, commit_matches: bool | None) -> list[str]:
+                   dirty: bool | None, commit_matches: bool | None,
+                   allow_missing_db: bool = False) -> list[str]:
     """Why a run's figures are not reportable because of a Cowork waiver it was given."""
     out = []
     if allow_dirty:
@@ -125,4 +126,7 @@ def waiver_reasons(allow_dirty: bool, allow_mismatch: bool, allow_missing_tools:
     if allow_missing_tools:
         out.append("cowork waiver --allow-missing-tools (a task may run without its MCP "
                    "servers)")
+    if allow_missing_db:
+        out.append("cowork waiver --allow-missing-db (the database may start without the "
+                   "checkout's dump)")
     return out

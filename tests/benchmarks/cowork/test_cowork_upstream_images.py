@@ -43,6 +43,7 @@ from benchmarks.cowork_bench.images import (
     install_commands,
     supervisor_files,
 )
+from benchmarks.cowork_bench.resume_check import waiver_reasons
 from benchmarks.cowork_bench.sidecar import AGENT_ROLE, _psql, layout_of, start_postgres
 from harness.core.errors import InfraError
 from harness.sandbox import LayerRecipe, base_recipe, create_internal_network, ensure_image
@@ -182,6 +183,14 @@ def test_the_layer_ships_every_supervisor_file_and_puts_commands_on_the_path() -
     assert any("/mcp-" in n for n in wheels) and not any("/uv-" in n for n in wheels)
     script = HARNESS_LAYER_SCRIPT
     assert "useradd --create-home --uid 1000" in script and "! -name .venv" in script
+
+
+def test_the_missing_db_waiver_makes_a_run_not_reportable() -> None:
+    assert waiver_reasons(False, False, False, dirty=False, commit_matches=True) == []
+    reasons = waiver_reasons(False, False, False, dirty=False, commit_matches=True,
+                             allow_missing_db=True)  # fmt: skip
+    assert reasons == ["cowork waiver --allow-missing-db (the database may start without the "
+                       "checkout's dump)"]  # fmt: skip
 
 
 def test_a_missing_dump_fails_before_any_container(tmp_path: Path) -> None:
