@@ -57,8 +57,11 @@ def run_images(manifest: Manifest, rows: Iterable[TaskRow]) -> dict[str, set[str
     return out
 
 
-def differences(current: Manifest, now_images: Mapping[str, str],
-                ancestors: Iterable[tuple[str, Manifest, Iterable[TaskRow]]]) -> list[Difference]:
+def differences(
+    current: Manifest,
+    now_images: Mapping[str, str],
+    ancestors: Iterable[tuple[str, Manifest, Iterable[TaskRow]]],
+) -> list[Difference]:
     """Every field in which this run differs from an ancestor that ran."""
     out: list[Difference] = []
     head = current.source.head
@@ -67,8 +70,11 @@ def differences(current: Manifest, now_images: Mapping[str, str],
             continue
         old_head = manifest.source.head
         if old_head != head:
-            out.append(Difference("harness commit", root, old_head or "unknown",
-                                  head or "unknown", waivable=False))
+            out.append(
+                Difference(
+                    "harness commit", root, old_head or "unknown", head or "unknown", waivable=False
+                )
+            )
         used = run_images(manifest, rows)
         for role, label in ROLES.items():
             now = now_images.get(role)
@@ -78,8 +84,14 @@ def differences(current: Manifest, now_images: Mapping[str, str],
     return out
 
 
-def check_ancestors(benchmark: str, current: Manifest, ancestors: list[str],
-                    now: Mapping[str, str], *, allow_image_change: bool) -> list[Difference]:
+def check_ancestors(
+    benchmark: str,
+    current: Manifest,
+    ancestors: list[str],
+    now: Mapping[str, str],
+    *,
+    allow_image_change: bool,
+) -> list[Difference]:
     """Refuse (:class:`RefusalError`, stage ``resume``) a resume whose ancestors ran other
     images or another harness commit; return the image changes the waiver let through."""
     from harness.run.ledger import ledger_path, read_ledger
@@ -87,14 +99,20 @@ def check_ancestors(benchmark: str, current: Manifest, ancestors: list[str],
 
     found = []
     for root in ancestors:
-        rows = [r for r in read_ledger(ledger_path(Path(root))).latest.values()
-                if r.benchmark == benchmark]
+        rows = [
+            r
+            for r in read_ledger(ledger_path(Path(root))).latest.values()
+            if r.benchmark == benchmark
+        ]
         found.append((str(root), read_manifest(Path(root)), rows))
     diffs = differences(current, now, found)
     blocking = [d for d in diffs if not (d.waivable and allow_image_change)]
     if blocking:
-        raise RefusalError(refusal_text(str(ancestors[0]), blocking), stage="resume",
-                           reason="cowork_resume_mismatch")
+        raise RefusalError(
+            refusal_text(str(ancestors[0]), blocking),
+            stage="resume",
+            reason="cowork_resume_mismatch",
+        )
     return diffs
 
 
@@ -104,29 +122,43 @@ def refusal_text(first_root: str, found: list[Difference]) -> str:
     if any(d.field == "harness commit" for d in found):
         fixes.append("check out the harness commit the run used")
     if any(d.waivable for d in found):
-        fixes.append(f"rebuild or pass the images it ran, or waive an image change with "
-                     f"{IMAGE_WAIVER} (recorded, not reportable)")
-    return (f"--resume-from {first_root}: cowork resume differs in {', '.join(fields)} "
-            f"({'; '.join(d.text() for d in found)}); {'; or '.join(fixes)}, or start a "
-            f"fresh run")
+        fixes.append(
+            f"rebuild or pass the images it ran, or waive an image change with "
+            f"{IMAGE_WAIVER} (recorded, not reportable)"
+        )
+    return (
+        f"--resume-from {first_root}: cowork resume differs in {', '.join(fields)} "
+        f"({'; '.join(d.text() for d in found)}); {'; or '.join(fixes)}, or start a "
+        f"fresh run"
+    )
 
 
-def waiver_reasons(allow_dirty: bool, allow_mismatch: bool, allow_missing_tools: bool,
-                   dirty: bool | None, commit_matches: bool | None,
-                   allow_missing_db: bool = False) -> list[str]:
+def waiver_reasons(
+    allow_dirty: bool,
+    allow_mismatch: bool,
+    allow_missing_tools: bool,
+    dirty: bool | None,
+    commit_matches: bool | None,
+    allow_missing_db: bool = False,
+) -> list[str]:
     """Why a run's figures are not reportable because of a Cowork waiver it was given."""
     out = []
     if allow_dirty:
         state = "dirty" if dirty else "clean" if dirty is False else "state unknown"
         out.append(f"cowork waiver --allow-dirty-bench (checkout {state})")
     if allow_mismatch:
-        state = ("at the pinned commit" if commit_matches else "not at the pinned commit"
-                 if commit_matches is False else "commit unknown")
+        state = (
+            "at the pinned commit"
+            if commit_matches
+            else "not at the pinned commit"
+            if commit_matches is False
+            else "commit unknown"
+        )
         out.append(f"cowork waiver --allow-bench-commit-mismatch (checkout {state})")
     if allow_missing_tools:
-        out.append("cowork waiver --allow-missing-tools (a task may run without its MCP "
-                   "servers)")
+        out.append("cowork waiver --allow-missing-tools (a task may run without its MCP servers)")
     if allow_missing_db:
-        out.append("cowork waiver --allow-missing-db (the database may start without the "
-                   "checkout's dump)")
+        out.append(
+            "cowork waiver --allow-missing-db (the database may start without the checkout's dump)"
+        )
     return out
