@@ -162,7 +162,8 @@ def verdict(res: object) -> tuple[bool | None, str]:
 
 def oracle_instance(oracle_run: OracleRun, iid: str) -> tuple[Path, EvalOutcome]:
     """The shared oracle run's folder of ``iid`` and its eval, replayed from the receipt by
-    :func:`evaluate_once` (the checker given is never called)."""
+    :func:`evaluate_once` (the checker given is never called). The tests ask for the run
+    after their own instances ran: another worker may be running it meanwhile."""
     run = oracle_run[0]
     inst = run.root / "cowork_bench" / iid
     never = CountingChecker()
@@ -187,9 +188,9 @@ print("#" * 300_000)
 
 
 @pytest.mark.parametrize("iid", FILE_TASKS)
-def test_file_task_oracle_passes_nop_fails(iid: str, task_runs, oracle_run, run_ident) -> None:  # type: ignore[no-untyped-def]
+def test_file_task_oracle_passes_nop_fails(iid: str, task_runs, run_ident, request) -> None:  # type: ignore[no-untyped-def]
     results = task_runs(iid).results
-    inst, oracle = oracle_instance(oracle_run, iid)
+    inst, oracle = oracle_instance(request.getfixturevalue("oracle_run"), iid)
     assert oracle.passed is True, oracle.receipt
     passed, out = verdict(results["nop"])
     assert passed is False and "[FAIL]" in out
@@ -211,9 +212,9 @@ def test_file_task_oracle_passes_nop_fails(iid: str, task_runs, oracle_run, run_
 
 
 @pytest.mark.parametrize("iid", DB_TASKS)
-def test_db_task_needs_the_rows(iid: str, task_runs, oracle_run, run_ident) -> None:  # type: ignore[no-untyped-def]
+def test_db_task_needs_the_rows(iid: str, task_runs, run_ident, request) -> None:  # type: ignore[no-untyped-def]
     results = task_runs(iid).results
-    oracle_dir, oracle = oracle_instance(oracle_run, iid)
+    oracle_dir, oracle = oracle_instance(request.getfixturevalue("oracle_run"), iid)
     assert oracle.receipt is not None
     assert oracle.passed is False and "rows missing" in oracle.receipt.stdout_tail, oracle
     passed, out = verdict(results["nop"])
