@@ -16,12 +16,14 @@ COMMANDS = {
     "qualify": (
         "benchmarks.cowork_bench.qualify",
         "qualify_command",
-        "start each task's MCP servers, list their tools: ready or why not",
+        "start each task's MCP servers, list their tools: ready or why not (--all: every "
+        "task, once per server set, and a table)",
     ),
     "build-image": (
         "benchmarks.cowork_bench.build_image",
         "build_image_command",
-        "build the checkout's own image (its root Dockerfile) as cowork-pack:<commit>",
+        "build the checkout's own image (its root Dockerfile, untouched) as "
+        "cowork-pack:<commit>, then the harness's layer on it (harness/cowork-pack:...)",
     ),
     "build-servers": (
         "benchmarks.cowork_bench.servers_image",
