@@ -13,6 +13,10 @@ def _images() -> object:
 
 REGISTRATION = BenchmarkRegistration(
     name="cowork",
-    command=("benchmarks.cowork_bench.cli", "cowork_command", "Cowork Bench tools: audit, qualify, build-image, build-servers"),
+    command=(
+        "benchmarks.cowork_bench.cli",
+        "cowork_command",
+        "Cowork Bench tools: audit, qualify, build-image, build-servers",
+    ),
     images=(ImageStep("Cowork Bench PostgreSQL 15 and runtime", _images),),
 )
