@@ -233,18 +233,27 @@ fi
 mkdir -p /workspace
 find /workspace -mindepth 1 -maxdepth 1 ! -name .venv -exec rm -rf {{}} +
 # 3. What upstream runs as root, usable by the agent user: uv (and the Pythons it manages
-#    under /root), the servers (some write beside their code), their bytecode compiled.
+#    under /root), Playwright's browsers, the servers (some write beside their code), their
+#    bytecode compiled.
 for tool in uv uvx; do
   if [ -x /root/.local/bin/$tool ] && [ ! -e {BIN_DIR}/$tool ]; then
     cp /root/.local/bin/$tool {BIN_DIR}/$tool
   fi
 done
 chmod o+x /root
+if [ -d /root/.cache/ms-playwright ]; then  # upstream's browsers, where root's tools look
+  chmod o+x /root/.cache
+  install -d -o {AGENT_UID} -g {AGENT_UID} /home/{AGENT_USER}/.cache
+  ln -sfn /root/.cache/ms-playwright /home/{AGENT_USER}/.cache/ms-playwright
+fi
 if [ -d /opt/local_servers ]; then
-  find /opt/local_servers \( -name node_modules -o -name .venv \) -prune     -o -exec chown {AGENT_UID}:{AGENT_UID} {{}} +
-  find /opt/local_servers \( -name node_modules -o -name .venv \) -type d -prune     -exec chown {AGENT_UID}:{AGENT_UID} {{}} +
+  find /opt/local_servers \( -name node_modules -o -name .venv \) -prune \
+    -o -exec chown {AGENT_UID}:{AGENT_UID} {{}} +
+  find /opt/local_servers \( -name node_modules -o -name .venv \) -type d -prune \
+    -exec chown {AGENT_UID}:{AGENT_UID} {{}} +
   for venv in /opt/local_servers/*/.venv; do
-    [ -x "$venv/bin/python" ] && "$venv/bin/python" -m compileall -q "$venv/lib"       >/dev/null 2>&1 || true
+    [ -x "$venv/bin/python" ] && "$venv/bin/python" -m compileall -q "$venv/lib" \
+      >/dev/null 2>&1 || true
   done
 fi
 # 4. The supervisor: the real files in lib/, launchers beside them, the packages in site/.
