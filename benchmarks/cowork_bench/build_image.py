@@ -241,8 +241,9 @@ def derive(base_image_id: str, client: Any | None = None) -> DerivedResult:
     lock = FileLock(str(cache / "locks" / f"cowork-pack-{digest[:16]}-{base_hex[:16]}.lock"))
     log_path = cache / "logs" / f"cowork-pack-harness-{base_hex[:12]}-{digest[:12]}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    dockerfile = f"FROM {base_image_id}\n{HARNESS_LAYER_BODY}"
     labels = {L.RECIPE: f"{DERIVED_REPO}@{digest}", BASE_LABEL: base_image_id}
+    label_line = " ".join(f'{k}="{v}"' for k, v in labels.items())  # one step, not one each
+    dockerfile = f"FROM {base_image_id}\n{HARNESS_LAYER_BODY}LABEL {label_line}\n"
     try:
         with lock.acquire(timeout=LOCK_TIMEOUT_S):
             found = existing()
@@ -254,7 +255,7 @@ def derive(base_image_id: str, client: Any | None = None) -> DerivedResult:
                 fh.write(f"# the harness's layer on {base_image_id} as {tag}\n{dockerfile}\n")
                 try:
                     events = api.build(fileobj=context_tar(dockerfile, files),
-                                       custom_context=True, tag=tag, labels=labels, rm=True,
+                                       custom_context=True, tag=tag, rm=True,
                                        forcerm=True, pull=False, decode=True,
                                        timeout=BUILD_TIMEOUT_S)  # fmt: skip
                     error, step = consume(events, fh)
