@@ -14,7 +14,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "[setup] system packages"
 $SUDO apt-get update -qq
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-  debootstrap chromium gcc libc6-dev git ca-certificates e2fsprogs docker-registry postgresql >/dev/null
+  debootstrap chromium gcc libc6-dev git ca-certificates e2fsprogs docker-registry postgresql openssh-server >/dev/null
 # npm prepares the Cowork checkout's Node MCP servers for `harness cowork build-servers`
 # (a machine with its own Node and npm keeps them).
 if ! command -v npm >/dev/null 2>&1; then

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ def run_job(workflow: dict[str, Any], job: str, ctx: dict[str, Any], *, cwd: Pat
             continue  # the runner's own steps, and the install .ci/run has already done
         env = {k: render(v, ctx) for k, v in (step.get("env") or {}).items()}
         env.update(env_override or {})
-        out_file = cwd / f".github_output_{job}"
+        out_file = Path(tempfile.mkdtemp()) / f"github_output_{job}"  # never in the checkout
         out_file.write_text("")
         proc = subprocess.run(
             ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", render(step["run"], ctx)],

@@ -123,6 +123,14 @@ def add_options(parser: pytest.Parser) -> None:
         "default such a task is infra_failed mcp_unavailable and its agent never runs",
     )
     group.addoption(
+        "--allow-missing-db",
+        action="store_true",
+        default=False,
+        help="run a checkout without db/init.sql.gz (e.g. sparse): the database starts "
+        "empty, so a task that needs it fails its preprocess or checker (recorded, the run "
+        "is not reportable); by default such a run is infra_failed pg_fail",
+    )
+    group.addoption(
         "--cowork-task-timeout",
         default=str(DEFAULT_TASK_TIMEOUT_SEC),
         metavar="SEC",
@@ -187,6 +195,7 @@ class CoworkOptions(BaseModel):
     allow_commit_mismatch: bool
     diagnostic: bool
     allow_missing_tools: bool = False
+    allow_missing_db: bool = False
     task_timeout_sec: float = Field(gt=0)
     max_steps: int = Field(gt=0)
     cpus: float = Field(default=DEFAULT_CPUS, gt=0)
@@ -261,6 +270,7 @@ class CoworkOptions(BaseModel):
             allow_commit_mismatch=bool(opt("allow_bench_commit_mismatch")),
             diagnostic=bool(opt("diagnostic_eval_on_truncation")),
             allow_missing_tools=bool(opt("allow_missing_tools")),
+            allow_missing_db=bool(opt("allow_missing_db")),
             task_timeout_sec=timeout,
             max_steps=steps,
             cpus=cpus,
@@ -277,6 +287,7 @@ class CoworkOptions(BaseModel):
             "max_steps": self.max_steps,
             "diagnostic_eval_on_truncation": self.diagnostic,
             "allow_missing_tools": self.allow_missing_tools,
+            **({"allow_missing_db": True} if self.allow_missing_db else {}),
             "expected_commit": self.commit,
             "container_limits": {"cpus": self.cpus, "memory": self.memory, "pids": self.pids},
             **({"cowork_image": self.image} if self.image else {}),
@@ -396,7 +407,7 @@ class CoworkAdapter(BenchmarkAdapter):
             opts.allow_dirty, opts.allow_commit_mismatch, opts.allow_missing_tools,
             dirty=prov.dirty,
             commit_matches=None if not (prov.kind == "checkout" and prov.expected)
-            else prov.head == prov.expected)
+            else prov.head == prov.expected, allow_missing_db=opts.allow_missing_db)
         self._record(run, record, reasons)
         if refusal is not None:
             raise refusal

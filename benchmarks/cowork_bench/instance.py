@@ -88,6 +88,7 @@ class InstanceResult:
     diagnostic: m.DiagnosticRecord | None = None
     runtime_image: str | None = None  # image id the agent and eval containers ran
     pg_image: str | None = None  # image id of the PostgreSQL sidecar
+    pg_seed_missing: str | None = None  # the dump that was not there (--allow-missing-db)
 
 
 def run_instance(
@@ -108,6 +109,7 @@ def run_instance(
     limits: Limits | None = None,
     sandbox_runtime: str | None = None,
     allow_missing_tools: bool = False,
+    allow_missing_db: bool = False,
     runtime_image: str | None = None,
     pg_image: str | None = None,
     copy_limits: CopyLimits | None = None,
@@ -140,8 +142,10 @@ def run_instance(
                                           ident.run_root)  # fmt: skip
             dump = seed_path or Path(bench_root) / "db" / "init.sql.gz"
             sidecar = start_postgres(net, ident, task.instance_id, dump, ttl_s=ttl, limits=limits,
-                                     image_id=pg_image)  # fmt: skip
+                                     image_id=pg_image,
+                                     allow_unseeded=allow_missing_db)  # fmt: skip
             result.pg_image = sidecar.image_id
+            result.pg_seed_missing = sidecar.seed_missing
             timings.update(sidecar.timings)
             timings["sidecar_total_s"] = time.monotonic() - t0
         env = InstanceEnv(task, Path(bench_root), inst_dir, sidecar.network, sidecar, ident,
@@ -395,6 +399,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         limits=opts.limits,
         sandbox_runtime=request.config.getoption("sandbox_runtime", None),
         allow_missing_tools=opts.allow_missing_tools,
+        allow_missing_db=opts.allow_missing_db,
         runtime_image=adapter.images.image_id("runtime", ctx.run_root),
         pg_image=adapter.images.image_id("pg", ctx.run_root),
         copy_limits=copy_limits_of(request.config),
@@ -405,6 +410,8 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
     details["cleanup"] = res.cleanup
     details["runtime_image"] = res.runtime_image
     details["pg_image"] = res.pg_image
+    if res.pg_seed_missing:
+        details["pg_seed_missing"] = res.pg_seed_missing
     inventory = ctx.instance_dir / INVENTORY_NAME  # harness-written, on the host
     if inventory.is_file():
         inv = McpInventory.model_validate_json(inventory.read_bytes())

@@ -31,7 +31,8 @@ NESTED_KEY: pytest.StashKey[bool] = pytest.StashKey()
 NOT_RETRIED_PREFIXES = ("interrupted:",)
 # Infrastructure that a second try in the same run cannot change: an image that is not on the
 # engine under --pull never, an agent checkout that is not there, a parity disagreement.
-NOT_RETRIED_CODES = frozenset({"image_missing", "seed_unavailable", "official_parity_mismatch"})
+NOT_RETRIED_CODES = frozenset({"image_missing", "seed_unavailable", "official_parity_mismatch",
+                               "engine_lost"})  # a resume re-places a lost engine's instances
 BACKOFF_CAP_S = 60.0
 
 

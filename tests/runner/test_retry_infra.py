@@ -327,7 +327,7 @@ def test_a_retry_reattaches_to_the_sandbox_its_earlier_try_kept(
 @pytest.mark.parametrize(("code", "retried"), [
     ("exec_failed", True), ("docker_unavailable", True), (None, True),
     ("interrupted:signal_15", False), ("image_missing", False), ("seed_unavailable", False),
-    ("official_parity_mismatch", False)])
+    ("official_parity_mismatch", False), ("engine_lost", False)])
 def test_only_infrastructure_a_second_try_can_change_is_retried(code: str | None,
                                                                  retried: bool) -> None:
     from harness.runner.worker import RetryPolicy

@@ -22,6 +22,7 @@ from benchmarks.programbench.tasks import (
     programbench_version,
     select_instances,
 )
+from tests.support.suite import FORK_SERVER, REPO_ROOT
 
 
 def test_all_200_tasks_and_the_fixture_tasks_load() -> None:
@@ -126,12 +127,8 @@ def test_instance_order_record() -> None:
 
 def _collected(*args: str) -> list[str]:
     """Instance ids that ``pytest benchmarks/programbench --collect-only`` selects."""
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "benchmarks/programbench",
-         "--collect-only", "-q", *args],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert out.returncode in (0, 5), out.stdout[-2000:] + out.stderr[-2000:]  # 5: none
+    out = _pytest("--collect-only", *args, timeout=120)
+    assert out.returncode in (0, 5), out.stdout[-4000:]  # 5: none
     return [line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines()
             if "::" in line and "[" in line]
 
@@ -167,10 +164,14 @@ def test_parsed_tasks_are_cached_on_disk_and_a_bad_cache_is_ignored(tmp_path, mo
 # --pb-fixtures (issue 23 point 8): the offline fixture tasks never join a real selection or
 # a real denominator; with the flag they are the whole pool.
 
-def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "benchmarks/programbench",
-         "-q", *args], capture_output=True, text=True, timeout=300)
+def _pytest(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``pytest benchmarks/programbench -q ARGS`` from the repository root: a fork of the
+    tests' warm pytest server (its stderr is in its stdout)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+    argv = ["-p", "no:cacheprovider", "benchmarks/programbench", "-q", *args]
+    done = FORK_SERVER.run(argv, REPO_ROOT, env, timeout)
+    return subprocess.CompletedProcess(argv, done.returncode, done.output, "")
 
 
 def _dry_run(root: Path, *args: str) -> dict:
