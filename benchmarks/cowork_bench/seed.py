@@ -11,10 +11,11 @@ container, and it works on a remote Docker engine.
 
 What is copied: the files git lists (tracked ones, those of submodules included, and, only
 when ``--allow-dirty-seed`` let a dirty checkout in, untracked files that are not ignored),
-as they are in the working tree, symlinks as symlinks. Ignored files (a host ``.venv``,
-``node_modules``, build output) are not part of the seed. Before copying, the checkout's
-state is read again and compared with the recorded one: a checkout whose HEAD, status or
-tracked diff changed since admission is not the recorded seed (``InfraError``
+as they are in the working tree, symlinks as symlinks (never followed: a listed file under
+a folder that is now a link is left out and listed in ``skipped``). Ignored files (a host
+``.venv``, ``node_modules``, build output) are not part of the seed. Before copying, the
+checkout's state is read again and compared with the recorded one: a checkout whose HEAD,
+status or tracked diff changed since admission is not the recorded seed (``InfraError``
 ``seed_changed``: the operator's doing, never the agent's). The tar is built once per
 process and reused by every instance of that process.
 """
@@ -59,7 +60,7 @@ class SeedRecord(BaseModel):
     files: int
     bytes: int
     tar_sha256: str
-    skipped: list[str] = Field(default_factory=list)  # listed by git, not a file or link
+    skipped: list[str] = Field(default_factory=list)  # listed: not a file/link, or under a link
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -127,6 +128,14 @@ def _dir_entry(name: str) -> tarfile.TarInfo:
     return info
 
 
+def _is_dir(path: Path) -> bool:
+    """``path`` is a directory itself, not a link to one (its parents are checked first)."""
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
 def build_seed_tar(repo: Path, *, commit: str, dirty: bool, untracked: bool) -> SeedTar:
     """The tar of the checkout's files (see the module docstring), owned by root: files
     0644 (0755 when executable for their owner), directories 0755, mtime 0."""
@@ -141,6 +150,12 @@ def build_seed_tar(repo: Path, *, commit: str, dirty: bool, untracked: bool) -> 
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         tar.addfile(_dir_entry(prefix))
         for name in names:
+            parents = ["/".join(name.split("/")[:i]) for i in range(1, name.count("/") + 1)]
+            up = next((p for p in parents if p not in dirs and not _is_dir(repo / p)), None)
+            if up is not None:  # under a link (never followed out of the checkout), or gone
+                if os.path.lexists(repo / up):
+                    skipped.append(name)
+                continue
             path = repo / name
             try:
                 st = path.lstat()
@@ -149,9 +164,7 @@ def build_seed_tar(repo: Path, *, commit: str, dirty: bool, untracked: bool) -> 
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
                 skipped.append(name)
                 continue
-            parts = name.split("/")
-            for i in range(1, len(parts)):
-                parent = "/".join(parts[:i])
+            for parent in parents:
                 if parent not in dirs:
                     dirs.add(parent)
                     tar.addfile(_dir_entry(f"{prefix}/{parent}"))
@@ -171,7 +184,7 @@ def build_seed_tar(repo: Path, *, commit: str, dirty: bool, untracked: bool) -> 
                     )
                 info.size = st.st_size
                 info.mode = 0o755 if st.st_mode & stat.S_IXUSR else 0o644
-                with open(path, "rb") as fh:
+                with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as fh:
                     tar.addfile(info, fh)
             files += 1
     data = buf.getvalue()

@@ -94,3 +94,35 @@ def test_a_dirty_checkout_admitted_with_allow_dirty_seed_is_copied_as_it_is(
         member = tar.extractfile(f"{prefix}/agent.py")
         assert member is not None and member.read() == b"print('edited')\n"
     assert seed.record.dirty is True
+
+
+def test_links_out_of_the_checkout_copy_no_host_file_in(tmp_path: Path) -> None:
+    """The seed is the agent's code: a link in it pointing out of the checkout (a tracked
+    symlink, or a tracked folder turned into one in an admitted dirty tree) is copied as a
+    link or left out, never followed: no byte of a host file outside the checkout is in
+    the tar."""
+    secret = b"HOST-SECRET-5e1f0a"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "util.py").write_bytes(secret)
+    (outside / "key").write_bytes(secret)
+    repo = tmp_path / "seed"
+    make_repo(repo, FILES)
+    (repo / "key").symlink_to(outside / "key")  # absolute, out of the checkout
+    (repo / "up").symlink_to("../outside/key")  # relative, out of the checkout
+    git(repo, "add", "key", "up")
+    git(repo, "commit", "-q", "-m", "links")
+    seed = agent_seed(repo, recorded(repo), allow_dirty=False)
+    got = members(seed.data)
+    prefix = SEED_PATH.strip("/")
+    assert got[f"{prefix}/key"].issym() and got[f"{prefix}/up"].issym()
+    assert secret not in seed.data
+    # lib/ (tracked: lib/util.py) replaced by a link to a folder holding a util.py
+    (repo / "lib" / "util.py").unlink()
+    (repo / "lib").rmdir()
+    (repo / "lib").symlink_to(outside)
+    seed = agent_seed(repo, recorded(repo), allow_dirty=True)
+    got = members(seed.data)
+    assert f"{prefix}/lib/util.py" not in got and got[f"{prefix}/lib"].issym()
+    assert "lib/util.py" in seed.record.skipped
+    assert secret not in seed.data
