@@ -34,6 +34,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -59,6 +60,7 @@ READY_TIMEOUT_S = 60.0
 HEAD_LIMIT = 64 << 10  # bytes of a request's line and headers
 HEAD_TIMEOUT_S = 30.0
 ROLE_LABEL = "harness.route"
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # in a request head: only HTAB
 HOP_HEADERS = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization",
                          "te", "upgrade"})  # fmt: skip
 
@@ -134,12 +136,15 @@ def decide(head: bytes, token: str, paths: Collection[str]) -> Decision:
         method, target, version = line.split(" ")
     except ValueError:
         return Decision(status=400, message="malformed request line")
-    if not target.startswith("/") or not version.startswith("HTTP/1."):
+    if (not target.startswith("/") or not version.startswith("HTTP/1.")
+            or _CONTROL.search(line)):  # fmt: skip
         return Decision(status=400, message="malformed request line")
     fields: list[tuple[str, str]] = []
     for raw in rest.split("\r\n"):
         if not raw:
             continue
+        if _CONTROL.search(raw):  # a bare LF or CR would start a line the server reads
+            return Decision(status=400, message="control character in a header")
         name, sep, value = raw.partition(":")
         if not sep or not name.strip() or name != name.strip():
             return Decision(status=400, message="malformed header")

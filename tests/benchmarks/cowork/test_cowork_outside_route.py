@@ -52,6 +52,21 @@ def test_decide_checks_the_token_then_the_path_and_strips_the_credential() -> No
                   PATHS).status == 400  # fmt: skip
 
 
+def test_a_bare_line_break_cannot_smuggle_a_header_or_a_request_line() -> None:
+    """A server that ends lines at a bare LF (Python's ``http.server``) would read a header
+    the proxy never saw (``Connection: keep-alive`` ahead of the proxy's ``close``: the
+    body's bytes a second, unchecked request) or a second request line: refused here."""
+    for line, *headers in (
+        (f"GET /{TOKEN}/emails/mcp HTTP/1.1", "X: a\nConnection: keep-alive", "Host: h"),
+        (f"GET /{TOKEN}/emails/mcp HTTP/1.1", "X: a\rConnection: keep-alive"),
+        (f"GET /{TOKEN}/emails/mcp HTTP/1.1", "X: a\x00b"),
+        (f"GET /{TOKEN}/emails/mcp?\nGET\t/status HTTP/1.1", "Host: h"),
+    ):
+        assert decide(head(line, *headers), TOKEN, PATHS).status == 400, (line, headers)
+    tab = decide(head(f"GET /{TOKEN}/emails/mcp HTTP/1.1", "X: a\tb"), TOKEN, PATHS)
+    assert tab.status == 200 and b"X: a\tb\r\n" in tab.head  # HTAB is a field's own
+
+
 @pytest.fixture
 def proxy(tmp_path: Path) -> Iterator[TokenProxy]:
     sock = tmp_path / "s.sock"
