@@ -176,17 +176,6 @@ def engines_json(path: Path, host: TestHost, local_max: int, host_max: int) -> P
     return path
 
 
-class EnvSuite(Suite):
-    """A selftest suite whose runs get ``extra`` in their environment (a plugin's path)."""
-
-    def __init__(self, path: Path, extra: dict[str, str]) -> None:
-        super().__init__(path)
-        self.extra = extra
-
-    def env(self) -> dict[str, str]:
-        return {**super().env(), **self.extra}
-
-
 @pytest.mark.docker
 def test_the_probe_reads_an_engines_cpus_memory_and_disk(one_cpu_host: TestHost) -> None:
     from harness.sandbox.engines import EngineSpec, client_for
@@ -277,7 +266,7 @@ def test_an_engine_under_memory_pressure_gets_nothing_until_it_recovers(
     (plugins / "fake_pressure.py").write_text(
         PRESSURE.format(url=one_cpu_host.tls_url, flag=str(flag))
     )
-    suite = EnvSuite(
+    suite = Suite(
         tmp_path, {"PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")])}
     )
     suite.tasks([{"id": "p", "work": "sleep", "seconds": 1.0, "count": 5}])

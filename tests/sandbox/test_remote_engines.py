@@ -25,7 +25,7 @@ import pytest
 
 from harness.sandbox.cleanup import leaked_resources
 from harness.sandbox.engines import EngineSpec
-from tests.support.suite import Run, Suite
+from tests.support.suite import Suite
 from tests.support.test_hosts import TestHost, leftovers, ssh_environment, start_host
 
 pytestmark = pytest.mark.docker
@@ -115,15 +115,6 @@ def plugin(folder: Path, name: str, text: str) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])}
 
 
-def run_suite(suite: Suite, env: dict[str, str], *args: str) -> Run:
-    """The suite's run with ``env`` added to its environment (the ssh config, plugins)."""
-    from tests.support.suite import FORK_SERVER
-
-    root = suite.new_root()
-    done = FORK_SERVER.run(suite.command(root, *args)[3:], suite.path, {**suite.env(), **env}, 600)
-    return Run(done.returncode, done.output, root)
-
-
 def run_leftovers(client: docker.DockerClient, run_id: str, under: Path) -> dict[str, list[str]]:
     """The run's containers, networks and volumes (its leases too) left on one engine."""
     left = leaked_resources(client, run_root_under=under)
@@ -152,12 +143,10 @@ def test_a_run_over_an_ssh_and_a_tls_engine_settles_and_proves_both_clean(
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", SYSTEM_CAS)
     witness = tmp_path / "witness.jsonl"
     env.update(plugin(tmp_path / "plugins", "witness", WITNESS.format(out=str(witness))))
-    suite = Suite(tmp_path)
+    suite = Suite(tmp_path, env)  # the ssh config, the plugin
     suite.tasks([{"id": "t", "work": "agent", "count": 2}])  # one on each engine
     run_id = f"remote-{uuid.uuid4().hex[:8]}"
-    run = run_suite(
-        suite,
-        env,
+    run = suite.run(
         "--agent",
         "oracle",
         "-n",
@@ -168,6 +157,7 @@ def test_a_run_over_an_ssh_and_a_tls_engine_settles_and_proves_both_clean(
         str(engines_file(tmp_path / "engines.json", a, b)),
         "-p",
         "witness",
+        timeout=600,
     )
     assert run.rc == 0, run.out
     rows = run.latest
@@ -237,13 +227,11 @@ def test_losing_engines_mid_run_loses_only_their_instances_and_resume_replaces_t
             ),
         )
     )
-    suite = Suite(tmp_path)
+    suite = Suite(tmp_path, env)  # the ssh config, the plugin
     suite.tasks([{"id": "t", "work": "agent", "count": 4}])
     path = engines_file(tmp_path / "engines.json", a, b, local=True)
     try:
-        first = run_suite(
-            suite,
-            env,
+        first = suite.run(
             "--agent",
             "oracle",
             "-n",
@@ -254,6 +242,7 @@ def test_losing_engines_mid_run_loses_only_their_instances_and_resume_replaces_t
             "faults",
             "--retry-infra",
             "0",
+            timeout=600,
         )
         assert first.rc == 1, first.out
         assert sorted(os.listdir(marks)) == ["cut", "killed"]
@@ -268,9 +257,8 @@ def test_losing_engines_mid_run_loses_only_their_instances_and_resume_replaces_t
         assert sorted(extra["engines_lost"]) == sorted([a.ssh_url, b.tls_url])
         assert all("error" in extra["engine_final"][u] for u in (a.ssh_url, b.tls_url))
         b.restore()  # the cut host is back; the killed one stays dead
-        again = run_suite(
-            suite,
-            {k: v for k, v in env.items() if k != "PYTHONPATH"},
+        suite.extra_env.pop("PYTHONPATH")  # no faults this time
+        again = suite.run(
             "--agent",
             "oracle",
             "-n",  # one worker: the local engine (listed first) takes both again, and
@@ -279,6 +267,7 @@ def test_losing_engines_mid_run_loses_only_their_instances_and_resume_replaces_t
             str(path),
             "--resume-from",
             str(first.root),
+            timeout=600,
         )
         assert again.rc == 0, again.out
         records = {e["url"]: e for e in again.manifest["extra"]["engines"]}

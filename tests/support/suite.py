@@ -116,8 +116,9 @@ class Run:
 class Suite:
     """A selftest benchmark suite on disk and a way to run pytest on it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, extra_env: dict[str, str] | None = None) -> None:
         self.path = path
+        self.extra_env = dict(extra_env or {})  # added to each run's environment
         (path / "conftest.py").write_text(SUITE_CONFTEST)
         (path / "test_selftest.py").write_text(SUITE_TEST)
         self.counter = 0
@@ -140,6 +141,7 @@ class Suite:
         env["HARNESS_SELFTEST_TASKS"] = str(self.path / "tasks.json")
         env.pop("PYTEST_XDIST_WORKER", None)
         env.pop("PYTEST_ADDOPTS", None)
+        env.update(self.extra_env)
         return env
 
     def new_root(self) -> Path:
