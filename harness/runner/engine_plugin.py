@@ -13,7 +13,10 @@ here acts: the run uses the local engine exactly as before.
   of dead runs' orphans. The engines are recorded in the manifest's ``engines`` and
   ``<run_root>/.harness/engines.json``; an unreachable engine is recorded and never used;
   none reachable refuses the run (``no_engine``), nor one with room for an instance
-  (``no_engine_capacity``).
+  (``no_engine_capacity``). The command agent behind the model gateway
+  (``--model-upstream``/``--model-replay``) is refused with an ``ssh://`` or ``tcp://``
+  engine (``relay_remote_engine``): its relay bind-mounts the gateway's socket of this
+  machine, which a remote engine cannot mount (:func:`relay_refusal`).
 * Each instance (the autouse ``harness_engine`` fixture, set up before any other fixture
   and torn down after them): a slot on the least loaded live engine that is not under
   memory pressure (:mod:`harness.sandbox.placement`), ``DOCKER_HOST`` (and its TLS
@@ -49,6 +52,7 @@ if TYPE_CHECKING:  # engines (pydantic records) and placement load when a run us
     from harness.sandbox.ssh_tunnel import SshTunnel
 
 ENGINE_LOST = "engine_lost"
+REMOTE_SCHEMES = ("ssh://", "tcp://")  # engines that may run on another machine
 LEASE_TIMEOUT_S = 15  # a lease call on an engine that went away fails after this, not 120 s
 _cache: dict[str, list[EngineRecord]] = {}
 TUNNELS_KEY: pytest.StashKey[list[SshTunnel]] = pytest.StashKey()
@@ -186,6 +190,25 @@ def _lease_engines(config: pytest.Config, run: RunContext, records: list[EngineR
             record.lease["startup_sweep_error"] = f"{type(exc).__name__}: {exc}"[:300]
 
 
+def relay_refusal(
+    kind: str | None, upstream: str | None, replay: str | None, urls: list[str]
+) -> str | None:
+    """Why the run cannot start, in one line naming the fix, or None: the command agent
+    behind the model gateway reaches it through a relay container that bind-mounts the
+    gateway's Unix socket from this machine, so its sandboxes must run on an engine of this
+    machine (docs/scaling.md, "Not yet over remote engines")."""
+    remote = [u for u in urls if u.startswith(REMOTE_SCHEMES)]
+    if kind != "command" or not (upstream or replay) or not remote:
+        return None
+    flag = "--model-upstream" if upstream else "--model-replay"
+    return (
+        f"{flag} with --agent command: the model gateway's relay mounts a socket of this "
+        f"machine and cannot reach a sandbox on the remote engine {', '.join(remote)}; run it "
+        "on local or unix:// engines only (drop the ssh:// and tcp:// ones from "
+        "--docker-host/--engines)"
+    )
+
+
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     from harness.sandbox.engine_capacity import describe_limits
     from harness.sandbox.engines import (
@@ -207,6 +230,14 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
         raise RefusalError(str(exc), stage="engines", reason="bad_engines") from exc
     if not specs:
         return
+    relay = relay_refusal(
+        config.getoption("agent", None),
+        config.getoption("model_upstream", None),
+        config.getoption("model_replay", None),
+        [s.url for s in specs],
+    )
+    if relay is not None:
+        raise RefusalError(relay, stage="engines", reason="relay_remote_engine")
     failed = _open_tunnels(config, specs)
     via = {t.url: t.endpoint for t in config.stash.get(TUNNELS_KEY, [])}
     records = []

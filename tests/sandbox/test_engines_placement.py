@@ -107,3 +107,35 @@ def test_an_engine_that_does_not_answer_at_placement_is_marked_lost(tmp_path: Pa
     engines = [EngineRecord(url="tcp://dead:2376", capacity=4, index=0), record(1, 1)]
     slot = placement.acquire(tmp_path, engines, check=lambda url: url == "local")
     assert slot.engine.index == 1 and placement.is_lost(tmp_path, 0)
+
+
+def test_the_command_agents_model_gateway_with_a_remote_engine_is_refused_at_startup(
+    tmp_path: Path,
+) -> None:
+    """The relay bind-mounts the gateway's socket of this machine: a run of the command
+    agent behind the gateway with an ssh:// or tcp:// engine stops at admission, in one
+    line naming the fix, before any engine is contacted or instance started."""
+    from harness.runner.engine_plugin import relay_refusal
+    from tests.support.suite import Suite
+
+    remote = ["local", "ssh://h", "tcp://10.255.255.1:2376"]
+    why = relay_refusal("command", "https://openrouter.ai/api/v1", None, remote)
+    assert why is not None and "ssh://h, tcp://10.255.255.1:2376" in why and "\n" not in why
+    assert "--model-replay" in (relay_refusal("command", None, "/tapes", remote) or "")
+    assert relay_refusal("command", "https://u/v1", None, ["local", "unix:///x.sock"]) is None
+    assert relay_refusal("host-command", "https://u/v1", None, remote) is None  # no relay
+    assert relay_refusal("command", None, None, remote) is None  # no gateway
+
+    suite = Suite(tmp_path, {"HARNESS_MODEL_API_KEY": "k"})
+    suite.tasks([{"id": "t", "work": "agent"}])
+    engines = tmp_path / "engines.json"
+    engines.write_text(json.dumps({"engines": [{"url": "tcp://10.255.255.1:2376"}]}))
+    run = suite.run(
+        *("--agent", "command", "--agent-command", "true"),
+        *("--model-upstream", "http://127.0.0.1:9/v1", "--engines", str(engines)),
+    )
+    assert run.rc == 2, run.out
+    refusal = run.manifest["refusal"]
+    assert refusal["reason"] == "relay_remote_engine", refusal
+    assert "tcp://10.255.255.1:2376" in refusal["message"] and "\n" not in refusal["message"]
+    assert run.rows == []
