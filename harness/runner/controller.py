@@ -138,7 +138,6 @@ class Controller:
         self.ancestry: Ancestry | None = None
         self.resume_plan: ResumePlan | None = None
         self.late_refusal: RefusalError | None = None  # refused once the selection was known
-        self.carried: set[str] = set()  # keys whose carried row is written (resume)
         self.retries: Counter[str] = Counter()  # --retry-infra: retries by reason code
 
     # admission --------------------------------------------------------------------------
@@ -331,7 +330,6 @@ class Controller:
                 r.model_dump(mode="json", by_alias=True), scanner)) for r in rows]
         writer.append_batch(rows, copies_behind=True)
         for row in rows:
-            self.carried.add(row.key)
             self.record(row)
         self.checkpoint_counts()
 
@@ -394,8 +392,8 @@ class Controller:
     # rows -------------------------------------------------------------------------------
     def instance_started(self, nodeid: str, worker: str, started: float | None = None) -> None:
         key = self.nodeids.get(nodeid)
-        if key is None or key in self.carried:  # a carried instance does not run
-            return
+        if key is None or self.run is None or key in self.run.plan.carried:
+            return  # a carried instance does not run (its row was written at selection)
         previous = self.running.get(key)
         if previous is not None and previous[0] != "controller":
             return
@@ -412,10 +410,7 @@ class Controller:
             self.instance_started(report.nodeid, worker, time.time() - report.duration)
         props = dict(report.user_properties)
         if ROW_PROPERTY in props:
-            row = TaskRow.model_validate(props[ROW_PROPERTY])
-            if row.key in self.carried and row.outcome is Outcome.CARRIED:
-                return  # written at selection (carry_settled)
-            self.append(row)
+            self.append(TaskRow.model_validate(props[ROW_PROPERTY]))
             return
         if report.when == "???":  # type: ignore[comparison-overlap]
             key = self.nodeids.get(report.nodeid)

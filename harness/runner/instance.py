@@ -106,6 +106,7 @@ class InstanceResult:
     cost_known: bool = False
     tokens: Tokens | None = None
     models: list[ModelCalls] | None = None  # per model and source (issue 24)
+    steps: int | None = None  # the agent's own count of its steps, where it keeps one
     prediction_written: bool = False
     agent_started: bool = False  # the agent was called (its cost must be settled)
     error: str | None = None
@@ -320,14 +321,6 @@ class RowState:
                                    "reason_code": ctx.retry_of.reason_code}
         if self.retry_backoff_s is not None:
             details["retried"] = {"attempt": ctx.attempt + 1, "backoff_s": self.retry_backoff_s}
-        if outcome is Outcome.CARRIED:  # the controller wrote it already (carry_settled)
-            from harness.run.resume import carry_row
-
-            carried = ctx.run.plan.carried[ctx.key]
-            return carry_row(
-                carried, run_id=ctx.run_id, worker=ctx.worker_id, nodeid=ctx.nodeid,
-                status=ctx.adapter.status_for(Outcome.CARRIED, carried.resolved),
-                ts_unix=time.time())
         infra = outcome is Outcome.INFRA_FAILED
         return TaskRow(
             ts_unix=time.time(),
@@ -353,6 +346,7 @@ class RowState:
             paid_activity=paid_activity(r),
             tokens=r.tokens,
             models=list(r.models) if r.models is not None else None,
+            steps=r.steps,
             prediction_written=r.prediction_written,
             output_paths=dict(r.output_paths),
             error=error or r.error,

@@ -233,10 +233,7 @@ class WorkerHooks:
         ctx = InstanceContext(self.run, self.adapters[benchmark], spec, item.nodeid,
                               retry_of=item.stash.get(TRY_KEY, None))
         item.stash[STATE_KEY] = RowState(ctx)
-        self._phase("setup")
-        if ctx.key in self.run.plan.carried:
-            raise OutcomeSkip(Outcome.CARRIED, "settled_in_ancestor",
-                              f"settled in run {self.run.plan.carried[ctx.key].carried_from}")
+        self._phase("setup")  # a carried instance never gets here (pytest_runtest_protocol)
         cause = read_stop(self.run.run_root)
         if cause:
             raise OutcomeSkip(Outcome.BLOCKED, cause, "the run is stopping")
