@@ -22,9 +22,11 @@ manifest, when recorded) is written to ``gate.json``; above ``--max-load-per-cpu
 re-runs rather than failing on an overloaded host).
 
 Per-test references are reduced per instance on the common key set of the reference and the
-run's own eval.json (``<run>/programbench/<iid>/<iid>.eval.json``) when that exists, both
-less the installed tests.json ignore list; otherwise on the reference's keys less that list,
-paired with the ledger score. Each pair says which basis it used.
+run's own eval.json when the run kept one (the row's ``output_paths``, else
+``<run>/programbench/<iid>/<task id>.eval.json``; a regular file inside the run root, never
+a link: :mod:`benchmarks.programbench.kept_files`), both less the installed tests.json
+ignore list; otherwise on the reference's keys less that list, paired with the ledger
+score. Each pair says which basis it used.
 
 Repeated attempts (a run with ``--attempts K``): the gate pairs by task. A task's run score
 is the mean over its K attempts (each reduced as above, from its own eval.json when that
@@ -46,12 +48,13 @@ import os
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from benchmarks.programbench.kept_files import kept_files
 from benchmarks.programbench.scores import (
     RunScore,
     ScoresFile,
@@ -248,29 +251,50 @@ class GateReport(_OmitUnset):
     OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"attempts_per_task", "attempts_scored"})
 
 
-def _run_tests(run_root: Path, iid: str, attempt: str | None = None) -> dict[str, bool] | None:
-    """The run's per-test results of task ``iid`` (of its attempt ``attempt``, whose folder
-    is ``programbench/<attempt>/``, holding ``<attempt>.eval.json`` or ``<iid>.eval.json``)."""
-    folder = run_root / "programbench" / (attempt or iid)
-    candidates = [folder / f"{attempt or iid}.eval.json", folder / f"{iid}.eval.json"]
-    eval_json = next((c for c in candidates if c.exists()), None)
+class RunTasks(BaseModel):
+    """The run's ledger by task: each task's scored attempts and its unscored ones."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scored: dict[str, list[RunScore]]  # task -> its attempts, all scored (K=1: one)
+    unscored: list[RunScore]  # attempts (K=1: instances) without a score
+    # task -> why it is not scored: its status (K=1), "attempt (status)" per unscored attempt
+    unscored_tasks: dict[str, list[str]]
+    attempts_per_task: int  # the most attempts selected for one task
+    repeated: bool  # some row is an attempt of a task run more than once (K > 1)
+    eval_json: dict[str, Path] = Field(default_factory=dict)  # scored id -> its kept eval.json
+
+
+def _kept_eval_json(run_root: Path, row: TaskRow) -> Path | None:
+    """The eval.json the run itself kept for ``row`` (an attempt's is under its own folder,
+    ``official_eval/<task>/``, as its row's ``output_paths`` say). A carried row's is in the
+    ancestor that scored it: None, the pair uses the row's score."""
+    kept = kept_files(row, run_root, {})
+    return kept.eval_json() if kept is not None else None
+
+
+def _run_tests(eval_json: Path | None, task: str) -> dict[str, bool] | None:
+    """The per-test results of ``task`` in ``eval_json`` (None when absent or unreadable)."""
     if eval_json is None:
         return None
     from benchmarks.programbench.official_eval import per_test_outcomes
 
     try:
-        return per_test_outcomes(iid, eval_json)
+        return per_test_outcomes(task, eval_json)
     except Exception:
         return None
 
 
-def _pair(run_root: Path, run: RunScore, other: ScoresFile, task: str | None = None) -> Pair:
-    """One pair; ``task``: ``run`` is an attempt (its own instance id) at that task."""
+def _pair(
+    evals: Mapping[str, Path], run: RunScore, other: ScoresFile, task: str | None = None
+) -> Pair:
+    """One pair; ``task``: ``run`` is an attempt (its own instance id) at that task;
+    ``evals``: instance id -> its kept eval.json."""
     iid = task or run.instance_id
     assert run.score is not None
     ref_tests = (other.per_test or {}).get(iid)
     if ref_tests is not None:
-        mine = _run_tests(run_root, iid, run.instance_id if task else None)
+        mine = _run_tests(evals.get(run.instance_id), iid)
         if mine:
             common = current_keys(iid, set(ref_tests) & set(mine))
             ref_score, run_score = reduce_tests(ref_tests, common), reduce_tests(mine, common)
@@ -294,11 +318,13 @@ def _pair(run_root: Path, run: RunScore, other: ScoresFile, task: str | None = N
     )
 
 
-def _task_pair(run_root: Path, attempts: list[RunScore], other: ScoresFile, task: str) -> Pair:
+def _task_pair(
+    evals: Mapping[str, Path], attempts: list[RunScore], other: ScoresFile, task: str
+) -> Pair:
     """A task's pair: its one attempt's (K=1), or the means over its attempts' pairs."""
     if len(attempts) == 1 and attempts[0].instance_id == task:
-        return _pair(run_root, attempts[0], other)
-    pairs = [_pair(run_root, a, other, task) for a in attempts]
+        return _pair(evals, attempts[0], other)
+    pairs = [_pair(evals, a, other, task) for a in attempts]
     n = len(pairs)
     run = sum(p.run for p in pairs) / n
     reference = sum(p.reference for p in pairs) / n
@@ -318,8 +344,7 @@ def _task_pair(run_root: Path, attempts: list[RunScore], other: ScoresFile, task
 
 
 def compare(
-    run_root: Path,
-    scored: dict[str, list[RunScore]],
+    run: RunTasks,
     other: ScoresFile,
     *,
     role: Literal["reference", "baseline"],
@@ -328,10 +353,11 @@ def compare(
     over: list[str] | None = None,
 ) -> Comparison:
     """Pairs on the instances both have, or (``over``) on every listed one: a listed
-    instance the other entry lacks counts 0 for it. ``scored``: per task, its attempts'
+    instance the other entry lacks counts 0 for it. ``run.scored``: per task, its attempts'
     scores (K=1: the instance's one; repeated attempts: the task's pair is their mean)."""
+    scored = run.scored
     shared = sorted(over) if over is not None else sorted(set(scored) & set(other.scores))
-    pairs = [_task_pair(run_root, scored[iid], other, iid) for iid in shared]
+    pairs = [_task_pair(run.eval_json, scored[iid], other, iid) for iid in shared]
     n = len(pairs)
     run_mean = sum(p.run for p in pairs) / n if n else None
     other_mean = sum(p.reference for p in pairs) / n if n else None
@@ -353,19 +379,6 @@ def compare(
         only_in_run=sorted(set(scored) - set(other.scores)),
         pairs=pairs,
     )
-
-
-class RunTasks(BaseModel):
-    """The run's ledger by task: each task's scored attempts and its unscored ones."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    scored: dict[str, list[RunScore]]  # task -> its attempts, all scored (K=1: one)
-    unscored: list[RunScore]  # attempts (K=1: instances) without a score
-    # task -> why it is not scored: its status (K=1), "attempt (status)" per unscored attempt
-    unscored_tasks: dict[str, list[str]]
-    attempts_per_task: int  # the most attempts selected for one task
-    repeated: bool  # some row is an attempt of a task run more than once (K > 1)
 
 
 def _expected_attempts(run_root: Path) -> dict[str, list[str]]:
@@ -419,6 +432,7 @@ def read_run_tasks(run_root: Path) -> RunTasks:
         else:
             by_task.pop(task, None)
     per_task = [len(v) for v in by_task.values()] + [len(v) for v in expected.values()]
+    evals = {iid: _kept_eval_json(run_root, rows[iid]) for iid in scored if iid in rows}
     return RunTasks(
         scored={
             t: sorted(v, key=lambda r: _sample_order(rows, r)) for t, v in sorted(by_task.items())
@@ -427,6 +441,7 @@ def read_run_tasks(run_root: Path) -> RunTasks:
         unscored_tasks=dict(sorted(missing.items())),
         attempts_per_task=max(per_task, default=0),
         repeated=repeated,
+        eval_json={iid: path for iid, path in evals.items() if path is not None},
     )
 
 
@@ -458,8 +473,7 @@ def run_gate(
         )
     ref_scores = load_scores(reference)
     ref = compare(
-        run_root,
-        run.scored,
+        run,
         ref_scores,
         role="reference",
         seed=seed,
@@ -471,8 +485,7 @@ def run_gate(
         base_scores = load_scores(baseline)
         shared = [i for i in wanted if i in base_scores.scores] if tasks is not None else None
         base = compare(
-            run_root,
-            run.scored,
+            run,
             base_scores,
             role="baseline",
             seed=seed,

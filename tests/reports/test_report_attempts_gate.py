@@ -69,6 +69,19 @@ def test_gate_refuses_while_an_attempt_is_unscored(make_run: MakeRun) -> None:
     assert tasks[2] not in message
 
 
+def _eval_json(keys: list[str], passed: list[str]) -> str:
+    results: list[dict[str, object]] = [
+        {
+            "name": key.split("/", 1)[1],
+            "branch": key.split("/", 1)[0],
+            "status": "passed" if key in passed else "failure",
+            "extra": {},
+        }
+        for key in keys
+    ]
+    return json.dumps({"test_results": results})
+
+
 def test_gate_reduces_each_attempt_on_its_own_eval_json(make_run: MakeRun) -> None:
     two = json.loads(TWO_SOLVE.read_text())
     keys = sorted(two[WALK])
@@ -78,22 +91,40 @@ def test_gate_reduces_each_attempt_on_its_own_eval_json(make_run: MakeRun) -> No
     for k, ok in passed.items():
         folder = root / B / attempt_id(WALK, k)
         folder.mkdir(parents=True)
-        results = [
-            {
-                "name": key.split("/", 1)[1],
-                "branch": key.split("/", 1)[0],
-                "status": "passed" if key in ok else "failure",
-                "extra": {},
-            }
-            for key in keys
-        ]
-        (folder / f"{WALK}.eval.json").write_text(json.dumps({"test_results": results}))
+        (folder / f"{WALK}.eval.json").write_text(_eval_json(keys, ok))
     report = run_gate(root, TWO_SOLVE, resamples=200)
     [pair] = report.reference.pairs
     assert pair.basis == "common_keys" and pair.n_keys == len(keys)
     first = len(passed[1]) / len(keys)
     assert pair.attempt_scores == pytest.approx([first, 1.0])
     assert pair.run == pytest.approx((first + 1.0) / 2) and pair.reference == 1.0
+
+
+def test_gate_reads_the_eval_json_the_runner_kept_never_through_a_link(
+    make_run: MakeRun, tmp_path: Path
+) -> None:
+    """An attempt's eval.json is where the runner's eval wrote it (the row's ``output_paths``:
+    ``<attempt>/official_eval/<task>/<task>.eval.json``). A link in its place (to a file
+    outside the run, passing every test) is not followed: that attempt pairs on its score."""
+    two = json.loads(TWO_SOLVE.read_text())
+    keys = sorted(two[WALK])
+    half = keys[: len(keys) // 2]
+    rel = {k: f"{B}/{attempt_id(WALK, k)}/official_eval/{WALK}/{WALK}.eval.json" for k in (1, 2)}
+    rows = [
+        attempt_row(B, WALK, k, score=0.4, resolved=False, output_paths={"eval_json": rel[k]})
+        for k in (1, 2)
+    ]
+    root = make_run("k2", rows, files=False)
+    outside = tmp_path / "forged.eval.json"
+    outside.write_text(_eval_json(keys, keys))
+    for k in (1, 2):
+        (root / rel[k]).parent.mkdir(parents=True)
+    (root / rel[1]).write_text(_eval_json(keys, half))
+    (root / rel[2]).symlink_to(outside)
+    report = run_gate(root, TWO_SOLVE, resamples=200)
+    [pair] = report.reference.pairs
+    assert pair.basis == "mixed"
+    assert pair.attempt_scores == pytest.approx([len(half) / len(keys), 0.4])
 
 
 def test_k1_gate_record_keeps_its_shape(make_run: MakeRun) -> None:
