@@ -298,7 +298,6 @@ def _acquire(run_id: str, run_root: Any, engines: list[EngineRecord]) -> placeme
     from harness.sandbox import placement
     from harness.sandbox.engines import alive
 
-    by_url = {e.url: e for e in engines}
     folder = placement.engines_dir(run_root)
 
     def pressure(engine: EngineRecord) -> str | None:
@@ -308,9 +307,7 @@ def _acquire(run_id: str, run_root: Any, engines: list[EngineRecord]) -> placeme
             folder, engine.index, engine.instance, lambda: measure(engine, run_id, run_root)
         )
 
-    return placement.acquire(
-        run_root, engines, check=lambda url: alive(by_url[url]), pressure=pressure
-    )
+    return placement.acquire(run_root, engines, check=alive, pressure=pressure)
 
 
 @pytest.fixture(autouse=True)

@@ -26,6 +26,7 @@ the run's placement events, which the manifest's engine records list at session 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import io
 import json
@@ -145,14 +146,21 @@ class EngineState(BaseModel):
 # ---------------------------------------------------------------------------- reading
 
 
+@functools.cache
+def _probe_binary() -> tuple[str, bytes]:
+    """The probe's image reference and program, built (or read from the tools' cache) and
+    hashed once per process: every reading of every engine needs the reference."""
+    from harness.sandbox.static_tools import build_static
+
+    binary = build_static("engine_probe.c")
+    return f"{PROBE_IMAGE}:{hashlib.sha256(binary).hexdigest()[:16]}", binary
+
+
 def _probe_image(api: docker.APIClient) -> str:
     """The probe's image on this engine (imported the first time: a few hundred KB)."""
     from docker.errors import ImageNotFound
 
-    from harness.sandbox.static_tools import build_static
-
-    binary = build_static("engine_probe.c")
-    ref = f"{PROBE_IMAGE}:{hashlib.sha256(binary).hexdigest()[:16]}"
+    ref, binary = _probe_binary()
     try:
         api.inspect_image(ref)
         return ref
@@ -298,12 +306,13 @@ def state_path(folder: Path, index: int) -> Path:
     return folder / f"state-{index}.json"
 
 
-def write_state(folder: Path, index: int, resources: EngineResources, pressure: str | None) -> None:
+def write_state(
+    folder: Path, index: int, resources: EngineResources, pressure: str | None
+) -> EngineState:
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(
-        state_path(folder, index),
-        EngineState(at_unix=time.time(), resources=resources, pressure=pressure),
-    )
+    state = EngineState(at_unix=time.time(), resources=resources, pressure=pressure)
+    atomic_write_json(state_path(folder, index), state)
+    return state
 
 
 def append_event(folder: Path, event: PlacementEvent) -> None:
@@ -330,6 +339,9 @@ def read_events(folder: Path) -> list[PlacementEvent]:
     return out
 
 
+_seen: dict[tuple[str, int], EngineState] = {}  # (folder, engine) -> the last reading seen
+
+
 def engine_pressure(
     folder: Path,
     index: int,
@@ -339,9 +351,14 @@ def engine_pressure(
 ) -> str | None:
     """The engine's memory pressure now (None: room for one more instance), from the shared
     reading when it is fresh, else from a new one (one process measures, the others wait
-    for it). A reading that fails keeps the last verdict (an engine that stopped answering
-    is the ping's business)."""
+    for it). A reading that fails keeps the last verdict for another ``refresh_s`` (an
+    engine that stopped answering is the ping's business). A reading this process saw and that is still fresh is used
+    without touching the files: a placement polls every engine with a free slot."""
     refresh = REFRESH_S if refresh_s is None else refresh_s
+    key = (str(folder), index)
+    seen = _seen.get(key)
+    if seen is not None and time.time() - seen.at_unix < refresh:
+        return seen.pressure  # no newer shared reading can exist before this one is stale
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / f"state-{index}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -354,11 +371,15 @@ def engine_pressure(
             except ValueError:
                 previous = None
         if previous is not None and time.time() - previous.at_unix < refresh:
+            _seen[key] = previous
             return previous.pressure
         try:
             res = measure()
-        except Exception:
-            return previous.pressure if previous is not None else None
+        except Exception:  # retried when a reading would be: not on every placement's poll
+            if previous is None:
+                return None
+            _seen[key] = write_state(folder, index, previous.resources, previous.pressure)
+            return previous.pressure
         pressure = memory_pressure(res, needs)
         before = previous.pressure if previous is not None else None
         if (pressure is None) != (before is None):
@@ -373,7 +394,7 @@ def engine_pressure(
                     pid=os.getpid(),
                 ),
             )
-        write_state(folder, index, res, pressure)
+        _seen[key] = write_state(folder, index, res, pressure)
         return pressure
     finally:
         os.close(fd)

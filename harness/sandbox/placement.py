@@ -32,7 +32,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,12 +110,12 @@ def acquire(
     run_root: Path | str,
     engines: list[EngineRecord],
     timeout_s: float | None = None,
-    check: Callable[[str], bool] = alive,
+    check: Callable[[EngineRecord], bool] = alive,
     pressure: Callable[[EngineRecord], str | None] | None = None,
 ) -> Slot:
     """Block until a slot of a live engine is free; hold it. :class:`NoEngineLeft` if none.
 
-    ``check(url)`` tells whether the engine answers (a ping, checked on every placement);
+    ``check(engine)`` tells whether the engine answers (a ping, checked on every placement);
     ``pressure(engine)``, when given, why the engine takes no new instance now (or None).
     """
     root = Path(run_root)
@@ -135,7 +135,7 @@ def acquire(
                 fd = _try_lock(path)
                 if fd is None:
                     continue
-                if not check(engine.url):
+                if not check(engine):
                     os.close(fd)
                     mark_lost(root, engine.index, "did not answer a ping at placement")
                     break
@@ -155,16 +155,16 @@ def placed(slot: Slot) -> Iterator[Slot]:
     try:
         yield slot
     finally:
-        _restore(_saved_env)
+        _restore(os.environ, _saved_env)
         _active, _saved_env = None, {}
 
 
-def _restore(saved: dict[str, str | None]) -> None:
+def _restore(env: MutableMapping[str, str], saved: dict[str, str | None]) -> None:
     for key, value in saved.items():
         if value is None:
-            os.environ.pop(key, None)
+            env.pop(key, None)
         else:
-            os.environ[key] = value
+            env[key] = value
 
 
 def active() -> Slot | None:
@@ -176,11 +176,7 @@ def controller_environment() -> dict[str, str]:
     """The environment the run started with (its ``DOCKER_HOST`` is the controller's engine)."""
     env = dict(os.environ)
     if _active is not None:
-        for key, value in _saved_env.items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = value
+        _restore(env, _saved_env)
     return env
 
 

@@ -137,10 +137,16 @@ def test_the_shared_reading_records_pressure_and_recovery_once(tmp_path: Path) -
     ]
 
     def broken() -> EngineResources:
+        calls.append(1)
         raise OSError("engine gone")
 
+    calls.clear()
     assert engine_pressure(tmp_path, 3, needs, broken, refresh_s=0) is None  # keeps the last
     assert len(read_events(tmp_path)) == 2
+    # ... until a reading is due again (not on every poll of a placement), in any process
+    ec._seen.clear()
+    assert engine_pressure(tmp_path, 3, needs, broken, refresh_s=60) is None
+    assert len(calls) == 1
 
 
 # ---------------------------------------------------------------------------- Docker

@@ -19,7 +19,7 @@ def record(index: int, capacity: int) -> EngineRecord:
 
 def place(root: Path | str, engines: list[EngineRecord],
           timeout_s: float | None = None) -> placement.Slot:
-    return placement.acquire(root, engines, timeout_s, check=lambda url: True)
+    return placement.acquire(root, engines, timeout_s, check=lambda engine: True)
 
 
 def test_engines_file_toml_and_json(tmp_path: Path) -> None:
@@ -105,7 +105,7 @@ def test_durations_from_ledgers_last_row_wins(tmp_path: Path) -> None:
 
 def test_an_engine_that_does_not_answer_at_placement_is_marked_lost(tmp_path: Path) -> None:
     engines = [EngineRecord(url="tcp://dead:2376", capacity=4, index=0), record(1, 1)]
-    slot = placement.acquire(tmp_path, engines, check=lambda url: url == "local")
+    slot = placement.acquire(tmp_path, engines, check=lambda engine: engine.url == "local")
     assert slot.engine.index == 1 and placement.is_lost(tmp_path, 0)
 
 
