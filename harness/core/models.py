@@ -106,6 +106,8 @@ class TaskRow(OpenModel):
     sample: int | None = None
     # The models the instance's agent called, per model and source (None: not recorded).
     models: list[ModelCalls] | None = None
+    # The agent's own count of its steps (model calls), where it keeps one (None: it does not).
+    steps: int | None = None
 
     @property
     def task_id(self) -> str:

@@ -385,6 +385,7 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
     r.cost_known = outcome.cost_known
     r.tokens = outcome.tokens
     r.models = outcome.models
+    r.steps = outcome.steps
     r.details["cost_source"] = outcome.details.get("cost_source") or (
         "agent_reported" if outcome.cost_known else "unknown")
     r.details["agent"] = outcome.agent

@@ -1,5 +1,6 @@
 """``--agent mini-swe-agent``: the real mini-swe-agent package drives the ProgramBench
-fixture's sandbox through a FAKE scripted model server, scored by the official eval."""
+fixture's sandbox through a FAKE scripted model server, scored by the official eval; its
+row lists the model litellm called (issue 24) and the loop's steps."""
 
 from __future__ import annotations
 
@@ -60,6 +61,21 @@ def test_mini_swe_agent_solves_the_fixture(tmp_path: Path) -> None:
     assert "reverse-engineering benchmark" in traj["messages"][0]["content"]
     requests = [json.loads(x) for x in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert len(requests) == steps and requests[0]["tools"] == ["bash"]
+    # Issue 24: the row lists the model litellm actually called (the response's own name,
+    # source ``mini_swe``) with its calls, tokens and cost, and its steps.
+    assert {r["model"] for r in requests} == {"fake-model"}  # what litellm sent
+    per_call = (1000 * 2.0 + 100 * 10.0) / 1e6
+    assert len(row["models"]) == 1
+    called = row["models"][0]
+    # the provider answered as "fake-model" (litellm's resolved name, not "openai/...")
+    assert {k: v for k, v in called.items() if k != "cost_usd"} == {
+        "model": "fake-model", "source": "mini_swe", "calls": steps, "refused": 0,
+        "prompt_tokens": 1000 * steps, "completion_tokens": 100 * steps, "allowed": True}
+    assert called["cost_usd"] == pytest.approx(steps * per_call)
+    assert called["cost_usd"] == pytest.approx(row["cost_usd"])
+    assert row["steps"] == steps  # top level, as the loop counted them
+    record = json.loads((run.root / row["output_paths"]["agent_record"]).read_text())
+    assert record["steps"] == steps and record["models"] == row["models"]
 
 
 def test_mini_swe_agent_step_limit_is_an_agent_failure(tmp_path: Path) -> None:
@@ -76,7 +92,7 @@ def test_mini_swe_agent_step_limit_is_an_agent_failure(tmp_path: Path) -> None:
     row = run.latest[FIXTURE_ID]
     assert row["outcome"] == "agent_failed" and row["reason_code"] == "step_limit_reached", row
     assert row["score"] == 0.0 and row["official_eval_status"] == "completed"
-    assert row["details"]["agent_details"]["steps"] == 4
+    assert row["details"]["agent_details"]["steps"] == 4 and row["steps"] == 4
     assert row["tokens"]["prompt"] == 4000
     assert row["cost_known"] is True and row["details"]["cost_source"] == "agent_reported"
     assert row["cost_usd"] == pytest.approx(4 * (1000 * 2.0 + 100 * 10.0) / 1e6)

@@ -139,7 +139,7 @@ def test_mini_swe_replays_to_the_same_submission_and_score_for_free(
     info = again.details["model_replay"]
     assert (info["calls"], info["served"], info["misses"]) == (STEPS, STEPS, 0)
     assert info["original_cost_usd"] == pytest.approx(row.cost_usd)
-    assert again.details["agent_details"]["steps"] == STEPS
+    assert again.details["agent_details"]["steps"] == STEPS and again.steps == STEPS
 
 
 def test_mini_swe_prompt_change_misses_strictly_and_diverges_in_sequence(
