@@ -107,7 +107,6 @@ class InstanceResult:
     tokens: Tokens | None = None
     models: list[ModelCalls] | None = None  # per model and source (issue 24)
     steps: int | None = None  # the agent's own count of its steps, where it keeps one
-    steps: int | None = None  # the agent's own count of its steps, where it keeps one
     prediction_written: bool = False
     agent_started: bool = False  # the agent was called (its cost must be settled)
     error: str | None = None
@@ -347,7 +346,6 @@ class RowState:
             paid_activity=paid_activity(r),
             tokens=r.tokens,
             models=list(r.models) if r.models is not None else None,
-            steps=r.steps,
             steps=r.steps,
             prediction_written=r.prediction_written,
             output_paths=dict(r.output_paths),
