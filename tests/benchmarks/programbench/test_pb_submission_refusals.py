@@ -4,7 +4,9 @@ are written with the runner's own manifest and ledger writers."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from harness.run.ledger import LedgerWriter
 from harness.run.manifest import new_manifest, write_manifest
 
 REAL_ID = "sharkdp__hexyl.2e26437"  # a task the package ships
+OTHER_ID = "abishekvashok__cmatrix.5c082c6"
 
 
 def scored_row(run_id: str, iid: str, score: float | None = 1.0, **fields: object) -> TaskRow:
@@ -175,3 +178,42 @@ def test_unknown_stats_are_left_out_and_listed_never_zero() -> None:
     assert "FORCED (--force): the run is not reportable: no --agent-repo." in text
     assert "Unknown cost (left out of _stats/cost.json, not 0): a__unknown.1." in text
     json.loads(record.model_dump_json())  # the record is JSON
+
+
+def test_a_trajectory_the_run_root_does_not_hold_as_a_file_is_never_copied(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The output copies only regular files inside the run root: a trajectory that is a link
+    (to a file outside), a FIFO, or a path the row names outside the root is left out, and
+    the copy neither follows, blocks, nor reads outside the root."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the leaderboard")
+    archive = b"the scored archive"
+    digest = hashlib.sha256(archive).hexdigest()
+    rows = [
+        scored_row("run", iid, details={"submission": {"sha256": digest}}, output_paths=paths)
+        for iid, paths in ((REAL_ID, {}), (OTHER_ID, {"trajectory": str(secret)}))
+    ]
+    run = write_run(tmp_path / "run", rows)
+    for iid in (REAL_ID, OTHER_ID):
+        folder = run / "programbench" / iid
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "submission.tar.gz").write_bytes(archive)
+        (folder / f"{iid}.eval.json").write_text("{}")
+    (run / "programbench" / REAL_ID / "mini_swe_agent.traj.json").symlink_to(secret)
+    os.mkfifo(run / "programbench" / OTHER_ID / "mini_swe_agent.traj.json")
+    out = tmp_path / "out"
+    submission_command([str(run), "--output", str(out)])  # the official package may refuse
+    capsys.readouterr()
+    record = SubmissionRecord.model_validate_json((out / "harness_submission.json").read_text())
+    assert sorted(p.instance_id for p in record.instances) == sorted([REAL_ID, OTHER_ID])
+    for packed in record.instances:
+        assert packed.submission_sha256_verified
+        assert [f.name for f in packed.files] == [
+            "submission.tar.gz",
+            f"{packed.instance_id}.eval.json",
+        ]
+        assert not (out / packed.instance_id / f"{packed.instance_id}.traj.json").exists()
+    assert not any(
+        b"not for the leaderboard" in f.read_bytes() for f in out.rglob("*") if f.is_file()
+    )
