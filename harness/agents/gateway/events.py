@@ -100,8 +100,17 @@ def usage_cost(event: Any) -> float:
         for key in ("cost_usd", "cost"):
             value = place.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-                return float(value)
+                return _as_float(value)
     return 0.0
+
+
+def _as_float(value: int | float) -> float:
+    """``value`` as a float; an int past a float's range (the server's JSON may hold one)
+    is infinite, never an ``OverflowError`` in the poll loop."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _usage_places(event: Any) -> list[dict[str, Any]] | None:
@@ -143,7 +152,7 @@ def add_usage(models: dict[str, ModelCalls], event: Any) -> None:
     entry.prompt_tokens = (entry.prompt_tokens or 0) + max(prompt or 0, 0)
     entry.completion_tokens = (entry.completion_tokens or 0) + max(completion or 0, 0)
     cost = _first(places, ("cost_usd", "cost"), (int, float))
-    if cost is None or not math.isfinite(cost) or cost < 0:
+    if cost is None or not math.isfinite(_as_float(cost)) or cost < 0:
         entry.cost_usd = None  # unknown from now on, never 0
     elif entry.cost_usd is not None:
         entry.cost_usd = round(entry.cost_usd + float(cost), 12)

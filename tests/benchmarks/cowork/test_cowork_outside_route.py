@@ -7,6 +7,8 @@ refused before it reaches the socket. The relay container half is in
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import socket
 import time
 from collections.abc import Iterator
@@ -15,7 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.agents.gateway.events import add_usage, usage_cost
 from harness.agents.gateway.tool_route import TokenProxy, decide
+from harness.core.models import ModelCalls
 from tests.benchmarks.cowork.cowork_seed_support import echo_server
 
 TOKEN = "a" * 48
@@ -65,6 +69,18 @@ def test_a_bare_line_break_cannot_smuggle_a_header_or_a_request_line() -> None:
         assert decide(head(line, *headers), TOKEN, PATHS).status == 400, (line, headers)
     tab = decide(head(f"GET /{TOKEN}/emails/mcp HTTP/1.1", "X: a\tb"), TOKEN, PATHS)
     assert tab.status == 200 and b"X: a\tb\r\n" in tab.head  # HTAB is a field's own
+
+
+def test_an_outside_server_reporting_a_cost_past_a_float_does_not_break_the_poll() -> None:
+    """The outside agent server's ``llm_usage`` records are the adversary's JSON: an integer
+    cost too large for a float (``json`` parses it exactly) is infinite spend for the limit
+    and an unknown cost for the row, never an ``OverflowError`` in the poll loop."""
+    event = json.loads('{"type": "llm_usage", "model": "m", "prompt_tokens": 5, "cost": 1'
+                       + "0" * 400 + "}")  # fmt: skip
+    assert usage_cost(event) == math.inf
+    models: dict[str, ModelCalls] = {}
+    add_usage(models, event)
+    assert (models["m"].calls, models["m"].prompt_tokens, models["m"].cost_usd) == (1, 5, None)
 
 
 @pytest.fixture
