@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import Field, ValidationError
@@ -349,14 +349,6 @@ def sample_stats(
         unstable=[s.task for s in spreads if s.unstable],
         per_task=spreads,
     )
-
-
-def rows_by_key(rows: Iterable[TaskRow]) -> dict[str, TaskRow]:
-    """The effective row per key: the last one in ledger order."""
-    out: dict[str, TaskRow] = {}
-    for row in rows:
-        out[row.key] = row
-    return out
 
 
 def summary_line(stats: SampleStats) -> str:

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from harness.core.models import ModelCalls, TaskRow
-from harness.run.samples import rows_by_key, sample_stats
+from harness.run.ledger import LedgerRead
+from harness.run.samples import sample_stats
 from reports.build import compare_runs
 from reports.cli import report_command
 from reports.figures import ReportFigures
@@ -93,7 +94,7 @@ def test_repeated_run_report_has_the_attempts_section(make_run: MakeRun) -> None
     root = make_run("k3", rows, k3_selection(rows))
     paths = write_report(root, resamples=2000, seed=5)
     figures = ReportFigures.model_validate_json(paths.figures.read_text())
-    expected = sample_stats(rows_by_key(rows), k3_selection(rows), resamples=2000, seed=5)
+    expected = sample_stats(LedgerRead(rows).latest, k3_selection(rows), resamples=2000, seed=5)
     assert figures.samples == expected
     s = figures.samples
     assert s is not None and s.k == 3 and s.tasks == 5 and s.attempts == 13

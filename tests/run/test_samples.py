@@ -18,14 +18,13 @@ from types import SimpleNamespace
 import pytest
 
 from harness.core.models import Outcome, TaskRow
-from harness.run.ledger import tally
+from harness.run.ledger import LedgerRead, tally
 from harness.run.samples import (
     DEFAULT_UNSTABLE_RANGE,
     SampleStats,
     pass_at_k,
     record_samples,
     recorded_samples,
-    rows_by_key,
     sample_stats,
     split_attempt,
     summary_line,
@@ -38,7 +37,7 @@ B = "programbench"
 
 
 def _stats(rows: list[TaskRow], selection: list[str] | None = None, **kw: object) -> SampleStats:
-    return sample_stats(rows_by_key(rows), selection, **kw)  # type: ignore[arg-type]
+    return sample_stats(LedgerRead(rows).latest, selection, **kw)  # type: ignore[arg-type]
 
 
 # --- pass@k ------------------------------------------------------------------------------
@@ -301,7 +300,7 @@ def _k1_rows() -> list[TaskRow]:
 
 def test_k1_run_gives_the_headline_of_today() -> None:
     rows = _k1_rows()
-    latest = rows_by_key(rows)
+    latest = LedgerRead(rows).latest
     keys = list(latest)
     stats = sample_stats(latest, keys, resamples=100)
     assert stats.k == 1 and not stats.repeated
@@ -324,19 +323,19 @@ def test_k1_run_gives_the_headline_of_today() -> None:
 def test_manifest_section_only_for_repeated_runs(tmp_path: Path) -> None:
     k1 = manifest_for(tmp_path, "run-a", [r.key for r in _k1_rows()])
     before = k1.model_dump_json(by_alias=True)
-    record_samples(k1, [r.key for r in _k1_rows()], rows_by_key(_k1_rows()))
+    record_samples(k1, [r.key for r in _k1_rows()], LedgerRead(_k1_rows()).latest)
     assert k1.model_dump_json(by_alias=True) == before  # a K=1 manifest is left as it was
     assert "samples" not in json.loads(before)["extra"]
 
     rows = attempt_rows({"a": [1.0, 0.0, 1.0], "b": [0.2, 0.3, 0.1]})
     keys = [r.key for r in rows]
     m = manifest_for(tmp_path, "run-k", keys)
-    record_samples(m, keys, rows_by_key(rows))
+    record_samples(m, keys, LedgerRead(rows).latest)
     raw = json.loads(m.model_dump_json(by_alias=True))["extra"]["samples"]
     assert raw["schema"] == "harness.samples.v1" and raw["k"] == 3
     stats = recorded_samples(m)
     assert stats is not None and stats.unstable == [f"{B}/a"]
-    assert stats == sample_stats(rows_by_key(rows), keys)
+    assert stats == sample_stats(LedgerRead(rows).latest, keys)
 
 
 def test_summary_line_names_the_attempts_behind_each_figure() -> None:
@@ -365,7 +364,7 @@ class Terminal:
 
 def _controller(rows: list[TaskRow], tmp_path: Path, *, record: bool) -> SimpleNamespace:
     keys = [r.key for r in rows]
-    latest = rows_by_key(rows)
+    latest = LedgerRead(rows).latest
     m = manifest_for(tmp_path, "run-s", keys, mean_score=tally(keys, latest).mean_score)
     if record:
         record_samples(m, keys, latest)
