@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.forked import Child, Pending, Status, reap
+
 # Imported by the server before it forks (third-party code and the harness's heavy modules).
 # Not xdist: ``xdist.plugin`` freezes ``sys.path`` when imported, "at interpreter start-up",
 # and hands it to the workers; each run imports it after setting up its own path.
@@ -155,52 +157,22 @@ def serve() -> None:
                     _child(req)
                 children[pid] = req["id"]
                 _say({"id": req["id"], "pid": pid})
-        while children:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                break
-            _say({"id": children.pop(pid), "rc": os.waitstatus_to_exitcode(status)})
+        reap(children, _say)
 
 
-class ForkedProcess:
+class ForkedProcess(Child):
     """A child of the fork server, seen from the test (the parts of ``Popen`` tests use)."""
 
     stdout = None
     stderr = None
 
-    def __init__(self, pid: int, out: Path, ended: threading.Event,
-                 status: dict[str, int]) -> None:
-        self.pid = pid
+    def __init__(self, pid: int, out: Path, ended: threading.Event, status: Status) -> None:
+        super().__init__(pid, ended, status)
         self.out = out
-        self._ended = ended
-        self._status = status
-
-    @property
-    def returncode(self) -> int | None:
-        return self._status.get("rc")
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if not self._ended.wait(timeout):
-            raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
-        return self._status["rc"]
 
     def communicate(self, timeout: float | None = None) -> tuple[str, None]:
         self.wait(timeout)
         return self.out.read_text(errors="replace"), None
-
-    def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
 
 @dataclass
@@ -215,8 +187,7 @@ class ForkServer:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
-        # request id -> (started, ended, {"pid": N, "rc": N} as they become known)
-        self._pending: dict[str, tuple[threading.Event, threading.Event, dict[str, int]]] = {}
+        self._pending = Pending()
         self._ids = itertools.count()
 
     def _server(self) -> subprocess.Popen[str]:
@@ -234,33 +205,17 @@ class ForkServer:
     def _read(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            answer = json.loads(line)
-            with self._lock:
-                started, ended, status = self._pending[answer["id"]]
-                if "pid" in answer:
-                    status["pid"] = answer["pid"]
-                    started.set()
-                else:
-                    status["rc"] = answer["rc"]
-                    del self._pending[answer["id"]]
-                    ended.set()
-        with self._lock:  # the server ended: nothing pending will ever be answered
-            for started, ended, status in self._pending.values():
-                status.setdefault("rc", -int(signal.SIGKILL))
-                started.set()
-                ended.set()
-            self._pending.clear()
+            self._pending.answer(json.loads(line))
+        self._pending.abandon()  # the server ended: nothing pending will ever be answered
 
     def spawn(self, module: str, argv: list[str], cwd: Path, env: dict[str, str],
               out: Path) -> ForkedProcess:
         """Start ``python -m MODULE ARGV`` in CWD with ENV, its output into OUT."""
-        started, ended = threading.Event(), threading.Event()
-        status: dict[str, int] = {}
         with self._lock:
             proc = self._server()
             assert proc.stdin is not None
             req_id = str(next(self._ids))
-            self._pending[req_id] = (started, ended, status)
+            started, ended, status = self._pending.add(req_id)
             proc.stdin.write(json.dumps({"id": req_id, "module": module, "argv": argv,
                                          "cwd": str(cwd), "env": env, "out": str(out)}) + "\n")
             proc.stdin.flush()

@@ -36,6 +36,8 @@ import time
 import types
 from typing import Any
 
+from tests.support.forked import Child, Pending, Status, reap
+
 REAP_SEC = 0.01  # how often a zygote with running workers looks for ended ones
 MAX_MESSAGE = 1 << 20  # a request: the environment is the largest part
 
@@ -45,43 +47,16 @@ def _catchable() -> list[signal.Signals]:
             and s not in (signal.SIGKILL, signal.SIGSTOP)]  # fmt: skip
 
 
-class _Popen:
+class _Popen(Child):
     """The part of ``subprocess.Popen`` execnet uses (``wait``, ``kill``), plus what
     ``Popen2IO`` reads and writes (``stdin``, ``stdout``)."""
 
     def __init__(
-        self, pid: int, stdin: Any, stdout: Any, ended: threading.Event, status: dict[str, int]
+        self, pid: int, stdin: Any, stdout: Any, ended: threading.Event, status: Status
     ) -> None:
-        self.pid = pid
+        super().__init__(pid, ended, status)
         self.stdin = stdin
         self.stdout = stdout
-        self._ended = ended
-        self._status = status
-
-    @property
-    def returncode(self) -> int | None:
-        return self._status.get("rc")
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if not self._ended.wait(timeout):
-            import subprocess
-
-            raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
-        return self._status["rc"]
-
-    def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
 
 class ZygoteClient:
@@ -91,7 +66,7 @@ class ZygoteClient:
         self.sock = sock
         self.pid = pid
         self._lock = threading.Lock()
-        self._pending: dict[str, tuple[threading.Event, threading.Event, dict[str, int]]] = {}
+        self._pending = Pending()
         self._next = 0
         self._reader: threading.Thread | None = None
 
@@ -111,13 +86,11 @@ class ZygoteClient:
         stdout=PIPE)`` makes them) and this process's stderr."""
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
-        started, ended = threading.Event(), threading.Event()
-        status: dict[str, int] = {}
         try:
             with self._lock:
                 self._next += 1
                 req_id = str(self._next)
-                self._pending[req_id] = (started, ended, status)
+                started, ended, status = self._pending.add(req_id)
                 if self._reader is None:
                     self._reader = threading.Thread(target=self._read, daemon=True,
                                                     name="zygote-reader")  # fmt: skip
@@ -168,22 +141,8 @@ class ZygoteClient:
                 data = b""
             if not data:
                 break
-            answer = json.loads(data)
-            with self._lock:
-                started, ended, status = self._pending[answer["id"]]
-                if "pid" in answer:
-                    status["pid"] = answer["pid"]
-                    started.set()
-                else:
-                    status["rc"] = answer["rc"]
-                    del self._pending[answer["id"]]
-                    ended.set()
-        with self._lock:  # the zygote is gone: no worker of it is ever answered again
-            for started, ended, status in self._pending.values():
-                status.setdefault("rc", -int(signal.SIGKILL))
-                started.set()
-                ended.set()
-            self._pending.clear()
+            self._pending.answer(json.loads(data))
+        self._pending.abandon()  # the zygote is gone: no worker of it is ever answered again
 
 
 def start() -> ZygoteClient:
@@ -247,11 +206,7 @@ def _serve(sock: socket.socket, handlers: dict[signal.Signals, Any]) -> None:
                     os.close(fd)
                 children[pid] = req["id"]
                 _say(sock, {"id": req["id"], "pid": pid})
-            while children:
-                pid, wstatus = os.waitpid(-1, os.WNOHANG)
-                if pid == 0:
-                    break
-                _say(sock, {"id": children.pop(pid), "rc": os.waitstatus_to_exitcode(wstatus)})
+            reap(children, lambda answer: _say(sock, answer))
     except BaseException:  # the zygote never raises into the forked run's code
         rc = 70
     finally:
