@@ -41,6 +41,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -336,18 +337,16 @@ class RouteRecord(BaseModel):
     refused: int = 0
 
 
+@dataclass
 class ToolRoute:
     """One task attempt's route (see the module docstring): :meth:`open`, :meth:`url`,
     :meth:`close` (idempotent)."""
 
-    def __init__(
-        self, client: Any, folder: Path, proxy: TokenProxy, relay_id: str, record: RouteRecord
-    ) -> None:
-        self.client = client
-        self.folder = folder
-        self.proxy = proxy
-        self.relay_id = relay_id
-        self.record = record
+    client: Any
+    folder: Path  # the private directory holding the relay's socket
+    proxy: TokenProxy
+    relay_id: str
+    record: RouteRecord
 
     @property
     def base_url(self) -> str:
