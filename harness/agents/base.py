@@ -150,6 +150,11 @@ class Agent:
         (checked before the run starts; default: none)."""
         return []
 
+    def tape_problem(self, mode: str) -> str | None:
+        """Why this agent's model calls cannot be recorded or replayed under
+        ``--model-<mode>`` (one line naming the fix), None when they can (default)."""
+        return None
+
     def before_run(self, view: InstanceView, request: AgentRequest) -> AgentRequest:
         """Called before :meth:`run`; the request ``run`` gets (default: unchanged)."""
         return request

@@ -189,10 +189,9 @@ def build_agent(kind: str, options: AgentOptions, tape: TapeConfig | None) -> Ag
         raise ValueError(f"{flag}: the {kind} agent's model calls reach the harness only "
                          f"through the model gateway: add --model-upstream URL")
     agent = make_agent(kind, options)
-    check = getattr(agent, "tape_problem", None)
-    problem = check(tape.mode) if callable(check) else None
+    problem = agent.tape_problem(tape.mode)
     if problem:
-        raise ValueError(str(problem))
+        raise ValueError(problem)
     return agent
 
 

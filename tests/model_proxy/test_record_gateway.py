@@ -392,3 +392,22 @@ def test_a_records_directory_is_checked_before_a_replay(tmp_path: Path) -> None:
         TapeConfig("replay", tmp_path / "nothing").prepare()
     TapeConfig("record", tmp_path / "rec").prepare()
     TapeConfig("replay", tmp_path / "rec").prepare()  # what a recording left is accepted
+
+
+def test_an_agent_whose_calls_cannot_be_taped_is_refused_by_its_own_word(tmp_path: Path) -> None:
+    """The runner asks the agent (Agent.tape_problem) and refuses with its one line."""
+    from harness.agents.base import AgentOptions, make_agent
+    from harness.runner.agent_plugin import build_agent
+
+    assert make_agent("nop", AgentOptions()).tape_problem("record") is None  # the default
+    replay = TapeConfig("replay", tmp_path / "records")
+    with pytest.raises(ValueError, match="makes its model calls outside the harness"):
+        build_agent("nop", AgentOptions(), replay)
+    config = tmp_path / "portkey.yaml"
+    config.write_text("model:\n  model_class: portkey\n")
+    with pytest.raises(ValueError, match="model class 'portkey' calls its provider itself"):
+        build_agent("mini-swe-agent", AgentOptions(solve_model="openai/x",
+                                                   agent_config=str(config)), replay)
+    with pytest.raises(ValueError, match="needs the provider's OpenAI-compatible base URL"):
+        build_agent("mini-swe-agent", AgentOptions(solve_model="openai/x"),
+                    TapeConfig("record", tmp_path / "records"))
