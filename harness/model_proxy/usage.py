@@ -273,24 +273,34 @@ class InstanceMeter:
                        f"no more model calls"
             return None
 
+    def _count(self, usage: CallUsage, requested_model: str | None) -> ModelCalls:
+        """One call counted (under the lock): the models named, and its model's record."""
+        s = self.state
+        s.calls += 1
+        for name in (requested_model, usage.model):
+            if name and name not in s.models and len(s.models) < 20:
+                s.models.append(name)
+        entry = self._entry(requested_model or usage.model or UNNAMED, allowed=True)
+        entry.calls += 1
+        return entry
+
+    def _add_tokens(self, entry: ModelCalls, usage: CallUsage) -> None:
+        s = self.state
+        s.prompt_tokens += usage.prompt
+        s.completion_tokens += usage.completion
+        entry.prompt_tokens = (entry.prompt_tokens or 0) + usage.prompt
+        entry.completion_tokens = (entry.completion_tokens or 0) + usage.completion
+
     def record(self, usage: CallUsage, requested_model: str | None) -> CallCost:
         """Meter one forwarded call; returns its cost and where the cost came from."""
         with self.lock:
             s = self.state
-            s.calls += 1
-            for name in (requested_model, usage.model):
-                if name and name not in s.models and len(s.models) < 20:
-                    s.models.append(name)
-            entry = self._entry(requested_model or usage.model or UNNAMED, allowed=True)
-            entry.calls += 1
+            entry = self._count(usage, requested_model)
             if not usage.seen:
                 s.usage_missing += 1
                 entry.cost_usd = None
                 return CallCost(None, "usage_missing")
-            s.prompt_tokens += usage.prompt
-            s.completion_tokens += usage.completion
-            entry.prompt_tokens = (entry.prompt_tokens or 0) + usage.prompt
-            entry.completion_tokens = (entry.completion_tokens or 0) + usage.completion
+            self._add_tokens(entry, usage)
             if usage.provider_cost is not None:
                 cost: float | None = usage.provider_cost
                 source = "provider"
@@ -318,17 +328,7 @@ class InstanceMeter:
         recorded, None when unknown) counts against ``--per-task-limit-usd`` so the limit
         stops a replayed agent where it stopped the recorded one."""
         with self.lock:
-            s = self.state
-            s.calls += 1
-            for name in (requested_model, usage.model):
-                if name and name not in s.models and len(s.models) < 20:
-                    s.models.append(name)
-            entry = self._entry(requested_model or usage.model or UNNAMED, allowed=True)
-            entry.calls += 1
-            s.prompt_tokens += usage.prompt
-            s.completion_tokens += usage.completion
-            entry.prompt_tokens = (entry.prompt_tokens or 0) + usage.prompt
-            entry.completion_tokens = (entry.completion_tokens or 0) + usage.completion
+            self._add_tokens(self._count(usage, requested_model), usage)
             if original is None:
                 self.replay_unpriced += 1
             else:
