@@ -42,7 +42,7 @@ from harness.model_proxy.network import BASE_URL, GatewayLink
 from harness.model_proxy.pinning import ModelPin, pin_for
 from harness.model_proxy.prices import ModelPrices, load_prices
 from harness.model_proxy.server import SOCKET_NAME, GatewayServer
-from harness.model_proxy.usage import InstanceMeter
+from harness.model_proxy.usage import InstanceMeter, MeterState
 
 DEFAULT_KEY_ENV = "HARNESS_MODEL_API_KEY"
 PLACEHOLDER_KEY = "harness-model-gateway"
@@ -152,27 +152,39 @@ class GatewayCommandAgent(Agent):
                 link.close()
         finally:
             server.close()
-        state = meter.snapshot()
-        out = Path(request.instance_dir) / USAGE_NAME
-        atomic_write_json(out, state)
-        known = state.cost_known
-        update: dict[str, Any] = {
-            "cost_usd": round(state.cost_usd, 12),
-            "cost_known": known,
-            "tokens": Tokens(prompt=state.prompt_tokens, completion=state.completion_tokens,
-                             total=state.prompt_tokens + state.completion_tokens),
-            "models": meter.models_called(),
-            "output_paths": {**outcome.output_paths, "model_gateway": str(out)},
-            "details": {**outcome.details, "cost_source": "gateway" if known else "unknown",
-                        "model_calls": state.calls, "model_refused": state.refused,
-                        **({"model_not_allowed": state.model_not_allowed}
-                           if state.model_not_allowed else {})},
-        }
+        state, update = gateway_update(meter, Path(request.instance_dir))
+        update["output_paths"] = {**outcome.output_paths, **update.pop("paths")}
+        update["details"] = {**outcome.details, **update["details"]}
         if state.limit_reached:
-            update.update(completed=False, infra=False, reason_code="per_task_limit_reached")
+            update.update(completed=False, infra=False)
         elif state.upstream_errors and not outcome.completed and not outcome.infra:
             update.update(infra=True, reason_code="model_upstream_failed")
         return outcome.model_copy(update=update)
+
+
+def gateway_update(meter: InstanceMeter, out_dir: Path) -> tuple[MeterState, dict[str, Any]]:
+    """The meter's state, written to ``model_gateway.json`` in ``out_dir``, and the outcome's
+    fields from it: cost, tokens, models, ``details`` (cost source, calls, refusals),
+    ``paths`` (the file) and, past the per-task limit, ``reason_code``."""
+    state = meter.snapshot()
+    path = out_dir / USAGE_NAME
+    atomic_write_json(path, state)
+    known = state.cost_known
+    update: dict[str, Any] = {
+        "cost_usd": round(state.cost_usd, 12),
+        "cost_known": known,
+        "tokens": Tokens(prompt=state.prompt_tokens, completion=state.completion_tokens,
+                         total=state.prompt_tokens + state.completion_tokens),
+        "models": meter.models_called(),
+        "paths": {"model_gateway": str(path)},
+        "details": {"cost_source": "gateway" if known else "unknown",
+                    "model_calls": state.calls, "model_refused": state.refused,
+                    **({"model_not_allowed": state.model_not_allowed}
+                       if state.model_not_allowed else {})},
+    }
+    if state.limit_reached:
+        update["reason_code"] = "per_task_limit_reached"
+    return state, update
 
 
 @register_agent("command")

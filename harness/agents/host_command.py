@@ -273,7 +273,9 @@ class HostCommandAgent(Agent):
             "details": {"exec_calls": service.calls,
                         "cost_source": "agent_reported" if known else "unknown"}}
         if meter is not None:  # the gateway's figures, not the agent's own
-            update = _gateway_update(meter, out_dir)
+            from harness.agents.command_proxy import gateway_update
+
+            update = gateway_update(meter, out_dir)[1]
             common["output_paths"].update(update.pop("paths"))
             common["details"].update(update.pop("details"))
             reason = update.pop("reason_code", None)
@@ -353,30 +355,6 @@ def _gateway_for(gateway: HostGateway | None, environ: Mapping[str, str],
         yield meter
     finally:
         server.close()
-
-
-def _gateway_update(meter: InstanceMeter, out_dir: Path) -> dict[str, Any]:
-    """The outcome's cost, tokens and reason from the gateway's meter (``model_gateway.json``
-    in the instance folder)."""
-    from harness.agents.command_proxy import USAGE_NAME
-
-    state = meter.snapshot()
-    path = out_dir / USAGE_NAME
-    atomic_write_json(path, state)
-    known = state.cost_known
-    update: dict[str, Any] = {
-        "cost_usd": round(state.cost_usd, 12), "cost_known": known,
-        "tokens": Tokens(prompt=state.prompt_tokens, completion=state.completion_tokens,
-                         total=state.prompt_tokens + state.completion_tokens),
-        "models": meter.models_called(),
-        "paths": {"model_gateway": str(path)},
-        "details": {"cost_source": "gateway" if known else "unknown",
-                    "model_calls": state.calls, "model_refused": state.refused,
-                    **({"model_not_allowed": state.model_not_allowed}
-                       if state.model_not_allowed else {})}}
-    if state.limit_reached:
-        update["reason_code"] = "per_task_limit_reached"
-    return update
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
