@@ -20,7 +20,19 @@ Per instance the verdict is
 those naming its run root, a resume, a recording, a replay or an upstream, plus
 ``--run-root NEW --model-replay DIR``. This is the simplest robust way: the session is the
 one that made the run, selectors, benchmark options and agent options included, and it
-depends on nothing of the runner's internals. The resume machinery was the alternative and
+depends on nothing of the runner's internals.
+
+**What a run root can make it run.** RUN may come from someone else, so its manifest is
+read as data: the program is always this interpreter's ``-m pytest`` (a manifest whose argv
+is not ``<python> -m pytest ...`` is refused), and every argument that makes pytest import a
+module or read a configuration or an argument file the manifest names is refused (exit 2):
+``-p NAME`` (``-p no:NAME`` is kept), ``-c``/``--config-file``, ``--rootdir``,
+``--confcutdir``, ``-o``/``--override-ini``, ``--pyargs``, ``--import-mode``, ``--pdbcls``,
+``-W``/``--pythonwarnings`` (a warning category is imported by name) and ``@FILE``. What is
+left is the run itself, and it is run: the conftest files of its directory and its test
+paths are imported, and its agent options start its agent (a ``host-command`` agent runs
+its command on this machine). Re-running the agent is what the check is for, so check a
+foreign run's command and directory (both are printed first) or check it in a sandbox. The resume machinery was the alternative and
 does the wrong thing here: a resume carries settled rows forward and re-scores a kept
 submission without running its agent. A run that was itself a resume (``--resume-from`` in
 its argv) is re-run on the instances its manifest selected (``--instance ID`` each).
@@ -70,7 +82,28 @@ DROPPED = (
     "--model-key-env",
     "--basetemp",
 )
+# pytest options that import a module or read a file the manifest names (see above).
+LOADING = (
+    "-p",
+    "-c",
+    "--config-file",
+    "--rootdir",
+    "--confcutdir",
+    "-o",
+    "--override-ini",
+    "--pyargs",
+    "--import-mode",
+    "--pdbcls",
+    "-W",
+    "--pythonwarnings",
+)
+SHORT_LOADING = "pcoW"  # the short forms above, also inside a cluster (-xpNAME)
+SHORT_VALUED = "kmrn"  # short options whose value follows (the rest of a cluster is it)
 Verdict = Literal["identical", "diverged", "miss", "not_run"]
+
+
+class ReplayArgsError(ValueError):
+    """A manifest's argv that replay-check will not run (one line)."""
 
 
 class InstanceCheck(BaseModel):
@@ -109,11 +142,43 @@ def submission_sha256(row: TaskRow) -> str | None:
     return want if isinstance(want, str) and want else None
 
 
+def loading_argument(args: Sequence[str]) -> str | None:
+    """The first argument that makes pytest import a module or read a file the manifest
+    names (:data:`LOADING`, ``@FILE``), None when there is none."""
+    for i, arg in enumerate(args):
+        if arg.startswith("@"):
+            return arg
+        if arg.startswith("--"):
+            if arg.split("=", 1)[0] in LOADING:
+                return arg
+            continue
+        if not arg.startswith("-") or len(arg) < 2:
+            continue
+        for j, letter in enumerate(arg[1:], start=2):
+            if letter in SHORT_VALUED:
+                break
+            if letter in SHORT_LOADING:
+                value = arg[j:] or (args[i + 1] if i + 1 < len(args) else "")
+                if letter == "p" and value.startswith("no:"):
+                    break  # disabling a plugin loads nothing
+                return arg if arg[j:] else f"{arg} {value}"
+    return None
+
+
 def replay_args(argv: Sequence[str], selection: Sequence[str]) -> list[str]:
-    """The run's pytest arguments to give again (see the module's docstring)."""
+    """The run's pytest arguments to give again (see the module's docstring);
+    :class:`ReplayArgsError` for an argv that is not a pytest session's, or that loads
+    code or configuration of its own."""
     args = list(argv)
-    if len(args) >= 3 and args[1:3] == ["-m", "pytest"]:
-        args = args[3:]
+    if len(args) < 3 or args[1:3] != ["-m", "pytest"]:
+        raise ReplayArgsError(f"its argv does not start with '<python> -m pytest': {args[:3]}")
+    args = args[3:]
+    found = loading_argument(args)
+    if found is not None:
+        raise ReplayArgsError(
+            f"its argv has {found!r}, which makes pytest import a module or read a file the "
+            f"run names; replay-check does not run it (check the run by hand)"
+        )
     kept: list[str] = []
     resumed = False
     skip = False
@@ -237,11 +302,17 @@ def replay_check_command(argv: Sequence[str]) -> int:
     out = (args.output or args.run.parent / f"{args.run.name}-replay-check-{stamp}").absolute()
     if out.exists():
         return _fail(f"--output {out} exists: run roots are never reused; name a new one")
+    try:
+        args_again = replay_args(manifest.argv, manifest.selection.instance_ids)
+    except ReplayArgsError as exc:
+        return _fail(f"{args.run}: {exc}")
+    if not Path(manifest.cwd).is_dir():
+        return _fail(f"{args.run}: the run's directory {manifest.cwd} is not here")
     command = [
         sys.executable,
         "-m",
         "pytest",
-        *replay_args(manifest.argv, manifest.selection.instance_ids),
+        *args_again,
         "--run-root",
         str(out),
         "--model-replay",
