@@ -15,10 +15,10 @@ import pytest
 from benchmarks.programbench.fixture_tasks import EXTRA_TASKS
 from benchmarks.programbench.ignored_rescore import RescoreRefused, rescore_command, rescore_run
 from harness.core.models import Outcome, TaskRow
-from harness.run.ledger import LedgerWriter, ledger_path, read_ledger
-from harness.run.manifest import read_manifest, write_manifest
-from harness.run.resume import carry_row, original_row
+from harness.run.ledger import ledger_path, read_ledger
+from harness.run.manifest import read_manifest
 from harness.sandbox.cleanup import run_lock
+from tests.benchmarks.programbench.pb_resume import resume_of
 from tests.support.suite import run_pytest
 
 pytestmark = pytest.mark.docker
@@ -117,27 +117,9 @@ def test_a_carried_instance_is_rescored_from_the_run_that_scored_it(
 ) -> None:
     """A resume's carried row has no eval.json in its own folder: the ancestor's is read."""
     ancestor = copy_run(fixture_run, tmp_path / "ancestor")
-    manifest = read_manifest(ancestor)
     resumed = tmp_path / "resumed"
-    resumed.mkdir()
-    child = manifest.model_copy(deep=True)
-    child.run_id, child.run_root = "resumed-run", str(resumed.resolve())
-    child.resume.ancestors = [str(ancestor.resolve())]
-    child.resume.ancestor_run_ids = [manifest.run_id]
-    write_manifest(child, resumed)
-    rows = [
-        carry_row(
-            original_row(r),
-            run_id="resumed-run",
-            worker="main",
-            nodeid=r.nodeid,
-            status="skipped",
-            ts_unix=r.ts_unix,
-        )
-        for r in latest(ancestor).values()
-    ]
+    rows = resume_of(ancestor, resumed, latest(ancestor).values())
     assert all(r.outcome is Outcome.CARRIED for r in rows)
-    assert LedgerWriter(resumed).append_batch(rows)
     assert not (resumed / "programbench" / CALCFLOAT.instance_id / "submission.tar.gz").exists()
     file = tmp_path / "ignored.json"
     file.write_text(json.dumps({CALCFLOAT.instance_id: [DECIMALS]}))

@@ -37,9 +37,9 @@ from benchmarks.programbench.leaderboard_records import RECORD_NAME, SubmissionR
 from harness.core.models import TaskRow
 from harness.run.ledger import LedgerWriter, ledger_path, read_ledger
 from harness.run.manifest import read_manifest, write_manifest
-from harness.run.resume import carry_row, original_row
 from harness.testing.fake_model_server import start_fake_model_server
 from tests.agents.model_scripts import solve_script
+from tests.benchmarks.programbench.pb_resume import resume_of
 from tests.support.suite import REPO_ROOT
 
 pytestmark = pytest.mark.docker
@@ -350,29 +350,13 @@ def test_a_carried_instance_comes_from_the_run_that_scored_it(
 ) -> None:
     monkeypatch.setenv("PYTHONPATH", overlay.pythonpath)
     ancestor = copy_run(lb_run, tmp_path / "ancestor")
-    manifest = read_manifest(ancestor)
     resumed = tmp_path / "resumed"
-    resumed.mkdir()
-    child = manifest.model_copy(deep=True)
-    child.run_id, child.run_root = "resumed-run", str(resumed.resolve())
-    child.resume.ancestors = [str(ancestor.resolve())]
-    child.resume.ancestor_run_ids = [manifest.run_id]
-    write_manifest(child, resumed)
-    row = effective(ancestor)
-    assert LedgerWriter(resumed).append(
-        carry_row(
-            original_row(row),
-            run_id="resumed-run",
-            worker="main",
-            nodeid=row.nodeid,
-            status="skipped",
-            ts_unix=row.ts_unix,
-        )
-    )
+    resume_of(ancestor, resumed, [effective(ancestor)])
     out = tmp_path / "out"
     assert submission_command([str(resumed), "--output", str(out)]) == 0
     (packed,) = record_of(out).instances
-    assert packed.source_run == str(ancestor.resolve()) and packed.carried_from == manifest.run_id
+    assert packed.source_run == str(ancestor.resolve())
+    assert packed.carried_from == read_manifest(ancestor).run_id
     assert (out / LB_ID / f"{LB_ID}.traj.json").is_file()
 
     # a kept archive that is not the scored one is never packaged
