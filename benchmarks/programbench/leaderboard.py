@@ -334,13 +334,8 @@ def write_submission(
         result = _copy_instance(kept, dest)
         (packed if isinstance(result, PackedInstance) else record.left_out).append(result)  # type: ignore[arg-type]
     record.instances = packed
-    by_iid = {
-        p.instance_id: kept.row
-        for p in packed
-        for kept in chosen
-        if kept.row.task_id == p.instance_id
-    }
-    stats, record.unknown = collect_stats(by_iid)
+    row_of = {kept.row.task_id: kept.row for kept in chosen}
+    stats, record.unknown = collect_stats({p.instance_id: row_of[p.instance_id] for p in packed})
     write_stats(dest, stats)
     record.stats_written = {s: len(v) for s, v in stats.items()}
     if not (dest / "submission.yaml").exists():
