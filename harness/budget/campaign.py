@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections.abc import Sequence
 
@@ -27,6 +28,21 @@ from .store import CampaignStore, refuse, seal
 
 def _root_key(root: str | os.PathLike[str]) -> str:
     return os.path.realpath(os.fspath(root))
+
+
+_RETRY_SUFFIX = re.compile(r"#retry[1-9][0-9]*$")  # an instance id never holds '#'
+
+
+def try_key(key: str, retries: int) -> str:
+    """The reservation key of one try of instance ``key`` in a run: the key for its first
+    try, ``<key>#retry<n>`` for its n-th infrastructure retry (``--retry-infra``). A key is
+    reserved and settled once, so each try holds and is charged on its own."""
+    return key if not retries else f"{key}#retry{retries}"
+
+
+def instance_of(key: str) -> str:
+    """The instance of a try's reservation key (:func:`try_key`)."""
+    return _RETRY_SUFFIX.sub("", key)
 
 
 class Campaign(CampaignStore):
@@ -102,8 +118,10 @@ class Campaign(CampaignStore):
             )
             for old in taken:
                 entry.took_over += [old.run_id, *old.took_over]
-                entry.inherited.update(old.inherited)
-                entry.inherited.update(old.reservations)
+                # held per instance, whichever try was in flight: the resume's try of
+                # the instance takes the hold over (reserve) and may reattach to its task
+                for key, held in [*old.inherited.items(), *old.reservations.items()]:
+                    entry.inherited[instance_of(key)] = held
                 old.inherited.clear()
                 old.reservations.clear()
                 record = self._close(

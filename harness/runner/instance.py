@@ -156,8 +156,10 @@ class InstanceContext:
     @property
     def budget_key(self) -> str:
         """The key of this try's budget reservation: the instance key, and for a retry
-        within the run its own (a reservation is made and settled once per key)."""
-        return self.key if not self.tries else f"{self.key}#retry{self.tries}"
+        within the run its own (:func:`harness.budget.campaign.try_key`)."""
+        from harness.budget.campaign import try_key
+
+        return try_key(self.key, self.tries)
 
     @property
     def run_id(self) -> str:

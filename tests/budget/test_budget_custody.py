@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from harness.budget import Campaign, campaign_command
+from harness.budget.campaign import instance_of, try_key
 from harness.core.errors import RefusalError
 from tests.sandbox.engines.engines_support import Engine, second_engine
 
@@ -31,7 +32,10 @@ campaign = Campaign.open_or_create(
     args["campaign"], ceiling_usd=100.0, key_fingerprint=args["fingerprint"], baseline_usage=10.0
 )
 campaign.admit_run(args["run_id"], args["run_root"], os.getpid())
-campaign.reserve(args["run_id"], "b/in-flight", 2.0)
+for key, cost in args["settled"]:
+    campaign.reserve(args["run_id"], key, 1.0)
+    campaign.settle(args["run_id"], key, cost, True)
+campaign.reserve(args["run_id"], args["in_flight"], 2.0)
 print("ready", flush=True)
 time.sleep(60)
 """
@@ -47,7 +51,15 @@ def docker_client() -> Iterator[Any]:
     client.close()
 
 
-def _crash_a_run(campaign: Campaign, tmp_path: Path, *, manifest: bool = True) -> tuple[str, Path]:
+def _crash_a_run(
+    campaign: Campaign,
+    tmp_path: Path,
+    *,
+    manifest: bool = True,
+    settled: tuple[tuple[str, float], ...] = (),
+    in_flight: str = "b/in-flight",
+) -> tuple[str, Path]:
+    """A run killed holding 2.0 for ``in_flight``, after settling ``settled`` (key, cost)."""
     run_id = f"crashed-{uuid.uuid4().hex[:8]}"
     run_root = tmp_path / run_id
     run_root.mkdir()
@@ -59,6 +71,8 @@ def _crash_a_run(campaign: Campaign, tmp_path: Path, *, manifest: bool = True) -
         "fingerprint": state.key_fingerprint,
         "run_id": run_id,
         "run_root": str(run_root),
+        "settled": list(settled),
+        "in_flight": in_flight,
     }
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, json.dumps(args)], stdout=subprocess.PIPE
@@ -296,6 +310,43 @@ def test_a_resume_that_does_not_reattach_pays_the_dead_attempt_and_its_own(
     record = campaign.finish_run("resume", "completed")
     assert record.settled_usd == 2.75 and record.unknown_cost_count == 1
     assert campaign.snapshot().spent_usd == 2.75
+
+
+def test_a_resume_takes_over_the_hold_of_a_retry_in_flight_as_its_instances(
+    make_campaign: MakeCampaign, tmp_path: Path
+) -> None:
+    """The killed run was retrying ``b/x`` (``--retry-infra``): its first try settled, the
+    retry held on ``b/x#retry1``. The resume's try of ``b/x`` takes that hold over, as any
+    dead attempt's: reattached to the retry's task, the task is charged once (before, the
+    hold stayed apart and was charged again at the run's end); not reattached, the dead
+    retry counts what its task reported when above its hold (before: its hold only)."""
+    campaign = make_campaign(100.0)
+    _crashed, crashed_root = _crash_a_run(
+        campaign, tmp_path, settled=(("b/x", 0.5),), in_flight=try_key("b/x", 1)
+    )
+    resume = campaign.admit_run("resume", tmp_path / "resume", os.getpid(),
+                                resumes=[crashed_root])  # fmt: skip
+    assert set(resume.inherited) == {"b/x"}
+    assert campaign.reserve("resume", "b/x", 0.0).amount_usd == 2.0  # the reattach
+    campaign.settle("resume", "b/x", 0.75, True, reattached=True)  # the retry's whole task
+    record = campaign.finish_run("resume", "completed")
+    assert record.abandoned_count == 0 and record.unknown_cost_count == 0
+    assert campaign.snapshot().spent_usd == 0.5 + 0.75
+
+    _crashed, crashed_root = _crash_a_run(
+        campaign, tmp_path, settled=(("b/y", 0.5),), in_flight=try_key("b/y", 1)
+    )
+    campaign.admit_run("resume2", tmp_path / "resume2", os.getpid(), resumes=[crashed_root])
+    campaign.reserve("resume2", "b/y", 1.0)
+    settled = campaign.settle("resume2", "b/y", 0.25, True, earlier_cost_usd=3.0)  # afresh
+    assert settled.earlier_charged_usd == 3.0  # what the dead retry's task reported
+    campaign.finish_run("resume2", "completed")
+    assert campaign.snapshot().spent_usd == 1.25 + 0.5 + 0.25 + 3.0
+
+
+def test_try_keys_name_their_instance() -> None:
+    assert try_key("b/x@2", 0) == "b/x@2" and try_key("b/x@2", 3) == "b/x@2#retry3"
+    assert instance_of("b/x@2#retry3") == instance_of("b/x@2") == "b/x@2"
 
 
 def test_a_dead_attempts_hold_is_charged_when_its_instance_does_not_run_again(
