@@ -540,35 +540,35 @@ def test_a_failing_save_stops_the_run(pg_server: PgServer, tmp_path: Path) -> No
     assert campaign.reserve("r1", "b/a", 1.0).amount_usd == 1.0  # the same connection, sane
 
 
-def test_an_unreachable_database_refuses_the_run_in_one_line(tmp_path: Path) -> None:
+def _refused_at_start(
+    tmp_path: Path, budget_usd: float, campaign_url: str, campaign_file: str | None = None
+) -> RefusalError:
+    """The refusal of a run's budget on the campaign the options name."""
     settings = BudgetSettings(
-        campaign_url="postgresql://harness:s3cret-pw@127.0.0.1:1/harness?campaign=x",
-        campaign_budget_usd=10.0,
+        campaign_url=campaign_url,
+        campaign_file=campaign_file,
+        campaign_budget_usd=budget_usd,
         unknown_cost_allowance_usd=1.0,
     )
     with pytest.raises(RefusalError) as refused:
         ControllerBudget.start(settings, run_id="r", run_root=tmp_path)
-    message = str(refused.value)
-    assert refused.value.reason == "campaign_unreachable" and "\n" not in message
+    return refused.value
+
+
+def test_an_unreachable_database_refuses_the_run_in_one_line(tmp_path: Path) -> None:
+    unreachable = _refused_at_start(
+        tmp_path, 10.0, campaign_url="postgresql://harness:s3cret-pw@127.0.0.1:1/harness?campaign=x"
+    )
+    message = str(unreachable)
+    assert unreachable.reason == "campaign_unreachable" and "\n" not in message
     assert "s3cret-pw" not in message and "harness:***@127.0.0.1:1" in message
-    both = BudgetSettings(
-        campaign_file=str(tmp_path / "c.json"),
-        campaign_url="env:X",
-        campaign_budget_usd=1.0,
-        unknown_cost_allowance_usd=1.0,
+    conflict = _refused_at_start(
+        tmp_path, 1.0, campaign_file=str(tmp_path / "c.json"), campaign_url="env:X"
     )
-    with pytest.raises(RefusalError) as conflict:
-        ControllerBudget.start(both, run_id="r", run_root=tmp_path)
-    assert conflict.value.reason == "campaign_options_conflict"
-    unset = BudgetSettings(
-        campaign_url="env:HARNESS_NOT_SET_ANYWHERE",
-        campaign_budget_usd=1.0,
-        unknown_cost_allowance_usd=1.0,
-    )
-    with pytest.raises(RefusalError) as missing:
-        ControllerBudget.start(unset, run_id="r", run_root=tmp_path)
-    assert missing.value.reason == "campaign_url_unusable"
-    assert "$HARNESS_NOT_SET_ANYWHERE is not set" in str(missing.value)
+    assert conflict.reason == "campaign_options_conflict"
+    missing = _refused_at_start(tmp_path, 1.0, campaign_url="env:HARNESS_NOT_SET_ANYWHERE")
+    assert missing.reason == "campaign_url_unusable"
+    assert "$HARNESS_NOT_SET_ANYWHERE is not set" in str(missing)
 
 
 def test_a_forked_child_never_ends_the_parents_session(pg_server: PgServer, tmp_path: Path) -> None:
