@@ -18,7 +18,9 @@ instead keeps **one** ssh connection per engine for the run:
 ssh itself reads the user's configuration (``~/.ssh/config``: keys, known hosts, jump
 hosts); ``BatchMode`` is on: a host key not known or a key that needs a passphrase fails
 at admission instead of prompting. The tunnel is a child of the process that opened it
-and ends with it (``setpriv --pdeathsig``), so a killed controller leaves no ssh behind.
+and ends with it (``setpriv --pdeathsig``), so a killed controller leaves no ssh behind;
+its folder (the socket file, ssh's log) names the opener (pid, start time, pid namespace)
+and is removed by the next :meth:`SshTunnel.open` once that process is gone.
 The remote side needs ``sshd`` allowing stream-local forwarding (OpenSSH's default) and,
 without a path in the URL, the ``docker`` CLI.
 """
@@ -26,6 +28,7 @@ without a path in the URL, the ``docker`` CLI.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -38,9 +41,13 @@ from urllib.parse import urlsplit
 import docker
 from docker.errors import DockerException
 
+from harness.sandbox.lease_identity import pid_namespace, process_alive, process_start
+
 CONNECT_TIMEOUT_S = 15
 START_TIMEOUT_S = 60
 PING_TRIES = 5  # pings through a connected tunnel before the engine counts as down
+PREFIX = "harness-ssh-"
+OWNER = "owner"  # in a tunnel's folder: "<pid> <start> <pid namespace>" of its opener
 KEEPALIVE = ("-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=6")
 
 
@@ -61,8 +68,9 @@ def parse_ssh_url(url: str) -> SshTarget:
     parts = urlsplit(url)
     if parts.scheme != "ssh" or not parts.hostname:
         raise ValueError(f"not an ssh:// engine URL: {url}")
-    if parts.password is not None:
-        raise ValueError(f"{url}: no password in an ssh:// URL (use a key)")
+    if parts.password is not None:  # named without it: the message reaches the manifest
+        shown = url.replace(f":{parts.password}@", ":***@", 1)
+        raise ValueError(f"{shown}: no password in an ssh:// URL (use a key)")
     if parts.query or parts.fragment:
         raise ValueError(f"{url}: an ssh:// URL has no query or fragment")
     try:
@@ -132,6 +140,27 @@ def remote_socket(target: SshTarget) -> str:
     return host.removeprefix("unix://")
 
 
+def _owner_line() -> str:
+    pid = os.getpid()
+    return f"{pid} {process_start(pid)} {pid_namespace()}\n"
+
+
+def sweep_dead_tunnels() -> list[Path]:
+    """Remove the folders of tunnels whose opener is gone (killed: its ssh ended with it,
+    the folder stayed). A folder of another pid namespace, or without an owner, is left."""
+    removed = []
+    for owner in Path(tempfile.gettempdir()).glob(f"{PREFIX}*/{OWNER}"):
+        try:
+            pid, start, pidns = owner.read_text().split()
+        except (OSError, ValueError):
+            continue
+        if pidns != pid_namespace() or process_alive(int(pid), start):
+            continue
+        shutil.rmtree(owner.parent, ignore_errors=True)
+        removed.append(owner.parent)
+    return removed
+
+
 @dataclass
 class SshTunnel:
     """One ``ssh -N -L`` to an engine's socket; :meth:`open` it, :meth:`close` it."""
@@ -158,7 +187,9 @@ class SshTunnel:
         """Open the tunnel and return once the engine answers a ping through it."""
         target = parse_ssh_url(url)
         remote = remote_socket(target)
-        folder = Path(tempfile.mkdtemp(prefix="harness-ssh-"))
+        sweep_dead_tunnels()
+        folder = Path(tempfile.mkdtemp(prefix=PREFIX))
+        (folder / OWNER).write_text(_owner_line())
         sock = folder / "docker.sock"
         argv = [
             *ssh_argv(
@@ -260,5 +291,6 @@ __all__ = [
     "TunnelError",
     "parse_ssh_url",
     "remote_socket",
+    "sweep_dead_tunnels",
     "tunnel_client",
 ]

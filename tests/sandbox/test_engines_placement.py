@@ -44,6 +44,15 @@ def test_a_bad_engines_file_is_one_line_naming_it(tmp_path: Path, text: str) -> 
     assert "\n" not in str(info.value)
 
 
+def test_an_ssh_url_holding_a_password_is_refused(tmp_path: Path) -> None:
+    """ssh's command line is built from the URL: no secret may come with it (a key does)."""
+    with pytest.raises(EngineError, match="no password in an ssh:// URL") as info:
+        engine_specs(["ssh://root:s3cret@h"], None, 1)
+    assert "s3cret" not in str(info.value)
+    with pytest.raises(EngineError, match="no query"):
+        engine_specs(["ssh://h?IdentityFile=x"], None, 1)
+
+
 def test_duplicate_engines_and_both_options_are_refused(tmp_path: Path) -> None:
     with pytest.raises(EngineError, match="listed twice"):
         engine_specs(["tcp://a", "tcp://a"], None, 2)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ import pytest
 
 from harness.sandbox.cleanup import leaked_resources
 from harness.sandbox.engines import EngineSpec
-from tests.support.suite import Suite
+from tests.support.suite import Suite, wait_for
 from tests.support.test_hosts import TestHost, leftovers, ssh_environment, start_host
 
 pytestmark = pytest.mark.docker
@@ -205,6 +206,49 @@ def test_a_run_over_an_ssh_and_a_tls_engine_settles_and_proves_both_clean(
             net.remove()
             client.close()
     assert cleanup_unproven(run_id, run.root) is None
+
+
+TUNNEL_HOLDER = """
+import json, sys, time
+from harness.sandbox.ssh_tunnel import SshTunnel
+
+tunnel = SshTunnel.open(sys.argv[1])
+print(json.dumps({"pid": tunnel.proc.pid, "folder": str(tunnel.folder)}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_controllers_tunnel_ends_with_it_and_the_next_open_removes_its_folder(
+    tmp_path: Path, hosts: tuple[TestHost, TestHost], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL of the process that opened a tunnel ends its ssh (pdeathsig); the folder it
+    leaves (socket, log) goes at the next tunnel's opening. Before the test that kills
+    ``a``'s engine."""
+    from harness.sandbox.lease_identity import process_alive
+    from harness.sandbox.ssh_tunnel import SshTunnel
+
+    a, _ = hosts
+    env = {**os.environ, **ssh_environment(tmp_path / "ssh", [a])}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", TUNNEL_HOLDER, a.ssh_url],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=Path(__file__).parents[2],
+    )
+    try:
+        assert holder.stdout is not None
+        opened = json.loads(holder.stdout.readline())
+    finally:
+        holder.kill()
+        holder.wait()
+    ssh, folder = opened["pid"], Path(opened["folder"])
+    wait_for(lambda: not process_alive(ssh), timeout=10)
+    assert (folder / "docker.sock").exists()  # left behind by the killed opener
+    monkeypatch.setenv("PATH", env["PATH"])
+    tunnel = SshTunnel.open(a.ssh_url)
+    tunnel.close()
+    assert not folder.exists() and not tunnel.folder.exists()
 
 
 def test_losing_engines_mid_run_loses_only_their_instances_and_resume_replaces_them(

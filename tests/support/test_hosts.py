@@ -27,7 +27,7 @@ the hosts' keys (``StrictHostKeyChecking yes``) and ``BatchMode``: what a user's
 
 Everything is undone by :meth:`TestHost.close` (also after a failed start): processes
 killed, namespace and veth deleted, folder removed; :func:`leftovers` lists what of a host
-would remain (asserted empty by :func:`test_host` and the tests' fixtures). A host whose
+would remain (asserted empty by the tests' fixtures). A host whose
 test process was killed before it could close it (its folder's ``owner`` names a pid and
 start time that no longer run) is removed by the next :func:`start_host`.
 """
@@ -44,7 +44,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,21 +218,9 @@ class TestHost:
 
     # ---------------------------------------------------------------- faults
 
-    def kill_dockerd(self) -> None:
-        """SIGKILL the engine: it stops answering at once (containerd is left to close)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.dockerd_pid, signal.SIGKILL)
-
-    def cut(self) -> None:
-        """Cut the host off: this machine's end of the veth goes down (its route with it)."""
-        _run("ip", "link", "set", self.peer_link, "down")
-
     def restore(self) -> None:
-        _run("ip", "link", "set", self.peer_link, "up")
-
-    @property
-    def peer_link(self) -> str:
-        return self.veth
+        """Bring back a host cut off (this machine's end of its veth set down)."""
+        _run("ip", "link", "set", self.veth, "up")
 
     # ---------------------------------------------------------------- start and stop
 
@@ -259,6 +247,33 @@ class TestHost:
             log.close()
         self.procs[key] = proc
         return proc
+
+    def _wait_ready(self, key: str, ready: Callable[[], bool], what: str) -> None:
+        """Until ``ready()``; RuntimeError with the log's end if the process ``key`` exits,
+        or after :data:`START_TIMEOUT_S`."""
+        proc = self.procs[key]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"test host {key} exited {proc.returncode}: "
+                    f"{(self.root / f'{key}.log').read_text()[-2000:]}"
+                )
+            if ready():
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"test host {key} did not {what} within {START_TIMEOUT_S} s")
+
+    def _answers(self) -> bool:
+        if not self.socket.exists():
+            return False
+        with contextlib.suppress(docker.errors.DockerException):
+            client = self.client()
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+        return False
 
     def _start_dockerd(self) -> None:
         (self.root / "daemon.json").write_text("{}\n")
@@ -296,24 +311,8 @@ class TestHost:
             ]
         if self.cpus is not None:
             argv = ["taskset", "-c", self.cpus, *argv]
-        proc = self._spawn("dockerd", self.in_namespace(*argv))
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"test host dockerd exited {proc.returncode}: "
-                    f"{(self.root / 'dockerd.log').read_text()[-2000:]}"
-                )
-            if self.socket.exists():
-                with contextlib.suppress(docker.errors.DockerException):
-                    client = self.client()
-                    try:
-                        if client.ping():
-                            return
-                    finally:
-                        client.close()
-            time.sleep(0.2)
-        raise RuntimeError(f"test host dockerd did not answer within {START_TIMEOUT_S} s")
+        self._spawn("dockerd", self.in_namespace(*argv))
+        self._wait_ready("dockerd", self._answers, "answer")
 
     def _start_sshd(self) -> None:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
@@ -345,28 +344,15 @@ class TestHost:
                 ]
             )
         )
-        proc = self._spawn(
-            "sshd", self.in_namespace("/usr/sbin/sshd", "-D", "-e", "-f", str(config))
-        )
+        self._spawn("sshd", self.in_namespace("/usr/sbin/sshd", "-D", "-e", "-f", str(config)))
         host_pub = (self.root / "ssh_host_ed25519_key.pub").read_text().split()
         (self.root / "known_hosts").write_text(f"{self.address} {host_pub[0]} {host_pub[1]}\n")
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"test host sshd exited {proc.returncode}: "
-                    f"{(self.root / 'sshd.log').read_text()[-2000:]}"
-                )
-            probe = subprocess.run(
-                [REAL_SSH, "-F", str(self.ssh_config()), self.address, "true"],
-                capture_output=True,
-                timeout=30,
-                check=False,
-            )
-            if probe.returncode == 0:
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"test host sshd did not let the test key in within {START_TIMEOUT_S} s")
+        argv = [REAL_SSH, "-F", str(self.ssh_config()), self.address, "true"]
+        self._wait_ready(
+            "sshd",
+            lambda: subprocess.run(argv, capture_output=True, timeout=30, check=False).returncode == 0,
+            "let the test key in",
+        )
 
     def ssh_config_block(self) -> str:
         return "\n".join(
@@ -525,23 +511,6 @@ def start_host(*, ssh: bool = False, tls: bool = False, cpus: str | None = None)
     return host
 
 
-@contextlib.contextmanager
-def test_host(
-    *, ssh: bool = False, tls: bool = False, cpus: str | None = None
-) -> Iterator[TestHost]:
-    """A test host for the block; closed (and proven gone) after it, even on failure."""
-    host = start_host(ssh=ssh, tls=tls, cpus=cpus)
-    try:
-        yield host
-    finally:
-        host.close()
-        left = leftovers(host)
-        assert not left, f"test host {host.name} left: {left}"
-
-
-test_host.__test__ = False  # type: ignore[attr-defined]
-
-
 def ssh_environment(folder: Path, hosts: list[TestHost]) -> dict[str, str]:
     """``PATH`` with an ``ssh`` that reads a config naming the hosts' key and host keys
     (what a user's ``~/.ssh/config`` would say); for a run's environment."""
@@ -561,5 +530,4 @@ __all__ = [
     "ssh_environment",
     "start_host",
     "sweep_dead_hosts",
-    "test_host",
 ]
