@@ -2,7 +2,7 @@
 
 Stand-ins, since no registry reaches Docker Hub here: ``tests/fixtures/cowork_upstream`` (a
 Dockerfile in upstream's layout: root only, no ``agent`` user, ``/opt/venv``, ``uv`` in
-``/root/.local/bin``, the checkout copied into ``/workspace``) on the harness's Debian base
+root's ``~/.local/bin``, the checkout copied into ``/workspace``) on the harness's Debian base
 without its agent user, and ``tests/fixtures/cowork_upstream_pg`` (Debian's
 ``postgresql-15`` behind an entrypoint with the official ``postgres`` image's contract). Both
 bases are layer recipes (content-hash tagged, built once); the checkout image goes through
@@ -57,18 +57,7 @@ UPSTREAM = FIXTURES / "cowork_upstream"
 UPSTREAM_PG = FIXTURES / "cowork_upstream_pg"
 BASE_TAG = "cowork-upstream-standin/ubuntu:22.04"  # the stand-in Dockerfile's FROM
 PG_TAG = "cowork-upstream-standin/postgres:15"
-UPSTREAM_FIRST_STEPS = """ENV DEBIAN_FRONTEND=noninteractive
-RUN apt-get update && apt-get install -y --no-install-recommends \\
-    python3-venv python3-pip postgresql-client \\
-    python3-psycopg2 python3-openpyxl python3-docx python3-pypdf \\
-    && rm -rf /var/lib/apt/lists/*
-COPY wheels/ /tmp/wheels/
-RUN python3 -m venv --system-site-packages /opt/venv \\
-    && /opt/venv/bin/pip install --no-index --no-cache-dir --find-links /tmp/wheels mcp uv \\
-    && mkdir -p /root/.local/bin && mv /opt/venv/bin/uv /opt/venv/bin/uvx /root/.local/bin/ \\
-    && rm -rf /tmp/wheels
-ENV PATH="/opt/venv/bin:/root/.local/bin:$PATH" VIRTUAL_ENV="/opt/venv"
-"""
+STANDIN = FIXTURES / "cowork_upstream_base"  # the stand-in bases' Dockerfile bodies
 GCAL = "gcal-standup-week"
 # The command agent: the calendar task through the task's MCP tools, from bash.
 GCAL_BY_MCP_CALL = (
@@ -89,16 +78,17 @@ def after_from(dockerfile: str) -> str:
 def standin_base() -> LayerRecipe:
     """The harness's Debian base without its agent user (upstream's ubuntu has none)."""
     return LayerRecipe(name="cowork-upstream-standin/base", base=base_recipe(),
-                       dockerfile_body="RUN userdel agent && rm -rf /home/agent /workspace\n")  # fmt: skip
+                       dockerfile_body=(STANDIN / "no_agent.dockerfile").read_text())  # fmt: skip
 
 
 def standin_ubuntu() -> LayerRecipe:
     """The checkout Dockerfile's ``FROM``: the base plus upstream's first steps (``apt-get``,
-    ``uv`` in ``/root/.local/bin``, ``/opt/venv`` with the ``mcp`` SDK), built once by
+    ``uv`` in root's ``~/.local/bin``, ``/opt/venv`` with the ``mcp`` SDK), built once by
     content hash, so the Dockerfile's own steps stay quick."""
     wheels = {f"wheels/{p.name}": p.read_bytes() for p in sorted(fetch_wheels().glob("*.whl"))}
     return LayerRecipe(name="cowork-upstream-standin/ubuntu", base=standin_base(),
-                       dockerfile_body=UPSTREAM_FIRST_STEPS, files=wheels)  # fmt: skip
+                       dockerfile_body=(STANDIN / "first_steps.dockerfile").read_text(),
+                       files=wheels)  # fmt: skip
 
 
 def standin_pg() -> LayerRecipe:
