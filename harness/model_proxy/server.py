@@ -167,7 +167,10 @@ class GatewayServer:
             return True
         bearer = h.headers.get("Authorization", "")
         sent = bearer[7:] if bearer.lower().startswith("bearer ") else h.headers.get("x-api-key")
-        return sent is not None and hmac.compare_digest(sent.strip(), self._token)
+        # as bytes: compare_digest refuses a str with non-ASCII characters (a TypeError that
+        # would drop the connection instead of answering 401)
+        return sent is not None and hmac.compare_digest(
+            sent.strip().encode("utf-8", "surrogateescape"), self._token.encode("utf-8"))
 
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         path = h.path.split("?", 1)[0]

@@ -24,6 +24,8 @@ from harness.model_proxy.tape import REPORT_NAME, ReplayReport, TapeIndex, index
 from harness.testing.fake_model_server import FakeModelServer, start_fake_model_server
 from tests.agents.model_scripts import solve_script
 from tests.agents.test_mini_swe_agent import MODEL, TARGET, prices
+from tests.model_proxy.support import sha
+from tests.model_proxy.support import tripwire as replay_tripwire
 from tests.security.model_gateway_support import files_containing
 from tests.support.suite import Run, run_pytest
 
@@ -71,11 +73,6 @@ def mini_run(
     )
 
 
-def sha(row: TaskRow) -> str:
-    sub = row.details["submission"]
-    return str(sub.get("sha256_scored") or sub["sha256"])
-
-
 @dataclass
 class Recorded:
     records: Path
@@ -103,8 +100,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     assert run.rc == 0, run.out
     seen = [json.loads(x) for x in (tmp / "requests.jsonl").read_text().splitlines()]
     assert len(seen) == STEPS and {r["model"] for r in seen} == {"fake-model"}
-    host, port = server.server.server_address[:2]
-    tripwire = start_fake_model_server(solve_script(), host=str(host), port=int(port))
+    tripwire = replay_tripwire(server, solve_script())
     try:
         yield Recorded(
             records, TaskRow.model_validate(run.latest[FIXTURE_ID]), server.base_url, tripwire

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,28 +16,15 @@ from harness.model_proxy.server import GatewayServer
 from harness.model_proxy.usage import InstanceMeter
 from harness.testing.fake_model_server import FakeModelServer, start_fake_model_server
 from tests.agents.model_scripts import step
+from tests.model_proxy.support import client
 
 KEY = "sk-gateway-unit-0123456789"
 PRICES = ModelPrices.model_validate({"models": {"priced": {"input_per_mtok": 1.0,
                                                            "output_per_mtok": 4.0}}})
 
 
-@pytest.fixture
-def upstream(tmp_path: Path) -> Iterator[FakeModelServer]:
-    server = start_fake_model_server({"responses": [step("ls", prompt=300, completion=20)],
-                                      "loop": True}, log=tmp_path / "up.jsonl")
-    yield server
-    server.stop()
-
-
 def gateway(upstream: FakeModelServer, limit: float | None = None) -> GatewayServer:
     return GatewayServer(upstream.base_url, KEY, InstanceMeter(PRICES, limit)).start()
-
-
-def client(gw: GatewayServer) -> httpx.Client:
-    return httpx.Client(transport=httpx.HTTPTransport(uds=str(gw.socket_path)),
-                        base_url="http://model-gateway/v1",
-                        headers={"Authorization": "Bearer placeholder"})
 
 
 def test_openai_calls_streamed_or_not_are_metered_with_prices(
@@ -158,3 +144,32 @@ def test_concurrent_calls_overshoot_the_per_task_limit_by_one_call_at_most(
     assert codes == [200, 200, 402, 402, 402, 402]
     assert upstream.requests == 2 and state.refused == 4
     assert state.cost_usd == pytest.approx(2 * 0.00038)
+
+
+def test_a_loopback_gateway_serves_only_the_bearer_of_its_token(
+        upstream: FakeModelServer) -> None:
+    """A host agent's gateway (a TCP port any local process can reach): no token, a wrong
+    one, or one with non-ASCII characters gets 401 and reaches nothing."""
+    token = "harness-gw-0123456789abcdef"
+    gw = GatewayServer(upstream.base_url, KEY, InstanceMeter(PRICES, None), token=token).start()
+    assert gw.base_url is not None
+    body = {"model": "priced", "messages": []}
+    try:
+        with httpx.Client(base_url=f"{gw.base_url}/v1") as c:
+            tries: list[dict[bytes, bytes]] = [
+                {}, {b"Authorization": b"Bearer harness-gw-wrong"},
+                {b"Authorization": "Bearer harness-gw-\u00e9t\u00e9".encode("latin-1")},
+                {b"x-api-key": token[:-1].encode()}]
+            for headers in tries:
+                refused = c.post("/chat/completions", json=body, headers=headers)
+                assert refused.status_code == 401, headers
+                assert refused.json()["error"]["code"] == "invalid_api_key"
+            assert upstream.requests == 0
+            ok = c.post("/chat/completions", json=body,
+                        headers={"Authorization": f"Bearer {token}"})
+            assert ok.status_code == 200
+            assert c.post("/chat/completions", json=body,
+                          headers={"x-api-key": token}).status_code == 200
+    finally:
+        gw.close()
+    assert upstream.requests == 2

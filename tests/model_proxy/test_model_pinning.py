@@ -6,7 +6,6 @@ calls per model (refused ones under the model asked, ``allowed: false``)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,8 @@ from harness.model_proxy.pinning import (
 from harness.model_proxy.prices import ModelPrices
 from harness.model_proxy.server import GatewayServer
 from harness.model_proxy.usage import MAX_MODEL_ENTRIES, OTHER_MODELS, InstanceMeter
-from harness.testing.fake_model_server import FakeModelServer, start_fake_model_server
-from tests.agents.model_scripts import step
+from harness.testing.fake_model_server import FakeModelServer
+from tests.model_proxy.support import client
 
 KEY = "sk-pinning-unit-0123456789"
 DECLARED = "openai/fake-model"
@@ -165,24 +164,10 @@ def test_an_allowed_body_is_forwarded_with_the_declared_spellings() -> None:
 # -- the gateway ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def upstream(tmp_path: Path) -> Iterator[FakeModelServer]:
-    server = start_fake_model_server({"responses": [step("ls", prompt=300, completion=20)],
-                                      "loop": True}, log=tmp_path / "up.jsonl")
-    yield server
-    server.stop()
-
-
 def pinned_gateway(upstream: FakeModelServer, limit: float | None = None) -> GatewayServer:
     pin = ModelPin(DECLARED, [HELPER])
     meter = InstanceMeter(PRICES, limit, pinned=pin.allowed)
     return GatewayServer(upstream.base_url, KEY, meter, pin=pin).start()
-
-
-def client(gw: GatewayServer) -> httpx.Client:
-    return httpx.Client(transport=httpx.HTTPTransport(uds=str(gw.socket_path)),
-                        base_url="http://model-gateway/v1",
-                        headers={"Authorization": "Bearer placeholder"})
 
 
 ROUTE_BODIES: list[tuple[str, dict[str, Any]]] = [

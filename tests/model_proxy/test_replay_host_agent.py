@@ -14,6 +14,7 @@ import pytest
 from benchmarks.programbench import FIXTURE_ID
 from harness.testing.fake_model_server import start_fake_model_server
 from tests.agents.model_scripts import step
+from tests.model_proxy.support import tripwire as replay_tripwire
 from tests.security.model_gateway_support import files_containing
 from tests.support.suite import Run, run_pytest
 
@@ -100,10 +101,7 @@ def test_a_host_agent_is_recorded_and_replayed_with_its_limit(tmp_path: Path) ->
     assert files_containing(records, KEY.encode()) == []
     assert files_containing(records, b"harness-gw-") == []  # nor the instance's token
 
-    host, port = server.server.server_address[:2]
-    tripwire = start_fake_model_server(
-        {"responses": [step("ls")], "loop": True}, host=str(host), port=int(port)
-    )
+    tripwire = replay_tripwire(server, {"responses": [step("ls")], "loop": True})
     try:
         replay = host_run(tmp_path, "replay", "--model-replay", str(records), env={"SUFFIX": ""})
         strict = host_run(tmp_path, "strict", "--model-replay", str(records), env={"SUFFIX": "."})

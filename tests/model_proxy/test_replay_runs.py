@@ -25,6 +25,8 @@ from harness.model_proxy.replay_check import ReplayCheck
 from harness.model_proxy.tape import REPORT_NAME, ReplayReport, TapeIndex, index_path
 from harness.testing.fake_model_server import FakeModelServer, start_fake_model_server
 from tests.agents.model_scripts import solve_script
+from tests.model_proxy.support import sha
+from tests.model_proxy.support import tripwire as replay_tripwire
 from tests.security import model_gateway_support
 from tests.security.model_gateway_support import AGENT_COMMAND, SdkInjector, files_containing
 from tests.support.suite import Run, run_pytest
@@ -87,11 +89,6 @@ def agent_run(
         )
 
 
-def sha(row: TaskRow) -> str:
-    sub = row.details["submission"]
-    return str(sub.get("sha256_scored") or sub["sha256"])
-
-
 @dataclass
 class Recorded:
     tmp: Path
@@ -127,8 +124,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
             server.stop()
     assert run.rc == 0, run.out
     assert server.requests == STEPS
-    host, port = server.server.server_address[:2]
-    tripwire = start_fake_model_server(solve_script(), host=str(host), port=int(port))
+    tripwire = replay_tripwire(server, solve_script())
     try:
         yield Recorded(tmp, records, run, TaskRow.model_validate(run.latest[FIXTURE_ID]), tripwire)
     finally:
