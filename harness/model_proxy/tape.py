@@ -56,7 +56,9 @@ response is relayed exactly as without it, and written after it was sent.
 A replayed call costs $0 (``cost_source: replay`` on the row; the cost metered at recording
 is kept as ``original_cost_usd``); a per-task limit still counts the recorded cost, so a
 replay stops where the recording stopped. ``model_replay.json`` in the instance folder
-(:class:`ReplayReport`) lists every call served, every miss and every divergence.
+(:class:`ReplayReport`) lists every call served, every divergence, and the misses (the first
+:data:`MAX_REPORT_MISSES`; ``missed_calls`` counts them all: an agent calling on after a miss
+cannot grow the file or the harness's memory without bound).
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ MIN_SECRET = 8  # shorter strings are not scrubbed (a placeholder, not a key)
 MISS_CODE = "replay_miss"
 REPORT_NAME = "model_replay.json"
 INFO_NAME = "tape.json"
-MAX_ROW_ITEMS = 20  # divergences and misses listed in the row (all in the report file)
+MAX_ROW_ITEMS = 20  # divergences and misses listed in the row (more in the report file)
+MAX_REPORT_MISSES = 1000  # misses listed in model_replay.json (all counted)
 MAX_DIFF = 240  # characters of a first difference
 
 Mode = Literal["record", "replay"]
@@ -328,7 +331,8 @@ class ReplayReport(_Model):
     recording_complete: bool
     calls: int = 0
     served: list[ReplayServed] = Field(default_factory=list)
-    misses: list[ReplayMiss] = Field(default_factory=list)
+    misses: list[ReplayMiss] = Field(default_factory=list)  # the first MAX_REPORT_MISSES
+    missed_calls: int = 0  # every miss, listed or not
     divergences: list[ReplayDivergence] = Field(default_factory=list)
     original_cost_usd: float | None = 0.0  # what the served calls cost when recorded
     original_cost_known: bool = True
@@ -688,13 +692,14 @@ class TapeSession:
                     )
                     entry = None
         if entry is None:
-            diff = self._difference(position, body)
-            with self._lock:
-                report.misses.append(
-                    ReplayMiss(
-                        position=position, key=key, reason=reason or "", first_difference=diff
+            if self._count_miss():
+                diff = self._difference(position, body)
+                with self._lock:
+                    report.misses.append(
+                        ReplayMiss(
+                            position=position, key=key, reason=reason or "", first_difference=diff
+                        )
                     )
-                )
             return Missed(
                 position,
                 f"{MISS_CODE}: no recorded response for call {position} "
@@ -704,8 +709,9 @@ class TapeSession:
         try:
             record = read_record(self.config.directory, entry.record)
         except ValueError as exc:
-            with self._lock:
-                report.misses.append(ReplayMiss(position=position, key=key, reason=str(exc)))
+            if self._count_miss():
+                with self._lock:
+                    report.misses.append(ReplayMiss(position=position, key=key, reason=str(exc)))
             return Missed(position, f"{MISS_CODE}: call {position} of instance {self.label}: {exc}")
         if entry.key != key:  # sequence order only: served anyway, the divergence kept
             diff = first_difference(canonical_body(body), canonical_body(record.request.body))
@@ -731,6 +737,14 @@ class TapeSession:
                     self._original += record.cost_usd
         return Served(record, position)
 
+    def _count_miss(self) -> bool:
+        """Count a miss; True while it is among the first :data:`MAX_REPORT_MISSES` (listed)."""
+        report = self.report
+        assert report is not None
+        with self._lock:
+            report.missed_calls += 1
+            return report.missed_calls <= MAX_REPORT_MISSES
+
     def _difference(self, position: int, body: Any) -> str | None:
         """The first difference from the call recorded at ``position`` (None: none there)."""
         recorded = self.recorded
@@ -744,7 +758,7 @@ class TapeSession:
 
     @property
     def missed(self) -> bool:
-        return self.report is not None and bool(self.report.misses)
+        return self.report is not None and self.report.missed_calls > 0
 
     # -- the end ---------------------------------------------------------------------
     def close(self) -> None:
@@ -789,7 +803,7 @@ class TapeSession:
             "recording_complete": report.recording_complete,
             "calls": report.calls,
             "served": len(report.served),
-            "misses": len(report.misses),
+            "misses": report.missed_calls,
             "first_misses": [m.model_dump(mode="json") for m in report.misses[:MAX_ROW_ITEMS]],
             "divergences": len(report.divergences),
             "first_divergences": [

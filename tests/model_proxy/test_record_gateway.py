@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.model_proxy import tape as tape_module
 from harness.model_proxy.prices import ModelPrices
 from harness.model_proxy.server import GatewayServer
 from harness.model_proxy.tape import (
@@ -32,8 +32,8 @@ from harness.model_proxy.tape import (
     request_key,
 )
 from harness.model_proxy.usage import InstanceMeter
-from harness.testing.fake_model_server import FakeModelServer, start_fake_model_server
-from tests.agents.model_scripts import step
+from harness.testing.fake_model_server import FakeModelServer
+from tests.model_proxy.support import client
 
 KEY = "sk-record-unit-0123456789abcdef"
 PRICES = ModelPrices.model_validate(
@@ -41,15 +41,6 @@ PRICES = ModelPrices.model_validate(
 )
 PER_CALL = (300 * 1.0 + 20 * 4.0) / 1e6
 MSGS = [{"role": "user", "content": "solve it"}]
-
-
-@pytest.fixture
-def upstream() -> Iterator[FakeModelServer]:
-    server = start_fake_model_server(
-        {"responses": [step("ls", prompt=300, completion=20)], "loop": True}
-    )
-    yield server
-    server.stop()
 
 
 def session(tmp_path: Path, mode: str, order: str = "strict", instance: str = "t-1") -> TapeSession:
@@ -69,14 +60,6 @@ def gateway(
     upstream_url: str, key: str, tape: TapeSession | None, limit: float | None = None
 ) -> GatewayServer:
     return GatewayServer(upstream_url, key, InstanceMeter(PRICES, limit), tape=tape).start()
-
-
-def client(gw: GatewayServer) -> httpx.Client:
-    return httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(gw.socket_path)),
-        base_url="http://model-gateway/v1",
-        headers={"Authorization": "Bearer placeholder"},
-    )
 
 
 Exchange = tuple[int, str, bytes]
@@ -241,6 +224,23 @@ def test_strict_replay_misses_a_changed_request_with_409_naming_instance_and_cal
         "messages[0].content: character 8: 'solve it.' where the record has 'solve it'"
     )
     assert tape.summary()["misses"] == 1
+    assert report.missed_calls == 1
+
+
+def test_an_agent_calling_on_after_misses_cannot_grow_the_report(
+    tmp_path: Path, upstream: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MAX_REPORT_MISSES a miss is counted, not listed (nor compared with a record)."""
+    monkeypatch.setattr(tape_module, "MAX_REPORT_MISSES", 3)
+    record_run(tmp_path, upstream)
+    tape = session(tmp_path, "replay")
+    for i in range(10):
+        found = tape.replay("POST", "chat/completions", {"model": "priced", "n": i}, False)
+        assert isinstance(found, tape_module.Missed) and tape.missed
+    tape.close()
+    report = report_of(tape)
+    assert [m.position for m in report.misses] == [1, 2, 3]
+    assert report.missed_calls == 10 and tape.summary()["misses"] == 10
 
 
 def test_sequence_order_serves_recorded_calls_in_order_and_keeps_every_divergence(
@@ -406,8 +406,12 @@ def test_an_agent_whose_calls_cannot_be_taped_is_refused_by_its_own_word(tmp_pat
     config = tmp_path / "portkey.yaml"
     config.write_text("model:\n  model_class: portkey\n")
     with pytest.raises(ValueError, match="model class 'portkey' calls its provider itself"):
-        build_agent("mini-swe-agent", AgentOptions(solve_model="openai/x",
-                                                   agent_config=str(config)), replay)
+        build_agent(
+            "mini-swe-agent", AgentOptions(solve_model="openai/x", agent_config=str(config)), replay
+        )
     with pytest.raises(ValueError, match="needs the provider's OpenAI-compatible base URL"):
-        build_agent("mini-swe-agent", AgentOptions(solve_model="openai/x"),
-                    TapeConfig("record", tmp_path / "records"))
+        build_agent(
+            "mini-swe-agent",
+            AgentOptions(solve_model="openai/x"),
+            TapeConfig("record", tmp_path / "records"),
+        )
