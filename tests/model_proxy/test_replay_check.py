@@ -35,33 +35,83 @@ PYTEST = [sys.executable, "-m", "pytest"]
 
 
 def test_the_run_is_given_again_without_its_root_tape_or_upstream() -> None:
-    argv = [*PYTEST, "-p", "no:cacheprovider", "-q", "benchmarks/x", "--run-root", "/r",
-            "--model-record=/rec", "--model-upstream", "http://u", "--model-key-env", "K",
-            "-k", "calc", "-rA", "--agent", "command"]
-    assert replay_args(argv, []) == ["-p", "no:cacheprovider", "-q", "benchmarks/x", "-k",
-                                     "calc", "-rA", "--agent", "command"]
-    resumed = replay_args([*PYTEST, "benchmarks/x", "--resume-from", "/old"],
-                          ["b/t1@1", "b/t1@2", "b/t2"])
+    argv = [
+        *PYTEST,
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "benchmarks/x",
+        "--run-root",
+        "/r",
+        "--model-record=/rec",
+        "--model-upstream",
+        "http://u",
+        "--model-key-env",
+        "K",
+        "-k",
+        "calc",
+        "-rA",
+        "--agent",
+        "command",
+    ]
+    assert replay_args(argv, []) == [
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "benchmarks/x",
+        "-k",
+        "calc",
+        "-rA",
+        "--agent",
+        "command",
+    ]
+    resumed = replay_args(
+        [*PYTEST, "benchmarks/x", "--resume-from", "/old"], ["b/t1@1", "b/t1@2", "b/t2"]
+    )
     assert resumed == ["benchmarks/x", "--instance", "t1", "--instance", "t2"]
 
 
-@pytest.mark.parametrize("args", [
-    ["-p", "evil"], ["-pevil"], ["-xp", "evil"], ["-c", "evil.ini"], ["--config-file=e.ini"],
-    ["--rootdir", "/tmp"], ["--confcutdir=/"], ["-o", "pythonpath=/tmp"],
-    ["--override-ini=addopts=-pevil"], ["--pyargs", "evil"], ["--import-mode=importlib"],
-    ["--pdbcls=evil:Pdb"], ["-W", "error::evil.Warning"], ["-Werror::evil.W"],
-    ["--pythonwarnings", "error::evil.W"], ["@args.txt"], ["-q", "-p", "evil", "x"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-p", "evil"],
+        ["-pevil"],
+        ["-xp", "evil"],
+        ["-c", "evil.ini"],
+        ["--config-file=e.ini"],
+        ["--rootdir", "/tmp"],
+        ["--confcutdir=/"],
+        ["-o", "pythonpath=/tmp"],
+        ["--override-ini=addopts=-pevil"],
+        ["--pyargs", "evil"],
+        ["--import-mode=importlib"],
+        ["--pdbcls=evil:Pdb"],
+        ["-W", "error::evil.Warning"],
+        ["-Werror::evil.W"],
+        ["--pythonwarnings", "error::evil.W"],
+        ["@args.txt"],
+        ["-q", "-p", "evil", "x"],
+    ],
+)
 def test_an_argument_that_loads_code_of_the_run_is_refused(args: list[str]) -> None:
     assert loading_argument(args) is not None
     with pytest.raises(ReplayArgsError, match="makes pytest import a module or read a file"):
         replay_args([*PYTEST, *args], [])
 
 
-@pytest.mark.parametrize("args", [
-    ["-p", "no:cacheprovider"], ["-pno:anyio"], ["-k", "pcoW"], ["-kpco"], ["-m", "not slow"],
-    ["-rA"], ["-vv", "-x", "-n", "2"], ["--agent-command", "python -c 'print(1)'"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-p", "no:cacheprovider"],
+        ["-pno:anyio"],
+        ["-k", "pcoW"],
+        ["-kpco"],
+        ["-m", "not slow"],
+        ["-rA"],
+        ["-vv", "-x", "-n", "2"],
+        ["--agent-command", "python -c 'print(1)'"],
+    ],
+)
 def test_ordinary_arguments_pass(args: list[str]) -> None:
     assert loading_argument(args) is None
 
@@ -83,12 +133,26 @@ def test_a_foreign_run_root_cannot_make_replay_check_import_its_module(
     (home / "evil_plugin.py").write_text(f"open({str(mark)!r}, 'w').write('x')\n")
     run = tmp_path / "run"
     run.mkdir()
-    manifest = new_manifest(run_id="r", run_root=run, dry_run=False, workers=1,
-                            argv=[*PYTEST, "-q", "-pevil_plugin", "tests"])
+    manifest = new_manifest(
+        run_id="r",
+        run_root=run,
+        dry_run=False,
+        workers=1,
+        argv=[*PYTEST, "-q", "-pevil_plugin", "tests"],
+    )
     manifest.cwd = str(home)
     write_manifest(manifest, run)
-    LedgerWriter(run).append(TaskRow(ts_unix=1.0, run_id="r", benchmark="b", instance_id="x",
-                                     status="completed", outcome=Outcome.SCORED, score=1.0))
+    LedgerWriter(run).append(
+        TaskRow(
+            ts_unix=1.0,
+            run_id="r",
+            benchmark="b",
+            instance_id="x",
+            status="completed",
+            outcome=Outcome.SCORED,
+            score=1.0,
+        )
+    )
     records = tmp_path / "records"
     TapeConfig("record", records).prepare()
     out = tmp_path / "check"
@@ -99,29 +163,49 @@ def test_a_foreign_run_root_cannot_make_replay_check_import_its_module(
 
 
 def _row(score: float | None, sha: str) -> TaskRow:
-    return TaskRow(ts_unix=1.0, run_id="r", benchmark="b", instance_id="x", status="completed",
-                   outcome=Outcome.SCORED, score=score,
-                   details={"submission": {"sha256": "raw", "sha256_scored": sha}})
+    return TaskRow(
+        ts_unix=1.0,
+        run_id="r",
+        benchmark="b",
+        instance_id="x",
+        status="completed",
+        outcome=Outcome.SCORED,
+        score=score,
+        details={"submission": {"sha256": "raw", "sha256_scored": sha}},
+    )
 
 
 def _call(position: int, record: str) -> TapeCall:
-    return TapeCall(position=position, key=f"k{position}", record=record, method="POST",
-                    route="chat/completions", stream=False, status=200)
+    return TapeCall(
+        position=position,
+        key=f"k{position}",
+        record=record,
+        method="POST",
+        route="chat/completions",
+        stream=False,
+        status=200,
+    )
 
 
 def _served(position: int, record: str) -> ReplayServed:
-    return ReplayServed(position=position, key=f"k{position}", record=record,
-                        recorded_position=position)
+    return ReplayServed(
+        position=position, key=f"k{position}", record=record, recorded_position=position
+    )
 
 
 def test_the_verdicts(tmp_path: Path) -> None:
     records, replay = tmp_path / "records", tmp_path / "replay"
-    atomic_write_json(index_path(records, "b", "x"), TapeIndex(
-        benchmark="b", instance_id="x", recorded_at="t", calls=[_call(1, "r1"), _call(2, "r2")]))
+    atomic_write_json(
+        index_path(records, "b", "x"),
+        TapeIndex(
+            benchmark="b", instance_id="x", recorded_at="t", calls=[_call(1, "r1"), _call(2, "r2")]
+        ),
+    )
     report_path = instance_dir(replay, "b", "x") / REPORT_NAME
 
-    def verdict(report: ReplayReport | None, replayed: TaskRow | None,
-                recorded: TaskRow | None = None) -> tuple[str, int | None, str]:
+    def verdict(
+        report: ReplayReport | None, replayed: TaskRow | None, recorded: TaskRow | None = None
+    ) -> tuple[str, int | None, str]:
         report_path.unlink(missing_ok=True)
         if report is not None:
             atomic_write_json(report_path, report)
@@ -130,26 +214,44 @@ def test_the_verdicts(tmp_path: Path) -> None:
         return got.verdict, got.first_differing_call, got.detail
 
     def report(*served: ReplayServed, misses: list[ReplayMiss] | None = None) -> ReplayReport:
-        return ReplayReport(records=str(records), order="strict", benchmark="b",
-                            instance_id="x", recorded_calls=2, recording_complete=True,
-                            calls=len(served) + len(misses or []), served=list(served),
-                            misses=misses or [])
+        return ReplayReport(
+            records=str(records),
+            order="strict",
+            benchmark="b",
+            instance_id="x",
+            recorded_calls=2,
+            recording_complete=True,
+            calls=len(served) + len(misses or []),
+            served=list(served),
+            misses=misses or [],
+        )
 
     same = report(_served(1, "r1"), _served(2, "r2"))
     assert verdict(same, _row(1.0, "s"))[:2] == ("identical", None)
     assert verdict(None, None)[0] == "not_run"
-    found = verdict(report(_served(1, "r1"), misses=[ReplayMiss(
-        position=2, key="k", reason="no record of this request", first_difference="d")]),
-        _row(0.0, "t"))
+    found = verdict(
+        report(
+            _served(1, "r1"),
+            misses=[
+                ReplayMiss(
+                    position=2, key="k", reason="no record of this request", first_difference="d"
+                )
+            ],
+        ),
+        _row(0.0, "t"),
+    )
     assert found == ("miss", 2, "no record of this request; first difference: d")
     # the same calls, another outcome: the environment changed the result
     kind, first, detail = verdict(same, _row(0.0, "s"))
     assert (kind, first) == ("diverged", None) and "the environment" in detail
     # another record served at call 2 (a sequence replay), or a call more than recorded
-    assert verdict(report(_served(1, "r1"), _served(2, "r1")), _row(1.0, "s"))[:2] == \
-        ("diverged", 2)
-    assert verdict(report(_served(1, "r1"), _served(2, "r2"), _served(3, "r1")),
-                   _row(1.0, "s"))[:2] == ("diverged", 3)
+    assert verdict(report(_served(1, "r1"), _served(2, "r1")), _row(1.0, "s"))[:2] == (
+        "diverged",
+        2,
+    )
+    assert verdict(report(_served(1, "r1"), _served(2, "r2"), _served(3, "r1")), _row(1.0, "s"))[
+        :2
+    ] == ("diverged", 3)
     # a row that failed with replay_miss without a report
     missed = _row(None, "s").model_copy(update={"reason_code": "replay_miss"})
     assert verdict(None, missed)[0] == "miss"
