@@ -348,11 +348,12 @@ class TestHost:
         host_pub = (self.root / "ssh_host_ed25519_key.pub").read_text().split()
         (self.root / "known_hosts").write_text(f"{self.address} {host_pub[0]} {host_pub[1]}\n")
         argv = [REAL_SSH, "-F", str(self.ssh_config()), self.address, "true"]
-        self._wait_ready(
-            "sshd",
-            lambda: subprocess.run(argv, capture_output=True, timeout=30, check=False).returncode == 0,
-            "let the test key in",
-        )
+
+        def key_accepted() -> bool:
+            done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+            return done.returncode == 0
+
+        self._wait_ready("sshd", key_accepted, "let the test key in")
 
     def ssh_config_block(self) -> str:
         return "\n".join(
