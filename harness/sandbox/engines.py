@@ -191,7 +191,7 @@ def engine_environment(engine: EngineSpec | str) -> dict[str, str]:
     spec = _known.get(engine, EngineSpec(url=engine)) if isinstance(engine, str) else engine
     if spec.url == LOCAL:
         return {}
-    via = getattr(spec, "via", None)
+    via = spec.via if isinstance(spec, EngineRecord) else None
     env = {"DOCKER_HOST": via if via else spec.url}
     if spec.cert_path is not None:
         env["DOCKER_TLS_VERIFY"] = "1"
@@ -213,7 +213,7 @@ def client_for(engine: EngineSpec | str, timeout: int = 120) -> docker.DockerCli
     spec = _known.get(engine, EngineSpec(url=engine)) if isinstance(engine, str) else engine
     if spec.url == LOCAL:
         return EngineClient.from_env(timeout=timeout)
-    via = getattr(spec, "via", None)
+    via = spec.via if isinstance(spec, EngineRecord) else None
     if spec.url.startswith("ssh://"):
         if via and _socket_answers(via):
             return docker.DockerClient(base_url=via, timeout=timeout)
