@@ -33,7 +33,7 @@ here acts: the run uses the local engine exactly as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # engines (pydantic records) and placement load when a run us
     from harness.sandbox.ssh_tunnel import SshTunnel
 
 ENGINE_LOST = "engine_lost"
+SLOT_KEY: pytest.StashKey[Any] = pytest.StashKey()  # the instance's placement.Slot
 REMOTE_SCHEMES = ("ssh://", "tcp://")  # engines that may run on another machine
 LEASE_TIMEOUT_S = 15  # a lease call on an engine that went away fails after this, not 120 s
 _cache: dict[str, list[EngineRecord]] = {}
@@ -284,6 +285,8 @@ def _lost(state: Any, slot: placement.Slot) -> None:
 
     placement.mark_lost(slot.run_root, slot.engine.index, "stopped answering during an instance")
     ctx = state.ctx
+    if ctx.result.details.get("engine_lost"):
+        return  # already found lost (when its call failed)
     ctx.result.details["engine_lost"] = True
     if (state.exc is not None and state.is_infra()) or ctx.result.outcome is None:
         previous = f"{type(state.exc).__name__}: {state.exc}"[:500] if state.exc else None
@@ -330,6 +333,7 @@ def harness_engine(request: pytest.FixtureRequest) -> Iterator[EngineRecord | No
     except placement.NoEngineLeft as exc:
         raise InfraError(str(exc), ENGINE_LOST) from exc
     ctx.result.details["engine"] = {"url": slot.engine.url, "index": slot.engine.index}
+    request.node.stash[SLOT_KEY] = slot
     try:
         with placement.placed(slot):
             yield slot.engine
@@ -337,6 +341,27 @@ def harness_engine(request: pytest.FixtureRequest) -> Iterator[EngineRecord | No
                 _lost(state, slot)
     finally:
         slot.release()
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A call that failed on an engine that stopped answering is ``engine_lost`` when its
+    report is made: innermost, so the worker's retry decision (``--retry-infra``) already
+    sees the reason, and a lost engine's instance waits for a resume that re-places it."""
+    report = yield
+    slot = item.stash.get(SLOT_KEY, None)
+    state = item.stash.get(STATE_KEY, None)
+    if call.when == "call" and call.excinfo is not None and slot is not None and \
+            state is not None:
+        from harness.sandbox.engines import LOCAL, alive
+
+        if slot.engine.url != LOCAL and not alive(slot.engine):
+            if state.exc is None:
+                state.observe("call", call.excinfo, 0.0)  # the worker adds the duration
+            _lost(state, slot)
+    return report
 
 
 # ---------------------------------------------------------------------------- the end
