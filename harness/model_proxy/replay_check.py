@@ -23,14 +23,16 @@ one that made the run, selectors, benchmark options and agent options included, 
 depends on nothing of the runner's internals.
 
 **What a run root can make it run.** RUN may come from someone else, so its manifest is
-read as data: the program is always this interpreter's ``-m pytest`` (a manifest whose argv
-is not ``<python> -m pytest ...`` is refused), and every argument that makes pytest import a
-module or read a configuration or an argument file the manifest names is refused (exit 2):
-``-p NAME`` (``-p no:NAME`` is kept), ``-c``/``--config-file``, ``--rootdir``,
-``--confcutdir``, ``-o``/``--override-ini``, ``--pyargs``, ``--import-mode``, ``--pdbcls``,
-``-W``/``--pythonwarnings`` (a warning category is imported by name) and ``@FILE``. What is
-left is the run itself, and it is run: the conftest files of its directory and its test
-paths are imported, and its agent options start its agent (a ``host-command`` agent runs
+read as data. The program is always this interpreter's ``-m pytest`` (a manifest whose argv
+is not ``<python> -m pytest ...`` is refused); it runs in the run's directory, which must
+exist and lie outside RUN and DIR (a run root cannot bring the conftest it is run with);
+and the arguments that make pytest read a configuration or an argument file the manifest
+names, or widen where it looks, are refused (exit 2, before any process starts):
+``-c``/``--config-file``, ``--rootdir``, ``--confcutdir``, ``-o``/``--override-ini`` (it
+can set ``pythonpath`` or ``addopts``) and ``@FILE``. What is left is the run itself, and it
+is run: the conftest files of its directory and its test paths are imported (a module named
+by ``-p``, ``-W``'s category or ``--pdbcls`` comes from the installed packages or that
+directory, as they do), and its agent options start its agent (a ``host-command`` agent runs
 its command on this machine). Re-running the agent is what the check is for, so check a
 foreign run's command and directory (both are printed first) or check it in a sandbox. The resume machinery was the alternative and
 does the wrong thing here: a resume carries settled rows forward and re-scores a kept
@@ -82,23 +84,10 @@ DROPPED = (
     "--model-key-env",
     "--basetemp",
 )
-# pytest options that import a module or read a file the manifest names (see above).
-LOADING = (
-    "-p",
-    "-c",
-    "--config-file",
-    "--rootdir",
-    "--confcutdir",
-    "-o",
-    "--override-ini",
-    "--pyargs",
-    "--import-mode",
-    "--pdbcls",
-    "-W",
-    "--pythonwarnings",
-)
-SHORT_LOADING = "pcoW"  # the short forms above, also inside a cluster (-xpNAME)
-SHORT_VALUED = "kmrn"  # short options whose value follows (the rest of a cluster is it)
+# pytest options that read a file the manifest names or widen where pytest looks (above).
+LOADING = ("-c", "--config-file", "--rootdir", "--confcutdir", "-o", "--override-ini")
+SHORT_LOADING = "co"  # the short forms above, also inside a cluster (-xoNAME=VALUE)
+SHORT_VALUED = "kmrnpW"  # short options whose value follows (the rest of a cluster is it)
 Verdict = Literal["identical", "diverged", "miss", "not_run"]
 
 
@@ -143,8 +132,8 @@ def submission_sha256(row: TaskRow) -> str | None:
 
 
 def loading_argument(args: Sequence[str]) -> str | None:
-    """The first argument that makes pytest import a module or read a file the manifest
-    names (:data:`LOADING`, ``@FILE``), None when there is none."""
+    """The first argument that makes pytest read a file the manifest names or widen where
+    it looks (:data:`LOADING`, ``@FILE``), None when there is none."""
     for i, arg in enumerate(args):
         if arg.startswith("@"):
             return arg
@@ -159,8 +148,6 @@ def loading_argument(args: Sequence[str]) -> str | None:
                 break
             if letter in SHORT_LOADING:
                 value = arg[j:] or (args[i + 1] if i + 1 < len(args) else "")
-                if letter == "p" and value.startswith("no:"):
-                    break  # disabling a plugin loads nothing
                 return arg if arg[j:] else f"{arg} {value}"
     return None
 
@@ -176,8 +163,8 @@ def replay_args(argv: Sequence[str], selection: Sequence[str]) -> list[str]:
     found = loading_argument(args)
     if found is not None:
         raise ReplayArgsError(
-            f"its argv has {found!r}, which makes pytest import a module or read a file the "
-            f"run names; replay-check does not run it (check the run by hand)"
+            f"its argv has {found!r}, which makes pytest read a file the run names or look "
+            f"elsewhere; replay-check does not run it (check the run by hand)"
         )
     kept: list[str] = []
     resumed = False
@@ -306,8 +293,15 @@ def replay_check_command(argv: Sequence[str]) -> int:
         args_again = replay_args(manifest.argv, manifest.selection.instance_ids)
     except ReplayArgsError as exc:
         return _fail(f"{args.run}: {exc}")
-    if not Path(manifest.cwd).is_dir():
+    cwd = Path(manifest.cwd).resolve()
+    if not cwd.is_dir():
         return _fail(f"{args.run}: the run's directory {manifest.cwd} is not here")
+    for given, name in ((args.run, "the run root"), (args.records, "--records")):
+        if cwd.is_relative_to(given.resolve()):
+            return _fail(
+                f"{args.run}: the run's directory {cwd} is inside {name}: a run root "
+                f"cannot bring the code it is checked with; check it from its checkout"
+            )
     command = [
         sys.executable,
         "-m",
@@ -318,11 +312,11 @@ def replay_check_command(argv: Sequence[str]) -> int:
         "--model-replay",
         str(args.records.absolute()),
     ]
-    print(f"replay-check: {' '.join(command)}  (in {manifest.cwd})", flush=True)
+    print(f"replay-check: {' '.join(command)}  (in {cwd})", flush=True)
     env = {
         k: v for k, v in os.environ.items() if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")
     }
-    done = subprocess.run(command, cwd=manifest.cwd, env=env, check=False)
+    done = subprocess.run(command, cwd=cwd, env=env, check=False)
     if not ledger_path(out).is_file():
         return _fail(f"the replay session wrote no run root at {out} (exit {done.returncode})")
     replayed = read_ledger(ledger_path(out)).latest

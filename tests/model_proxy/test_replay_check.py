@@ -29,7 +29,7 @@ from harness.model_proxy.tape import (
     index_path,
 )
 from harness.run.ledger import LedgerWriter, instance_dir
-from harness.run.manifest import new_manifest, write_manifest
+from harness.run.manifest import new_manifest, read_manifest, write_manifest
 
 PYTEST = [sys.executable, "-m", "pytest"]
 
@@ -74,28 +74,24 @@ def test_the_run_is_given_again_without_its_root_tape_or_upstream() -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["-p", "evil"],
-        ["-pevil"],
-        ["-xp", "evil"],
-        ["-c", "evil.ini"],
+        ["-c", "/elsewhere/evil.ini"],
+        ["-qc", "evil.ini"],
+        ["-cevil.ini"],
         ["--config-file=e.ini"],
         ["--rootdir", "/tmp"],
         ["--confcutdir=/"],
         ["-o", "pythonpath=/tmp"],
+        ["-xo", "addopts=-pevil"],
         ["--override-ini=addopts=-pevil"],
-        ["--pyargs", "evil"],
-        ["--import-mode=importlib"],
-        ["--pdbcls=evil:Pdb"],
-        ["-W", "error::evil.Warning"],
-        ["-Werror::evil.W"],
-        ["--pythonwarnings", "error::evil.W"],
-        ["@args.txt"],
-        ["-q", "-p", "evil", "x"],
+        ["@/elsewhere/args.txt"],
+        ["-q", "benchmarks/x", "-c", "evil.ini", "-k", "x"],
     ],
 )
-def test_an_argument_that_loads_code_of_the_run_is_refused(args: list[str]) -> None:
+def test_an_argument_that_reads_a_file_of_the_run_or_looks_elsewhere_is_refused(
+    args: list[str],
+) -> None:
     assert loading_argument(args) is not None
-    with pytest.raises(ReplayArgsError, match="makes pytest import a module or read a file"):
+    with pytest.raises(ReplayArgsError, match="makes pytest read a file the run names"):
         replay_args([*PYTEST, *args], [])
 
 
@@ -104,8 +100,10 @@ def test_an_argument_that_loads_code_of_the_run_is_refused(args: list[str]) -> N
     [
         ["-p", "no:cacheprovider"],
         ["-pno:anyio"],
-        ["-k", "pcoW"],
-        ["-kpco"],
+        ["-W", "ignore::pytest.PytestAssertRewriteWarning"],  # what the test suite passes
+        ["-k", "co"],
+        ["-kco"],
+        ["-pco"],
         ["-m", "not slow"],
         ["-rA"],
         ["-vv", "-x", "-n", "2"],
@@ -122,43 +120,59 @@ def test_an_argv_that_is_not_a_pytest_session_is_refused() -> None:
             replay_args(argv, [])
 
 
-def test_a_foreign_run_root_cannot_make_replay_check_import_its_module(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A run root whose manifest names a plugin of its own directory: refused before any
-    process starts (the plugin would have left its mark)."""
-    home = tmp_path / "elsewhere"
-    home.mkdir()
-    mark = tmp_path / "pwned"
-    (home / "evil_plugin.py").write_text(f"open({str(mark)!r}, 'w').write('x')\n")
+def _foreign_run(tmp_path: Path, argv: list[str], cwd: Path) -> tuple[Path, Path, Path]:
+    """A run root (one row) whose manifest names ``argv`` and ``cwd``, its records, and a
+    file the run's code would write if it ran."""
     run = tmp_path / "run"
     run.mkdir()
-    manifest = new_manifest(
-        run_id="r",
-        run_root=run,
-        dry_run=False,
-        workers=1,
-        argv=[*PYTEST, "-q", "-pevil_plugin", "tests"],
-    )
-    manifest.cwd = str(home)
+    manifest = new_manifest(run_id="r", run_root=run, dry_run=False, workers=1, argv=argv)
+    manifest.cwd = str(cwd)
     write_manifest(manifest, run)
-    LedgerWriter(run).append(
-        TaskRow(
-            ts_unix=1.0,
-            run_id="r",
-            benchmark="b",
-            instance_id="x",
-            status="completed",
-            outcome=Outcome.SCORED,
-            score=1.0,
-        )
+    row = TaskRow(
+        ts_unix=1.0,
+        run_id="r",
+        benchmark="b",
+        instance_id="x",
+        status="completed",
+        outcome=Outcome.SCORED,
+        score=1.0,
     )
+    LedgerWriter(run).append(row)
     records = tmp_path / "records"
     TapeConfig("record", records).prepare()
+    return run, records, tmp_path / "pwned"
+
+
+def _evil(mark: Path) -> str:
+    return f"open({str(mark)!r}, 'w').write('x')\n"
+
+
+def test_a_foreign_run_root_cannot_bring_the_code_it_is_checked_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run root whose manifest points pytest at a configuration it brings (adding a
+    plugin of its own), or runs pytest inside itself (its own conftest): refused before
+    any process starts (the code would have left its mark)."""
+    home = tmp_path / "checkout"
+    home.mkdir()
+    run, records, mark = _foreign_run(tmp_path, [*PYTEST, "-q", "-c", "x", "tests"], home)
+    (run / "evil_plugin.py").write_text(_evil(mark))
+    (run / "evil.ini").write_text(f"[pytest]\npythonpath = {run}\naddopts = -p evil_plugin\n")
+    manifest = read_manifest(run)
+    manifest.argv = [*PYTEST, "-q", "-c", str(run / "evil.ini"), "tests"]
+    write_manifest(manifest, run)
     out = tmp_path / "check"
     rc = replay_check_command([str(run), "--records", str(records), "--output", str(out)])
     assert rc == 2
-    assert "'-pevil_plugin', which makes pytest import a module" in capsys.readouterr().err
+    assert f"'-c {run / 'evil.ini'}', which makes pytest read a file" in capsys.readouterr().err
+    assert not mark.exists() and not out.exists()
+
+    (run / "conftest.py").write_text(_evil(mark))
+    manifest.argv, manifest.cwd = [*PYTEST, "-q", "."], str(run)
+    write_manifest(manifest, run)
+    rc = replay_check_command([str(run), "--records", str(records), "--output", str(out)])
+    assert rc == 2
+    assert "is inside the run root: a run root cannot bring the code" in capsys.readouterr().err
     assert not mark.exists() and not out.exists()
 
 
