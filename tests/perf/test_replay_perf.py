@@ -35,6 +35,7 @@ from harness.model_proxy.tape import TapeConfig, TapeSession
 from harness.model_proxy.usage import InstanceMeter
 from harness.testing.fake_model_server import start_fake_model_server
 from tests.agents.model_scripts import step
+from tests.model_proxy.support import client
 
 CALLS = 1000
 ROUNDS = int(os.environ.get("HARNESS_PERF_REPLAY_ROUNDS", "3"))
@@ -81,14 +82,6 @@ def per_call_ms(
     return (time.perf_counter() - started) * 1000 / len(calls)
 
 
-def gateway_client(gw: GatewayServer) -> httpx.Client:
-    return httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(gw.socket_path)),
-        base_url="http://model-gateway/v1",
-        headers={"Authorization": "Bearer placeholder"},
-    )
-
-
 def through_gateway(
     records: Path, mode: str, upstream: str, key: str, calls: list[dict[str, Any]]
 ) -> float:
@@ -98,7 +91,7 @@ def through_gateway(
     (records.parent / f"instance-{mode}").mkdir(exist_ok=True)
     gw = GatewayServer(upstream, key, InstanceMeter(PRICES), tape=tape).start()
     try:
-        with gateway_client(gw) as c:
+        with client(gw) as c:
             c.get("/models")  # the connection made (and, in replay, a served GET)
             return per_call_ms(c, calls)
     finally:
