@@ -245,8 +245,7 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
             resolve_instance_image(ctx, inst, request.getfixturevalue("sandbox_client"),
                                    request.config)
         ctx.prepared()
-    if not inst.is_fixture and getattr(request.getfixturevalue("harness_agent"), "kind",
-                                       None) == "oracle":
+    if not inst.is_fixture and request.getfixturevalue("harness_agent").needs_reference_solution:
         # Known before any pull: ProgramBench ships no reference solution for real tasks, so
         # a run with the oracle must not pull multi-GB images only to record skipped.
         raise OutcomeSkip(Outcome.SKIPPED, "oracle_unavailable",

@@ -141,6 +141,9 @@ class Agent:
     """The base of every agent kind: :meth:`run`, and two hooks that do nothing here."""
 
     kind: str = ""
+    # True for an agent that only applies the benchmark's reference solution (the oracle):
+    # an instance with none is skipped before anything is provisioned for it (no image pull).
+    needs_reference_solution: bool = False
 
     def run(self, request: AgentRequest) -> AgentOutcome:
         raise NotImplementedError(f"agent kind {self.kind!r} does not implement run()")

@@ -23,6 +23,7 @@ from harness.core.errors import InfraError
 
 class OracleAgent(Agent):
     kind = "oracle"
+    needs_reference_solution = True
 
     def run(self, request: AgentRequest) -> AgentOutcome:
         oracle = request.oracle
