@@ -56,6 +56,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.core.argv import without_options
 from harness.core.fsutil import atomic_write_json
 from harness.core.models import TaskRow
 from harness.core.outcomes import split_attempt
@@ -166,20 +167,8 @@ def replay_args(argv: Sequence[str], selection: Sequence[str]) -> list[str]:
             f"its argv has {found!r}, which makes pytest read a file the run names or look "
             f"elsewhere; replay-check does not run it (check the run by hand)"
         )
-    kept: list[str] = []
-    resumed = False
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        name = arg.split("=", 1)[0]
-        if name in DROPPED:
-            resumed = resumed or name == "--resume-from"
-            skip = "=" not in arg
-            continue
-        kept.append(arg)
-    if resumed:
+    kept, dropped = without_options(args, DROPPED)
+    if "--resume-from" in dropped:
         tasks: list[str] = []
         for key in selection:
             task = split_attempt(key.split("/", 1)[-1])[0]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.core.argv import without_options
 from harness.core.errors import RefusalError
 from harness.core.fsutil import atomic_write_json
 from harness.core.layout import collection_file, lock_path, state_dir, workers_dir
@@ -665,18 +666,7 @@ class Controller:
 
     def resume_command(self) -> str:
         assert self.run is not None
-        args = list(self.config.invocation_params.args)
-        kept: list[str] = []
-        skip_next = False
-        for arg in args:
-            if skip_next:
-                skip_next = False
-                continue
-            name = arg.split("=", 1)[0]
-            if name in ROOT_OPTIONS:
-                skip_next = "=" not in arg
-                continue
-            kept.append(arg)
+        kept, _ = without_options(self.config.invocation_params.args, ROOT_OPTIONS)
         # One word: from the project's root with no path, pytest would take a run root
         # outside the project for a path to collect (harness.runner.startup.lost_config).
         return shlex.join(["pytest", *kept, f"--resume-from={self.run.run_root}"])
