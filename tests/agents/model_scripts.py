@@ -3,6 +3,7 @@ trajectories that solve or fail the ProgramBench fixture with bash tool calls.""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from benchmarks.programbench.fixture import ensure_fixture
@@ -33,6 +34,13 @@ def solve_script(cost: float | None = None) -> dict[str, Any]:
     """Write the fixture's correct solution, check it, submit."""
     cmds = [*solution_commands(), "bash compile.sh && ./executable 2 + 3", SUBMIT]
     return {"responses": [step(c, cost=cost) for c in cmds]}
+
+
+@functools.cache
+def solve_steps() -> int:
+    """How many model calls :func:`solve_script` makes (asked when a test runs: it reads the
+    fixture's oracle files, never at collection)."""
+    return len(solve_script()["responses"])
 
 
 def partial_script(loop_command: str = "ls -la") -> dict[str, Any]:

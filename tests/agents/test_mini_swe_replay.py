@@ -22,7 +22,7 @@ from harness.agents.mini_swe import default_config_path
 from harness.core.models import TaskRow
 from harness.model_proxy.tape import REPORT_NAME, ReplayReport, TapeIndex, index_path
 from harness.testing.fake_model_server import FakeModelServer, start_fake_model_server
-from tests.agents.model_scripts import solve_script
+from tests.agents.model_scripts import solve_script, solve_steps
 from tests.agents.test_mini_swe_agent import MODEL, TARGET, prices
 from tests.model_proxy.support import sha
 from tests.model_proxy.support import tripwire as replay_tripwire
@@ -31,7 +31,6 @@ from tests.support.suite import Run, run_pytest
 
 pytestmark = pytest.mark.docker
 KEY = "sk-mini-replay-0123456789abcdef"
-STEPS = len(solve_script()["responses"])
 
 
 def config(path: Path, base_url: str, suffix: str = "") -> Path:
@@ -99,7 +98,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         server.stop()
     assert run.rc == 0, run.out
     seen = [json.loads(x) for x in (tmp / "requests.jsonl").read_text().splitlines()]
-    assert len(seen) == STEPS and {r["model"] for r in seen} == {"fake-model"}
+    assert len(seen) == solve_steps() and {r["model"] for r in seen} == {"fake-model"}
     tripwire = replay_tripwire(server, solve_script())
     try:
         yield Recorded(
@@ -115,12 +114,12 @@ def test_mini_swe_replays_to_the_same_submission_and_score_for_free(
     row = recorded.row
     assert row.score == 1.0 and row.resolved is True
     assert row.details["cost_source"] == "agent_reported"  # recording changes nothing
-    assert row.cost_usd == pytest.approx(STEPS * (1000 * 2.0 + 100 * 10.0) / 1e6)
-    assert row.details["model_record"]["calls"] == STEPS
+    assert row.cost_usd == pytest.approx(solve_steps() * (1000 * 2.0 + 100 * 10.0) / 1e6)
+    assert row.details["model_record"]["calls"] == solve_steps()
     index = TapeIndex.model_validate_json(
         index_path(recorded.records, "programbench", FIXTURE_ID).read_bytes()
     )
-    assert len(index.calls) == STEPS and not any(c.stream for c in index.calls)
+    assert len(index.calls) == solve_steps() and not any(c.stream for c in index.calls)
     assert files_containing(recorded.records, KEY.encode()) == []
     assert files_containing(recorded.records, b"not-the-key") == []
 
@@ -133,9 +132,9 @@ def test_mini_swe_replays_to_the_same_submission_and_score_for_free(
     assert recorded.tripwire.requests == 0
     assert again.cost_usd == 0.0 and again.details["cost_source"] == "replay"
     info = again.details["model_replay"]
-    assert (info["calls"], info["served"], info["misses"]) == (STEPS, STEPS, 0)
+    assert (info["calls"], info["served"], info["misses"]) == (solve_steps(), solve_steps(), 0)
     assert info["original_cost_usd"] == pytest.approx(row.cost_usd)
-    assert again.details["agent_details"]["steps"] == STEPS and again.steps == STEPS
+    assert again.details["agent_details"]["steps"] == solve_steps() and again.steps == solve_steps()
 
 
 def test_mini_swe_prompt_change_misses_strictly_and_diverges_in_sequence(
@@ -168,5 +167,5 @@ def test_mini_swe_prompt_change_misses_strictly_and_diverges_in_sequence(
     row = TaskRow.model_validate(seq.latest[FIXTURE_ID])
     assert row.score == 1.0 and sha(row) == sha(recorded.row)
     info = row.details["model_replay"]
-    assert (info["divergences"], info["misses"]) == (STEPS, 0)
+    assert (info["divergences"], info["misses"]) == (solve_steps(), 0)
     assert recorded.tripwire.requests == 0

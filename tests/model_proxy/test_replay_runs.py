@@ -24,7 +24,7 @@ from harness.core.models import TaskRow
 from harness.model_proxy.replay_check import ReplayCheck
 from harness.model_proxy.tape import REPORT_NAME, ReplayReport, TapeIndex, index_path
 from harness.testing.fake_model_server import FakeModelServer, start_fake_model_server
-from tests.agents.model_scripts import solve_script
+from tests.agents.model_scripts import solve_script, solve_steps
 from tests.model_proxy.support import sha
 from tests.model_proxy.support import tripwire as replay_tripwire
 from tests.security import model_gateway_support
@@ -34,7 +34,6 @@ from tests.support.suite import Run, run_pytest
 pytestmark = pytest.mark.docker
 TARGET = "benchmarks/programbench"
 KEY = "sk-replay-docker-0123456789abcdef"
-STEPS = len(solve_script()["responses"])
 PROMPT = 'open(os.environ["HARNESS_INSTRUCTION_FILE"]).read()'
 
 
@@ -123,7 +122,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         finally:
             server.stop()
     assert run.rc == 0, run.out
-    assert server.requests == STEPS
+    assert server.requests == solve_steps()
     tripwire = replay_tripwire(server, solve_script())
     try:
         yield Recorded(tmp, records, run, TaskRow.model_validate(run.latest[FIXTURE_ID]), tripwire)
@@ -136,11 +135,11 @@ def test_a_recorded_run_replays_to_the_same_submission_and_score_for_free(
 ) -> None:
     row = recorded.row
     assert row.score == 1.0 and row.resolved is True
-    assert row.details["model_record"]["calls"] == STEPS
+    assert row.details["model_record"]["calls"] == solve_steps()
     index = TapeIndex.model_validate_json(
         index_path(recorded.records, "programbench", FIXTURE_ID).read_bytes()
     )
-    assert [c.position for c in index.calls] == list(range(1, STEPS + 1))
+    assert [c.position for c in index.calls] == list(range(1, solve_steps() + 1))
     assert all(c.stream and c.status == 200 for c in index.calls)
     assert files_containing(recorded.records, KEY.encode()) == []  # the key, by scan
 
@@ -153,7 +152,7 @@ def test_a_recorded_run_replays_to_the_same_submission_and_score_for_free(
     assert again.cost_usd == 0.0 and again.cost_known is True
     assert again.details["cost_source"] == "replay"
     replayed = again.details["model_replay"]
-    assert (replayed["calls"], replayed["served"], replayed["misses"]) == (STEPS, STEPS, 0)
+    assert (replayed["calls"], replayed["served"], replayed["misses"]) == (solve_steps(), solve_steps(), 0)
     assert replayed["original_cost_usd"] == pytest.approx(row.cost_usd)
     assert again.tokens == row.tokens
     assert again.models is not None and all(m.cost_usd == 0.0 for m in again.models)
@@ -192,12 +191,12 @@ def test_a_one_character_prompt_change_misses_strictly_and_diverges_in_sequence(
     row = TaskRow.model_validate(seq.latest[FIXTURE_ID])
     assert row.score == 1.0 and sha(row) == sha(recorded.row)  # the recorded answers
     info = row.details["model_replay"]
-    assert (info["order"], info["divergences"], info["misses"]) == ("sequence", STEPS, 0)
-    assert [d["position"] for d in info["first_divergences"]] == list(range(1, STEPS + 1))
+    assert (info["order"], info["divergences"], info["misses"]) == ("sequence", solve_steps(), 0)
+    assert [d["position"] for d in info["first_divergences"]] == list(range(1, solve_steps() + 1))
     report = ReplayReport.model_validate_json(
         (seq.root / "programbench" / FIXTURE_ID / REPORT_NAME).read_bytes()
     )
-    assert len(report.divergences) == STEPS
+    assert len(report.divergences) == solve_steps()
     assert recorded.tripwire.requests == 0
 
 
@@ -227,7 +226,7 @@ def test_replay_check_shows_the_trajectory_produces_its_score(
     ]
     item = check.instances[0]
     assert item.replayed_sha256 == sha(recorded.row) and item.replayed_score == 1.0
-    assert (item.recorded_calls, item.replayed_calls) == (STEPS, STEPS)
+    assert (item.recorded_calls, item.replayed_calls) == (solve_steps(), solve_steps())
     assert "--model-replay" in check.command and "--model-upstream" not in check.command
     assert recorded.tripwire.requests == 0
 
