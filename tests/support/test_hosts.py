@@ -424,8 +424,11 @@ def leftovers(host: TestHost) -> list[str]:
     for pid in _pids_naming(host.root):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
             continue
+        if state in ("Z", "X"):
+            continue  # killed, its exit not yet reaped: it holds nothing of the host
         if not argv.startswith(b"rm\0"):  # the detached removal of its folder goes on alone
             left.append(f"pid {pid}: {argv[:80]!r}")
     for key in ("dockerd", "sshd"):
