@@ -153,8 +153,9 @@ def add_options(parser: pytest.Parser) -> None:
         "--cowork-pg-image",
         default=None,
         metavar="REF",
-        help="the PostgreSQL sidecar's image (pulled if missing, per --pull); it must follow "
-        "the harness's pg15 layout (default: the harness's Debian postgresql-15 image)",
+        help="the PostgreSQL sidecar's image (pulled if missing, per --pull): the official "
+        "postgres:15 contract (docker-entrypoint.sh, PGDATA) or the harness's pg15 layout "
+        "(default: the harness's Debian postgresql-15 image)",
     )
     group.addoption(
         "--cowork-cpus",

@@ -6,11 +6,12 @@
   reference names a registry (``host[:port]/repo:tag``, ``localhost/...``), with the run's
   pull settings; otherwise admission refuses it, naming ``harness cowork build-image``.
 * ``--cowork-pg-image REF``: the PostgreSQL sidecar's image, resolved like any task image
-  (:func:`harness.sandbox.images.pull.resolve_image`: local, else pulled, per ``--pull``). It must
-  follow the harness's pg15 image layout (a Debian ``postgresql-15`` cluster ``15 main``
-  started with ``pg_ctlcluster``, superuser role ``eigent``/``camel``, database
-  ``cowork_gym``): the official ``postgres:15`` image's entrypoint initialisation is not
-  used (the sidecar starts with the sandbox's own command, as every harness container).
+  (:func:`harness.sandbox.images.pull.resolve_image`: local, else pulled, per ``--pull``).
+  Either the official ``postgres`` image's contract (``docker-entrypoint.sh`` and ``PGDATA``,
+  e.g. ``postgres:15`` itself: its entrypoint loads the dump) or the harness's pg15 layout
+  (a Debian ``postgresql-15`` cluster ``15 main`` started with ``pg_ctlcluster``, superuser
+  role ``eigent``/``camel``, database ``cowork_gym``); :func:`benchmarks.cowork_bench.sidecar.pg_layout`
+  tells which.
 
 * ``--build-image``: the agent and eval containers run the checkout's own image with the
   harness's layer (:func:`benchmarks.cowork_bench.build_image.ensure_checkout_image`: the
