@@ -70,4 +70,6 @@ python3 -c "from benchmarks.cowork_bench.images import fetch_wheels; print(fetch
 
 echo "[setup] local images (first time: a few minutes; later: cached)"
 python3 -m harness.sandbox.images
+echo "[setup] images only the tests use (stand-ins for images no registry reaches here)"
+python3 -m tests.support.images
 echo "[setup] done"

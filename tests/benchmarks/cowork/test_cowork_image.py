@@ -60,7 +60,7 @@ def built_tags() -> Iterator[list[str]]:
     tags: list[str] = []
     yield tags
     client = docker.from_env()
-    for tag in tags:
+    for tag in reversed(tags):  # the derived image before its base
         with contextlib.suppress(docker.errors.APIError):
             client.api.remove_image(tag, force=True)
 
@@ -78,6 +78,7 @@ def test_build_image_then_run_the_agent_in_it(tmp_path: Path, built_tags: list[s
     res = harness_cli("cowork", "build-image", "--cowork-root", str(checkout))
     assert res.returncode == 0, res.stderr
     built = json.loads(res.stdout.strip().splitlines()[-1])
+    built_tags.append(built["derived"]["tag"])  # the harness's layer on it: removed too
     assert built["tag"] == tag
     assert "Step 2/" in res.stderr and "RUN echo cowork-marker-7" in res.stderr
     assert Path(built["log"]).is_file()

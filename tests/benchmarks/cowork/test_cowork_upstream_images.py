@@ -8,19 +8,22 @@ without its agent user, and ``tests/fixtures/cowork_upstream_pg`` (Debian's
 bases are layer recipes (content-hash tagged, built once); the checkout image goes through
 ``harness cowork build-image`` untouched.
 
-* build-image: the checkout's Dockerfile as it is (the checkout stays clean), then the
-  harness's layer (agent uid 1000, the supervisor, ``mcp-call``, ``/workspace`` emptied),
-  tagged by both hashes and found, not rebuilt, the second time;
+* one build for the module, by the run's path (a dry run with ``--build-image``): the
+  checkout's Dockerfile as it is (the checkout stays clean), then the harness's layer (agent
+  uid 1000, the supervisor, ``mcp-call``, ``/workspace`` emptied), tagged by both hashes;
+  ``harness cowork build-image`` then finds both, not building them again (the CLI's own
+  first build is ``test_cowork_image.py``'s);
 * the official layout's sidecar: seeded by the image's own entrypoint, the foreign-key fix
   and the roles; a broken dump fails at once with the entrypoint's log;
-* a run with ``--build-image --cowork-pg-image <official stand-in>`` (a dry run first): a
-  command agent solves a database task with ``mcp-call`` in the derived image, checked by
-  the task's checker; the IDs are in the manifest and the row.
+* a run with ``--build-image --cowork-pg-image <official stand-in>``: a command agent solves
+  a database task with ``mcp-call`` in the derived image, checked by the task's checker; the
+  IDs are in the manifest and the row.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -38,7 +41,6 @@ from benchmarks.cowork_bench.images import (
     HARNESS_LAYER_SCRIPT,
     LAUNCHER,
     command_names,
-    fetch_wheels,
     harness_layer_files,
     install_commands,
     supervisor_files,
@@ -46,18 +48,17 @@ from benchmarks.cowork_bench.images import (
 from benchmarks.cowork_bench.resume_check import waiver_reasons
 from benchmarks.cowork_bench.sidecar import AGENT_ROLE, _psql, layout_of, start_postgres
 from harness.core.errors import InfraError
-from harness.sandbox import LayerRecipe, base_recipe, create_internal_network, ensure_image
+from harness.sandbox import create_internal_network
 from harness.sandbox import labels as L
 from harness.sandbox.cleanup import remove_labelled
 from tests.benchmarks.cowork.cowork_helpers import FIXTURE
+from tests.benchmarks.cowork.cowork_upstream_support import (
+    PG_TAG,
+    UPSTREAM,
+    ensure_standins,
+)
 from tests.support.suite import REPO_ROOT, run_pytest
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-UPSTREAM = FIXTURES / "cowork_upstream"
-UPSTREAM_PG = FIXTURES / "cowork_upstream_pg"
-BASE_TAG = "cowork-upstream-standin/ubuntu:22.04"  # the stand-in Dockerfile's FROM
-PG_TAG = "cowork-upstream-standin/postgres:15"
-STANDIN = FIXTURES / "cowork_upstream_base"  # the stand-in bases' Dockerfile bodies
 GCAL = "gcal-standup-week"
 # The command agent: the calendar task through the task's MCP tools, from bash.
 GCAL_BY_MCP_CALL = (
@@ -66,38 +67,6 @@ GCAL_BY_MCP_CALL = (
     '"{\\"summary\\": \\"Daily standup\\", \\"start\\": \\"2026-03-${d}T09:30:00+00:00\\", '
     '\\"end\\": \\"2026-03-${d}T09:45:00+00:00\\"}" || exit 1; done'
 )
-
-
-def after_from(dockerfile: str) -> str:
-    """A Dockerfile's lines after its ``FROM`` (a layer recipe's body)."""
-    lines = dockerfile.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("FROM "))
-    return "\n".join(lines[first + 1 :]) + "\n"
-
-
-def standin_base() -> LayerRecipe:
-    """The harness's Debian base without its agent user (upstream's ubuntu has none)."""
-    return LayerRecipe(name="cowork-upstream-standin/base", base=base_recipe(),
-                       dockerfile_body=(STANDIN / "no_agent.dockerfile").read_text())  # fmt: skip
-
-
-def standin_ubuntu() -> LayerRecipe:
-    """The checkout Dockerfile's ``FROM``: the base plus upstream's first steps (``apt-get``,
-    ``uv`` in root's ``~/.local/bin``, ``/opt/venv`` with the ``mcp`` SDK), built once by
-    content hash, so the Dockerfile's own steps stay quick."""
-    wheels = {f"wheels/{p.name}": p.read_bytes() for p in sorted(fetch_wheels().glob("*.whl"))}
-    return LayerRecipe(name="cowork-upstream-standin/ubuntu", base=standin_base(),
-                       dockerfile_body=(STANDIN / "first_steps.dockerfile").read_text(),
-                       files=wheels)  # fmt: skip
-
-
-def standin_pg() -> LayerRecipe:
-    return LayerRecipe(
-        name="cowork-upstream-standin/postgres",
-        base=standin_base(),
-        dockerfile_body=after_from((UPSTREAM_PG / "Dockerfile").read_text()),
-        files={"docker-entrypoint.sh": (UPSTREAM_PG / "docker-entrypoint.sh").read_bytes()},
-    )
 
 
 def harness_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -128,23 +97,9 @@ def in_image(image: str, script: str, user: str = "0") -> subprocess.CompletedPr
 @pytest.fixture(scope="module")
 def standins() -> tuple[str, str]:
     """(the stand-in base's ID, the stand-in postgres image's ID), tagged as the fixtures
-    name them."""
-    if not shutil.which("docker"):
-        pytest.skip("no docker CLI")
-    base = ensure_image(standin_ubuntu(), retag=BASE_TAG)
-    pg = ensure_image(standin_pg(), retag=PG_TAG)
-    return base.image_id, pg.image_id
-
-
-@pytest.fixture
-def built_tags() -> Iterator[list[str]]:
-    """Tags a test built; removed afterwards (the engine is shared)."""
-    tags: list[str] = []
-    yield tags
-    client = docker.from_env()
-    for tag in reversed(tags):
-        with contextlib.suppress(docker.errors.APIError):
-            client.api.remove_image(tag, force=True)
+    name them (built by ``scripts/setup.sh``; here only when missing)."""
+    assert shutil.which("docker"), "these tests run the docker CLI: install it"
+    return ensure_standins()
 
 
 # --------------------------------------------------------------------------- no Docker
@@ -202,22 +157,74 @@ def test_build_image_and_cowork_image_together_are_refused(tmp_path: Path) -> No
 # --------------------------------------------------------------------------- Docker
 
 
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """The stand-in checkout and the dry run whose ``--build-image`` built its images."""
+
+    checkout: Path
+    sha: str
+    derived_tag: str
+    derived_id: str
+    base_id: str
+
+
+@pytest.fixture(scope="module")
+def upstream_built(
+    tmp_path_factory: pytest.TempPathFactory, standins: tuple[str, str]
+) -> Iterator[Built]:
+    """One build for the module, by the run's own path: a dry run with ``--build-image``
+    (the controller builds the checkout's Dockerfile untouched, then the harness's layer, and
+    records both). The CLI test then finds them; the run test runs in them. Their tags are
+    removed after the module (the engine is shared)."""
+    _, pg_id = standins
+    tmp = tmp_path_factory.mktemp("upstream")
+    checkout, sha = upstream_checkout(tmp / "bench")
+    tags = [f"cowork-pack:{sha}"]
+    try:
+        dry = run_pytest("benchmarks/cowork_bench", tmp / "dry", *run_options(checkout),
+                         "--dry-run", timeout=1200)  # fmt: skip
+        assert dry.rc == 0, dry.out[-3000:]
+        chosen = dry.manifest["extra"]["cowork"]["images"]
+        derived_tag, derived_id = chosen["runtime"]["ref"], chosen["runtime"]["id"]
+        tags.append(derived_tag)
+        assert derived_tag.startswith(f"{DERIVED_REPO}:") and chosen["pg"]["id"] == pg_id
+        assert dry.statuses() == {GCAL: "skipped"}
+        base_id = docker.from_env().api.inspect_image(tags[0])["Id"]
+        yield Built(checkout, sha, derived_tag, derived_id, base_id)
+    finally:
+        client = docker.from_env()
+        for tag in reversed(tags):
+            with contextlib.suppress(docker.errors.APIError):
+                client.api.remove_image(tag, force=True)
+
+
+def run_options(checkout: Path) -> list[str]:
+    return ["--cowork-root", str(checkout), "--allow-bench-commit-mismatch", "--build-image",
+            "--cowork-pg-image", PG_TAG, "--instance", GCAL]  # fmt: skip
+
+
 @pytest.mark.docker
 def test_build_image_builds_upstream_untouched_then_the_harness_layer(
-    tmp_path: Path, standins: tuple[str, str], built_tags: list[str]
+    upstream_built: Built,
 ) -> None:
-    checkout, sha = upstream_checkout(tmp_path / "bench")
-    built_tags.append(f"cowork-pack:{sha}")
+    checkout, sha = upstream_built.checkout, upstream_built.sha
     res = harness_cli("cowork", "build-image", "--cowork-root", str(checkout))
     assert res.returncode == 0, res.stderr[-3000:]
     rec = json.loads(res.stdout.strip().splitlines()[-1])
     derived = rec["derived"]
-    built_tags.append(derived["tag"])
+    # what the run's --build-image built, found by both hashes and not built again
+    assert (rec["image_id"], derived["tag"], derived["image_id"], derived["built"]) == (
+        upstream_built.base_id,
+        upstream_built.derived_tag,
+        upstream_built.derived_id,
+        False,
+    )
     assert rec["tag"] == f"cowork-pack:{sha}" and not rec["dirty"]
     base_hex = rec["image_id"].split(":", 1)[1]
     assert derived["tag"].startswith(f"{DERIVED_REPO}:{base_hex[:12]}-")
-    assert derived["base_image_id"] == rec["image_id"] and derived["built"]
+    assert derived["base_image_id"] == rec["image_id"]
     assert derived["python"] == "3.11"
+    assert f"found {derived['tag']}" in res.stderr
     assert f"run with --cowork-image {derived['tag']}" in res.stderr
     git = ["git", "-C", str(checkout), "status", "--porcelain"]
     assert subprocess.run(git, capture_output=True, text=True).stdout == ""  # no hand edit
@@ -232,12 +239,6 @@ def test_build_image_builds_upstream_untouched_then_the_harness_layer(
     assert help_.returncode == 0 and "serve" in help_.stdout, help_.stderr
     labels = docker.from_env().api.inspect_image(derived["tag"])["Config"]["Labels"]
     assert labels[BASE_LABEL] == rec["image_id"] and labels[L.RECIPE].startswith(DERIVED_REPO)
-
-    again = harness_cli("cowork", "build-image", "--cowork-root", str(checkout))
-    assert again.returncode == 0, again.stderr[-2000:]
-    second = json.loads(again.stdout.strip().splitlines()[-1])["derived"]
-    assert (second["tag"], second["image_id"], second["built"]) == (
-        derived["tag"], derived["image_id"], False)  # fmt: skip
 
 
 @pytest.mark.docker
@@ -281,29 +282,19 @@ def test_official_layout_sidecar_is_seeded_by_its_own_entrypoint(
 
 @pytest.mark.docker
 def test_run_builds_the_image_and_uses_the_official_postgres(
-    tmp_path: Path, standins: tuple[str, str], built_tags: list[str]
+    tmp_path: Path, standins: tuple[str, str], upstream_built: Built
 ) -> None:
     _, pg_id = standins
-    checkout, sha = upstream_checkout(tmp_path / "bench")
-    built_tags.append(f"cowork-pack:{sha}")
-    common = ["--cowork-root", str(checkout), "--allow-bench-commit-mismatch", "--build-image",
-              "--cowork-pg-image", PG_TAG, "--instance", GCAL]  # fmt: skip
-    dry = run_pytest("benchmarks/cowork_bench", tmp_path / "dry", *common, "--dry-run",
-                     timeout=1200)  # fmt: skip
-    assert dry.rc == 0, dry.out[-3000:]
-    chosen = dry.manifest["extra"]["cowork"]["images"]
-    derived_tag, derived_id = chosen["runtime"]["ref"], chosen["runtime"]["id"]
-    built_tags.append(derived_tag)
-    assert derived_tag.startswith(f"{DERIVED_REPO}:") and chosen["pg"]["id"] == pg_id
-    assert dry.statuses() == {GCAL: "skipped"}
-
-    run = run_pytest("benchmarks/cowork_bench", tmp_path / "run", *common, "--agent", "command",
+    run = run_pytest("benchmarks/cowork_bench", tmp_path / "run",
+                     *run_options(upstream_built.checkout), "--agent", "command",
                      "--agent-command", GCAL_BY_MCP_CALL, "-n", "1", timeout=900)  # fmt: skip
     assert run.rc == 0, run.out[-3000:]
     row = run.latest[GCAL]
     assert (row["status"], row["resolved"]) == ("passed", True), row
-    assert row["details"]["runtime_image"] == derived_id  # the worker ran the admitted image
+    assert row["details"]["runtime_image"] == upstream_built.derived_id  # the admitted image
     assert row["details"]["pg_image"] == pg_id
-    assert run.manifest["extra"]["cowork"]["images"]["runtime"]["ref"] == derived_tag
+    assert run.manifest["extra"]["cowork"]["images"]["runtime"]["ref"] == (
+        upstream_built.derived_tag
+    )
     tools = run.root / "cowork_bench" / GCAL / "workspace" / "tools.txt"
     assert "create_event" in tools.read_text()

@@ -1,0 +1,26 @@
+"""Images only the project's tests use, built like the product's (layer recipes from local
+packages and wheels, tagged by content hash, built once): ``scripts/setup.sh`` runs
+``python3 -m tests.support.images`` after the product's images, so the suite does not spend its
+first run building them. A test that needs one still builds it when it is missing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def main() -> int:
+    from tests.benchmarks.cowork.cowork_upstream_support import ensure_standins
+
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("Cowork upstream stand-ins (ubuntu, postgres:15)", ensure_standins),
+    ]
+    for name, build in steps:
+        t0 = time.monotonic()
+        build()
+        print(f"[test images] {name}: ready in {time.monotonic() - t0:.1f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
