@@ -111,6 +111,18 @@ def _descendants_of_engine(root: Path) -> list[int]:
     return sorted(found)
 
 
+def _reap(engine: Engine) -> None:
+    """Kill what the engine left behind (containerd, shims, their children: after a SIGKILL
+    they live on) and unmount its folders."""
+    for pid in _descendants_of_engine(engine.root):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    subprocess.run(["umount", "-R", "-l", str(engine.root / "data")], capture_output=True,
+                   check=False)
+    subprocess.run(["umount", "-R", "-l", str(engine.root / "exec")], capture_output=True,
+                   check=False)
+
+
 def stop_engine(engine: Engine, proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -119,13 +131,7 @@ def stop_engine(engine: Engine, proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
-    for pid in _descendants_of_engine(engine.root):  # left behind by a killed engine
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    subprocess.run(["umount", "-R", "-l", str(engine.root / "data")], capture_output=True,
-                   check=False)
-    subprocess.run(["umount", "-R", "-l", str(engine.root / "exec")], capture_output=True,
-                   check=False)
+    _reap(engine)
     # The engine's images (fuse-overlayfs or vfs layers: many thousand files) take seconds
     # to delete: a detached rm does it while the tests go on.
     subprocess.run(["sh", "-c", 'rm -rf --one-file-system -- "$1" >/dev/null 2>&1 &', "sh",
@@ -157,7 +163,38 @@ def second_engine() -> Iterator[Engine]:
         system_bridge_works()
 
 
-def restart(engine: Engine) -> tuple[Engine, subprocess.Popen[bytes]]:
-    """A new engine in a fresh folder (after :meth:`Engine.kill`)."""
-    root = Path(tempfile.mkdtemp(prefix="harness-engine2-", dir="/tmp"))
-    return start_engine(root)
+def _stop_daemon(engine: Engine) -> None:
+    """Stop the engine's daemon (SIGTERM, then SIGKILL), keeping its folder and images."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(engine.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and Path(f"/proc/{engine.pid}").exists():
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(engine.pid, os.WNOHANG)
+        time.sleep(0.1)
+    engine.kill()
+    _reap(engine)
+
+
+def take_over(engine: Engine) -> tuple[Engine, subprocess.Popen[bytes]]:
+    """A new daemon on ``engine``'s folder, for a test that kills it: the module's engine is
+    stopped first, and the images it already holds stay (no second ``docker save | docker
+    load`` of the same images). Hand it back with :func:`give_back`."""
+    _stop_daemon(engine)
+    return start_engine(engine.root)
+
+
+def give_back(engine: Engine, taken: Engine, proc: subprocess.Popen[bytes]) -> None:
+    """After :func:`take_over`: stop the taken daemon (dead or alive) and start the module's
+    engine again on its folder, updating ``engine`` in place (its URL stays; its pid is the
+    new daemon's, which the module fixture's teardown finds by the folder's path)."""
+    if proc.poll() is None:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+    taken.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    _reap(taken)
+    again, _ = start_engine(engine.root)
+    engine.url, engine.pid = again.url, again.pid

@@ -19,9 +19,9 @@ from harness.sandbox.cli import sweep_command
 from tests.sandbox.engines.engines_support import (
     Engine,
     assert_no_leaks,
-    restart,
+    give_back,
     second_engine,
-    stop_engine,
+    take_over,
 )
 from tests.support.suite import REPO_ROOT, Run, run_pytest
 
@@ -159,7 +159,7 @@ def test_cowork_over_both_engines_capacity_one_each(tmp_path: Path, second_engin
 def test_a_killed_engine_loses_its_instances_and_resume_finishes_them(
     tmp_path: Path, second_engine: Engine
 ) -> None:
-    doomed, proc = restart(second_engine)
+    doomed, proc = take_over(second_engine)  # the images are already there
     try:
         path = engines_file(tmp_path, [(SYSTEM, 1), (doomed.url, 1)])
         # The doomed engine dies while its first instance runs (the agent waits for it).
@@ -185,4 +185,4 @@ def test_a_killed_engine_loses_its_instances_and_resume_finishes_them(
         assert again.manifest["extra"]["engines"][1]["reachable"] is False
         assert_no_leaks(docker.from_env(), tmp_path)
     finally:
-        stop_engine(doomed, proc)
+        give_back(second_engine, doomed, proc)
