@@ -46,7 +46,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from benchmarks.cowork_bench.containers import AGENT, AGENT_ID
-from benchmarks.cowork_bench.images import PYTHON_BIN, SUPERVISOR, VENV
+from benchmarks.cowork_bench.images import PROBE, PYTHON_BIN, SUPERVISOR, VENV
 from benchmarks.cowork_bench.tasks import CoworkTask
 from harness.core.errors import InfraError
 from harness.sandbox import NewDir, Sandbox
@@ -307,7 +307,7 @@ def start_servers(
             raise InfraError(f"starting the MCP supervisor: {exc}", "mcp_unavailable") from exc
         wait = max(s.timeout_s for s in plan.specs)
         res = container.exec(
-            [PYTHON_BIN, SUPERVISOR, "probe", f"http://127.0.0.1:{MCP_PORT}", "--wait", str(wait)],
+            [PYTHON_BIN, PROBE, f"http://127.0.0.1:{MCP_PORT}", "--wait", str(wait)],
             env=run_env, timeout=wait * 2 + PROBE_MARGIN_S, user=AGENT, workdir="/",
         )  # fmt: skip
         try:

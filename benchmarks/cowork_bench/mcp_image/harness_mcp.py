@@ -1,4 +1,4 @@
-"""The harness's MCP supervisor, bridge and probe; runs INSIDE the Cowork runtime image.
+"""The harness's MCP supervisor and bridge; runs INSIDE the Cowork runtime image.
 
 Installed at ``/opt/harness_mcp/harness_mcp.py`` and run by ``/opt/venv/bin/python3`` (the
 ``mcp`` SDK from PyPI lives in that venv). It imports nothing from the harness.
@@ -10,21 +10,19 @@ Installed at ``/opt/harness_mcp/harness_mcp.py`` and run by ``/opt/venv/bin/pyth
                at most ``stderr_limit`` bytes. ``GET /status`` answers the servers' states.
 ``bridge URL``  stdio <-> streamable HTTP: what the generated client config runs, so an
                in-container agent's stdio client talks to the persistent session.
-``probe URL``   waits for the supervisor to settle, lists each ready server's tools and
-               prints one JSON object (the tool inventory) on stdout.
+
+The probe (waits for the supervisor to settle, lists each ready server's tools) is
+``harness_mcp_probe.py``, standard library only: it starts without this SDK's import cost.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
-import sys
 import threading
 import time
-import urllib.request
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -213,64 +211,16 @@ async def _bridge(url: str) -> None:
             await server.run(sread, swrite, server.create_initialization_options())
 
 
-def _status(base: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{base}/status", timeout=5) as resp:
-        data: dict[str, Any] = json.load(resp)
-    return data
-
-
-async def _list(url: str) -> list[dict[str, Any]]:
-    async with AsyncExitStack() as stack:
-        read, write, _ = await stack.enter_async_context(streamable_http_client(url))
-        session = await stack.enter_async_context(ClientSession(read, write))
-        await session.initialize()
-        tools = (await session.list_tools()).tools
-        return [{"name": t.name, "description": (t.description or "")[:200]} for t in tools]
-
-
-def probe(base: str, wait_s: float) -> None:
-    """Wait until no server is ``starting`` (or ``wait_s``), then list ready servers' tools."""
-    deadline = time.monotonic() + wait_s
-    states: dict[str, Any] = {}
-    while True:
-        try:
-            states = _status(base)
-            if all(s["state"] != "starting" for s in states.values()):
-                break
-        except OSError as exc:
-            states = {"_supervisor": {"state": "failed", "error": f"not answering: {exc}"}}
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    out: dict[str, Any] = {}
-    for name, st in states.items():
-        entry = dict(st)
-        if st.get("state") == "starting":
-            entry.update(state="failed", error=f"still starting after {wait_s:g}s")
-        if entry.get("state") == "ready":
-            try:
-                entry["tool_list"] = asyncio.run(_list(f"{base}/{name}/mcp"))
-            except Exception as exc:  # reported, the caller decides
-                entry.update(state="failed", error=f"listing tools: {_describe(exc, wait_s)}")
-        out[name] = entry
-    json.dump(out, sys.stdout)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(prog="harness_mcp")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("serve").add_argument("spec")
     sub.add_parser("bridge").add_argument("url")
-    p = sub.add_parser("probe")
-    p.add_argument("base")
-    p.add_argument("--wait", type=float, default=120.0)
     args = parser.parse_args()
     if args.cmd == "serve":
         serve(args.spec)
-    elif args.cmd == "bridge":
-        anyio.run(_bridge, args.url)
     else:
-        probe(args.base, args.wait)
+        anyio.run(_bridge, args.url)
 
 
 if __name__ == "__main__":

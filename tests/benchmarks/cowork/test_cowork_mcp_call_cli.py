@@ -110,3 +110,28 @@ def test_mcp_call_exit_statuses(supervisor: tuple[str, Path]) -> None:
     assert partial.returncode == 3 and "filesystem: 3 tools" in partial.stdout
     assert "gone: unavailable (" in partial.stdout
     assert mcp_call(base, "gone", "x", "{}", urls=f"gone={dead}").returncode == 3
+
+
+def test_the_standard_library_probe_lists_the_served_tools(supervisor: tuple[str, Path]) -> None:
+    """The probe the harness runs after starting the supervisor: standard library only (it
+    never imports the ``mcp`` SDK), the tools listed through the served endpoint; a
+    supervisor that does not answer is one ``failed`` entry, not a crash."""
+    base, _ = supervisor
+    probe = MCP_CALL_SOURCE.parent / "harness_mcp_probe.py"
+    code = ("import runpy, sys; sys.argv = sys.argv[1:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__'); "
+            "assert not [m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')]")  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", code, str(probe), base, "--wait", "10"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["filesystem"]["state"] == "ready" and out["filesystem"]["tools"] == 3
+    names = [t["name"] for t in out["filesystem"]["tool_list"]]
+    assert "list_directory" in names and "write_file" in names
+    assert out["filesystem"]["tool_list"][0]["description"]
+
+    dead = subprocess.run([sys.executable, str(probe), f"http://127.0.0.1:{free_port()}",
+                           "--wait", "0.5"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert dead.returncode == 0, dead.stderr
+    (entry,) = json.loads(dead.stdout).values()
+    assert entry["state"] == "failed" and "not answering" in entry["error"]
