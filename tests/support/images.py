@@ -5,21 +5,15 @@ first run building them. A test that needs one still builds it when it is missin
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from harness.sandbox.images.__main__ import build_steps
 
 
 def main() -> int:
     from tests.benchmarks.cowork.cowork_upstream_support import ensure_standins
 
-    steps: list[tuple[str, Callable[[], object]]] = [
-        ("Cowork upstream stand-ins (ubuntu, postgres:15)", ensure_standins),
-    ]
-    for name, build in steps:
-        t0 = time.monotonic()
-        build()
-        print(f"[test images] {name}: ready in {time.monotonic() - t0:.1f}s", flush=True)
-    return 0
+    return build_steps(
+        [("Cowork upstream stand-ins (ubuntu, postgres:15)", ensure_standins)], "test images"
+    )
 
 
 if __name__ == "__main__":

@@ -22,10 +22,15 @@ def main() -> int:
 
     for reg in benchmarks():
         steps.extend((step.label, step.build) for step in reg.images)
+    return build_steps(steps, "images")
+
+
+def build_steps(steps: list[tuple[str, Callable[[], object]]], tag: str) -> int:
+    """Run each named build in turn, one ``[tag] name: ready in Ns`` line each; 0."""
     for name, build in steps:
         t0 = time.monotonic()
         build()
-        print(f"[images] {name}: ready in {time.monotonic() - t0:.1f}s", flush=True)
+        print(f"[{tag}] {name}: ready in {time.monotonic() - t0:.1f}s", flush=True)
     return 0
 
 
