@@ -153,6 +153,8 @@ class GatewayServer:
         h.send_header("Content-Length", str(len(body)))
         for name, value in (headers or {}).items():
             h.send_header(name, value)
+        if h.close_connection:  # said, so a client does not send its next request on it
+            h.send_header("Connection", "close")
         h.end_headers()
         h.wfile.write(body)
 
@@ -187,20 +189,24 @@ class GatewayServer:
                 self._forward_plain(h, "GET", rel, None, None)
             return
         if method != "POST" or rel not in ROUTES:
+            h.close_connection = True  # a body it may carry is not read
             self._send(h, 404, _error_body(rel, 404, "not_found",
                                            f"the model gateway does not serve {method} {path}"))
             return
         if h.headers.get("Transfer-Encoding", "").lower() not in ("", "identity"):
+            h.close_connection = True  # nor are these: the body is not read
             self._send(h, 411, _error_body(rel, 411, "length_required",
                                            "send the body with a Content-Length"))
             return
         try:
             length = int(h.headers.get("Content-Length") or 0)
         except ValueError:
+            h.close_connection = True
             self._send(h, 400, _error_body(rel, 400, "invalid_request",
                                            "Content-Length is not a number"))
             return
         if length < 0 or length > MAX_BODY:
+            h.close_connection = True
             self._send(h, 413, _error_body(rel, 413, "request_too_large", "request too large"))
             return
         raw = h.rfile.read(length)

@@ -164,10 +164,15 @@ def test_a_loopback_gateway_serves_only_the_bearer_of_its_token(
                 refused = c.post("/chat/completions", json=body, headers=headers)
                 assert refused.status_code == 401, headers
                 assert refused.json()["error"]["code"] == "invalid_api_key"
+                # the gateway closes the connection (the body is unread) and says so: the
+                # client's next request goes on a new one, never on the closed one
+                assert refused.headers.get("connection") == "close", refused.headers
             assert upstream.requests == 0
             ok = c.post("/chat/completions", json=body,
                         headers={"Authorization": f"Bearer {token}"})
             assert ok.status_code == 200
+            lost = c.post("/no/such/route", json=body, headers={"x-api-key": token})
+            assert lost.status_code == 404 and lost.headers.get("connection") == "close"
             assert c.post("/chat/completions", json=body,
                           headers={"x-api-key": token}).status_code == 200
     finally:
