@@ -386,6 +386,9 @@ def record_samples(
     more than one attempt per task (a K=1 run's manifest is left as it was). A failure is
     recorded in ``extra.finish_errors``, never raised: the manifest must still be finalized."""
     try:
+        tasks = group_attempts(rows, selection)
+        if max((max(t.expected, t.highest_sample) for t in tasks), default=0) <= 1:
+            return  # K = 1: nothing to write, so no bootstrap to pay (seconds at 2,000 tasks)
         stats = sample_stats(rows, selection)
     except Exception as exc:
         extra = manifest.extra
