@@ -44,6 +44,7 @@ DIST = "/" + LAYOUT["dist"]
 STDLIB = "/" + LAYOUT["stdlib"]
 USER_SITE = "/" + LAYOUT["user_site"]
 STDLIB_ZIP = "/" + LAYOUT["stdlib_zip"]
+ROOT_HOME = "/" + LAYOUT["root_home"]  # the image's root user's home
 
 # Every directory listing and file open of this process while a check runs (audit events):
 # the check may list folders of the layer only, and open nothing.
@@ -121,18 +122,18 @@ def test_links_to_host_paths_are_reported_never_followed(image: Image) -> None:
     image.at(f"{DIST}/host_dir").symlink_to(image.host)
     image.at(f"{DIST}/up.pth").symlink_to("../../../../../../host/shadow")
     image.at("/etc/profile.d/zz.sh").symlink_to(image.host / "shadow")
-    image.at("/root/.bashrc").symlink_to(image.host / "shadow")  # replaces the image's .bashrc
+    image.at(f"{ROOT_HOME}/.bashrc").symlink_to(image.host / "shadow")  # replaces the image's .bashrc
     found = image.changes()
     assert image.reads_outside() == []
     # each link is one change, nothing below it was listed
     assert ("A", f"{SITE}/zz_evil.pth") in found and ("A", f"{SITE}/root_link") in found
     assert ("A", f"{DIST}/host_dir") in found and ("A", f"{DIST}/up.pth") in found
-    assert ("A", "/etc/profile.d/zz.sh") in found and ("C", "/root/.bashrc") in found
+    assert ("A", "/etc/profile.d/zz.sh") in found and ("C", f"{ROOT_HOME}/.bashrc") in found
     assert not any(SECRET in p or p.startswith((f"{SITE}/root_link/", f"{DIST}/host_dir/"))
                    for _, p in found), found
     flagged = steering(found)
     for path in (f"{SITE}/zz_evil.pth", f"{DIST}/up.pth", "/etc/profile.d/zz.sh",
-                 "/root/.bashrc"):
+                 f"{ROOT_HOME}/.bashrc"):
         assert path in flagged, (path, found)
 
 
@@ -407,7 +408,7 @@ def test_an_empty_site_folder_replaced_by_a_link_is_flagged(image: Image) -> Non
 
 
 def test_a_link_on_the_way_to_the_user_site_is_flagged(image: Image) -> None:
-    image.at("/root/.local").symlink_to(image.host / "x")
+    image.at(f"{ROOT_HOME}/.local").symlink_to(image.host / "x")
     found = image.changes()
     assert steering(found) != [], found
 
@@ -417,10 +418,10 @@ def test_a_link_on_the_way_to_the_user_site_is_flagged(image: Image) -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="a 0:0 character device needs root")
 def test_whiteouts_of_python_files_are_flagged(image: Image) -> None:
     os.mknod(image.at(f"{DIST}/ok.py"), stat.S_IFCHR | 0o600, os.makedev(0, 0))
-    image.at("/root/.wh..profile").write_text("")  # an aufs-style whiteout name
+    image.at(f"{ROOT_HOME}/.wh..profile").write_text("")  # an aufs-style whiteout name
     found = image.changes()
-    assert ("D", f"{DIST}/ok.py") in found and ("D", "/root/.profile") in found
-    assert {f"{DIST}/ok.py", "/root/.profile"} <= set(steering(found))
+    assert ("D", f"{DIST}/ok.py") in found and ("D", f"{ROOT_HOME}/.profile") in found
+    assert {f"{DIST}/ok.py", f"{ROOT_HOME}/.profile"} <= set(steering(found))
 
 
 def test_an_opaque_python_folder_deletes_what_was_below(image: Image) -> None:
