@@ -24,7 +24,6 @@ a one-off cost per engine and image), then one untimed run on the second engine 
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -36,7 +35,12 @@ import pytest
 
 from benchmarks.programbench.fixture import ensure_fixture
 from harness.sandbox.images.transfer import transfer
-from tests.sandbox.engines.engines_support import Engine, assert_no_leaks, second_engine
+from tests.sandbox.engines.engines_support import (
+    Engine,
+    assert_no_leaks,
+    engines_file,
+    second_engine,
+)
 from tests.support.suite import Run, run_pytest
 
 pytestmark = pytest.mark.docker
@@ -48,11 +52,6 @@ ATTEMPTS = 2
 WORKERS = 2
 TASKS = 3  # the offline fixture tasks
 GOAL = 1.8
-
-
-def _engines(path: Path, engines: list[tuple[str, int]]) -> Path:
-    path.write_text(json.dumps({"engines": [{"url": u, "capacity": c} for u, c in engines]}))
-    return path
 
 
 def _load() -> str:
@@ -85,7 +84,7 @@ def test_two_engines_against_one_on_the_same_workload(
     print(f"\none-off transfer of the fixture image to the second engine: "
           f"{record['seconds']:.1f}s")
 
-    warm = _engines(tmp_path / "warm.json", [(second_engine.url, 1)])
+    warm = engines_file(tmp_path, [(second_engine.url, 1)], "warm.json")
     run, seconds = _run(tmp_path / "warm", warm, "-k", "calculator", "--agent-command", "true")
     assert _settled(run, 1) == {0}
     print(f"untimed warm-up run on the second engine: {seconds:.1f}s")
@@ -93,11 +92,11 @@ def test_two_engines_against_one_on_the_same_workload(
     agent = ("--agent-command", f"sleep {SLEEP_S}", "--attempts", str(ATTEMPTS),
              "-n", str(WORKERS))
     rows = TASKS * ATTEMPTS
-    one = _engines(tmp_path / "one.json", [(SYSTEM, 1)])
+    one = engines_file(tmp_path, [(SYSTEM, 1)], "one.json")
     run_one, t_one = _run(tmp_path / "one", one, *agent)
     load_one = _load()
     assert _settled(run_one, rows) == {0}
-    two = _engines(tmp_path / "two.json", [(SYSTEM, 1), (second_engine.url, 1)])
+    two = engines_file(tmp_path, [(SYSTEM, 1), (second_engine.url, 1)], "two.json")
     run_two, t_two = _run(tmp_path / "two", two, *agent)
     load_two = _load()
     assert _settled(run_two, rows) == {0, 1}  # both engines took instances

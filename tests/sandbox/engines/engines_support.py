@@ -15,6 +15,7 @@ scoped: stopped after the module's last test, not at the end of the session) in 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -143,6 +144,13 @@ def system_bridge_works() -> None:
     client = docker.from_env()
     image = ensure_image(base_recipe(), client=client).image_id
     client.containers.run(image, ["true"], remove=True)
+
+
+def engines_file(tmp: Path, engines: list[tuple[str, int]], name: str = "engines.json") -> Path:
+    """An ``--engines`` file of (url, capacity) pairs in ``tmp``."""
+    path = tmp / name
+    path.write_text(json.dumps({"engines": [{"url": u, "capacity": c} for u, c in engines]}))
+    return path
 
 
 def assert_no_leaks(client: docker.DockerClient, under: Path) -> None:

@@ -19,6 +19,7 @@ from harness.sandbox.cli import sweep_command
 from tests.sandbox.engines.engines_support import (
     Engine,
     assert_no_leaks,
+    engines_file,
     give_back,
     second_engine,
     take_over,
@@ -30,12 +31,6 @@ __all__ = ["second_engine"]  # the module fixture, imported for the tests below
 
 COWORK = Path(__file__).resolve().parents[2] / "fixtures" / "cowork_mini"
 SYSTEM = "local"  # the engine of the environment (the system dockerd)
-
-
-def engines_file(tmp: Path, engines: list[tuple[str, int]]) -> Path:
-    path = tmp / "engines.json"
-    path.write_text(json.dumps({"engines": [{"url": u, "capacity": c} for u, c in engines]}))
-    return path
 
 
 KILLER = """
