@@ -295,6 +295,11 @@ def _pass_at(spreads: Sequence[TaskSpread], k: int) -> PassAtK:
     )
 
 
+def asked_k(tasks: Sequence[TaskAttempts]) -> int:
+    """K: the attempts per task the run asked for (or the highest attempt seen)."""
+    return max((max(t.expected, t.highest_sample) for t in tasks), default=0)
+
+
 def sample_stats(
     rows: Mapping[str, TaskRow],
     selection: Sequence[str] | None = None,
@@ -325,7 +330,7 @@ def sample_stats(
             tasks=len(means),
             attempts=counted,
         )
-    k = max((max(t.expected, t.highest_sample) for t in tasks), default=0)
+    k = asked_k(tasks)
     missing = Counter(status for t in tasks for status in t.missing.values())
     over_selection = [sum(a.score for a in t.attempts) / t.expected for t in tasks if t.expected]
     return SampleStats(
@@ -386,8 +391,7 @@ def record_samples(
     more than one attempt per task (a K=1 run's manifest is left as it was). A failure is
     recorded in ``extra.finish_errors``, never raised: the manifest must still be finalized."""
     try:
-        tasks = group_attempts(rows, selection)
-        if max((max(t.expected, t.highest_sample) for t in tasks), default=0) <= 1:
+        if asked_k(group_attempts(rows, selection)) <= 1:
             return  # K = 1: nothing to write, so no bootstrap to pay (seconds at 2,000 tasks)
         stats = sample_stats(rows, selection)
     except Exception as exc:
