@@ -55,7 +55,6 @@ BIN_DIR = "/usr/local/bin"
 VENV = "/opt/venv"
 PYTHON_BIN = f"{VENV}/bin/python3"
 SUPERVISOR = "/opt/harness_mcp/harness_mcp.py"
-PROBE = "/opt/harness_mcp/harness_mcp_probe.py"  # standard library only
 # Every wheel the venv gets, pinned (the image's content hash covers their bytes).
 MCP_REQUIREMENTS: tuple[str, ...] = (
     "annotated_types==0.8.0", "anyio==4.16.0", "attrs==26.1.0", "certifi==2026.10.19.post1",

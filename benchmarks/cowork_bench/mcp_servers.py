@@ -46,7 +46,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from benchmarks.cowork_bench.containers import AGENT, AGENT_ID
-from benchmarks.cowork_bench.images import PROBE, PYTHON_BIN, SUPERVISOR, VENV
+from benchmarks.cowork_bench.images import PYTHON_BIN, SUPERVISOR, VENV
 from benchmarks.cowork_bench.tasks import CoworkTask
 from harness.core.errors import InfraError
 from harness.sandbox import NewDir, Sandbox
@@ -65,6 +65,10 @@ OUTSIDE_CONFIG_NAME = "mcp_config_outside.json"
 LOG_DIR_NAME = "mcp"
 MCP_CALL = "/usr/local/bin/mcp-call"  # root's, 0755 (also shipped in images that carry it)
 MCP_CALL_SOURCE = Path(__file__).parent / "mcp_image" / "mcp-call"
+# The probe (standard library only) beside mcp-call, whose client it loads: both written at
+# each start, so an image built by an earlier harness (``--cowork-image``) works too.
+PROBE = "/usr/local/bin/harness_mcp_probe.py"
+PROBE_SOURCE = MCP_CALL_SOURCE.with_name("harness_mcp_probe.py")
 
 
 class ServerParams(BaseModel):
@@ -296,6 +300,7 @@ def start_servers(
                 "servers": [s.model_dump() for s in plan.specs]}  # fmt: skip
         container.write_file(SPEC_PATH, json.dumps(supervisor_spec).encode(), mode=0o644)
         container.write_file(MCP_CALL, MCP_CALL_SOURCE.read_bytes(), mode=0o755)
+        container.write_file(PROBE, PROBE_SOURCE.read_bytes(), mode=0o644)
         run_env = {**env, "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"}
         try:
             exec_id = container.api.exec_create(

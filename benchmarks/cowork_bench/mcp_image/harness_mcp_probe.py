@@ -1,8 +1,8 @@
 """The harness's MCP probe; runs INSIDE the Cowork agent container, Python's standard library
 only (the supervisor's ``mcp`` SDK costs a new process about 0.6 s of CPU to import).
 
-Installed at ``/opt/harness_mcp/harness_mcp_probe.py`` beside ``harness_mcp.py`` and
-``mcp-call``, whose streamable-HTTP client it uses.
+Written beside ``mcp-call`` (``/usr/local/bin``) at each start of the servers, whose
+streamable-HTTP client it loads from there.
 
 ``harness_mcp_probe.py BASE [--wait S]`` waits until the supervisor at ``BASE`` has settled
 every server (``GET BASE/status``: none ``starting``), at most ``S`` seconds, then lists each
