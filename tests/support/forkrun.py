@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support import dist_cache
 from tests.support.forked import Child, Pending, Status, reap
 
 # Imported by the server before it forks (third-party code and the harness's heavy modules).
@@ -137,6 +138,7 @@ def serve() -> None:
         preload()  # its templates compiled once here, not in every run
     registry.benchmarks()
     importlib.import_module("tests.support.zygote")  # each pytest run's workers: .zygote
+    dist_cache.read_once()  # the installed distributions, listed once for every run
     gc.freeze()  # what is loaded now is never collected: each run's gc passes skip it
     children: dict[int, str] = {}
     open_input = True
