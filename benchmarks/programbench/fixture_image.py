@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from benchmarks.programbench import CLEANROOM_TAG, FIXTURE_ID
 
@@ -181,8 +182,12 @@ def ensure_fixture_image(reference_binary: bytes,
     """Build (once) the fixture layer on the project base; tag it :data:`FIXTURE_IMAGE`, and
     :func:`fixture_image` of every task id in ``also_for`` (one image, one tag per task).
 
-    Returns ``(tag, image_id)``; the content-hash tag stays too.
+    Returns ``(tag, image_id)``; the content-hash tag stays too. One client and, when the
+    image and its tags are already there, one inspect: only a missing tag is (re)set.
     """
+    from docker.utils import parse_repository_tag
+
+    from harness.sandbox.client import get_client
     from harness.sandbox.images.build import LayerRecipe, base_recipe, ensure_image
 
     recipe = LayerRecipe(
@@ -191,7 +196,27 @@ def ensure_fixture_image(reference_binary: bytes,
         dockerfile_body=DOCKERFILE_BODY,
         files={"README.md": README.encode(), "executable": reference_binary},
     )
-    built = ensure_image(recipe, retag=FIXTURE_IMAGE)
-    for instance_id in also_for:
-        ensure_image(recipe, retag=fixture_image(instance_id))
-    return FIXTURE_IMAGE, built.image_id
+    wanted = (FIXTURE_IMAGE, *(fixture_image(instance_id) for instance_id in also_for))
+    client = get_client()
+    try:
+        image_id, missing = _untagged(client, recipe.tag, wanted)
+        if image_id is None:
+            image_id = ensure_image(recipe, client=client).image_id
+        for tag in missing:
+            repo, name = parse_repository_tag(tag)
+            client.api.tag(image_id, repo, name or "latest", force=True)
+    finally:
+        client.close()
+    return FIXTURE_IMAGE, image_id
+
+
+def _untagged(client: Any, ref: str, tags: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """(ID of the local image ``ref``, the ``tags`` not on it); (None, all) when absent."""
+    from docker.errors import ImageNotFound
+
+    try:
+        info = client.api.inspect_image(ref)
+    except ImageNotFound:
+        return None, tags
+    present = set(info.get("RepoTags") or ())
+    return str(info["Id"]), tuple(tag for tag in tags if tag not in present)

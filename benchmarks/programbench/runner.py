@@ -160,7 +160,8 @@ def oracle_for(inst: PBInstance, sandbox: Sandbox) -> OracleCallable:
                                     f"solution for this task (only the fixture has one)")
         from benchmarks.programbench.fixture import ensure_fixture
 
-        for rel, data in ensure_fixture().oracle_contents().items():
+        # The image was asserted when the instance started: only the oracle's files here.
+        for rel, data in ensure_fixture(image=False).oracle_contents().items():
             mode = 0o755 if rel.endswith(".sh") else 0o644
             sandbox.write_file(f"{WORKSPACE}/{rel}", data, mode=mode, uid=1000, gid=1000)
         return AgentOutcome(agent="oracle", completed=True, reason_code="oracle_applied",
