@@ -50,6 +50,7 @@ from benchmarks.cowork_bench.images import PYTHON_BIN, SUPERVISOR, VENV
 from benchmarks.cowork_bench.tasks import CoworkTask
 from harness.core.errors import InfraError
 from harness.sandbox import NewDir, Sandbox
+from harness.sandbox.pack import join_tars, pack_bytes, pack_dirs
 
 CONFIG_DIR = Path("configs") / "mcp_servers"
 MCP_PORT = 8765
@@ -294,13 +295,15 @@ def start_servers(
     statuses = {n: ServerStatus(name=n, state="unconfigured", error=why)
                 for n, why in plan.unconfigured.items()}  # fmt: skip
     if plan.specs:
-        container.make_dirs([NewDir(MCP_DIR, AGENT_ID, AGENT_ID)])
         supervisor_spec = {"port": MCP_PORT, "host": "0.0.0.0", "log_dir": MCP_DIR,
                 "stderr_limit": STDERR_LIMIT,
                 "servers": [s.model_dump() for s in plan.specs]}  # fmt: skip
-        container.write_file(SPEC_PATH, json.dumps(supervisor_spec).encode(), mode=0o644)
-        container.write_file(MCP_CALL, MCP_CALL_SOURCE.read_bytes(), mode=0o755)
-        container.write_file(PROBE, PROBE_SOURCE.read_bytes(), mode=0o644)
+        container.put_archive("/", join_tars([  # one copy: the log folder, then root's files
+            pack_dirs([NewDir(MCP_DIR, AGENT_ID, AGENT_ID)]),
+            pack_bytes(SPEC_PATH, json.dumps(supervisor_spec).encode(), mode=0o644, uid=0, gid=0),
+            pack_bytes(MCP_CALL, MCP_CALL_SOURCE.read_bytes(), mode=0o755, uid=0, gid=0),
+            pack_bytes(PROBE, PROBE_SOURCE.read_bytes(), mode=0o644, uid=0, gid=0),
+        ]))  # fmt: skip
         run_env = {**env, "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"}
         try:
             exec_id = container.api.exec_create(

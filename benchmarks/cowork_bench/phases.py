@@ -60,6 +60,7 @@ from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json, atomic_write_text
 from harness.sandbox import ExecResult, NewDir, Sandbox, pack_tree
 from harness.sandbox.limits import CopyLimits
+from harness.sandbox.pack import join_tars, pack_dirs
 from harness.sandbox.transfer import CopyRefused
 
 ROOT = "/workspace"
@@ -147,22 +148,42 @@ AgentStep = Callable[[AgentContext], AgentOutcome]
 
 
 @lru_cache(maxsize=8)
-def support_tar(bench_root: str) -> bytes:
-    """Everything at the checkout root the task code may import or read, minus ``tasks``."""
+def support_tar(bench_root: str, prefix: str = "") -> bytes:
+    """Everything at the checkout root the task code may import or read, minus ``tasks``;
+    names relative to the checkout root, under ``prefix`` (``workspace/``: at ``/``)."""
     root = Path(bench_root)
-    entries = [(p, p.name) for p in sorted(root.iterdir()) if p.name not in SUPPORT_EXCLUDE]
+    entries = [(p, prefix + p.name) for p in sorted(root.iterdir())
+               if p.name not in SUPPORT_EXCLUDE]  # fmt: skip
     return pack_tree(entries, uid=0, gid=0, exclude_names={"__pycache__", ".git"})
 
 
-def task_tar(env: InstanceEnv, sanitised: bool) -> bytes:
+def task_tar(env: InstanceEnv, sanitised: bool, prefix: str = "") -> bytes:
     """This task's tree; the sanitised copy (agent container) is the agent user's, so its
     preprocess may rebuild ``tasks/finalpool/<task>/tmp`` (mock pages) as upstream's
     writable staging allows; the eval container gets a fresh root-owned full copy."""
     exclude = SANITISE | {"__pycache__"} if sanitised else frozenset({"__pycache__"})
-    arc = f"tasks/finalpool/{env.task.instance_id}"
+    arc = f"{prefix}tasks/finalpool/{env.task.instance_id}"
     owner = AGENT_ID if sanitised else 0
     return pack_tree([(task_dir(env.bench_root, env.task.instance_id), arc)],
                      uid=owner, gid=owner, exclude_names=exclude)  # fmt: skip
+
+
+def setup_tar(env: InstanceEnv, agent: bool, sanitised: bool) -> bytes:
+    """A container's set-up as one tar to unpack at ``/`` (one ``put_archive``): the
+    directories (``/workspace`` and ``/workspace/dumps`` root's, the workspace and the log
+    folder the agent's in the agent container), the support tree, the task tree and, in the
+    agent container, the agent's seed. ``/workspace`` keeps the time of the copy, as when
+    the trees were a copy of their own after the directories."""
+    uid = AGENT_ID if agent else 0
+    dirs = pack_dirs([
+        NewDir(ROOT, mtime=time.time()), NewDir("/workspace/dumps"),
+        NewDir(WORKSPACE, uid, uid), NewDir(AGENT_LOGS, uid, uid), NewDir(SCRATCH),
+    ])  # fmt: skip
+    prefix = ROOT.strip("/") + "/"
+    parts = [dirs, support_tar(str(env.bench_root), prefix), task_tar(env, sanitised, prefix)]
+    if agent and env.seed is not None:
+        parts.append(env.seed.data)
+    return join_tars(parts)
 
 
 def _start(env: InstanceEnv, role: str, sanitised: bool, runtime: str | None = None) -> Sandbox:
@@ -177,15 +198,7 @@ def _start(env: InstanceEnv, role: str, sanitised: bool, runtime: str | None = N
     ))  # fmt: skip
     container.copy_limits = env.copy_limits
     try:
-        uid = AGENT_ID if agent else 0
-        container.make_dirs([
-            NewDir(ROOT), NewDir("/workspace/dumps"), NewDir(WORKSPACE, uid, uid),
-            NewDir(AGENT_LOGS, uid, uid), NewDir(SCRATCH),
-        ])  # fmt: skip
-        container.put_archive(ROOT, support_tar(str(env.bench_root)))
-        container.put_archive(ROOT, task_tar(env, sanitised))
-        if agent and env.seed is not None:
-            container.put_archive("/", env.seed.data)
+        container.put_archive("/", setup_tar(env, agent, sanitised))
     except BaseException:
         container.remove()
         raise

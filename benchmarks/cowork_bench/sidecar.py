@@ -46,6 +46,7 @@ from benchmarks.cowork_bench.containers import Limits, RunIdentity, container_sp
 from benchmarks.cowork_bench.images import ensure_image
 from harness.core.errors import InfraError
 from harness.sandbox import ExecResult, NewDir, Sandbox, pack_tree
+from harness.sandbox.pack import join_tars, pack_bytes, pack_dirs
 
 PG_USER = "eigent"
 PG_PASSWORD = "camel"  # hard-coded upstream in every preprocess and checker
@@ -206,8 +207,10 @@ def wait_ready(container: Sandbox, deadline_sec: float) -> float:
 
 
 def seed(container: Sandbox, seed_path: Path, timeout_sec: float = 600) -> None:
-    container.make_dirs([NewDir("/seed")])
-    container.put_archive("/seed", pack_tree([(seed_path, "init.sql.gz")], uid=0, gid=0))
+    container.put_archive("/", join_tars([  # one copy: /seed (root's, 0755), then the dump
+        pack_dirs([NewDir("/seed", mtime=time.time())]),
+        pack_tree([(seed_path, "seed/init.sql.gz")], uid=0, gid=0),
+    ]))  # fmt: skip
     res = container.exec(
         [
             "bash",
@@ -280,10 +283,12 @@ def start_official_layout(
     seed_timeout_sec: float = 600,
 ) -> float:
     """The image's own entrypoint initialises and seeds; the seconds until it was ready."""
-    container.write_file(f"{INITDB_DIR}/{ADMIN_SCRIPT}", ADMIN_ROLE_SQL.encode(), mode=0o644)
+    init = [pack_bytes(f"{INITDB_DIR}/{ADMIN_SCRIPT}", ADMIN_ROLE_SQL.encode(), mode=0o644,
+                       uid=0, gid=0)]  # fmt: skip
     if seed_path is not None:
-        container.put_archive(INITDB_DIR, pack_tree([(Path(seed_path), "init.sql.gz")],
-                                                    uid=0, gid=0))  # fmt: skip
+        init.append(pack_tree([(Path(seed_path), f"{INITDB_DIR.strip('/')}/init.sql.gz")],
+                              uid=0, gid=0))  # fmt: skip
+    container.put_archive("/", join_tars(init))  # one copy: the admin script, the dump
     env = {"POSTGRES_USER": PG_USER, "POSTGRES_PASSWORD": PG_PASSWORD,
            "POSTGRES_DB": PG_DATABASE, "TZ": "UTC", "PGTZ": "UTC"}  # fmt: skip
     launch = (f"echo $$ > {ENTRYPOINT_PID}; "

@@ -10,6 +10,8 @@ benchmark checkout): the agent's output leaves through :mod:`harness.sandbox.tra
   (``.git``, caches); unpacked in a directory (:meth:`Sandbox.put_archive`).
 * :func:`pack_dirs`: directories with their owners and modes. The daemon makes them, so a
   container without ``CAP_CHOWN`` (``cap_drop=ALL``) still gets another user's directory.
+* :func:`join_tars`: several of these tars as one, for a single ``put_archive`` (each
+  ``put_archive`` costs the daemon a process of its own).
 
 The tars are unpacked by the daemon (:func:`put_archive`), which applies the owners in the
 headers; no capability inside the container is used.
@@ -113,12 +115,15 @@ def pack_tree(
 
 
 class NewDir(NamedTuple):
-    """A directory for :func:`pack_dirs`: an absolute ``path``, its owner and its mode."""
+    """A directory for :func:`pack_dirs`: an absolute ``path``, its owner, its mode and its
+    modification time (the daemon sets a directory entry's time after it has unpacked the
+    whole tar, so entries below it in the same tar leave it at ``mtime``)."""
 
     path: str
     uid: int = 0
     gid: int = 0
     mode: int = 0o755
+    mtime: float = 0
 
 
 def pack_dirs(dirs: Iterable[NewDir]) -> bytes:
@@ -129,8 +134,29 @@ def pack_dirs(dirs: Iterable[NewDir]) -> bytes:
         for d in dirs:
             info = tarfile.TarInfo(d.path.strip("/"))
             info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, d.mode, d.uid, d.gid
+            info.mtime = d.mtime
             tar.addfile(info)
     return buf.getvalue()
+
+
+def join_tars(parts: Iterable[bytes]) -> bytes:
+    """One tar holding every member of ``parts`` (complete tars whose names are relative to
+    the same directory, e.g. ``/`` for :func:`pack_dirs` and :func:`pack_bytes`), in order:
+    unpacked once it gives what unpacking each part in turn gives, members' names, owners,
+    modes and data unchanged (the bytes are copied, not re-packed). Directory times differ
+    only where a later part adds to a directory an earlier part names (see :class:`NewDir`)."""
+    bodies = [_members_bytes(part) for part in parts]
+    end = tarfile.BLOCKSIZE * 2  # the end-of-archive marker, padded to a whole record
+    size = sum(len(b) for b in bodies) + end
+    return b"".join(bodies) + bytes(end + (-size) % tarfile.RECORDSIZE)
+
+
+def _members_bytes(data: bytes) -> bytes:
+    """``data`` up to its end-of-archive marker: its members' headers and data."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        while tar.next() is not None:
+            pass
+        return data[: tar.offset]
 
 
 def put_archive(
