@@ -19,6 +19,7 @@ import pytest
 
 from benchmarks.programbench import scorer_guard
 from benchmarks.programbench.adapter import ProgramBenchAdapter
+from benchmarks.programbench.agent_probe import probe_as_agent
 from benchmarks.programbench.collect import export_submission, freeze, probe_workspace
 from benchmarks.programbench.instruction import render_instruction
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_instance
@@ -43,7 +44,6 @@ from harness.runner.instance import InstanceContext, OutcomeSkip
 from harness.sandbox.container import Sandbox
 from harness.sandbox.errors import ProtectedInstallFailed
 from harness.sandbox.protected import (
-    LAUNCHER_FAILED_PREFIX,
     PROTECTED_SANDBOX_CAP_DROP,
     PROTECTED_SANDBOX_ULIMITS,
     ProtectedMissing,
@@ -51,11 +51,8 @@ from harness.sandbox.protected import (
 from harness.sandbox.transfer import CopyRefused
 
 WORKSPACE = "/workspace"
-REFERENCE_PATH = f"{WORKSPACE}/{REFERENCE_NAME}"
 BODY_NAME = "programbench_task_body.json"
 EVAL_OFF_REASON = "submission_prepared"  # --eval off: kept for a later eval (rescore.py)
-PROBES = (["./reference_executable", "--version"], ["./reference_executable", "--help"],
-          ["./reference_executable", "-h"])
 
 
 def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
@@ -119,36 +116,18 @@ def preflight(ctx: InstanceContext, sandbox: Sandbox) -> dict[str, Any]:
     probe: dict[str, Any] = {"network_mode": mode, "layout_adapted": layout,
                              "reference": {"sha256": prot.sha256, "size": prot.size},
                              "privileges_stripped": len(prot.stripped)}
-    for argv in PROBES:
-        res = sandbox.exec(argv, user="agent", timeout=30, workdir=WORKSPACE)
-        if res.exit_code == 126 and res.stderr.startswith(LAUNCHER_FAILED_PREFIX):
-            raise InfraError("the agent user cannot run the reference program: "
-                             f"{res.stderr.decode(errors='replace').strip()[-300:]}",
-                             "reference_probe_failed")
-        if res.exit_code == 0:
-            probe["reference_probe"] = " ".join(argv)
-            break
-    else:
-        probe["reference_probe"] = "launched"  # it ran, and answered no probe with 0
-    mode_line = sandbox.exec(["stat", "-c", "%u %a", REFERENCE_PATH], user="root", timeout=30)
-    probe["reference_mode"] = mode_line.stdout.decode().strip()
-    caps = agent_capabilities(sandbox)
+    view = probe_as_agent(sandbox, f"./{REFERENCE_NAME}", WORKSPACE)
+    if view.launcher_error is not None:
+        raise InfraError("the agent user cannot run the reference program: "
+                         f"{view.launcher_error}", "reference_probe_failed")
+    probe["reference_probe"] = view.probe or "launched"  # "launched": it ran, no probe gave 0
+    probe["reference_mode"] = view.mode
+    caps = view.capabilities
     if int(caps.get("CapEff", "1"), 16) or int(caps.get("CapPrm", "1"), 16):
         raise InfraError(f"the agent user holds capabilities in the cleanroom sandbox: {caps}",
                          "agent_user_privileged")
     probe["agent_capabilities"] = caps
     return probe
-
-
-def agent_capabilities(sandbox: Sandbox) -> dict[str, str]:
-    """The agent user's capability sets (hex) as its processes start in the sandbox."""
-    res = sandbox.exec(["cat", "/proc/self/status"], user="agent", timeout=30)
-    sets: dict[str, str] = {}
-    for line in res.stdout.decode(errors="replace").splitlines():
-        key, _, value = line.partition(":")
-        if key in ("CapPrm", "CapEff", "CapBnd", "NoNewPrivs"):
-            sets[key] = value.strip()
-    return sets
 
 
 def oracle_for(inst: PBInstance, sandbox: Sandbox) -> OracleCallable:
