@@ -46,6 +46,7 @@ from harness.sandbox.errors import ProtectedInstallFailed
 from harness.sandbox.protected import (
     PROTECTED_SANDBOX_CAP_DROP,
     PROTECTED_SANDBOX_ULIMITS,
+    NewFile,
     ProtectedMissing,
 )
 from harness.sandbox.transfer import CopyRefused
@@ -140,9 +141,11 @@ def oracle_for(inst: PBInstance, sandbox: Sandbox) -> OracleCallable:
         from benchmarks.programbench.fixture import ensure_fixture
 
         # The image was asserted when the instance started: only the oracle's files here.
-        for rel, data in ensure_fixture(image=False).oracle_contents().items():
-            mode = 0o755 if rel.endswith(".sh") else 0o644
-            sandbox.write_file(f"{WORKSPACE}/{rel}", data, mode=mode, uid=1000, gid=1000)
+        files = ensure_fixture(image=False).oracle_contents()
+        sandbox.write_files([
+            NewFile(f"{WORKSPACE}/{rel}", data, 0o755 if rel.endswith(".sh") else 0o644,
+                    uid=1000, gid=1000)
+            for rel, data in files.items()])
         return AgentOutcome(agent="oracle", completed=True, reason_code="oracle_applied",
                             cost_usd=0.0, cost_known=True)
 

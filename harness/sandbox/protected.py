@@ -59,9 +59,13 @@ interpreter must read it.
 from __future__ import annotations
 
 import hashlib
+import io
 import posixpath
 import re
+import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import docker
 
@@ -160,6 +164,31 @@ class ProtectedExecutable:
     copies: tuple[str, ...] = field(default=())  # other copies found, now mode 0000
 
 
+class NewFile(NamedTuple):
+    """A file for :func:`pack_files`: an absolute ``path``, its bytes, mode and owner."""
+
+    path: str
+    data: bytes
+    mode: int = 0o644
+    uid: int = 0
+    gid: int = 0
+
+
+def pack_files(files: Iterable[NewFile]) -> bytes:
+    """A tar of files at absolute paths, to unpack at ``/`` in one copy: each entry as
+    :func:`~harness.sandbox.pack.pack_bytes` writes it (missing parents: root, 0755).
+
+    Kept here rather than in :mod:`harness.sandbox.pack` (maintained separately)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for f in files:
+            info = tarfile.TarInfo(f.path.strip("/"))
+            info.size, info.mode, info.uid, info.gid = len(f.data), f.mode, f.uid, f.gid
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(f.data))
+    return buf.getvalue()
+
+
 def launcher_bytes(target: str) -> bytes:
     """The static launcher for the protected file at absolute ``target``."""
     return build_static(LAUNCHER_SOURCE, {"PROTECTED_TARGET": f'"{target}"'})
@@ -184,13 +213,12 @@ def protect_executable(
         raise ProtectedInstallFailed(f"{name!r} is not a valid protected file name")
     target = f"{PROTECTED_DIR}/{name}"
     exe = launcher_bytes(target)
-    for path, data, mode in (
-        (f"{PROTECTED_DIR}/.launcher-{name}", exe, 0o700),
-        (f"{PROTECTED_DIR}/.strip", build_static(STRIP_SOURCE), 0o700),
-    ):
-        pack.put_archive(
-            api, container_id, path, pack.pack_bytes(path, data, mode=mode, uid=0, gid=0)
-        )
+    staged = [
+        NewFile(f"{PROTECTED_DIR}/.launcher-{name}", exe, 0o700),
+        NewFile(f"{PROTECTED_DIR}/.strip", build_static(STRIP_SOURCE), 0o700),
+    ]
+    where = ", ".join(f.path for f in staged)
+    pack.put_archive(api, container_id, where, pack_files(staged))
     argv = ["sh", "-c", PROTECT_SCRIPT, "sh", PROTECTED_DIR, str(PROTECTED_UID), name,
             launcher, *candidates]
     res = run_exec(api, container_id, argv, user="root", timeout=600)
