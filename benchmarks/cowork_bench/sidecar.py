@@ -1,10 +1,12 @@
 """A per-instance PostgreSQL 15 sidecar, seeded from the checkout's ``db/init.sql.gz``.
 
 Start: the ``pg15`` image runs ``sleep <ttl>`` as its main process; ``pg_ctlcluster`` starts
-the cluster, a ``pg_isready`` loop with a deadline proves readiness, the dump is copied in and
-loaded with ``gunzip | psql -v ON_ERROR_STOP=1`` as ``eigent``, then the upstream foreign-key
-fix recreates ``email.sent_log -> email.messages`` with ``ON DELETE CASCADE`` (a no-op when the
-constraint does not exist). Any failure is ``InfraError(reason_code="pg_fail")``.
+the cluster, ``pg_isready`` (in the same exec, then a loop with a deadline if it does not answer
+yet) proves readiness, the dump is copied in and loaded with
+``gunzip | psql -v ON_ERROR_STOP=1`` as ``eigent``, then, in the session that creates the agent
+role (as the cluster's superuser, below), the upstream foreign-key fix recreates
+``email.sent_log -> email.messages`` with ``ON DELETE CASCADE`` (a no-op when the constraint
+does not exist). Any failure is ``InfraError(reason_code="pg_fail")``.
 
 Two roles. ``eigent`` (superuser, the password ``camel`` is hard-coded upstream in every
 preprocess and checker) owns the task schemas; it is for the harness's steps only. The agent
@@ -63,6 +65,14 @@ ENTRYPOINT_LOG = "/tmp/harness-pg.log"
 OFFICIAL_READY = (
     f"pg_isready -q -h 127.0.0.1 -p {PG_PORT} && exit 0; "
     f'kill -0 "$(cat {ENTRYPOINT_PID} 2>/dev/null)" 2>/dev/null && exit 1; exit 3'
+)
+
+# The harness layout's start and a first readiness check in one exec (pg_ctlcluster waits
+# for the server, so it usually answers at once); NOT_READY_YET: started, not answering yet.
+NOT_READY_YET = 75
+START_HARNESS_LAYOUT = (
+    "pg_ctlcluster 15 main start || exit $?; "
+    f"pg_isready -q -h 127.0.0.1 -p {PG_PORT} -U {PG_USER} -d {PG_DATABASE} || exit {NOT_READY_YET}"
 )
 
 CREATE_AGENT_ROLE_SQL = f"""
@@ -229,12 +239,6 @@ def seed(container: Sandbox, seed_path: Path, timeout_sec: float = 600) -> None:
         )
 
 
-def fix_sent_log_fk(container: Sandbox) -> None:
-    res = _psql(container, ["-c", FK_FIX_SQL], timeout_sec=60)
-    if res.exit_status != 0:
-        raise _fail(container, "foreign-key fix failed", res.stderr_text)
-
-
 def pg_layout(image_id: str) -> PgLayout:
     """``official`` when the image follows the official ``postgres`` image's contract (its
     entrypoint is ``docker-entrypoint.sh`` and it sets ``PGDATA``), else ``harness``."""
@@ -265,11 +269,12 @@ def start_harness_layout(
 ) -> float:
     """``pg_ctlcluster`` start, readiness, then the dump; the seconds the seed took."""
     res = container.exec(  # as the cluster's owner: no capability needed
-        ["pg_ctlcluster", "15", "main", "start"], timeout=120, user="postgres"
+        ["sh", "-c", START_HARNESS_LAYOUT], timeout=120, user="postgres"
     )
-    if res.exit_status != 0:
+    if res.exit_status not in (0, NOT_READY_YET):
         raise _fail(container, "pg_ctlcluster start failed", res.stdout_text + res.stderr_text)
-    wait_ready(container, ready_timeout_sec)
+    if res.exit_status == NOT_READY_YET:  # started, not answering yet: poll
+        wait_ready(container, ready_timeout_sec)
     t1 = time.monotonic()
     if seed_path is not None:
         seed(container, Path(seed_path))
@@ -371,10 +376,9 @@ def start_postgres(
             seeded_s = start_harness_layout(container, seed_path, ready_timeout_sec)
             t1 = time.monotonic() - seeded_s
             sidecar.timings["start_s"] = t1 - t0
-        fix_sent_log_fk(container)
-        sidecar.admin_sql(
-            CREATE_AGENT_ROLE_SQL % {"password": sidecar.agent_password},
-            "creating the agent role failed",
+        sidecar.admin_sql(  # one session (one exec): the foreign-key fix, the agent role
+            FK_FIX_SQL + CREATE_AGENT_ROLE_SQL % {"password": sidecar.agent_password},
+            "the foreign-key fix or creating the agent role failed",
         )
         sidecar.timings["seed_s"] = time.monotonic() - t1
     except BaseException:
