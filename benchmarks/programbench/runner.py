@@ -27,7 +27,7 @@ from benchmarks.programbench.rescore import adopt, find_kept_submission
 from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
 from benchmarks.programbench.tasks import PBInstance
 from benchmarks.programbench.verdict import verdict
-from benchmarks.programbench.workspace import adapt_layout, present_reference
+from benchmarks.programbench.workspace import prepare_cleanroom
 from harness.agents.base import AgentOutcome, AgentRequest, OracleCallable, OracleUnavailable
 from harness.agents.gateway.reattach import (
     adopt_kept_sandbox,
@@ -106,8 +106,9 @@ def preflight(ctx: InstanceContext, sandbox: Sandbox) -> dict[str, Any]:
         raise InfraError(f"cleanroom sandbox has network mode {mode!r}, not 'none'",
                          "cleanroom_preflight_failed")
     try:
-        layout = adapt_layout(sandbox)  # a real image: no agent user, root-owned /workspace
-        prot = present_reference(sandbox)  # records its hash: never copied out
+        # A real image may have no agent user and a root-owned /workspace; the reference's
+        # hash is recorded: it is never copied out.
+        layout, prot = prepare_cleanroom(sandbox)
     except ProtectedMissing as exc:
         raise InfraError(f"no reference program in the cleanroom image: {exc}",
                          "reference_missing") from None

@@ -16,7 +16,8 @@ starts, :func:`present_reference` (as root, inside the sandbox):
 
 An image whose ``reference_executable`` is already the real program (not a launcher) is
 handled the same way. Idempotent; no program at all raises
-:class:`~harness.sandbox.protected.ProtectedMissing`.
+:class:`~harness.sandbox.protected.ProtectedMissing`. :func:`prepare_cleanroom` runs
+:func:`adapt_layout` and :func:`present_reference` in one exec.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from typing import TYPE_CHECKING
 
 from benchmarks.programbench.task_body import REFERENCE_NAME, WORKSPACE_BACKEND_PATH
 from harness.sandbox.errors import ProtectedInstallFailed
-from harness.sandbox.protected import ProtectedExecutable
+from harness.sandbox.protected import PROTECT_TIMEOUT_S, ProtectedExecutable
 
 if TYPE_CHECKING:
     from harness.sandbox.container import Sandbox
+    from harness.sandbox.execution import ExecResult
 
 AGENT_USER = "agent"
 LAUNCHER_PATH = f"{WORKSPACE_BACKEND_PATH}/{REFERENCE_NAME}"
@@ -76,24 +78,53 @@ if ! command -v runuser >/dev/null 2>&1; then echo no_runuser; fi
 """
 
 
-def adapt_layout(sandbox: Sandbox) -> list[str]:
-    """Make a real cleanroom image's layout what the agent phase needs; list the changes."""
-    res = sandbox.exec(["sh", "-c", ADAPT_LAYOUT_SCRIPT], user="root", timeout=120)
-    if res.exit_code != 0:
-        err = res.stderr.decode(errors="replace").strip()[-300:]
-        raise ReferencePresentFailed(f"adapting the image layout failed: {err}")
-    return res.stdout.decode(errors="replace").split()
+ADAPT_ARGV = ["sh", "-c", ADAPT_LAYOUT_SCRIPT]
+EXCLUDE_ARGV = ["sh", "-c", GIT_EXCLUDE_SCRIPT]
+ADAPT_TIMEOUT_S = 120
+EXCLUDE_TIMEOUT_S = 60
 
 
 class ReferencePresentFailed(ProtectedInstallFailed):
     reason_code = "reference_present_failed"
 
 
+def prepare_cleanroom(sandbox: Sandbox) -> tuple[list[str], ProtectedExecutable]:
+    """:func:`adapt_layout`, then :func:`present_reference`, in one exec as root (the
+    protection's helpers copied in first); each step's failure raised as by those."""
+    plan = sandbox.plan_protection(REFERENCE_CANDIDATES, LAUNCHER_PATH)
+    adapt, protect, exclude = sandbox.exec_stages(
+        [ADAPT_ARGV, plan.argv, EXCLUDE_ARGV],
+        user="root",
+        timeout=ADAPT_TIMEOUT_S + PROTECT_TIMEOUT_S + EXCLUDE_TIMEOUT_S,
+    )
+    changes = layout_changes(adapt)
+    prot = sandbox.finish_protection(plan, protect)
+    check_excluded(exclude)
+    return changes, prot
+
+
+def adapt_layout(sandbox: Sandbox) -> list[str]:
+    """Make a real cleanroom image's layout what the agent phase needs; list the changes."""
+    return layout_changes(sandbox.exec(ADAPT_ARGV, user="root", timeout=ADAPT_TIMEOUT_S))
+
+
+def layout_changes(res: ExecResult) -> list[str]:
+    """The changes :data:`ADAPT_LAYOUT_SCRIPT` reported; raises when it failed."""
+    if res.exit_code != 0:
+        err = res.stderr.decode(errors="replace").strip()[-300:]
+        raise ReferencePresentFailed(f"adapting the image layout failed: {err}")
+    return res.stdout.decode(errors="replace").split()
+
+
 def present_reference(sandbox: Sandbox) -> ProtectedExecutable:
     """Protect the image's reference behind the launcher; exclude both names from git."""
     prot: ProtectedExecutable = sandbox.protect_executable(REFERENCE_CANDIDATES, LAUNCHER_PATH)
-    res = sandbox.exec(["sh", "-c", GIT_EXCLUDE_SCRIPT], user="root", timeout=60)
+    check_excluded(sandbox.exec(EXCLUDE_ARGV, user="root", timeout=EXCLUDE_TIMEOUT_S))
+    return prot
+
+
+def check_excluded(res: ExecResult) -> None:
+    """Raise when :data:`GIT_EXCLUDE_SCRIPT` failed."""
     if res.exit_code != 0:
         err = res.stderr.decode(errors="replace").strip()[-300:]
         raise ReferencePresentFailed(f"excluding the reference from git failed: {err}")
-    return prot

@@ -50,13 +50,17 @@ from harness.sandbox.execution import (
     container_exit,
     kill_user_processes,
     run_exec,
+    run_stages,
 )
 from harness.sandbox.protected import (
     NewFile,
     ProtectedExecutable,
+    ProtectPlan,
     install_protected,
     pack_files,
+    plan_protection,
     protect_executable,
+    protection_result,
 )
 
 _REMOVE_WAIT_S = 30.0
@@ -266,6 +270,14 @@ class Sandbox:
             tail_output=tail_output,
         )
 
+    def exec_stages(
+        self, stages: Sequence[Sequence[str]], *, user: str, timeout: float | None = None
+    ) -> list[ExecResult]:
+        """Run argvs one after the other in one exec, up to the first that fails; one
+        result per stage (see :func:`~harness.sandbox.execution.run_stages`)."""
+        return run_stages(self.api, self.id, stages, user=user, timeout=timeout,
+                          workdir=self.spec.workdir)
+
     # -- files -------------------------------------------------------------------
     def _make_owned_dir(self, path: str, uid: int | None, gid: int | None) -> None:
         """Create ``path`` owned by uid:gid unless it exists (Docker would make it root's)."""
@@ -368,6 +380,17 @@ class Sandbox:
         """Move the first existing of ``candidates`` out of reach; a launcher at ``launcher``."""
         self._check_protectable(launcher)
         return self._record(protect_executable(self.api, self.id, list(candidates), launcher))
+
+    def plan_protection(self, candidates: Sequence[str], launcher: str) -> ProtectPlan:
+        """:meth:`protect_executable` in two steps, to run its command among others (e.g.
+        with :meth:`exec_stages`): this one copies its helpers in; then
+        :meth:`finish_protection` with the command's result."""
+        self._check_protectable(launcher)
+        return plan_protection(self.api, self.id, list(candidates), launcher)
+
+    def finish_protection(self, plan: ProtectPlan, result: ExecResult) -> ProtectedExecutable:
+        """Check and record what the command of :meth:`plan_protection` did."""
+        return self._record(protection_result(plan, result))
 
     def _check_protectable(self, dest: str) -> None:
         if self.spec.no_new_privileges:

@@ -38,11 +38,12 @@ import contextlib
 import re
 import secrets
 import select
+import shlex
 import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import docker
@@ -401,6 +402,73 @@ def run_exec(
         stopped=ended == "stop",
         survivors=survivors,
     )
+
+
+# $1 = a random token, then one shell-quoted command line per stage. After each stage a
+# line "<token> <index> <exit code>" (after a newline) on stdout and on stderr; a stage
+# that fails ends the script.
+_STAGES = r"""
+tok=$1; shift; i=0
+for stage in "$@"; do
+  eval "$stage"
+  rc=$?
+  printf '\n%s %s %s\n' "$tok" "$i" "$rc"
+  printf '\n%s %s %s\n' "$tok" "$i" "$rc" >&2
+  [ "$rc" = 0 ] || exit 0
+  i=$((i+1))
+done
+"""
+
+
+def run_stages(
+    api: docker.APIClient,
+    container_id: str,
+    stages: Sequence[Sequence[str]],
+    *,
+    user: str = "root",
+    timeout: float | None = None,
+    workdir: str | None = None,
+) -> list[ExecResult]:
+    """Run the argvs ``stages`` one after the other in one exec, stopping after the first
+    that fails; one :class:`ExecResult` per stage, as if each had been its own exec
+    (``timeout`` bounds them all). A stage the exec never finished gets the exec's end (its
+    timeout, its exit code); a stage never started gets exit code None."""
+    token = secrets.token_hex(8)
+    argv = ["/bin/sh", "-c", _STAGES, "sh", token, *(shlex.join(s) for s in stages)]
+    res = run_exec(api, container_id, argv, user=user, timeout=timeout, workdir=workdir)
+    outs = _split_stages(res.stdout, token, len(stages))
+    errs = _split_stages(res.stderr, token, len(stages))
+    results: list[ExecResult] = []
+    over = False  # a stage failed, or the exec ended inside one: the rest never started
+    for (out, code), (err, _) in zip(outs, errs, strict=True):
+        if over:
+            results.append(ExecResult(exit_code=None, stdout=b"", stderr=b"", wall_s=0.0))
+        elif code is None:
+            results.append(replace(res, stdout=out, stderr=err))
+            over = True
+        else:
+            results.append(ExecResult(exit_code=code, stdout=out, stderr=err, wall_s=res.wall_s))
+            over = code != 0
+    return results
+
+
+def _split_stages(data: bytes, token: str, count: int) -> list[tuple[bytes, int | None]]:
+    """Per stage: its bytes before its end line, and the exit code that line gives (None:
+    no end line; the stage's bytes are then whatever followed the previous one)."""
+    parts: list[tuple[bytes, int | None]] = []
+    pos = 0
+    for i in range(count):
+        mark = f"\n{token} {i} ".encode()
+        at = data.find(mark, pos)
+        end = data.find(b"\n", at + len(mark)) if at >= 0 else -1
+        if at < 0 or end < 0:
+            parts.append((data[pos:], None))
+            pos = len(data)
+            continue
+        code = data[at + len(mark) : end]
+        parts.append((data[pos:at], int(code) if code.isdigit() else None))
+        pos = end + 1
+    return parts
 
 
 def _pump(

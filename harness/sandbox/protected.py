@@ -71,7 +71,7 @@ import docker
 
 from harness.sandbox import pack
 from harness.sandbox.errors import ProtectedInstallFailed
-from harness.sandbox.execution import run_exec
+from harness.sandbox.execution import ExecResult, run_exec
 from harness.sandbox.static_tools import build_static
 
 PROTECTED_DIR = "/.harness-protected"
@@ -91,6 +91,7 @@ PROTECTED_SANDBOX_CAP_DROP = (
 PROTECTED_SANDBOX_ULIMITS = (("core", 0, 0),)
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _MISSING_EXIT = 3
+PROTECT_TIMEOUT_S = 600
 LAUNCHER_FAILED_PREFIX = b"protected-exec: "  # how the launcher's own errors start (exit 126)
 
 
@@ -194,6 +195,17 @@ def launcher_bytes(target: str) -> bytes:
     return build_static(LAUNCHER_SOURCE, {"PROTECTED_TARGET": f'"{target}"'})
 
 
+@dataclass(frozen=True)
+class ProtectPlan:
+    """A protection staged in a sandbox by :func:`plan_protection`: run :attr:`argv` as root
+    (e.g. with :func:`~harness.sandbox.execution.run_exec`), then :func:`protection_result`."""
+
+    argv: list[str]
+    launcher: str
+    target: str
+    launcher_exe: bytes
+
+
 def protect_executable(
     api: docker.APIClient,
     container_id: str,
@@ -208,6 +220,21 @@ def protect_executable(
     launcher takes its place at ``launcher``. Idempotent: when no candidate is left but the
     protected file exists, only the launcher is (re)installed.
     """
+    plan = plan_protection(api, container_id, candidates, launcher, name=name)
+    return protection_result(plan, run_exec(api, container_id, plan.argv, user="root",
+                                            timeout=PROTECT_TIMEOUT_S))
+
+
+def plan_protection(
+    api: docker.APIClient,
+    container_id: str,
+    candidates: list[str],
+    launcher: str,
+    *,
+    name: str | None = None,
+) -> ProtectPlan:
+    """Copy the launcher and the privilege stripper in (one tar); the command that then
+    protects (see :func:`protect_executable`)."""
     name = name or posixpath.basename(launcher)
     if not _NAME_RE.match(name):
         raise ProtectedInstallFailed(f"{name!r} is not a valid protected file name")
@@ -221,7 +248,13 @@ def protect_executable(
     pack.put_archive(api, container_id, where, pack_files(staged))
     argv = ["sh", "-c", PROTECT_SCRIPT, "sh", PROTECTED_DIR, str(PROTECTED_UID), name,
             launcher, *candidates]
-    res = run_exec(api, container_id, argv, user="root", timeout=600)
+    return ProtectPlan(argv=argv, launcher=launcher, target=target, launcher_exe=exe)
+
+
+def protection_result(plan: ProtectPlan, res: ExecResult) -> ProtectedExecutable:
+    """What the plan's command did, checked; raises :class:`ProtectedMissing` (no program)
+    or :class:`ProtectedInstallFailed`."""
+    launcher, exe = plan.launcher, plan.launcher_exe
     out = res.stdout.decode(errors="replace")
     if not res.ok:
         err = res.stderr.decode(errors="replace").strip()[-400:]
@@ -240,7 +273,7 @@ def protect_executable(
         )
     return ProtectedExecutable(
         launcher=launcher,
-        target=target,
+        target=plan.target,
         sha256=hashed[0][1],
         size=int(hashed[0][2]),
         launcher_sha256=hashlib.sha256(exe).hexdigest(),
