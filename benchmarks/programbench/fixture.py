@@ -28,7 +28,7 @@ import json
 import tarfile
 import zipfile
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
@@ -44,6 +44,9 @@ from benchmarks.programbench.fixture_tasks import (
 from benchmarks.programbench.tasks import programbench_version, tasks_dir
 from harness.core.cache import cache_root
 from harness.core.fsutil import atomic_write_bytes, atomic_write_text
+
+if TYPE_CHECKING:
+    import docker
 
 FIXTURE_SCHEMA = "harness.programbench.fixture.v2"
 PYTEST_CALL = "python3 -m pytest eval/tests/"
@@ -191,11 +194,13 @@ def _read_marker(marker: Path) -> FixturePaths | None:
     return paths
 
 
-def ensure_fixture(cache_dir: Path | str | None = None, *, image: bool = True) -> FixturePaths:
+def ensure_fixture(cache_dir: Path | str | None = None, *, image: bool = True,
+                   client: docker.DockerClient | None = None) -> FixturePaths:
     """Build (once) and return the fixture; safe to call from every xdist worker.
 
     ``image=False`` makes the blob directory and oracle files only: the image comes from a
-    registry (``--image-mirror``), as a real task's would.
+    registry (``--image-mirror``), as a real task's would. ``client``: the engine of the
+    image (default: the environment's).
     """
     install_fixture_tasks()
     fingerprint = fixture_fingerprint()
@@ -226,7 +231,8 @@ def ensure_fixture(cache_dir: Path | str | None = None, *, image: bool = True) -
             return paths
         # Always (re)assert the image: a no-op when its content-hash tag exists.
         tag, image_id = img.ensure_fixture_image(
-            reference.read_bytes(), also_for=tuple(t.instance_id for t in EXTRA_TASKS))
+            reference.read_bytes(), also_for=tuple(t.instance_id for t in EXTRA_TASKS),
+            client=client)
         if paths.image_id != image_id or paths.image != tag:
             paths = paths.model_copy(update={"image": tag, "image_id": image_id})
             atomic_write_text(marker, paths.model_dump_json(indent=2) + "\n")

@@ -28,9 +28,12 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from benchmarks.programbench import CLEANROOM_TAG, FIXTURE_ID
+
+if TYPE_CHECKING:
+    import docker
 
 FIXTURE_IMAGE_NAME = "programbench/" + FIXTURE_ID.replace("__", "_1776_")
 FIXTURE_IMAGE = f"{FIXTURE_IMAGE_NAME}:{CLEANROOM_TAG}"
@@ -177,13 +180,14 @@ def fixture_image(instance_id: str) -> str:
     return f"programbench/{instance_id.replace('__', '_1776_')}:{CLEANROOM_TAG}"
 
 
-def ensure_fixture_image(reference_binary: bytes,
-                         also_for: tuple[str, ...] = ()) -> tuple[str, str]:
+def ensure_fixture_image(reference_binary: bytes, also_for: tuple[str, ...] = (),
+                         client: docker.DockerClient | None = None) -> tuple[str, str]:
     """Build (once) the fixture layer on the project base; tag it :data:`FIXTURE_IMAGE`, and
     :func:`fixture_image` of every task id in ``also_for`` (one image, one tag per task).
 
-    Returns ``(tag, image_id)``; the content-hash tag stays too. One client and, when the
-    image and its tags are already there, one inspect: only a missing tag is (re)set.
+    Returns ``(tag, image_id)``; the content-hash tag stays too. One client (``client``,
+    or the environment's) and, when the image and its tags are already there, one inspect:
+    only a missing tag is (re)set.
     """
     from docker.utils import parse_repository_tag
 
@@ -197,20 +201,23 @@ def ensure_fixture_image(reference_binary: bytes,
         files={"README.md": README.encode(), "executable": reference_binary},
     )
     wanted = (FIXTURE_IMAGE, *(fixture_image(instance_id) for instance_id in also_for))
-    client = get_client()
+    engine = client or get_client()
     try:
-        image_id, missing = _untagged(client, recipe.tag, wanted)
+        image_id, missing = _untagged(engine, recipe.tag, wanted)
         if image_id is None:
-            image_id = ensure_image(recipe, client=client).image_id
+            image_id = ensure_image(recipe, client=engine).image_id
         for tag in missing:
             repo, name = parse_repository_tag(tag)
-            client.api.tag(image_id, repo, name or "latest", force=True)
+            engine.api.tag(image_id, repo, name or "latest", force=True)
     finally:
-        client.close()
+        if client is None:
+            engine.close()
     return FIXTURE_IMAGE, image_id
 
 
-def _untagged(client: Any, ref: str, tags: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+def _untagged(
+    client: docker.DockerClient, ref: str, tags: tuple[str, ...]
+) -> tuple[str | None, tuple[str, ...]]:
     """(ID of the local image ``ref``, the ``tags`` not on it); (None, all) when absent."""
     from docker.errors import ImageNotFound
 

@@ -71,7 +71,7 @@ def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
     if inst.is_fixture:
         from benchmarks.programbench.fixture import ensure_fixture
 
-        fixture = ensure_fixture(image=settings.mirror is None)
+        fixture = ensure_fixture(image=settings.mirror is None, client=client)
         blob_dir = fixture.blob_dir
         if config.getoption("pb_fixture_layout") == "cleanroom":
             from benchmarks.programbench.fixture_image import ensure_cleanroom_layout_image
