@@ -63,7 +63,7 @@ import io
 import posixpath
 import re
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -220,9 +220,13 @@ def protect_executable(
     launcher takes its place at ``launcher``. Idempotent: when no candidate is left but the
     protected file exists, only the launcher is (re)installed.
     """
-    plan = plan_protection(api, container_id, candidates, launcher, name=name)
-    return protection_result(plan, run_exec(api, container_id, plan.argv, user="root",
-                                            timeout=PROTECT_TIMEOUT_S))
+    return _run_plan(api, container_id,
+                     plan_protection(api, container_id, candidates, launcher, name=name))
+
+
+def _run_plan(api: docker.APIClient, container_id: str, plan: ProtectPlan) -> ProtectedExecutable:
+    res = run_exec(api, container_id, plan.argv, user="root", timeout=PROTECT_TIMEOUT_S)
+    return protection_result(plan, res)
 
 
 def plan_protection(
@@ -232,9 +236,10 @@ def plan_protection(
     launcher: str,
     *,
     name: str | None = None,
+    extra: Sequence[NewFile] = (),
 ) -> ProtectPlan:
-    """Copy the launcher and the privilege stripper in (one tar); the command that then
-    protects (see :func:`protect_executable`)."""
+    """Copy the launcher and the privilege stripper in, with ``extra`` files (one tar); the
+    command that then protects (see :func:`protect_executable`)."""
     name = name or posixpath.basename(launcher)
     if not _NAME_RE.match(name):
         raise ProtectedInstallFailed(f"{name!r} is not a valid protected file name")
@@ -243,6 +248,7 @@ def plan_protection(
     staged = [
         NewFile(f"{PROTECTED_DIR}/.launcher-{name}", exe, 0o700),
         NewFile(f"{PROTECTED_DIR}/.strip", build_static(STRIP_SOURCE), 0o700),
+        *extra,
     ]
     where = ", ".join(f.path for f in staged)
     pack.put_archive(api, container_id, where, pack_files(staged))
@@ -294,6 +300,6 @@ def install_protected(
         )
     name = posixpath.basename(dest)
     staged = f"{PROTECTED_DIR}/{name}"
-    archive = pack.pack_bytes(staged, data, mode=0o100, uid=0, gid=0)
-    pack.put_archive(api, container_id, staged, archive)
-    return protect_executable(api, container_id, [staged], dest, name=name)
+    plan = plan_protection(api, container_id, [staged], dest, name=name,
+                           extra=[NewFile(staged, data, 0o100)])
+    return _run_plan(api, container_id, plan)
