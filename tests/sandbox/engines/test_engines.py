@@ -1,4 +1,9 @@
-"""One run over two Docker engines: the system one and a second dockerd started here."""
+"""One run over two Docker engines: the system one and a second dockerd started here.
+
+The ProgramBench test's engine starts empty (the harness moves the fixture image to it); the
+Cowork tests' engines start with the Cowork images already there (``cowork_engine``: a
+copy-on-write view of an image template, :mod:`tests.sandbox.engines.engines_support`).
+"""
 
 from __future__ import annotations
 
@@ -19,15 +24,14 @@ from harness.sandbox.cli import sweep_command
 from tests.sandbox.engines.engines_support import (
     Engine,
     assert_no_leaks,
+    cowork_engine,
     engines_file,
-    give_back,
     second_engine,
-    take_over,
 )
 from tests.support.suite import REPO_ROOT, Run, run_pytest
 
 pytestmark = pytest.mark.docker
-__all__ = ["second_engine"]  # the module fixture, imported for the tests below
+__all__ = ["cowork_engine", "second_engine"]  # the fixtures, imported for the tests below
 
 COWORK = Path(__file__).resolve().parents[2] / "fixtures" / "cowork_mini"
 SYSTEM = "local"  # the engine of the environment (the system dockerd)
@@ -46,8 +50,18 @@ def pytest_runtest_call(item):
 
 
 def cowork(root: Path, *args: str, env: dict[str, str] | None = None) -> Run:
-    return run_pytest("benchmarks/cowork_bench", root, "--cowork-root", str(COWORK),
-                      "--allow-dirty-bench", "--agent", "oracle", *args, env=env, timeout=900)
+    return run_pytest(
+        "benchmarks/cowork_bench",
+        root,
+        "--cowork-root",
+        str(COWORK),
+        "--allow-dirty-bench",
+        "--agent",
+        "oracle",
+        *args,
+        env=env,
+        timeout=900,
+    )
 
 
 class EventLog:
@@ -55,8 +69,9 @@ class EventLog:
     events, and the system engine is shared: read them as they happen)."""
 
     def __init__(self, client: docker.DockerClient, run_id: str) -> None:
-        self.stream = client.events(decode=True, filters={
-            "type": "container", "label": f"harness.run={run_id}"})
+        self.stream = client.events(
+            decode=True, filters={"type": "container", "label": f"harness.run={run_id}"}
+        )
         self.events: list[dict] = []
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -69,6 +84,7 @@ class EventLog:
     def spans(self) -> dict[str, tuple[float, float]]:
         """Per instance: its first container create and last container destroy (the run has
         ended: every container it created was removed, its destroy event is on the way)."""
+
         def count(action: str) -> int:
             return sum(1 for ev in list(self.events) if ev.get("Action") == action)
 
@@ -86,8 +102,9 @@ class EventLog:
 
 
 def max_overlap(intervals: list[tuple[float, float]]) -> int:
-    points = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals],
-                    key=lambda p: (p[0], p[1]))
+    points = sorted(
+        [(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals], key=lambda p: (p[0], p[1])
+    )
     now = most = 0
     for _, step in points:
         now += step
@@ -98,8 +115,12 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
 def same_harness_commit(root: Path) -> None:
     """A commit made in the checkout while the first run went on must not turn the resume
     into the refusal of another harness commit (tests/benchmarks/cowork/test_cowork_resume_compat.py)."""
-    head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], check=True,
-                          capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     path = root / "run_manifest.json"
     data = json.loads(path.read_text())
     data["source"]["head"] = head
@@ -110,8 +131,17 @@ def test_programbench_fixture_on_the_second_engine_scores_one(
     tmp_path: Path, second_engine: Engine
 ) -> None:
     path = engines_file(tmp_path, [(second_engine.url, 1)])
-    run = run_pytest("benchmarks/programbench", tmp_path / "run", "--pb-fixtures", "-k", "calculator",
-                     "--agent", "oracle", "--engines", str(path))
+    run = run_pytest(
+        "benchmarks/programbench",
+        tmp_path / "run",
+        "--pb-fixtures",
+        "-k",
+        "calculator",
+        "--agent",
+        "oracle",
+        "--engines",
+        str(path),
+    )
     assert run.rc == 0, run.out
     row = run.latest[FIXTURE_ID]
     assert row["score"] == 1.0 and row["resolved"] is True
@@ -127,10 +157,10 @@ def test_programbench_fixture_on_the_second_engine_scores_one(
     assert_no_leaks(docker.from_env(), tmp_path)
 
 
-def test_cowork_over_both_engines_capacity_one_each(tmp_path: Path, second_engine: Engine) -> None:
-    path = engines_file(tmp_path, [(SYSTEM, 1), (second_engine.url, 1)])
+def test_cowork_over_both_engines_capacity_one_each(tmp_path: Path, cowork_engine: Engine) -> None:
+    path = engines_file(tmp_path, [(SYSTEM, 1), (cowork_engine.url, 1)])
     run_id = f"engines-{uuid.uuid4().hex[:8]}"
-    system, second = docker.from_env(), second_engine.client()
+    system, second = docker.from_env(), cowork_engine.client()
     logs = [EventLog(system, run_id), EventLog(second, run_id)]
     run = cowork(tmp_path / "run", "-n", "4", "--engines", str(path), "--run-id", run_id)
     assert run.rc == 0, run.out
@@ -144,40 +174,45 @@ def test_cowork_over_both_engines_capacity_one_each(tmp_path: Path, second_engin
     assert_no_leaks(second, tmp_path)
     assert_no_leaks(system, tmp_path)
     # `harness sweep --docker-host` reaches the other engine (a leftover made by hand)
-    second.volumes.create(f"left-{run_id}", labels={"harness.run": run_id,
-                                                     "harness.run_root": str(run.root)})
-    assert sweep_command(["--run", run_id, "--docker-host", second_engine.url]) == 0
+    second.volumes.create(
+        f"left-{run_id}", labels={"harness.run": run_id, "harness.run_root": str(run.root)}
+    )
+    assert sweep_command(["--run", run_id, "--docker-host", cowork_engine.url]) == 0
     assert_no_leaks(second, tmp_path)
     second.close()
 
 
 def test_a_killed_engine_loses_its_instances_and_resume_finishes_them(
-    tmp_path: Path, second_engine: Engine
+    tmp_path: Path, cowork_engine: Engine
 ) -> None:
-    doomed, proc = take_over(second_engine)  # the images are already there
-    try:
-        path = engines_file(tmp_path, [(SYSTEM, 1), (doomed.url, 1)])
-        # The doomed engine dies while its first instance runs (the agent waits for it).
-        kill_plugin = tmp_path / "plugins" / "engine_killer.py"
-        kill_plugin.parent.mkdir()
-        kill_plugin.write_text(KILLER.format(url=doomed.url, pid=doomed.pid))
-        pythonpath = os.pathsep.join([str(kill_plugin.parent), os.environ.get("PYTHONPATH", "")])
-        first = cowork(tmp_path / "run", "-n", "2", "--engines", str(path), "-p", "engine_killer",
-                       env={"PYTHONPATH": pythonpath})
-        assert first.rc == 1, first.out
-        lost = [r for r in first.latest.values() if r["reason_code"] == "engine_lost"]
-        assert lost and all(r["infra"] and r["details"]["engine"]["index"] == 1 for r in lost)
-        done = [r for r in first.latest.values() if not r["infra"]]
-        assert done and all(r["details"]["engine"]["index"] == 0 for r in done)
-        assert len(lost) + len(done) == 5
-        assert first.manifest["extra"]["engines_lost"] == [doomed.url]
-        same_harness_commit(first.root)
-        again = cowork(tmp_path / "resumed", "--resume-from", str(first.root),
-                       "--engines", str(path))
-        assert again.rc == 0, again.out
-        redone = [again.latest[r["instance_id"]] for r in lost]
-        assert all(not r["infra"] and r["details"]["engine"]["index"] == 0 for r in redone)
-        assert again.manifest["extra"]["engines"][1]["reachable"] is False
-        assert_no_leaks(docker.from_env(), tmp_path)
-    finally:
-        give_back(second_engine, doomed, proc)
+    doomed = cowork_engine  # its own engine, the images already there; killed below
+    path = engines_file(tmp_path, [(SYSTEM, 1), (doomed.url, 1)])
+    # The doomed engine dies while its first instance runs (the agent waits for it).
+    kill_plugin = tmp_path / "plugins" / "engine_killer.py"
+    kill_plugin.parent.mkdir()
+    kill_plugin.write_text(KILLER.format(url=doomed.url, pid=doomed.pid))
+    pythonpath = os.pathsep.join([str(kill_plugin.parent), os.environ.get("PYTHONPATH", "")])
+    first = cowork(
+        tmp_path / "run",
+        "-n",
+        "2",
+        "--engines",
+        str(path),
+        "-p",
+        "engine_killer",
+        env={"PYTHONPATH": pythonpath},
+    )
+    assert first.rc == 1, first.out
+    lost = [r for r in first.latest.values() if r["reason_code"] == "engine_lost"]
+    assert lost and all(r["infra"] and r["details"]["engine"]["index"] == 1 for r in lost)
+    done = [r for r in first.latest.values() if not r["infra"]]
+    assert done and all(r["details"]["engine"]["index"] == 0 for r in done)
+    assert len(lost) + len(done) == 5
+    assert first.manifest["extra"]["engines_lost"] == [doomed.url]
+    same_harness_commit(first.root)
+    again = cowork(tmp_path / "resumed", "--resume-from", str(first.root), "--engines", str(path))
+    assert again.rc == 0, again.out
+    redone = [again.latest[r["instance_id"]] for r in lost]
+    assert all(not r["infra"] and r["details"]["engine"]["index"] == 0 for r in redone)
+    assert again.manifest["extra"]["engines"][1]["reachable"] is False
+    assert_no_leaks(docker.from_env(), tmp_path)
