@@ -8,9 +8,10 @@ engine host is to the harness, on this machine:
   and traffic stays on the test's own addresses (``10.213.0.0/16``, one /30 per host);
 * ``dockerd`` inside it (``nsenter --net``: its own network, the host's mount namespace,
   ``--bridge none``, which is harmless in a namespace of its own), with its own data root,
-  exec root, pid file and unix socket, as :mod:`tests.sandbox.engines.engines_support`
-  starts a second engine; optionally pinned to some CPUs (``taskset``: the engine's
-  ``/info`` ``NCPU`` then reads that count, a real limit read from the engine);
+  exec root, pid file, unix socket and storage driver (``engine_driver``), as
+  :mod:`tests.sandbox.engines.engines_support` starts a second engine; optionally pinned to
+  some CPUs (``taskset``: the engine's ``/info`` ``NCPU`` then reads that count, a real
+  limit read from the engine);
 * ``tls=True``: a ``tcp://<addr>:2376`` listener with ``--tlsverify`` and certificates made
   here (a CA, a server certificate for the address, a client certificate): a client
   without the client certificate is refused by the engine;
@@ -50,6 +51,8 @@ from pathlib import Path
 
 import docker
 
+from tests.sandbox.engines.engines_support import Engine, engine_driver, stop_engine
+
 __test__ = False  # a helper module whose name starts with test_
 
 NET_PREFIX = (10, 213)  # 10.213.0.0/16: one /30 per test host
@@ -71,22 +74,6 @@ def _addresses_in_use() -> set[str]:
         for tok in line.split()
         if tok.count(".") == 3 and "/" in tok
     }
-
-
-def _driver() -> str:
-    """The storage driver of a test engine: as the system engine's (fuse-overlayfs: a
-    container starts in 0.5 s; vfs copies the image per container), else vfs."""
-    wanted = os.environ.get("HARNESS_TEST_ENGINE_DRIVER")
-    if wanted:
-        return wanted
-    client = docker.from_env()
-    try:
-        host = client.info().get("Driver")
-    finally:
-        client.close()
-    return (
-        "fuse-overlayfs" if host == "fuse-overlayfs" and shutil.which("fuse-overlayfs") else "vfs"
-    )
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -290,7 +277,7 @@ class TestHost:
             "-H",
             self.unix_url,
             "--storage-driver",
-            _driver(),
+            engine_driver(),
             "--bridge",
             "none",
             "--iptables=false",
@@ -381,8 +368,6 @@ class TestHost:
 
     def close(self) -> None:
         """Undo everything (safe after a partial start); :func:`leftovers` is then empty."""
-        from tests.sandbox.engines.engines_support import Engine, stop_engine
-
         sshd = self.procs.pop("sshd", None)
         if sshd is not None:
             with contextlib.suppress(ProcessLookupError):
