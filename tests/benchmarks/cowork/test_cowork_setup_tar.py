@@ -6,13 +6,22 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.cowork_bench.containers import AGENT_ID
 from benchmarks.cowork_bench.phases import InstanceEnv, setup_tar, support_tar, task_tar
 from benchmarks.cowork_bench.seed import SeedRecord, SeedTar
 from benchmarks.cowork_bench.tasks import load_task
-from harness.sandbox.pack import NewDir, join_tars, pack_bytes, pack_dirs, pack_tree
+from harness.sandbox.pack import (
+    NewDir,
+    _members_bytes,
+    _parsed_end,
+    join_tars,
+    pack_bytes,
+    pack_dirs,
+    pack_tree,
+)
 from tests.benchmarks.cowork.cowork_helpers import FIXTURE
 
 Entry = tuple[str, str, int, int, int]  # name, type, uid, gid, mode
@@ -95,3 +104,62 @@ def test_the_agent_containers_setup_tar_has_no_groundtruth_or_evaluator() -> Non
     full = [n for n, *_ in entries(setup_tar(_env("excel-sales-summary"), False, False))]
     assert f"{arc}/evaluation/main.py" in full
     assert not [n for n in full if n.startswith("opt/")]  # the seed is the agent's only
+
+
+def _tar(fmt: int, add: Sequence[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
+        for info, data in add:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def _info(
+    name: str, kind: bytes = tarfile.REGTYPE, size: int = 0, pax: dict[str, str] | None = None
+) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.size, info.pax_headers = kind, size, dict(pax or {})
+    if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+        info.linkname = "target/" + "t" * 150
+    return info
+
+
+def _pax_size_only(data: bytes, name: str) -> bytes:
+    """``data`` with ``name``'s ustar size field zeroed: only its PAX ``size`` record holds it."""
+    out = bytearray(data)
+    pos = 0
+    while True:
+        header = out[pos : pos + tarfile.BLOCKSIZE]
+        size = int(header[124:136].split(b"\0")[0].strip() or b"0", 8)
+        if header[:100].rstrip(b"\0") == name.encode() and header[156:157] == tarfile.REGTYPE:
+            out[pos + 124 : pos + 136] = b"%011o\0" % 0
+            out[pos + 148 : pos + 156] = b" " * 8
+            out[pos + 148 : pos + 156] = b"%06o\0 " % sum(out[pos : pos + tarfile.BLOCKSIZE])
+            return bytes(out)
+        pos += tarfile.BLOCKSIZE + -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+
+
+def test_join_tars_finds_each_parts_end_as_tarfile_does() -> None:
+    zeros = bytes(3000)  # data ending in whole zero blocks, like an end marker
+    members: list[tuple[tarfile.TarInfo, bytes | None]] = [
+        (_info("a" * 150, size=len(zeros)), zeros), (_info("ünï"), b""),
+        (_info("d", tarfile.DIRTYPE), None), (_info("s", tarfile.SYMTYPE), None),
+        (_info("h", tarfile.LNKTYPE), None), (_info("f", tarfile.FIFOTYPE), None),
+        (_info("x", size=5), b"hello"),
+    ]  # fmt: skip
+    parts = [_tar(fmt, members) for fmt in (tarfile.PAX_FORMAT, tarfile.GNU_FORMAT)]
+    parts.append(_tar(tarfile.USTAR_FORMAT, [(_info("u", size=2), b"ok")]))
+    pax_sized = [
+        (_info("p", size=700, pax={"size": "700"}), b"p" * 700),
+        (_info("q", size=1), b"q"),
+    ]
+    parts.append(_pax_size_only(_tar(tarfile.PAX_FORMAT, pax_sized), "p"))
+    joined = join_tars(parts)
+    expected = [m for part in parts for m in entries(part)]
+    assert entries(joined) == expected
+    with tarfile.open(fileobj=io.BytesIO(joined)) as tar:
+        hellos = [tar.extractfile(m) for m in tar.getmembers() if m.name == "x"]
+        assert [f.read() for f in hellos if f is not None] == [b"hello"] * 2
+        assert tar.extractfile("p").read() == b"p" * 700  # type: ignore[union-attr]
+        assert tar.extractfile("q").read() == b"q"  # type: ignore[union-attr]
+    assert [_members_bytes(p).nbytes for p in parts] == [_parsed_end(p) for p in parts]
