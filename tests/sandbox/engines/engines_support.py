@@ -284,7 +284,7 @@ def _prune_templates(store: Path, keep: str) -> None:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # in use
-            shutil.rmtree(store / key, ignore_errors=True)  # its lock file stays (empty)
+            shutil.rmtree(store / key, ignore_errors=True)  # its lock files stay (empty)
 
 
 @contextlib.contextmanager
@@ -300,12 +300,16 @@ def images_template(image_ids: list[str]) -> Iterator[Path | None]:
     store.mkdir(parents=True, exist_ok=True)
     key = _template_key(driver, image_ids)
     path = store / key
-    with open(store / f"{key}.lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    # ``<key>.lock``, shared while in use (engines of other tests use it at the same time; a
+    # pruner needs it exclusive); ``<key>.build``, exclusive while one process makes it.
+    with open(store / f"{key}.lock", "a+") as in_use:
+        fcntl.flock(in_use, fcntl.LOCK_SH)
         if not (path / "complete").exists():
-            _build_template(path, image_ids)
+            with open(store / f"{key}.build", "a+") as build:
+                fcntl.flock(build, fcntl.LOCK_EX)
+                if not (path / "complete").exists():
+                    _build_template(path, image_ids)
         (path / "complete").touch()  # its last use
-        fcntl.flock(lock, fcntl.LOCK_SH)
         _prune_templates(store, keep=key)
         yield path / "data"
 
