@@ -65,10 +65,19 @@ class AgentView:
 
 def probe_as_agent(sandbox: Sandbox, reference: str, workspace: str) -> AgentView:
     """Run the probe script as the agent user in ``workspace``; ``reference`` relative."""
-    argv = ["sh", "-c", _SCRIPT, "sh", reference, LAUNCHER_FAILED_PREFIX.decode(),
-            str(PROBE_TIMEOUT_S), *PROBE_ARGS]
-    res = sandbox.exec(argv, user="agent", timeout=PROBE_TIMEOUT_S * (len(PROBE_ARGS) + 1),
-                       workdir=workspace)
+    argv = [
+        "sh",
+        "-c",
+        _SCRIPT,
+        "sh",
+        reference,
+        LAUNCHER_FAILED_PREFIX.decode(),
+        str(PROBE_TIMEOUT_S),
+        *PROBE_ARGS,
+    ]
+    res = sandbox.exec(
+        argv, user="agent", timeout=PROBE_TIMEOUT_S * (len(PROBE_ARGS) + 1), workdir=workspace
+    )
     return parse_view(res.stdout, res.stderr, reference)
 
 
