@@ -44,7 +44,7 @@ from tests.sandbox.engines.engines_support import (
 from tests.support.suite import Run, run_pytest
 
 pytestmark = pytest.mark.docker
-__all__ = ["second_engine"]  # the module fixture, used below
+__all__ = ["second_engine"]  # the fixture (a fresh, empty second engine), used below
 
 SYSTEM = "local"  # the engine of the environment (the system dockerd)
 SLEEP_S = int(os.environ.get("ENGINES_PERF_SLEEP_S", "15"))
@@ -60,8 +60,17 @@ def _load() -> str:
 
 def _run(root: Path, engines: Path, *args: str) -> tuple[Run, float]:
     started = time.perf_counter()
-    run = run_pytest("benchmarks/programbench", root, "--pb-fixtures", "--agent", "command",
-                     "--engines", str(engines), *args, timeout=900)
+    run = run_pytest(
+        "benchmarks/programbench",
+        root,
+        "--pb-fixtures",
+        "--agent",
+        "command",
+        "--engines",
+        str(engines),
+        *args,
+        timeout=900,
+    )
     return run, time.perf_counter() - started
 
 
@@ -81,16 +90,14 @@ def test_two_engines_against_one_on_the_same_workload(
     with tempfile.TemporaryDirectory(prefix="engines-perf-lock-") as locks:
         record = transfer(image_id, system, second, str(Path(locks) / "image.lock"))
     assert record["transferred"], record  # a fresh engine: the image was not there
-    print(f"\none-off transfer of the fixture image to the second engine: "
-          f"{record['seconds']:.1f}s")
+    print(f"\none-off transfer of the fixture image to the second engine: {record['seconds']:.1f}s")
 
     warm = engines_file(tmp_path, [(second_engine.url, 1)], "warm.json")
     run, seconds = _run(tmp_path / "warm", warm, "-k", "calculator", "--agent-command", "true")
     assert _settled(run, 1) == {0}
     print(f"untimed warm-up run on the second engine: {seconds:.1f}s")
 
-    agent = ("--agent-command", f"sleep {SLEEP_S}", "--attempts", str(ATTEMPTS),
-             "-n", str(WORKERS))
+    agent = ("--agent-command", f"sleep {SLEEP_S}", "--attempts", str(ATTEMPTS), "-n", str(WORKERS))
     rows = TASKS * ATTEMPTS
     one = engines_file(tmp_path, [(SYSTEM, 1)], "one.json")
     run_one, t_one = _run(tmp_path / "one", one, *agent)
@@ -102,9 +109,11 @@ def test_two_engines_against_one_on_the_same_workload(
     assert _settled(run_two, rows) == {0, 1}  # both engines took instances
 
     ratio = t_one / t_two
-    print(f"{rows} instances (agent: sleep {SLEEP_S}), -n {WORKERS}: 1 engine {t_one:.1f}s "
-          f"(load {load_one}), 2 engines {t_two:.1f}s (load {load_two}); "
-          f"throughput 2 vs 1 engines: {ratio:.2f}x")
+    print(
+        f"{rows} instances (agent: sleep {SLEEP_S}), -n {WORKERS}: 1 engine {t_one:.1f}s "
+        f"(load {load_one}), 2 engines {t_two:.1f}s (load {load_two}); "
+        f"throughput 2 vs 1 engines: {ratio:.2f}x"
+    )
     assert_no_leaks(second, tmp_path)
     assert_no_leaks(system, tmp_path)
     second.close()
