@@ -20,7 +20,7 @@ import pytest
 from benchmarks.programbench import scorer_guard
 from benchmarks.programbench.adapter import ProgramBenchAdapter
 from benchmarks.programbench.agent_probe import probe_as_agent
-from benchmarks.programbench.collect import export_submission, freeze, probe_workspace
+from benchmarks.programbench.collect import export_submission, freeze_and_probe
 from benchmarks.programbench.instruction import render_instruction
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_instance
 from benchmarks.programbench.rescore import adopt, find_kept_submission
@@ -170,8 +170,7 @@ def collect_submission(ctx: InstanceContext, sandbox: Sandbox) -> Path | None:
     host program run on it); None when the agent's workspace was refused (the instance is
     then the agent's failure, with the reason code, and there is no submission)."""
     dest = ctx.instance_dir / "submission.tar.gz"
-    freeze(sandbox)
-    facts = probe_workspace(sandbox, WORKSPACE)
+    facts = freeze_and_probe(sandbox, WORKSPACE)
     if facts.probe_error:
         ctx.result.details["workspace_probe_error"] = facts.probe_error
     try:
