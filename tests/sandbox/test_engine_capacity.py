@@ -254,10 +254,18 @@ def read_resources(client, url, labels, name):
     found = _real(client, url, labels, name)
     if url == {url!r} and os.environ.get("PYTEST_XDIST_WORKER") and os.path.exists({flag!r}):
         found = found.model_copy(update={{"mem_available": 0}})  # no room while the flag is
+        open({flag!r} + ".seen", "a").close()  # a worker saw the pressure
     return found
 
 
 ec.read_resources = read_resources
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # A worker measures at each placement: never the admission's reading, which the
+        # controller (not faked) shared moments before a worker may place its first instance.
+        ec.REFRESH_S = 0.0
 """
 
 
@@ -285,8 +293,14 @@ def test_an_engine_under_memory_pressure_gets_nothing_until_it_recovers(
         str(engines_json(tmp_path / "e.json", one_cpu_host, 1, 1)),
     )
     executions = root / "selftest_executions.log"
+    # Lifted once a worker has seen the pressure (on a loaded machine the first two instances
+    # may run on the other engine before any worker asks this one) and two have run.
+    seen = Path(f"{flag}.seen")
     wait_for(
-        lambda: executions.exists() and len(executions.read_text().splitlines()) >= 2, timeout=120
+        lambda: seen.exists()
+        and executions.exists()
+        and len(executions.read_text().splitlines()) >= 2,
+        timeout=120,
     )
     lifted = time.time()
     flag.unlink()
