@@ -15,6 +15,14 @@ from tests.agents.agents_support import REPO, task_body
 CLIENT = Path(__file__).with_name("gateway_client_main.py")
 
 
+def _interruptible() -> None:
+    """In the child before exec: SIGINT at its default and unblocked, as from a terminal.
+    A disposition left ignored (or a mask left blocking it) by whatever ran earlier in this
+    test process would otherwise be inherited, and Python keeps an ignored SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _spawn(url: str, instance_dir: Path, body_file: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(CLIENT), url, str(instance_dir), str(body_file)],
@@ -23,7 +31,14 @@ def _spawn(url: str, instance_dir: Path, body_file: Path) -> subprocess.Popen[st
         text=True,
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
+        preexec_fn=_interruptible,
     )
+
+
+def _signal_state(pid: int) -> str:
+    """The process's ignored, blocked and caught signal masks (for a failure message)."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return " ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
 
 
 def _wait_ready(proc: subprocess.Popen[str]) -> None:
@@ -82,8 +97,14 @@ def test_sigint_cancels_the_task_on_the_server(ref_server, tmp_path):
     inst = tmp_path / "inst"
     proc = _spawn(server.url, inst, body_file)
     _wait_ready(proc)
+    state = f"client {_signal_state(proc.pid)}; this process {_signal_state(os.getpid())}"
     proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=30)
+    try:
+        _out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _out, err = proc.communicate()
+        raise AssertionError(f"SIGINT did not end the client ({state}): {err[-3000:]}") from None
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in err and "cancelling agent task" in err
     checkpoint = read_checkpoint(inst / "task_checkpoint.json")
