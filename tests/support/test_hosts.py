@@ -51,7 +51,7 @@ from pathlib import Path
 
 import docker
 
-from tests.sandbox.engines.engines_support import Engine, engine_driver, stop_engine
+from tests.sandbox.engines.engines_support import Engine, dockerd_argv, stop_engine
 
 __test__ = False  # a helper module whose name starts with test_
 
@@ -263,26 +263,7 @@ class TestHost:
         return False
 
     def _start_dockerd(self) -> None:
-        (self.root / "daemon.json").write_text("{}\n")
-        argv = [
-            "dockerd",
-            "--config-file",
-            str(self.root / "daemon.json"),
-            "--data-root",
-            str(self.root / "data"),
-            "--exec-root",
-            str(self.root / "exec"),
-            "--pidfile",
-            str(self.root / "docker.pid"),
-            "-H",
-            self.unix_url,
-            "--storage-driver",
-            engine_driver(),
-            "--bridge",
-            "none",
-            "--iptables=false",
-            "--ip-masq=false",
-        ]
+        argv = dockerd_argv(self.root, self.unix_url)
         if self.tls:
             server, _ = make_certificates(self.root / "tls", self.address)
             argv += [

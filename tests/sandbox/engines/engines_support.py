@@ -71,6 +71,32 @@ class Engine:
             os.kill(self.pid, signal.SIGKILL)
 
 
+def dockerd_argv(root: Path, unix_url: str) -> list[str]:
+    """A test engine's ``dockerd`` command line: its configuration (written here), data,
+    exec root and pid file under ``root``, its socket ``unix_url``, no bridge, no iptables
+    (run it in a network namespace of its own)."""
+    (root / "daemon.json").write_text("{}\n")
+    return [
+        "dockerd",
+        "--config-file",
+        str(root / "daemon.json"),
+        "--data-root",
+        str(root / "data"),
+        "--exec-root",
+        str(root / "exec"),
+        "--pidfile",
+        str(root / "docker.pid"),
+        "-H",
+        unix_url,
+        "--storage-driver",
+        engine_driver(),
+        "--bridge",
+        "none",
+        "--iptables=false",
+        "--ip-masq=false",
+    ]
+
+
 def engine_driver() -> str:
     """The storage driver of a test engine: ``HARNESS_TEST_ENGINE_DRIVER``, else the system
     engine's when it is fuse-overlayfs (a container starts in 0.5 s; vfs copies the image per
@@ -112,29 +138,8 @@ def start_engine(root: Path, images: Path | None = None) -> tuple[Engine, subpro
     data folder (:func:`images_template`) the engine starts from, copy-on-write."""
     if images is not None:
         _mount_over(images, root)
-    (root / "daemon.json").write_text("{}\n")
     sock = root / "docker.sock"
-    argv = [
-        "unshare",
-        "-n",
-        "dockerd",
-        "--config-file",
-        str(root / "daemon.json"),
-        "--data-root",
-        str(root / "data"),
-        "--exec-root",
-        str(root / "exec"),
-        "--pidfile",
-        str(root / "docker.pid"),
-        "-H",
-        f"unix://{sock}",
-        "--storage-driver",
-        engine_driver(),
-        "--bridge",
-        "none",
-        "--iptables=false",
-        "--ip-masq=false",
-    ]
+    argv = ["unshare", "-n", *dockerd_argv(root, f"unix://{sock}")]
     log = open(root / "dockerd.log", "wb")  # noqa: SIM115 (closed with the process)
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
