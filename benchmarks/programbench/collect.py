@@ -1,18 +1,16 @@
 """From the sandbox's ``/workspace`` to ``submission.tar.gz``, without running anything on it.
 
 The workspace is the agent's: the host never materialises it, never runs git (or anything)
-on it, and never resolves its links (DESIGN.md section 8). Three steps:
+on it, and never resolves its links (DESIGN.md section 8). Two steps:
 
-1. :func:`freeze`: as the agent user, kill every process the agent left behind, so nothing
-   changes the tree while it streams.
-2. :func:`probe_workspace`: as the agent user, inside the sandbox, with a timeout and
-   bounded output: which top-level build dirs git tracks files in (git with
+1. :func:`freeze_and_probe`, one exec as the agent user: kill every process the agent left
+   behind, so nothing changes the tree while it streams (the shell that kills is the one
+   process of the agent user that survives its own ``kill -1``; the exec's wrapper dies
+   with the rest, its stream stays open while the shell writes), then probe, with a
+   timeout and bounded output, which top-level build dirs git tracks files in (git with
    ``core.fsmonitor`` and hooks off: an agent-set fsmonitor command would only run in its
    own sandbox anyway) and which directories hold a valid ``CACHEDIR.TAG``.
-   :func:`freeze_and_probe` does both in one exec: the shell that kills is the one process
-   of the agent user that survives its own ``kill -1``, and it then runs the probe (the
-   exec's wrapper dies with the rest; its stream stays open while the shell writes).
-3. :func:`export_submission`: the daemon's archive of ``/workspace`` streamed straight into
+2. :func:`export_submission`: the daemon's archive of ``/workspace`` streamed straight into
    the submission (:func:`~benchmarks.programbench.submission.pack_members`), bounded by the
    sandbox's copy-out caps, protected artifacts dropped by path and by content.
 
@@ -43,9 +41,7 @@ WORKSPACE = "/workspace"
 PROBE_TIMEOUT_S = 300
 MAX_PROBE_LINES = 10_000
 
-FREEZE_TIMEOUT_S = 60
 
-_FREEZE = "kill -KILL -1 2>/dev/null; exit 0"
 _FREEZE_THEN = "kill -KILL -1 2>/dev/null\n"  # then the probe, in the same shell
 
 # $1 = workspace, $2 = CACHEDIR.TAG signature. One line per fact: "git", "tracked NAME",
@@ -79,15 +75,17 @@ class WorkspaceFacts:
     probe_error: str | None = None
 
 
-def freeze(sandbox: Sandbox) -> None:
-    """Kill the agent user's leftover processes (the killer itself survives)."""
-    sandbox.exec(["/bin/sh", "-c", _FREEZE], user="agent", timeout=FREEZE_TIMEOUT_S, workdir="/")
-
-
 def freeze_and_probe(sandbox: Sandbox, workspace: str = WORKSPACE) -> WorkspaceFacts:
-    """:func:`freeze`, then :func:`probe_workspace`, in one exec as the agent user (the
-    kill is instant: the probe's timeout bounds both)."""
-    return _probe(sandbox, _FREEZE_THEN + _PROBE, workspace, PROBE_TIMEOUT_S)
+    """Kill the agent user's leftover processes, then the tracked build dirs and cache
+    dirs, asked inside the sandbox, in one exec as the agent user (the kill is instant: the
+    probe's timeout bounds both)."""
+    res = sandbox.exec(["/bin/sh", "-c", _FREEZE_THEN + _PROBE, "sh", workspace,
+                        CACHEDIR_SIGNATURE.decode()],
+                       user="agent", timeout=PROBE_TIMEOUT_S, workdir="/")  # fmt: skip
+    if res.timed_out:
+        return WorkspaceFacts(probe_error=f"the workspace probe timed out after "
+                                          f"{PROBE_TIMEOUT_S}s: build and cache dirs kept")
+    return parse_probe(res.stdout)
 
 
 def parse_probe(stdout: bytes) -> WorkspaceFacts:
@@ -104,20 +102,6 @@ def parse_probe(stdout: bytes) -> WorkspaceFacts:
             facts.cache_dirs.add(rest[2:])
     facts.tracked_build_dirs = tracked if git else None
     return facts
-
-
-def probe_workspace(sandbox: Sandbox, workspace: str = WORKSPACE) -> WorkspaceFacts:
-    """Tracked build dirs and cache dirs, asked inside the sandbox as the agent user."""
-    return _probe(sandbox, _PROBE, workspace, PROBE_TIMEOUT_S)
-
-
-def _probe(sandbox: Sandbox, script: str, workspace: str, timeout: int) -> WorkspaceFacts:
-    res = sandbox.exec(["/bin/sh", "-c", script, "sh", workspace, CACHEDIR_SIGNATURE.decode()],
-                       user="agent", timeout=timeout, workdir="/")
-    if res.timed_out:
-        return WorkspaceFacts(probe_error=f"the workspace probe timed out after "
-                                          f"{timeout}s: build and cache dirs kept")
-    return parse_probe(res.stdout)
 
 
 def export_submission(

@@ -111,7 +111,7 @@ USER root
 # A second layout, like a published cleanroom image: default user root, NO agent user, a
 # root-owned /workspace holding only README.md and the reference at /workspace/executable, no
 # git repository and no safe.directory setting. The runner must adapt it (see
-# benchmarks.programbench.workspace.adapt_layout) and records what it changed in the row.
+# benchmarks.programbench.workspace.prepare_cleanroom) and records what it changed in the row.
 CLEANROOM_LAYOUT_NAME = "harness/programbench-fixture-cleanroom"
 CLEANROOM_LAYOUT_BODY = """\
 COPY README.md /workspace/README.md

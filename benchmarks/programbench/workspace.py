@@ -3,7 +3,8 @@
 A ``task_cleanroom_v6`` image ships the reference program as ``/workspace/executable``,
 owned by root, mode 0111, in the agent-owned ``/workspace`` (where the agent could rename
 it, and, for a dynamically linked program, dump it with ``LD_PRELOAD``). Before the agent
-starts, :func:`present_reference` (as root, inside the sandbox):
+starts, :func:`prepare_cleanroom` (as root, inside the sandbox, one exec) adapts a real
+image's layout (an agent user, an agent-owned ``/workspace``), then:
 
 * moves the program out of the workspace into a directory only a dedicated uid can enter,
   and puts a setuid launcher at ``/workspace/reference_executable`` (the name the
@@ -16,8 +17,7 @@ starts, :func:`present_reference` (as root, inside the sandbox):
 
 An image whose ``reference_executable`` is already the real program (not a launcher) is
 handled the same way. Idempotent; no program at all raises
-:class:`~harness.sandbox.protected.ProtectedMissing`. :func:`prepare_cleanroom` runs
-:func:`adapt_layout` and :func:`present_reference` in one exec.
+:class:`~harness.sandbox.protected.ProtectedMissing`.
 """
 
 from __future__ import annotations
@@ -89,8 +89,10 @@ class ReferencePresentFailed(ProtectedInstallFailed):
 
 
 def prepare_cleanroom(sandbox: Sandbox) -> tuple[list[str], ProtectedExecutable]:
-    """:func:`adapt_layout`, then :func:`present_reference`, in one exec as root (the
-    protection's helpers copied in first); each step's failure raised as by those."""
+    """Adapt the layout, protect the reference behind the launcher, exclude both names from
+    git: one exec as root (the protection's helpers copied in first), each step's failure
+    raised as its own (:class:`ReferencePresentFailed`, the protection's errors); the
+    layout's changes and the protected reference."""
     plan = sandbox.plan_protection(REFERENCE_CANDIDATES, LAUNCHER_PATH)
     adapt, protect, exclude = sandbox.exec_stages(
         [ADAPT_ARGV, plan.argv, EXCLUDE_ARGV],
@@ -103,24 +105,12 @@ def prepare_cleanroom(sandbox: Sandbox) -> tuple[list[str], ProtectedExecutable]
     return changes, prot
 
 
-def adapt_layout(sandbox: Sandbox) -> list[str]:
-    """Make a real cleanroom image's layout what the agent phase needs; list the changes."""
-    return layout_changes(sandbox.exec(ADAPT_ARGV, user="root", timeout=ADAPT_TIMEOUT_S))
-
-
 def layout_changes(res: ExecResult) -> list[str]:
     """The changes :data:`ADAPT_LAYOUT_SCRIPT` reported; raises when it failed."""
     if res.exit_code != 0:
         err = res.stderr.decode(errors="replace").strip()[-300:]
         raise ReferencePresentFailed(f"adapting the image layout failed: {err}")
     return res.stdout.decode(errors="replace").split()
-
-
-def present_reference(sandbox: Sandbox) -> ProtectedExecutable:
-    """Protect the image's reference behind the launcher; exclude both names from git."""
-    prot: ProtectedExecutable = sandbox.protect_executable(REFERENCE_CANDIDATES, LAUNCHER_PATH)
-    check_excluded(sandbox.exec(EXCLUDE_ARGV, user="root", timeout=EXCLUDE_TIMEOUT_S))
-    return prot
 
 
 def check_excluded(res: ExecResult) -> None:

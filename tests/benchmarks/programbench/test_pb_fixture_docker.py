@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.programbench.fixture import FixturePaths, ensure_fixture
-from benchmarks.programbench.workspace import present_reference
+from benchmarks.programbench.workspace import prepare_cleanroom
 from tests.benchmarks.programbench.pb_support import cleanroom_sandbox, docker_run
 
 pytestmark = pytest.mark.docker
@@ -47,8 +47,9 @@ def test_reference_is_dynamically_linked(pb_fixture: FixturePaths) -> None:
 
 def test_presented_reference_stays_protected(pb_fixture: FixturePaths, tmp_path: Path) -> None:
     with cleanroom_sandbox(pb_fixture.image_id, tmp_path / "run") as sandbox:
-        first = present_reference(sandbox)
-        again = present_reference(sandbox)  # idempotent
+        _, first = prepare_cleanroom(sandbox)
+        changes, again = prepare_cleanroom(sandbox)  # idempotent
+        assert changes == []
         assert first.sha256 == again.sha256 == pb_fixture.reference_sha256
         assert sandbox.protected_hashes[pb_fixture.reference_sha256] == first.size
         res = sandbox.exec(["sh", "-c", DENIED.format(ref="reference_executable",

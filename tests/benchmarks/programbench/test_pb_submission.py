@@ -89,7 +89,7 @@ def test_top_level_build_dirs_dropped_only_when_git_tracks_nothing_in_them(tmp_p
     _write(ws, "dist/bundle.js", "generated")
     _write(ws, "build/gen.h", "tracked header")
     _write(ws, "src/build/mod.rs", "not top-level: kept")
-    # what git inside the sandbox answered (benchmarks.programbench.collect.probe_workspace)
+    # what git inside the sandbox answered (benchmarks.programbench.collect.freeze_and_probe)
     info, names = _pack(ws, tmp_path, tracked_build_dirs={"build"})
     assert "build/gen.h" in names and "src/build/mod.rs" in names
     assert not any(n.startswith(("target", "dist")) for n in names)
