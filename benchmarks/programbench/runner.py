@@ -43,10 +43,10 @@ from harness.runner.agent_plugin import instance_view, run_agent
 from harness.runner.instance import InstanceContext, OutcomeSkip
 from harness.sandbox.container import Sandbox
 from harness.sandbox.errors import ProtectedInstallFailed
+from harness.sandbox.pack import NewFile
 from harness.sandbox.protected import (
     PROTECTED_SANDBOX_CAP_DROP,
     PROTECTED_SANDBOX_ULIMITS,
-    NewFile,
     ProtectedMissing,
 )
 from harness.sandbox.transfer import CopyRefused

@@ -53,11 +53,9 @@ from harness.sandbox.execution import (
     run_stages,
 )
 from harness.sandbox.protected import (
-    NewFile,
     ProtectedExecutable,
     ProtectPlan,
     install_protected,
-    pack_files,
     plan_protection,
     protect_executable,
     protection_result,
@@ -308,10 +306,10 @@ class Sandbox:
         archive = pack.pack_bytes(path, data, mode=mode, uid=uid, gid=gid)
         pack.put_archive(self.api, self.id, path, archive)
 
-    def write_files(self, files: Sequence[NewFile]) -> None:
+    def write_files(self, files: Sequence[pack.NewFile]) -> None:
         """:meth:`write_file` for several files in one copy (one tar, the same entries)."""
         where = ", ".join(f.path for f in files)
-        pack.put_archive(self.api, self.id, where, pack_files(files))
+        pack.put_archive(self.api, self.id, where, pack.pack_files(files))
 
     def put_archive(self, dest_dir: str, data: bytes | IO[bytes]) -> None:
         """Unpack the tar ``data`` (names relative to ``dest_dir``, e.g. from

@@ -5,7 +5,7 @@ benchmark checkout): the agent's output leaves through :mod:`harness.sandbox.tra
 
 * :func:`pack_path`: a host file, or a directory's contents, at a container directory
   (modes, symlinks as symlinks, empty directories; optional owner override).
-* :func:`pack_bytes`: one file from bytes at an absolute path.
+* :func:`pack_files` (:class:`NewFile`), :func:`pack_bytes` for one: files from bytes at absolute paths.
 * :func:`pack_tree`: host paths each placed whole at a chosen name, some names left out
   (``.git``, caches); unpacked in a directory (:meth:`Sandbox.put_archive`).
 * :func:`pack_dirs`: directories with their owners and modes. The daemon makes them, so a
@@ -72,17 +72,36 @@ def pack_path(
     return out  # type: ignore[return-value]
 
 
+class NewFile(NamedTuple):
+    """A file for :func:`pack_files`: an absolute ``path``, its bytes, mode, owner and
+    modification time."""
+
+    path: str
+    data: bytes
+    mode: int = 0o644
+    uid: int = 0
+    gid: int = 0
+    mtime: float = 0
+
+
+def pack_files(files: Iterable[NewFile]) -> bytes:
+    """A tar of files at absolute paths, to unpack at ``/`` in one copy (missing parents:
+    root's, 0755)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for f in files:
+            info = tarfile.TarInfo(f.path.strip("/"))
+            info.size, info.mode, info.uid, info.gid = len(f.data), f.mode, f.uid, f.gid
+            info.mtime = f.mtime
+            tar.addfile(info, io.BytesIO(f.data))
+    return buf.getvalue()
+
+
 def pack_bytes(
     path: str, data: bytes, *, mode: int, uid: int, gid: int, mtime: float = 0
 ) -> bytes:
     """A tar of one file at absolute ``path``, to unpack at ``/``."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        info = tarfile.TarInfo(path.strip("/"))
-        info.size, info.mode, info.uid, info.gid = len(data), mode, uid, gid
-        info.mtime = mtime
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return pack_files([NewFile(path, data, mode, uid, gid, mtime)])
 
 
 def pack_tree(

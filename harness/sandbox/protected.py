@@ -59,19 +59,17 @@ interpreter must read it.
 from __future__ import annotations
 
 import hashlib
-import io
 import posixpath
 import re
-import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import docker
 
 from harness.sandbox import pack
 from harness.sandbox.errors import ProtectedInstallFailed
 from harness.sandbox.execution import ExecResult, run_exec
+from harness.sandbox.pack import NewFile, pack_files
 from harness.sandbox.static_tools import build_static
 
 PROTECTED_DIR = "/.harness-protected"
@@ -163,31 +161,6 @@ class ProtectedExecutable:
     launcher_size: int
     stripped: tuple[str, ...] = field(default=())  # "setid <path>" / "fcaps <path>"
     copies: tuple[str, ...] = field(default=())  # other copies found, now mode 0000
-
-
-class NewFile(NamedTuple):
-    """A file for :func:`pack_files`: an absolute ``path``, its bytes, mode and owner."""
-
-    path: str
-    data: bytes
-    mode: int = 0o644
-    uid: int = 0
-    gid: int = 0
-
-
-def pack_files(files: Iterable[NewFile]) -> bytes:
-    """A tar of files at absolute paths, to unpack at ``/`` in one copy: each entry as
-    :func:`~harness.sandbox.pack.pack_bytes` writes it (missing parents: root, 0755).
-
-    Kept here rather than in :mod:`harness.sandbox.pack` (maintained separately)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for f in files:
-            info = tarfile.TarInfo(f.path.strip("/"))
-            info.size, info.mode, info.uid, info.gid = len(f.data), f.mode, f.uid, f.gid
-            info.mtime = 0
-            tar.addfile(info, io.BytesIO(f.data))
-    return buf.getvalue()
 
 
 def launcher_bytes(target: str) -> bytes:
