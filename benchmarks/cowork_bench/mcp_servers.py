@@ -50,7 +50,7 @@ from benchmarks.cowork_bench.images import PYTHON_BIN, SUPERVISOR, VENV
 from benchmarks.cowork_bench.tasks import CoworkTask
 from harness.core.errors import InfraError
 from harness.sandbox import NewDir, Sandbox
-from harness.sandbox.pack import join_tars, pack_bytes, pack_dirs
+from harness.sandbox.pack import NewFile, join_tars, pack_dirs, pack_files
 
 CONFIG_DIR = Path("configs") / "mcp_servers"
 MCP_PORT = 8765
@@ -300,9 +300,9 @@ def start_servers(
                 "servers": [s.model_dump() for s in plan.specs]}  # fmt: skip
         container.put_archive("/", join_tars([  # one copy: the log folder, then root's files
             pack_dirs([NewDir(MCP_DIR, AGENT_ID, AGENT_ID)]),
-            pack_bytes(SPEC_PATH, json.dumps(supervisor_spec).encode(), mode=0o644, uid=0, gid=0),
-            pack_bytes(MCP_CALL, MCP_CALL_SOURCE.read_bytes(), mode=0o755, uid=0, gid=0),
-            pack_bytes(PROBE, PROBE_SOURCE.read_bytes(), mode=0o644, uid=0, gid=0),
+            pack_files([NewFile(SPEC_PATH, json.dumps(supervisor_spec).encode(), 0o644),
+                        NewFile(MCP_CALL, MCP_CALL_SOURCE.read_bytes(), 0o755),
+                        NewFile(PROBE, PROBE_SOURCE.read_bytes(), 0o644)]),
         ]))  # fmt: skip
         run_env = {**env, "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"}
         try:
