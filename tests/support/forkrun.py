@@ -121,15 +121,20 @@ def _say(answer: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def serve() -> None:
-    """The server's loop: preload, then fork a child per request and report its end."""
+def serve(extra: tuple[str, ...] = ()) -> None:
+    """The server's loop: preload (:data:`PRELOAD`, then ``extra``), then fork a child per
+    request and report its end."""
     import importlib
 
     from _pytest.config import default_plugins
 
-    for name in (*PRELOAD, *(f"_pytest.{p}" for p in default_plugins)):
-        with contextlib.suppress(ImportError):  # not installed: a run that needs it fails
-            importlib.import_module(name)
+    # litellm (an ``extra`` of the mini-swe-agent runs) fetches its price map at import
+    # unless told to read its own copy, as the harness tells it before importing it.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's
+        for name in (*PRELOAD, *(f"_pytest.{p}" for p in default_plugins), *extra):
+            with contextlib.suppress(ImportError):  # not installed: a run that needs it fails
+                importlib.import_module(name)
     from harness.core import registry
 
     report = registry.report_plugin()  # the report and the benchmarks, as registered
@@ -184,9 +189,12 @@ class Finished:
 
 
 class ForkServer:
-    """The client: one server process, started on first use, shared by the test's threads."""
+    """The client: one server process, started on first use, shared by the test's threads.
+    ``preload``: modules the server imports beyond :data:`PRELOAD` (for runs that import a
+    slow module anyway, such as litellm's seconds)."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...] = ()) -> None:
+        self.preload = preload
         self._proc: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
         self._pending = Pending()
@@ -197,8 +205,9 @@ class ForkServer:
             env = {k: v for k, v in os.environ.items()
                    if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.forkrun"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).parents[2],
+                [sys.executable, "-m", "tests.support.forkrun", *self.preload],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                cwd=Path(__file__).parents[2],
             )  # fmt: skip
             threading.Thread(target=self._read, args=(self._proc,), daemon=True,
                              name="forkrun-reader").start()
@@ -258,4 +267,4 @@ class ForkServer:
 
 
 if __name__ == "__main__":
-    serve()
+    serve(tuple(sys.argv[1:]))

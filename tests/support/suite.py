@@ -45,6 +45,10 @@ def private_basetemp(under: Path) -> list[str]:
 # :func:`run_pytest`); ended when the process exits (its stdin closes).
 FORK_SERVER = ForkServer()
 atexit.register(FORK_SERVER.close)
+# The runs of ``--agent mini-swe-agent`` import litellm (about 3 CPU-s each); their own
+# server has it loaded already. Started only in a process that has such a run.
+MINI_SWE_SERVER = ForkServer(preload=("litellm",))
+atexit.register(MINI_SWE_SERVER.close)
 
 SUITE_CONFTEST = 'pytest_plugins = ["harness.testing.plugin"]\n'
 SUITE_TEST = '''
@@ -193,7 +197,8 @@ def run_pytest(target: str, root: Path, *args: str, env: dict[str, str] | None =
     full_env = {k: v for k, v in os.environ.items()
                 if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
     full_env.update(env or {})
-    done = FORK_SERVER.run([*QUIET_PLUGINS, "-q", target, "--run-root", str(root),
+    server = MINI_SWE_SERVER if "mini-swe-agent" in args else FORK_SERVER
+    done = server.run([*QUIET_PLUGINS, "-q", target, "--run-root", str(root),
                             *private_basetemp(root.parent), *args],
                            REPO_ROOT, full_env, timeout)
     return Run(done.returncode, done.output, root)
