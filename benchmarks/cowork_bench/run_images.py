@@ -9,7 +9,7 @@
   (:func:`harness.sandbox.images.pull.resolve_image`: local, else pulled, per ``--pull``).
   Either the official ``postgres`` image's contract (``docker-entrypoint.sh`` and ``PGDATA``,
   e.g. ``postgres:15`` itself: its entrypoint loads the dump) or the harness's pg15 layout
-  (a Debian ``postgresql-15`` cluster ``15 main`` started with ``pg_ctlcluster``, superuser
+  (a Debian ``postgresql-15`` cluster ``15 main``, started with its ``pg_ctl``, superuser
   role ``eigent``/``camel``, database ``cowork_gym``); :func:`benchmarks.cowork_bench.sidecar.pg_layout`
   tells which.
 

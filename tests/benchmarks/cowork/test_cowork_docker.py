@@ -36,8 +36,9 @@ from benchmarks.cowork_bench.eval_once import (
 from benchmarks.cowork_bench.images import ensure_image
 from benchmarks.cowork_bench.instance import InstanceResult, run_instance
 from benchmarks.cowork_bench.phases import InstanceEnv, container_checker
-from benchmarks.cowork_bench.sidecar import start_postgres
+from benchmarks.cowork_bench.sidecar import start_harness_layout, start_postgres
 from benchmarks.cowork_bench.tasks import load_task
+from harness.core.errors import InfraError
 from harness.sandbox import (
     Sandbox,
     create_internal_network,
@@ -259,6 +260,27 @@ def test_broken_seed_is_pg_fail_and_leaves_nothing(images, run_ident, tmp_path: 
     assert classify_instance(inst).reason_code == "pg_fail"
     assert res.cleanup["remaining"] == [] and res.cleanup["removed_networks"]
     assert leaked_resources(run_id_prefix=run_ident.run_id)["containers"] == []
+
+
+def test_a_cluster_that_cannot_start_is_pg_fail_naming_its_log(images, run_ident) -> None:  # type: ignore[no-untyped-def]
+    """The start (the cluster's ``pg_ctl``) fails fast and says why, from the server's log."""
+    iid = "excel-sales-summary"
+    net = network(run_ident, f"{iid}--badconf")
+    box = Sandbox.create(container_spec(images["pg15"], run_ident, f"{iid}--badconf",
+                                        network=net, role="pg"))  # fmt: skip
+    try:
+        broken = box.exec(["sh", "-c", "echo 'no_such_setting = 1' >> "
+                           "/etc/postgresql/15/main/postgresql.conf"], user="postgres", timeout=30)
+        assert broken.exit_status == 0, broken
+        t0 = time.monotonic()
+        with pytest.raises(InfraError) as err:
+            start_harness_layout(box, None, ready_timeout_sec=30)
+        assert time.monotonic() - t0 < 30  # not the readiness deadline: the start failed
+        assert err.value.reason_code == "pg_fail"
+        assert "starting the cluster failed" in str(err.value)
+        assert 'unrecognized configuration parameter "no_such_setting"' in str(err.value)
+    finally:
+        remove_labelled(run_ident.labels(f"{iid}--badconf"))
 
 
 def test_every_container_is_limited_unprivileged_and_the_agent_not_root(images, run_ident) -> None:  # type: ignore[no-untyped-def]
