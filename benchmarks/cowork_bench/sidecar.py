@@ -71,8 +71,9 @@ OFFICIAL_READY = (
 # started, not answering yet. The cluster's own ``pg_ctl`` on its configuration folder (which
 # names the data folder), waiting for the server as ``pg_ctl -w`` does (about 0.2 s here):
 # ``pg_ctlcluster`` starts the same way but then polls the port in half-second sleeps, which
-# cost about 2 s of every sidecar. A failed start prints its log's tail, then what pg_ctl
-# said (a configuration error is only there). An image whose
+# cost about 2 s of every sidecar. pg_ctl waits at most 60 s (its default, and what
+# pg_ctlcluster gives it), well inside the exec's 120 s. A failed start prints its log's
+# tail, then what pg_ctl said (a configuration error is only there). An image whose
 # layout lacks the Debian paths is started by ``pg_ctlcluster`` as before.
 NOT_READY_YET = 75
 PG_CTL = "/usr/lib/postgresql/15/bin/pg_ctl"
@@ -80,7 +81,7 @@ PG_CONF_DIR = "/etc/postgresql/15/main"
 PG_LOG = "/var/log/postgresql/postgresql-15-main.log"
 START_HARNESS_LAYOUT = (
     f"if [ -x {PG_CTL} ] && [ -f {PG_CONF_DIR}/postgresql.conf ] && [ -d /var/run/postgresql ]; "
-    f"then out=$({PG_CTL} start -w -s -t 120 -D {PG_CONF_DIR} -l {PG_LOG} 2>&1) "
+    f"then out=$({PG_CTL} start -w -s -t 60 -D {PG_CONF_DIR} -l {PG_LOG} 2>&1) "
     f"|| {{ rc=$?; tail -n 20 {PG_LOG} >&2; printf '%s\\n' \"$out\" >&2; exit $rc; }}; "
     "else pg_ctlcluster 15 main start || exit $?; fi; "
     f"pg_isready -q -h 127.0.0.1 -p {PG_PORT} -U {PG_USER} -d {PG_DATABASE} || exit {NOT_READY_YET}"
