@@ -1,7 +1,7 @@
 """A per-instance PostgreSQL 15 sidecar, seeded from the checkout's ``db/init.sql.gz``.
 
 Start: the ``pg15`` image runs ``sleep <ttl>`` as its main process; the cluster's ``pg_ctl``
-starts it (``pg_ctlcluster`` where the image lacks Debian's paths), ``pg_isready`` (in the same exec, then a loop with a deadline if it does not answer
+starts it, ``pg_isready`` (in the same exec, then a loop with a deadline if it does not answer
 yet) proves readiness, the dump is copied in and loaded with
 ``gunzip | psql -v ON_ERROR_STOP=1`` as ``eigent``, then, in the session that creates the agent
 role (as the cluster's superuser, below), the upstream foreign-key fix recreates
@@ -73,17 +73,15 @@ OFFICIAL_READY = (
 # ``pg_ctlcluster`` starts the same way but then polls the port in half-second sleeps, which
 # cost about 2 s of every sidecar. pg_ctl waits at most 60 s (its default, and what
 # pg_ctlcluster gives it), well inside the exec's 120 s. A failed start prints its log's
-# tail, then what pg_ctl said (a configuration error is only there). An image whose
-# layout lacks the Debian paths is started by ``pg_ctlcluster`` as before.
+# tail, then what pg_ctl said (a configuration error is only there). The paths are the
+# layout's: Debian's, which pg_ctlcluster reads too.
 NOT_READY_YET = 75
 PG_CTL = "/usr/lib/postgresql/15/bin/pg_ctl"
 PG_CONF_DIR = "/etc/postgresql/15/main"
 PG_LOG = "/var/log/postgresql/postgresql-15-main.log"
 START_HARNESS_LAYOUT = (
-    f"if [ -x {PG_CTL} ] && [ -f {PG_CONF_DIR}/postgresql.conf ] && [ -d /var/run/postgresql ]; "
-    f"then out=$({PG_CTL} start -w -s -t 60 -D {PG_CONF_DIR} -l {PG_LOG} 2>&1) "
+    f"out=$({PG_CTL} start -w -s -t 60 -D {PG_CONF_DIR} -l {PG_LOG} 2>&1) "
     f"|| {{ rc=$?; tail -n 20 {PG_LOG} >&2; printf '%s\\n' \"$out\" >&2; exit $rc; }}; "
-    "else pg_ctlcluster 15 main start || exit $?; fi; "
     f"pg_isready -q -h 127.0.0.1 -p {PG_PORT} -U {PG_USER} -d {PG_DATABASE} || exit {NOT_READY_YET}"
 )
 
