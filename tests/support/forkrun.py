@@ -128,9 +128,6 @@ def serve(extra: tuple[str, ...] = ()) -> None:
 
     from _pytest.config import default_plugins
 
-    # litellm (an ``extra`` of the mini-swe-agent runs) fetches its price map at import
-    # unless told to read its own copy, as the harness tells it before importing it.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's
         for name in (*PRELOAD, *(f"_pytest.{p}" for p in default_plugins), *extra):
             with contextlib.suppress(ImportError):  # not installed: a run that needs it fails
@@ -191,10 +188,12 @@ class Finished:
 class ForkServer:
     """The client: one server process, started on first use, shared by the test's threads.
     ``preload``: modules the server imports beyond :data:`PRELOAD` (for runs that import a
-    slow module anyway, such as litellm's seconds)."""
+    slow module anyway, such as litellm's seconds); ``env``: the server's own environment
+    beyond the test's, for those imports (each run gets the environment it asks for)."""
 
-    def __init__(self, preload: tuple[str, ...] = ()) -> None:
+    def __init__(self, preload: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         self.preload = preload
+        self.env = dict(env or {})
         self._proc: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
         self._pending = Pending()
@@ -204,6 +203,7 @@ class ForkServer:
         if self._proc is None or self._proc.poll() is not None:
             env = {k: v for k, v in os.environ.items()
                    if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+            env.update(self.env)
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.forkrun", *self.preload],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,

@@ -46,8 +46,9 @@ def private_basetemp(under: Path) -> list[str]:
 FORK_SERVER = ForkServer()
 atexit.register(FORK_SERVER.close)
 # The runs of ``--agent mini-swe-agent`` import litellm (about 3 CPU-s each); their own
-# server has it loaded already. Started only in a process that has such a run.
-MINI_SWE_SERVER = ForkServer(preload=("litellm",))
+# server has it loaded already, imported as the harness imports it (offline: litellm reads
+# its own copy of the price map). Started only in a process that has such a run.
+MINI_SWE_SERVER = ForkServer(preload=("litellm",), env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"})
 atexit.register(MINI_SWE_SERVER.close)
 
 SUITE_CONFTEST = 'pytest_plugins = ["harness.testing.plugin"]\n'
@@ -199,6 +200,6 @@ def run_pytest(target: str, root: Path, *args: str, env: dict[str, str] | None =
     full_env.update(env or {})
     server = MINI_SWE_SERVER if "mini-swe-agent" in args else FORK_SERVER
     done = server.run([*QUIET_PLUGINS, "-q", target, "--run-root", str(root),
-                            *private_basetemp(root.parent), *args],
-                           REPO_ROOT, full_env, timeout)
+                       *private_basetemp(root.parent), *args],
+                      REPO_ROOT, full_env, timeout)
     return Run(done.returncode, done.output, root)
