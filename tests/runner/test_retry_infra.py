@@ -131,6 +131,15 @@ def test_an_infra_failure_is_retried_to_success_and_the_last_row_counts(
     assert record["released_count"] == 0 and record["abandoned_count"] == 0
 
 
+def test_the_default_backoff_is_one_second(suite: Suite) -> None:
+    suite.default_args = ()  # the product's defaults, not the suite's immediate retry
+    retry_suite(suite, [{"id": "alpha", "work": "succeed", "fault": "infra", "faults": 1}])
+    run = suite.run()
+    assert run.rc == 0, run.out
+    assert run.rows[0]["details"]["retried"] == {"attempt": 2, "backoff_s": 1.0}
+    assert [r["attempt"] for r in run.rows] == [1, 2]
+
+
 def test_retries_are_bounded_backed_off_and_can_be_turned_off(suite: Suite) -> None:
     retry_suite(suite, [{"id": "alpha", "work": "succeed", "fault": "infra", "faults": 9}])
     default = suite.run(*FAST)

@@ -29,6 +29,13 @@ QUIET_PLUGINS = ("-p", "no:cacheprovider", "-p", "no:anyio", "-p", "no:benchmark
 
 _BASETEMPS = itertools.count()
 
+# Every suite run retries an infrastructure failure at once, not after the product's default
+# 1 s backoff: many tests fail instances on infrastructure on purpose (``"work": "infra"``),
+# and that second of sleep each was a fifth of the Docker-free loop's wall time. Passed
+# before the test's own arguments, so a test's ``--retry-infra-backoff`` wins (argparse
+# keeps the last); tests/runner/test_retry_infra.py checks the backoff itself.
+NO_RETRY_BACKOFF = ("--retry-infra-backoff", "0")
+
 
 def private_basetemp(under: Path) -> list[str]:
     """``--basetemp`` for one subprocess run, a new folder under ``under``.
@@ -128,6 +135,7 @@ class Suite:
         (path / "test_selftest.py").write_text(SUITE_TEST)
         self.counter = 0
         self.started = 0
+        self.default_args: tuple[str, ...] = NO_RETRY_BACKOFF  # () runs the product's defaults
 
     def tasks(self, tasks: list[dict[str, Any]]) -> Path:
         path = self.path / "tasks.json"
@@ -139,7 +147,7 @@ class Suite:
                "-o", "console_output_style=classic", str(self.path / "test_selftest.py")]
         if root is not None:
             cmd += ["--run-root", str(root)]
-        return cmd + private_basetemp(self.path) + list(args)
+        return cmd + private_basetemp(self.path) + [*self.default_args, *args]
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
