@@ -10,6 +10,8 @@ record."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -130,8 +132,43 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         tripwire.stop()
 
 
+@dataclass
+class Checked:
+    """``harness replay-check`` of the recorded run: its exit code, what it printed, and the
+    strict replay it made (a ``--model-replay`` run of the recorded run's own arguments, as
+    :func:`agent_run` gives them, in a new run root)."""
+
+    rc: int
+    printed: str
+    replay: Run
+
+
+@pytest.fixture(scope="module")
+def checked(recorded: Recorded) -> Checked:
+    """One strict replay of the recording, made by ``harness replay-check`` and shared: the
+    plain replay's test reads its row, the check's test its verdict (the same session twice
+    was the same artefact twice: a full agent run and official eval)."""
+    out = recorded.tmp / "check"
+    printed = io.StringIO()
+    with SdkInjector(
+        out,
+        {"key_parts": [KEY], "model": "fake-model", "stream": True, "max_steps": 50, "suffix": ""},
+    ), contextlib.redirect_stdout(printed):
+        rc = harness_main(
+            [
+                "replay-check",
+                str(recorded.run.root),
+                "--records",
+                str(recorded.records),
+                "--output",
+                str(out),
+            ]
+        )
+    return Checked(rc, printed.getvalue(), Run(rc, printed.getvalue(), out))
+
+
 def test_a_recorded_run_replays_to_the_same_submission_and_score_for_free(
-    recorded: Recorded, tmp_path: Path
+    recorded: Recorded, checked: Checked
 ) -> None:
     row = recorded.row
     assert row.score == 1.0 and row.resolved is True
@@ -143,8 +180,10 @@ def test_a_recorded_run_replays_to_the_same_submission_and_score_for_free(
     assert all(c.stream and c.status == 200 for c in index.calls)
     assert files_containing(recorded.records, KEY.encode()) == []  # the key, by scan
 
-    replay = agent_run(tmp_path, "replay", "--model-replay", str(recorded.records))
-    assert replay.rc == 0, replay.out
+    replay = checked.replay  # --model-replay of the recorded run's arguments
+    check = ReplayCheck.model_validate_json((replay.root / "replay_check.json").read_bytes())
+    assert "--model-replay" in check.command and "--model-upstream" not in check.command
+    assert check.exit_code == 0, checked.printed  # the replay session's own exit code
     again = TaskRow.model_validate(replay.latest[FIXTURE_ID])
     assert sha(again) == sha(row)
     assert (again.score, again.resolved) == (row.score, row.resolved)
@@ -201,26 +240,10 @@ def test_a_one_character_prompt_change_misses_strictly_and_diverges_in_sequence(
 
 
 def test_replay_check_shows_the_trajectory_produces_its_score(
-    recorded: Recorded, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    recorded: Recorded, checked: Checked
 ) -> None:
-    out = tmp_path / "check"
-    with SdkInjector(
-        out,
-        {"key_parts": [KEY], "model": "fake-model", "stream": True, "max_steps": 50, "suffix": ""},
-    ):
-        rc = harness_main(
-            [
-                "replay-check",
-                str(recorded.run.root),
-                "--records",
-                str(recorded.records),
-                "--output",
-                str(out),
-            ]
-        )
-    printed = capsys.readouterr().out
-    assert rc == 0, printed
-    check = ReplayCheck.model_validate_json((out / "replay_check.json").read_bytes())
+    assert checked.rc == 0, checked.printed
+    check = ReplayCheck.model_validate_json((checked.replay.root / "replay_check.json").read_bytes())
     assert [(i.key, i.verdict) for i in check.instances] == [
         (f"programbench/{FIXTURE_ID}", "identical")
     ]
