@@ -152,8 +152,11 @@ def test_a_broken_server_is_mcp_unavailable_unless_allowed(tmp_path: Path) -> No
     base = ["--cowork-root", str(root), "--allow-bench-commit-mismatch",
             "--instance", BROKEN_TASK]  # fmt: skip
     marker = "/workspace/dumps/workspace/agent_ran"
-    run = run_pytest(TARGET, tmp_path / "refused", *base, "--agent", "command",
-                     "--agent-command", f"touch {marker}")  # fmt: skip
+    # One attempt: the runner's in-run retry of an infrastructure failure (default 1) would
+    # start the same broken servers again for nothing this test reads (the retry itself is
+    # tests/runner/test_retry_infra.py's).
+    run = run_pytest(TARGET, tmp_path / "refused", *base, "--retry-infra", "0", "--agent",
+                     "command", "--agent-command", f"touch {marker}")  # fmt: skip
     assert run.rc == 1, run.out  # infrastructure: not settled, retried on resume
     row = run.latest[BROKEN_TASK]
     assert (row["status"], row["reason_code"], row["infra"]) == (
