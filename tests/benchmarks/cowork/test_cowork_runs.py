@@ -306,9 +306,12 @@ def bench_checkout(tmp: Path, seed: bytes | None = None) -> Path:
 @pytest.mark.docker
 def test_a_broken_seed_is_infra_failed_never_scored(tmp_path: Path) -> None:
     root = bench_checkout(tmp_path, seed=b"CREATE TABLE broken (;\n")
+    # One attempt: the runner's in-run retry of an infrastructure failure (default 1) would
+    # seed the same broken dump in a second sidecar for nothing this test reads (the retry
+    # itself is tests/runner/test_retry_infra.py's).
     run = run_pytest(TARGET, tmp_path / "pgfail", "--cowork-root", str(root),
                      "--allow-bench-commit-mismatch", "--instance", "excel-sales-summary",
-                     "--agent", "oracle")  # fmt: skip
+                     "--retry-infra", "0", "--agent", "oracle")  # fmt: skip
     assert run.rc == 1, run.out  # an infrastructure failure: the run is not settled
     row = run.latest["excel-sales-summary"]
     assert (row["status"], row["reason_code"], row["infra"]) == ("infra_failed", "pg_fail", True)
