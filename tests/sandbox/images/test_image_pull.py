@@ -76,7 +76,8 @@ def test_unreachable_registry_is_a_pull_failure_after_retries(tmp_path: Path) ->
 
     dead = f"127.0.0.1:{free_port()}"  # nothing listens there
     run = run_pytest(TARGET, tmp_path / "dead", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
-                     "--image-mirror", dead, "--pull", "always", "--pull-retries", "1")
+                     "--image-mirror", dead, "--pull", "always", "--pull-retries", "1",
+                     "--retry-infra", "0")  # the row read is the one try's, not a rerun's
     assert run.rc == 1, run.out
     row = row_of(run)
     assert row["status"] == "infra_failed" and row["reason_code"] == "image_pull_failed"
