@@ -102,7 +102,8 @@ def test_digest_pin_runs_exactly_the_pinned_image(registry, tmp_path: Path) -> N
     reg, digest = registry
     pins = tmp_path / "pins.json"
     pins.write_text(json.dumps({FIXTURE_ID: digest}))
-    run = run_pytest(TARGET, tmp_path / "pinned", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
+    # the nop agent: the sandbox still runs the pinned image; no oracle work to score
+    run = run_pytest(TARGET, tmp_path / "pinned", "--pb-fixtures", "-k", "calculator", "--agent", "nop",
                      "--image-mirror", reg.host, "--image-digest-file", str(pins))
     assert run.rc == 0, run.out
     image = row_of(run)["details"]["image"]
