@@ -95,7 +95,9 @@ def test_resume_reattaches_to_the_killed_runs_task_in_its_kept_sandbox(tmp_path:
 
 @pytest.mark.docker
 def test_resume_without_the_kept_sandbox_cancels_the_old_task_first(tmp_path: Path) -> None:
-    server = start_server(tmp_path / "server", {"default_plan": oracle_plan(15.0),
+    # the first task is still running when the resume looks; the fresh one works at once
+    server = start_server(tmp_path / "server", {"plans": [oracle_plan(15.0)],
+                                                "default_plan": oracle_plan(0.0),
                                                 "docker_user": "agent"})
     try:
         killed_run(tmp_path / "r1", server)
