@@ -132,22 +132,13 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         tripwire.stop()
 
 
-@dataclass
-class Checked:
-    """``harness replay-check`` of the recorded run: its exit code, what it printed, and the
-    strict replay it made (a ``--model-replay`` run of the recorded run's own arguments, as
-    :func:`agent_run` gives them, in a new run root)."""
-
-    rc: int
-    printed: str
-    replay: Run
-
-
 @pytest.fixture(scope="module")
-def checked(recorded: Recorded) -> Checked:
-    """One strict replay of the recording, made by ``harness replay-check`` and shared: the
-    plain replay's test reads its row, the check's test its verdict (the same session twice
-    was the same artefact twice: a full agent run and official eval)."""
+def checked(recorded: Recorded) -> Run:
+    """``harness replay-check`` of the recorded run, once and shared: its exit code, what it
+    printed and its output folder, which holds the strict replay it made (a ``--model-replay``
+    run of the recorded run's own arguments, in a new run root). The plain replay's test
+    reads that row, the check's test its verdict (the same session twice was the same
+    artefact twice: a full agent run and an official eval)."""
     out = recorded.tmp / "check"
     printed = io.StringIO()
     with SdkInjector(
@@ -164,11 +155,11 @@ def checked(recorded: Recorded) -> Checked:
                 str(out),
             ]
         )
-    return Checked(rc, printed.getvalue(), Run(rc, printed.getvalue(), out))
+    return Run(rc, printed.getvalue(), out)
 
 
 def test_a_recorded_run_replays_to_the_same_submission_and_score_for_free(
-    recorded: Recorded, checked: Checked
+    recorded: Recorded, checked: Run
 ) -> None:
     row = recorded.row
     assert row.score == 1.0 and row.resolved is True
@@ -180,10 +171,10 @@ def test_a_recorded_run_replays_to_the_same_submission_and_score_for_free(
     assert all(c.stream and c.status == 200 for c in index.calls)
     assert files_containing(recorded.records, KEY.encode()) == []  # the key, by scan
 
-    replay = checked.replay  # --model-replay of the recorded run's arguments
+    replay = checked  # --model-replay of the recorded run's arguments
     check = ReplayCheck.model_validate_json((replay.root / "replay_check.json").read_bytes())
     assert "--model-replay" in check.command and "--model-upstream" not in check.command
-    assert check.exit_code == 0, checked.printed  # the replay session's own exit code
+    assert check.exit_code == 0, checked.out  # the replay session's own exit code
     again = TaskRow.model_validate(replay.latest[FIXTURE_ID])
     assert sha(again) == sha(row)
     assert (again.score, again.resolved) == (row.score, row.resolved)
@@ -240,10 +231,10 @@ def test_a_one_character_prompt_change_misses_strictly_and_diverges_in_sequence(
 
 
 def test_replay_check_shows_the_trajectory_produces_its_score(
-    recorded: Recorded, checked: Checked
+    recorded: Recorded, checked: Run
 ) -> None:
-    assert checked.rc == 0, checked.printed
-    check = ReplayCheck.model_validate_json((checked.replay.root / "replay_check.json").read_bytes())
+    assert checked.rc == 0, checked.out
+    check = ReplayCheck.model_validate_json((checked.root / "replay_check.json").read_bytes())
     assert [(i.key, i.verdict) for i in check.instances] == [
         (f"programbench/{FIXTURE_ID}", "identical")
     ]

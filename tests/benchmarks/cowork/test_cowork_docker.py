@@ -38,7 +38,7 @@ from benchmarks.cowork_bench.eval_once import (
 from benchmarks.cowork_bench.images import ensure_image
 from benchmarks.cowork_bench.instance import InstanceResult, run_instance
 from benchmarks.cowork_bench.phases import InstanceEnv, container_checker
-from benchmarks.cowork_bench.sidecar import start_harness_layout, start_postgres
+from benchmarks.cowork_bench.sidecar import PG_CONF_DIR, start_harness_layout, start_postgres
 from benchmarks.cowork_bench.tasks import load_task
 from harness.core.errors import InfraError
 from harness.sandbox import (
@@ -272,8 +272,8 @@ def test_a_cluster_that_cannot_start_is_pg_fail_naming_its_log(images, run_ident
     box = Sandbox.create(container_spec(images["pg15"], run_ident, f"{iid}--badconf",
                                         network=net, role="pg"))  # fmt: skip
     try:
-        broken = box.exec(["sh", "-c", "echo 'no_such_setting = 1' >> "
-                           "/etc/postgresql/15/main/postgresql.conf"], user="postgres", timeout=30)
+        broken = box.exec(["sh", "-c", f"echo 'no_such_setting = 1' >> {PG_CONF_DIR}/postgresql.conf"],
+                          user="postgres", timeout=30)
         assert broken.exit_status == 0, broken
         t0 = time.monotonic()
         with pytest.raises(InfraError) as err:

@@ -47,6 +47,7 @@ from tests.benchmarks.cowork.cowork_mcp_agents import (
     host_stdio_agent,
     peer_http_agent,
 )
+from tests.benchmarks.cowork.cowork_run_support import FAST_DNS
 from tests.support.suite import REPO_ROOT, run_pytest
 
 TARGET = "benchmarks/cowork_bench"
@@ -223,13 +224,6 @@ def run_ident(tmp_path: Path) -> Iterator[RunIdentity]:
     assert leaked_resources(run_id_prefix=ident.run_id) == {
         "containers": [], "networks": [], "volumes": []
     }  # fmt: skip
-
-
-# A name the engine's DNS (127.0.0.11) does not know is forwarded and, on an internal
-# network, never answered: glibc gives up after its default 2 x 5 s. Only the lookup that
-# must fail gives up after one 2 s try; the one that must succeed keeps glibc's defaults
-# (a loaded engine, or one lost packet, must not turn it into a failure).
-FAST_DNS = {"RES_OPTIONS": "timeout:2 attempts:1"}
 
 
 def reach(ident: RunIdentity, network: str, url: str, must_fail: bool = False) -> str:

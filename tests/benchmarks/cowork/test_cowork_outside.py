@@ -35,6 +35,7 @@ from harness.agents.reference_server.mcp_client import call_tool, result_text
 from harness.sandbox import leaked_resources, run_lock
 from tests.agents.agents_support import start_server
 from tests.benchmarks.cowork.cowork_helpers import FIXTURE
+from tests.benchmarks.cowork.cowork_run_support import FAST_DNS
 from tests.benchmarks.cowork.cowork_seed_support import labelled
 from tests.support.suite import run_pytest
 
@@ -106,12 +107,6 @@ def open_route(ctx: AgentContext) -> ToolRoute:
     wanted = route_request(ctx.mcp)
     assert wanted is not None
     return open_for(AgentBox(ctx.container), RouteRequest.model_validate(wanted))
-
-
-# A name the engine's DNS (127.0.0.11) does not know is forwarded and, on an internal
-# network, never answered: glibc gives up after its default 2 x 5 s. A name it knows (a
-# container on the same network) it answers at once; 2 s is still far more than that.
-FAST_DNS = {"RES_OPTIONS": "timeout:2 attempts:1"}
 
 
 def status(url: str, **headers: str) -> int:
