@@ -216,12 +216,14 @@ class AgentOptions(BaseModel):
     per_task_limit_usd: float | None = None
 
 
-AgentFactory = Callable[["AgentOptions"], "Agent"]
+AgentFactory = Callable[..., "Agent"]
 _FACTORIES: dict[str, AgentFactory] = {}
 
 
 def register_agent(kind: str) -> Callable[[AgentFactory], AgentFactory]:
-    """Decorator: ``factory(options) -> Agent`` builds agents of ``kind``."""
+    """Decorator: ``factory(options) -> Agent`` builds agents of ``kind``; a kind taped at
+    the model gateway (:data:`harness.agents.kinds.TAPE_ROUTES`) also takes
+    ``environ=`` (the environment its gateway reads instead of the runner's)."""
 
     def register(factory: AgentFactory) -> AgentFactory:
         _FACTORIES[kind] = factory
@@ -230,8 +232,11 @@ def register_agent(kind: str) -> Callable[[AgentFactory], AgentFactory]:
     return register
 
 
-def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = None) -> Agent:
-    """The agent of ``kind`` (one of :data:`AGENT_KINDS`), from the registry.
+def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = None,
+               environ: Mapping[str, str] | None = None) -> Agent:
+    """The agent of ``kind`` (one of :data:`AGENT_KINDS`), from the registry; ``environ``,
+    when given, is the environment the agent reads instead of the runner's (only a kind
+    whose factory takes it: see :func:`register_agent`).
 
     Every error is a one-line :class:`ValueError` naming the option to fix.
     """
@@ -248,7 +253,7 @@ def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = Non
         factory = _FACTORIES.get(kind)
         if factory is None:
             raise ValueError(f"agent kind {kind!r}: {AGENT_MODULES[kind]} registers no factory")
-        return factory(opts)
+        return factory(opts) if environ is None else factory(opts, environ=environ)
     except ValidationError as exc:
         from harness.agents.gateway.models import describe_validation_error  # off collection
 

@@ -188,9 +188,9 @@ def gateway_update(meter: InstanceMeter, out_dir: Path) -> tuple[MeterState, dic
 
 
 @register_agent("command")
-def _make(options: AgentOptions) -> Agent:
+def _make(options: AgentOptions, environ: Mapping[str, str] | None = None) -> Agent:
     if options.model_upstream:  # the command agent behind the model gateway
-        return GatewayCommandAgent.from_options(options)
+        return GatewayCommandAgent.from_options(options, environ)
     if options.per_task_limit_usd is not None:
         raise ValueError("--per-task-limit-usd cannot be enforced for agent kind 'command' "
                          "without --model-upstream (the harness does not see its model "

@@ -365,5 +365,5 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 @register_agent("host-command")
-def _make(options: AgentOptions) -> Agent:
-    return HostCommandAgent.from_options(options)
+def _make(options: AgentOptions, environ: Mapping[str, str] | None = None) -> Agent:
+    return HostCommandAgent.from_options(options, environ)

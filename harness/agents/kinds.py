@@ -14,3 +14,16 @@ AGENT_MODULES: dict[str, str] = {
     "host-command": "harness.agents.host_command",
 }
 AGENT_KINDS = tuple(AGENT_MODULES)
+
+# kind -> how its model calls pass through the harness, so ``--model-record`` and
+# ``--model-replay`` can tape them; a kind absent here calls its model outside the harness.
+# "model_gateway": through the model gateway the harness runs for it (``--model-upstream``;
+# a replay gives it a gateway with no upstream and no key: its factory takes ``environ``);
+# "in_process": the kind routes its own calls and says what it cannot tape
+# (``Agent.tape_problem``).
+TAPE_ROUTES: dict[str, str] = {
+    "command": "model_gateway",
+    "host-command": "model_gateway",
+    "mini-swe-agent": "in_process",
+}
+TAPE_KINDS = tuple(TAPE_ROUTES)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.agents.kinds import AGENT_KINDS
+from harness.agents.kinds import AGENT_KINDS, TAPE_KINDS, TAPE_ROUTES
 from harness.core.errors import InfraError, RefusalError
 from harness.core.outcomes import Outcome
 
@@ -31,8 +31,6 @@ if TYPE_CHECKING:  # agents and rows load when a run starts, not at collection
     from harness.runner.instance import InstanceContext, RunContext
 
 GATEWAY_URL_ENV = "HARNESS_GATEWAY_URL"
-# The kinds whose model calls pass through the harness (recordable and replayable).
-TAPE_KINDS = ("command", "host-command", "mini-swe-agent")
 # A replayed command agent's gateway: an upstream it never contacts and a key it never uses
 # (the gateway's checks want both; in replay neither is read).
 REPLAY_UPSTREAM = "http://127.0.0.1:9/replay-only"
@@ -171,21 +169,15 @@ def build_agent(kind: str, options: AgentOptions, tape: TapeConfig | None) -> Ag
     if tape is None:
         return make_agent(kind, options)
     flag = f"--model-{tape.mode}"
-    if kind not in TAPE_KINDS:
+    route = TAPE_ROUTES.get(kind)
+    if route is None:
         raise ValueError(f"{flag}: agent kind {kind!r} makes its model calls outside the "
                          f"harness; use {', '.join(TAPE_KINDS)}")
-    if tape.mode == "replay" and kind in ("command", "host-command"):
+    if route == "model_gateway" and tape.mode == "replay":
         opts = options.model_copy(update={"model_upstream": REPLAY_UPSTREAM,
                                           "model_key_env": REPLAY_KEY_ENV})
-        environ = {**os.environ, REPLAY_KEY_ENV: "replay-holds-no-key"}
-        if kind == "command":
-            from harness.agents.command_proxy import GatewayCommandAgent
-
-            return GatewayCommandAgent.from_options(opts, environ)
-        from harness.agents.host_command import HostCommandAgent
-
-        return HostCommandAgent.from_options(opts, environ)
-    if kind in ("command", "host-command") and not options.model_upstream:
+        return make_agent(kind, opts, {**os.environ, REPLAY_KEY_ENV: "replay-holds-no-key"})
+    if route == "model_gateway" and not options.model_upstream:
         raise ValueError(f"{flag}: the {kind} agent's model calls reach the harness only "
                          f"through the model gateway: add --model-upstream URL")
     agent = make_agent(kind, options)

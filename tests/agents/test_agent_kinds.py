@@ -53,6 +53,24 @@ def test_command_agent_behind_the_model_gateway_keeps_the_kill_timings(monkeypat
     assert (config.kill_after_s, config.exec_margin_s) == (3.0, 4.0)
 
 
+def test_a_kind_taped_at_the_model_gateway_reads_the_environment_it_is_given(monkeypatch):
+    """``make_agent(kind, options, environ)``: a kind whose calls are taped at the model
+    gateway (``TAPE_ROUTES``) takes its key from the given environment, not the runner's (a
+    replay's gateway holds a stand-in key); a kind not listed there has no tape route."""
+    from harness.agents.kinds import AGENT_KINDS, TAPE_KINDS, TAPE_ROUTES
+
+    monkeypatch.delenv("HX_KINDS_TEST_KEY", raising=False)
+    options = {"command": "true", "model_upstream": "http://127.0.0.1:1",
+               "model_key_env": "HX_KINDS_TEST_KEY"}
+    assert set(TAPE_KINDS) <= set(AGENT_KINDS)
+    for kind in [k for k, route in TAPE_ROUTES.items() if route == "model_gateway"]:
+        with pytest.raises(ValueError, match="HX_KINDS_TEST_KEY"):
+            make_agent(kind, options)  # the runner's environment has no key
+        agent = make_agent(kind, options, {"HX_KINDS_TEST_KEY": "sk-given"})
+        assert agent.kind == kind
+    assert "gateway" not in TAPE_ROUTES and "nop" not in TAPE_ROUTES
+
+
 def test_nop_completes(tmp_path):
     outcome = make_agent("nop").run(_request(tmp_path))
     assert outcome.completed and not outcome.infra and outcome.cost_usd == 0.0
