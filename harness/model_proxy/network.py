@@ -33,51 +33,13 @@ from harness.core.errors import InfraError
 from harness.sandbox import labels as L
 from harness.sandbox.network import create_internal_network, remove_network
 from harness.sandbox.protocol import Sandbox
+from harness.sandbox.relay import TCP_TO_UNIX
 
 ALIAS = "model-gateway"
 PORT = 8080
 BASE_URL = f"http://{ALIAS}:{PORT}"
 MOUNT = "/gw"
 READY_TIMEOUT_S = 60.0
-
-RELAY = r"""
-import asyncio, sys
-SOCK = sys.argv[1]
-async def pipe(r, w, half):
-    try:
-        while True:
-            d = await r.read(65536)
-            if not d:
-                break
-            w.write(d)
-            await w.drain()
-    except Exception:
-        pass
-    try:
-        if half and w.can_write_eof():
-            w.write_eof()
-        else:
-            w.close()
-    except Exception:
-        pass
-async def handle(r, w):
-    try:
-        ur, uw = await asyncio.open_unix_connection(SOCK)
-    except Exception:
-        w.close()
-        return
-    await asyncio.gather(pipe(r, uw, True), pipe(ur, w, False))
-    uw.close()
-async def main():
-    srv = await asyncio.start_server(handle, "0.0.0.0", int(sys.argv[2]))
-    print("relay ready", flush=True)
-    async with srv:
-        try:
-            await asyncio.wait_for(srv.serve_forever(), float(sys.argv[3]))
-        except asyncio.TimeoutError:
-            pass  # the sandbox's lifetime is over: an orphaned relay ends by itself
-asyncio.run(main())
-"""
 
 
 NO_NETWORK = "none"
@@ -125,7 +87,7 @@ class GatewayLink:
             labels = L.run_labels(spec.run_id, spec.instance_id, spec.worker, spec.run_root)
             ttl = int(spec.ttl_s or 0) or 7 * 3600
             created = api.create_container(
-                image, ["python3", "-c", RELAY, f"{MOUNT}/{socket_name}", str(PORT),
+                image, ["python3", "-c", TCP_TO_UNIX, f"{MOUNT}/{socket_name}", str(PORT),
                         str(ttl)],
                 name=name, labels={**labels, L.TTL: str(ttl)}, host_config=host_config,
                 user="0",

@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.core.errors import InfraError
 from harness.sandbox import labels as L
+from harness.sandbox.relay import UNIX_TO_TCP
 
 if TYPE_CHECKING:
     from harness.sandbox.protocol import Sandbox
@@ -64,46 +65,6 @@ ROLE_LABEL = "harness.route"
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # in a request head: only HTAB
 HOP_HEADERS = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization",
                          "te", "upgrade"})  # fmt: skip
-
-RELAY = r"""
-import asyncio, os, sys
-SOCK, HOST, PORT, TTL = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-async def pipe(r, w, half):
-    try:
-        while True:
-            d = await r.read(65536)
-            if not d:
-                break
-            w.write(d)
-            await w.drain()
-    except Exception:
-        pass
-    try:
-        if half and w.can_write_eof():
-            w.write_eof()
-        else:
-            w.close()
-    except Exception:
-        pass
-async def handle(r, w):
-    try:
-        ur, uw = await asyncio.open_connection(HOST, PORT)
-    except Exception:
-        w.close()
-        return
-    await asyncio.gather(pipe(r, uw, True), pipe(ur, w, False))
-    uw.close()
-async def main():
-    srv = await asyncio.start_unix_server(handle, SOCK)
-    os.chmod(SOCK, 0o666)
-    print("route relay ready", flush=True)
-    async with srv:
-        try:
-            await asyncio.wait_for(srv.serve_forever(), TTL)
-        except asyncio.TimeoutError:
-            pass
-asyncio.run(main())
-"""
 
 
 def fingerprint(token: str) -> str:
@@ -390,7 +351,7 @@ class ToolRoute:
                 security_opt=["no-new-privileges"], pids_limit=64, mem_limit="128m", init=True,
                 binds={str(sock_dir): {"bind": MOUNT, "mode": "rw"}})  # fmt: skip
             created = api.create_container(
-                image, ["python3", "-c", RELAY, f"{MOUNT}/{SOCKET}", target_host,
+                image, ["python3", "-c", UNIX_TO_TCP, f"{MOUNT}/{SOCKET}", target_host,
                         str(target_port), str(ttl_s)],
                 name=name,
                 labels={**labels, L.TTL: str(ttl_s), ROLE_LABEL: "relay"},
