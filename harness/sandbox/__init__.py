@@ -10,6 +10,7 @@ Public API (details in each module's docstring):
 * copy in: :func:`pack_tree` (trusted host trees for ``put_archive``), :class:`NewDir`
   (for ``make_dirs``); copy out: :mod:`harness.sandbox.transfer` (bounded, inert)
 * networks: :func:`create_internal_network`
+* relays run in a container (Unix socket <-> TCP): :mod:`harness.sandbox.relay`
 * cleanup: :func:`sweep`, :func:`remove_labelled`, :func:`sweep_stale`,
   :func:`run_lock_path`, :func:`run_lock`, :func:`leaked_resources`; CLI
   :func:`harness.sandbox.cli.sweep_command`
