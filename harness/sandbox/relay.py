@@ -16,9 +16,10 @@ orphaned relay ends with the sandbox's lifetime.
 
 from __future__ import annotations
 
-# The copy loop both relays share: read from r, write to w; at the end pass on the end of
-# input (half) or close.
-_PIPE = r"""async def pipe(r, w, half):
+# What both relays share: the copy loop (read from r, write to w; at the end pass on the end
+# of input, or close) and the handler that joins a client to a new upstream connection
+# (``connect()``, which each script defines).
+_COMMON = r"""async def pipe(r, w, half):
     try:
         while True:
             d = await r.read(65536)
@@ -35,20 +36,22 @@ _PIPE = r"""async def pipe(r, w, half):
             w.close()
     except Exception:
         pass
-"""
-
-TCP_TO_UNIX = r"""
-import asyncio, sys
-SOCK = sys.argv[1]
-""" + _PIPE + r"""async def handle(r, w):
+async def handle(r, w):
     try:
-        ur, uw = await asyncio.open_unix_connection(SOCK)
+        ur, uw = await connect()
     except Exception:
         w.close()
         return
     await asyncio.gather(pipe(r, uw, True), pipe(ur, w, False))
     uw.close()
-async def main():
+"""
+
+TCP_TO_UNIX = r"""
+import asyncio, sys
+SOCK = sys.argv[1]
+def connect():
+    return asyncio.open_unix_connection(SOCK)
+""" + _COMMON + r"""async def main():
     srv = await asyncio.start_server(handle, "0.0.0.0", int(sys.argv[2]))
     print("relay ready", flush=True)
     async with srv:
@@ -62,15 +65,9 @@ asyncio.run(main())
 UNIX_TO_TCP = r"""
 import asyncio, os, sys
 SOCK, HOST, PORT, TTL = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-""" + _PIPE + r"""async def handle(r, w):
-    try:
-        ur, uw = await asyncio.open_connection(HOST, PORT)
-    except Exception:
-        w.close()
-        return
-    await asyncio.gather(pipe(r, uw, True), pipe(ur, w, False))
-    uw.close()
-async def main():
+def connect():
+    return asyncio.open_connection(HOST, PORT)
+""" + _COMMON + r"""async def main():
     srv = await asyncio.start_unix_server(handle, SOCK)
     os.chmod(SOCK, 0o666)
     print("route relay ready", flush=True)
