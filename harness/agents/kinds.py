@@ -3,6 +3,8 @@ collection read them)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 # kind -> the module that registers it (``@register_agent(kind)``) when imported; a module
 # is imported only when its kind is asked for. Add a kind by adding its module here.
 AGENT_MODULES: dict[str, str] = {
@@ -21,7 +23,8 @@ AGENT_KINDS = tuple(AGENT_MODULES)
 # a replay gives it a gateway with no upstream and no key: its factory takes ``environ``);
 # "in_process": the kind routes its own calls and says what it cannot tape
 # (``Agent.tape_problem``).
-TAPE_ROUTES: dict[str, str] = {
+TapeRoute = Literal["model_gateway", "in_process"]
+TAPE_ROUTES: dict[str, TapeRoute] = {
     "command": "model_gateway",
     "host-command": "model_gateway",
     "mini-swe-agent": "in_process",
