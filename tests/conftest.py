@@ -8,6 +8,9 @@
   runs on the same Docker engine are never counted nor touched. Leaks fail the session
   (exit 1) and are then swept. Skipped when the Docker daemon is unreachable (tests
   that need Docker fail loudly on their own).
+* The slow tier: tests marked ``slow`` are left out of a run unless it is given ``--slow``
+  (``pytest tests -n 3 --slow -m slow`` runs only them; CI runs them after the default run).
+  They are reported as deselected, never as passed.
 * Slow tests first (``pytest -n N``): see :func:`_slow_first`.
 """
 
@@ -36,12 +39,57 @@ DOCKER_FIXTURES = frozenset(
 )
 
 
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("harness-tests").addoption(
+        "--slow", action="store_true",
+        help="also run the slow tier (tests marked slow: image builds and pulls, other engines "
+             "and runtimes, record-and-replay pairs); add -m slow to run only them")
+
+
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = getattr(item, "fixturenames", ())
         if DOCKER_FIXTURES.intersection(names):
             item.add_marker(pytest.mark.docker)
+    if config.getoption("slow"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+    config.stash[SLOW_LEFT_OUT] = len(slow)
+
+
+# How many tests of the slow tier a run left out. Under xdist the workers collect: each
+# sends its count to the controller (``workeroutput``), which prints it.
+SLOW_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if config.getoption("slow"):
+        return None
+    return "slow tier left out (tests marked slow): --slow runs it too, --slow -m slow only it"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    output = getattr(node, "workeroutput", {})
+    config = getattr(node, "config", None)
+    if config is not None and "slow_left_out" in output:
+        config.stash[SLOW_LEFT_OUT] = max(config.stash.get(SLOW_LEFT_OUT, 0),
+                                          output["slow_left_out"])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
+                            config: pytest.Config) -> None:
+    left_out = config.stash.get(SLOW_LEFT_OUT, 0)
+    if left_out:
+        terminalreporter.write_line(
+            f"slow tier: {left_out} tests marked slow left out of this run "
+            "(CI runs them: pytest tests -n 3 --slow -m slow)")
 
 
 # Seconds a test took in a full run (setup, call and teardown; the slowest ones only, a
@@ -163,6 +211,7 @@ def _docker_only_for_docker_tests(
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if hasattr(config, "workerinput"):
+        config.workeroutput["slow_left_out"] = config.stash.get(SLOW_LEFT_OUT, 0)  # type: ignore[attr-defined]
         return  # an xdist worker: the controller checks once all workers are done
     factory = getattr(config, "_tmp_path_factory", None)
     if factory is None:

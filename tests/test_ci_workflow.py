@@ -124,6 +124,7 @@ def base_ctx(**inputs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
                       "matrix": {}, "steps": {}}
 
 
+@pytest.mark.slow
 def test_shard_jobs_partition_the_benchmark_and_merge(tmp_path: Path) -> None:
     workflow, ctx = base_ctx(agent="command", agent_command="my-agent --go",
                              model_upstream="https://openrouter.ai/api/v1",

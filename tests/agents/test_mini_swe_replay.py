@@ -29,7 +29,7 @@ from tests.model_proxy.support import tripwire as replay_tripwire
 from tests.security.model_gateway_support import files_containing
 from tests.support.suite import Run, run_pytest
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KEY = "sk-mini-replay-0123456789abcdef"
 
 

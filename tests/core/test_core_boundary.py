@@ -105,6 +105,7 @@ def test_a_benchmark_that_does_not_import_is_left_out(
     assert "benchmark 'ghost' not available" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_pip_install_without_extras_gives_a_core_that_imports_and_runs(tmp_path: Path) -> None:
     """``pip install .`` (with uv's pip, from a copy of the source: the build writes beside
     it) into a new virtualenv: no ``programbench``, and the core imports and answers

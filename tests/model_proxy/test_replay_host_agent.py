@@ -18,7 +18,7 @@ from tests.model_proxy.support import tripwire as replay_tripwire
 from tests.security.model_gateway_support import files_containing
 from tests.support.suite import Run, run_pytest
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 TARGET = "benchmarks/programbench"
 KEY = "sk-host-replay-0123456789abcdef"
 PER_CALL = (1000 * 2.0 + 100 * 10.0) / 1e6

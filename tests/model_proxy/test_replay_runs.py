@@ -33,7 +33,7 @@ from tests.security import model_gateway_support
 from tests.security.model_gateway_support import AGENT_COMMAND, SdkInjector, files_containing
 from tests.support.suite import Run, run_pytest
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 TARGET = "benchmarks/programbench"
 KEY = "sk-replay-docker-0123456789abcdef"
 PROMPT = 'open(os.environ["HARNESS_INSTRUCTION_FILE"]).read()'

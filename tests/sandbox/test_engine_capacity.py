@@ -209,6 +209,7 @@ def test_the_probe_reads_an_engines_cpus_memory_and_disk(one_cpu_host: TestHost)
         client.close()
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_two_engines_take_load_in_proportion_to_their_capacity(
     tmp_path: Path, one_cpu_host: TestHost
@@ -269,6 +270,7 @@ def pytest_configure(config):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_an_engine_under_memory_pressure_gets_nothing_until_it_recovers(
     tmp_path: Path, one_cpu_host: TestHost

@@ -29,7 +29,7 @@ from harness.sandbox.engines import EngineSpec
 from tests.support.suite import Suite, wait_for
 from tests.support.test_hosts import TestHost, leftovers, ssh_environment, start_host
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 LOCAL = "local"
 SYSTEM_CAS = "/etc/ssl/certs/ca-certificates.crt"  # Debian's ca-certificates

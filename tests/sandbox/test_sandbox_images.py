@@ -121,6 +121,7 @@ def test_base_image_has_the_tools_and_the_agent_user(
 
 
 # -- layers ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_layer_builds_once_with_files_and_retag(
     docker_client: docker.DockerClient,
     base_image: BuiltImage,
@@ -160,6 +161,7 @@ def _build_in_child(
     out.put((os.getpid(), built.image_id))
 
 
+@pytest.mark.slow
 def test_two_processes_asking_at_once_build_once(
     docker_client: docker.DockerClient,
     base_image: BuiltImage,

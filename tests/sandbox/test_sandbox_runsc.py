@@ -33,6 +33,7 @@ def test_programbench_refuses_gvisor_which_ignores_the_reference_launchers_setui
     assert not run.latest  # nothing ran
 
 
+@pytest.mark.slow
 def test_setuid_is_ignored_under_gvisor(tmp_path: Path) -> None:
     """The fact the refusal rests on, checked on this machine's runsc."""
     client = docker.from_env()
@@ -47,6 +48,7 @@ def test_setuid_is_ignored_under_gvisor(tmp_path: Path) -> None:
         assert out.strip() == expected, (runtime, out)
 
 
+@pytest.mark.slow
 def test_cowork_agent_container_runs_under_gvisor(tmp_path: Path) -> None:
     run = run_pytest("benchmarks/cowork_bench", tmp_path / "cowork", "--cowork-root",
                      str(COWORK_FIXTURE), "--allow-dirty-bench", "-k", "excel-sales-summary",

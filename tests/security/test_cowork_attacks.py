@@ -69,7 +69,7 @@ printf '%s\n' '{{"type":"llm_usage","prompt_tokens":99999999,"completion_tokens"
 
 # Every attack runs under the daemon's default runtime and under gVisor (runsc, registered
 # by scripts/setup.sh); HARNESS_TEST_RUNTIME picks one runtime for the default case.
-RUNTIMES = [pytest.param(None, id="default"), pytest.param("runsc", id="gvisor")]
+RUNTIMES = [pytest.param(None, id="default"), pytest.param("runsc", id="gvisor", marks=pytest.mark.slow)]
 
 
 def cowork(root: Path, *args: str, runtime: str | None = None) -> Run:

@@ -71,6 +71,7 @@ def cowork(root: Path, checkout: Path, *args: str) -> Run:
                       timeout=600)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_build_image_then_run_the_agent_in_it(tmp_path: Path, built_tags: list[str]) -> None:
     checkout, sha = make_checkout(tmp_path / "bench", "RUN echo cowork-marker-7 > /marker")
     tag = f"cowork-pack:{sha}"
@@ -115,6 +116,7 @@ def test_build_image_then_run_the_agent_in_it(tmp_path: Path, built_tags: list[s
     assert "cowork_bench.cowork_image_id" in line and "agent.command" not in line
 
 
+@pytest.mark.slow
 def test_build_image_failing_step_exits_1(tmp_path: Path, built_tags: list[str]) -> None:
     checkout, sha = make_checkout(tmp_path / "bench", "RUN echo before && exit 7")
     built_tags.append(f"cowork-pack:{sha}")

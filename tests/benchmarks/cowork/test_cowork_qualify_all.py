@@ -120,6 +120,7 @@ def qualify_all_checkout(tmp: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_qualify_all_starts_each_server_set_once_and_writes_the_table(tmp_path: Path) -> None:
     root = qualify_all_checkout(tmp_path)

@@ -162,6 +162,7 @@ def harness_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, cwd=REPO_ROOT, timeout=900)  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_build_servers_installs_packaged_python_and_node_servers_and_qualify_lists_tools(
     tmp_path: Path,

@@ -203,6 +203,7 @@ def run_options(checkout: Path) -> list[str]:
             "--cowork-pg-image", PG_TAG, "--instance", GCAL]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_build_image_builds_upstream_untouched_then_the_harness_layer(
     upstream_built: Built,
@@ -241,6 +242,7 @@ def test_build_image_builds_upstream_untouched_then_the_harness_layer(
     assert labels[BASE_LABEL] == rec["image_id"] and labels[L.RECIPE].startswith(DERIVED_REPO)
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_official_layout_sidecar_is_seeded_by_its_own_entrypoint(
     tmp_path: Path, standins: tuple[str, str]
@@ -280,6 +282,7 @@ def test_official_layout_sidecar_is_seeded_by_its_own_entrypoint(
         remove_labelled({L.RUN: ident.run_id})
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_run_builds_the_image_and_uses_the_official_postgres(
     tmp_path: Path, standins: tuple[str, str], upstream_built: Built

@@ -26,6 +26,7 @@ def checkout_without_db(dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_checkout_without_db_needs_allow_missing_db(tmp_path: Path) -> None:
     root = checkout_without_db(tmp_path / "bench")

@@ -30,7 +30,7 @@ from tests.sandbox.engines.engines_support import (
 )
 from tests.support.suite import REPO_ROOT, Run, run_pytest
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 __all__ = ["cowork_engine", "second_engine"]  # the fixtures, imported for the tests below
 
 COWORK = Path(__file__).resolve().parents[2] / "fixtures" / "cowork_mini"

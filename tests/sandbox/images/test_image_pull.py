@@ -21,7 +21,7 @@ from benchmarks.programbench.fixture_image import FIXTURE_IMAGE
 from tests.sandbox.images.registry_support import Registry, push, running_registry
 from tests.support.suite import run_pytest
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 TARGET = "benchmarks/programbench"
 REPO = FIXTURE_IMAGE.rsplit(":", 1)[0]  # programbench/testorg_1776_calculator.abc1234
