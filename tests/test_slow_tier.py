@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.support.suite import FORK_SERVER, QUIET_PLUGINS
 
 ROOT = Path(__file__).resolve().parents[1]
 # A module with tests of both tiers (the gVisor runs are slow, the refusals are not).
@@ -18,14 +18,15 @@ TIER = "python3 -m pytest tests -n 3 --slow -m slow"
 
 
 def collect(*args: str) -> tuple[list[str], str]:
-    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock"}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", MODULE, "--collect-only", "-q", "-p", "no:cacheprovider",
-         *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    ids = [line for line in proc.stdout.splitlines() if line.startswith(MODULE + "::")]
-    return ids, proc.stdout
+    """``pytest MODULE --collect-only -q ARGS`` from the repository root (a fork of the tests'
+    warm pytest server)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+    done = FORK_SERVER.run([*QUIET_PLUGINS, MODULE, "--collect-only", "-q", *args], ROOT, env,
+                           120)
+    assert done.returncode == 0, done.output
+    ids = [line for line in done.output.splitlines() if line.startswith(MODULE + "::")]
+    return ids, done.output
 
 
 def test_the_default_run_leaves_the_slow_tier_out_and_says_so() -> None:

@@ -19,6 +19,7 @@ from harness.budget import Campaign, campaign_command
 from harness.budget.campaign import instance_of, try_key
 from harness.core.errors import RefusalError
 from tests.sandbox.engines.engines_support import Engine, second_engine
+from tests.support.suite import run_cli
 
 __all__ = ["second_engine"]  # the session fixture (a second dockerd), for item 7
 
@@ -225,9 +226,7 @@ def test_custody_stays_unsettled_when_a_network_survives_cleanup(
     finally:
         holder.remove(force=True)
         network.remove()
-    reconcile = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "campaign", "reconcile", str(campaign),
-         "--run", str(run.root)], capture_output=True, text=True)
+    reconcile = run_cli("campaign", "reconcile", str(campaign), "--run", str(run.root))
     assert reconcile.returncode == 0, reconcile.stdout + reconcile.stderr
     assert json.loads(campaign.read_text())["active_runs"] == {}
 

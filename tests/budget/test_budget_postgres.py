@@ -29,7 +29,7 @@ from harness.budget.models import CAMPAIGN_SCHEMA, ActiveRun
 from harness.core.errors import RefusalError
 from tests.budget.budget_support import BASELINE, FINGERPRINT
 from tests.budget.pg_support import PgServer
-from tests.support.suite import Run, Suite, finish, wait_for
+from tests.support.suite import Run, Suite, finish, run_cli, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -43,14 +43,7 @@ def _name() -> str:
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", "campaign", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=120,
-        check=False,
-    )
+    return run_cli("campaign", *args, env=full)
 
 
 def _row(pg_server: PgServer, name: str) -> dict[str, Any]:

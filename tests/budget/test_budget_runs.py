@@ -12,12 +12,11 @@ import os
 import random
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.suite import Run, Suite, finish, pytest_result, wait_for
+from tests.support.suite import Run, Suite, finish, pytest_result, run_cli, wait_for
 
 PROCESSES = 8
 INSTANCES = 50
@@ -143,9 +142,8 @@ def test_sigkilled_run_keeps_custody_until_reconciled(tmp_path: Path) -> None:
     assert refused.rc == 2, refused.out
     assert refused.manifest["refusal"]["reason"] == "campaign_stale_run"
     assert Run.of(root).manifest["run_id"] in refused.manifest["refusal"]["message"]
-    reconcile = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "campaign", "reconcile", str(campaign),
-         "--run", str(root), "--reading", "0"], capture_output=True, text=True)
+    reconcile = run_cli("campaign", "reconcile", str(campaign), "--run", str(root),
+                        "--reading", "0")
     assert reconcile.returncode == 0, reconcile.stdout + reconcile.stderr
     proceeds = suite.run(*args)
     assert proceeds.rc == 0, proceeds.out

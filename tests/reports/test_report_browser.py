@@ -30,6 +30,7 @@ def visible_column(page: Any, index: int) -> list[str]:
     )
 
 
+@pytest.mark.slow
 def test_report_in_a_browser(
     real_run_root: Path, browser: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

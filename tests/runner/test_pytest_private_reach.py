@@ -9,22 +9,21 @@ pytest's major version and this test fails loudly if the attribute stops working
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.support.suite import pytest_result
+from tests.support.suite import FORK_SERVER, pytest_result
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_refusal_is_printed_once(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "benchmarks/programbench", "--pb-fixtures", "-k", "calculator",
-         "--runtime", "runsc", "-p", "no:cacheprovider", "--run-root", str(tmp_path / "run")],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, PYTHONPATH=str(REPO)))
-    out = proc.stdout + proc.stderr
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+    proc = FORK_SERVER.run(
+        ["benchmarks/programbench", "--pb-fixtures", "-k", "calculator", "--runtime", "runsc",
+         "-p", "no:cacheprovider", "--run-root", str(tmp_path / "run")],
+        REPO, env | {"PYTHONPATH": str(REPO)}, 300)  # python -m pytest, in a fork
+    out = proc.output
     assert proc.returncode == 2, out[-2000:]
     assert out.count("ProgramBench protects the reference program") == 1, out[-2000:]
     pytest_result(proc.returncode, out).stdout.no_fnmatch_line("*!!!!*")  # no pytest.exit banner

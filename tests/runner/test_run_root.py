@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+
+from tests.support.suite import FORK_SERVER
 
 
 def test_a_distribution_mode_without_workers_runs_the_items_here(suite):
@@ -65,11 +65,11 @@ def test_manifest_is_on_disk_before_any_instance_runs(suite):
 def test_default_root_under_bench_runs_root(suite, tmp_path):
     suite.tasks([{"id": "a", "work": "succeed"}])
     env_root = tmp_path / "elsewhere"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-           str(suite.path / "test_selftest.py"), "--run-id", "named-run"]
+    argv = ["-q", "-p", "no:cacheprovider", str(suite.path / "test_selftest.py"),
+            "--run-id", "named-run"]
     env = suite.env() | {"BENCH_RUNS_ROOT": str(env_root)}
-    proc = subprocess.run(cmd, cwd=suite.path, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = FORK_SERVER.run(argv, suite.path, env, 300)  # pytest, no --run-root, from there
+    assert proc.returncode == 0, proc.output
     manifest = json.loads((env_root / "named-run" / "run_manifest.json").read_text())
     assert manifest["run_id"] == "named-run"
     assert manifest["run_root"] == str((env_root / "named-run").resolve())

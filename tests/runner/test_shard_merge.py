@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
+
+from tests.support.suite import run_cli
 
 TASKS = [{"id": "t", "work": "partial", "score": 0.25, "count": 12}]
 
 
 def harness(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args],
-                          capture_output=True, text=True)
+    return run_cli(*args)
 
 
 def test_three_shards_merge_to_the_unsharded_set(suite, tmp_path):

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +33,7 @@ import pytest
 from harness.budget import Campaign
 from harness.budget.models import ActiveRun
 from tests.budget.pg_support import PgServer, start_server
-from tests.support.suite import Run, Suite, wait_for
+from tests.support.suite import Run, Suite, run_cli, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -124,10 +122,7 @@ def test_a_run_killed_on_a_url_campaign_is_resumed_and_charged_once(
     assert own.took_over == [killed_id] and own.settled_count == 2
     assert own.settled_usd == 2 * 1.0 + 2 * HOLD and own.abandoned_count == 0
     assert state.spent_usd == 0.5 + 2 * 1.0 + 2 * HOLD and state.outstanding_usd == 0.0
-    show = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "campaign", "show", f"env:{URL_ENV}"],
-        capture_output=True, text=True, env={**os.environ, **env}, timeout=60, check=False,
-    )  # fmt: skip
+    show = run_cli("campaign", "show", f"env:{URL_ENV}", env={**os.environ, **env}, timeout=60)
     assert show.returncode == 0, show.stdout + show.stderr
     assert f"spent        ${state.spent_usd:,.4f}" in show.stdout
     assert f"{killed_id}: taken_over (by {resumed.manifest['run_id']})" in show.stdout

@@ -11,7 +11,7 @@ survives into the next: the server itself never runs pytest.
 
 Protocol: one JSON request per line on the server's stdin (``id``, ``module``: what
 ``python -m`` would run, ``argv``, ``cwd``, ``env``, ``out``: the file that receives the
-child's stdout and stderr); the server answers ``{"id", "pid"}`` when the child has
+child's stdout, and its stderr unless ``err`` names another file); the server answers ``{"id", "pid"}`` when the child has
 started and ``{"id", "rc"}`` when it has ended (its exit status as ``subprocess`` gives
 it: negative for a signal). Children run concurrently; each leads its own session, so a
 caller signals it, or its whole process group, by pid.
@@ -104,12 +104,14 @@ def _child(req: dict[str, Any]) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         out = os.open(req["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        err = os.open(req["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) \
+            if req.get("err") else out
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(out)
-        os.close(null)
+        os.dup2(err, 2)
+        for fd in {out, err, null}:
+            os.close(fd)
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
@@ -249,15 +251,17 @@ class ForkServer:
         self._pending.abandon()  # the server ended: nothing pending will ever be answered
 
     def spawn(self, module: str, argv: list[str], cwd: Path, env: dict[str, str],
-              out: Path) -> ForkedProcess:
-        """Start ``python -m MODULE ARGV`` in CWD with ENV, its output into OUT."""
+              out: Path, err: Path | None = None) -> ForkedProcess:
+        """Start ``python -m MODULE ARGV`` in CWD with ENV, its output into OUT (its stderr
+        into ERR, when given)."""
         with self._lock:
             proc = self._server()
             assert proc.stdin is not None
             req_id = str(next(self._ids))
             started, ended, status = self._pending.add(req_id)
             proc.stdin.write(json.dumps({"id": req_id, "module": module, "argv": argv,
-                                         "cwd": str(cwd), "env": env, "out": str(out)}) + "\n")
+                                         "cwd": str(cwd), "env": env, "out": str(out),
+                                         "err": str(err) if err else None}) + "\n")
             proc.stdin.flush()
         if not started.wait(60) or "pid" not in status:
             raise RuntimeError("the fork server did not start the child")
@@ -266,22 +270,36 @@ class ForkServer:
     def run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> Finished:
         """Run ``python -m pytest ARGV`` to its end; on timeout kill its process group and
         raise ``subprocess.TimeoutExpired``."""
-        fd, name = tempfile.mkstemp(prefix="harness-forkrun-", suffix=".out")
-        os.close(fd)
-        out = Path(name)
+        done = self.call("pytest", argv, cwd, env, timeout, stderr_apart=False)
+        return Finished(done.returncode, done.stdout)
+
+    def call(self, module: str, argv: list[str], cwd: Path, env: dict[str, str],
+             timeout: float, *, stderr_apart: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run ``python -m MODULE ARGV`` to its end, as ``subprocess.run(...,
+        capture_output=True, text=True)`` would (stderr in stdout unless ``stderr_apart``);
+        on timeout kill its process group and raise ``subprocess.TimeoutExpired``."""
+        files = []
+        for suffix in (".out", ".err") if stderr_apart else (".out",):
+            fd, name = tempfile.mkstemp(prefix="harness-forkrun-", suffix=suffix)
+            os.close(fd)
+            files.append(Path(name))
+        out, err = files[0], files[-1] if stderr_apart else None
         try:
-            child = self.spawn("pytest", argv, cwd, env, out)
+            child = self.spawn(module, argv, cwd, env, out, err)
             try:
-                output, _ = child.communicate(timeout)
+                rc = child.wait(timeout)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
                 raise subprocess.TimeoutExpired(argv, timeout,
                                                 out.read_text(errors="replace")) from None
-            return Finished(child.wait(), output)
+            return subprocess.CompletedProcess(
+                [module, *argv], rc, out.read_text(errors="replace"),
+                err.read_text(errors="replace") if err else "")
         finally:
-            out.unlink(missing_ok=True)
+            for path in files:
+                path.unlink(missing_ok=True)
 
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

@@ -211,3 +211,14 @@ def run_pytest(target: str, root: Path, *args: str, env: dict[str, str] | None =
                        *private_basetemp(root.parent), *args],
                       REPO_ROOT, full_env, timeout)
     return Run(done.returncode, done.output, root)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO_ROOT,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -m harness.cli ARGS``, as ``subprocess.run(..., capture_output=True,
+    text=True)`` gives it (stdout and stderr apart), in a fork of the warm server: ENV is the
+    whole environment (default: this process's)."""
+    full_env = dict(os.environ if env is None else env)
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS"):
+        full_env.pop(name, None)
+    return FORK_SERVER.call("harness.cli", list(args), cwd, full_env, timeout)
