@@ -39,22 +39,35 @@ DOCKER_FIXTURES = frozenset(
 )
 
 
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("harness-tests").addoption(
         "--slow", action="store_true",
         help="also run the slow tier (tests marked slow: image builds and pulls, other engines "
-             "and runtimes, record-and-replay pairs); add -m slow to run only them")
+             "and runtimes, record-and-replay pairs, a real browser, a pip install); -m slow "
+             "alone, or a test named by its node id, runs them too")
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = getattr(item, "fixturenames", ())
         if DOCKER_FIXTURES.intersection(names):
             item.add_marker(pytest.mark.docker)
-    if config.getoption("slow"):
+
+
+# How many tests of the slow tier a run left out (of those -m and -k kept). Under xdist the
+# workers collect: each sends its count to the controller (``workeroutput``), which prints it.
+SLOW_LEFT_OUT = pytest.StashKey[int]()
+
+
+def _slow_tier_wanted(config: pytest.Config) -> bool:
+    """--slow, a -m expression that names the tier, or a test named by its node id."""
+    return (bool(config.getoption("slow")) or "slow" in (config.getoption("markexpr") or "")
+            or any("::" in arg for arg in config.args))
+
+
+def _leave_out_slow(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _slow_tier_wanted(config):
         return
     slow = [item for item in items if item.get_closest_marker("slow") is not None]
     if slow:
@@ -63,13 +76,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[SLOW_LEFT_OUT] = len(slow)
 
 
-# How many tests of the slow tier a run left out. Under xdist the workers collect: each
-# sends its count to the controller (``workeroutput``), which prints it.
-SLOW_LEFT_OUT = pytest.StashKey[int]()
-
-
 def pytest_report_header(config: pytest.Config) -> str | None:
-    if config.getoption("slow"):
+    if _slow_tier_wanted(config):
         return None
     return "slow tier left out (tests marked slow): --slow runs it too, --slow -m slow only it"
 
@@ -87,8 +95,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
                             config: pytest.Config) -> None:
     left_out = config.stash.get(SLOW_LEFT_OUT, 0)
     if left_out:
+        tests = "test" if left_out == 1 else "tests"
         terminalreporter.write_line(
-            f"slow tier: {left_out} tests marked slow left out of this run "
+            f"slow tier: {left_out} {tests} marked slow left out of this run "
             "(CI runs them: pytest tests -n 3 --slow -m slow)")
 
 
@@ -97,10 +106,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
 DURATIONS = Path(__file__).with_name("durations.json")
 
 
-class _SlowFirstOrder:
+class _LeaveOutSlowThenOrder:
     @pytest.hookimpl(trylast=True)  # after -m/-k deselection: the list xdist schedules
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
+        _leave_out_slow(config, items)  # the slow tier, of what -m and -k kept
         # Only in an xdist worker (it collects; the controller schedules what it sends).
         # The worker's own ``dist`` option reads "no": the order is made for ``load``, the
         # default, and harmless under the other modes.
@@ -113,7 +123,7 @@ class _SlowFirstOrder:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(_SlowFirstOrder(), "harness-tests-slow-first")
+    config.pluginmanager.register(_LeaveOutSlowThenOrder(), "harness-tests-slow-first")
 
 
 # Session fixtures that cost seconds to set up in each worker that uses one (a Chromium): the

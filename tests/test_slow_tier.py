@@ -1,6 +1,6 @@
 """The slow tier (``tests/conftest.py``): tests marked ``slow`` are left out of the README's
 test command, said so at the end of the run, and run by CI in a second command; no test is
-in neither run.
+in neither run. Asking for the tier (``-m slow``) or for one of its tests by node id runs it.
 """
 
 from __future__ import annotations
@@ -17,16 +17,18 @@ MODULE = "tests/sandbox/test_sandbox_runsc.py"
 TIER = "python3 -m pytest tests -n 3 --slow -m slow"
 
 
-def collect(*args: str) -> tuple[list[str], str]:
-    """``pytest MODULE --collect-only -q ARGS`` from the repository root (a fork of the tests'
-    warm pytest server)."""
+def pytest_(*args: str) -> tuple[int, str]:
+    """``pytest ARGS`` from the repository root (a fork of the tests' warm pytest server)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
-    done = FORK_SERVER.run([*QUIET_PLUGINS, MODULE, "--collect-only", "-q", *args], ROOT, env,
-                           120)
-    assert done.returncode == 0, done.output
-    ids = [line for line in done.output.splitlines() if line.startswith(MODULE + "::")]
-    return ids, done.output
+    done = FORK_SERVER.run([*QUIET_PLUGINS, *args], ROOT, env, 120)
+    return done.returncode, done.output
+
+
+def collect(*args: str, target: str = MODULE) -> tuple[list[str], str]:
+    rc, out = pytest_(target, "--collect-only", "-q", *args)
+    assert rc == 0, out
+    return [line for line in out.splitlines() if line.startswith(MODULE + "::")], out
 
 
 def test_the_default_run_leaves_the_slow_tier_out_and_says_so() -> None:
@@ -38,6 +40,17 @@ def test_the_default_run_leaves_the_slow_tier_out_and_says_so() -> None:
     assert f"slow tier: {len(slow)} tests marked slow left out of this run" in out
     assert re.search(rf"{len(default)}/{len(everything)} tests collected "
                      rf"\({len(slow)} deselected\)", out), out
+    # Asking for the tier, or for one of its tests by node id, needs no --slow.
+    assert collect("-m", "slow")[0] == slow
+    assert collect(target=slow[0])[0] == [slow[0]]
+
+
+def test_under_xdist_the_workers_count_reaches_the_summary() -> None:
+    # One test of a slow-tier module without Docker: nothing is left to run (exit 5), and the
+    # controller prints what its workers left out.
+    rc, out = pytest_("tests/reports/test_report_large.py", "-n", "2", "-k", "small")
+    assert rc == 5, out
+    assert "slow tier: 1 test marked slow left out of this run" in out, out
 
 
 def test_ci_runs_the_readme_command_and_then_the_slow_tier() -> None:

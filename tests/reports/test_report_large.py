@@ -18,6 +18,9 @@ from reports.html_tables import PAGE_SIZE
 from reports.write import ReportPaths, write_report
 from tests.reports.report_runs import big_run_rows, scratch_tree, write_run
 
+# The slow tier: a 10,000-row report, and a real browser (Chromium) on it.
+pytestmark = pytest.mark.slow
+
 ROWS = 10_000
 MAX_BYTES = 5 * 1024 * 1024
 
@@ -48,7 +51,6 @@ def test_a_10k_row_report_is_small_and_holds_every_row_as_data(big_report: Repor
     assert [r[0] for r in rows] == [iid(n) for n in range(ROWS)]
 
 
-@pytest.mark.slow
 def test_a_10k_row_report_pages_sorts_and_filters(big_report: ReportPaths, browser: Any) -> None:
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     problems: list[str] = []
@@ -101,7 +103,6 @@ def test_a_10k_row_report_pages_sorts_and_filters(big_report: ReportPaths, brows
     page.close()
 
 
-@pytest.mark.slow
 def test_script_renders_the_same_rows_as_the_markup(big_report: ReportPaths, browser: Any) -> None:
     """The first page written by the template and the one report.js draws are the same."""
     cells = "rows => rows.map(r => r.outerHTML.replace(/ style=\"[^\"]*\"/g, ''))"
@@ -120,7 +121,6 @@ def test_script_renders_the_same_rows_as_the_markup(big_report: ReportPaths, bro
     scripted.close()
 
 
-@pytest.mark.slow
 def test_run_text_is_shown_as_text_never_run(make_run, make_row, browser: Any) -> None:
     """Markup in ledger fields (embedded as JSON, drawn by script) stays text in both paths."""
     evil = "</script><script>window.pwned = 1</script><img src=x onerror='window.pwned=2'>"

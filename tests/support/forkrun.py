@@ -292,8 +292,9 @@ class ForkServer:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
-                raise subprocess.TimeoutExpired(argv, timeout,
-                                                out.read_text(errors="replace")) from None
+                raise subprocess.TimeoutExpired(
+                    [module, *argv], timeout, out.read_text(errors="replace"),
+                    err.read_text(errors="replace") if err else None) from None
             return subprocess.CompletedProcess(
                 [module, *argv], rc, out.read_text(errors="replace"),
                 err.read_text(errors="replace") if err else "")
