@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,7 +177,8 @@ def test_a_run_over_an_ssh_and_a_tls_engine_settles_and_proves_both_clean(
         assert run_leftovers(client, run_id, tmp_path) == {}  # leases released too
         client.close()
     via = records[a.ssh_url]["via"]  # the run's tunnel: closed, its folder gone
-    assert via.startswith("unix:///tmp/harness-ssh-") and not Path(via[7:]).parent.exists()
+    assert via.startswith(f"unix://{tempfile.gettempdir()}/harness-ssh-")
+    assert not Path(via[7:]).parent.exists()
     final = run.manifest["extra"]["engine_final"]
     assert set(final) == {a.ssh_url, b.tls_url} and all("removed" in v for v in final.values())
     # While the instances ran: the run's lease on their engine; the docker CLI (what the
