@@ -5,11 +5,10 @@ in neither run. Asking for the tier (``-m slow``) or for one of its tests by nod
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
-from tests.support.suite import FORK_SERVER, QUIET_PLUGINS
+from tests.support.suite import FORK_SERVER, QUIET_PLUGINS, run_env
 
 ROOT = Path(__file__).resolve().parents[1]
 # A module with tests of both tiers (the gVisor runs are slow, the refusals are not).
@@ -19,9 +18,7 @@ TIER = "python3 -m pytest tests -n 3 --slow -m slow"
 
 def pytest_(*args: str) -> tuple[int, str]:
     """``pytest ARGS`` from the repository root (a fork of the tests' warm pytest server)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
-    done = FORK_SERVER.run([*QUIET_PLUGINS, *args], ROOT, env, 120)
+    done = FORK_SERVER.run([*QUIET_PLUGINS, *args], ROOT, run_env(), 120)
     return done.returncode, done.output
 
 

@@ -8,21 +8,18 @@ pytest's major version and this test fails loudly if the attribute stops working
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from tests.support.suite import FORK_SERVER, pytest_result
+from tests.support.suite import FORK_SERVER, pytest_result, run_env
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_refusal_is_printed_once(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
     proc = FORK_SERVER.run(
         ["benchmarks/programbench", "--pb-fixtures", "-k", "calculator", "--runtime", "runsc",
          "-p", "no:cacheprovider", "--run-root", str(tmp_path / "run")],
-        REPO, env | {"PYTHONPATH": str(REPO)}, 300)  # python -m pytest, in a fork
+        REPO, run_env() | {"PYTHONPATH": str(REPO)}, 300)  # python -m pytest, in a fork
     out = proc.output
     assert proc.returncode == 2, out[-2000:]
     assert out.count("ProgramBench protects the reference program") == 1, out[-2000:]

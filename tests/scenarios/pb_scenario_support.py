@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.programbench.official_eval import score_eval_json
-from tests.support.suite import FORK_SERVER, REPO_ROOT, Run, wait_for
+from tests.support.suite import FORK_SERVER, REPO_ROOT, Run, run_env, wait_for
 
 TARGET = "benchmarks/programbench"
 
@@ -27,8 +27,7 @@ def run_killed_after_first_row(root: Path, *args: str, timeout: float = 600) -> 
     as the first instance's row is in the ledger (the next instance is then under way).
     Returns the ids whose rows the ledger holds after the kill."""
     argv = ["-p", "no:cacheprovider", "-q", TARGET, "--run-root", str(root), *args]
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+    env = run_env()
     log = root.parent / f"{root.name}.killed-run.txt"
     proc = FORK_SERVER.spawn("pytest", argv, REPO_ROOT, env, log)
     ledger = root / "result_index.jsonl"

@@ -36,7 +36,7 @@ import pytest
 from benchmarks.programbench import FIXTURE_ID
 from benchmarks.programbench.fixture import ensure_fixture
 from tests.agents.agents_support import RefServer, start_server
-from tests.support.suite import REPO_ROOT, Run, run_pytest, wait_for
+from tests.support.suite import REPO_ROOT, Run, run_env, run_pytest, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -128,8 +128,7 @@ def test_paid_reattach_after_sigkill_is_admitted_and_charges_the_task_once(
     first = tmp_path / "r1"
     try:
         # 1. the paid run, SIGKILLed once its task is submitted
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+        env = run_env()
         proc = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", TARGET,
              "--run-root", str(first), *options],

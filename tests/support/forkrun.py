@@ -11,9 +11,9 @@ survives into the next: the server itself never runs pytest.
 
 Protocol: one JSON request per line on the server's stdin (``id``, ``module``: what
 ``python -m`` would run, ``argv``, ``cwd``, ``env``, ``out``: the file that receives the
-child's stdout, and its stderr unless ``err`` names another file); the server answers ``{"id", "pid"}`` when the child has
-started and ``{"id", "rc"}`` when it has ended (its exit status as ``subprocess`` gives
-it: negative for a signal). Children run concurrently; each leads its own session, so a
+child's stdout, and its stderr unless ``err`` names another file); the server answers
+``{"id", "pid"}`` when the child has started and ``{"id", "rc"}`` when it has ended (its
+exit status as ``subprocess`` gives it: negative for a signal). Children run concurrently; each leads its own session, so a
 caller signals it, or its whole process group, by pid.
 
 :meth:`ForkServer.spawn` gives a :class:`ForkedProcess`, which answers the parts of
@@ -210,6 +210,13 @@ class ForkedProcess(Child):
         return self.out.read_text(errors="replace"), None
 
 
+def _scratch(suffix: str) -> Path:
+    """A new empty file for a child's output."""
+    fd, name = tempfile.mkstemp(prefix="harness-forkrun-", suffix=suffix)
+    os.close(fd)
+    return Path(name)
+
+
 @dataclass
 class Finished:
     returncode: int
@@ -278,12 +285,8 @@ class ForkServer:
         """Run ``python -m MODULE ARGV`` to its end, as ``subprocess.run(...,
         capture_output=True, text=True)`` would (stderr in stdout unless ``stderr_apart``);
         on timeout kill its process group and raise ``subprocess.TimeoutExpired``."""
-        files = []
-        for suffix in (".out", ".err") if stderr_apart else (".out",):
-            fd, name = tempfile.mkstemp(prefix="harness-forkrun-", suffix=suffix)
-            os.close(fd)
-            files.append(Path(name))
-        out, err = files[0], files[-1] if stderr_apart else None
+        out = _scratch(".out")
+        err = _scratch(".err") if stderr_apart else None
         try:
             child = self.spawn(module, argv, cwd, env, out, err)
             try:
@@ -299,8 +302,9 @@ class ForkServer:
                 [module, *argv], rc, out.read_text(errors="replace"),
                 err.read_text(errors="replace") if err else "")
         finally:
-            for path in files:
-                path.unlink(missing_ok=True)
+            for path in (out, err):
+                if path is not None:
+                    path.unlink(missing_ok=True)
 
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

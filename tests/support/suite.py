@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,10 +151,8 @@ class Suite:
         return cmd + private_basetemp(self.path) + [*self.default_args, *args]
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = run_env()
         env["HARNESS_SELFTEST_TASKS"] = str(self.path / "tasks.json")
-        env.pop("PYTEST_XDIST_WORKER", None)
-        env.pop("PYTEST_ADDOPTS", None)
         env.update(self.extra_env)
         return env
 
@@ -198,14 +197,21 @@ def finish(proc: ForkedProcess, timeout: float = 60) -> str:
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Variables of the tests' own pytest session that a run they start must not inherit.
+SESSION_VARS = ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")
+
+
+def run_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a run a test starts: ENV (default: this process's) without
+    :data:`SESSION_VARS`."""
+    return {k: v for k, v in (os.environ if env is None else env).items()
+            if k not in SESSION_VARS}
 
 
 def run_pytest(target: str, root: Path, *args: str, env: dict[str, str] | None = None,
                timeout: float = 900) -> Run:
     """Run ``pytest <target> --run-root <root> <args>`` from the repository root."""
-    full_env = {k: v for k, v in os.environ.items()
-                if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
-    full_env.update(env or {})
+    full_env = run_env() | (env or {})
     server = MINI_SWE_SERVER if "mini-swe-agent" in args else FORK_SERVER
     done = server.run([*QUIET_PLUGINS, "-q", target, "--run-root", str(root),
                        *private_basetemp(root.parent), *args],
@@ -218,7 +224,4 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO_ROOT
     """``python -m harness.cli ARGS``, as ``subprocess.run(..., capture_output=True,
     text=True)`` gives it (stdout and stderr apart), in a fork of the warm server: ENV is the
     whole environment (default: this process's)."""
-    full_env = dict(os.environ if env is None else env)
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS"):
-        full_env.pop(name, None)
-    return FORK_SERVER.call("harness.cli", list(args), cwd, full_env, timeout)
+    return FORK_SERVER.call("harness.cli", list(args), cwd, run_env(env), timeout)

@@ -40,7 +40,7 @@ from harness.run.manifest import read_manifest, write_manifest
 from harness.testing.fake_model_server import start_fake_model_server
 from tests.agents.model_scripts import solve_script
 from tests.benchmarks.programbench.pb_resume import resume_of
-from tests.support.suite import REPO_ROOT
+from tests.support.suite import REPO_ROOT, run_env
 
 pytestmark = pytest.mark.docker
 
@@ -164,11 +164,7 @@ def lb_run(overlay: Overlay, tmp_path_factory: pytest.TempPathFactory) -> Path:
                 str(clean_repo(work / "agent")),
             ],
             cwd=REPO_ROOT,
-            env={
-                k: v
-                for k, v in overlay.env().items()
-                if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")
-            },
+            env=run_env(overlay.env()),
             capture_output=True,
             text=True,
             timeout=900,

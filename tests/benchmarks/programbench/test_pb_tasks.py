@@ -22,7 +22,7 @@ from benchmarks.programbench.tasks import (
     programbench_version,
     select_instances,
 )
-from tests.support.suite import FORK_SERVER, REPO_ROOT
+from tests.support.suite import FORK_SERVER, REPO_ROOT, run_env
 
 
 def test_all_200_tasks_and_the_fixture_tasks_load() -> None:
@@ -167,8 +167,7 @@ def test_parsed_tasks_are_cached_on_disk_and_a_bad_cache_is_ignored(tmp_path, mo
 def _pytest(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """``pytest benchmarks/programbench -q ARGS`` from the repository root: a fork of the
     tests' warm pytest server (its stderr is in its stdout)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+    env = run_env()
     argv = ["-p", "no:cacheprovider", "benchmarks/programbench", "-q", *args]
     done = FORK_SERVER.run(argv, REPO_ROOT, env, timeout)
     return subprocess.CompletedProcess(argv, done.returncode, done.output, "")
