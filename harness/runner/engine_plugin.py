@@ -408,10 +408,13 @@ def _release_leases(
     """Stop (and with ``release`` remove; a kept lease stays) the engines' leases; on an
     engine marked lost the lease is only stopped (it expires there, or the next start-up
     sweep of a run on that engine removes it)."""
+    leases = config.stash.get(LEASES_KEY, {})
+    if not leases:  # none taken (a collection, a dry run): the placement models stay unloaded
+        return {}
     from harness.sandbox import placement
 
     out: dict[int, dict[str, Any]] = {}
-    for index, (lease, client) in list(config.stash.get(LEASES_KEY, {}).items()):
+    for index, (lease, client) in list(leases.items()):
         lost = run_root is not None and placement.is_lost(run_root, index)
         try:
             if release and not lost:

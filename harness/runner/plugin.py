@@ -40,7 +40,6 @@ from harness.runner.selection import (
     worker_instances,
 )
 from harness.runner.startup import LOST_CONFIG_KEY
-from harness.runner.summary import print_summary
 from harness.runner.worker import (
     RetryHooks,
     RetryPolicy,
@@ -365,6 +364,8 @@ class ControllerHooks:
             session.exitstatus = code
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from harness.runner.summary import print_summary  # its models stay off collection
+
         print_summary(terminalreporter, self.c)
         line = self.c.retries_line()
         if line is not None:
