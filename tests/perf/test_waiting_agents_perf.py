@@ -7,20 +7,23 @@ total wait over the concurrency, 64 x 30 s / 32 = 60 s.
 
 Figures (the whole ``pytest`` process, a fresh interpreter, as a user starts it):
 
-* ``waiting_agents_makespan_vs_ideal``: the process's wall time over the ideal (goal 1.15);
+* ``waiting_agents_makespan_vs_ideal``: the process's wall time over the ideal (goal 1.15,
+  a yardstick), and beside it the instance phase (first start to last end, from the
+  ledger) over the ideal (a yardstick too);
 * ``waiting_agents_host_rss_mb_per_instance``: the harness side's resident memory (the
   controller, its 32 workers and everything they start on the host), at its peak while the
-  agents wait, over the 32 concurrent instances (goal 80 MB);
-* beside them, without a goal: the instance phase (first start to last end, from the
-  ledger) over the ideal, the harness's CPU while every slot waits (cores), and the engine's
-  cost per container (resident memory of dockerd, containerd and the shims at the peak
-  minus before the run, over the containers then running; its CPU-s over the run per
-  container).
+  agents wait, over the 32 concurrent instances (goal 80 MB, enforced);
+* ``waiting_agents_harness_cores_while_waiting``: the harness tree's CPU per second while
+  every slot waits (goal 0.5 cores, enforced);
+* ``waiting_agents_engine_mb_per_container``: the engine's resident memory (dockerd,
+  containerd and the shims) at its peak minus before the run, over the containers then
+  running (a yardstick of 32 MB); its CPU-s over the run per container is printed.
 
-The two goals are yardsticks (see ``tests/perf/goals.py``): recorded, compared with the last
-landed run, and named when past their goal, but not failing CI, because one pytest-xdist
-worker process per concurrent instance is the design being measured (the closing note of
-issue 48 says what would meet them).
+The makespan goals are yardsticks (see ``tests/perf/goals.py``): recorded, compared with the
+last landed run, and named when past their goal, but not failing CI: one pytest-xdist worker
+process per concurrent instance, each paying its own start-up and its sandbox's creation
+inside its slot, is the design being measured (``docs/development/perf.md`` says what
+would meet them).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import pytest
 
 from harness.sandbox.labels import label_filters
 from tests.perf.proctree import Sample, sample
@@ -43,6 +47,8 @@ WAIT_S = 30
 IDEAL_S = INSTANCES * WAIT_S / WORKERS
 AGENT = f"sleep {WAIT_S}; echo 42 > /workspace/answer.txt"
 MB = 1024 * 1024
+
+pytestmark = pytest.mark.docker
 
 
 class Sampler(threading.Thread):
@@ -60,7 +66,7 @@ class Sampler(threading.Thread):
         client = docker.from_env()
         try:
             while not self.stop.wait(1.0):
-                up = len(client.containers.list(filters=self.filters))
+                up = len(client.api.containers(filters=self.filters))
                 self.samples.append((time.monotonic(), up, sample(self.root_pid)))
         finally:
             client.close()
@@ -84,12 +90,14 @@ def test_64_waiting_agents_at_n32(tmp_path: Path, perf_goal: Any) -> None:
     cmd = suite.command(root, "-n", str(WORKERS), "--run-id", run_id, "--agent", "command",
                         "--agent-command", AGENT)
     t0 = time.monotonic()
+    wall0 = time.time()
     proc = subprocess.Popen(cmd, cwd=suite.path, env=suite.env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     sampler = Sampler(proc.pid, run_id)
     sampler.start()
     out, _ = proc.communicate(timeout=600)
     makespan = time.monotonic() - t0
+    wall1 = time.time()
     sampler.stop.set()
     sampler.join()
     after = sample(1)
@@ -99,6 +107,11 @@ def test_64_waiting_agents_at_n32(tmp_path: Path, perf_goal: Any) -> None:
     assert len(rows) == INSTANCES and all(r["resolved"] for r in rows), out[-3000:]
     starts = [r["ts_unix"] - r["duration_s"] for r in rows]
     phase = max(r["ts_unix"] for r in rows) - min(starts)
+    durations = sorted(r["duration_s"] for r in rows)
+    print(f"\nfirst instance started {min(starts) - wall0:.1f}s after the process; the last "
+          f"ended {wall1 - max(r['ts_unix'] for r in rows):.1f}s before it ended; instance "
+          f"durations {durations[0]:.1f}s to {durations[-1]:.1f}s, median "
+          f"{durations[len(durations) // 2]:.1f}s (the wait is {WAIT_S}s)")
 
     waiting = [(up, s) for _, up, s in sampler.samples if up >= WORKERS]
     assert waiting, "the run never had every slot waiting at once"
@@ -117,10 +130,8 @@ def test_64_waiting_agents_at_n32(tmp_path: Path, perf_goal: Any) -> None:
           f"{engine_mb:.1f} MB and {engine_cpu:.2f} CPU-s per container "
           f"({engine_peak.count('containerd-shim')} shims at its peak)")
     perf_goal("waiting_agents_instance_phase_vs_ideal", phase / IDEAL_S, 1.15, yardstick=True)
-    perf_goal("waiting_agents_harness_cores_while_waiting", cores, 0.5, unit=" cores",
-              yardstick=True)
+    perf_goal("waiting_agents_harness_cores_while_waiting", cores, 0.5, unit=" cores")
     perf_goal("waiting_agents_engine_mb_per_container", engine_mb, 32.0, unit=" MB",
               yardstick=True)
     perf_goal("waiting_agents_makespan_vs_ideal", makespan / IDEAL_S, 1.15, yardstick=True)
-    perf_goal("waiting_agents_host_rss_mb_per_instance", rss_per_instance, 80.0, unit=" MB",
-              yardstick=True)
+    perf_goal("waiting_agents_host_rss_mb_per_instance", rss_per_instance, 80.0, unit=" MB")
