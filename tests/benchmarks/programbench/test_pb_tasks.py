@@ -349,3 +349,21 @@ def test_pb_fixtures_installs_its_tasks_before_listing_them(tmp_path: Path) -> N
     m = json.loads((tmp_path / "fx2" / "run_manifest.json").read_text())
     assert m["selection"]["instance_ids"] == [f"programbench/{i}" for i in FIXTURE_TASK_IDS]
     assert m["extra"]["benchmark_sizes"] == {"programbench": 3}
+
+
+def test_collection_loads_no_models_and_no_engine_client() -> None:
+    """``--collect-only`` of the 200 tasks stays off pydantic (the file models), the Docker
+    SDK and the engine placement: they load when a run starts. The terminal summary's models
+    at collection made it 1.5x a plain file (issue 48)."""
+    code = (
+        "import sys, pytest\n"
+        "rc = pytest.main(['benchmarks/programbench', '--collect-only', '-q',"
+        " '-p', 'no:cacheprovider'])\n"
+        "heavy = ('pydantic', 'docker', 'harness.core.models', 'harness.sandbox.placement',"
+        " 'harness.run.samples')\n"
+        "print('LOADED', sorted(m for m in heavy if m in sys.modules))\n"
+        "sys.exit(rc)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=run_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "LOADED []" in out.stdout, out.stdout[-500:]
