@@ -37,6 +37,12 @@ included. The limits: an agent running as root (or with ``CAP_SYS_PTRACE``) can 
 process, so run the runner as a non-root user for host agents; a process above the runner
 whose own environment block holds the key (a shell started with it) is not covered.
 
+Host agents are kept apart (:mod:`harness.agents.host_isolation`): each runs in a PID and
+user namespace of its own, so it sees no other agent's processes (their environment holds
+their gateway token), and its exec socket answers only processes of that namespace (the row's
+``exec_refused`` counts the others). Where the machine cannot make the namespaces, the row
+says ``host_isolation: none: ...`` and the socket admits only the agent's session.
+
 The task timeout kills the whole process group (``deadline_local``, truncated). stdout and
 stderr are stored in the instance folder, each cut at :data:`MAX_LOG_BYTES`.
 """
@@ -68,6 +74,7 @@ from harness.agents.base import (
     register_agent,
 )
 from harness.agents.host_exec import SOCKET_ENV, ExecService
+from harness.agents.host_isolation import ISOLATED, PeerCheck, isolation, launch_argv
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
 from harness.core.models import Tokens
@@ -112,6 +119,8 @@ class HostRunRecord(BaseModel):
     timed_out: bool
     wall_s: float
     exec_calls: int
+    exec_refused: int = 0  # connections to the exec socket from outside the agent
+    isolation: str = "none"  # pid_namespace, or none: <why> (harness.agents.host_isolation)
     stdout_bytes: int
     stderr_bytes: int
     output_truncated: bool
@@ -196,6 +205,43 @@ class HostCommandAgent(Agent):
                              "--per-task-limit-usd")
         return cls(cmd if isinstance(cmd, str) else " ".join(cmd), gateway, environ)
 
+    def _launch(self, out_dir: Path, env: dict[str, str], service: ExecService,
+                timeout: float | None) -> tuple[subprocess.Popen[bytes], bool, dict[str, Any],
+                                         dict[str, Any]]:
+        """Start the agent (in its own namespaces where the machine allows), admit only its
+        processes to the exec socket, and wait for it, killing its group at the deadline."""
+        isolated = isolation() == ISOLATED
+        service.admit = lambda pid: False  # nobody, until the agent's own processes are known
+        try:
+            proc = subprocess.Popen(launch_argv(self.command, isolated), cwd=out_dir, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            raise InfraError(f"host-command could not start: {exc}",
+                             "agent_command_not_found") from exc
+        service.admit = PeerCheck(proc.pid, isolated)
+        assert proc.stdout is not None and proc.stderr is not None
+        stats_out: dict[str, Any] = {}
+        stats_err: dict[str, Any] = {}
+        pumps = [threading.Thread(target=_pump, daemon=True, args=(
+                     proc.stdout, out_dir / STDOUT_NAME, MAX_LOG_BYTES, stats_out)),
+                 threading.Thread(target=_pump, daemon=True, args=(
+                     proc.stderr, out_dir / STDERR_NAME, MAX_LOG_BYTES, stats_err))]
+        for t in pumps:
+            t.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+        finally:
+            if proc.poll() is None:
+                _kill_group(proc)
+            for t in pumps:
+                t.join(KILL_GRACE_S)
+        return proc, timed_out, stats_out, stats_err
+
     def run(self, request: AgentRequest) -> AgentOutcome:
         sandbox = request.sandbox
         if sandbox is None:
@@ -215,35 +261,10 @@ class HostCommandAgent(Agent):
                     SOCKET_ENV: str(service.path),
                     "HARNESS_COST_FILE": str(cost_file)})
         started = time.monotonic()
-        timed_out = False
-        stats_out: dict[str, Any] = {}
-        stats_err: dict[str, Any] = {}
         with _gateway_for(self.gateway, environ, env) as meter:
             try:
-                try:
-                    proc = subprocess.Popen(["bash", "-c", self.command], cwd=out_dir, env=env,
-                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, start_new_session=True)
-                except OSError as exc:
-                    raise InfraError(f"host-command could not start: {exc}",
-                                     "agent_command_not_found") from exc
-                assert proc.stdout is not None and proc.stderr is not None
-                pumps = [threading.Thread(target=_pump, daemon=True, args=(
-                             proc.stdout, out_dir / STDOUT_NAME, MAX_LOG_BYTES, stats_out)),
-                         threading.Thread(target=_pump, daemon=True, args=(
-                             proc.stderr, out_dir / STDERR_NAME, MAX_LOG_BYTES, stats_err))]
-                for t in pumps:
-                    t.start()
-                try:
-                    proc.wait(timeout=request.timeout_sec)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    _kill_group(proc)
-                finally:
-                    if proc.poll() is None:
-                        _kill_group(proc)
-                    for t in pumps:
-                        t.join(KILL_GRACE_S)
+                proc, timed_out, stats_out, stats_err = self._launch(
+                    out_dir, env, service, request.timeout_sec)
             finally:
                 service.close()
         wall = time.monotonic() - started
@@ -251,6 +272,7 @@ class HostCommandAgent(Agent):
         record = HostRunRecord(
             command=self.command, sandbox=sandbox.name or None, exit_code=proc.returncode,
             timed_out=timed_out, wall_s=round(wall, 3), exec_calls=service.calls,
+            exec_refused=service.refused, isolation=isolation(),
             stdout_bytes=int(stats_out.get("bytes", 0)),
             stderr_bytes=int(stats_err.get("bytes", 0)),
             output_truncated=bool(stats_out.get("truncated") or stats_err.get("truncated")),
@@ -270,7 +292,8 @@ class HostCommandAgent(Agent):
             "output_paths": {"agent_stdout": str(out_dir / STDOUT_NAME),
                              "agent_stderr": str(out_dir / STDERR_NAME),
                              "agent_record": str(record_path)},
-            "details": {"exec_calls": service.calls,
+            "details": {"exec_calls": service.calls, "exec_refused": service.refused,
+                        "host_isolation": isolation(),
                         "cost_source": "agent_reported" if known else "unknown"}}
         if meter is not None:  # the gateway's figures, not the agent's own
             from harness.agents.command_proxy import gateway_update

@@ -24,10 +24,11 @@ import contextlib
 import os
 import socket
 import socketserver
+import struct
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,6 +78,10 @@ class ExecService:
         self.sandbox = sandbox
         self.max_timeout_s = max_timeout_s
         self.calls = 0
+        self.refused = 0  # connections from a process that is not this instance's agent
+        # Whether a peer (by pid) may use this socket; None admits every process that can
+        # open it (see harness.agents.host_isolation.PeerCheck)
+        self.admit: Callable[[int], bool] | None = None
         self._calls_lock = threading.Lock()  # requests are served on concurrent threads
         self._dir = Path(tempfile.mkdtemp(prefix="hx-exec-"))
         os.chmod(self._dir, 0o700)
@@ -85,8 +90,10 @@ class ExecService:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                line = self.rfile.readline(MAX_REQUEST_BYTES + 1)
-                reply = service.answer(line)
+                admitted = service.admits(self.request)
+                line = self.rfile.readline(MAX_REQUEST_BYTES + 1)  # read either way: no RST
+                reply = service.answer(line) if admitted else ExecReply(
+                    error="refused: this socket serves another instance's agent")
                 self.wfile.write(reply.model_dump_json().encode() + b"\n")
 
         class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -101,6 +108,18 @@ class ExecService:
     def start(self) -> ExecService:
         self._thread.start()
         return self
+
+    def admits(self, conn: socket.socket) -> bool:
+        """Whether the connecting process (its pid from ``SO_PEERCRED``) may use the socket."""
+        if self.admit is None:
+            return True
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid = struct.unpack("3i", creds)[0]
+        if self.admit(pid):
+            return True
+        with self._calls_lock:
+            self.refused += 1
+        return False
 
     def answer(self, line: bytes) -> ExecReply:
         if len(line) > MAX_REQUEST_BYTES:
