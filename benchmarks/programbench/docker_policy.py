@@ -611,6 +611,29 @@ def _config_edited(name: str, data: bytes) -> bool:
 
 RUN_TESTS_MARKER = "./eval/run.sh"
 PLUGIN_SOURCE = Path(__file__).with_name("results_guard_plugin.py")
+# Bytes of each stream of one eval step (compile.sh, run.sh, every ``bash -lc`` the CLI
+# execs) that leave the container: the rest is counted and dropped in the container, so a
+# flood of output never reaches the official CLI (which holds each step's output in memory
+# and writes it into eval.json). The verdict never rides on it: the results come by docker
+# cp, the hashes are one line.
+STEP_OUTPUT_CAP = 1 << 20
+
+
+def _cut(stream: str) -> str:
+    return (f"{{ head -c {STEP_OUTPUT_CAP}; n=$(wc -c); [ \"$n\" -eq 0 ] || "
+            f"printf '\\n[harness: %s more bytes of {stream} cut]\\n' \"$n\"; }}")
+
+
+# ``bash -lc PREFIX + command + SUFFIX``: the command's stdout and stderr each pass through
+# _cut, apart; pipefail (outside the command, whose own pipelines keep bash's default) keeps
+# the command's exit status.
+CAP_PREFIX = "set -o pipefail; { { set +o pipefail\n"
+CAP_SUFFIX = f"\n}} 2>&1 1>&3 3>&- | {_cut('stderr')} >&2; }} 3>&1 | {_cut('stdout')}"
+
+
+def capped(command: str) -> str:
+    """A ``bash -c`` command whose output leaves the container cut at STEP_OUTPUT_CAP."""
+    return CAP_PREFIX + command + CAP_SUFFIX
 
 
 def _exec_target(args: list[str]) -> tuple[int, str] | None:
@@ -646,7 +669,7 @@ def guard_results(docker: str, args: list[str]) -> list[str]:
               f"{folder}/{module}.py && "
               f'export PYTHONPATH="{folder}${{PYTHONPATH:+:$PYTHONPATH}}" && '
               f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:-}} -p {module}" && ')
-    return [*args[:-1], prefix + args[-1]]
+    return [*args[:-1], capped(prefix + args[-1])]
 
 
 def _container_running(docker: str, container: str) -> bool | None:
@@ -802,10 +825,23 @@ def install(folder: Path, *, docker: str | None = None) -> tuple[Path, Path]:
             str(Path(real).resolve()), "--log", str(log), "--"]
     wrapper.write_text(
         "#!/bin/sh\n"
+        f"pre={shlex.quote(CAP_PREFIX)}\n"
+        f"suf={shlex.quote(CAP_SUFFIX)}\n"
         f'case "${{1-}}" in\n'
         f"  {POLICY_CASES}) ;;\n"
         '  exec) for last; do :; done\n'
-        f'        case "$last" in *{RUN_TESTS_MARKER}*) ;; *) exec {real_q} "$@" ;; esac ;;\n'
+        f'        case "$last" in *{RUN_TESTS_MARKER}*) ;; *)\n'
+        # a `bash -lc CMD` step: CMD's output is cut in the container (see capped)
+        '          eval "prev=\\${$(($# - 1))}"\n'
+        '          if [ "$prev" = "-lc" ]; then\n'
+        '            n=$#; i=0\n'
+        '            for a; do i=$((i + 1))\n'
+        '              if [ "$i" -lt "$n" ]; then set -- "$@" "$a"; '
+        'else set -- "$@" "$pre$a$suf"; fi\n'
+        '            done\n'
+        '            shift "$n"\n'
+        '          fi\n'
+        f'          exec {real_q} "$@" ;; esac ;;\n'
         f'  *) exec {real_q} "$@" ;;\n'
         "esac\n"
         f"PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}} "

@@ -146,6 +146,13 @@ def _plan(run: Path, rows: list[TaskRow]) -> tuple[list[KeptFiles], list[LeftOut
 # --- writing -----------------------------------------------------------------------------
 
 
+# What one instance's files may weigh in a package (the agent wrote the trajectory, and the
+# program under test's output can fill the eval.json): past it, a trajectory is not copied
+# and an eval.json leaves its instance out, each said in the record and the output.
+MAX_EVAL_JSON_BYTES = 64 << 20
+MAX_TRAJECTORY_BYTES = 64 << 20
+
+
 def _copy(src: Path, dest: Path) -> CopiedFile:
     """Byte copy of a regular file (never through a link), hashed as it is copied."""
     handle = open_regular(src)
@@ -184,11 +191,22 @@ def _copy_instance(kept: KeptFiles, dest_root: Path) -> PackedInstance | LeftOut
             f"scored {want[:12]}: left out (the kept archive is not the scored one)",
         )
     packed.submission_sha256_verified = want is not None
+    if _size(ev) > MAX_EVAL_JSON_BYTES:  # a verdict file is copied whole or not at all
+        shutil.rmtree(folder)
+        return LeftOut(instance_id=iid, reason=f"{ev} has {_size(ev)} bytes, over the "
+                       f"{MAX_EVAL_JSON_BYTES} a package takes: left out")
     packed.files = [archive, _copy(ev, folder / f"{iid}.eval.json")]
     traj = kept.trajectory()
-    if traj is not None:
+    if traj is not None and _size(traj) > MAX_TRAJECTORY_BYTES:
+        packed.cut.append(f"{iid}.traj.json: {_size(traj)} bytes, over the "
+                          f"{MAX_TRAJECTORY_BYTES} a package takes (not copied)")
+    elif traj is not None:
         packed.files.append(_copy(traj, folder / f"{iid}.traj.json"))
     return packed
+
+
+def _size(path: Path) -> int:
+    return path.lstat().st_size
 
 
 def _check_output(dest: Path, run: Path) -> SubmissionRecord | None:

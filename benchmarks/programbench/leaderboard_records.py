@@ -66,6 +66,7 @@ class PackedInstance(BaseModel):
     score: float | None = None
     submission_sha256_verified: bool = False
     files: list[CopiedFile] = Field(default_factory=list)
+    cut: list[str] = Field(default_factory=list)  # files not copied for their size, and why
 
 
 class LeftOut(BaseModel):

@@ -150,6 +150,9 @@ def print_record(record: SubmissionRecord) -> None:
         print(f"note: {record.subset_notice} (the leaderboard counts a missing task 0)")
     for item in record.left_out:
         print(f"left out {item.instance_id}: {item.reason}")
+    for packed in record.instances:
+        for cut in packed.cut:
+            print(f"cut {cut}")
     for stat in STATS:
         gaps = [g for g in record.unknown if g.stat == stat]
         if gaps:

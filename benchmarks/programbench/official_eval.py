@@ -50,6 +50,13 @@ from harness.core.fsutil import atomic_write_text
 from harness.core.models import RESOLVED_AT
 
 RESULT_NAME = "official_eval.json"
+# Bounds on what crosses from the eval to this host (issue 40): the official CLI's heap
+# (RLIMIT_DATA, through util-linux prlimit), the eval.json read back, and the CLI's own
+# output read back (its tail, where an exception is). Step outputs are cut in the container
+# already (docker_policy.STEP_OUTPUT_CAP), so an honest eval stays far below them.
+CLI_DATA_LIMIT = 4 << 30
+MAX_EVAL_JSON_BYTES = 64 << 20
+MAX_CLI_OUTPUT_READ = 4 << 20
 STOP_GRACE_S = 30.0
 STDOUT_NAME = "official_eval.stdout.txt"
 STDERR_NAME = "official_eval.stderr.txt"
@@ -137,6 +144,32 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
             continue
 
 
+def limited(cmd: list[str]) -> list[str]:
+    """``cmd`` under :data:`CLI_DATA_LIMIT` of heap (as it is where prlimit is missing)."""
+    prlimit = shutil.which("prlimit")
+    return [prlimit, f"--data={CLI_DATA_LIMIT}", "--", *cmd] if prlimit else cmd
+
+
+def read_tail(path: Path, limit: int = MAX_CLI_OUTPUT_READ) -> str:
+    """The last ``limit`` bytes of a file the CLI wrote, as text."""
+    with open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, size - limit))
+        return fh.read().decode(errors="replace")
+
+
+class EvalJsonTooLarge(ValueError):
+    """An eval.json past MAX_EVAL_JSON_BYTES: read nowhere, an error of the submission."""
+
+
+def read_eval_json(path: Path) -> str:
+    size = path.stat().st_size
+    if size > MAX_EVAL_JSON_BYTES:
+        raise EvalJsonTooLarge(f"{path.name} has {size} bytes, over the {MAX_EVAL_JSON_BYTES} "
+                               "this runner reads (the submission's output fills it)")
+    return path.read_text()
+
+
 def real_docker() -> str:
     """The docker CLI the policy passes through to (the caller's choice, else ``docker``)."""
     chosen = os.environ.get(PB_DOCKER_ENV) or "docker"
@@ -183,7 +216,7 @@ def _run_cli_with(
     stderr_path: Path,
     timeout_s: float | None,
 ) -> CliRun:
-    cmd = [*programbench_cli(), *args]
+    cmd = limited([*programbench_cli(), *args])
     env = {**os.environ, **extra_env}
     if blob_dir is not None:
         env["PROGRAMBENCH_BLOB_DIR"] = str(blob_dir)
@@ -207,8 +240,8 @@ def _run_cli_with(
     return CliRun(
         cmd=cmd,
         returncode=returncode,
-        stdout=stdout_path.read_text(errors="replace"),
-        stderr=stderr_path.read_text(errors="replace"),
+        stdout=read_tail(stdout_path),
+        stderr=read_tail(stderr_path),
         duration_s=round(time.monotonic() - started, 3),
         timed_out=timed_out,
         started_at=started_at,
@@ -304,7 +337,7 @@ def score_eval_json(instance_id: str, eval_json: Path) -> OfficialEvalResult:
     from programbench.eval.eval import EvaluationResult
     from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
-    result = EvaluationResult.model_validate_json(eval_json.read_text())
+    result = EvaluationResult.model_validate_json(read_eval_json(eval_json))
     inst = _tests_meta(instance_id)
     if inst["branches"]:
         result = result.for_branches(get_active_branches(inst)).without_ignored(
@@ -335,7 +368,7 @@ def per_test_outcomes(instance_id: str, eval_json: Path) -> dict[str, bool]:
     from programbench.eval.eval import EvaluationResult
     from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
-    result = EvaluationResult.model_validate_json(eval_json.read_text())
+    result = EvaluationResult.model_validate_json(read_eval_json(eval_json))
     inst = _tests_meta(instance_id)
     if inst["branches"]:
         result = result.for_branches(get_active_branches(inst)).without_ignored(
@@ -414,11 +447,12 @@ def _finish(
         try:
             result = score_eval_json(instance_id, eval_json)
         except Exception as exc:  # a torn or foreign eval.json is an error, not a 0
+            too_large = isinstance(exc, EvalJsonTooLarge)
             result = OfficialEvalResult(
                 instance_id=instance_id,
                 official_eval_status="error",
-                error_code="eval_json_unreadable",
-                error_cause="infra",
+                error_code="eval_json_too_large" if too_large else "eval_json_unreadable",
+                error_cause="agent" if too_large else "infra",
                 error_message=f"{type(exc).__name__}: {exc}"[:4000],
                 eval_json=str(eval_json),
             )
@@ -576,7 +610,7 @@ def evaluate_batch(
 def run_info(src: Path | str, *, timeout_s: float | None = 600) -> str:
     """``programbench info <src>``: its stdout (the official table over eval.json files found)."""
     proc = subprocess.run(
-        [*programbench_cli(), "info", str(src)],
+        limited([*programbench_cli(), "info", str(src)]),
         capture_output=True,
         text=True,
         timeout=timeout_s,
