@@ -41,7 +41,13 @@ from typing import Any
 import httpx
 
 from harness.model_proxy.pinning import REFUSAL_CODE, ModelPin, load_json_object
-from harness.model_proxy.tape import MISS_CODE, Missed, TapeSession, current_tape
+from harness.model_proxy.tape import (
+    MISS_CODE,
+    RECORD_BUDGET_CODE,
+    Missed,
+    TapeSession,
+    current_tape,
+)
 from harness.model_proxy.usage import CallCost, InstanceMeter, SSEUsage, usage_from_json
 
 ROUTES = ("chat/completions", "completions", "responses", "embeddings", "messages")
@@ -229,6 +235,10 @@ class GatewayServer:
             refusal = self.meter.admit()
             if refusal is not None:
                 self._send(h, 402, _error_body(rel, 402, REFUSAL_TYPE, refusal))
+                return
+            over = self.tape.budget_refusal() if self.tape is not None else None
+            if over is not None:  # nothing is served that would not be recorded
+                self._send(h, 402, _error_body(rel, 402, RECORD_BUDGET_CODE, over))
                 return
             model = body.get("model") if isinstance(body.get("model"), str) else None
             if self.replaying:

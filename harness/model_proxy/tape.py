@@ -104,6 +104,11 @@ INFO_NAME = "tape.json"
 MAX_ROW_ITEMS = 20  # divergences and misses listed in the row (more in the report file)
 MAX_REPORT_MISSES = 1000  # misses listed in model_replay.json (all counted)
 MAX_DIFF = 240  # characters of a first difference
+# One instance's recording budget (issue 40): past either, the gateway refuses the next call
+# (402 ``record_budget_reached``) rather than serve what it would not keep.
+MAX_RECORD_BYTES = 64 << 20
+MAX_RECORD_CALLS = 2000
+RECORD_BUDGET_CODE = "record_budget_reached"
 
 Mode = Literal["record", "replay"]
 Order = Literal["strict", "sequence"]
@@ -273,6 +278,9 @@ class TapeRecord(_Model):
     cost_source: str = "not_metered"  # provider | prices | unpriced | usage_missing | ...
     upstream_error: bool = False  # the gateway's own 502, or a 5xx, or a stream cut
     redacted: int = 0  # secrets replaced by REDACTED
+    # Why the exchange could not be stored (a body nested past the serializer's depth): the
+    # record is then a stub (key, the body's sha256, status), never served by a replay
+    unrecordable: str | None = None
 
 
 class TapeCall(_Model):
@@ -350,6 +358,8 @@ class TapeConfig:
     mode: Mode
     directory: Path
     order: Order = "strict"
+    max_bytes: int = MAX_RECORD_BYTES  # per instance
+    max_calls: int = MAX_RECORD_CALLS  # per instance
 
     def prepare(self) -> None:
         """Record: create the directory and its ``tape.json``; replay: check it is one.
@@ -387,6 +397,26 @@ class TapeConfig:
             raise TapeError(
                 f"--model-record {self.directory}: cannot write there ({exc.strerror or exc})"
             ) from None
+
+
+def _stub(record: TapeRecord, body: Any, exc: BaseException) -> TapeRecord:
+    """What is kept of an exchange that cannot be stored whole: its key, the sha256 of its
+    body as forwarded, its status and why."""
+    try:
+        digest = hashlib.sha256(canonical_text(body).encode("utf-8")).hexdigest()
+    except (ValueError, RecursionError, TypeError):
+        digest = None
+    reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if str(exc) else (
+        type(exc).__name__)
+    return TapeRecord(
+        key=record.key,
+        request=TapeRequest(method=record.request.method, route=record.request.route,
+                            body={"body_sha256": digest}),
+        response=TapeResponse(status=record.response.status,
+                              content_type=record.response.content_type),
+        model=record.model, usage=record.usage, cost_usd=record.cost_usd,
+        cost_source=record.cost_source, upstream_error=record.upstream_error,
+        redacted=record.redacted, unrecordable=reason)
 
 
 def _now() -> str:
@@ -539,6 +569,9 @@ class TapeSession:
         self._position = 0
         self._closed = False
         self.calls: list[TapeCall] = []  # recorded so far (record mode)
+        self.recorded_bytes = 0  # the records this instance wrote
+        self.unrecordable = 0  # exchanges kept as stubs (TapeRecord.unrecordable)
+        self.over_budget = 0  # calls refused past the recording budget
         self.report: ReplayReport | None = None
         self._index: TapeIndex | None = None
         self._by_key: dict[str, deque[TapeCall]] = {}
@@ -592,6 +625,22 @@ class TapeSession:
             return self._position
 
     # -- record ----------------------------------------------------------------------
+    def budget_refusal(self) -> str | None:
+        """Past the instance's recording budget: why (and the refusal is counted), else
+        None. A call refused here is never served, so nothing served goes unrecorded."""
+        if not self.recording:
+            return None
+        with self._lock:
+            calls, size = len(self.calls), self.recorded_bytes
+            over = calls >= self.config.max_calls or size >= self.config.max_bytes
+            if over:
+                self.over_budget += 1
+        if not over:
+            return None
+        return (f"{RECORD_BUDGET_CODE}: instance {self.label} has recorded {calls} calls and "
+                f"{size} bytes, its budget is {self.config.max_calls} calls and "
+                f"{self.config.max_bytes} bytes")
+
     def record(
         self,
         position: int,
@@ -641,7 +690,12 @@ class TapeSession:
             upstream_error=upstream_error,
             redacted=n_req + n_resp,
         )
-        data_out = record.model_dump_json(by_alias=True).encode("utf-8")
+        try:
+            data_out = record.model_dump_json(by_alias=True).encode("utf-8")
+        except (ValueError, RecursionError, TypeError) as exc:  # nested past the serializer
+            data_out = _stub(record, body, exc).model_dump_json(by_alias=True).encode("utf-8")
+            with self._lock:
+                self.unrecordable += 1
         digest = hashlib.sha256(data_out).hexdigest()
         create_exclusive(record_path(self.config.directory, digest), data_out)
         call = TapeCall(
@@ -655,6 +709,7 @@ class TapeSession:
         )
         journal = journal_path(self.config.directory, self.benchmark, self.instance_id)
         with self._lock:
+            self.recorded_bytes += len(data_out)
             self.calls.append(call)
             journal.parent.mkdir(parents=True, exist_ok=True)
             with journal.open("a", encoding="utf-8") as fh:
@@ -713,6 +768,13 @@ class TapeSession:
                 with self._lock:
                     report.misses.append(ReplayMiss(position=position, key=key, reason=str(exc)))
             return Missed(position, f"{MISS_CODE}: call {position} of instance {self.label}: {exc}")
+        if record.unrecordable is not None:
+            if self._count_miss():
+                with self._lock:
+                    report.misses.append(ReplayMiss(position=position, key=key,
+                                                    reason=record.unrecordable))
+            return Missed(position, f"{MISS_CODE}: call {position} of instance {self.label} "
+                          f"was not recordable ({record.unrecordable})")
         if entry.key != key:  # sequence order only: served anyway, the divergence kept
             diff = first_difference(canonical_body(body), canonical_body(record.request.body))
             with self._lock:
@@ -792,6 +854,9 @@ class TapeSession:
             return {
                 "records": str(d),
                 "calls": len(self.calls),
+                "bytes": self.recorded_bytes,
+                "unrecordable": self.unrecordable,
+                "refused_over_budget": self.over_budget,
                 "index": str(index_path(d, self.benchmark, self.instance_id).relative_to(d)),
             }
         report = self.report

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +91,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="store every model call of every instance in DIR (request, "
                          "response, usage, cost; command agents behind --model-upstream, "
                          "mini-swe-agent)")
+    group.addoption("--model-record-budget", default=None, metavar="CALLS,BYTES",
+                    help="with --model-record: the most calls and bytes one instance may "
+                         "record (default 2000,64MiB as 2000,67108864); the next call past "
+                         "either is refused with 402 record_budget_reached")
     group.addoption("--model-replay", default=None, metavar="DIR",
                     help="serve every model call from the records in DIR (a --model-record "
                          "run's); no upstream, no key; a call with no record gets 409 "
@@ -156,9 +161,25 @@ def tape_config(config: pytest.Config) -> TapeConfig | None:
             raise refuse("--model-replay serves every call from its records and never "
                          "contacts an upstream: drop --model-upstream")
         return TapeConfig("replay", Path(replay).absolute(), order or "strict")
+    budget = config.getoption("model_record_budget")
+    if budget is not None and not record:
+        raise refuse("--model-record-budget needs --model-record DIR")
     if record:
-        return TapeConfig("record", Path(record).absolute())
+        calls, size = _record_budget(budget, refuse)
+        return TapeConfig("record", Path(record).absolute(), max_calls=calls, max_bytes=size)
     return None
+
+
+def _record_budget(given: str | None, refuse: Callable[[str], RefusalError]) -> tuple[int, int]:
+    from harness.model_proxy.tape import MAX_RECORD_BYTES, MAX_RECORD_CALLS
+
+    if given is None:
+        return MAX_RECORD_CALLS, MAX_RECORD_BYTES
+    parts = given.split(",")
+    if len(parts) == 2 and all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        return int(parts[0]), int(parts[1])
+    raise refuse(f"--model-record-budget {given!r}: give CALLS,BYTES as two positive whole "
+                 "numbers, e.g. 2000,67108864")
 
 
 def build_agent(kind: str, options: AgentOptions, tape: TapeConfig | None) -> Agent:
