@@ -9,8 +9,10 @@ of its own:
   loads, anyio's among them): what a user's plain file costs here (goal <= 1.0x);
 * ``programbench_collection_vs_plain_same_plugins``: against the plain file with the plugins
   the repository's configuration turns off turned off there too (``-p no:anyio``): everything
-  the harness and the ProgramBench conftest add counts (goal <= 1.3x). The pydantic models
-  loaded at collection (issue 48) showed as 1.6x here.
+  the harness and the ProgramBench conftest add counts (a yardstick of 1.3x: 1.24x to 1.58x
+  here as the machine varies, and 1.52x with the pydantic models loaded at collection that
+  issue 48 found, so it cannot gate that regression; the first figure does, 1.17x against
+  0.92x, and tests/benchmarks/programbench/test_pb_tasks.py pins its cause).
 """
 
 from __future__ import annotations
@@ -74,4 +76,5 @@ def test_programbench_collection_ratio(tmp_path: Path, perf_goal: Any) -> None:
           f"with the same plugins off {strict:.3f}s, ratio {pb / strict:.2f} "
           f"(target <= {SAME_PLUGINS_TARGET})")
     perf_goal("programbench_collection_vs_plain", pb / base, TARGET)
-    perf_goal("programbench_collection_vs_plain_same_plugins", pb / strict, SAME_PLUGINS_TARGET)
+    perf_goal("programbench_collection_vs_plain_same_plugins", pb / strict, SAME_PLUGINS_TARGET,
+              yardstick=True)
