@@ -651,6 +651,17 @@ def _exec_target(args: list[str]) -> tuple[int, str] | None:
     return None
 
 
+# The judge's pytest loads no plugin by entry point (PYTEST_DISABLE_PLUGIN_AUTOLOAD): a
+# ``*.dist-info`` in the submission, found through the working directory at the head of
+# sys.path, would be one. The plugins the official eval uses are named with -p instead, those
+# of them the test image has (looked up from /, so nothing of /workspace is on the path).
+EVAL_PLUGINS = ("xdist.plugin", "xdist.looponfail", "pytest_timeout", "pytest_rerunfailures")
+_FIND = ("import importlib.util as u; print(' '.join('-p ' + m for m in "
+         f"{EVAL_PLUGINS!r} if u.find_spec(m.split('.')[0]) is not None))")
+NAMED_PLUGINS = ("export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 && "
+                 f'hx_plugins="$(cd / && python3 -c {shlex.quote(_FIND)})" && ')
+
+
 def guard_results(docker: str, args: list[str]) -> list[str]:
     """The test-run ``exec`` with :mod:`results_guard_plugin` loaded into its pytest: the same
     shell writes the plugin (under a random name, in a fresh ``0700`` folder) just before
@@ -668,7 +679,8 @@ def guard_results(docker: str, args: list[str]) -> list[str]:
     prefix = (f"mkdir -m 700 {folder} && printf '%s' {shlex.quote(source)} > "
               f"{folder}/{module}.py && "
               f'export PYTHONPATH="{folder}${{PYTHONPATH:+:$PYTHONPATH}}" && '
-              f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:-}} -p {module}" && ')
+              f"{NAMED_PLUGINS}"
+              f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:-}} $hx_plugins -p {module}" && ')
     return [*args[:-1], capped(prefix + args[-1])]
 
 

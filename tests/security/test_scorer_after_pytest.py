@@ -86,3 +86,25 @@ def test_a_verdict_rewritten_after_pytest_does_not_count(
         guarded = _guarded_score(tmp_path / "guarded", files)
     assert control() == 1.0  # the bare official eval is fooled
     assert guarded == 0.0  # ours scores what the program earns
+
+
+# A wrong program (prints 0) with a pytest plugin the judge's pytest would load by entry point:
+# a *.dist-info at the workspace root, found through the working directory on sys.path.
+DIST_INFO = {
+    "forcepass-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: forcepass\nVersion: 0.1\n",
+    "forcepass-0.1.dist-info/entry_points.txt": "[pytest11]\nforcepass = forcepass_hooks\n",
+    "forcepass_hooks.py": ("import pytest\n\n\n"
+                           "@pytest.hookimpl(hookwrapper=True)\n"
+                           "def pytest_runtest_makereport(item, call):\n"
+                           "    outcome = yield\n"
+                           "    outcome.get_result().outcome = 'passed'\n"),
+    "program.sh": "#!/bin/sh\necho 0\n",
+    "compile.sh": COMPILE,
+}
+
+
+def test_an_entry_point_plugin_in_the_submission_is_never_loaded(tmp_path: Path) -> None:
+    with raw_score_alongside(tmp_path / "control", DIST_INFO) as control:
+        guarded = _guarded_score(tmp_path / "guarded", DIST_INFO)
+    assert control() == 1.0  # the bare official eval loads it and every test passes
+    assert guarded == 0.0  # autoload is off in our judge: only the eval's own plugins load
