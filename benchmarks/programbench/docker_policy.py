@@ -610,12 +610,13 @@ def _config_edited(name: str, data: bytes) -> bool:
 
 
 RUN_TESTS_MARKER = "./eval/run.sh"
+BUILD_MARKER = "./compile.sh"
 PLUGIN_SOURCE = Path(__file__).with_name("results_guard_plugin.py")
-# Bytes of each stream of one eval step (compile.sh, run.sh, every ``bash -lc`` the CLI
-# execs) that leave the container: the rest is counted and dropped in the container, so a
-# flood of output never reaches the official CLI (which holds each step's output in memory
-# and writes it into eval.json). The verdict never rides on it: the results come by docker
-# cp, the hashes are one line.
+# Bytes of each stream of the two eval steps that run the submission's code (compile.sh, and
+# run.sh's tests of the program) that leave the container: the rest is counted and dropped in
+# the container, so a flood of output never reaches the official CLI (which holds each
+# step's output in memory and writes it into eval.json). The verdict never rides on it: the
+# results come by docker cp.
 STEP_OUTPUT_CAP = 1 << 20
 
 
@@ -843,8 +844,10 @@ def install(folder: Path, *, docker: str | None = None) -> tuple[Path, Path]:
         f"  {POLICY_CASES}) ;;\n"
         '  exec) for last; do :; done\n'
         f'        case "$last" in *{RUN_TESTS_MARKER}*) ;; *)\n'
-        # a `bash -lc CMD` step: CMD's output is cut in the container (see capped)
+        # the build step (`bash -lc CMD` running compile.sh): CMD's output is cut in the
+        # container (see capped); the other steps run the CLI's own short commands
         '          eval "prev=\\${$(($# - 1))}"\n'
+        f'          case "$last" in *{BUILD_MARKER}*) ;; *) prev= ;; esac\n'
         '          if [ "$prev" = "-lc" ]; then\n'
         '            n=$#; i=0\n'
         '            for a; do i=$((i + 1))\n'
