@@ -31,6 +31,7 @@ KEY = "sk-host-agent-victim-key-0123456789abcdef"
 NOBODY = 65534
 
 HUNT = r"""
+echo "PARENT $PPID"
 pid=$PPID; hops=0
 while [ "$pid" -gt 1 ] && [ $hops -lt 6 ]; do
   if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q "^HARNESS_MODEL_API_KEY="; then
@@ -64,6 +65,9 @@ if os.getuid() == 0:
     os.setresuid(args["uid"], args["uid"], args["uid"])
     ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # an ordinary process is dumpable
 os.environ.pop("HARNESS_MODEL_API_KEY")  # gone from os.environ, still in the block
+if not args["isolated"]:  # the layer below: a machine that cannot make the namespaces
+    import harness.agents.host_command as host_command
+    host_command.isolation = lambda: "none: the test turns the namespaces off"
 agent = HostCommandAgent.from_options(
     AgentOptions(command=args["command"], model_upstream="http://127.0.0.1:9/v1"),
     environ={"HARNESS_MODEL_API_KEY": args["key"], "PATH": os.environ["PATH"]})
@@ -86,9 +90,13 @@ def open_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_a_host_agent_cannot_read_the_key_from_its_parents_environment(open_dir: Path) -> None:
+@pytest.mark.parametrize("isolated", [True, False], ids=["namespace", "non-dumpable"])
+def test_a_host_agent_cannot_read_the_key_from_its_parents_environment(
+        open_dir: Path, isolated: bool) -> None:
     """Before: the runner process was dumpable and the agent read the key from
-    ``/proc/$PPID/environ`` (``FOUND``)."""
+    ``/proc/$PPID/environ`` (``FOUND``). Now the agent's own PID namespace hides its parent
+    altogether (``PARENT 0``); without the namespace, the runner's non-dumpable block is
+    refused (``DENIED``)."""
     tmp_path = open_dir
     out = tmp_path / "instance"
     out.mkdir()
@@ -96,7 +104,8 @@ def test_a_host_agent_cannot_read_the_key_from_its_parents_environment(open_dir:
     hunt.write_text(HUNT)
     for path in (tmp_path, out, hunt):
         path.chmod(0o777)
-    args = {"uid": NOBODY, "key": KEY, "out": str(out), "command": f"bash {hunt}"}
+    args = {"uid": NOBODY, "key": KEY, "out": str(out), "command": f"bash {hunt}",
+            "isolated": isolated}
     env = {**os.environ, "HARNESS_MODEL_API_KEY": KEY,
            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
            "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(tmp_path)}
@@ -108,6 +117,9 @@ def test_a_host_agent_cannot_read_the_key_from_its_parents_environment(open_dir:
     assert "PROTECTED True" in lines, done.stdout
     assert "AGENT completed" in lines, done.stdout + done.stderr
     hunted = [line for line in lines if line.split(" ")[0] in ("FOUND", "READABLE", "DENIED")]
-    assert hunted and hunted[0].startswith("DENIED"), done.stdout  # the runner's block
+    if isolated:
+        assert "PARENT 0" in lines and hunted == [], done.stdout  # no process above it
+    else:
+        assert hunted and hunted[0].startswith("DENIED"), done.stdout  # the runner's block
     assert not [line for line in hunted if line.startswith("FOUND")], done.stdout
     assert KEY not in done.stdout + done.stderr
