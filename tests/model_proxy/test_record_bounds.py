@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from harness.core.errors import RefusalError
@@ -70,6 +71,17 @@ def test_a_record_flood_stops_at_the_instances_budget(
     assert len(index.calls) == 4  # every served call is on the tape
 
 
+def _one_call(upstream_url: str, tape: TapeSession, body: dict) -> httpx.Response:
+    """One call through a gateway on ``tape``; the gateway and the tape closed after it."""
+    gw = gateway(upstream_url, KEY, tape)
+    try:
+        with client(gw) as c:
+            return c.post("/chat/completions", json=body, timeout=60)
+    finally:
+        gw.close()
+        tape.close()
+
+
 def _deep(levels: int) -> dict:
     root: dict = {}
     cur = root
@@ -85,13 +97,7 @@ def test_an_unrecordable_exchange_is_a_stub_and_never_replayed(
     (tmp_path / "runs" / "replay").mkdir(parents=True)
     body = {"model": "priced", "messages": MSGS, "metadata": _deep(300)}
     tape = _tape(tmp_path, "record")
-    gw = gateway(upstream.base_url, KEY, tape)
-    try:
-        with client(gw) as c:
-            answered = c.post("/chat/completions", json=body, timeout=60)
-    finally:
-        gw.close()
-        tape.close()
+    answered = _one_call(upstream.base_url, tape, body)
     assert answered.status_code == 200
     index = TapeIndex.model_validate_json(
         index_path(tmp_path / "records", "bench", "t-1").read_bytes())
@@ -100,14 +106,7 @@ def test_an_unrecordable_exchange_is_a_stub_and_never_replayed(
     assert record.unrecordable is not None and "depth" in record.unrecordable
     assert len(record.request.body["body_sha256"]) == 64 and record.response.status == 200
     assert tape.summary()["unrecordable"] == 1
-    replay = _tape(tmp_path, "replay")
-    gw = gateway("http://127.0.0.1:9", KEY, replay)
-    try:
-        with client(gw) as c:
-            again = c.post("/chat/completions", json=body, timeout=60)
-    finally:
-        gw.close()
-        replay.close()
+    again = _one_call("http://127.0.0.1:9", _tape(tmp_path, "replay"), body)
     assert again.status_code == 409 and "was not recordable" in again.text
 
 
