@@ -162,6 +162,25 @@ class EvalJsonTooLarge(ValueError):
     """An eval.json past MAX_EVAL_JSON_BYTES: read nowhere, an error of the submission."""
 
 
+class DuplicateRecords(ValueError):
+    """An eval.json with two records of one test: an integrity failure, never a pass.
+
+    pytest-rerunfailures 16.6.1 writes a bare ``<testcase/>`` per rerun, which parses as a
+    pass (a test failing after 2 reruns scores 2/3); upstream ProgramBench issue 64."""
+
+
+def check_unique_records(result: object) -> None:
+    """Raise :class:`DuplicateRecords` naming the tests recorded more than once."""
+    from collections import Counter
+
+    counts = Counter(t.full_name for t in getattr(result, "test_results", []))
+    twice = sorted(name for name, n in counts.items() if n > 1)
+    if twice:
+        raise DuplicateRecords(f"{len(twice)} test(s) recorded more than once in the eval's "
+                               f"JUnit results (first: {', '.join(twice[:3])}): the grader's "
+                               "test plugins wrote extra records; not scored")
+
+
 def read_eval_json(path: Path) -> str:
     size = path.stat().st_size
     if size > MAX_EVAL_JSON_BYTES:
@@ -338,6 +357,7 @@ def score_eval_json(instance_id: str, eval_json: Path) -> OfficialEvalResult:
     from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
     result = EvaluationResult.model_validate_json(read_eval_json(eval_json))
+    check_unique_records(result)
     inst = _tests_meta(instance_id)
     if inst["branches"]:
         result = result.for_branches(get_active_branches(inst)).without_ignored(
@@ -448,10 +468,12 @@ def _finish(
             result = score_eval_json(instance_id, eval_json)
         except Exception as exc:  # a torn or foreign eval.json is an error, not a 0
             too_large = isinstance(exc, EvalJsonTooLarge)
+            code = ("eval_json_too_large" if too_large else "junit_duplicate_records"
+                    if isinstance(exc, DuplicateRecords) else "eval_json_unreadable")
             result = OfficialEvalResult(
                 instance_id=instance_id,
                 official_eval_status="error",
-                error_code="eval_json_too_large" if too_large else "eval_json_unreadable",
+                error_code=code,
                 error_cause="agent" if too_large else "infra",
                 error_message=f"{type(exc).__name__}: {exc}"[:4000],
                 eval_json=str(eval_json),

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -118,3 +119,29 @@ def test_the_clis_output_is_read_by_its_tail(tmp_path: Path) -> None:
     text = read_tail(out, limit=1 << 20)
     assert len(text) == 1 << 20 and text.endswith("Traceback: the end\n")
     assert os.path.getsize(out) > len(text)
+
+
+def test_a_test_recorded_twice_is_an_integrity_failure_never_a_pass(tmp_path: Path) -> None:
+    """pytest-rerunfailures 16.6.1 writes a bare <testcase/> per rerun: a test that failed
+    twice and passed never would read 2 passes of 3 (upstream ProgramBench issue 64)."""
+    from programbench.eval.eval import EvaluationResult, TestResult
+
+    from benchmarks.programbench.official_eval import CliRun
+
+    def case(status: Literal["passed", "failure"]) -> TestResult:
+        return TestResult(name="tests.test_calc.test_add", branch="b1", status=status,
+                          extra={})
+
+    drifted = EvaluationResult(test_results=[case("failure"), case("passed"), case("passed")],
+                               test_branches=["b1"])
+    path = tmp_path / f"{FIXTURE_ID}.eval.json"
+    path.write_text(drifted.model_dump_json())
+    run = CliRun(cmd=["programbench"], returncode=0, stdout="", stderr="", duration_s=1.0)
+    result = _finish(FIXTURE_ID, run, path, tmp_path / "o", tmp_path / "e", None)
+    assert (result.official_eval_status, result.error_code, result.score) == (
+        "error", "junit_duplicate_records", None)
+    assert result.error_message is not None and "tests.test_calc.test_add" in (
+        result.error_message)
+    honest = EvaluationResult(test_results=[case("failure")], test_branches=["b1"])
+    path.write_text(honest.model_dump_json())
+    assert _finish(FIXTURE_ID, run, path, tmp_path / "o", tmp_path / "e", None).score == 0.0
