@@ -181,6 +181,46 @@ def check_unique_records(result: object) -> None:
                                "test plugins wrote extra records; not scored")
 
 
+ACCOUNT_LINE = re.compile(r"^HX-PYTEST-ACCOUNT passed=(\d+)$", re.M)
+
+
+class VerdictMismatch(ValueError):
+    """The results file says more tests passed than pytest itself counted: it was changed
+    after pytest wrote it (or pytest's account never came)."""
+
+
+def _passed_in_xml(xml: str) -> int:
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(xml)
+    results = {"failure", "error", "skipped"}
+    return sum(1 for case in root.iter("testcase")
+               if not any(child.tag in results for child in case))
+
+
+def check_pytest_account(result: object) -> None:
+    """Each branch run's results file against pytest's own count of passed tests (the
+    results guard prints it last on the test step's stderr): more passes in the file than
+    pytest counted, or passes with no count at all, raise :class:`VerdictMismatch`."""
+    account: int | None = None
+    for entry in getattr(result, "log", []):
+        step, output = entry.get("step"), entry.get("output") or ""
+        if step == "run_tests":
+            found = ACCOUNT_LINE.findall(output)
+            account = int(found[-1]) if found else None
+        elif step == "results_read" and entry.get("branch") and output.strip():
+            try:
+                passed = _passed_in_xml(output)
+            except Exception:  # the CLI judges an unparsable file itself
+                continue
+            if passed and (account is None or passed > account):
+                counted = "no count" if account is None else f"{account} passed"
+                raise VerdictMismatch(
+                    f"branch {entry['branch']}: the results file has {passed} passing tests, "
+                    f"pytest's own account {counted}: the file was changed after pytest "
+                    "wrote it; not scored")
+
+
 def read_eval_json(path: Path) -> str:
     size = path.stat().st_size
     if size > MAX_EVAL_JSON_BYTES:
@@ -351,13 +391,18 @@ def _tests_meta(instance_id: str) -> dict[str, object]:
     return {"branches": data.get("branches") or {}}
 
 
-def score_eval_json(instance_id: str, eval_json: Path) -> OfficialEvalResult:
-    """Score one eval.json like ``programbench info`` (current tests.json filtering)."""
+def score_eval_json(instance_id: str, eval_json: Path, *,
+                    account: bool = False) -> OfficialEvalResult:
+    """Score one eval.json like ``programbench info`` (current tests.json filtering).
+    ``account``: the eval ran under the results guard, so each branch's results are held
+    against pytest's own account (:func:`check_pytest_account`)."""
     from programbench.eval.eval import EvaluationResult
     from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
     result = EvaluationResult.model_validate_json(read_eval_json(eval_json))
     check_unique_records(result)
+    if account:
+        check_pytest_account(result)
     inst = _tests_meta(instance_id)
     if inst["branches"]:
         result = result.for_branches(get_active_branches(inst)).without_ignored(
@@ -465,16 +510,18 @@ def _finish(
         )
     elif eval_json.exists():
         try:
-            result = score_eval_json(instance_id, eval_json)
+            result = score_eval_json(instance_id, eval_json, account=policy.results_guarded > 0)
         except Exception as exc:  # a torn or foreign eval.json is an error, not a 0
             too_large = isinstance(exc, EvalJsonTooLarge)
             code = ("eval_json_too_large" if too_large else "junit_duplicate_records"
-                    if isinstance(exc, DuplicateRecords) else "eval_json_unreadable")
+                    if isinstance(exc, DuplicateRecords) else "verdict_mismatch"
+                    if isinstance(exc, VerdictMismatch) else "eval_json_unreadable")
             result = OfficialEvalResult(
                 instance_id=instance_id,
                 official_eval_status="error",
                 error_code=code,
-                error_cause="agent" if too_large else "infra",
+                error_cause="agent" if code in ("eval_json_too_large", "verdict_mismatch")
+                else "infra",
                 error_message=f"{type(exc).__name__}: {exc}"[:4000],
                 eval_json=str(eval_json),
             )

@@ -116,6 +116,34 @@ def _table() -> dict[int, tuple[int, int]]:
     return out
 
 
+def _outside_and_older(pid: int, me: int, table: dict[int, tuple[int, int]]) -> bool:
+    """Whether ``pid`` is outside pytest's tree and it, or a process above it below init,
+    started no later than pytest: the container's own processes and the exec's shells and
+    output filters (their ``wc`` starts late, under a filter that started early). The
+    program under test runs only once pytest has started, so every process of the
+    submission is pytest's descendant or, orphaned, a child of init started after it."""
+    start = table[me][1]
+    seen: set[int] = set()
+    while pid in table and pid not in seen and pid not in (0, 1):
+        if pid == me:
+            return False
+        seen.add(pid)
+        if table[pid][1] <= start:
+            return not _under(pid, me, table)
+        pid = table[pid][0]
+    return False
+
+
+def _under(pid: int, me: int, table: dict[int, tuple[int, int]]) -> bool:
+    seen: set[int] = set()
+    while pid in table and pid not in seen and pid not in (0, 1):
+        if pid == me:
+            return True
+        seen.add(pid)
+        pid = table[pid][0]
+    return False
+
+
 def _kept(table: dict[int, tuple[int, int]]) -> set[int]:
     me = os.getpid()
     keep = {1, me}
@@ -124,9 +152,8 @@ def _kept(table: dict[int, tuple[int, int]]) -> set[int]:
         pid = table[pid][0]
         keep.add(pid)
     keep |= {p for p, (parent, _) in table.items() if parent == me}
-    init_children = [(start, p) for p, (parent, start) in table.items() if parent == 1]
-    if init_children:
-        keep.add(min(init_children)[1])  # the keep-alive (`sleep`), started before anything
+    if me in table:
+        keep |= {p for p in table if p not in keep and _outside_and_older(p, me, table)}
     return keep
 
 
@@ -155,3 +182,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     xml = getattr(session.config.option, "xmlpath", None)
     if xml and os.path.lexists(xml) and (os.path.islink(xml) or not os.path.isfile(xml)):
         os.unlink(xml)
+
+
+ACCOUNT_MARKER = "HX-PYTEST-ACCOUNT"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """pytest's own account of the run, last on stderr, after the results file is written:
+    how many tests passed (xpassed included, as JUnit reads them). The host holds the results
+    file against it (``official_eval.check_pytest_account``)."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller has the account
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    stats = getattr(reporter, "stats", {})
+    passed = sum(1 for r in stats.get("passed", []) if getattr(r, "when", "call") == "call")
+    passed += len(stats.get("xpassed", []))
+    os.write(2, f"\n{ACCOUNT_MARKER} passed={passed}\n".encode())

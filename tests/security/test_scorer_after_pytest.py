@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.programbench import FIXTURE_ID
+from benchmarks.programbench.fixture import ensure_fixture
+from benchmarks.programbench.official_eval import evaluate_instance
+from benchmarks.programbench.submission import build_submission
 from tests.security.scorer_support import raw_score_alongside, write
 
 pytestmark = pytest.mark.docker
@@ -64,10 +67,6 @@ THREAD_GROUP = {
 
 
 def _guarded_score(tmp: Path, files: dict[str, str]) -> float | None:
-    from benchmarks.programbench.fixture import ensure_fixture
-    from benchmarks.programbench.official_eval import evaluate_instance
-    from benchmarks.programbench.submission import build_submission
-
     fixture = ensure_fixture()
     ws = tmp / "ws"
     for rel, text in files.items():

@@ -98,5 +98,9 @@ def test_results_guard_spares_only_pytest_its_line_and_the_keep_alive(
              30: (0, 10), 40: (30, 11),     # the exec's shell, run.sh
              50: (40, 12), 60: (50, 13),    # pytest, an xdist worker
              61: (60, 14),                  # a program a test left running below the worker
-             70: (1, 15), 71: (70, 16)}     # a daemon reparented to init, its child
-    assert plugin._kept(table) == {1, 7, 30, 40, 50, 60}
+             70: (1, 15), 71: (70, 16),     # a daemon reparented to init, its child
+             35: (30, 11), 36: (35, 20),    # the exec's output filter, its late `wc`
+             80: (1, 17), 81: (80, 18)}     # a daemon that started a child, then exited
+    del table[80]  # ... so its child was reparented: 81's parent is gone from the table
+    table[81] = (1, 18)
+    assert plugin._kept(table) == {1, 7, 30, 35, 36, 40, 50, 60}
