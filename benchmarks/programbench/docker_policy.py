@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -663,12 +664,28 @@ NAMED_PLUGINS = ("export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 && "
                  f'hx_plugins="$(cd / && python3 -c {shlex.quote(_FIND)})" && ')
 
 
+ACCOUNT_KEY_NAME = "account.key"
+
+
+def _feed_account_key(args: list[str], key_file: Path) -> list[str]:
+    """The test-run exec reads the eval call's account key on its stdin (``exec -i``, fd 0
+    this file): the results guard takes it at import, before a test runs the program, so it
+    is in no command line, environment or file the program could read."""
+    try:
+        fd = os.open(key_file, os.O_RDONLY)
+    except OSError:
+        return args  # no key: the account is then not accepted (see official_eval)
+    os.dup2(fd, 0)
+    os.close(fd)
+    target = _exec_target(args)
+    flags = args[1:target[0]] if target is not None else []
+    return args if "-i" in flags or "--interactive" in flags else [args[0], "-i", *args[1:]]
+
+
 def guard_results(docker: str, args: list[str]) -> list[str]:
     """The test-run ``exec`` with :mod:`results_guard_plugin` loaded into its pytest: the same
     shell writes the plugin (under a random name, in a fresh ``0700`` folder) just before
     ``run.sh`` starts, so no second ``docker exec`` is needed."""
-    import secrets
-
     if _exec_target(args) is None:
         return args
     try:
@@ -785,6 +802,8 @@ def main(argv: list[str]) -> NoReturn:
             sys.exit(REFUSED_RC)
         _log(log, {"op": "exec", "results_guard": True,
                    "took_s": round(time.monotonic() - started, 3)})
+        if log is not None:
+            new = _feed_account_key(new, Path(log).with_name(ACCOUNT_KEY_NAME))
     elif sub == "commit" and len(new) >= 2:
         _commit(docker, new, log, started)
     os.execv(docker, [docker, *new])
@@ -833,6 +852,9 @@ def install(folder: Path, *, docker: str | None = None) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     wrapper, log = folder / WRAPPER_NAME, folder / LOG_NAME
     log.write_text("")
+    key = folder / ACCOUNT_KEY_NAME  # on this host only: see _feed_account_key
+    key.write_text(secrets.token_hex(16) + "\n")
+    key.chmod(0o600)
     real_q = shlex.quote(str(Path(real).resolve()))
     argv = [sys.executable, "-S", "-m", "benchmarks.programbench.docker_policy", "--docker",
             str(Path(real).resolve()), "--log", str(log), "--"]

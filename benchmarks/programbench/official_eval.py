@@ -37,7 +37,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.programbench import CLEANROOM_TAG, NEAR_RESOLVED_AT
-from benchmarks.programbench.docker_policy import BUILD_TAMPER_MARKER, install, sweep
+from benchmarks.programbench.docker_policy import (
+    ACCOUNT_KEY_NAME,
+    BUILD_TAMPER_MARKER,
+    install,
+    sweep,
+)
 from benchmarks.programbench.docker_policy_record import DockerPolicy, summarize
 from benchmarks.programbench.scorer_guard import (
     GuardError,
@@ -112,6 +117,7 @@ class CliRun(BaseModel):
     started_at: float = 0.0  # epoch s, when the CLI was started
     policy_install_s: float = 0.0
     sweep_s: float = 0.0
+    account_key: str = Field(default="", exclude=True)  # the results guard's key: not kept
 
 
 def programbench_cli() -> list[str]:
@@ -181,7 +187,7 @@ def check_unique_records(result: object) -> None:
                                "test plugins wrote extra records; not scored")
 
 
-ACCOUNT_LINE = re.compile(r"^HX-PYTEST-ACCOUNT passed=(\d+)$", re.M)
+ACCOUNT_PREFIX = "HX-PYTEST-ACCOUNT"
 
 
 class VerdictMismatch(ValueError):
@@ -198,15 +204,17 @@ def _passed_in_xml(xml: str) -> int:
                if not any(child.tag in results for child in case))
 
 
-def check_pytest_account(result: object) -> None:
+def check_pytest_account(result: object, key: str) -> None:
     """Each branch run's results file against pytest's own count of passed tests (the
-    results guard prints it last on the test step's stderr): more passes in the file than
-    pytest counted, or passes with no count at all, raise :class:`VerdictMismatch`."""
+    results guard prints it last on the test step's stderr, with the eval call's ``key``,
+    which the program cannot learn): more passes in the file than pytest counted, or passes
+    with no count at all, raise :class:`VerdictMismatch`."""
+    line = re.compile(rf"^{ACCOUNT_PREFIX} {re.escape(key)} passed=(\d+)$", re.M)
     account: int | None = None
     for entry in getattr(result, "log", []):
         step, output = entry.get("step"), entry.get("output") or ""
         if step == "run_tests":
-            found = ACCOUNT_LINE.findall(output)
+            found = line.findall(output) if key else []
             account = int(found[-1]) if found else None
         elif step == "results_read" and entry.get("branch") and output.strip():
             try:
@@ -260,7 +268,9 @@ def _run_cli(
         finally:
             swept = time.monotonic()
             sweep(docker, Path(tmp).name)
+        key = (Path(tmp) / ACCOUNT_KEY_NAME).read_text().strip()
         return run.model_copy(update={"real_docker": docker, "policy_log": log.read_text(),
+                                      "account_key": key,
                                       "policy_label": Path(tmp).name,
                                       "policy_install_s": round(installed - started, 3),
                                       "sweep_s": round(time.monotonic() - swept, 3)})
@@ -392,17 +402,17 @@ def _tests_meta(instance_id: str) -> dict[str, object]:
 
 
 def score_eval_json(instance_id: str, eval_json: Path, *,
-                    account: bool = False) -> OfficialEvalResult:
+                    account_key: str | None = None) -> OfficialEvalResult:
     """Score one eval.json like ``programbench info`` (current tests.json filtering).
-    ``account``: the eval ran under the results guard, so each branch's results are held
-    against pytest's own account (:func:`check_pytest_account`)."""
+    ``account_key``: the eval ran under the results guard with this key, so each branch's
+    results are held against pytest's own account (:func:`check_pytest_account`)."""
     from programbench.eval.eval import EvaluationResult
     from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
     result = EvaluationResult.model_validate_json(read_eval_json(eval_json))
     check_unique_records(result)
-    if account:
-        check_pytest_account(result)
+    if account_key is not None:
+        check_pytest_account(result, account_key)
     inst = _tests_meta(instance_id)
     if inst["branches"]:
         result = result.for_branches(get_active_branches(inst)).without_ignored(
@@ -510,7 +520,8 @@ def _finish(
         )
     elif eval_json.exists():
         try:
-            result = score_eval_json(instance_id, eval_json, account=policy.results_guarded > 0)
+            result = score_eval_json(instance_id, eval_json, account_key=(
+                run.account_key if policy.results_guarded > 0 else None))
         except Exception as exc:  # a torn or foreign eval.json is an error, not a 0
             too_large = isinstance(exc, EvalJsonTooLarge)
             code = ("eval_json_too_large" if too_large else "junit_duplicate_records"

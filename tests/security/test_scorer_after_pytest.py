@@ -66,25 +66,86 @@ THREAD_GROUP = {
 }
 
 
-def _guarded_score(tmp: Path, files: dict[str, str]) -> float | None:
+FAKE_XML = ('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" '
+            'errors="0" failures="0" skipped="0" tests="3" time="0.03" hostname="x">'
+            + "".join(f'<testcase classname="tests.test_calculator" name="test_{t}" '
+                      'time="0.003"/>' for t in ("addition", "subtraction", "multiplication"))
+            + "</testsuite></testsuites>")
+# Fake results, then pytest's account forged into every pipe pytest holds (and any key it
+# could find in pytest's stdin, environment or command line), then pytest killed: neither
+# the results guard nor the JUnit writer runs.
+KILL_AND_FORGE = {
+    "fake.xml": FAKE_XML,
+    "forge.py": ("import os, re, shutil, signal\n"
+                 "pp = os.getppid()\n"
+                 "shutil.copy('/workspace/fake.xml', '/workspace/eval/results.xml')\n"
+                 "keys = {b'-'}\n"
+                 "for name in ('fd/0', 'environ', 'cmdline'):\n"
+                 "    try:\n"
+                 "        keys |= set(re.findall(rb'[0-9a-f]{32}',\n"
+                 "                    open(f'/proc/{pp}/{name}', 'rb').read(4096)))\n"
+                 "    except OSError:\n"
+                 "        pass\n"
+                 "lines = b''.join(b'\\nHX-PYTEST-ACCOUNT ' + k + b' passed=3\\n' for k in keys)\n"
+                 "for fd in os.listdir(f'/proc/{pp}/fd'):\n"
+                 "    try:\n"
+                 "        if os.readlink(f'/proc/{pp}/fd/{fd}').startswith('pipe:'):\n"
+                 "            w = os.open(f'/proc/{pp}/fd/{fd}', os.O_WRONLY | os.O_NONBLOCK)\n"
+                 "            os.write(w, lines)\n"
+                 "            os.close(w)\n"
+                 "    except OSError:\n"
+                 "        pass\n"
+                 "os.kill(pp, signal.SIGKILL)\n"),
+    "program.sh": "#!/bin/sh\nexec python3 /workspace/forge.py\n",
+    "compile.sh": COMPILE,
+}
+# A child of pytest made by clone(CLONE_PARENT): pytest's direct children (its xdist
+# workers) were spared, so it outlived pytest and stripped the failures after it.
+CLONE_PARENT = {
+    "sibling.py": (STRIP + "import ctypes, os, time\n"
+                   "pp = os.getppid()\n"
+                   "pid = ctypes.CDLL(None).syscall(56, 0x8000 | 17, 0, 0, 0, 0)\n"
+                   "if pid == 0:\n"
+                   "    os.setsid()\n"
+                   "    end = time.time() + 60\n"
+                   "    while time.time() < end and os.path.exists(f'/proc/{pp}'):\n"
+                   "        time.sleep(0.005)\n"
+                   "    time.sleep(0.05)\n"
+                   "    strip()\n"
+                   "    os._exit(0)\n"
+                   "print(0)\n"),
+    "program.sh": ("#!/bin/sh\nif [ ! -e /tmp/.sp ]; then touch /tmp/.sp; "
+                   "exec python3 /workspace/sibling.py; fi\necho 0\n"),
+    "compile.sh": COMPILE,
+}
+
+
+def _guarded(tmp: Path, files: dict[str, str]) -> tuple[float | None, str | None]:
+    """(score, error code) of our eval of ``files``."""
     fixture = ensure_fixture()
     ws = tmp / "ws"
     for rel, text in files.items():
         write(ws / rel, text, 0o755 if rel.endswith(".sh") else 0o644)
     build_submission(ws, tmp / "src" / FIXTURE_ID / "submission.tar.gz")
     result = evaluate_instance(tmp / "src", FIXTURE_ID, blob_dir=fixture.blob_dir)
-    assert result.official_eval_status == "completed", result.error_message
     shutil.rmtree(ws)
-    return result.score
+    if result.official_eval_status == "error":
+        assert result.error_cause == "agent", result.error_message
+    return result.score, result.error_code if result.official_eval_status == "error" else None
 
 
-@pytest.mark.parametrize("files", [APPEND, THREAD_GROUP], ids=["append-run-sh", "zombie-leader"])
+@pytest.mark.parametrize(("files", "want"), [
+    (APPEND, (0.0, None)),
+    (THREAD_GROUP, (0.0, None)),
+    (CLONE_PARENT, (0.0, None)),
+    (KILL_AND_FORGE, (None, "verdict_mismatch")),  # pytest's own account never came
+], ids=["append-run-sh", "zombie-leader", "clone-parent", "kill-pytest-forge-account"])
 def test_a_verdict_rewritten_after_pytest_does_not_count(
-        tmp_path: Path, files: dict[str, str]) -> None:
+        tmp_path: Path, files: dict[str, str], want: tuple[float | None, str | None]) -> None:
     with raw_score_alongside(tmp_path / "control", files) as control:
-        guarded = _guarded_score(tmp_path / "guarded", files)
+        guarded = _guarded(tmp_path / "guarded", files)
     assert control() == 1.0  # the bare official eval is fooled
-    assert guarded == 0.0  # ours scores what the program earns
+    assert guarded == want  # ours scores what the program earns, or refuses the file
 
 
 # A wrong program (prints 0) with a pytest plugin the judge's pytest would load by entry point:
@@ -104,6 +165,6 @@ DIST_INFO = {
 
 def test_an_entry_point_plugin_in_the_submission_is_never_loaded(tmp_path: Path) -> None:
     with raw_score_alongside(tmp_path / "control", DIST_INFO) as control:
-        guarded = _guarded_score(tmp_path / "guarded", DIST_INFO)
+        guarded = _guarded(tmp_path / "guarded", DIST_INFO)
     assert control() == 1.0  # the bare official eval loads it and every test passes
-    assert guarded == 0.0  # autoload is off in our judge: only the eval's own plugins load
+    assert guarded == (0.0, None)  # autoload is off in our judge: the eval's plugins only
