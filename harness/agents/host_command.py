@@ -74,7 +74,13 @@ from harness.agents.base import (
     register_agent,
 )
 from harness.agents.host_exec import SOCKET_ENV, ExecService
-from harness.agents.host_isolation import ISOLATED, PeerCheck, isolation, launch_argv
+from harness.agents.host_isolation import (
+    ISOLATED,
+    PeerCheck,
+    isolation,
+    launch_argv,
+    launch_env,
+)
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
 from harness.core.models import Tokens
@@ -213,7 +219,8 @@ class HostCommandAgent(Agent):
         isolated = isolation() == ISOLATED
         service.admit = lambda pid: False  # nobody, until the agent's own processes are known
         try:
-            proc = subprocess.Popen(launch_argv(self.command, isolated), cwd=out_dir, env=env,
+            proc = subprocess.Popen(launch_argv(self.command, isolated), cwd=out_dir,
+                                    env=launch_env(env, self.command, isolated),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:

@@ -29,9 +29,24 @@ import os
 import shutil
 import subprocess
 
-UNSHARE_FLAGS = ("--user", "--map-root-user", "--pid", "--fork", "--mount-proc",
+UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--pid", "--fork", "--mount-proc",
                  "--kill-child")
 ISOLATED = "pid_namespace"
+# What the container engine keeps on this host: its sockets (a root runner's agent is their
+# owner) and its state (every sandbox's files). Each is covered in the agent's mount namespace
+# (an empty, closed tmpfs over a folder; /dev/null over a socket) before the agent starts, and
+# the agent then runs in a second user and mount namespace below, where those mounts are
+# locked: it cannot take them off. DOCKER_HOST's socket, when it names one, is covered too.
+MASKED = ("/run/docker.sock", "/run/docker", "/run/containerd", "/var/lib/docker",
+          "/var/lib/containerd", "/run/podman", "/var/run/docker.sock")
+MASK_FAILED_RC = 97
+_SETUP = (
+    'for p in "$@"; do '
+    'if [ -d "$p" ] && [ ! -L "$p" ]; then mount -t tmpfs -o size=4k,mode=000 hx "$p" '
+    f'|| exit {MASK_FAILED_RC}; '
+    'elif [ -e "$p" ]; then mount --bind /dev/null "$p" '
+    f'|| exit {MASK_FAILED_RC}; fi; done; '
+    'exec unshare --user --map-root-user --mount bash -c "$HX_AGENT_COMMAND"')
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,8 +57,9 @@ def isolation() -> str:
     if unshare is None:
         return "none: unshare (util-linux) is not installed"
     try:
-        proc = subprocess.run([unshare, *UNSHARE_FLAGS, "true"], capture_output=True,
-                              text=True, timeout=30, check=False)
+        proc = subprocess.run(launch_argv("true", True), capture_output=True, text=True,
+                              env=launch_env(dict(os.environ), "true", True), timeout=30,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"none: unshare failed ({exc})"
     if proc.returncode != 0:
@@ -51,11 +67,26 @@ def isolation() -> str:
     return ISOLATED
 
 
+def masked_paths(environ: dict[str, str] | None = None) -> list[str]:
+    """:data:`MASKED`, and the Unix socket ``DOCKER_HOST`` names."""
+    paths = list(MASKED)
+    host = (environ if environ is not None else os.environ).get("DOCKER_HOST", "")
+    if host.startswith("unix://"):
+        paths.append(host.removeprefix("unix://"))
+    return paths
+
+
 def launch_argv(command: str, isolated: bool) -> list[str]:
-    """The argv that runs ``bash -c command`` (in its own namespaces when ``isolated``)."""
+    """The argv that runs ``bash -c command`` (in its own namespaces when ``isolated``; the
+    command then comes in ``$HX_AGENT_COMMAND``, see :func:`launch_env`)."""
     if not isolated:
         return ["bash", "-c", command]
-    return [shutil.which("unshare") or "unshare", *UNSHARE_FLAGS, "bash", "-c", command]
+    return [shutil.which("unshare") or "unshare", *UNSHARE_FLAGS, "sh", "-c", _SETUP,
+            "hx-agent", *masked_paths()]
+
+
+def launch_env(env: dict[str, str], command: str, isolated: bool) -> dict[str, str]:
+    return {**env, "HX_AGENT_COMMAND": command} if isolated else env
 
 
 def _ns(pid: int, name: str) -> str | None:

@@ -13,11 +13,18 @@ from typing import Any
 import pytest
 
 from harness.agents.host_exec import ExecRequest, ExecService, call
-from harness.agents.host_isolation import ISOLATED, PeerCheck, isolation, launch_argv
+from harness.agents.host_isolation import (
+    ISOLATED,
+    PeerCheck,
+    isolation,
+    launch_argv,
+    launch_env,
+)
 
 
 def _start(command: str, isolated: bool) -> subprocess.Popen[bytes]:
     return subprocess.Popen(launch_argv(command, isolated), start_new_session=True,
+                            env=launch_env(dict(os.environ), command, isolated),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -107,6 +114,29 @@ def test_the_exec_socket_refuses_a_peer_the_check_rejects() -> None:
 @pytest.mark.parametrize("isolated", [True, False])
 def test_the_agent_command_runs_with_bash(tmp_path: Path, isolated: bool) -> None:
     out = tmp_path / "out.txt"
-    proc = subprocess.run(launch_argv(f"echo $((6 * 7)) > {out}", isolated), timeout=30,
-                          check=False)
+    command = f"echo $((6 * 7)) > {out}"
+    proc = subprocess.run(launch_argv(command, isolated), timeout=30, check=False,
+                          env=launch_env(dict(os.environ), command, isolated))
     assert proc.returncode == 0 and out.read_text() == "42\n"
+
+
+def test_the_engines_socket_and_state_are_covered_and_stay_covered(tmp_path: Path) -> None:
+    """A root runner's agent owns the engine's socket (and with it every sandbox): in the
+    agent's namespaces it is /dev/null, the engine's state an empty tmpfs, and the agent,
+    root of its own namespace, cannot take either mount off (they are locked)."""
+    out = tmp_path / "out.txt"
+    command = (f"exec > {out} 2>&1; umount /run/docker.sock; umount -l /var/lib/docker; "
+               "stat -c %F /run/docker.sock; ls -A /var/lib/docker | wc -l")
+    proc = subprocess.run(launch_argv(command, True), timeout=30, check=False,
+                          env=launch_env(dict(os.environ), command, True))
+    lines = out.read_text().splitlines()
+    assert proc.returncode == 0, lines
+    assert lines[-2:] == ["character special file", "0"], lines
+
+
+def test_docker_hosts_socket_is_covered_too() -> None:
+    from harness.agents.host_isolation import MASKED, masked_paths
+
+    assert masked_paths({"DOCKER_HOST": "unix:///srv/engine.sock"}) == [
+        *MASKED, "/srv/engine.sock"]
+    assert masked_paths({"DOCKER_HOST": "ssh://runner@build-1"}) == list(MASKED)

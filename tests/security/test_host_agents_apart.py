@@ -5,7 +5,9 @@ command in the other's sandbox and to read the other's environment through ``/pr
 Before, both worked: every exec socket trusted whoever could open it (every host agent is the
 runner's user), and ``/proc/<pid>/environ`` of the other agent held its gateway token. Now
 each agent runs in its own PID namespace (``harness.agents.host_isolation``): it sees no other
-agent's process, and the other's socket refuses it (its peer is not in that namespace).
+agent's process, and the other's socket refuses it (its peer is not in that namespace). A
+reviewer then reached the other sandbox through the Docker socket (a root runner's agent owns
+it); the agent's mount namespace now covers the engine's sockets and state, locked.
 """
 
 from __future__ import annotations
@@ -57,6 +59,18 @@ for entry in os.listdir("/proc"):
         except OSError:
             pass
 out["environ_leaks"] = leaks
+try:  # the engine's socket: a root runner's agent owns it, and with it every sandbox
+    d = socket.socket(socket.AF_UNIX)
+    d.settimeout(5)
+    d.connect("/run/docker.sock")
+    d.sendall(b"GET /containers/json HTTP/1.0\r\n\r\n")
+    out["docker_api"] = d.recv(200).decode(errors="replace")
+except OSError as exc:
+    out["docker_api"] = f"OSError: {{exc}}"
+try:
+    out["engine_state"] = os.listdir("/var/lib/docker")
+except OSError as exc:
+    out["engine_state"] = f"OSError: {{exc}}"
 out["visible_processes"] = sum(1 for e in os.listdir("/proc") if e.isdigit())
 mine = subprocess.run(["harness", "exec", "--", "sh", "-c",
                        "echo 42 > /workspace/answer.txt; ls -a /workspace"],
@@ -94,4 +108,6 @@ def test_two_host_agents_cannot_reach_each_other(tmp_path: Path) -> None:
         assert reply.get("exit_code") is None and "refused" in reply["error"], out
         assert out["environ_leaks"] == [], out  # the other's environment is out of sight
         assert out["visible_processes"] < 10, out  # its own namespace: a handful
+        assert out["docker_api"].startswith("OSError"), out  # the engine's socket is covered
+        assert out["engine_state"] == [] or out["engine_state"].startswith("OSError"), out
         assert out["mine_rc"] == 0 and "planted" not in out["workspace"], out
