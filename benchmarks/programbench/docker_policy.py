@@ -655,13 +655,9 @@ def _exec_target(args: list[str]) -> tuple[int, str] | None:
 
 # The judge's pytest loads no plugin by entry point (PYTEST_DISABLE_PLUGIN_AUTOLOAD): a
 # ``*.dist-info`` in the submission, found through the working directory at the head of
-# sys.path, would be one. The plugins the official eval uses are named with -p instead, those
-# of them the test image has (looked up from /, so nothing of /workspace is on the path).
-EVAL_PLUGINS = ("xdist.plugin", "xdist.looponfail", "pytest_timeout", "pytest_rerunfailures")
-_FIND = ("import importlib.util as u; print(' '.join('-p ' + m for m in "
-         f"{EVAL_PLUGINS!r} if u.find_spec(m.split('.')[0]) is not None))")
-NAMED_PLUGINS = ("export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 && "
-                 f'hx_plugins="$(cd / && python3 -c {shlex.quote(_FIND)})" && ')
+# sys.path, would be one. The plugins the official eval uses are loaded by the results guard
+# instead (its ``pytest_plugins``: those of them the test image has).
+NAMED_PLUGINS = "export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 && "
 
 
 ACCOUNT_KEY_NAME = "account.key"
@@ -698,7 +694,7 @@ def guard_results(docker: str, args: list[str]) -> list[str]:
               f"{folder}/{module}.py && "
               f'export PYTHONPATH="{folder}${{PYTHONPATH:+:$PYTHONPATH}}" && '
               f"{NAMED_PLUGINS}"
-              f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:-}} $hx_plugins -p {module}" && ')
+              f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:-}} -p {module}" && ')
     return [*args[:-1], capped(prefix + args[-1])]
 
 
