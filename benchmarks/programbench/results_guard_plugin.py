@@ -5,9 +5,18 @@ The program under test runs as root in the same container as pytest; a process i
 behind could rewrite ``eval/results.xml`` after pytest writes it (drop the failures: every
 test "passes"). Before pytest's JUnit writer runs (``tryfirst`` on ``pytest_sessionfinish``),
 every process is ended except pytest itself, its ancestors (``run.sh``, the exec's shell),
-its direct children (xdist workers) and the container's own init and keep-alive; a results
-path that is not a regular file is removed so the writer creates a fresh one. Nothing of the
-submission is alive when the verdict is written or read.
+its children started before the test loop (xdist workers; not a process a test made its
+child with ``clone(CLONE_PARENT)``), and the processes outside its tree that started before
+it, or under one that did (the container's init and keep-alive, the exec's output filters);
+a results path that is not a regular file is removed so the writer creates a fresh one.
+Nothing of the submission is alive when the verdict is written or read.
+
+pytest's own account (how many tests passed) is printed last on stderr with the eval call's
+key, which the docker policy feeds on this pytest's stdin and which is read here at import,
+before any test runs the program; pytest then turns non-dumpable, so the program (root, but
+without CAP_SYS_PTRACE) cannot read its memory, environment or descriptors. The host holds
+each results file against that account (``official_eval.check_pytest_account``). The
+official eval's plugins are loaded here (``pytest_plugins``): the policy turns autoload off.
 
 A process whose thread-group leader exited shows as a zombie while its other threads run:
 it counts as live (and is ended) while any of its threads is not a zombie.
