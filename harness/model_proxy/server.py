@@ -180,6 +180,16 @@ class GatewayServer:
         return sent is not None and hmac.compare_digest(
             sent.strip().encode("utf-8", "surrogateescape"), self._token.encode("utf-8"))
 
+    def _over_record_budget(self, h: BaseHTTPRequestHandler, rel: str) -> bool:
+        """Past the instance's recording budget, every call (GET models too) is refused
+        before it is served: nothing is served that would not be recorded."""
+        over = self.tape.budget_refusal() if self.tape is not None else None
+        if over is None:
+            return False
+        h.close_connection = True  # its body is not read
+        self._send(h, 402, _error_body(rel, 402, RECORD_BUDGET_CODE, over))
+        return True
+
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         path = h.path.split("?", 1)[0]
         rel = path[len("/v1/"):] if path.startswith("/v1/") else path.lstrip("/")
@@ -187,6 +197,8 @@ class GatewayServer:
             h.close_connection = True  # its body is not read
             self._send(h, 401, _error_body(rel, 401, "invalid_api_key",
                                            "this model gateway serves only its own agent"))
+            return
+        if self._over_record_budget(h, rel):
             return
         if method == "GET" and rel == "models":
             if self.replaying:
@@ -235,10 +247,6 @@ class GatewayServer:
             refusal = self.meter.admit()
             if refusal is not None:
                 self._send(h, 402, _error_body(rel, 402, REFUSAL_TYPE, refusal))
-                return
-            over = self.tape.budget_refusal() if self.tape is not None else None
-            if over is not None:  # nothing is served that would not be recorded
-                self._send(h, 402, _error_body(rel, 402, RECORD_BUDGET_CODE, over))
                 return
             model = body.get("model") if isinstance(body.get("model"), str) else None
             if self.replaying:

@@ -764,17 +764,10 @@ class TapeSession:
         try:
             record = read_record(self.config.directory, entry.record)
         except ValueError as exc:
-            if self._count_miss():
-                with self._lock:
-                    report.misses.append(ReplayMiss(position=position, key=key, reason=str(exc)))
-            return Missed(position, f"{MISS_CODE}: call {position} of instance {self.label}: {exc}")
+            return self._missed(position, key, str(exc), f": {exc}")
         if record.unrecordable is not None:
-            if self._count_miss():
-                with self._lock:
-                    report.misses.append(ReplayMiss(position=position, key=key,
-                                                    reason=record.unrecordable))
-            return Missed(position, f"{MISS_CODE}: call {position} of instance {self.label} "
-                          f"was not recordable ({record.unrecordable})")
+            return self._missed(position, key, record.unrecordable,
+                                f" was not recordable ({record.unrecordable})")
         if entry.key != key:  # sequence order only: served anyway, the divergence kept
             diff = first_difference(canonical_body(body), canonical_body(record.request.body))
             with self._lock:
@@ -798,6 +791,16 @@ class TapeSession:
                 else:
                     self._original += record.cost_usd
         return Served(record, position)
+
+    def _missed(self, position: int, key: str, reason: str, said: str) -> Missed:
+        """A miss of a recorded call that cannot be served: counted, listed, and told as
+        ``replay_miss: call N of instance I<said>``."""
+        report = self.report
+        assert report is not None
+        if self._count_miss():
+            with self._lock:
+                report.misses.append(ReplayMiss(position=position, key=key, reason=reason))
+        return Missed(position, f"{MISS_CODE}: call {position} of instance {self.label}{said}")
 
     def _count_miss(self) -> bool:
         """Count a miss; True while it is among the first :data:`MAX_REPORT_MISSES` (listed)."""

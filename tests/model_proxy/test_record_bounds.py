@@ -71,6 +71,23 @@ def test_a_record_flood_stops_at_the_instances_budget(
     assert len(index.calls) == 4  # every served call is on the tape
 
 
+def test_the_budget_covers_every_route_get_models_too(
+        tmp_path: Path, upstream: FakeModelServer) -> None:
+    (tmp_path / "runs" / "record").mkdir(parents=True)
+    tape = _tape(tmp_path, "record", max_calls=2)
+    gw = gateway(upstream.base_url, KEY, tape)
+    try:
+        with client(gw) as c:
+            got = [c.get("/models").status_code for _ in range(3)]
+            got.append(c.post("/chat/completions", json={"model": "priced", "messages": MSGS},
+                              timeout=60).status_code)
+    finally:
+        gw.close()
+        tape.close()
+    assert got == [200, 200, 402, 402]
+    assert (tape.summary()["calls"], tape.summary()["refused_over_budget"]) == (2, 2)
+
+
 def _one_call(upstream_url: str, tape: TapeSession, body: dict) -> httpx.Response:
     """One call through a gateway on ``tape``; the gateway and the tape closed after it."""
     gw = gateway(upstream_url, KEY, tape)
