@@ -657,7 +657,7 @@ def _exec_target(args: list[str]) -> tuple[int, str] | None:
 # ``*.dist-info`` in the submission, found through the working directory at the head of
 # sys.path, would be one. The plugins the official eval uses are loaded by the results guard
 # instead (its ``pytest_plugins``: those of them the test image has).
-NAMED_PLUGINS = "export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 && "
+NO_PLUGIN_AUTOLOAD = "export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 && "
 
 
 ACCOUNT_KEY_NAME = "account.key"
@@ -693,7 +693,7 @@ def guard_results(docker: str, args: list[str]) -> list[str]:
     prefix = (f"mkdir -m 700 {folder} && printf '%s' {shlex.quote(source)} > "
               f"{folder}/{module}.py && "
               f'export PYTHONPATH="{folder}${{PYTHONPATH:+:$PYTHONPATH}}" && '
-              f"{NAMED_PLUGINS}"
+              f"{NO_PLUGIN_AUTOLOAD}"
               f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:-}} -p {module}" && ')
     return [*args[:-1], capped(prefix + args[-1])]
 

@@ -164,15 +164,26 @@ def read_tail(path: Path, limit: int = MAX_CLI_OUTPUT_READ) -> str:
         return fh.read().decode(errors="replace")
 
 
-class EvalJsonTooLarge(ValueError):
+class EvalJsonRefused(ValueError):
+    """An eval.json not scored: ``code`` is the row's error code, ``cause`` who caused it."""
+
+    code: str = "eval_json_unreadable"
+    cause: Literal["agent", "infra"] = "infra"
+
+
+class EvalJsonTooLarge(EvalJsonRefused):
     """An eval.json past MAX_EVAL_JSON_BYTES: read nowhere, an error of the submission."""
 
+    code, cause = "eval_json_too_large", "agent"
 
-class DuplicateRecords(ValueError):
+
+class DuplicateRecords(EvalJsonRefused):
     """An eval.json with two records of one test: an integrity failure, never a pass.
 
     pytest-rerunfailures 16.6.1 writes a bare ``<testcase/>`` per rerun, which parses as a
     pass (a test failing after 2 reruns scores 2/3); upstream ProgramBench issue 64."""
+
+    code = "junit_duplicate_records"  # the grader's plugins: infrastructure
 
 
 def check_unique_records(result: object) -> None:
@@ -190,9 +201,11 @@ def check_unique_records(result: object) -> None:
 ACCOUNT_PREFIX = "HX-PYTEST-ACCOUNT"
 
 
-class VerdictMismatch(ValueError):
+class VerdictMismatch(EvalJsonRefused):
     """The results file says more tests passed than pytest itself counted: it was changed
     after pytest wrote it (or pytest's account never came)."""
+
+    code, cause = "verdict_mismatch", "agent"
 
 
 def _passed_in_xml(xml: str) -> int:
@@ -523,16 +536,12 @@ def _finish(
             result = score_eval_json(instance_id, eval_json, account_key=(
                 run.account_key if policy.results_guarded > 0 else None))
         except Exception as exc:  # a torn or foreign eval.json is an error, not a 0
-            too_large = isinstance(exc, EvalJsonTooLarge)
-            code = ("eval_json_too_large" if too_large else "junit_duplicate_records"
-                    if isinstance(exc, DuplicateRecords) else "verdict_mismatch"
-                    if isinstance(exc, VerdictMismatch) else "eval_json_unreadable")
+            refused = exc if isinstance(exc, EvalJsonRefused) else EvalJsonRefused()
             result = OfficialEvalResult(
                 instance_id=instance_id,
                 official_eval_status="error",
-                error_code=code,
-                error_cause="agent" if code in ("eval_json_too_large", "verdict_mismatch")
-                else "infra",
+                error_code=refused.code,
+                error_cause=refused.cause,
                 error_message=f"{type(exc).__name__}: {exc}"[:4000],
                 eval_json=str(eval_json),
             )

@@ -47,21 +47,28 @@ ROUNDS = 50
 RUN_SCRIPT = "/eval/run.sh"
 
 
+def _stat(path: str) -> list[bytes] | None:
+    """The fields of a ``/proc/.../stat`` file after the command name (state first), or
+    None when it is gone or torn."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        return data[data.rindex(b")") + 2 :].split()
+    except (OSError, ValueError):
+        return None
+
+
+def _dead(fields: list[bytes]) -> bool:
+    return fields[0] in (b"Z", b"X")
+
+
 def _live_threads(pid: str) -> bool:
     """Whether any thread of ``pid``'s thread group is still alive."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
-                data = fh.read()
-            if data[data.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X"):
-                return True
-        except (OSError, ValueError, IndexError):
-            continue
-    return False
+    return any((f := _stat(f"/proc/{pid}/task/{tid}/stat")) and not _dead(f) for tid in tids)
 
 
 def _script_path() -> str | None:
@@ -149,17 +156,10 @@ def _table() -> dict[int, tuple[int, int]]:
     threads run is live)."""
     out: dict[int, tuple[int, int]] = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit():
+        fields = _stat(f"/proc/{name}/stat") if name.isdigit() else None
+        if not fields or len(fields) < 20 or (_dead(fields) and not _live_threads(name)):
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                data = fh.read()
-            rest = data[data.rindex(b")") + 2 :].split()
-            if rest[0] in (b"Z", b"X") and not _live_threads(name):
-                continue
-            out[int(name)] = (int(rest[1]), int(rest[19]))
-        except (OSError, ValueError, IndexError):
-            continue
+        out[int(name)] = (int(fields[1]), int(fields[19]))
     return out
 
 

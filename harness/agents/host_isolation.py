@@ -6,11 +6,14 @@ instance's exec socket (its path is in a folder only that user can enter, and ev
 that user) and read another agent's ``/proc/<pid>/environ`` (its gateway token) at ``-n 2``.
 A second uid per agent is not arrangeable in general (the runner's Python and ``harness
 exec`` often live under a home only its user can enter). So the agent starts under
-``unshare --user --map-root-user --pid --fork --mount-proc --kill-child``:
+``unshare --user --map-root-user --mount --pid --fork --mount-proc --kill-child``:
 
 * a new PID namespace with its own ``/proc``: the agent sees only its own processes, so no
   other agent's environment, memory or file descriptors, and cannot ptrace them;
 * a new user namespace: its capabilities hold only there (it gains nothing on the host);
+* a new mount namespace in which the container engine's sockets and state are covered
+  (:data:`MASKED`), the agent then run one user and mount namespace further down, where
+  those mounts are locked;
 * ``--kill-child``: when the launcher dies, the namespace's first process dies, and with it
   every process of the namespace, however it left the process group;
 * the exec socket checks each connection's peer (``SO_PEERCRED``): its pid must be in the
