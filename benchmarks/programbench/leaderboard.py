@@ -40,6 +40,7 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.programbench import official_eval
 from benchmarks.programbench.kept_files import (
     KeptFiles,
     ancestor_roots,
@@ -147,9 +148,9 @@ def _plan(run: Path, rows: list[TaskRow]) -> tuple[list[KeptFiles], list[LeftOut
 
 
 # What one instance's files may weigh in a package (the agent wrote the trajectory, and the
-# program under test's output can fill the eval.json): past it, a trajectory is not copied
-# and an eval.json leaves its instance out, each said in the record and the output.
-MAX_EVAL_JSON_BYTES = 64 << 20
+# program under test's output can fill the eval.json, whose bound the scorer reads by): past
+# it, a trajectory is not copied and an eval.json leaves its instance out, each said in the
+# record and the output.
 MAX_TRAJECTORY_BYTES = 64 << 20
 
 
@@ -191,10 +192,10 @@ def _copy_instance(kept: KeptFiles, dest_root: Path) -> PackedInstance | LeftOut
             f"scored {want[:12]}: left out (the kept archive is not the scored one)",
         )
     packed.submission_sha256_verified = want is not None
-    if _size(ev) > MAX_EVAL_JSON_BYTES:  # a verdict file is copied whole or not at all
+    if _size(ev) > official_eval.MAX_EVAL_JSON_BYTES:  # a verdict: copied whole or not at all
         shutil.rmtree(folder)
         return LeftOut(instance_id=iid, reason=f"{ev} has {_size(ev)} bytes, over the "
-                       f"{MAX_EVAL_JSON_BYTES} a package takes: left out")
+                       f"{official_eval.MAX_EVAL_JSON_BYTES} a package takes: left out")
     packed.files = [archive, _copy(ev, folder / f"{iid}.eval.json")]
     traj = kept.trajectory()
     if traj is not None and _size(traj) > MAX_TRAJECTORY_BYTES:

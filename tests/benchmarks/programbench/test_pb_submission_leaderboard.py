@@ -363,3 +363,30 @@ def test_a_carried_instance_comes_from_the_run_that_scored_it(
     record = record_of(out2)
     assert record.instances == [] and "not the scored" in record.left_out[-1].reason
     assert record.package is not None and not record.package.ok and record.verify is None
+
+
+def test_an_oversized_trajectory_or_eval_json_is_cut_and_said(
+    lb_run: Path,
+    overlay: Overlay,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The agent wrote the trajectory and the program's output fills the eval.json: past
+    their bounds (here made small), a trajectory is not copied and an eval.json leaves its
+    instance out, each said in the output and the record (issue 40)."""
+    from benchmarks.programbench import leaderboard, official_eval
+
+    monkeypatch.setenv("PYTHONPATH", overlay.pythonpath)
+    monkeypatch.setattr(leaderboard, "MAX_TRAJECTORY_BYTES", 10)
+    out = tmp_path / "out"
+    assert submission_command([str(lb_run), "--output", str(out)]) == 0
+    assert f"cut {LB_ID}.traj.json: " in capsys.readouterr().out
+    (packed,) = record_of(out).instances
+    assert packed.cut and not (out / LB_ID / f"{LB_ID}.traj.json").exists()
+    assert (out / LB_ID / "submission.tar.gz").is_file()  # the rest is packaged
+    monkeypatch.setattr(official_eval, "MAX_EVAL_JSON_BYTES", 10)
+    again = tmp_path / "again"
+    assert submission_command([str(lb_run), "--output", str(again)]) == 1  # nothing left
+    assert f"left out {LB_ID}: " in capsys.readouterr().out
+    assert [o.instance_id for o in record_of(again).left_out] == [LB_ID]
