@@ -56,6 +56,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from benchmarks.programbench.program_user import (
+    PROGRAM_UID,
+    build_exec_flags,
+    build_setup_script,
+    judge_prefix,
+    sweep_script,
+)
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -91,7 +99,10 @@ def rewrite(args: list[str], label: str | None = None) -> list[str]:
         if arg in NETWORK_FLAGS or arg.startswith(tuple(f + "=" for f in NETWORK_FLAGS)):
             raise PolicyRefused(f"a container network may not be chosen: {arg}")
     tag = ["--label", f"{LABEL_KEY}={label}"] if label else []
-    return [*args[:head], "--network", "none", *tag, *args[head:]]
+    # no setuid bit works in the eval's containers: the build and the program, which run as
+    # the program user (see program_user), cannot become root through one the image has
+    return [*args[:head], "--network", "none", "--security-opt", "no-new-privileges", *tag,
+            *args[head:]]
 
 
 VALUE_FLAGS = frozenset({
@@ -638,9 +649,10 @@ def capped(command: str) -> str:
     return CAP_PREFIX + command + CAP_SUFFIX
 
 
-def _exec_target(args: list[str]) -> tuple[int, str] | None:
-    """``(index, container)`` of an ``exec`` argv that runs the eval's ``run.sh``."""
-    if args[:1] != ["exec"] or RUN_TESTS_MARKER not in args[-1]:
+def _exec_target(args: list[str], marker: str = RUN_TESTS_MARKER) -> tuple[int, str] | None:
+    """``(index, container)`` of an ``exec`` argv that runs the eval's ``run.sh`` (or, with
+    ``marker``, another step: :data:`BUILD_MARKER`)."""
+    if args[:1] != ["exec"] or marker not in args[-1]:
         return None
     skip = False
     for i, arg in enumerate(args[1:], start=1):
@@ -693,9 +705,28 @@ def guard_results(docker: str, args: list[str]) -> list[str]:
     prefix = (f"mkdir -m 700 {folder} && printf '%s' {shlex.quote(source)} > "
               f"{folder}/{module}.py && "
               f'export PYTHONPATH="{folder}${{PYTHONPATH:+:$PYTHONPATH}}" && '
-              f"{NO_PLUGIN_AUTOLOAD}"
+              f"{NO_PLUGIN_AUTOLOAD}{judge_prefix()}"
               f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:-}} -p {module}" && ')
     return [*args[:-1], capped(prefix + args[-1])]
+
+
+def build_as_program_user(docker: str, args: list[str], log: str | None) -> list[str]:
+    """The build's ``exec`` (``bash -lc ... ./compile.sh``) as the program user, its output
+    capped: first, as root, the user, its home and the workspace made its own."""
+    target = _exec_target(args, BUILD_MARKER)
+    if target is None or len(args) < 3 or args[-2] != "-lc":
+        return args
+    try:
+        proc = subprocess.run([docker, "exec", "-u", "0", target[1], "sh", "-c",
+                               build_setup_script()], capture_output=True, timeout=300,
+                              check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise PolicyRefused("the build's user could not be set up (timed out)") from exc
+    if proc.returncode != 0:
+        why = proc.stderr.decode(errors="replace").strip()[-300:]
+        raise PolicyRefused(f"the build's user could not be set up: {why}")
+    _log(log, {"op": "exec", "build_user": PROGRAM_UID})
+    return [args[0], *build_exec_flags(), *args[1:-1], capped(args[-1])]
 
 
 def _container_running(docker: str, container: str) -> bool | None:
@@ -748,6 +779,9 @@ def _commit(docker: str, new: list[str], log: str | None, started: float) -> NoR
         os.execv(docker, [docker, *new])
     # while it runs: docker exec (the removal) cannot run in a paused container; anything
     # made again after it is an override the check below finds
+    swept = _exec_in(docker, container, ["sh", "-c", sweep_script()], 300)
+    _log(log, {"op": "sweep", "swept": [
+        _shown(p) for p in swept.decode(errors="surrogateescape").split("\0") if p][:50]})
     removed = build_overrides(docker, container)
     paths = [p for p in removed if p.startswith("/")]
     if paths:
@@ -800,6 +834,13 @@ def main(argv: list[str]) -> NoReturn:
                    "took_s": round(time.monotonic() - started, 3)})
         if log is not None:
             new = _feed_account_key(new, Path(log).with_name(ACCOUNT_KEY_NAME))
+    elif _exec_target(new, BUILD_MARKER) is not None:
+        try:
+            new = build_as_program_user(docker, new, log)
+        except PolicyRefused as exc:
+            _log(log, {"op": "exec", "refused": str(exc)})
+            print(f"docker policy: refused: {exc}", file=sys.stderr)
+            sys.exit(REFUSED_RC)
     elif sub == "commit" and len(new) >= 2:
         _commit(docker, new, log, started)
     os.execv(docker, [docker, *new])
@@ -856,24 +897,12 @@ def install(folder: Path, *, docker: str | None = None) -> tuple[Path, Path]:
             str(Path(real).resolve()), "--log", str(log), "--"]
     wrapper.write_text(
         "#!/bin/sh\n"
-        f"pre={shlex.quote(CAP_PREFIX)}\n"
-        f"suf={shlex.quote(CAP_SUFFIX)}\n"
         f'case "${{1-}}" in\n'
         f"  {POLICY_CASES}) ;;\n"
+        # the two steps that run the submission's code: the build (compile.sh, as the
+        # program user, its output capped) and the tests (run.sh, under the results guard)
         '  exec) for last; do :; done\n'
-        f'        case "$last" in *{RUN_TESTS_MARKER}*) ;; *)\n'
-        # the build step (`bash -lc CMD` running compile.sh): CMD's output is cut in the
-        # container (see capped); the other steps run the CLI's own short commands
-        '          eval "prev=\\${$(($# - 1))}"\n'
-        f'          case "$last" in *{BUILD_MARKER}*) ;; *) prev= ;; esac\n'
-        '          if [ "$prev" = "-lc" ]; then\n'
-        '            n=$#; i=0\n'
-        '            for a; do i=$((i + 1))\n'
-        '              if [ "$i" -lt "$n" ]; then set -- "$@" "$a"; '
-        'else set -- "$@" "$pre$a$suf"; fi\n'
-        '            done\n'
-        '            shift "$n"\n'
-        '          fi\n'
+        f'        case "$last" in *{RUN_TESTS_MARKER}*|*{BUILD_MARKER}*) ;; *)\n'
         f'          exec {real_q} "$@" ;; esac ;;\n'
         f'  *) exec {real_q} "$@" ;;\n'
         "esac\n"

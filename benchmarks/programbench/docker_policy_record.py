@@ -25,6 +25,10 @@ class DockerPolicy(BaseModel):
     built_containers: list[str] = Field(default_factory=list)
     refused: list[str] = Field(default_factory=list)
     build_files_removed: list[str] = Field(default_factory=list)
+    # the uid the submission's build ran as (None: as root, an older policy)
+    build_user: int | None = None
+    # what the build left outside its workspace and home (removed before the commit)
+    program_files_swept: list[str] = Field(default_factory=list)
     # how the build's changes were listed: its upper layer ("layer") or "docker_diff"
     build_changes_from: str = ""
     python_calls: int = 0  # docker calls the policy decided on in Python (the rest: sh only)
@@ -58,6 +62,10 @@ def summarize(log_text: str, real_docker: str = "", instance_id: str | None = No
             policy.build_checked_at = float(ts)
         if entry.get("refused"):
             policy.refused.append(_text(entry["refused"]))
+        elif entry.get("op") == "exec" and isinstance(entry.get("build_user"), int):
+            policy.build_user = entry["build_user"]
+        elif entry.get("op") == "sweep":
+            policy.program_files_swept += [_text(p) for p in entry.get("swept", [])]
         elif entry.get("op") == "exec" and entry.get("results_guard"):
             policy.results_guarded += 1
         elif entry.get("op") in CREATE_COMMANDS:

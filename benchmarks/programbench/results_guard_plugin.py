@@ -37,7 +37,10 @@ import importlib.util
 import os
 import select
 import signal
+import subprocess
 import sys
+import tempfile
+from typing import Any
 
 import pytest
 
@@ -225,8 +228,159 @@ def end_foreign_processes() -> int:
     return ended
 
 
+# The program user (see benchmarks.programbench.program_user): the docker policy exports its
+# uid and home to the judge. While a test runs, every process it starts runs as that user.
+PROGRAM_UID = int(os.environ.get("HX_PROGRAM_UID", "-1") or -1)
+PROGRAM_HOME = os.environ.get("HX_PROGRAM_HOME", "/")
+JUDGE_ONLY_ENV = ("PYTHONSAFEPATH", "HX_PROGRAM_UID", "HX_PROGRAM_HOME")
+ACTIVE: list[bool] = []  # non-empty while a test's setup, call or teardown runs
+APART = PROGRAM_UID > 0 and os.geteuid() == 0 and sys.version_info >= (3, 9)
+
+
+def _program_env(env: Any) -> Any:
+    """The environment a test's process gets: the judge's own settings left out, and the
+    program's home (the one its build had) for root's."""
+    base = dict(os.environ) if env is None else env
+    if not isinstance(base, dict):
+        return env
+    out = {k: v for k, v in base.items() if k not in JUDGE_ONLY_ENV}
+    if out.get("HOME") in (None, "/root", "/"):
+        out["HOME"] = PROGRAM_HOME
+    return out
+
+
+def drop_to_program_user() -> None:
+    """This process as the program user, no supplementary group (in a child about to exec)."""
+    os.setgroups([])
+    os.setgid(PROGRAM_UID)
+    os.setuid(PROGRAM_UID)
+
+
+def _interpose() -> None:
+    """Run every process a test starts as the program user: ``subprocess.Popen`` (and through
+    it ``run``, ``check_output``, ``os.popen``, asyncio), ``os.system`` and the ``os.exec*``
+    family (``pty.spawn``, ``pexpect``, ``os.spawn*``). The tests' calls are unchanged."""
+    popen_init = subprocess.Popen.__init__
+
+    def init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
+        if ACTIVE and kwargs.get("user") is None and kwargs.get("group") is None:
+            kwargs.update(user=PROGRAM_UID, group=PROGRAM_UID, extra_groups=[],
+                          env=_program_env(kwargs.get("env")))
+        popen_init(self, *args, **kwargs)
+
+    subprocess.Popen.__init__ = init  # type: ignore[method-assign]
+
+    def system(command: Any) -> int:
+        if not ACTIVE:
+            return SYSTEM(command)
+        status = subprocess.call(["/bin/sh", "-c", command])
+        return status << 8 if status >= 0 else -status
+
+    os.system = system
+    for name in ("execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp",
+                 "execlpe"):
+        setattr(os, name, _dropping(getattr(os, name)))
+
+
+SYSTEM = os.system
+
+
+def _dropping(original: Any) -> Any:
+    def exec_as_program(*args: Any) -> Any:
+        if ACTIVE and os.geteuid() == 0:
+            os.environ.clear()
+            os.environ.update(_program_env(None))
+            drop_to_program_user()
+        return original(*args)
+
+    return exec_as_program
+
+
+def _share(path: str) -> None:
+    """A temporary file or folder a test made, handed to the program user (its folders
+    above searchable), so the program reads and writes it as it would as root."""
+    with contextlib.suppress(OSError):
+        os.chown(path, PROGRAM_UID, PROGRAM_UID)
+        parent = os.path.dirname(os.path.abspath(path))
+        while parent not in ("/", "/tmp", "") and os.stat(parent).st_uid == 0:
+            mode = os.stat(parent).st_mode & 0o7777
+            os.chmod(parent, mode | 0o011)
+            parent = os.path.dirname(parent)
+
+
+def _sharing_temp() -> None:
+    mkdtemp, mkstemp, named = tempfile.mkdtemp, tempfile.mkstemp, tempfile.NamedTemporaryFile
+
+    def share_dir(*args: Any, **kwargs: Any) -> Any:
+        path = mkdtemp(*args, **kwargs)
+        if ACTIVE:
+            _share(os.fsdecode(path))
+        return path
+
+    def share_file(*args: Any, **kwargs: Any) -> Any:
+        fd, path = mkstemp(*args, **kwargs)
+        if ACTIVE:
+            _share(os.fsdecode(path))
+        return fd, path
+
+    def share_named(*args: Any, **kwargs: Any) -> Any:
+        handle = named(*args, **kwargs)
+        if ACTIVE and isinstance(getattr(handle, "name", None), str):
+            _share(handle.name)
+        return handle
+
+    tempfile.mkdtemp, tempfile.mkstemp = share_dir, share_file
+    tempfile.NamedTemporaryFile = share_named  # type: ignore[assignment]
+
+
+if APART:
+    _interpose()
+    _sharing_temp()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Any:
+    ACTIVE.append(True)
+    try:
+        yield
+    finally:
+        ACTIVE.clear()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: Any, request: Any) -> Any:
+    """pytest's temporary folders (``tmp_path``, ``tmpdir``, ``tmp_path_factory.mktemp``)
+    are root's, mode 0700: handed to the program user as they are made."""
+    outcome = yield
+    if not APART or fixturedef.argname not in ("tmp_path", "tmpdir"):
+        return
+    value = outcome.get_result()
+    if value is not None:
+        _share(os.fspath(value))
+
+
+def end_program_processes() -> None:
+    """SIGKILL every process of the program user, by the kernel's rule: ``kill(-1)`` sent as
+    that user reaches each process of its uid (zombie leaders' threads, daemons, children
+    reparented anywhere), until none is left."""
+    if not APART:
+        return
+    pid = os.fork()
+    if pid == 0:
+        try:
+            drop_to_program_user()
+            for _ in range(ROUNDS * 20):
+                os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass  # ESRCH: no process of the program user is left
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    end_program_processes()
     end_foreign_processes()
     restore_script()
     xml = getattr(session.config.option, "xmlpath", None)

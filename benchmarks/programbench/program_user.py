@@ -1,0 +1,83 @@
+"""The user the submission's build and the program under test run as, apart from the judge.
+
+The official eval runs ``compile.sh`` and the tests as root in one container, so a build or a
+program can steer the judge through any file root can write (``/etc/ld.so.preload``, a
+``pyvenv.cfg``, ``/etc/passwd``, a module on the judge's path) or rewrite its verdict. Lists
+of such places always miss one more. So the docker policy gives the kernel the job:
+
+* **the build** (``compile.sh``) runs as :data:`PROGRAM_USER` (uid :data:`PROGRAM_UID`, no
+  supplementary groups, home :data:`PROGRAM_HOME`), in a container where setuid bits do not
+  work (``no-new-privileges``). It can write its workspace, its home and the world-writable
+  folders (``/tmp``), nothing else: a write to ``/etc``, ``/usr`` or ``/root`` fails with
+  EPERM, whatever the path. What it left outside its workspace and home is removed before
+  the build is committed (:func:`sweep_script`), so nothing of it waits in ``/tmp`` for the
+  judge.
+* **the judge** (``run.sh``, pytest, the results guard) runs as root, with the workspace root
+  and ``eval/`` root's (:func:`judge_prefix`): the program cannot rename or write the tests,
+  ``run.sh`` or the results file. Its Python starts with the working directory off
+  ``sys.path`` (``PYTHONSAFEPATH``).
+* **the program under test**: every process a test starts runs as :data:`PROGRAM_USER`
+  (:mod:`~benchmarks.programbench.results_guard_plugin` interposes on ``subprocess``,
+  ``os.system`` and the ``os.exec*`` family while a test runs), with the home its build
+  had. It cannot signal, trace or read the judge, and before the verdict is written every
+  process of its uid is killed by the kernel's own rule (``kill(-1)`` as that uid).
+
+Standard library only: the policy imports this module on a docker call.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+PROGRAM_USER = "hxprog"
+PROGRAM_UID = 61000  # far from the image's own users (agent is 1000)
+PROGRAM_HOME = f"/home/{PROGRAM_USER}"
+WORKSPACE = "/workspace"
+# exported to the judge (run.sh's environment) for the results guard: not a secret
+UID_ENV, HOME_ENV = "HX_PROGRAM_UID", "HX_PROGRAM_HOME"
+# where the eval itself (as root) moves the built ``./executable`` until the tests: the
+# program user's file, kept by the sweep
+STASH = "/opt/programbench-stashed-executable-do-not-modify"
+
+
+def build_setup_script() -> str:
+    """Run as root in the compile container just before ``compile.sh``: the user, its home,
+    and the workspace (wiped and unpacked by root) made the user's. ``chown`` by root also
+    clears every setuid/setgid bit and file capability the submission's archive carried."""
+    uid, user, home = PROGRAM_UID, PROGRAM_USER, PROGRAM_HOME
+    return (
+        f"grep -q '^{user}:' /etc/passwd || "
+        f"echo '{user}:x:{uid}:{uid}:program under test:{home}:/bin/sh' >> /etc/passwd; "
+        f"grep -q '^{user}:' /etc/group || echo '{user}:x:{uid}:' >> /etc/group; "
+        f"mkdir -p {home} && chown {uid}:{uid} {home} && chmod 0700 {home} && "
+        f"chown -R -h {uid}:{uid} {WORKSPACE}"
+    )
+
+
+def build_exec_flags() -> list[str]:
+    """``docker exec`` options that run the build as the program user."""
+    return ["-u", f"{PROGRAM_UID}:{PROGRAM_UID}", "-e", f"HOME={PROGRAM_HOME}",
+            "-e", f"USER={PROGRAM_USER}", "-e", f"LOGNAME={PROGRAM_USER}"]
+
+
+def sweep_script() -> str:
+    """Run as root before the build is committed: remove what the program user owns outside
+    its workspace and home (``/tmp``, ``/var/tmp``, any world-writable folder), so nothing the
+    build left there is in the image the judge runs in (a module in the folder the eval
+    later puts on the judge's ``PYTHONPATH``, a ``pytest-of-root``...). Prints each path."""
+    kept = ("/proc", "/sys", "/dev", WORKSPACE, PROGRAM_HOME, STASH)
+    prune = " -o ".join(f"-path {p}" for p in kept)
+    return (f"find / -xdev \\( {prune} \\) -prune -o -user {PROGRAM_UID} -print0 "
+            "| xargs -0 -r sh -c 'for p; do printf \"%s\\0\" \"$p\"; rm -rf -- \"$p\"; done' sh")
+
+
+def judge_prefix() -> str:
+    """Shell run as root before ``run.sh``: the workspace root and the tests are root's (the
+    workspace stays world-writable and sticky, so the program can make files in its working
+    folder but cannot rename or replace ``eval/``), the judge's Python leaves the working
+    directory off ``sys.path``, and the results guard learns the program user."""
+    ws = shlex.quote(WORKSPACE)
+    return (f"chown -h 0:0 {ws} && chmod 1777 {ws} && "
+            f"{{ [ ! -d {ws}/eval ] || {{ chown -R -h 0:0 {ws}/eval && "
+            f"chmod -R go-w,a+rX {ws}/eval; }}; }} && "
+            f"export PYTHONSAFEPATH=1 {UID_ENV}={PROGRAM_UID} {HOME_ENV}={PROGRAM_HOME} && ")

@@ -1,0 +1,131 @@
+"""The judge's interposition (issue 40): while a test runs, every process it starts runs as
+the program user, with the temporary files and folders the test made handed to it; the
+judge itself stays root. No Docker: pytest runs here (as root, like the eval's judge) with
+the results guard loaded, as the docker policy loads it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from benchmarks.programbench import results_guard_plugin
+from benchmarks.programbench.program_user import HOME_ENV, PROGRAM_UID, UID_ENV
+
+TESTS = '''
+import os, subprocess, tempfile, pty
+
+def test_a_test_process_runs_as_the_program_user():
+    assert subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() == "{uid}"
+    assert os.geteuid() == 0  # the judge is still root
+
+def test_shell_and_system_and_exec_family():
+    out = subprocess.check_output("id -u; echo $HOME", shell=True, text=True).split()
+    assert out == ["{uid}", "{home}"]
+    assert os.system("test $(id -u) = {uid}") == 0
+    pid = os.fork()
+    if pid == 0:
+        os.execvp("sh", ["sh", "-c", "test $(id -u) = {uid}"])
+    assert os.waitpid(pid, 0)[1] == 0
+
+def test_the_judges_own_settings_stay_with_the_judge():
+    env = subprocess.check_output(["env"], text=True)
+    assert "PYTHONSAFEPATH" not in env and "HX_PROGRAM" not in env
+
+def test_temporary_files_are_the_programs(tmp_path):
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
+        fh.write("2 + 3\\n")
+    out = tmp_path / "out.txt"
+    subprocess.run(["sh", "-c", f"cat {{fh.name}} > {{out}}"], check=True)
+    assert out.read_text() == "2 + 3\\n"
+    folder = tempfile.mkdtemp()
+    subprocess.run(["touch", os.path.join(folder, "made")], check=True)
+    assert os.path.exists(os.path.join(folder, "made"))
+
+def test_the_program_cannot_touch_the_judge():
+    me = os.getpid()
+    code = ("import os, signal\\n"
+            "for f in (lambda: os.kill({{me}}, signal.SIGKILL),\\n"
+            "          lambda: open('/proc/{{me}}/environ', 'rb').read(),\\n"
+            "          lambda: open('/etc/hx-planted', 'w')):\\n"
+            "    try:\\n"
+            "        f(); print('REACHED')\\n"
+            "    except PermissionError:\\n"
+            "        print('denied')\\n").replace("{{me}}", str(me))
+    out = subprocess.run(["python3", "-c", code], capture_output=True, text=True).stdout
+    assert out.split() == ["denied"] * 3, out
+'''
+
+
+# A uid of this test's own: the kernel's rule ends every process of the uid on this host, and
+# the eval's containers (run by other tests at once) use PROGRAM_UID.
+UID = 62000 + secrets.randbelow(3000)
+assert UID != PROGRAM_UID
+
+
+def _run(tmp_path: Path, body: str, *, apart: bool = True) -> subprocess.CompletedProcess[str]:
+    """pytest over ``body`` with the results guard loaded, as the docker policy starts it."""
+    (tmp_path / "test_interposed.py").write_text(body)
+    plugin = Path(results_guard_plugin.__file__)
+    env = {**os.environ, "PYTHONPATH": str(plugin.parent), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "PYTHONSAFEPATH": "1"}
+    if apart:
+        env.update({UID_ENV: str(UID), HOME_ENV: "/tmp"})
+    env.pop("PYTEST_ADDOPTS", None)
+    tmp_path.chmod(0o755)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "results_guard_plugin", "-q", "-p",
+         "no:cacheprovider", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+        env=env, stdin=subprocess.DEVNULL, timeout=120, check=False)
+
+
+def test_every_process_a_test_starts_runs_as_the_program_user(tmp_path: Path) -> None:
+    assert os.geteuid() == 0, "the judge runs as root: run this test as root (as CI does)"
+    run = _run(tmp_path, TESTS.format(uid=UID, home="/tmp"))
+    assert "5 passed" in run.stdout, run.stdout + run.stderr
+    assert "HX-PYTEST-ACCOUNT - passed=5" in run.stderr
+
+
+def test_without_the_program_user_nothing_is_interposed(tmp_path: Path) -> None:
+    body = ("import subprocess\n\ndef test_root():\n    assert subprocess.check_output("
+            "['id', '-u'], text=True).strip() == '0'\n")
+    run = _run(tmp_path, body, apart=False)
+    assert "1 passed" in run.stdout, run.stdout + run.stderr
+
+
+def test_every_process_of_the_program_user_is_ended_before_the_verdict(tmp_path: Path) -> None:
+    drop = Path(tempfile.mkdtemp(dir="/tmp"))  # a folder the program user can write
+    drop.chmod(0o777)
+    pidfile = drop / "daemon.pid"
+    body = ("import subprocess\n\ndef test_leaves_a_daemon():\n"
+            "    subprocess.run(['sh', '-c', 'setsid sh -c \"echo \\\\$\\\\$ > " + str(pidfile)
+            + "; exec sleep 300\" >/dev/null 2>&1 &'], check=True)\n"
+            "    import time\n    time.sleep(0.5)\n")
+    run = _run(tmp_path, body)
+    assert "1 passed" in run.stdout, run.stdout + run.stderr
+    pid = int(pidfile.read_text())
+    shutil.rmtree(drop)
+    status = Path(f"/proc/{pid}/status")
+    gone = not status.exists() or "State:\tZ" in status.read_text()
+    if not gone:
+        os.kill(pid, 9)
+    assert gone, "the program's daemon outlived the judge's session"
+
+
+def test_the_kernels_rule_ends_every_process_of_the_program_uid(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``end_program_processes`` alone (the table of spared processes plays no part): each
+    process of the uid is ended, its own session and parent whatever they are."""
+    monkeypatch.setattr(results_guard_plugin, "APART", True)
+    monkeypatch.setattr(results_guard_plugin, "PROGRAM_UID", UID)
+    procs = [subprocess.Popen(["sleep", "300"], user=UID, group=UID,
+                              extra_groups=[], start_new_session=True) for _ in range(3)]
+    results_guard_plugin.end_program_processes()
+    assert [p.wait(timeout=10) for p in procs] == [-9, -9, -9]
