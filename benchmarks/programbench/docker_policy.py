@@ -109,6 +109,7 @@ VALUE_FLAGS = frozenset({
     "--name", "-w", "--workdir", "--cpus", "-e", "--env", "--network", "-u", "--user", "-v",
     "--volume", "-m", "--memory", "-l", "--label", "--entrypoint", "--mount", "--cap-add",
     "--cap-drop", "--pids-limit", "--env-file", "--hostname", "-h", "--platform",
+    "--security-opt",
 })
 
 

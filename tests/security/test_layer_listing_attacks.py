@@ -478,7 +478,7 @@ def _eval_with_build(tmp_path: Path, plant: str) -> tuple[dict[str, Any], str, s
 
 
 @pytest.mark.docker
-def test_a_build_planting_linked_and_newline_named_pth_files_is_refused(tmp_path: Path) -> None:
+def test_a_build_planting_linked_and_newline_named_pth_files_gains_nothing(tmp_path: Path) -> None:
     plant = (
         f"D={SITE}\nmkdir -p $D\n"
         "ln -s /etc/shadow $D/zz_link.pth\n"
@@ -486,19 +486,23 @@ def test_a_build_planting_linked_and_newline_named_pth_files_is_refused(tmp_path
         "printf 'import os\\n' > \"$D/$(printf 'zz\\nnl.pth')\"\n"
     )
     row, refused, out = _eval_with_build(tmp_path, plant)
-    assert row["outcome"] == "agent_failed" and row["score"] == 0.0, out
-    assert row["reason_code"] == "submission_broke_eval", row
-    # the link is a change (not followed into /etc/shadow); the newline name is one path
-    # (read from the layer: the docker diff fallback would split it)
-    assert "zz_link.pth" in refused and "zz\nnl.pth" in refused, refused
+    # issue 40: the build runs as the program user, so the kernel refuses each write into
+    # Python's folders (EPERM) and the program earns its 0; nothing is left to refuse. The
+    # listing of such names from a layer is tested on trees above.
+    assert row["outcome"] == "scored" and row["score"] == 0.0, out
+    assert refused == "", refused
 
 
 @pytest.mark.docker
-def test_a_build_planting_a_non_utf8_named_pth_is_the_agents_failure(tmp_path: Path) -> None:
+def test_a_build_planting_a_non_utf8_named_pth_gains_nothing(tmp_path: Path) -> None:
     plant = f"D={SITE}\nmkdir -p $D\nprintf 'import os\\n' > \"$D/$(printf 'zz\\377.pth')\"\n"
     row, refused, out = _eval_with_build(tmp_path, plant)
-    assert row["outcome"] == "agent_failed" and row["infra"] is False, out
-    assert "zz" in refused and ".pth" in refused, refused
+    # the write fails (EPERM, issue 40); bash's message names the file, byte 0xff and all,
+    # and the official CLI cannot decode the build's output: the agent's failure, score 0
+    assert row["score"] == 0.0 and row["infra"] is False, out
+    assert row["outcome"] == "scored" or row["details"]["eval_error_code"] == (
+        "UnicodeDecodeError"), row
+    assert refused == "", refused
 
 
 # issue 29: a process the build left running, a module ahead of pytest's, the fallback's names

@@ -142,7 +142,9 @@ def _guarded(tmp: Path, files: dict[str, str]) -> tuple[float | None, str | None
     (APPEND, (0.0, None)),
     (THREAD_GROUP, (0.0, None)),
     (CLONE_PARENT, (0.0, None)),
-    (KILL_AND_FORGE, (None, "verdict_mismatch")),  # pytest's own account never came
+    # the program (the program user) cannot kill pytest (root): the account comes, and says
+    # 0 (the account check itself: tests/security/test_pytest_account.py)
+    (KILL_AND_FORGE, (0.0, None)),
 ], ids=["append-run-sh", "zombie-leader", "clone-parent", "kill-pytest-forge-account"])
 def test_a_verdict_rewritten_after_pytest_does_not_count(
         tmp_path: Path, files: dict[str, str], want: tuple[float | None, str | None]) -> None:

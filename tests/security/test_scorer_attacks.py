@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.programbench.fixture import ensure_fixture
+from benchmarks.programbench.program_user import PROGRAM_UID
 from benchmarks.programbench.submission import list_submission
 from tests.security.scorer_support import (
     FORCE_PASS_CONFTEST,
@@ -141,9 +142,10 @@ def test_batch_eval_scores_the_guarded_submission(tmp_path: Path) -> None:
     assert official_eval_json(run, row)["docker_policy"]["network"] == "none"
 
 
-def test_a_build_that_plants_a_pytest_plugin_is_refused(tmp_path: Path) -> None:
-    # compile.sh runs as root: a plugin module plus a .pth that loads it in every Python
-    # process of the committed image would force every test to pass
+def test_a_build_that_plants_a_pytest_plugin_gains_nothing(tmp_path: Path) -> None:
+    # the official eval runs compile.sh as root: a plugin module plus a .pth that loads it
+    # in every Python process of the committed image forces every test to pass. Ours runs
+    # the build as the program user: the writes fail (EPERM), the program earns its 0.
     plant = (
         "D=/usr/local/lib/python3.11/dist-packages\nmkdir -p $D\n"
         "cp /workspace/.hidden/force.py $D/force_pass_plugin.py\n"
@@ -157,8 +159,8 @@ def test_a_build_that_plants_a_pytest_plugin_is_refused(tmp_path: Path) -> None:
                          "--agent-command", agent_command(files))
     assert control() == 1.0
     row = fixture_row(run)
-    assert row["infra"] is False and row["outcome"] == "agent_failed", run.out
-    assert row["reason_code"] == "submission_broke_eval" and row["score"] == 0.0
+    assert row["official_eval_status"] == "completed", run.out
+    assert row["score"] == 0.0 and row["tests_passed"] == 0
     evidence = official_eval_json(run, row)
-    assert evidence["error_cause"] == "agent"
-    assert any("zz_force.pth" in r for r in evidence["docker_policy"]["refused"])
+    assert evidence["docker_policy"]["build_user"] == PROGRAM_UID
+    assert not evidence["docker_policy"]["refused"]  # nothing to refuse: nothing was written

@@ -29,9 +29,10 @@ DIFF_CASES = Path(__file__).resolve().parents[1] / "data" / "scorer" / "docker_d
 
 def test_every_created_container_gets_network_none() -> None:
     run = ["run", "-d", "--init", "--name", "x", "-w", "/workspace", "img", "sleep", "2h"]
-    assert rewrite(run) == ["run", "--network", "none", *run[1:]]
+    nnp = ["--security-opt", "no-new-privileges"]  # no setuid bit works (issue 40)
+    assert rewrite(run) == ["run", "--network", "none", *nnp, *run[1:]]
     assert rewrite(["container", "create", "img"]) == [
-        "container", "create", "--network", "none", "img"]
+        "container", "create", "--network", "none", *nnp, "img"]
     for passthrough in (["exec", "-i", "c", "tar", "-xf", "-"], ["cp", "a", "c:/b"],
                         ["commit", "c", "ref"], ["rmi", "-f", "ref"], []):
         assert rewrite(passthrough) == passthrough
@@ -41,7 +42,7 @@ def test_every_created_container_gets_network_none() -> None:
         with pytest.raises(PolicyRefused):
             rewrite(refused)
     assert rewrite(["create", "img"], "pb-x") == [
-        "create", "--network", "none", "--label", "harness.pb_eval=pb-x", "img"]
+        "create", "--network", "none", *nnp, "--label", "harness.pb_eval=pb-x", "img"]
     assert image_of(rewrite(run, "pb-x")) == "img"
     assert image_of(["run", "-d", "--cpus", "2", "-e", "A=b", "--init", "repo/i:t", "sleep"]) == (
         "repo/i:t")

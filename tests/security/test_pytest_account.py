@@ -1,0 +1,41 @@
+"""The host's check of a results file against pytest's own account (issue 40, class 3): a
+file with more passes than pytest counted, or passes and no account under the eval call's
+key, is not scored. The separated judge keeps the program from killing pytest; this check
+stays as the second wall, and is tested here without Docker."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from benchmarks.programbench.official_eval import VerdictMismatch, check_pytest_account
+
+KEY = "0123456789abcdef0123456789abcdef"
+XML = ('<testsuites><testsuite><testcase classname="t" name="a"/>'
+       '<testcase classname="t" name="b"/><testcase classname="t" name="c">'
+       '<failure message="x"/></testcase></testsuite></testsuites>')
+
+
+def _result(account: str) -> SimpleNamespace:
+    return SimpleNamespace(log=[
+        {"step": "run_tests", "branch": "b1", "output": f"3 passed\n{account}\n"},
+        {"step": "results_read", "branch": "b1", "output": XML},
+    ])
+
+
+@pytest.mark.parametrize("account", [f"HX-PYTEST-ACCOUNT {KEY} passed=2",
+                                     f"HX-PYTEST-ACCOUNT {KEY} passed=3"])
+def test_a_file_within_pytests_account_is_scored(account: str) -> None:
+    check_pytest_account(_result(account), KEY)
+
+
+@pytest.mark.parametrize("account", [
+    f"HX-PYTEST-ACCOUNT {KEY} passed=1",  # the file gained a pass after pytest wrote it
+    "",  # pytest never gave its account (killed)
+    "HX-PYTEST-ACCOUNT - passed=2",  # an account without the call's key: forged
+    f"HX-PYTEST-ACCOUNT {KEY[::-1]} passed=2",
+])
+def test_a_file_past_pytests_account_is_refused(account: str) -> None:
+    with pytest.raises(VerdictMismatch, match="changed after pytest wrote it"):
+        check_pytest_account(_result(account), KEY)
