@@ -58,8 +58,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from benchmarks.programbench.program_user import (
     PROGRAM_UID,
+    build_command,
     build_exec_flags,
-    build_setup_script,
     judge_prefix,
     sweep_script,
 )
@@ -711,23 +711,15 @@ def guard_results(docker: str, args: list[str]) -> list[str]:
     return [*args[:-1], capped(prefix + args[-1])]
 
 
-def build_as_program_user(docker: str, args: list[str], log: str | None) -> list[str]:
+def build_as_program_user(args: list[str], log: str | None) -> list[str]:
     """The build's ``exec`` (``bash -lc ... ./compile.sh``) as the program user, its output
-    capped: first, as root, the user, its home and the workspace made its own."""
-    target = _exec_target(args, BUILD_MARKER)
-    if target is None or len(args) < 3 or args[-2] != "-lc":
+    capped; the same exec first makes the user, its home and the workspace its own (as
+    root)."""
+    if len(args) < 4 or args[-2] != "-lc" or _exec_target(args, BUILD_MARKER) is None:
         return args
-    try:
-        proc = subprocess.run([docker, "exec", "-u", "0", target[1], "sh", "-c",
-                               build_setup_script()], capture_output=True, timeout=300,
-                              check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise PolicyRefused("the build's user could not be set up (timed out)") from exc
-    if proc.returncode != 0:
-        why = proc.stderr.decode(errors="replace").strip()[-300:]
-        raise PolicyRefused(f"the build's user could not be set up: {why}")
     _log(log, {"op": "exec", "build_user": PROGRAM_UID})
-    return [args[0], *build_exec_flags(), *args[1:-1], capped(args[-1])]
+    shell = [args[-3], "-lc", capped(args[-1])]
+    return [args[0], *build_exec_flags(), *args[1:-3], *build_command(shell)]
 
 
 def _container_running(docker: str, container: str) -> bool | None:
@@ -780,10 +772,20 @@ def _commit(docker: str, new: list[str], log: str | None, started: float) -> NoR
         os.execv(docker, [docker, *new])
     # while it runs: docker exec (the removal) cannot run in a paused container; anything
     # made again after it is an override the check below finds
-    swept = _exec_in(docker, container, ["sh", "-c", sweep_script()], 300)
+    # the sweep (outside the workspace) runs while the workspace is listed
+    sweep = subprocess.Popen([docker, "exec", "-u", "0", container, "sh", "-c", sweep_script()],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL)
+    removed = build_overrides(docker, container)
+    try:
+        swept = sweep.communicate(timeout=300)[0]
+    except subprocess.TimeoutExpired:
+        sweep.kill()
+        sweep.communicate()
+        _refuse(log, "docker policy: the build's files outside its workspace could not be "
+                     "swept in 300 s")
     _log(log, {"op": "sweep", "swept": [
         _shown(p) for p in swept.decode(errors="surrogateescape").split("\0") if p][:50]})
-    removed = build_overrides(docker, container)
     paths = [p for p in removed if p.startswith("/")]
     if paths:
         subprocess.run([docker, "exec", "-u", "0", container, "rm", "-rf", "--", *paths],
@@ -837,7 +839,7 @@ def main(argv: list[str]) -> NoReturn:
             new = _feed_account_key(new, Path(log).with_name(ACCOUNT_KEY_NAME))
     elif _exec_target(new, BUILD_MARKER) is not None:
         try:
-            new = build_as_program_user(docker, new, log)
+            new = build_as_program_user(new, log)
         except PolicyRefused as exc:
             _log(log, {"op": "exec", "refused": str(exc)})
             print(f"docker policy: refused: {exc}", file=sys.stderr)

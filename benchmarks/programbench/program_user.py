@@ -55,9 +55,28 @@ def build_setup_script() -> str:
 
 
 def build_exec_flags() -> list[str]:
-    """``docker exec`` options that run the build as the program user."""
-    return ["-u", f"{PROGRAM_UID}:{PROGRAM_UID}", "-e", f"HOME={PROGRAM_HOME}",
-            "-e", f"USER={PROGRAM_USER}", "-e", f"LOGNAME={PROGRAM_USER}"]
+    """``docker exec`` options of the build (its environment: the program user's)."""
+    return ["-u", "0", "-e", f"HOME={PROGRAM_HOME}", "-e", f"USER={PROGRAM_USER}",
+            "-e", f"LOGNAME={PROGRAM_USER}"]
+
+
+# Becomes the program user and runs its arguments: setpriv (util-linux), else the judge's
+# own Python (every eval image has it).
+_DROP_PY = ("import os, sys; os.setgroups([]); os.setgid({uid}); os.setuid({uid}); "
+            "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+def build_command(shell: list[str]) -> list[str]:
+    """The argv (after the container) that sets the user up as root (see
+    :func:`build_setup_script`) and then runs ``shell`` (``bash -lc CMD``) as the user: one
+    ``docker exec``, no second round trip."""
+    uid = PROGRAM_UID
+    drop = (f'if command -v setpriv >/dev/null 2>&1; then exec setpriv --reuid={uid} '
+            f'--regid={uid} --clear-groups -- "$@"; else exec python3 -c '
+            f'{shlex.quote(_DROP_PY.format(uid=uid))} "$@"; fi')
+    script = (f"{{ {build_setup_script()}; }} >/dev/null 2>&1 || "
+              "{ echo 'harness: the build user could not be set up' >&2; exit 125; }; " + drop)
+    return ["sh", "-c", script, "sh", *shell]
 
 
 def sweep_script() -> str:
