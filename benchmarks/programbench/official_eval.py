@@ -208,6 +208,33 @@ class VerdictMismatch(EvalJsonRefused):
     code, cause = "verdict_mismatch", "agent"
 
 
+class BuildNeedsRoot(EvalJsonRefused):
+    """The build, run as the program user, failed on a write it was denied: it needs root,
+    which the separated judge does not give a build (the official eval does). Refused with
+    this name, never a silent 0."""
+
+    code, cause = "build_needs_root", "agent"
+
+
+DENIED = re.compile(r"^.*(?:Permission denied|Operation not permitted).*$", re.M)
+
+
+def check_build_user(result: object) -> None:
+    """A build phase that failed (a top-level ``error_code``) with a write the kernel denied
+    in ``compile.sh``'s output raises :class:`BuildNeedsRoot`, naming the first denials."""
+    if not getattr(result, "error_code", None):
+        return
+    for entry in getattr(result, "log", []):
+        if entry.get("step") == "compile":
+            denied = DENIED.findall(entry.get("output") or "")
+            if denied:
+                shown = "; ".join(line.strip()[:200] for line in denied[:3])
+                raise BuildNeedsRoot(
+                    f"compile.sh failed on a write it was denied as the build user ({shown}); "
+                    "the separated judge builds without root: build inside the workspace or "
+                    "the home")
+
+
 def _passed_in_xml(xml: str) -> int:
     import xml.etree.ElementTree as ET
 
@@ -414,11 +441,12 @@ def _tests_meta(instance_id: str) -> dict[str, object]:
     return {"branches": data.get("branches") or {}}
 
 
-def score_eval_json(instance_id: str, eval_json: Path, *,
-                    account_key: str | None = None) -> OfficialEvalResult:
+def score_eval_json(instance_id: str, eval_json: Path, *, account_key: str | None = None,
+                    build_user: bool = False) -> OfficialEvalResult:
     """Score one eval.json like ``programbench info`` (current tests.json filtering).
     ``account_key``: the eval ran under the results guard with this key, so each branch's
-    results are held against pytest's own account (:func:`check_pytest_account`)."""
+    results are held against pytest's own account (:func:`check_pytest_account`).
+    ``build_user``: the build ran as the program user (:func:`check_build_user`)."""
     from programbench.eval.eval import EvaluationResult
     from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
@@ -426,6 +454,8 @@ def score_eval_json(instance_id: str, eval_json: Path, *,
     check_unique_records(result)
     if account_key is not None:
         check_pytest_account(result, account_key)
+    if build_user:
+        check_build_user(result)
     inst = _tests_meta(instance_id)
     if inst["branches"]:
         result = result.for_branches(get_active_branches(inst)).without_ignored(
@@ -534,7 +564,8 @@ def _finish(
     elif eval_json.exists():
         try:
             result = score_eval_json(instance_id, eval_json, account_key=(
-                run.account_key if policy.results_guarded > 0 else None))
+                run.account_key if policy.results_guarded > 0 else None),
+                build_user=policy.build_user is not None)
         except Exception as exc:  # a torn or foreign eval.json is an error, not a 0
             refused = exc if isinstance(exc, EvalJsonRefused) else EvalJsonRefused()
             result = OfficialEvalResult(

@@ -31,6 +31,7 @@ class Verdict:
 
 
 SUBMISSION_BROKE_EVAL = "submission_broke_eval"
+BUILD_NEEDS_ROOT = "build_needs_root"  # official_eval.BuildNeedsRoot.code
 
 
 def guard_details(result: OfficialEvalResult | None) -> dict[str, Any]:
@@ -55,6 +56,12 @@ def verdict(result: OfficialEvalResult | None, *, completed: bool,
     """No eval.json is an infrastructure failure, never a 0, unless the submission caused it
     (``error_cause: agent``: it scores 0 as the agent's failure); partial work of an agent
     that did not finish is scored but stays ``agent_failed``."""
+    if (result is not None and result.official_eval_status == "error"
+            and result.error_code == BUILD_NEEDS_ROOT):
+        # refused with its name, not scored: the separated judge builds without root
+        return Verdict(Outcome.AGENT_FAILED, BUILD_NEEDS_ROOT, "error",
+                       error=f"not scored: {(result.error_message or '')[:500]}",
+                       details={"eval_error_code": result.error_code, **guard_details(result)})
     if (result is not None and result.official_eval_status == "error"
             and result.error_cause == "agent"):
         broke: dict[str, Any] = {"eval_error_code": result.error_code, **guard_details(result)}

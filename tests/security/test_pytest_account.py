@@ -9,7 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.programbench.official_eval import VerdictMismatch, check_pytest_account
+from benchmarks.programbench.official_eval import (
+    BuildNeedsRoot,
+    VerdictMismatch,
+    check_build_user,
+    check_pytest_account,
+)
 
 KEY = "0123456789abcdef0123456789abcdef"
 XML = ('<testsuites><testsuite><testcase classname="t" name="a"/>'
@@ -39,3 +44,21 @@ def test_a_file_within_pytests_account_is_scored(account: str) -> None:
 def test_a_file_past_pytests_account_is_refused(account: str) -> None:
     with pytest.raises(VerdictMismatch, match="changed after pytest wrote it"):
         check_pytest_account(_result(account), KEY)
+
+
+def _built(error_code: str | None, output: str) -> SimpleNamespace:
+    return SimpleNamespace(error_code=error_code, log=[{"step": "compile", "output": output}])
+
+
+def test_a_failed_build_denied_a_write_is_refused_by_name() -> None:
+    with pytest.raises(BuildNeedsRoot, match="/usr/local/bin/x: Permission denied"):
+        check_build_user(_built("compile_failed", "install: cannot create regular file "
+                                                  "'/usr/local/bin/x': Permission denied\n"))
+
+
+@pytest.mark.parametrize(("code", "output"), [
+    ("compile_failed", "error[E0308]: mismatched types\n"),  # an ordinary failure: its 0
+    (None, "mkdir: cannot create directory '/etc/x': Permission denied\n"),  # built anyway
+])
+def test_other_builds_keep_the_official_verdict(code: str | None, output: str) -> None:
+    check_build_user(_built(code, output))

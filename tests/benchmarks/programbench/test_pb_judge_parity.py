@@ -22,6 +22,7 @@ from benchmarks.programbench.fixture import ensure_fixture
 from benchmarks.programbench.official_eval import evaluate_instance
 from benchmarks.programbench.program_user import PROGRAM_UID
 from benchmarks.programbench.submission import build_submission
+from benchmarks.programbench.verdict import verdict
 from tests.security.scorer_support import raw_score_alongside, write
 
 pytestmark = pytest.mark.docker
@@ -67,3 +68,29 @@ def test_an_honest_build_that_writes_the_usual_places_scores_as_the_bare_eval(
     assert control() == 1.0
     assert (ours.official_eval_status, ours.score) == ("completed", 1.0), ours.error_message
     assert ours.docker_policy is not None and ours.docker_policy.build_user == PROGRAM_UID
+
+
+# A correct calculator "installed" the way ``make install`` would, into /usr/local/bin: the
+# official eval (root) scores it 1.0; the separated judge cannot give the build root.
+NEEDS_ROOT = {
+    "compile.sh": ("#!/bin/bash\nset -e\ninstall -m 0755 calc.sh /usr/local/bin/hx-calc\n"
+                   "ln -s /usr/local/bin/hx-calc executable\n"),
+    "calc.sh": "#!/bin/bash\necho $(($1 $2 $3))\n",
+}
+
+
+def test_an_honest_build_that_needs_root_is_refused_by_name_never_a_silent_zero(
+        tmp_path: Path) -> None:
+    fixture = ensure_fixture()
+    ws = tmp_path / "ws"
+    for rel, text in NEEDS_ROOT.items():
+        write(ws / rel, text, 0o755)
+    build_submission(ws, tmp_path / "src" / FIXTURE_ID / "submission.tar.gz")
+    with raw_score_alongside(tmp_path / "control", NEEDS_ROOT) as control:
+        ours = evaluate_instance(tmp_path / "src", FIXTURE_ID, blob_dir=fixture.blob_dir)
+    assert control() == 1.0
+    assert (ours.official_eval_status, ours.error_code, ours.score) == (
+        "error", "build_needs_root", None), ours
+    assert "/usr/local/bin/hx-calc" in (ours.error_message or "")
+    row = verdict(ours, completed=True, reason=None)
+    assert (row.reason_code, row.score) == ("build_needs_root", None)
