@@ -51,7 +51,7 @@ def _built(error_code: str | None, output: str) -> SimpleNamespace:
 
 
 def test_a_failed_build_denied_a_write_is_refused_by_name() -> None:
-    with pytest.raises(BuildNeedsRoot, match="/usr/local/bin/x: Permission denied"):
+    with pytest.raises(BuildNeedsRoot, match="'/usr/local/bin/x': Permission denied"):
         check_build_user(_built("compile_failed", "install: cannot create regular file "
                                                   "'/usr/local/bin/x': Permission denied\n"))
 
