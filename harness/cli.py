@@ -36,16 +36,21 @@ def merge_command(argv: Sequence[str]) -> int:
                                      description=COMMANDS["merge"][2])
     parser.add_argument("roots", nargs="+", type=Path, help="shard run roots")
     parser.add_argument("--output", required=True, type=Path, help="new directory")
+    parser.add_argument("--accept-partial", action="store_true",
+                        help="merge even when units have no final row (not reportable)")
     args = parser.parse_args(list(argv))
     try:
-        record = merge(args.roots, args.output)
+        record = merge(args.roots, args.output, accept_partial=args.accept_partial)
     except MergeError as exc:
         print(f"harness merge: {exc}", file=sys.stderr)
         return 2
     counts = ", ".join(f"{k} {v}" for k, v in record.counts.items())
     mean = "n/a" if record.mean_score is None else f"{record.mean_score:.4f}"
     print(f"merged {len(record.shards)} shards of {record.shard_count}: "
-          f"{record.selected} instances ({counts}); mean score {mean}; wrote {args.output}")
+          f"{record.selected} units ({counts}); mean score {mean}; wrote {args.output}")
+    if record.missing:
+        print(f"incomplete: {record.selected - len(record.missing)} of {record.selected} units "
+              "have a final row: not reportable")
     return 0
 
 

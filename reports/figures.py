@@ -148,7 +148,7 @@ class Provenance(StrictModel):
     resume_generation: int
     reportable: bool | None = None  # None: a manifest older than the rule
     not_reportable: list[str] = Field(default_factory=list)
-    subset_notice: str | None = None  # "12 of 200 selected: not the benchmark score"
+    subset_notice: str | None = None  # "12 of 200 tasks: not the benchmark score"
 
 
 class OfficialSummary(StrictModel):

@@ -69,7 +69,7 @@ class BenchmarkAdapter:
     # A run of this benchmark must name its agent (``--agent``); False for test benchmarks.
     needs_agent: bool = True
     # Instances of the whole benchmark (the denominator of its published score); a run that
-    # selects fewer says "N of SIZE selected: not the benchmark score" with every headline.
+    # selects fewer says "N of SIZE tasks: not the benchmark score" with every headline.
     benchmark_size: int | None = None
     # The ledger ``status`` word of each outcome, in this benchmark's own vocabulary; an
     # outcome left out is recorded under the runner's own word (``Outcome.value``).

@@ -465,7 +465,7 @@ class Manifest(OpenModel):
     # waived a provenance change; the reasons say which (see harness.run.manifest.reportability).
     reportable: bool | None = None
     not_reportable: list[str] = Field(default_factory=list)
-    # "12 of 200 selected: not the benchmark score" when the selection is a subset.
+    # "12 of 200 tasks: not the benchmark score" when the selection is a subset.
     subset_notice: str | None = None
     extra: ManifestExtra = Field(default_factory=ManifestExtra)
 

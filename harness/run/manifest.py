@@ -110,16 +110,6 @@ def reportability(manifest: Manifest) -> list[str]:
     return reasons
 
 
-def subset_notice(selected: dict[str, int], sizes: dict[str, int | None]) -> str | None:
-    """"12 of 200 selected: not the benchmark score" for each benchmark whose selection is
-    smaller than the whole benchmark (None when every selection is whole)."""
-    parts = [f"{count} of {sizes[name]}" for name, count in sorted(selected.items())
-             if sizes.get(name) is not None and count != sizes[name]]
-    if not parts:
-        return None
-    return f"{', '.join(parts)} selected: not the benchmark score"
-
-
 def write_manifest(manifest: Manifest, run_root: Path | None = None) -> Path:
     path = manifest_path(Path(run_root or manifest.run_root))
     manifest.not_reportable = reportability(manifest)

@@ -15,6 +15,7 @@ from harness.core.models import (
     InfraRetries,
     Manifest,
     ManifestExtra,
+    Outcome,
     Selection,
     StrictModel,
     TaskRow,
@@ -24,9 +25,9 @@ from harness.run.manifest import (
     ManifestError,
     read_manifest,
     reportability,
-    subset_notice,
     write_manifest,
 )
+from harness.run.model import RunModel, task_key
 
 
 class MergeError(ValueError):
@@ -42,6 +43,7 @@ class MergeRecord(StrictModel):
     config_fingerprint: str
     selected: int
     rows: int
+    missing: list[str] = Field(default_factory=list)  # units without a final row
     counts: dict[str, int]
     mean_score: float | None
 
@@ -102,7 +104,32 @@ def check_shards(shards: list[Shard]) -> int:
     return n
 
 
-def merge(roots: list[Path], output: Path) -> MergeRecord:
+# Rows that say a unit's work was not done: the run ended, or a budget or stop kept it back.
+NOT_FINAL = frozenset({Outcome.BLOCKED, Outcome.NOT_ATTEMPTED})
+
+
+def coverage(shards: list[Shard]) -> tuple[RunModel, list[str], list[TaskRow]]:
+    """The run the shards split (their tasks, K attempts each), its units without a final
+    row in the shard that owns them, and the final rows, in the model's order."""
+    first = shards[0].manifest
+    tasks = [k for s in shards for k in s.manifest.selection.instance_ids]
+    model = RunModel.of_keys(tasks, first.extra.attempts or 1)
+    owner = {task_key(k): s for s in shards for k in s.manifest.selection.instance_ids}
+    rows: list[TaskRow] = []
+    missing: list[str] = []
+    for unit in model.units:
+        row = owner[task_key(unit)].latest.get(unit)
+        if row is None or row.outcome in NOT_FINAL:
+            missing.append(unit)
+        else:
+            rows.append(row)
+    return model, missing, rows
+
+
+def merge(roots: list[Path], output: Path, *, accept_partial: bool = False) -> MergeRecord:
+    """Merge the shards of one run into ``output``. Every unit of the run (each task of the
+    shards, K attempts each) must have a final row, else :class:`MergeError` names the
+    missing ones (``accept_partial``: merged anyway, not reportable)."""
     output = Path(output)
     if output.exists():
         raise MergeError(f"--output {output} already exists; pass a new directory")
@@ -111,12 +138,15 @@ def merge(roots: list[Path], output: Path) -> MergeRecord:
     shards = [load_shard(Path(r)) for r in roots]
     shards.sort(key=lambda s: s.manifest.shard.index if s.manifest.shard else 0)
     n = check_shards(shards)
+    model, missing, rows = coverage(shards)
+    units = len(model.units)
+    incomplete = (f"incomplete: {units - len(missing)} of {units} units have a final row "
+                  f"(missing {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})")
+    if missing and not accept_partial:
+        raise MergeError(f"{incomplete}; resume the shards that lack them, or pass "
+                         "--accept-partial (the merged run is then not reportable)")
     output.mkdir(parents=True)
-    selection: list[str] = []
-    rows: list[TaskRow] = []
-    for s in shards:
-        selection.extend(s.manifest.selection.instance_ids)
-        rows.extend(s.latest[k] for k in s.manifest.selection.instance_ids if k in s.latest)
+    selection = model.units
     atomic_write_text(output / LEDGER_NAME, "".join(r.dump_line() + "\n" for r in rows))
     figures = tally(selection, {r.key: r for r in rows})
     first = shards[0].manifest
@@ -134,7 +164,8 @@ def merge(roots: list[Path], output: Path) -> MergeRecord:
     sizes = first.extra.benchmark_sizes or {}
     merged.extra = ManifestExtra(
         merged_from=[str(s.root) for s in shards],
-        merged_not_reportable=sorted({r for s in shards for r in reportability(s.manifest)}),
+        merged_not_reportable=sorted({r for s in shards for r in reportability(s.manifest)}
+                                     | ({incomplete} if missing else set())),
         benchmark_sizes=sizes,
     )
     if first.extra.attempts is not None:  # K attempts per task (--attempts)
@@ -142,15 +173,14 @@ def merge(roots: list[Path], output: Path) -> MergeRecord:
     retries = merged_retries(shards)
     if retries is not None:
         merged.extra.infra_retries = retries
-    merged.subset_notice = subset_notice(
-        dict(Counter(k.split("/", 1)[0] for k in selection)), sizes)
+    merged.subset_notice = RunModel.of_manifest(merged).notice(sizes)
     write_manifest(merged, output)
     record = MergeRecord(
         created_at_unix=time.time(), output=str(output),
         shards=[{"root": str(s.root), "run_id": s.manifest.run_id,
                  "shard": str(s.manifest.shard)} for s in shards],
         shard_count=n, config_fingerprint=first.config_fingerprint,
-        selected=len(selection), rows=len(rows), counts=figures.counts,
+        selected=len(selection), rows=len(rows), missing=missing, counts=figures.counts,
         mean_score=figures.mean_score,
     )
     atomic_write_json(output / "merge.json", record)

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.run.model import in_shard, shard_of  # noqa: F401  (a unit's shard: the model's)
+
 if TYPE_CHECKING:  # the file models load when a run is planned, not at collection
     from harness.core.models import Plan, ShardSpec
 
@@ -37,16 +39,6 @@ def parse_shard(text: str | None) -> ShardSpec | None:
     from harness.core.models import ShardSpec
 
     return ShardSpec(index=index, count=count)
-
-
-def shard_of(key: str, count: int) -> int:
-    """1-based shard of an instance key, by a stable hash (same on every machine)."""
-    digest = hashlib.sha256(key.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") % count + 1
-
-
-def in_shard(key: str, shard: ShardSpec | None) -> bool:
-    return shard is None or shard_of(key, shard.count) == shard.index
 
 
 def validate_run_id(run_id: str) -> str:

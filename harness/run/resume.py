@@ -12,6 +12,7 @@ from harness.core.models import Manifest, Outcome, ShardSpec, TaskRow
 from harness.core.outcomes import attempt_id, instance_key, split_attempt
 from harness.run.ledger import LedgerError, ledger_path, read_ledger
 from harness.run.manifest import ManifestError, read_manifest
+from harness.run.model import task_key
 from harness.run.plan import config_differences
 
 # Config keys an older harness recorded that no longer take part in the comparison:
@@ -122,12 +123,6 @@ def rekey(key: str, samples: int) -> str | None:
     benchmark, _, iid = key.partition("/")
     task_id, sample = split_attempt(iid)
     return attempt_key(benchmark, task_id, sample, samples)
-
-
-def task_key(key: str) -> str:
-    """``benchmark/task`` of an instance key (an attempt's key names its task)."""
-    benchmark, _, iid = key.partition("/")
-    return instance_key(benchmark, split_attempt(iid)[0])
 
 
 def expand_selection(keys: list[str], samples: int) -> list[str]:

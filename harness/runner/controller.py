@@ -43,6 +43,7 @@ from harness.core.outcomes import split_attempt
 from harness.core.signals import StopGuard, read_stop, request_stop
 from harness.run import manifest as mf
 from harness.run.ledger import LedgerWriter, ledger_path, tally
+from harness.run.model import RunModel
 from harness.run.plan import fingerprint, new_run_id, validate_run_id
 from harness.run.resume import (
     Ancestry,
@@ -286,10 +287,9 @@ class Controller:
             selectors=m.selection.selectors,
             source="ancestor" if self.run.plan.selection is not None else "collection",
         )
-        per_benchmark = Counter(k.split("/", 1)[0] for k in keys)
         sizes = {name: a.benchmark_size for name, a in self.run.adapters.items()}
         m.extra.benchmark_sizes = sizes
-        m.subset_notice = mf.subset_notice(dict(per_benchmark), sizes)
+        m.subset_notice = RunModel.of_manifest(m).notice(sizes)  # tasks, never attempts
         m.resume.carried = sum(1 for k in keys if k in self.run.plan.carried)
         m.resume.to_run = len(keys) - m.resume.carried
         if self.resume_plan is not None and self.run.plan.selection is None:

@@ -60,7 +60,7 @@ def test_programbench_subset_says_it_is_not_the_benchmark_score(tmp_path: Path) 
     run = run_pytest("benchmarks/programbench", tmp_path / "pb", "--dry-run",
                      "--pb-filter", "abishekvashok|ajeetdsouza", timeout=300)
     assert run.rc == 0, run.out
-    notice = "2 of 200 selected: not the benchmark score"
+    notice = "2 of 200 tasks: not the benchmark score"
     assert run.manifest["subset_notice"] == notice
     run.result.stdout.fnmatch_lines(["*= harness run =*", notice])  # a line of its own
     figures, markdown = _report(run.root)
@@ -74,7 +74,7 @@ def test_cowork_subset_says_it_is_not_the_benchmark_score(tmp_path: Path) -> Non
     run = run_pytest("benchmarks/cowork_bench", tmp_path / "cw", "--cowork-root", str(fixture),
                      "--allow-dirty-bench", "--dry-run", timeout=300)
     assert run.rc == 0, run.out
-    notice = "5 of 496 selected: not the benchmark score"
+    notice = "5 of 496 tasks: not the benchmark score"
     assert run.manifest["subset_notice"] == notice
     run.result.stdout.fnmatch_lines(["*= harness run =*", notice])  # a line of its own
     assert _report(run.root)[0]["provenance"]["subset_notice"] == notice
@@ -89,7 +89,7 @@ def test_merged_shards_of_the_whole_benchmark_carry_no_subset_notice(
         assert shard.rc == 0, shard.out
         count = shard.manifest["selection"]["count"]
         assert shard.manifest["subset_notice"] == \
-            f"{count} of 200 selected: not the benchmark score"
+            f"{count} of 200 tasks: not the benchmark score"
     out = tmp_path / "merged"
     merge = subprocess.run(
         [sys.executable, "-m", "harness.cli", "merge", *(str(s.root) for s in shards),

@@ -45,7 +45,9 @@ def test_two_shards_merge_into_one_run(tmp_path: Path) -> None:
              *(row(i, Outcome.SCORED, run_id="s2") for i in ids2[:-1])]
     s2 = shard_run(tmp_path, 2, rows=rows2)
     out = tmp_path / "merged"
-    record = merge([s2, s1], out)  # any order
+    with pytest.raises(MergeError, match=f"incomplete: 11 of 12 units .*{ids2[-1]}"):
+        merge([s2, s1], out)  # issue 41: a unit without a final row
+    record = merge([s2, s1], out, accept_partial=True)  # any order
     rows = read_ledger(ledger_path(out)).rows
     keys = [r.key for r in rows]
     assert len(keys) == len(set(keys)) == len(IDS) - 1  # each once; the unrun one has none
@@ -56,6 +58,7 @@ def test_two_shards_merge_into_one_run(tmp_path: Path) -> None:
     assert (record.shard_count, record.selected, record.rows) == (2, len(IDS), len(IDS) - 1)
     assert sum(merged.counts.values()) == len(IDS) - 1
     assert merged.extra.merged_from == [str(s1), str(s2)]
+    assert record.missing == [f"{BENCH}/{ids2[-1]}"] and merged.reportable is False
     assert json.loads((out / "merge.json").read_text())["shard_count"] == 2
 
 

@@ -63,3 +63,44 @@ def test_resume_reuses_the_frozen_shard(suite):
     clash = suite.run("--resume-from", str(first.root), "--shard", "2/3")
     assert clash.rc == 2, clash.out
     clash.result.stdout.fnmatch_lines(["*--shard * differs from the ancestor's shard *; drop --shard to reuse the frozen one*"])
+
+
+def test_resumed_shards_that_raise_the_attempts_cover_every_attempt(suite, tmp_path):
+    """Issue 41: shards split by task, never by attempt. Two shards of 6 tasks at K=1, each
+    resumed with --attempts 3, run all 18 attempts between them; merge finds all 18."""
+    suite.tasks([{"id": "t", "work": "partial", "score": 0.5, "count": 6}])
+    firsts = [suite.run("--shard", f"{i}/2") for i in (1, 2)]
+    grown = [suite.run("--resume-from", str(r.root), "--attempts", "3") for r in firsts]
+    for first, run in zip(firsts, grown, strict=True):
+        tasks = {k.split("@")[0] for k in first.latest}
+        assert set(run.latest) == {f"{t}@{k}" for t in tasks for k in (1, 2, 3)}, run.out
+    out = tmp_path / "merged"
+    proc = harness("merge", *(str(r.root) for r in grown), "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "18 units" in proc.stdout or "18 instances" in proc.stdout, proc.stdout
+    merged = [json.loads(x) for x in (out / "result_index.jsonl").read_text().splitlines()]
+    assert len(merged) == 18
+
+
+def test_merge_names_units_without_a_final_row_and_refuses_unless_asked(suite, tmp_path):
+    """Issue 41: merge checks that the shards cover the work, not only that they are
+    disjoint. A shard killed before its last two units ran (its ledger ends early)."""
+    suite.tasks([{"id": "t", "work": "partial", "score": 0.5, "count": 6}])
+    shards = [suite.run("--shard", f"{i}/2", "--attempts", "2") for i in (1, 2)]
+    ledger = shards[1].root / "result_index.jsonl"
+    lines = ledger.read_text().splitlines(keepends=True)
+    ledger.write_text("".join(lines[:-2]))  # as a SIGKILL leaves it
+    lost = sorted(json.loads(x)["instance_id"] for x in lines[-2:])
+    out = tmp_path / "merged"
+    proc = harness("merge", *(str(s.root) for s in shards), "--output", str(out))
+    assert proc.returncode == 2 and not out.exists()
+    assert "incomplete: 10 of 12 units have a final row" in proc.stderr, proc.stderr
+    assert all(i in proc.stderr for i in lost), proc.stderr
+    proc = harness("merge", *(str(s.root) for s in shards), "--output", str(out),
+                   "--accept-partial")
+    assert proc.returncode == 0, proc.stderr
+    assert "incomplete: 10 of 12 units" in proc.stdout
+    manifest = json.loads((out / "run_manifest.json").read_text())
+    assert manifest["selection"]["count"] == 12  # missing units count 0 in the mean
+    assert manifest["reportable"] is False
+    assert any("incomplete" in r for r in manifest["not_reportable"])

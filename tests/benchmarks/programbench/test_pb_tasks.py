@@ -206,10 +206,10 @@ def test_denominators_are_honest(tmp_path: Path) -> None:
     easy = sum(1 for i in select_instances() if i.difficulty == "easy")
     m = _dry_run(tmp_path / "easy", "-k", "easy")
     assert m["selection"]["count"] == easy
-    assert m["subset_notice"] == f"{easy} of 200 selected: not the benchmark score"
+    assert m["subset_notice"] == f"{easy} of 200 tasks: not the benchmark score"
     m = _dry_run(tmp_path / "notz", "-k", "not zoxide")
     assert m["selection"]["count"] == 199
-    assert m["subset_notice"] == "199 of 200 selected: not the benchmark score"
+    assert m["subset_notice"] == "199 of 200 tasks: not the benchmark score"
     # A resume that widens the selection to every task: 200 of 200, no notice.
     m = _dry_run(tmp_path / "grown", "--resume-from", str(tmp_path / "easy"), "--pb-filter", ".")
     assert m["selection"]["count"] == 200 and m["subset_notice"] is None
@@ -223,7 +223,7 @@ def test_a_fixture_run_is_its_own_denominator_and_its_resume_keeps_it(tmp_path: 
     assert m["config"]["programbench.fixtures"] is True
     assert m["extra"]["benchmark_sizes"] == {"programbench": len(fixtures)}
     expected = None if len(fixtures) == 1 else \
-        f"1 of {len(fixtures)} selected: not the benchmark score"
+        f"1 of {len(fixtures)} tasks: not the benchmark score"
     assert m["subset_notice"] == expected
     # The resume needs no flag: it resumes the fixture tasks, never the real ones.
     again = _dry_run(tmp_path / "fx2", "--resume-from", str(tmp_path / "fx"))
@@ -252,7 +252,7 @@ def test_the_gate_tasks_file_selects_the_run_it_gates(tmp_path: Path) -> None:
     assert sorted(_collected("--task-file", str(path))) == sorted(ids)
     m = _dry_run(tmp_path / "gate", "--task-file", str(path))
     assert m["selection"]["count"] == 20
-    assert m["subset_notice"] == "20 of 200 selected: not the benchmark score"
+    assert m["subset_notice"] == "20 of 200 tasks: not the benchmark score"
     assert m["selection"]["selectors"] == {"task_file": str(path.resolve())}
 
 
