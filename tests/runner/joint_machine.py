@@ -1,0 +1,229 @@
+"""A machine that plays what users do to runs, in orders nobody wrote down (issue 41).
+
+Hypothesis's stateful testing drives the selftest benchmark (no Docker) through runs with K
+attempts, sharded or not, SIGKILLs at random points, resumes that raise K or narrow the
+selection, and merges of shards. After every step it checks the invariants of
+:func:`check_chain` and :func:`check_merge` against the run model
+(:class:`harness.run.model.RunModel`). A failing example prints as the sequence of rules
+(``state.resume(...)``) Hypothesis replays.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from harness.core.models import ShardSpec
+from harness.run.model import RunModel, shard_of
+from tests.support.suite import Run, Suite, run_cli
+
+# Deterministic work: the same unit scores the same in every run. "sleep" gives a kill time
+# to land in the middle of a run; "infra" never settles, so every resume runs it again.
+TASKS: list[dict[str, Any]] = [
+    {"id": "p1", "work": "partial", "score": 0.25},
+    {"id": "p2", "work": "sleep", "seconds": 0.15, "then": "partial", "score": 0.5},
+    {"id": "s3", "work": "succeed"},
+    {"id": "f4", "work": "fail"},
+    {"id": "a5", "work": "agent_fail"},
+    {"id": "i6", "work": "infra"},
+]
+SETTLED = {"scored", "agent_failed"}
+NOT_FINAL = {"blocked", "not_attempted"}
+
+
+def unit(iid: str) -> str:
+    """A row's unit named for any K (``p1`` of a K=1 run is ``p1@1``)."""
+    return iid if "@" in iid else f"{iid}@1"
+
+
+@dataclass
+class Chain:
+    """One run and its resumes (nearest last); a shard's chain keeps its shard."""
+
+    roots: list[Path]
+    shard: ShardSpec | None = None
+    group: int | None = None  # the sharded run the chain is a share of
+    killed: list[bool] = field(default_factory=list)
+
+    @property
+    def tip(self) -> Path:
+        return self.roots[-1]
+
+
+def readable(root: Path) -> bool:
+    """A run root a resume can start from: its manifest names a frozen selection."""
+    try:
+        manifest = json.loads((root / "run_manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(manifest.get("selection", {}).get("resolved")) and (
+        root / "result_index.jsonl").exists()
+
+
+def model_of(manifest: dict[str, Any]) -> RunModel:
+    """The run model of a manifest read as JSON (as any tool reads it)."""
+    return RunModel.of_keys(manifest["selection"]["instance_ids"],
+                            manifest["extra"].get("attempts") or 1)
+
+
+def check_chain(chain: Chain) -> None:
+    """The invariants of one chain of runs (each planned unit, each row, each execution)."""
+    runs = [Run.of(r) for r in chain.roots]
+    executed_settled: dict[str, Path] = {}
+    settled_scores: dict[str, float | None] = {}
+    for run in runs:
+        manifest = run.manifest
+        model = model_of(manifest)
+        keys = manifest["selection"]["instance_ids"]
+        # every tool's count is the model's: the selection is every attempt of its tasks
+        assert sorted(keys) == sorted(model.units), (run.root, keys)
+        assert manifest["selection"]["count"] == len(model.units)
+        if chain.shard is not None:  # a shard holds its tasks' every attempt
+            assert {shard_of(k, chain.shard.count) for k in keys} <= {chain.shard.index}
+        rows = run.rows
+        final: dict[str, int] = {}
+        carried, ran = set(), set()
+        for row in rows:
+            iid = row["instance_id"]
+            if row["outcome"] == "carried_forward":
+                carried.add(iid)
+                # a settled score is never rewritten
+                assert settled_scores.get(unit(iid), row["score"]) == row["score"], row
+            elif row["outcome"] not in NOT_FINAL:
+                ran.add(iid)
+            if row["outcome"] in SETTLED or row["outcome"] == "carried_forward":
+                final[iid] = final.get(iid, 0) + 1
+        assert all(n == 1 for n in final.values()), (run.root, final)  # one final row each
+        assert not carried & ran, (run.root, carried & ran)  # never carried and run again
+        for row in rows:
+            if row["outcome"] in SETTLED:
+                u = unit(row["instance_id"])
+                # no paid unit runs twice across the chain
+                assert u not in executed_settled, (u, executed_settled.get(u), run.root)
+                executed_settled[u] = run.root
+                settled_scores[u] = row["score"]
+
+
+def merged_scores(root: Path) -> dict[str, float | None]:
+    return {unit(r["instance_id"]): r["score"] for r in Run.of(root).latest.values()}
+
+
+class JointMachine(RuleBasedStateMachine):
+    """Rules are what users do; invariants hold after every one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="joint-"))
+        self.suite = Suite(self.dir)
+        self.suite.tasks(TASKS)
+        self.chains: list[Chain] = []
+        self.groups = 0
+        self.merges = 0
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # what users do ----------------------------------------------------------------------
+    @precondition(lambda self: len(self.chains) < 5)
+    @rule(k=st.integers(1, 3), kill=st.none() | st.floats(0.05, 0.6))
+    def run(self, k: int, kill: float | None) -> None:
+        self._start(Chain([]), ["--attempts", str(k)], kill)
+
+    @precondition(lambda self: len(self.chains) < 4)
+    @rule(k=st.integers(1, 2), kill=st.none() | st.floats(0.05, 0.6))
+    def run_sharded(self, k: int, kill: float | None) -> None:
+        self.groups += 1
+        for i in (1, 2):
+            chain = Chain([], ShardSpec(index=i, count=2), self.groups)
+            self._start(chain, ["--attempts", str(k), "--shard", f"{i}/2"],
+                        kill if i == 2 else None)
+
+    @precondition(lambda self: bool(self.chains))
+    @rule(data=st.data(), grow=st.integers(0, 2), narrow=st.booleans(),
+          kill=st.none() | st.floats(0.05, 0.6))
+    def resume(self, data: st.DataObject, grow: int, narrow: bool, kill: float | None) -> None:
+        chain = data.draw(st.sampled_from(self.chains))
+        args = ["--resume-from", str(chain.tip)]
+        k = Run.of(chain.tip).manifest["extra"].get("attempts") or 1
+        if grow:
+            args += ["--attempts", str(k + grow)]
+        if narrow:
+            args += ["-k", "p1 or s3 or i6"]
+        self._start(chain, args, kill)
+
+    @precondition(lambda self: self.groups > 0)
+    @rule(data=st.data())
+    def merge(self, data: st.DataObject) -> None:
+        group = data.draw(st.integers(1, self.groups))
+        shards = [c for c in self.chains if c.group == group]
+        self.merges += 1
+        out = self.dir / f"merged-{self.merges}"
+        proc = run_cli("merge", *(str(c.tip) for c in shards), "--output", str(out))
+        check_merge(self.suite, shards, proc, out)
+
+    # -------------------------------------------------------------------------------------
+    def _start(self, chain: Chain, args: list[str], kill: float | None) -> None:
+        if kill is None:
+            run = self.suite.run(*args)
+            root = run.root
+        else:
+            proc, root = self.suite.start(*args)
+            time.sleep(kill)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate(timeout=60)
+        if readable(root):
+            chain.roots.append(root)
+            chain.killed.append(kill is not None)
+        if chain.roots and chain not in self.chains:
+            self.chains.append(chain)
+
+    @invariant()
+    def chains_hold(self) -> None:
+        for chain in self.chains:
+            check_chain(chain)
+
+
+def check_merge(suite: Suite, shards: list[Chain], proc: subprocess.CompletedProcess[str],
+                out: Path) -> None:
+    """A merge succeeds only on complete work; merged complete work equals the unsharded
+    run of the same tasks and K (the agent is deterministic)."""
+    if len(shards) < 2:  # a shard killed before its selection was frozen: no run root
+        assert proc.returncode == 2 and "missing" in proc.stderr, proc.stderr
+        return
+    models = [model_of(Run.of(c.tip).manifest) for c in shards]
+    missing = [u for c, m in zip(shards, models, strict=True)
+               for u in m.units if u.split("/", 1)[1] not in {
+                   k for k, r in Run.of(c.tip).latest.items() if r["outcome"] not in NOT_FINAL}]
+    ks = {m.attempts for m in models}
+    if len(ks) > 1:  # the shards were resumed to different K: not one run
+        assert proc.returncode == 2 and "different --attempts" in proc.stderr, proc.stderr
+        return
+    if missing:
+        assert proc.returncode == 2 and "incomplete:" in proc.stderr, (missing, proc.stderr)
+        assert not out.exists()
+        return
+    assert proc.returncode == 0, proc.stderr
+    k = ks.pop()
+    whole = suite.run("--attempts", str(k), *selectors(models))
+    want = merged_scores(whole.root)
+    assert merged_scores(out) == want, (merged_scores(out), want)
+
+
+def selectors(models: list[RunModel]) -> list[str]:
+    """``-k`` for the tasks the shards hold (a narrowed resume holds fewer than all)."""
+    tasks = sorted({t.split("/", 1)[1] for m in models for t in m.tasks})
+    return ["-k", " or ".join(tasks)] if len(tasks) < len(TASKS) else []
