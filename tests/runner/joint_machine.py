@@ -10,6 +10,7 @@ selection, and merges of shards. After every step it checks the invariants of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -180,10 +181,8 @@ class JointMachine(RuleBasedStateMachine):
         else:
             proc, root = self.suite.start(*args)
             time.sleep(kill)
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.communicate(timeout=60)
         if readable(root):
             chain.roots.append(root)
