@@ -10,15 +10,16 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from tests.runner.joint_machine import JointMachine
 
-COMMON = {"deadline": None, "database": None, "stateful_step_count": 6,
-          "suppress_health_check": list(HealthCheck)}
+# no deadline (a step is a pytest run), no example database (nothing written in the tree)
+COMMON = settings(deadline=None, database=None, stateful_step_count=6,
+                  suppress_health_check=list(HealthCheck))
 
 
 def test_the_joints_hold_on_a_fixed_set_of_examples() -> None:
     run_state_machine_as_test(JointMachine, settings=settings(
-        max_examples=12, derandomize=True, **COMMON))
+        COMMON, max_examples=12, derandomize=True))
 
 
 @pytest.mark.slow
 def test_the_joints_hold_on_ten_times_more_examples_at_random() -> None:
-    run_state_machine_as_test(JointMachine, settings=settings(max_examples=120, **COMMON))
+    run_state_machine_as_test(JointMachine, settings=settings(COMMON, max_examples=120))
