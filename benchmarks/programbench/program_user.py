@@ -86,8 +86,22 @@ def sweep_script() -> str:
     later puts on the judge's ``PYTHONPATH``, a ``pytest-of-root``...). Prints each path."""
     kept = ("/proc", "/sys", "/dev", WORKSPACE, PROGRAM_HOME, STASH)
     prune = " -o ".join(f"-path {p}" for p in kept)
-    return (f"find / -xdev \\( {prune} \\) -prune -o -user {PROGRAM_UID} -print0 "
+    return (f"{end_program_script()}; "
+            f"find / -xdev \\( {prune} \\) -prune -o -user {PROGRAM_UID} -print0 "
             "| xargs -0 -r sh -c 'for p; do printf \"%s\\0\" \"$p\"; rm -rf -- \"$p\"; done' sh")
+
+
+_END_PY = ("import os, signal; os.setgroups([]); os.setgid({uid}); os.setuid({uid})\n"
+           "for _ in range(10000):\n"
+           "    try:\n        os.kill(-1, signal.SIGKILL)\n"
+           "    except ProcessLookupError:\n        break")
+
+
+def end_program_script() -> str:
+    """Shell run as root: every process of the program user is ended (``kill(-1)`` sent as
+    that user, until none is left), so nothing the build left running writes while its files
+    are swept and checked."""
+    return f"python3 -c {shlex.quote(_END_PY.format(uid=PROGRAM_UID))} >/dev/null 2>&1"
 
 
 def judge_prefix() -> str:

@@ -233,17 +233,37 @@ def end_foreign_processes() -> int:
 PROGRAM_UID = int(os.environ.get("HX_PROGRAM_UID", "-1") or -1)
 PROGRAM_HOME = os.environ.get("HX_PROGRAM_HOME", "/")
 JUDGE_ONLY_ENV = ("PYTHONSAFEPATH", "HX_PROGRAM_UID", "HX_PROGRAM_HOME")
-ACTIVE: list[bool] = []  # non-empty while a test's setup, call or teardown runs
 APART = PROGRAM_UID > 0 and os.geteuid() == 0 and sys.version_info >= (3, 9)
+GUARD_MODULE = __name__
+GUARD_FOLDER = os.path.dirname(os.path.abspath(__file__))
+
+
+def _judge_call() -> bool:
+    """Whether the process being started is the judge's own: an xdist worker, which
+    execnet's ``Popen`` starts (at the session's start or on a restart), never a program a
+    test or a module runs (a worker runs its tests under execnet too: only the frame that
+    calls ``Popen`` counts)."""
+    caller = sys._getframe(2).f_globals.get("__name__", "")
+    return str(caller).startswith("execnet.")
 
 
 def _program_env(env: Any) -> Any:
-    """The environment a test's process gets: the judge's own settings left out, and the
-    program's home (the one its build had) for root's."""
+    """The environment a program gets: the judge's own settings taken out (what the docker
+    policy added to run.sh's: this plugin's folder and ``-p``, autoload off, safe path), and
+    the program's home (the one its build had) for root's."""
     base = dict(os.environ) if env is None else env
     if not isinstance(base, dict):
         return env
-    out = {k: v for k, v in base.items() if k not in JUDGE_ONLY_ENV}
+    out = {k: v for k, v in base.items()
+           if k not in (*JUDGE_ONLY_ENV, "PYTEST_DISABLE_PLUGIN_AUTOLOAD")}
+    paths = [p for p in str(out.get("PYTHONPATH", "")).split(os.pathsep)
+             if p and p != GUARD_FOLDER]
+    out["PYTHONPATH"] = os.pathsep.join(paths)
+    opts = str(out.get("PYTEST_ADDOPTS", "")).replace(f"-p {GUARD_MODULE}", "").strip()
+    out["PYTEST_ADDOPTS"] = opts
+    for name in ("PYTHONPATH", "PYTEST_ADDOPTS"):
+        if not out[name]:
+            del out[name]
     if out.get("HOME") in (None, "/root", "/"):
         out["HOME"] = PROGRAM_HOME
     return out
@@ -257,13 +277,15 @@ def drop_to_program_user() -> None:
 
 
 def _interpose() -> None:
-    """Run every process a test starts as the program user: ``subprocess.Popen`` (and through
-    it ``run``, ``check_output``, ``os.popen``, asyncio), ``os.system`` and the ``os.exec*``
-    family (``pty.spawn``, ``pexpect``, ``os.spawn*``). The tests' calls are unchanged."""
+    """Run every process the tests start as the program user, from this plugin's import on
+    (a module, a parametrization, a fixture or a test body: the program never runs as root):
+    ``subprocess.Popen`` (and through it ``run``, ``check_output``, ``os.popen``, asyncio),
+    ``os.system`` and the ``os.exec*`` family (``pty.spawn``, ``pexpect``, ``os.spawn*``).
+    The tests' calls are unchanged. Only the judge's own workers start as root."""
     popen_init = subprocess.Popen.__init__
 
     def init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
-        if ACTIVE and kwargs.get("user") is None and kwargs.get("group") is None:
+        if kwargs.get("user") is None and kwargs.get("group") is None and not _judge_call():
             kwargs.update(user=PROGRAM_UID, group=PROGRAM_UID, extra_groups=[],
                           env=_program_env(kwargs.get("env")))
         popen_init(self, *args, **kwargs)
@@ -271,8 +293,6 @@ def _interpose() -> None:
     subprocess.Popen.__init__ = init  # type: ignore[method-assign]
 
     def system(command: Any) -> int:
-        if not ACTIVE:
-            return SYSTEM(command)
         status = subprocess.call(["/bin/sh", "-c", command])
         return status << 8 if status >= 0 else -status
 
@@ -287,7 +307,7 @@ SYSTEM = os.system
 
 def _dropping(original: Any) -> Any:
     def exec_as_program(*args: Any) -> Any:
-        if ACTIVE and os.geteuid() == 0:
+        if os.geteuid() == 0:
             os.environ.clear()
             os.environ.update(_program_env(None))
             drop_to_program_user()
@@ -313,19 +333,17 @@ def _sharing_temp() -> None:
 
     def share_dir(*args: Any, **kwargs: Any) -> Any:
         path = mkdtemp(*args, **kwargs)
-        if ACTIVE:
-            _share(os.fsdecode(path))
+        _share(os.fsdecode(path))
         return path
 
     def share_file(*args: Any, **kwargs: Any) -> Any:
         fd, path = mkstemp(*args, **kwargs)
-        if ACTIVE:
-            _share(os.fsdecode(path))
+        _share(os.fsdecode(path))
         return fd, path
 
     def share_named(*args: Any, **kwargs: Any) -> Any:
         handle = named(*args, **kwargs)
-        if ACTIVE and isinstance(getattr(handle, "name", None), str):
+        if isinstance(getattr(handle, "name", None), str):
             _share(handle.name)
         return handle
 
@@ -340,11 +358,15 @@ if APART:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Any:
-    ACTIVE.append(True)
+    """While a test runs, what it makes is the program's to write too (umask 0: a file the
+    test writes for the program to append to, a folder it makes for the program's output),
+    as it is when everything runs as root. The results file is written after, umask back."""
+    previous = os.umask(0) if APART else None
     try:
         yield
     finally:
-        ACTIVE.clear()
+        if previous is not None:
+            os.umask(previous)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -352,11 +374,30 @@ def pytest_fixture_setup(fixturedef: Any, request: Any) -> Any:
     """pytest's temporary folders (``tmp_path``, ``tmpdir``, ``tmp_path_factory.mktemp``)
     are root's, mode 0700: handed to the program user as they are made."""
     outcome = yield
-    if not APART or fixturedef.argname not in ("tmp_path", "tmpdir"):
+    if not APART or fixturedef.argname not in ("tmp_path", "tmpdir", "tmp_path_factory",
+                                               "tmpdir_factory"):
         return
     value = outcome.get_result()
-    if value is not None:
+    if fixturedef.argname.endswith("_factory"):
+        _share_factory(value)
+    elif value is not None:
         _share(os.fspath(value))
+
+
+def _share_factory(factory: Any) -> None:
+    """``tmp_path_factory.mktemp`` folders, handed over as they are made."""
+    made = getattr(factory, "mktemp", None)
+    if made is None or getattr(made, "hx_shared", False):
+        return
+
+    def mktemp(*args: Any, **kwargs: Any) -> Any:
+        path = made(*args, **kwargs)
+        _share(os.fspath(path))
+        return path
+
+    mktemp.hx_shared = True  # type: ignore[attr-defined]
+    with contextlib.suppress(AttributeError, TypeError):
+        object.__setattr__(factory, "mktemp", mktemp)
 
 
 def end_program_processes() -> None:
@@ -380,6 +421,11 @@ def end_program_processes() -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):
+        # an xdist worker ends while others still run tests: ending processes here would
+        # end theirs; the controller ends them all once every worker is done, before it
+        # writes the results file
+        return
     end_program_processes()
     end_foreign_processes()
     restore_script()

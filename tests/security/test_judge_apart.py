@@ -89,6 +89,7 @@ def attempt(name, f):
         return f"{name}=denied"
 report = [f"uid={os.getuid()}",
           "swept=" + ("no" if os.path.exists("/tmp/programbench-grader-plugins") else "yes"),
+          "race=" + ("lost" if os.path.exists("/var/tmp/hx_race") else "won"),
           attempt("runsh", lambda: open("/workspace/eval/run.sh", "a").write("#")),
           attempt("results", lambda: open("/workspace/eval/results.xml", "a").write("#")),
           attempt("rename", lambda: os.rename("/workspace/eval", "/workspace/eval.moved")),
@@ -103,6 +104,9 @@ PLACES_SUBMISSION = {
     "compile.sh": ("#!/bin/bash\n" + TRY
                    + "".join(f"try {p}\n" for _, p in PLACES)
                    + "".join(f"try {p}\n" for p in SWEPT)
+                   # a process the build leaves behind, making its files again and again
+                   + "setsid bash -c 'while :; do mkdir -p /var/tmp/hx_race; sleep 0.01; "
+                   "done' </dev/null >/dev/null 2>&1 &\n"
                    + "printf '#!/bin/sh\\nexec python3 /workspace/program.py \"$@\"\\n' "
                    "> executable\nchmod +x executable\n"),
     "program.py": PROGRAM,
@@ -153,7 +157,7 @@ def test_what_the_build_left_in_a_world_writable_folder_is_gone_before_the_judge
         places_eval: tuple[OfficialEvalResult, dict[str, str], str], place: str) -> None:
     result, said, failures = places_eval
     assert said.get(place) == "written"  # /tmp is the build's to use
-    assert "swept=yes" in failures, failures
+    assert "swept=yes" in failures and "race=won" in failures, failures
     assert result.docker_policy is not None
     assert place in result.docker_policy.program_files_swept
     assert result.docker_policy.build_user == PROGRAM_UID

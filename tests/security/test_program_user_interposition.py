@@ -21,6 +21,36 @@ from benchmarks.programbench.program_user import HOME_ENV, PROGRAM_UID, UID_ENV
 
 TESTS = '''
 import os, subprocess, tempfile, pty
+import pytest
+
+# the program run when the module is imported (collection), and for a parametrization
+AT_IMPORT = subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip()
+
+
+def test_a_program_run_at_import_ran_as_the_program_user():
+    assert AT_IMPORT == "{uid}"
+
+
+@pytest.mark.parametrize("uid", [subprocess.check_output(["id", "-u"], text=True).strip()])
+def test_and_one_run_for_a_parametrization(uid):
+    assert uid == "{uid}"
+
+
+def test_what_a_test_writes_is_the_programs_to_write(tmp_path, tmp_path_factory):
+    data = tmp_path / "data.txt"
+    data.write_text("a\\n")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    made = tmp_path_factory.mktemp("w")
+    here = "in-" + str(os.getpid()) + ".txt"
+    with open(here, "w") as fh:
+        fh.write("a\\n")
+    script = (f"echo b >> {{data}} && echo c > {{sub}}/out && echo d > {{made}}/out && "
+              f"echo e >> {{here}}")
+    subprocess.run(["sh", "-c", script], check=True)
+    assert data.read_text() == "a\\nb\\n" and (sub / "out").exists()
+    assert (made / "out").exists() and open(here).read() == "a\\ne\\n"
+    os.unlink(here)
 
 def test_a_test_process_runs_as_the_program_user():
     assert subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() == "{uid}"
@@ -38,6 +68,7 @@ def test_shell_and_system_and_exec_family():
 def test_the_judges_own_settings_stay_with_the_judge():
     env = subprocess.check_output(["env"], text=True)
     assert "PYTHONSAFEPATH" not in env and "HX_PROGRAM" not in env
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in env and "results_guard" not in env
 
 def test_temporary_files_are_the_programs(tmp_path):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
@@ -70,7 +101,8 @@ UID = 62000 + secrets.randbelow(3000)
 assert UID != PROGRAM_UID
 
 
-def _run(tmp_path: Path, body: str, *, apart: bool = True) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, body: str, *, apart: bool = True,
+         extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """pytest over ``body`` with the results guard loaded, as the docker policy starts it."""
     (tmp_path / "test_interposed.py").write_text(body)
     plugin = Path(results_guard_plugin.__file__)
@@ -79,18 +111,23 @@ def _run(tmp_path: Path, body: str, *, apart: bool = True) -> subprocess.Complet
     if apart:
         env.update({UID_ENV: str(UID), HOME_ENV: "/tmp"})
     env.pop("PYTEST_ADDOPTS", None)
-    tmp_path.chmod(0o755)
+    tmp_path.chmod(0o1777)  # the judge's working folder, as /workspace is at test time
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "results_guard_plugin", "-q", "-p",
-         "no:cacheprovider", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+         "no:cacheprovider", *extra, str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
         env=env, stdin=subprocess.DEVNULL, timeout=120, check=False)
 
 
-def test_every_process_a_test_starts_runs_as_the_program_user(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [(), ("-p", "xdist.plugin", "-n", "2")],
+                         ids=["one-process", "xdist-workers"])
+def test_every_process_a_test_starts_runs_as_the_program_user(
+        tmp_path: Path, workers: tuple[str, ...]) -> None:
+    """The judge's xdist workers start as root (they are the judge); the programs the tests
+    run in them, as the program user."""
     assert os.geteuid() == 0, "the judge runs as root: run this test as root (as CI does)"
-    run = _run(tmp_path, TESTS.format(uid=UID, home="/tmp"))
-    assert "5 passed" in run.stdout, run.stdout + run.stderr
-    assert "HX-PYTEST-ACCOUNT - passed=5" in run.stderr
+    run = _run(tmp_path, TESTS.format(uid=UID, home="/tmp"), extra=workers)
+    assert "8 passed" in run.stdout, run.stdout + run.stderr
+    assert "HX-PYTEST-ACCOUNT - passed=8" in run.stderr
 
 
 def test_without_the_program_user_nothing_is_interposed(tmp_path: Path) -> None:
@@ -129,3 +166,16 @@ def test_the_kernels_rule_ends_every_process_of_the_program_uid(
                               extra_groups=[], start_new_session=True) for _ in range(3)]
     results_guard_plugin.end_program_processes()
     assert [p.wait(timeout=10) for p in procs] == [-9, -9, -9]
+
+
+def test_a_worker_that_ends_first_leaves_the_others_programs_alone(tmp_path: Path) -> None:
+    """xdist: a worker's session ends while another worker's test still runs its program;
+    only the controller ends the program user's processes, once every worker is done."""
+    body = ("import subprocess\n\n"
+            "def test_quick():\n    pass\n\n"
+            "def test_slow_program():\n"
+            "    out = subprocess.run(['sh', '-c', 'sleep 2; echo done'], capture_output=True,"
+            " text=True)\n"
+            "    assert (out.returncode, out.stdout) == (0, 'done\\n')\n")
+    run = _run(tmp_path, body, extra=("-p", "xdist.plugin", "-n", "2"))
+    assert "2 passed" in run.stdout, run.stdout + run.stderr
