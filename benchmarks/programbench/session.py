@@ -3,6 +3,7 @@ batch evaluation (``--eval batch``) and ``programbench info`` at the end."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,13 @@ from pydantic import BaseModel
 
 from benchmarks.programbench.adapter import ProgramBenchAdapter
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_batch, run_info
-from benchmarks.programbench.parity import ParityFailure, cross_check, mismatch_row, parse_info
+from benchmarks.programbench.parity import (
+    ParityFailure,
+    ParityReport,
+    cross_check,
+    mismatch_row,
+    parse_info,
+)
 from benchmarks.programbench.tasks import instance_order, programbench_version
 from benchmarks.programbench.verdict import verdict
 from harness.core.fsutil import atomic_write_json, atomic_write_text
@@ -89,16 +96,82 @@ def finish_session(config: pytest.Config, run: RunContext, adapter: ProgramBench
             append(new)
             latest[new.key] = new
     if any(Path(p).exists() for p in src.glob("*/*.eval.json")):
-        info_ok = True
-        try:
-            text = run_info(src)
-        except (RuntimeError, OSError) as exc:
-            text, info_ok = f"programbench info failed: {exc}\n", False
-        atomic_write_text(run.run_root / INFO_NAME, text)
-        if run.manifest is not None:
-            extra = run.manifest.extra
-            extra.official_summaries = [*(extra.official_summaries or []), INFO_NAME]
-        check_parity(run, adapter, text if info_ok else None, latest, append)
+        text = _info(run, src, INFO_NAME)
+        check_parity(run, adapter, text, latest, append)
+    check_attempt_parity(run, adapter, latest, append)
+
+
+def _info(run: RunContext, src: Path, name: str) -> str | None:
+    """``programbench info`` over ``src``, kept as ``name`` in the run root (None: failed)."""
+    try:
+        text: str | None = run_info(src)
+        kept = text or ""
+    except (RuntimeError, OSError) as exc:
+        text, kept = None, f"programbench info failed: {exc}\n"
+    atomic_write_text(run.run_root / name, kept)
+    if run.manifest is not None:
+        extra = run.manifest.extra
+        extra.official_summaries = [*(extra.official_summaries or []), name]
+    return text
+
+
+class AttemptParity(BaseModel):
+    """``extra.official_parity_attempts``: parity of each attempt's evaluations (--attempts
+    K), one ``programbench info`` per attempt over the tasks it scored."""
+
+    by_attempt: dict[str, ParityReport | ParityFailure]
+
+
+ATTEMPT_PARITY_SECTION = "official_parity_attempts"
+
+
+def attempt_views(run_root: Path, latest: dict[str, TaskRow], name: str,
+                  into: Path) -> dict[int, tuple[Path, dict[str, TaskRow]]]:
+    """Per attempt k: a folder of links ``<task> -> `` the attempt's own eval folder (the row
+    records its eval.json), and the attempt's rows under the task's id (as ``programbench
+    info`` names them). Only rows this run scored (carried ones have their ancestor's)."""
+    out: dict[int, tuple[Path, dict[str, TaskRow]]] = {}
+    for row in latest.values():
+        recorded = (row.output_paths or {}).get("eval_json")
+        eval_json = run_root / recorded if recorded else None  # an absolute one stays
+        if (row.benchmark != name or row.sample is None or row.outcome is Outcome.CARRIED
+                or eval_json is None or not eval_json.is_file()):
+            continue
+        view, rows = out.setdefault(row.sample, (into / f"attempt-{row.sample}", {}))
+        link = view / row.task_id
+        view.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(eval_json.parent.resolve())
+        rows[row.task_id] = row.model_copy(update={"instance_id": row.task_id, "sample": None})
+    return out
+
+
+def check_attempt_parity(run: RunContext, adapter: ProgramBenchAdapter,
+                         latest: dict[str, TaskRow], append: Callable[[TaskRow], None]) -> None:
+    """Parity for the evaluations of attempts (``--attempts K``): one ``programbench info``
+    per attempt over the links of :func:`attempt_views`; a mismatch supersedes the attempt's
+    row as for one attempt per task."""
+    with tempfile.TemporaryDirectory(prefix="pb-parity-") as into:
+        views = attempt_views(run.run_root, latest, adapter.name, Path(into))
+        by_attempt = {str(k): _attempt_parity(run, adapter, k, view, rows, latest, append)
+                      for k, (view, rows) in sorted(views.items())}
+    if by_attempt and run.manifest is not None:
+        run.manifest.extra.set_section(ATTEMPT_PARITY_SECTION, AttemptParity(
+            by_attempt=by_attempt))
+
+
+def _attempt_parity(run: RunContext, adapter: ProgramBenchAdapter, k: int, view: Path,
+                    rows: dict[str, TaskRow], latest: dict[str, TaskRow],
+                    append: Callable[[TaskRow], None]) -> ParityReport | ParityFailure:
+    text = _info(run, view, f"programbench_info.attempt-{k}.txt")
+    if text is None:
+        return ParityFailure(error="programbench info failed")
+    report = cross_check(parse_info(text), {f"{adapter.name}/{t}": r for t, r in rows.items()})
+    for mismatch in report.mismatches:
+        row = latest.get(f"{adapter.name}/{mismatch.instance_id}@{k}")
+        if row is not None:
+            append(mismatch_row(row, mismatch, adapter.status_for(Outcome.INFRA_FAILED, None)))
+    return report
 
 
 def check_parity(run: RunContext, adapter: ProgramBenchAdapter, info_text: str | None,
