@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ from benchmarks.programbench import NEAR_RESOLVED_AT
 from benchmarks.programbench.kept_files import ancestor_roots, effective_rows, kept_files
 from benchmarks.programbench.official_eval import per_test_outcomes
 from harness.core.models import RESOLVED_AT, TaskRow
-from harness.run.ledger import LedgerWriter
+from harness.run.ledger import LedgerWriter, refresh_figures
 from harness.run.manifest import ManifestError, read_manifest
 from harness.sandbox.cleanup import run_lock
 
@@ -203,9 +204,24 @@ def rescore_run(run: Path, ignored_file: Path, *, write: bool = True) -> list[Re
             writer = LedgerWriter(run)
             if not writer.append_batch(new_rows) and writer.flush_pending():
                 raise OSError(f"{run}: the rescored rows could not be written to the ledger")
+            # the manifest's figures follow the ledger (issue 41), and so does the report
+            refresh_figures(run, f"rescore with {Path(ignored_file).name} (sha256 {sha})")
+            rewrite_report(run)
     finally:
         lock.release()
     return results
+
+
+def rewrite_report(run: Path) -> None:
+    """Write the run's report again (``harness report RUN --force``) when it has one, so it
+    shows the rescored figures; a failure is said, the ledger and manifest stand."""
+    if not (run / "report").is_dir():
+        return
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(run), "--force"],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        print(f"harness programbench rescore: the report was not rewritten: "
+              f"{proc.stderr.strip()[-300:]}; run harness report {run} --force", file=sys.stderr)
 
 
 def _fmt(score: float | None, tests: tuple[int | None, int | None] | None) -> str:

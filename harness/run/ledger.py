@@ -286,3 +286,22 @@ def _append_copy(path: Path | str, line: str) -> None:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+
+
+def refresh_figures(run_root: Path, why: str) -> None:
+    """Bring a finished run's manifest figures (counts, outcomes, mean score) back in line
+    with its ledger after a tool appended rows to it (``harness programbench rescore``):
+    the manifest, the ledger and a report written from them then agree. ``why`` is recorded
+    (``extra.figures_refreshed``, with the time)."""
+    import time
+
+    from harness.run.manifest import read_manifest, write_manifest
+
+    manifest = read_manifest(run_root)
+    figures = tally(manifest.selection.instance_ids, read_ledger(ledger_path(run_root)).latest)
+    manifest.counts = figures.counts
+    manifest.outcome_counts = figures.outcome_counts
+    manifest.mean_score = figures.mean_score
+    done = list(manifest.extra.figures_refreshed or [])
+    manifest.extra.figures_refreshed = [*done, {"why": why, "at_unix": round(time.time(), 3)}]
+    write_manifest(manifest, run_root)

@@ -97,6 +97,13 @@ def test_rescore_changes_the_ignored_instances_once(
         assert row.score == registry_score(eval_json, ignored.get(iid, [])), iid
         assert eval_json.read_bytes() == (fixture_run / row.output_paths["eval_json"]).read_bytes()
 
+    # issue 41: the manifest's figures and the report follow the ledger
+    manifest = read_manifest(run)
+    assert manifest.mean_score == pytest.approx((1.0 + 1.0 + 0.0) / 3)
+    assert manifest.extra.figures_refreshed and "rescore" in str(manifest.extra.figures_refreshed)
+    report = json.loads((run / "report" / "report.json").read_text())
+    assert report["headline"]["raw"]["mean_score"] == pytest.approx(manifest.mean_score)
+
     # the same file again: nothing changes, nothing is written
     assert rescore_command([str(run), "--ignored-tests", str(file)]) == 0
     assert "0 changed (*): appended 0 ledger row(s)" in capsys.readouterr().out
