@@ -101,11 +101,14 @@ def read_ledger(path: Path) -> LedgerRead:
 
 @dataclass
 class Tally:
-    """Counts by status and outcome, and the mean score, over a selection."""
+    """Counts by status and outcome, and the mean score, over a selection. A selection over
+    several benchmarks has one mean per benchmark and no mean across them (a partial score
+    of one and a pass/fail of another do not average): ``mean_score`` is then None."""
 
     counts: dict[str, int]
     outcome_counts: dict[str, int]
     mean_score: float | None
+    by_benchmark: dict[str, float] = field(default_factory=dict)  # benchmark -> mean
 
 
 def tally(selection: list[str], latest: dict[str, TaskRow]) -> Tally:
@@ -116,9 +119,14 @@ def tally(selection: list[str], latest: dict[str, TaskRow]) -> Tally:
     rows = [latest[k] for k in selection if k in latest]
     counts = Counter(r.status for r in rows)
     outcomes = Counter(r.outcome.value for r in rows)
-    mean = (sum(row_score(latest[k]) if k in latest else 0.0 for k in selection)
-            / len(selection)) if selection else None
-    return Tally(dict(sorted(counts.items())), dict(sorted(outcomes.items())), mean)
+    groups: dict[str, list[float]] = {}
+    for k in selection:
+        groups.setdefault(k.split("/", 1)[0], []).append(
+            row_score(latest[k]) if k in latest else 0.0)
+    by_benchmark = {name: sum(v) / len(v) for name, v in sorted(groups.items())}
+    mean = next(iter(by_benchmark.values())) if len(by_benchmark) == 1 else None
+    return Tally(dict(sorted(counts.items())), dict(sorted(outcomes.items())), mean,
+                 by_benchmark)
 
 
 DIAGNOSTIC_WRITE_FAILED = "diagnostic_write_failed"
@@ -302,6 +310,7 @@ def refresh_figures(run_root: Path, why: str) -> None:
     manifest.counts = figures.counts
     manifest.outcome_counts = figures.outcome_counts
     manifest.mean_score = figures.mean_score
+    manifest.extra.mean_score_by_benchmark = figures.by_benchmark or None
     done = list(manifest.extra.figures_refreshed or [])
     manifest.extra.figures_refreshed = [*done, {"why": why, "at_unix": round(time.time(), 3)}]
     write_manifest(manifest, run_root)

@@ -168,6 +168,7 @@ def merge(roots: list[Path], output: Path, *, accept_partial: bool = False) -> M
                                      | ({incomplete} if missing else set())),
         benchmark_sizes=sizes,
     )
+    merged.extra.mean_score_by_benchmark = figures.by_benchmark or None
     if first.extra.attempts is not None:  # K attempts per task (--attempts)
         merged.extra.attempts = first.extra.attempts
     retries = merged_retries(shards)

@@ -521,6 +521,7 @@ class Controller:
         self.manifest.counts = figures.counts
         self.manifest.outcome_counts = figures.outcome_counts
         self.manifest.mean_score = figures.mean_score
+        self.manifest.extra.mean_score_by_benchmark = figures.by_benchmark or None
         return {"selected": len(selected), "counts": figures.counts,
                 "outcomes": figures.outcome_counts, "mean_score": figures.mean_score}
 

@@ -25,6 +25,12 @@ def print_summary(tr: Any, controller: Controller) -> None:
     tr.write_line(f"run {m.run_id}: {selected} selected; {counts}")
     if m.mean_score is not None:
         tr.write_line(f"mean score {m.mean_score:.4f} over {selected} (missing counts 0)")
+    by_benchmark = m.extra.mean_score_by_benchmark or {}
+    if len(by_benchmark) > 1:  # one headline per benchmark, never a mean across them
+        sizes = {b: sum(1 for k in m.selection.instance_ids if k.split("/", 1)[0] == b)
+                 for b in by_benchmark}
+        for name, mean in by_benchmark.items():
+            tr.write_line(f"{name}: mean score {mean:.4f} over {sizes[name]} (missing counts 0)")
     line = samples_line(controller)
     if line is not None:
         tr.write_line(line)

@@ -43,3 +43,19 @@ def test_missing_units_are_named() -> None:
     model = RunModel.of_keys(TASKS[:2], attempts=2)
     have = {k: None for k in model.units[:3]}
     assert model.missing(have) == ["programbench/task-001@2"]  # type: ignore[arg-type]
+
+
+def test_two_benchmarks_have_a_mean_each_and_none_across() -> None:
+    from harness.core.models import Outcome, TaskRow
+    from harness.run.ledger import tally
+
+    def row(key: str, score: float) -> TaskRow:
+        bench, iid = key.split("/")
+        return TaskRow(ts_unix=1.0, run_id="r", benchmark=bench, instance_id=iid,
+                       status="completed", outcome=Outcome.SCORED, attempt=1, score=score)
+
+    keys = ["programbench/a", "programbench/b", "cowork_bench/c"]
+    figures = tally(keys, {k: row(k, s) for k, s in zip(keys, (0.5, 0.25, 1.0), strict=True)})
+    assert figures.mean_score is None  # a partial score and a pass/fail do not average
+    assert figures.by_benchmark == {"cowork_bench": 1.0, "programbench": 0.375}
+    assert tally(keys[:2], {}).mean_score == 0.0  # one benchmark: its mean, missing count 0
