@@ -194,9 +194,12 @@ def plan_resume(
         if manifest.dry_run:  # prepared only: nothing it holds depends on the agent
             diffs = [d for d in diffs if not d.startswith("agent.")]
         if diffs:
+            recorded = ancestry.nearest.resume_command
+            how = (f"resume with the run's own command: {recorded}" if recorded
+                   else "resume with the same options")
             raise ResumeError(
                 f"--resume-from {root}: its configuration differs in {', '.join(diffs)}; "
-                f"resume with the same options or start a fresh run",
+                f"{how}, or start a fresh run",
                 "config_mismatch",
             )
         version_diffs = config_differences(manifest.benchmark_versions, benchmark_versions)

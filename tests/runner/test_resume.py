@@ -39,6 +39,9 @@ def test_resume_refuses_a_different_config_naming_the_field(suite):
     assert second.rc == 2
     second.result.stdout.fnmatch_lines([f"*--resume-from {first.root}: its configuration differs in selftest.scale; *"])
     assert second.manifest["refusal"]["reason"] == "config_mismatch"
+    # issue 41: the refusal gives the run's own recorded resume command
+    recorded = first.manifest["resume_command"]
+    assert recorded and f"resume with the run's own command: {recorded}" in second.out
 
 
 def test_resume_keeps_selection_unless_selectors_given(suite):
