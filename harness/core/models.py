@@ -391,6 +391,8 @@ class ManifestExtra(Section):
     # harness.run.merge (a merged run: its shards and the union of their reasons)
     merged_from: list[str] | None = None
     merged_not_reportable: list[str] | None = None
+    # torn last lines of the ancestors' ledgers a resume moved aside (harness.run.ledger)
+    torn_tails_set_aside: list[dict[str, str | int]] | None = None
     # one mean score per benchmark of the selection (never one across benchmarks)
     mean_score_by_benchmark: dict[str, float] | None = None
     # tools that appended rows to a finished run and brought its figures in line (rescore)

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -89,6 +90,40 @@ def _parse_row(text: str) -> TaskRow:
         return TaskRow.model_validate(json.loads(text))
 
 
+def set_aside_torn_tail(path: Path) -> dict[str, str | int] | None:
+    """Move a torn last line (a crash in the middle of a write) out of the ledger at ``path``
+    into ``<ledger>.torn-<time>`` beside it, so the next append starts on a line of its own
+    (a torn line followed by a new one would be damage in the middle). Nothing of a row is
+    lost: a torn line holds none. Returns what was moved (ledger, saved_to, bytes), or None
+    when the last line is whole."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if not data or data.endswith(b"\n"):
+        return None
+    cut = data.rfind(b"\n") + 1
+    tail = data[cut:]
+    try:
+        _parse_row(tail.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, ValidationError):
+        pass
+    else:  # a whole row, only its newline missing: completed, kept
+        with open(path, "ab") as fh:
+            fh.write(b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        return None
+    saved = path.with_name(f"{path.name}.torn-{int(time.time() * 1000)}")
+    saved.write_bytes(tail)
+    with open(path, "r+b") as fh:
+        fh.truncate(cut)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return {"ledger": str(path), "saved_to": str(saved), "bytes": len(tail)}
+
+
 def read_ledger(path: Path) -> LedgerRead:
     """Read a ledger tolerantly; a missing file is an empty ledger."""
     path = Path(path)
@@ -144,6 +179,9 @@ class LedgerWriter:
     def __init__(self, run_root: Path) -> None:
         self.run_root = Path(run_root)
         self.path = ledger_path(self.run_root)
+        # appending to a ledger a crash left torn (a rescore of a killed run): the torn line
+        # goes aside first, never into the middle of the file
+        self.torn_set_aside = set_aside_torn_tail(self.path)
         self.pending: dict[Path, list[str]] = {}  # lines not written yet, per file, in order
         self.failures = 0
         self._copier: threading.Thread | None = None  # instance copies written behind

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.core.models import Manifest, Outcome, ShardSpec, TaskRow
 from harness.core.outcomes import attempt_id, instance_key, split_attempt
-from harness.run.ledger import LedgerError, ledger_path, read_ledger
+from harness.run.ledger import LedgerError, ledger_path, read_ledger, set_aside_torn_tail
 from harness.run.manifest import ManifestError, read_manifest
 from harness.run.model import task_key
 from harness.run.plan import config_differences
@@ -33,6 +33,7 @@ class Ancestry:
     roots: list[Path] = field(default_factory=list)  # nearest first
     manifests: list[Manifest] = field(default_factory=list)
     rows: list[dict[str, TaskRow]] = field(default_factory=list)  # latest rows, per ancestor
+    torn: list[dict[str, str | int]] = field(default_factory=list)  # torn tails set aside
 
     @property
     def nearest(self) -> Manifest:
@@ -91,6 +92,9 @@ def walk_ancestry(start: Path) -> Ancestry:
                 f"a run root without a ledger cannot be resumed, start a fresh run",
                 "ancestor_ledger_missing",
             )
+        moved = set_aside_torn_tail(ledger)  # a crash's torn line: aside, on record
+        if moved is not None:
+            ancestry.torn.append(moved)
         try:
             latest = read_ledger(ledger).latest
         except LedgerError as exc:

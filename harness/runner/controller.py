@@ -246,6 +246,8 @@ class Controller:
         m.shard = rp.shard
         m.resume.ancestors = rp.ancestor_roots
         m.resume.ancestor_run_ids = [a.run_id for a in rp.ancestry.manifests]
+        if rp.ancestry.torn:  # torn last lines of ancestors' ledgers, set aside (issue 41)
+            m.extra.torn_tails_set_aside = list(rp.ancestry.torn)
         m.resume.generation = rp.generation
 
     def check_resume_provenance(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from harness.core.models import Outcome, ShardSpec
-from harness.run.ledger import ledger_path
+from harness.run.ledger import LedgerWriter, ledger_path, read_ledger
 from harness.run.manifest import manifest_path
 from harness.run.resume import (
     ResumeError,
@@ -183,6 +183,27 @@ def test_a_torn_last_line_is_not_damage(tmp_path: Path) -> None:
         fh.write(row("f", Outcome.SCORED, run_id="r1").dump_line()[:40])
     plan = resume(r1)
     assert key("f") not in plan.carried and sorted(plan.carried) == [key("a"), key("b")]
+    # issue 41: the torn line was moved aside (recorded), so a later append to that ledger
+    # (a rescore of the killed run) starts on a line of its own: no hand edit
+    [moved] = plan.ancestry.torn
+    assert Path(moved["saved_to"]).read_text() == row("f", Outcome.SCORED,
+                                                     run_id="r1").dump_line()[:40]
+    assert ledger_path(r1).read_bytes().endswith(b"\n")
+    LedgerWriter(r1).append(row("g", Outcome.SCORED, run_id="r1"))
+    assert [r.instance_id for r in read_ledger(ledger_path(r1)).rows][-1] == "g"
+    assert resume(r1).ancestry.torn == []  # nothing torn any more
+
+
+def test_an_append_after_a_crash_sets_the_torn_line_aside(tmp_path: Path) -> None:
+    r1 = first_run(tmp_path)
+    whole = ledger_path(r1).read_bytes()
+    with ledger_path(r1).open("a") as fh:
+        fh.write('{"ts_unix": 1.0, "run_')
+    writer = LedgerWriter(r1)
+    assert writer.torn_set_aside is not None and writer.torn_set_aside["bytes"] == 22
+    writer.append(row("h", Outcome.SCORED, run_id="r1"))
+    assert ledger_path(r1).read_bytes().startswith(whole)
+    assert read_ledger(ledger_path(r1)).rows[-1].instance_id == "h"
 
 
 def test_recoveries_are_counted_and_refused_past_the_limit(tmp_path: Path) -> None:
