@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 import pytest
@@ -251,9 +252,9 @@ def _program_env(env: Any) -> Any:
     """The environment a program gets: the judge's own settings taken out (what the docker
     policy added to run.sh's: this plugin's folder and ``-p``, autoload off, safe path), and
     the program's home (the one its build had) for root's."""
-    base = dict(os.environ) if env is None else env
-    if not isinstance(base, dict):
+    if env is not None and not hasattr(env, "items"):
         return env
+    base = dict(os.environ if env is None else env)  # os.environ itself too
     out = {k: v for k, v in base.items()
            if k not in (*JUDGE_ONLY_ENV, "PYTEST_DISABLE_PLUGIN_AUTOLOAD")}
     paths = [p for p in str(out.get("PYTHONPATH", "")).split(os.pathsep)
@@ -286,6 +287,7 @@ def _interpose() -> None:
 
     def init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
         if kwargs.get("user") is None and kwargs.get("group") is None and not _judge_call():
+            hand_over()
             kwargs.update(user=PROGRAM_UID, group=PROGRAM_UID, extra_groups=[],
                           env=_program_env(kwargs.get("env")))
         popen_init(self, *args, **kwargs)
@@ -300,6 +302,9 @@ def _interpose() -> None:
     for name in ("execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp",
                  "execlpe"):
         setattr(os, name, _dropping(getattr(os, name)))
+    for name in ("posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            setattr(os, name, _spawning(name == "posix_spawnp"))
 
 
 SYSTEM = os.system
@@ -308,12 +313,85 @@ SYSTEM = os.system
 def _dropping(original: Any) -> Any:
     def exec_as_program(*args: Any) -> Any:
         if os.geteuid() == 0:
+            hand_over()
             os.environ.clear()
             os.environ.update(_program_env(None))
+            os.umask(JUDGE_UMASK)
             drop_to_program_user()
         return original(*args)
 
     return exec_as_program
+
+
+def _spawning(search: bool) -> Any:
+    """``os.posix_spawn[p]`` as a fork and an ``exec`` as the program user (the file
+    actions, ``setpgroup`` and ``setsid`` applied in the child)."""
+    def spawn(path: Any, argv: Any, env: Any, *, file_actions: Any = None,
+              setpgroup: Any = None, setsid: bool = False, **_: Any) -> int:
+        pid = os.fork()
+        if pid:
+            return pid
+        try:
+            for action in file_actions or ():
+                _file_action(action)
+            if setsid:
+                os.setsid()
+            elif setpgroup is not None:
+                os.setpgid(0, setpgroup)
+            (os.execvpe if search else os.execve)(path, argv, env)
+        finally:
+            os._exit(127)
+
+    return spawn
+
+
+def _file_action(action: Any) -> None:
+    kind = action[0]
+    if kind == os.POSIX_SPAWN_OPEN:
+        fd = os.open(action[2], action[3], action[4])
+        if fd != action[1]:
+            os.dup2(fd, action[1])
+            os.close(fd)
+    elif kind == os.POSIX_SPAWN_CLOSE:
+        os.close(action[1])
+    elif kind == os.POSIX_SPAWN_DUP2:
+        os.dup2(action[1], action[2])
+
+
+JUDGE_UMASK = os.umask(0o022)
+os.umask(JUDGE_UMASK)
+SHARED: list[str] = []  # the temporary folders of the tests, handed to the program user
+STARTED = time.time()  # what the tests make in the working folder is newer
+HANDOVER_LIMIT = 20000  # entries looked at per process start
+
+
+def hand_over() -> None:
+    """What the tests made for the program (files and folders in their temporary folders,
+    files new in the working folder) becomes the program user's before a process starts,
+    modes kept: the program writes, renames and appends to them as it would as root."""
+    seen = 0
+    for top in SHARED:
+        for folder, dirs, files in os.walk(top):
+            for name in (*dirs, *files):
+                seen += 1
+                if seen > HANDOVER_LIMIT:
+                    return
+                _own(os.path.join(folder, name))
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("."):
+            if entry.name not in KEPT_NAMES and entry.stat(follow_symlinks=False).st_ctime \
+                    >= STARTED:
+                _own(entry.path)
+
+
+KEPT_NAMES = frozenset({"eval", "conftest.py", "__init__.py", "pytest.ini", ".pytest.ini",
+                        "pyproject.toml", "tox.ini", "setup.cfg"})
+
+
+def _own(path: str) -> None:
+    with contextlib.suppress(OSError):
+        if os.lstat(path).st_uid == 0:
+            os.lchown(path, PROGRAM_UID, PROGRAM_UID)
 
 
 def _share(path: str) -> None:
@@ -321,6 +399,8 @@ def _share(path: str) -> None:
     above searchable), so the program reads and writes it as it would as root."""
     with contextlib.suppress(OSError):
         os.chown(path, PROGRAM_UID, PROGRAM_UID)
+        if os.path.isdir(path) and not os.path.islink(path):
+            SHARED.append(os.path.abspath(path))
         parent = os.path.dirname(os.path.abspath(path))
         while parent not in ("/", "/tmp", "") and os.stat(parent).st_uid == 0:
             mode = os.stat(parent).st_mode & 0o7777
@@ -354,19 +434,6 @@ def _sharing_temp() -> None:
 if APART:
     _interpose()
     _sharing_temp()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Any:
-    """While a test runs, what it makes is the program's to write too (umask 0: a file the
-    test writes for the program to append to, a folder it makes for the program's output),
-    as it is when everything runs as root. The results file is written after, umask back."""
-    previous = os.umask(0) if APART else None
-    try:
-        yield
-    finally:
-        if previous is not None:
-            os.umask(previous)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -58,7 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.core.argv import without_options
 from harness.core.fsutil import atomic_write_json
-from harness.core.models import TaskRow
+from harness.core.models import Manifest, TaskRow
 from harness.core.outcomes import split_attempt
 from harness.model_proxy.tape import (
     MISS_CODE,
@@ -70,6 +70,7 @@ from harness.model_proxy.tape import (
 )
 from harness.run.ledger import instance_dir, ledger_path, read_ledger
 from harness.run.manifest import ManifestError, read_manifest
+from harness.run.resume import ResumeError, walk_ancestry
 
 CHECK_NAME = "replay_check.json"
 # Options of the run not given again (each takes a value): its root and identity, a resume,
@@ -122,6 +123,7 @@ class ReplayCheck(BaseModel):
     replay_run: str
     command: list[str]
     exit_code: int
+    units: list[str] = Field(default_factory=list)  # the units replayed (this run ran them)
     instances: list[InstanceCheck] = Field(default_factory=list)
     counts: dict[str, int] = Field(default_factory=dict)
 
@@ -177,6 +179,38 @@ def replay_args(argv: Sequence[str], selection: Sequence[str]) -> list[str]:
         for task in tasks:
             kept += ["--instance", task]
     return kept
+
+
+# What selects instances: replaced by the units this run executed (see rebuild_args).
+SELECTORS = ("-k", "-m", "--instance", "--task-file", "--attempts")
+FLAG_SELECTORS = ("--all-instances",)
+
+
+def executed_units(manifest: Manifest, latest: dict[str, TaskRow]) -> list[str]:
+    """The units of this run's selection it ran itself (not carried from an ancestor, not
+    left unstarted), in selection order: what a replay can check."""
+    return [k for k in manifest.selection.instance_ids if k in latest
+            and latest[k].carried_from is None
+            and latest[k].outcome.value not in ("not_attempted", "blocked")]
+
+
+def rebuild_args(chain: Sequence[Manifest], units: Sequence[str]) -> list[str]:
+    """The session that runs ``units`` of ``chain[0]`` again with every setting the run had,
+    inherited ones included, from the run model: the settings of the run that chose them
+    (the chain's first run: a resume's configuration equals its ancestors'), this run's K
+    (``--attempts``), and a selection of exactly ``units`` (``--instance`` per task, and
+    ``-k task@k`` per attempt when K > 1). :class:`ReplayArgsError` as for :func:`replay_args`."""
+    run, first = chain[0], chain[-1]
+    args = replay_args(first.argv, [])
+    args, _ = without_options(args, SELECTORS)
+    args = [a for a in args if a not in FLAG_SELECTORS and "::" not in a]
+    k = run.extra.attempts or 1
+    tasks = list(dict.fromkeys(split_attempt(u.split("/", 1)[1])[0] for u in units))
+    for task in tasks:
+        args += ["--instance", task]
+    if k > 1:
+        args += ["--attempts", str(k), "-k", " or ".join(u.split("/", 1)[1] for u in units)]
+    return args
 
 
 def check_instance(
@@ -278,10 +312,17 @@ def replay_check_command(argv: Sequence[str]) -> int:
     out = (args.output or args.run.parent / f"{args.run.name}-replay-check-{stamp}").absolute()
     if out.exists():
         return _fail(f"--output {out} exists: run roots are never reused; name a new one")
+    units = executed_units(manifest, original)
+    if not units:
+        return _fail(f"{args.run}: no unit of it ran in it (every one was carried from an "
+                     "ancestor or never started): check the run that ran them")
     try:
-        args_again = replay_args(manifest.argv, manifest.selection.instance_ids)
-    except ReplayArgsError as exc:
+        chain = walk_ancestry(args.run, set_aside=False).manifests
+        args_again = rebuild_args(chain, units)
+    except (ReplayArgsError, ResumeError) as exc:
         return _fail(f"{args.run}: {exc}")
+    print(f"replay-check: replaying the {len(units)} unit(s) this run ran: "
+          f"{', '.join(units[:20])}{' ...' if len(units) > 20 else ''}", flush=True)
     cwd = Path(manifest.cwd).resolve()
     if not cwd.is_dir():
         return _fail(f"{args.run}: the run's directory {manifest.cwd} is not here")
@@ -315,6 +356,7 @@ def replay_check_command(argv: Sequence[str]) -> int:
         replay_run=str(out),
         command=command,
         exit_code=done.returncode,
+        units=units,
     )
     for key, row in sorted(original.items()):
         if row.carried_from is not None:

@@ -62,8 +62,10 @@ class ResumePlan:
         return [str(p) for p in self.ancestry.roots]
 
 
-def walk_ancestry(start: Path) -> Ancestry:
-    """Load the run at ``start`` and every ancestor it names, refusing cycles and gaps."""
+def walk_ancestry(start: Path, *, set_aside: bool = True) -> Ancestry:
+    """Load the run at ``start`` and every ancestor it names, refusing cycles and gaps
+    (``set_aside``: a torn last ledger line is moved aside, for a resume; a tool that only
+    reads passes False)."""
     ancestry = Ancestry()
     seen: set[Path] = set()
     current: Path | None = Path(start).resolve()
@@ -92,7 +94,7 @@ def walk_ancestry(start: Path) -> Ancestry:
                 f"a run root without a ledger cannot be resumed, start a fresh run",
                 "ancestor_ledger_missing",
             )
-        moved = set_aside_torn_tail(ledger)  # a crash's torn line: aside, on record
+        moved = set_aside_torn_tail(ledger) if set_aside else None  # aside, on record
         if moved is not None:
             ancestry.torn.append(moved)
         try:

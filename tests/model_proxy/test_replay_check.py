@@ -269,3 +269,31 @@ def test_the_verdicts(tmp_path: Path) -> None:
     # a row that failed with replay_miss without a report
     missed = _row(None, "s").model_copy(update={"reason_code": "replay_miss"})
     assert verdict(None, missed)[0] == "miss"
+
+
+def test_a_resumed_run_is_rebuilt_from_the_model_with_what_it_inherited(tmp_path: Path) -> None:
+    """Issue 41: a resume of a K=2 fixture run is replayed with the settings it inherited
+    (--pb-fixtures, the agent, K=2), on exactly the units it ran (not the carried one)."""
+    from harness.model_proxy.replay_check import executed_units, rebuild_args
+
+    first = new_manifest(run_id="r1", run_root=tmp_path / "r1", argv=[
+        *PYTEST, "benchmarks/programbench", "--pb-fixtures", "-k", "calc", "--attempts", "2",
+        "--agent", "command", "--agent-command", "x", "--run-root", "/r1"], dry_run=False,
+        workers=0)
+    resumed = new_manifest(run_id="r2", run_root=tmp_path / "r2", argv=[
+        *PYTEST, "benchmarks/programbench", "--resume-from", "/r1"], dry_run=False, workers=0)
+    resumed.extra.attempts = 2
+    units = ["programbench/t.a@1", "programbench/t.a@2"]
+    resumed.selection.instance_ids = units
+    rows = {units[0]: TaskRow(ts_unix=1.0, run_id="r2", benchmark="programbench",
+                              instance_id="t.a@1", status="skipped", outcome=Outcome.CARRIED,
+                              attempt=1, carried_from="r1"),
+            units[1]: TaskRow(ts_unix=1.0, run_id="r2", benchmark="programbench",
+                              instance_id="t.a@2", status="completed", outcome=Outcome.SCORED,
+                              attempt=1, score=1.0)}
+    ran = executed_units(resumed, rows)
+    assert ran == ["programbench/t.a@2"]  # the carried attempt is not replayed
+    args = rebuild_args([resumed, first], ran)
+    assert args == ["benchmarks/programbench", "--pb-fixtures", "--agent", "command",
+                    "--agent-command", "x", "--instance", "t.a", "--attempts", "2",
+                    "-k", "t.a@2"]

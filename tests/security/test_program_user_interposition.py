@@ -65,8 +65,18 @@ def test_shell_and_system_and_exec_family():
         os.execvp("sh", ["sh", "-c", "test $(id -u) = {uid}"])
     assert os.waitpid(pid, 0)[1] == 0
 
+def test_posix_spawn_too(tmp_path):
+    out = str(tmp_path / "uid")
+    pid = os.posix_spawnp("sh", ["sh", "-c", "id -u"], dict(os.environ), file_actions=[
+        (os.POSIX_SPAWN_OPEN, 1, out, os.O_WRONLY | os.O_CREAT, 0o644)])
+    assert os.waitpid(pid, 0)[1] == 0
+    assert open(out).read().strip() == "{uid}"
+
+
 def test_the_judges_own_settings_stay_with_the_judge():
     env = subprocess.check_output(["env"], text=True)
+    assert "PYTHONSAFEPATH" not in env and "HX_PROGRAM" not in env
+    env = subprocess.check_output(["env"], text=True, env=os.environ)  # os.environ itself
     assert "PYTHONSAFEPATH" not in env and "HX_PROGRAM" not in env
     assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in env and "results_guard" not in env
 
@@ -126,8 +136,8 @@ def test_every_process_a_test_starts_runs_as_the_program_user(
     run in them, as the program user."""
     assert os.geteuid() == 0, "the judge runs as root: run this test as root (as CI does)"
     run = _run(tmp_path, TESTS.format(uid=UID, home="/tmp"), extra=workers)
-    assert "8 passed" in run.stdout, run.stdout + run.stderr
-    assert "HX-PYTEST-ACCOUNT - passed=8" in run.stderr
+    assert "9 passed" in run.stdout, run.stdout + run.stderr
+    assert "HX-PYTEST-ACCOUNT - passed=9" in run.stderr
 
 
 def test_without_the_program_user_nothing_is_interposed(tmp_path: Path) -> None:
@@ -179,3 +189,46 @@ def test_a_worker_that_ends_first_leaves_the_others_programs_alone(tmp_path: Pat
             "    assert (out.returncode, out.stdout) == (0, 'done\\n')\n")
     run = _run(tmp_path, body, extra=("-p", "xdist.plugin", "-n", "2"))
     assert "2 passed" in run.stdout, run.stdout + run.stderr
+
+
+def test_the_names_pytest_reads_in_the_workspace_are_the_judges(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package-layout branch makes pytest climb into the workspace root: its __init__.py
+    (the submission's) would run in the judge, and a conftest.py or ini file the program
+    makes there would load in a worker that starts later. After the judge's prefix, none
+    can: the names are the judge's (folders for conftest.py and __init__.py)."""
+    from benchmarks.programbench import program_user
+
+    ws = tmp_path / "ws"
+    marker = tmp_path / "imported-as-root"
+    (ws / "eval" / "tests").mkdir(parents=True)
+    for rel in ("eval/__init__.py", "eval/tests/__init__.py"):
+        (ws / rel).write_text("")
+    (ws / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    plant = ("import subprocess\n\ndef test_plants():\n"
+             "    r = subprocess.run(['sh', '-c', 'echo \"raise SystemExit(9)\" > conftest.py;"
+             " printf \"[pytest]\\\\naddopts = -x --bogus\\\\n\" > pytest.ini'],"
+             " capture_output=True, text=True)\n"
+             "    assert r.returncode != 0  # both names are the judge's\n")
+    (ws / "eval" / "tests" / "test_plant.py").write_text(plant)
+    os.chown(ws, PROGRAM_UID, PROGRAM_UID)
+    monkeypatch.setattr(program_user, "WORKSPACE", str(ws))
+    subprocess.run(["sh", "-c", program_user.pytest_names_script()], check=True)
+    assert (ws / "__init__.py").is_dir() and (ws / "conftest.py").is_dir()
+    ws.chmod(0o1777)
+    os.chown(ws, 0, 0)
+    for _ in range(2):  # the second session is the later worker: nothing planted loads
+        run = _run_in(ws, "eval/tests")
+        assert "1 passed" in run.stdout, run.stdout + run.stderr
+    assert not marker.exists()
+
+
+def _run_in(ws: Path, tests: str) -> subprocess.CompletedProcess[str]:
+    plugin = Path(results_guard_plugin.__file__)
+    env = {**os.environ, "PYTHONPATH": str(plugin.parent), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "PYTHONSAFEPATH": "1", UID_ENV: str(UID), HOME_ENV: "/tmp"}
+    env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "results_guard_plugin", "-q",
+                           "-p", "no:cacheprovider", tests], cwd=ws, capture_output=True,
+                          text=True, env=env, stdin=subprocess.DEVNULL, timeout=120,
+                          check=False)
