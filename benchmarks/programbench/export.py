@@ -7,9 +7,10 @@ export never mixes with an older tree. Requested instances are the run's selecti
 ``run_manifest.json``) plus every instance folder present; ``--filter`` narrows them.
 
 A resumed run holds no submission of an instance it carried forward: that submission is in
-the ancestor run that scored it (``carried_from``, found among the manifest's ancestors). The
-export copies it from there, only when its sha256 is the one the scored row recorded, and
-names the source run (``files[].source_run``): a resume loses no submission from its export.
+the ancestor run that scored it; a merged run holds none at all: each is in the shard that
+ran it. The export copies each from where the run model says it is (the row's own run,
+``kept_files``), only when its sha256 is the one the scored row recorded, and names the
+source run (``files[].source_run``): a resume or a merge loses no submission.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from benchmarks.programbench import BENCHMARK
 from benchmarks.programbench.order import InstanceOrder
 from harness.core.fsutil import atomic_write_text
-from harness.core.models import Outcome, TaskRow
+from harness.core.models import TaskRow
 from harness.core.untrusted import hash_untrusted_file
-from harness.run.ledger import LedgerError, ledger_path, read_ledger
+from harness.run.ledger import LedgerError
 from harness.run.manifest import ManifestError, read_manifest
 
 EXPORT_SCHEMA = "harness.programbench.export.v1"
@@ -97,31 +98,28 @@ def _scored_sha256(row: TaskRow) -> str | None:
     return want if isinstance(want, str) else None
 
 
-def carried_sources(run: Path) -> dict[str, Path]:
-    """``iid -> submission`` in the ancestor that scored each instance this run carried
-    forward (a regular file whose sha256 is the one that row recorded)."""
+def row_sources(run: Path) -> dict[str, Path]:
+    """``iid -> submission`` of every ProgramBench row, where the run model says it is
+    (:func:`~benchmarks.programbench.kept_files.kept_files`): this run's folder, the
+    ancestor that scored a carried row, or the shard that ran a merged run's row. A file in
+    another root counts only when its sha256 is the one its row recorded."""
+    from benchmarks.programbench.kept_files import ancestor_roots, effective_rows, kept_files
+
     try:
-        latest = read_ledger(ledger_path(run)).latest.values()
-        ancestors = [Path(p) for p in read_manifest(run).resume.ancestors]
-    except (ManifestError, LedgerError, OSError):
+        rows = effective_rows(run)
+    except (LedgerError, OSError):
         return {}
-    carried = {r.instance_id: r for r in latest
-               if r.benchmark == BENCHMARK and r.outcome is Outcome.CARRIED and r.carried_from}
-    roots: dict[str, Path] = {}
-    for root in ancestors:
-        try:
-            roots.setdefault(read_manifest(root).run_id, root)
-        except ManifestError:
-            continue
+    roots = ancestor_roots(run)
     out: dict[str, Path] = {}
-    for iid, row in carried.items():
-        origin = roots.get(str(row.carried_from))
-        want = _scored_sha256(row)
-        if origin is None or want is None:
+    for row in rows:
+        kept = kept_files(row, run, roots)
+        src = kept.submission() if kept is not None else None
+        if kept is None or src is None or src.is_symlink():
             continue
-        src = origin / BENCHMARK / iid / SUBMISSION
-        if src.is_file() and not src.is_symlink() and _sha256(src) == want:
-            out[iid] = src
+        if kept.root.resolve() != run.resolve() and (
+                kept.expected_submission_sha256() != _sha256(src)):
+            continue
+        out[row.instance_id] = src
     return out
 
 
@@ -137,12 +135,10 @@ def export_run(run: Path, dest: Path, *, filter_spec: str | None = None) -> Expo
     staging.mkdir(parents=True)
     copied: list[ExportedFile] = []
     missing: list[str] = []
-    carried = carried_sources(run)
+    sources = row_sources(run)
     try:
         for iid in ids:
-            src = run / BENCHMARK / iid / SUBMISSION
-            if not src.is_file() and iid in carried:
-                src = carried[iid]
+            src = sources.get(iid, run / BENCHMARK / iid / SUBMISSION)
             if not src.is_file() or src.stat().st_size == 0:
                 missing.append(iid)
                 continue
@@ -152,8 +148,8 @@ def export_run(run: Path, dest: Path, *, filter_spec: str | None = None) -> Expo
             copied.append(
                 ExportedFile(
                     instance_id=iid, sha256=_sha256(target), size_bytes=target.stat().st_size,
-                    source_run=str(src.parents[2].resolve()) if iid in carried
-                    and src == carried[iid] else None,
+                    source_run=str(src.parents[2].resolve())
+                    if src.parents[2].resolve() != run.resolve() else None,
                 )
             )
         manifest = ExportManifest(

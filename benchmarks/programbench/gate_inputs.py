@@ -5,6 +5,7 @@ task, each task's attempts with the eval.json the run kept for them
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import defaultdict
@@ -12,11 +13,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.programbench.kept_files import kept_files
+from benchmarks.programbench.kept_files import ancestor_roots, kept_files
 from benchmarks.programbench.scores import RunScore, read_run_scores
 from benchmarks.programbench.tasks import select_instances
 from harness.core.fsutil import read_json
-from harness.core.models import TaskRow
+from harness.core.models import Outcome, TaskRow
 from harness.run.ledger import ledger_path, read_ledger
 from harness.run.manifest import ManifestError, read_manifest
 
@@ -132,11 +133,19 @@ class RunTasks(BaseModel):
 
 
 def _kept_eval_json(run_root: Path, row: TaskRow) -> Path | None:
-    """The eval.json the run itself kept for ``row`` (an attempt's is under its own folder,
-    ``official_eval/<task>/``, as its row's ``output_paths`` say). A carried row's is in the
-    ancestor that scored it: None, the pair uses the row's score."""
-    kept = kept_files(row, run_root, {})
+    """The eval.json the run kept for ``row`` (an attempt's is under its own folder,
+    ``official_eval/<task>/``, as its row's ``output_paths`` say; a merged run's row's is in
+    the shard that ran it). A carried row's is in the ancestor that scored it: None, the
+    pair uses the row's score."""
+    if row.outcome is Outcome.CARRIED:
+        return None
+    kept = kept_files(row, run_root, _roots(str(run_root)))
     return kept.eval_json() if kept is not None else None
+
+
+@functools.lru_cache(maxsize=8)
+def _roots(run_root: str) -> dict[str, Path]:
+    return ancestor_roots(Path(run_root))
 
 
 def _expected_attempts(run_root: Path) -> dict[str, list[str]]:

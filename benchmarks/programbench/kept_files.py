@@ -38,19 +38,22 @@ def effective_rows(run: Path) -> list[TaskRow]:
 
 
 def ancestor_roots(run: Path) -> dict[str, Path]:
-    """run id -> run root of the run and every ancestor its manifest names."""
+    """run id -> run root of the run, every ancestor its manifest names and, for a merged
+    run, every shard it was merged from (and theirs): where each row's files are (the run
+    that wrote a row holds its files; a carried row's are in the run that scored it)."""
     roots: dict[str, Path] = {}
-    try:
-        manifest = read_manifest(run)
-    except ManifestError:
-        return roots
-    roots[manifest.run_id] = Path(run)
-    for text in manifest.resume.ancestors:
-        root = Path(text)
+    queue = [Path(run)]
+    while queue:
+        root = queue.pop(0)
         try:
-            roots.setdefault(read_manifest(root).run_id, root)
+            manifest = read_manifest(root)
         except ManifestError:
             continue
+        if manifest.run_id in roots:
+            continue
+        roots[manifest.run_id] = root
+        queue += [Path(t) for t in (*manifest.resume.ancestors,
+                                    *(manifest.extra.merged_from or []))]
     return roots
 
 
@@ -120,4 +123,5 @@ def kept_files(row: TaskRow, run: Path, roots: dict[str, Path]) -> KeptFiles | N
     if row.outcome is Outcome.CARRIED and row.carried_from:
         origin = roots.get(row.carried_from)
         return KeptFiles(row, origin, True) if origin is not None else None
-    return KeptFiles(row, Path(run), False)
+    # a merged run's rows were written by its shards: their files are in the shard's root
+    return KeptFiles(row, roots.get(row.run_id, Path(run)), False)
