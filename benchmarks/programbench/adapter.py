@@ -193,11 +193,16 @@ class ProgramBenchAdapter(BenchmarkAdapter):
         rank = {inst.instance_id: n for n, inst in enumerate(self.selected(config))}
         from harness.runner.worker import item_spec
 
-        def position(item: pytest.Item) -> int:
+        def task(item: pytest.Item) -> str:
             found = item_spec(item)
-            return rank.get(found[1].instance_id, len(rank)) if found else len(rank)
+            return found[1].instance_id if found else ""  # the task, for each of its attempts
 
-        return sorted(items, key=position)[parse_slice(s.slice)]
+        # the slice selects tasks (issue 41): every attempt of a task it keeps is kept
+        tasks = sorted(dict.fromkeys(task(i) for i in items),
+                       key=lambda t: rank.get(t, len(rank)))
+        kept = set(tasks[parse_slice(s.slice)])
+        return [i for i in sorted(items, key=lambda i: rank.get(task(i), len(rank)))
+                if task(i) in kept]
 
     def instances(self, config: pytest.Config) -> list[InstanceSpec]:
         specs = []

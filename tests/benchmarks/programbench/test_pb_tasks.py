@@ -142,6 +142,13 @@ def test_slice_applies_to_the_selected_order() -> None:
     assert _collected("-k", "rust", "--pb-filter", "a", "--pb-slice", "1:3") == rust[1:3]
 
 
+def test_slice_selects_tasks_with_every_attempt() -> None:
+    """Issue 41: ``--pb-slice 0:5 --attempts 2`` runs 5 tasks twice, not 5 attempts."""
+    first = [i.instance_id for i in select_instances()][:5]
+    got = _collected("--pb-slice", "0:5", "--attempts", "2")
+    assert sorted(got) == sorted(f"{t}@{k}" for t in first for k in (1, 2)), got
+
+
 def test_parsed_tasks_are_cached_on_disk_and_a_bad_cache_is_ignored(tmp_path, monkeypatch) -> None:
     from benchmarks.programbench import tasks
 
