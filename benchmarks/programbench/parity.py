@@ -81,6 +81,8 @@ class ParityReport(BaseModel):
     headline_instances_official: int | None = None
     headline_ok: bool = True
     carried: int = 0  # scores carried from an ancestor run: its parity, never rewritten here
+    # instances refused by name (build_needs_root): not compared, headline not compared
+    refused: list[str] = Field(default_factory=list)
 
 
 def percent_text(score: float) -> str:
@@ -117,9 +119,19 @@ def _official_rows(latest: dict[str, TaskRow]) -> dict[str, TaskRow]:
             if _scored(r) and r.outcome is not Outcome.CARRIED}
 
 
+REFUSED = "build_needs_root"  # verdict.BUILD_NEEDS_ROOT: the eval's score not taken
+
+
 def cross_check(info: InfoSummary, latest: dict[str, TaskRow]) -> ParityReport:
     """Compare every row this run scored officially, and the mean over them, with ``info``
-    (``programbench info`` over this run root). Carried rows are counted, never checked."""
+    (``programbench info`` over this run root). Carried rows are counted, never checked. A
+    row refused by name (``build_needs_root``: the official eval scored a build the
+    separated judge does not run as root) has no score to compare: its line is left out,
+    and so is the headline (the official average counts it), said in ``refused``."""
+    refused = sorted(r.instance_id for r in latest.values() if r.reason_code == REFUSED)
+    if refused:
+        info = info.model_copy(update={"lines": {
+            k: v for k, v in info.lines.items() if k not in refused}})
     rows = _official_rows(latest)
     carried = sum(1 for r in latest.values() if _scored(r) and r.outcome is Outcome.CARRIED)
     mismatches: list[Mismatch] = []
@@ -137,12 +149,13 @@ def cross_check(info: InfoSummary, latest: dict[str, TaskRow]) -> ParityReport:
                                    official=info.lines[iid].percent))
     mean = sum(float(r.score or 0.0) for r in rows.values()) / len(rows) if rows else 0.0
     ours_head = f"{mean * 100:.0f}"
-    headline_ok = info.average_percent == ours_head and info.instances == len(rows)
+    headline_ok = bool(refused) or (
+        info.average_percent == ours_head and info.instances == len(rows))
     return ParityReport(
         checked=len(rows), ok=not mismatches and headline_ok, mismatches=mismatches,
         headline_ours=ours_head, headline_official=info.average_percent,
         headline_instances_ours=len(rows), headline_instances_official=info.instances,
-        headline_ok=headline_ok, carried=carried)
+        headline_ok=headline_ok, carried=carried, refused=refused)
 
 
 def mismatch_row(row: TaskRow, mismatch: Mismatch, status: str) -> TaskRow:

@@ -204,7 +204,10 @@ def record_eval(ctx: InstanceContext, result: OfficialEvalResult, completed: boo
     if v.outcome is Outcome.INFRA_FAILED:
         ctx.result.official_eval_status = v.official_eval_status
         raise InfraError(v.error or v.reason_code, v.reason_code)
-    assert v.score is not None
+    if v.score is None:  # refused by name, not scored (build_needs_root)
+        ctx.result.official_eval_status = v.official_eval_status
+        ctx.agent_failed(v.reason_code, v.error)
+        return
     ctx.scored(score=v.score, resolved=v.resolved, near_resolved=v.near_resolved,
                tests_passed=v.tests_passed, tests_total=v.tests_total,
                reason_code=v.reason_code, official_eval_status=v.official_eval_status)

@@ -312,6 +312,19 @@ def replay_check_command(argv: Sequence[str]) -> int:
     out = (args.output or args.run.parent / f"{args.run.name}-replay-check-{stamp}").absolute()
     if out.exists():
         return _fail(f"--output {out} exists: run roots are never reused; name a new one")
+    try:
+        replay_args(manifest.argv, [])  # a run's own argv that loads code is refused first
+    except ReplayArgsError as exc:
+        return _fail(f"{args.run}: {exc}")
+    cwd = Path(manifest.cwd).resolve()
+    if not cwd.is_dir():
+        return _fail(f"{args.run}: the run's directory {manifest.cwd} is not here")
+    for given, name in ((args.run, "the run root"), (args.records, "--records")):
+        if cwd.is_relative_to(given.resolve()):
+            return _fail(
+                f"{args.run}: the run's directory {cwd} is inside {name}: a run root "
+                f"cannot bring the code it is checked with; check it from its checkout"
+            )
     units = executed_units(manifest, original)
     if not units:
         return _fail(f"{args.run}: no unit of it ran in it (every one was carried from an "
@@ -323,15 +336,6 @@ def replay_check_command(argv: Sequence[str]) -> int:
         return _fail(f"{args.run}: {exc}")
     print(f"replay-check: replaying the {len(units)} unit(s) this run ran: "
           f"{', '.join(units[:20])}{' ...' if len(units) > 20 else ''}", flush=True)
-    cwd = Path(manifest.cwd).resolve()
-    if not cwd.is_dir():
-        return _fail(f"{args.run}: the run's directory {manifest.cwd} is not here")
-    for given, name in ((args.run, "the run root"), (args.records, "--records")):
-        if cwd.is_relative_to(given.resolve()):
-            return _fail(
-                f"{args.run}: the run's directory {cwd} is inside {name}: a run root "
-                f"cannot bring the code it is checked with; check it from its checkout"
-            )
     command = [
         sys.executable,
         "-m",

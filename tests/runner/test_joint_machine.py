@@ -17,9 +17,9 @@ COMMON = settings(deadline=None, database=None, stateful_step_count=6,
 
 def test_the_joints_hold_on_a_fixed_set_of_examples() -> None:
     run_state_machine_as_test(JointMachine, settings=settings(
-        COMMON, max_examples=12, derandomize=True))
+        COMMON, max_examples=8, derandomize=True))
 
 
 @pytest.mark.slow
 def test_the_joints_hold_on_ten_times_more_examples_at_random() -> None:
-    run_state_machine_as_test(JointMachine, settings=settings(COMMON, max_examples=120))
+    run_state_machine_as_test(JointMachine, settings=settings(COMMON, max_examples=80))

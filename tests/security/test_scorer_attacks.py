@@ -159,8 +159,10 @@ def test_a_build_that_plants_a_pytest_plugin_gains_nothing(tmp_path: Path) -> No
                          "--agent-command", agent_command(files))
     assert control() == 1.0
     row = fixture_row(run)
-    assert row["official_eval_status"] == "completed", run.out
-    assert row["score"] == 0.0 and row["tests_passed"] == 0
+    # the writes fail (EPERM) and so does compile.sh: refused by name, never scored
+    assert (row["outcome"], row["reason_code"]) == ("agent_failed", "build_needs_root"), run.out
+    assert row["score"] is None and row["infra"] is False
     evidence = official_eval_json(run, row)
     assert evidence["docker_policy"]["build_user"] == PROGRAM_UID
+    assert "Permission denied" in evidence["error_message"]
     assert not evidence["docker_policy"]["refused"]  # nothing to refuse: nothing was written
