@@ -326,16 +326,10 @@ def replay_check_command(argv: Sequence[str]) -> int:
                 f"cannot bring the code it is checked with; check it from its checkout"
             )
     units = executed_units(manifest, original)
-    if not units:
-        return _fail(f"{args.run}: no unit of it ran in it (every one was carried from an "
-                     "ancestor or never started): check the run that ran them")
-    try:
-        chain = walk_ancestry(args.run, set_aside=False).manifests
-        args_again = rebuild_args(chain, units)
-    except (ReplayArgsError, ResumeError) as exc:
-        return _fail(f"{args.run}: {exc}")
-    print(f"replay-check: replaying the {len(units)} unit(s) this run ran: "
-          f"{', '.join(units[:20])}{' ...' if len(units) > 20 else ''}", flush=True)
+    rebuilt = _rebuilt(args.run, units)
+    if isinstance(rebuilt, int):
+        return rebuilt
+    args_again = rebuilt
     command = [
         sys.executable,
         "-m",
@@ -353,7 +347,6 @@ def replay_check_command(argv: Sequence[str]) -> int:
     done = subprocess.run(command, cwd=cwd, env=env, check=False)
     if not ledger_path(out).is_file():
         return _fail(f"the replay session wrote no run root at {out} (exit {done.returncode})")
-    replayed = read_ledger(ledger_path(out)).latest
     check = ReplayCheck(
         run=str(args.run.absolute()),
         records=str(args.records.absolute()),
@@ -362,12 +355,33 @@ def replay_check_command(argv: Sequence[str]) -> int:
         exit_code=done.returncode,
         units=units,
     )
+    return report_check(check, original, out, args.records.absolute())
+
+
+def _rebuilt(run: Path, units: list[str]) -> list[str] | int:
+    """The session's arguments for ``units`` (:func:`rebuild_args`), said first; an exit
+    status when there is nothing to replay or the chain cannot be read."""
+    if not units:
+        return _fail(f"{run}: no unit of it ran in it (every one was carried from an "
+                     "ancestor or never started): check the run that ran them")
+    try:
+        args = rebuild_args(walk_ancestry(run, set_aside=False).manifests, units)
+    except (ReplayArgsError, ResumeError) as exc:
+        return _fail(f"{run}: {exc}")
+    print(f"replay-check: replaying the {len(units)} unit(s) this run ran: "
+          f"{', '.join(units[:20])}{' ...' if len(units) > 20 else ''}", flush=True)
+    return args
+
+
+def report_check(check: ReplayCheck, original: dict[str, TaskRow], out: Path,
+                 records: Path) -> int:
+    """Each instance's verdict against the replay's row, printed and written; the exit
+    status (0 when every one is identical)."""
+    replayed = read_ledger(ledger_path(out)).latest
     for key, row in sorted(original.items()):
         if row.carried_from is not None:
             continue  # settled in an ancestor: checked with that run
-        check.instances.append(
-            check_instance(key, row, replayed.get(key), out, args.records.absolute())
-        )
+        check.instances.append(check_instance(key, row, replayed.get(key), out, records))
     for item in check.instances:
         check.counts[item.verdict] = check.counts.get(item.verdict, 0) + 1
         sha = (item.replayed_sha256 or "none")[:12]
