@@ -60,7 +60,9 @@ from benchmarks.programbench.program_user import (
     PROGRAM_UID,
     build_command,
     build_exec_flags,
+    end_program_script,
     judge_prefix,
+    program_files_in_layer,
     sweep_script,
 )
 
@@ -147,8 +149,9 @@ def _exec_in(docker: str, container: str, argv: list[str], timeout: float = 120)
     return proc.stdout if proc.returncode == 0 else b""
 
 
-def build_overrides(docker: str, container: str) -> list[str]:
-    """Paths in ``container`` (absolute) that would steer the tests' pytest."""
+def build_overrides(docker: str, container: str, prelude: str = "") -> list[str]:
+    """Paths in ``container`` (absolute) that would steer the tests' pytest (``prelude``:
+    shell run first in the same exec)."""
     from benchmarks.programbench.scorer_rules import (
         EDITED_CONFIGS,
         MAX_CONFIG_BYTES,
@@ -166,7 +169,8 @@ def build_overrides(docker: str, container: str) -> list[str]:
         f"for p in {configs}; do if [ -L $p ] || {{ [ -e $p ] && [ ! -f $p ]; }}; then "
         "printf '%s\\0' $p; fi; done"
     )
-    out = _exec_in(docker, container, ["sh", "-c", script])
+    out = _exec_in(docker, container, ["sh", "-c", f"{prelude}; {script}" if prelude
+                                       else script])
     sections = out.split(b"\0--\0")
     if len(sections) != 3:
         return ["(the build's workspace could not be listed)"]
@@ -722,6 +726,25 @@ def build_as_program_user(args: list[str], log: str | None) -> list[str]:
     return [args[0], *build_exec_flags(), *args[1:-3], *build_command(shell)]
 
 
+SWEEP_LIMIT = 5000  # paths removed by name; more, and the container's own find does it
+
+
+def _program_files(docker: str, container: str, log: str | None) -> list[str]:
+    """What the program user owns outside its workspace and home (see
+    :func:`~benchmarks.programbench.program_user.sweep_script`): listed from the container's
+    upper layer on this host (only what the build changed, names and ``lstat``), else by a
+    ``find`` in the container, which then removes them itself (returns [] for the caller)."""
+    layers = _layers(docker, container)
+    found = program_files_in_layer(layers[0], SWEEP_LIMIT) if layers else None
+    if found is None:
+        out = _exec_in(docker, container, ["sh", "-c", sweep_script()], 300)
+        gone = [p for p in out.decode(errors="surrogateescape").split("\0") if p]
+        _log(log, {"op": "sweep", "swept": [_shown(p) for p in gone][:50], "by": "find"})
+        return []
+    _log(log, {"op": "sweep", "swept": [_shown(p) for p in found][:50], "by": "layer"})
+    return found
+
+
 def _container_running(docker: str, container: str) -> bool | None:
     try:
         proc = subprocess.run([docker, "inspect", "--type", "container", "--format",
@@ -771,22 +794,11 @@ def _commit(docker: str, new: list[str], log: str | None, started: float) -> NoR
     if not container:
         os.execv(docker, [docker, *new])
     # while it runs: docker exec (the removal) cannot run in a paused container; anything
-    # made again after it is an override the check below finds
-    # the sweep (outside the workspace) runs while the workspace is listed
-    sweep = subprocess.Popen([docker, "exec", "-u", "0", container, "sh", "-c", sweep_script()],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL)
-    removed = build_overrides(docker, container)
-    try:
-        swept = sweep.communicate(timeout=300)[0]
-    except subprocess.TimeoutExpired:
-        sweep.kill()
-        sweep.communicate()
-        _refuse(log, "docker policy: the build's files outside its workspace could not be "
-                     "swept in 300 s")
-    _log(log, {"op": "sweep", "swept": [
-        _shown(p) for p in swept.decode(errors="surrogateescape").split("\0") if p][:50]})
-    paths = [p for p in removed if p.startswith("/")]
+    # made again after it is an override the check below finds. The listing's exec first
+    # ends every process of the program user, so nothing of the build writes after it.
+    removed = build_overrides(docker, container, prelude=end_program_script())
+    swept = _program_files(docker, container, log)
+    paths = [p for p in (*removed, *swept) if p.startswith("/")]
     if paths:
         subprocess.run([docker, "exec", "-u", "0", container, "rm", "-rf", "--", *paths],
                        capture_output=True, timeout=300, check=False)

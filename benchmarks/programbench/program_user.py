@@ -27,6 +27,7 @@ Standard library only: the policy imports this module on a docker call.
 
 from __future__ import annotations
 
+import os
 import shlex
 
 PROGRAM_USER = "hxprog"
@@ -101,7 +102,11 @@ def end_program_script() -> str:
     """Shell run as root: every process of the program user is ended (``kill(-1)`` sent as
     that user, until none is left), so nothing the build left running writes while its files
     are swept and checked."""
-    return f"python3 -c {shlex.quote(_END_PY.format(uid=PROGRAM_UID))} >/dev/null 2>&1"
+    uid = PROGRAM_UID
+    return (f"if command -v setpriv >/dev/null 2>&1; then n=0; while [ $n -lt 10000 ] && "
+            f"setpriv --reuid={uid} --regid={uid} --clear-groups kill -9 -1 2>/dev/null; "
+            "do n=$((n + 1)); done; else "
+            f"python3 -c {shlex.quote(_END_PY.format(uid=uid))} >/dev/null 2>&1; fi")
 
 
 def judge_prefix() -> str:
@@ -146,3 +151,33 @@ def pytest_names_script() -> str:
             f'for n in {ini}; do p={ws}/$n; {keep} mkdir -m 0755 "$p"; fi; done && '
             f'for n in {config}; do p={ws}/$n; {keep} : > "$p"; fi; done && '
             f'for n in {" ".join(KEPT_ONLY)}; do p={ws}/$n; {keep} :; fi; done')
+
+
+def program_files_in_layer(upper: str, limit: int) -> list[str] | None:
+    """The container paths the program user owns outside its workspace and home, from the
+    container's upper layer on this host (only what the build changed): top-most ones only
+    (a folder of its stands for what is in it). Names and ``lstat`` only, nothing followed.
+    None when the layer cannot be read or holds more than ``limit`` such paths."""
+    kept = (WORKSPACE, PROGRAM_HOME, STASH)
+    found: list[str] = []
+    try:
+        for folder, dirs, files in os.walk(upper, onerror=_raise):
+            rel = os.path.relpath(folder, upper)
+            inside = "/" if rel == "." else "/" + rel
+            for name in [*dirs, *files]:
+                path = os.path.join(inside, name)
+                owned = os.lstat(os.path.join(folder, name)).st_uid == PROGRAM_UID
+                if path in kept or owned:
+                    if name in dirs:
+                        dirs.remove(name)  # not walked: kept, or removed whole
+                    if owned and path not in kept:
+                        found.append(path)
+                    if len(found) > limit:
+                        return None
+    except OSError:
+        return None
+    return found
+
+
+def _raise(exc: OSError) -> None:
+    raise exc

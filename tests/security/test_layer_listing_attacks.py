@@ -487,9 +487,11 @@ def test_a_build_planting_linked_and_newline_named_pth_files_gains_nothing(tmp_p
     )
     row, refused, out = _eval_with_build(tmp_path, plant)
     # issue 40: the build runs as the program user, so the kernel refuses each write into
-    # Python's folders (EPERM) and the program earns its 0; nothing is left to refuse. The
-    # listing of such names from a layer is tested on trees above.
-    assert row["outcome"] == "scored" and row["score"] == 0.0, out
+    # Python's folders (EPERM): compile.sh fails on them and is refused by name (never
+    # scored); nothing is left for the build check to refuse. The listing of such names
+    # from a layer is tested on trees above.
+    assert (row["outcome"], row["reason_code"]) == ("agent_failed", "build_needs_root"), out
+    assert row["score"] is None and row["infra"] is False
     assert refused == "", refused
 
 
@@ -499,8 +501,8 @@ def test_a_build_planting_a_non_utf8_named_pth_gains_nothing(tmp_path: Path) -> 
     row, refused, out = _eval_with_build(tmp_path, plant)
     # the write fails (EPERM, issue 40); bash's message names the file, byte 0xff and all,
     # and the official CLI cannot decode the build's output: the agent's failure, score 0
-    assert row["score"] == 0.0 and row["infra"] is False, out
-    assert row["outcome"] == "scored" or row["details"]["eval_error_code"] == (
+    assert row["infra"] is False, out
+    assert row["reason_code"] == "build_needs_root" or row["details"]["eval_error_code"] == (
         "UnicodeDecodeError"), row
     assert refused == "", refused
 
