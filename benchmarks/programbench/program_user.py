@@ -46,12 +46,14 @@ def build_setup_script() -> str:
     and the workspace (wiped and unpacked by root) made the user's. ``chown`` by root also
     clears every setuid/setgid bit and file capability the submission's archive carried."""
     uid, user, home = PROGRAM_UID, PROGRAM_USER, PROGRAM_HOME
+    # the shell's own read and echo, then two commands: each process costs on this engine
+    missing = ("has() { while IFS=: read -r n _; do [ \"$n\" = " + user + " ] && return 0; "
+               "done < \"$1\"; return 1; }; ")
     return (
-        f"grep -q '^{user}:' /etc/passwd || "
-        f"echo '{user}:x:{uid}:{uid}:program under test:{home}:/bin/sh' >> /etc/passwd; "
-        f"grep -q '^{user}:' /etc/group || echo '{user}:x:{uid}:' >> /etc/group; "
-        f"mkdir -p {home} && chown {uid}:{uid} {home} && chmod 0700 {home} && "
-        f"chown -R -h {uid}:{uid} {WORKSPACE}"
+        missing
+        + f"has /etc/passwd || echo '{user}:x:{uid}:{uid}:program under test:{home}:/bin/sh'"
+        f" >> /etc/passwd; has /etc/group || echo '{user}:x:{uid}:' >> /etc/group; "
+        f"mkdir -p -m 0700 {home} && chown -R -h {uid}:{uid} {home} {WORKSPACE}"
     )
 
 
@@ -115,9 +117,9 @@ def judge_prefix() -> str:
     folder but cannot rename or replace ``eval/``), the judge's Python leaves the working
     directory off ``sys.path``, and the results guard learns the program user."""
     ws = shlex.quote(WORKSPACE)
-    return (f"chown -h 0:0 {ws} && chmod 1777 {ws} && "
-            f"{{ [ ! -d {ws}/eval ] || {{ chown -R -h 0:0 {ws}/eval && "
-            f"chmod -R go-w,a+rX {ws}/eval; }}; }} && {pytest_names_script()} && "
+    return (f"{pytest_names_script()} && chown -h 0:0 {ws} && "
+            f"{{ [ ! -d {ws}/eval ] || chown -R -h 0:0 {ws}/eval; }} && "
+            f"chmod 1777 {ws} && {{ [ ! -d {ws}/eval ] || chmod -R go-w,a+rX {ws}/eval; }} && "
             f"export PYTHONSAFEPATH=1 {UID_ENV}={PROGRAM_UID} {HOME_ENV}={PROGRAM_HOME} && ")
 
 
@@ -140,17 +142,20 @@ def pytest_names_script() -> str:
     a worker that starts later. conftest.py and __init__.py become empty root folders (pytest
     reads neither as a file); an existing ini or config file becomes root's, read-only; an
     absent one is held by an empty root folder (pytest.ini) or an empty root file (the
-    others: pytest reads them only with a pytest section, a program as an empty config)."""
+    others: pytest reads them only with a pytest section, a program as an empty config).
+    Few processes: the shell's own tests and redirections, one rm, mkdir, chown, chmod."""
     ws = WORKSPACE
-    imported = " ".join(IMPORTED_NAMES)
-    ini = " ".join(INI_NAMES)
-    config = " ".join(CONFIG_NAMES)
-    keep = ('if [ -e "$p" ] || [ -L "$p" ]; then chown -h 0:0 "$p"; '
-            '[ -L "$p" ] || chmod go-w "$p"; else')
-    return (f'for n in {imported}; do p={ws}/$n; rm -rf -- "$p"; mkdir -m 0755 "$p"; done && '
-            f'for n in {ini}; do p={ws}/$n; {keep} mkdir -m 0755 "$p"; fi; done && '
-            f'for n in {config}; do p={ws}/$n; {keep} : > "$p"; fi; done && '
-            f'for n in {" ".join(KEPT_ONLY)}; do p={ws}/$n; {keep} :; fi; done')
+    folders = " ".join(f"{ws}/{n}" for n in IMPORTED_NAMES)
+    lines = [f"own=; dirs='{folders}'"]
+    for name in (*INI_NAMES, *CONFIG_NAMES, *KEPT_ONLY):
+        path = f"{ws}/{name}"
+        absent = (f"dirs=\"$dirs {path}\"" if name in INI_NAMES
+                  else f": > {path}" if name in CONFIG_NAMES else ":")
+        lines.append(f'if [ -e {path} ] || [ -L {path} ]; then own="$own {path}"; '
+                     f"else {absent}; fi")
+    lines.append(f"rm -rf -- {folders} && mkdir -m 0755 $dirs && "
+                 '{ [ -z "$own" ] || { chown -h 0:0 $own && chmod go-w $own; }; }')
+    return "{ " + "; ".join(lines) + "; }"  # one command of the prefix's && chain
 
 
 def program_files_in_layer(upper: str, limit: int) -> list[str] | None:
