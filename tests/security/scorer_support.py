@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from benchmarks.programbench import FIXTURE_ID
 
@@ -136,3 +137,23 @@ def raw_score_alongside(tmp: Path, files: dict[str, str]) -> Iterator[Callable[[
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(raw_official_score, tmp, files)
         yield future.result
+
+
+def evaluate_files(tmp: Path, files: dict[str, str]) -> Any:
+    """Our eval (the docker policy, the separated judge) of a submission of ``files`` at the
+    fixture task: its ``OfficialEvalResult``."""
+    from benchmarks.programbench import FIXTURE_ID
+    from benchmarks.programbench.fixture import ensure_fixture
+    from benchmarks.programbench.official_eval import evaluate_instance
+    from benchmarks.programbench.submission import build_submission
+
+    fixture = ensure_fixture()
+    ws = tmp / "ws"
+    for rel, text in files.items():
+        write(ws / rel, text, 0o755 if rel.endswith(".sh") else 0o644)
+    build_submission(ws, tmp / "src" / FIXTURE_ID / "submission.tar.gz")
+    result = evaluate_instance(tmp / "src", FIXTURE_ID, blob_dir=fixture.blob_dir)
+    import shutil
+
+    shutil.rmtree(ws)
+    return result

@@ -19,18 +19,14 @@ One eval of one submission serves each group of tests (module-scoped fixtures).
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks.programbench import FIXTURE_ID
-from benchmarks.programbench.fixture import ensure_fixture
-from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_instance
+from benchmarks.programbench.official_eval import OfficialEvalResult
 from benchmarks.programbench.program_user import PROGRAM_UID
-from benchmarks.programbench.submission import build_submission
-from tests.security.scorer_support import raw_score_alongside, write
+from tests.security.scorer_support import evaluate_files, raw_score_alongside
 
 pytestmark = pytest.mark.docker
 
@@ -114,13 +110,7 @@ PLACES_SUBMISSION = {
 
 
 def _evaluate(tmp: Path, files: dict[str, str]) -> OfficialEvalResult:
-    fixture = ensure_fixture()
-    ws = tmp / "ws"
-    for rel, text in files.items():
-        write(ws / rel, text, 0o755 if rel.endswith(".sh") else 0o644)
-    build_submission(ws, tmp / "src" / FIXTURE_ID / "submission.tar.gz")
-    result = evaluate_instance(tmp / "src", FIXTURE_ID, blob_dir=fixture.blob_dir)
-    shutil.rmtree(ws)
+    result: OfficialEvalResult = evaluate_files(tmp, files)
     return result
 
 

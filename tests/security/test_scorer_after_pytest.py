@@ -12,16 +12,11 @@ Each runs as a control through the bare CLI (real Docker, no guard, no policy), 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from benchmarks.programbench import FIXTURE_ID
-from benchmarks.programbench.fixture import ensure_fixture
-from benchmarks.programbench.official_eval import evaluate_instance
-from benchmarks.programbench.submission import build_submission
-from tests.security.scorer_support import raw_score_alongside, write
+from tests.security.scorer_support import evaluate_files, raw_score_alongside
 
 pytestmark = pytest.mark.docker
 
@@ -126,13 +121,7 @@ CLONE_PARENT = {
 
 def _guarded(tmp: Path, files: dict[str, str]) -> tuple[float | None, str | None]:
     """(score, error code) of our eval of ``files``."""
-    fixture = ensure_fixture()
-    ws = tmp / "ws"
-    for rel, text in files.items():
-        write(ws / rel, text, 0o755 if rel.endswith(".sh") else 0o644)
-    build_submission(ws, tmp / "src" / FIXTURE_ID / "submission.tar.gz")
-    result = evaluate_instance(tmp / "src", FIXTURE_ID, blob_dir=fixture.blob_dir)
-    shutil.rmtree(ws)
+    result = evaluate_files(tmp, files)
     if result.official_eval_status == "error":
         assert result.error_cause == "agent", result.error_message
     return result.score, result.error_code if result.official_eval_status == "error" else None
