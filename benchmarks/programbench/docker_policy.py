@@ -815,6 +815,16 @@ def _commit(docker: str, new: list[str], log: str | None, started: float) -> NoR
     sys.exit(status)
 
 
+def _or_refuse(log: str | None, make: Callable[[], list[str]]) -> list[str]:
+    """``make()``'s argv, or the exec refused (logged, exit :data:`REFUSED_RC`)."""
+    try:
+        return make()
+    except PolicyRefused as exc:
+        _log(log, {"op": "exec", "refused": str(exc)})
+        print(f"docker policy: refused: {exc}", file=sys.stderr)
+        sys.exit(REFUSED_RC)
+
+
 def main(argv: list[str]) -> NoReturn:
     """``docker_policy --docker REAL [--log FILE] -- ARGS...``"""
     started = time.monotonic()
@@ -839,23 +849,13 @@ def main(argv: list[str]) -> NoReturn:
                    "took_s": round(time.monotonic() - started, 3)})
         sys.exit(proc.returncode)
     elif _exec_target(new) is not None:
-        try:
-            new = guard_results(docker, new)
-        except PolicyRefused as exc:
-            _log(log, {"op": "exec", "refused": str(exc)})
-            print(f"docker policy: refused: {exc}", file=sys.stderr)
-            sys.exit(REFUSED_RC)
+        new = _or_refuse(log, lambda: guard_results(docker, new))
         _log(log, {"op": "exec", "results_guard": True,
                    "took_s": round(time.monotonic() - started, 3)})
         if log is not None:
             new = _feed_account_key(new, Path(log).with_name(ACCOUNT_KEY_NAME))
     elif _exec_target(new, BUILD_MARKER) is not None:
-        try:
-            new = build_as_program_user(new, log)
-        except PolicyRefused as exc:
-            _log(log, {"op": "exec", "refused": str(exc)})
-            print(f"docker policy: refused: {exc}", file=sys.stderr)
-            sys.exit(REFUSED_RC)
+        new = build_as_program_user(new, log)
     elif sub == "commit" and len(new) >= 2:
         _commit(docker, new, log, started)
     os.execv(docker, [docker, *new])

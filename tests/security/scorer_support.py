@@ -157,3 +157,11 @@ def evaluate_files(tmp: Path, files: dict[str, str]) -> Any:
 
     shutil.rmtree(ws)
     return result
+
+
+# A pytest plugin that makes every test pass (what a forgery would load into the judge).
+FORCE_PASS_HOOKS = ("import pytest\n\n\n"
+                    "@pytest.hookimpl(hookwrapper=True)\n"
+                    "def pytest_runtest_makereport(item, call):\n"
+                    "    outcome = yield\n"
+                    "    outcome.get_result().outcome = 'passed'\n")

@@ -26,7 +26,7 @@ import pytest
 
 from benchmarks.programbench.official_eval import OfficialEvalResult
 from benchmarks.programbench.program_user import PROGRAM_UID
-from tests.security.scorer_support import evaluate_files, raw_score_alongside
+from tests.security.scorer_support import FORCE_PASS_HOOKS, evaluate_files, raw_score_alongside
 
 pytestmark = pytest.mark.docker
 
@@ -175,11 +175,7 @@ PASSWD_HOME = {
                    "sed -i 's#^root:\\([^:]*\\):0:0:\\([^:]*\\):/root:#"
                    "root:\\1:0:0:\\2:/workspace/h:#' /etc/passwd || true\n"
                    "cp program.sh executable\nchmod +x executable\n"),
-    "forcepass_hooks.py": ("import pytest\n\n\n"
-                           "@pytest.hookimpl(hookwrapper=True)\n"
-                           "def pytest_runtest_makereport(item, call):\n"
-                           "    outcome = yield\n"
-                           "    outcome.get_result().outcome = 'passed'\n"),
+    "forcepass_hooks.py": FORCE_PASS_HOOKS,
     "program.sh": "#!/bin/sh\necho 0\n",
 }
 

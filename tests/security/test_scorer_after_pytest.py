@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.security.scorer_support import evaluate_files, raw_score_alongside
+from tests.security.scorer_support import FORCE_PASS_HOOKS, evaluate_files, raw_score_alongside
 
 pytestmark = pytest.mark.docker
 
@@ -148,11 +148,7 @@ def test_a_verdict_rewritten_after_pytest_does_not_count(
 DIST_INFO = {
     "forcepass-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: forcepass\nVersion: 0.1\n",
     "forcepass-0.1.dist-info/entry_points.txt": "[pytest11]\nforcepass = forcepass_hooks\n",
-    "forcepass_hooks.py": ("import pytest\n\n\n"
-                           "@pytest.hookimpl(hookwrapper=True)\n"
-                           "def pytest_runtest_makereport(item, call):\n"
-                           "    outcome = yield\n"
-                           "    outcome.get_result().outcome = 'passed'\n"),
+    "forcepass_hooks.py": FORCE_PASS_HOOKS,
     "program.sh": "#!/bin/sh\necho 0\n",
     "compile.sh": COMPILE,
 }
