@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.programbench import FIXTURE_ID
+from benchmarks.programbench.fixture import ensure_fixture
+from benchmarks.programbench.official_eval import evaluate_instance
+from benchmarks.programbench.submission import build_submission
 
 FIXTURE_IMAGE = "programbench/testorg_1776_calculator.abc1234:task_cleanroom_v6"
 TARGET = "benchmarks/programbench"
@@ -141,12 +144,8 @@ def raw_score_alongside(tmp: Path, files: dict[str, str]) -> Iterator[Callable[[
 
 def evaluate_files(tmp: Path, files: dict[str, str]) -> Any:
     """Our eval (the docker policy, the separated judge) of a submission of ``files`` at the
-    fixture task: its ``OfficialEvalResult``."""
-    from benchmarks.programbench import FIXTURE_ID
-    from benchmarks.programbench.fixture import ensure_fixture
-    from benchmarks.programbench.official_eval import evaluate_instance
-    from benchmarks.programbench.submission import build_submission
-
+    fixture task: its ``OfficialEvalResult``. Its modules are imported with this one (not
+    here: a control eval in a thread imports them at the same time)."""
     fixture = ensure_fixture()
     ws = tmp / "ws"
     for rel, text in files.items():
