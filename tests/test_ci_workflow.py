@@ -158,7 +158,7 @@ def test_shard_jobs_partition_the_benchmark_and_merge(tmp_path: Path) -> None:
 
     results = run_job(workflow, "merge", ctx, cwd=tmp_path)
     assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
-    assert "merged 3 shards of 3: 200 instances" in results[0].stdout
+    assert "merged 3 shards of 3: 200 units" in results[0].stdout
     assert (tmp_path / "merged" / "report" / "report.html").is_file()
     assert "no gate" in (tmp_path / "merged" / "gate.txt").read_text()
 

@@ -186,6 +186,18 @@ SELECTORS = ("-k", "-m", "--instance", "--task-file", "--attempts")
 FLAG_SELECTORS = ("--all-instances",)
 
 
+def _node_id(args: Sequence[str], i: int) -> bool:
+    """Whether ``args[i]`` is a node id given as a selector (``path::test``), not the value
+    of an option such as ``-W ignore::Warning``."""
+    before = args[i - 1] if i else ""
+    return "::" in args[i] and not args[i].startswith("-") and not (
+        before.startswith("-") and "=" not in before and before in VALUED)
+
+
+VALUED = frozenset({"-W", "--pythonwarnings", "-p", "--ignore", "--ignore-glob", "--basetemp",
+                    "--junitxml", "--junit-xml", "-o", "--override-ini"})
+
+
 def executed_units(manifest: Manifest, latest: dict[str, TaskRow]) -> list[str]:
     """The units of this run's selection it ran itself (not carried from an ancestor, not
     left unstarted), in selection order: what a replay can check."""
@@ -203,7 +215,7 @@ def rebuild_args(chain: Sequence[Manifest], units: Sequence[str]) -> list[str]:
     run, first = chain[0], chain[-1]
     args = replay_args(first.argv, [])
     args, _ = without_options(args, SELECTORS)
-    args = [a for a in args if a not in FLAG_SELECTORS and "::" not in a]
+    args = [a for i, a in enumerate(args) if a not in FLAG_SELECTORS and not _node_id(args, i)]
     k = run.extra.attempts or 1
     tasks = list(dict.fromkeys(split_attempt(u.split("/", 1)[1])[0] for u in units))
     for task in tasks:

@@ -277,7 +277,9 @@ def test_a_resumed_run_is_rebuilt_from_the_model_with_what_it_inherited(tmp_path
     from harness.model_proxy.replay_check import executed_units, rebuild_args
 
     first = new_manifest(run_id="r1", run_root=tmp_path / "r1", argv=[
-        *PYTEST, "benchmarks/programbench", "--pb-fixtures", "-k", "calc", "--attempts", "2",
+        *PYTEST, "-W", "ignore::pytest.PytestAssertRewriteWarning", "benchmarks/programbench",
+        "benchmarks/programbench/test_programbench.py::test_programbench",
+        "--pb-fixtures", "-k", "calc", "--attempts", "2",
         "--agent", "command", "--agent-command", "x", "--run-root", "/r1"], dry_run=False,
         workers=0)
     resumed = new_manifest(run_id="r2", run_root=tmp_path / "r2", argv=[
@@ -294,6 +296,7 @@ def test_a_resumed_run_is_rebuilt_from_the_model_with_what_it_inherited(tmp_path
     ran = executed_units(resumed, rows)
     assert ran == ["programbench/t.a@2"]  # the carried attempt is not replayed
     args = rebuild_args([resumed, first], ran)
-    assert args == ["benchmarks/programbench", "--pb-fixtures", "--agent", "command",
+    assert args == ["-W", "ignore::pytest.PytestAssertRewriteWarning",  # a value, not a node
+                    "benchmarks/programbench", "--pb-fixtures", "--agent", "command",
                     "--agent-command", "x", "--instance", "t.a", "--attempts", "2",
                     "-k", "t.a@2"]
