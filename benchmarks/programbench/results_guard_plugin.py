@@ -316,7 +316,6 @@ def _dropping(original: Any) -> Any:
             hand_over()
             os.environ.clear()
             os.environ.update(_program_env(None))
-            os.umask(JUDGE_UMASK)
             drop_to_program_user()
         return original(*args)
 
@@ -358,8 +357,6 @@ def _file_action(action: Any) -> None:
         os.dup2(action[1], action[2])
 
 
-JUDGE_UMASK = os.umask(0o022)
-os.umask(JUDGE_UMASK)
 SHARED: list[str] = []  # the temporary folders of the tests, handed to the program user
 STARTED = time.time()  # what the tests make in the working folder is newer
 HANDOVER_LIMIT = 20000  # entries looked at per process start

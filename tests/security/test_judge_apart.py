@@ -30,45 +30,12 @@ from tests.security.scorer_support import FORCE_PASS_HOOKS, evaluate_files, raw_
 
 pytestmark = pytest.mark.docker
 
-# (category, path): where a file steers the judge's Python, pytest, shell or loader
-PLACES = [
-    ("python-startup", "/usr/lib/python3.11/sitecustomize.py"),
-    ("python-startup", "/etc/python3.11/sitecustomize.py"),
-    ("python-startup", "/usr/lib/python3/dist-packages/hx_steer.pth"),
-    ("python-startup", "/usr/local/lib/python3.11/dist-packages/hx_steer.pth"),
-    ("python-startup", "/root/.local/lib/python3.11/site-packages/usercustomize.py"),
-    ("python-startup", "/usr/pyvenv.cfg"),
-    ("python-startup", "/usr/bin/pyvenv.cfg"),
-    ("python-startup", "/usr/lib/python3.11/json/__init__.py"),
-    ("python-startup", "/usr/bin/python3"),
-    ("pytest", "/usr/lib/python3/dist-packages/_pytest/hx_steer.py"),
-    ("pytest", "/usr/lib/python3/dist-packages/pytest/__init__.py"),
-    ("pytest", "/usr/lib/python3/dist-packages/hx_steer-0.1.dist-info/entry_points.txt"),
-    ("pytest", "/pytest.ini"),
-    ("pytest", "/conftest.py"),
-    ("pytest", "/usr/local/bin/pytest"),
-    ("bash-login", "/etc/profile"),
-    ("bash-login", "/etc/profile.d/hx_steer.sh"),
-    ("bash-login", "/etc/bash.bashrc"),
-    ("bash-login", "/etc/environment"),
-    ("bash-login", "/etc/passwd"),
-    ("bash-login", "/root/.profile"),
-    ("bash-login", "/root/.bashrc"),
-    ("bash-login", "/root/.bash_profile"),
-    ("bash-login", "/usr/local/bin/bash"),
-    ("dynamic-linker", "/etc/ld.so.preload"),
-    ("dynamic-linker", "/etc/ld.so.conf.d/hx_steer.conf"),
-    ("dynamic-linker", "/etc/ld.so.cache"),
-    ("dynamic-linker", "/lib64/ld-linux-x86-64.so.2"),
-    ("dynamic-linker", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
-    ("pip", "/etc/pip.conf"),
-    ("pip", "/root/.config/pip/pip.conf"),
-    ("pip", "/root/.pip/pip.conf"),
-    ("eval-stash", "/opt/hx_steer"),
-]
-# world-writable: the write succeeds in the build; the judge's container must not have it
-SWEPT = ["/tmp/programbench-grader-plugins/pytest.py", "/tmp/pytest-of-root/hx_steer",
-         "/var/tmp/hx_steer"]
+# Container paths (inside the eval's image) where a file steers the judge's Python, pytest,
+# shell or loader, and the world-writable ones; committed data beside the tests.
+DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "judge"
+                   / "steering_places.json").read_text())
+PLACES = [(entry["category"], entry["path"]) for entry in DATA["places"]]
+SWEPT: list[str] = DATA["swept"]
 
 TRY = ('try() { mkdir -p "$(dirname "$1")" 2>/dev/null; '
        'if printf "#" >> "$1" 2>/dev/null; then echo "HXPLACE $1 written"; '
