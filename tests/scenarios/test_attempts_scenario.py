@@ -133,12 +133,8 @@ def test_pb_k3_attempts_killed_resumed_and_an_infra_fault_retried(tmp_path: Path
     assert m["counts"] == {"completed": 2, "skipped": 1}, m["counts"]  # three, not four
     assert m["outcome"] == "completed" and m["mean_score"] == score
     assert m["extra"]["infra_retries"] == {"limit": 1, "retries": 1, "by_reason": {FAULT_REASON: 1}}
-    # issue 41: the official parity covers the attempts' evaluations, one info per attempt
-    [parity] = [v for k, v in m["extra"].items() if k.endswith("official_parity_attempts")]
-    ran = sorted(iid[-1] for iid in (faulted, other))
-    assert sorted(parity["by_attempt"]) == ran, parity
-    assert all(r["ok"] and r["checked"] == 1 for r in parity["by_attempt"].values()), parity
-    assert all((r2.root / f"programbench_info.attempt-{k}.txt").is_file() for k in ran)
+
+    _attempt_parity_held(r2.root, m, sorted(iid[-1] for iid in (faulted, other)))
     r2.result.stdout.fnmatch_lines([f"infrastructure retries 1: {FAULT_REASON} 1 *"])
 
     # Money: each try reserved and settled on its own; the oracle spends nothing.
@@ -162,3 +158,11 @@ def test_pb_k3_attempts_killed_resumed_and_an_infra_fault_retried(tmp_path: Path
     }
     assert len(evals) == 3  # one eval per attempt, none shared
     assert [name for root in roots for name in labelled_containers(root)] == []
+
+
+def _attempt_parity_held(root: Path, m: dict[str, Any], ran: list[str]) -> None:
+    """Issue 41: the official parity covers the attempts' evaluations, one info per attempt."""
+    [parity] = [v for k, v in m["extra"].items() if k.endswith("official_parity_attempts")]
+    assert sorted(parity["by_attempt"]) == ran, parity
+    assert all(r["ok"] and r["checked"] == 1 for r in parity["by_attempt"].values()), parity
+    assert all((root / f"programbench_info.attempt-{k}.txt").is_file() for k in ran)
