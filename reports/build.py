@@ -6,7 +6,8 @@ import hashlib
 from collections import defaultdict
 from pathlib import Path
 
-from harness.run.samples import SampleStats, sample_stats
+from harness.run.model import RunModel
+from harness.run.samples import SampleStats, model_stats
 from reports.compare import compare_results
 from reports.figures import (
     CompareReport,
@@ -124,10 +125,8 @@ def run_samples(
     run: RunData, *, resamples: int = DEFAULT_RESAMPLES, seed: int = 0
 ) -> SampleStats | None:
     """The repeated-attempt figures of a run with K > 1 attempts per task; None for K=1."""
-    if not any(r.task is not None for r in run.results):
-        return None
-    stats = sample_stats(run.rows, [r.key for r in run.results], resamples=resamples, seed=seed)
-    return stats if stats.repeated else None
+    return model_stats(RunModel.of_manifest(run.manifest), run.rows, resamples=resamples,
+                       seed=seed)
 
 
 def build_figures(

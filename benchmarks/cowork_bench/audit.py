@@ -43,6 +43,7 @@ from benchmarks.cowork_bench.diagnostic import read_record
 from benchmarks.cowork_bench.eval_once import file_fact, publish_exclusive
 from harness.core.models import Manifest, Outcome, TaskRow
 from harness.run.ledger import LedgerError, ledger_path, read_ledger
+from harness.run.locate import row_root, run_roots
 from harness.run.manifest import ManifestError, read_manifest
 
 SCHEMA = "harness.cowork.audit.v1"
@@ -165,12 +166,6 @@ def selected_ids(manifest: Manifest) -> list[str]:
     return out
 
 
-def ancestor_roots(manifest: Manifest) -> dict[str, Path]:
-    """Run id -> run root of every ancestor a resumed run names."""
-    resume = manifest.resume
-    return {i: Path(r) for i, r in zip(resume.ancestor_run_ids, resume.ancestors, strict=False)}
-
-
 def latest_rows(run_root: Path) -> dict[str, TaskRow]:
     """Instance id -> the last Cowork row (``read_ledger``: torn last line skipped, other
     corruption raises ``LedgerError``)."""
@@ -236,7 +231,8 @@ def scan(inst_dir: Path) -> tuple[list[Finding], int]:
 def audit_task(
     run_root: Path, iid: str, row: TaskRow | None, ancestors: dict[str, Path] | None = None
 ) -> TaskAudit:
-    """One task; a row carried forward by a resume is audited from its ancestor's folder."""
+    """One task, audited from the folder of the run that wrote its row (a carried row: its
+    ancestor's; a merged run's row: its shard's; :mod:`harness.run.locate`)."""
     inst = run_root / BENCHMARK / iid
     gaps: list[str] = []
     ledger_status = row.status if row else None
@@ -244,11 +240,11 @@ def audit_task(
     if row and row.outcome is Outcome.CARRIED:
         carried_from = str(row.carried_from)
         ledger_status = row.details.get("carried_status") or ledger_status
-        origin = (ancestors or {}).get(carried_from)
-        if origin is None:
-            gaps.append(f"carried_evidence_unavailable:{carried_from}")
-        else:
-            inst = origin / BENCHMARK / iid
+    home = row_root(row, run_root, ancestors or {}) if row else run_root
+    if home is None:
+        gaps.append(f"carried_evidence_unavailable:{carried_from}")
+    else:
+        inst = home / BENCHMARK / iid
     records = usage_records(inst)
     receipt = receipt_state(inst) if inst.is_dir() else None
     evidence = classify_instance(inst, usage=records, receipt=receipt)
@@ -332,7 +328,7 @@ def build_report(run_root: Path, manifest: Manifest | None = None) -> AuditRepor
     manifest = manifest or read_manifest(run_root)
     ids = selected_ids(manifest)
     rows = latest_rows(run_root)
-    ancestors = ancestor_roots(manifest)
+    ancestors = run_roots(run_root)
     tasks = [audit_task(run_root, iid, rows.get(iid), ancestors) for iid in ids]
     counts: Counter[str] = Counter(t.classification for t in tasks)
     complete = all(t.cost.complete for t in tasks)

@@ -33,6 +33,7 @@ from harness.core.models import TaskRow
 from harness.core.untrusted import hash_untrusted_file
 from harness.run.ledger import LedgerError
 from harness.run.manifest import ManifestError, read_manifest
+from harness.run.merge import changed_shards
 
 EXPORT_SCHEMA = "harness.programbench.export.v1"
 SUBMISSION = "submission.tar.gz"
@@ -205,5 +206,7 @@ def export_command(argv: Sequence[str] | None = None) -> int:
         f"exported {manifest.copied} of {manifest.requested} submissions to {args.output} "
         f"({manifest.missing_submission} without a submission)"
     )
+    for line in changed_shards(args.run):  # a merged root's shard that changed: not read
+        print(f"warning: {line}; its submissions were not exported", file=sys.stderr)
     print(f"evaluate with: programbench eval {args.output}")
     return 0

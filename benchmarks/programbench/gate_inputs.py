@@ -20,6 +20,7 @@ from harness.core.fsutil import read_json
 from harness.core.models import Outcome, TaskRow
 from harness.run.ledger import ledger_path, read_ledger
 from harness.run.manifest import ManifestError, read_manifest
+from harness.run.model import RunModel
 
 GATE_GROUP_SIZE = 10  # Gate-20: 10 smoke tasks + 10 unseen tasks
 
@@ -149,18 +150,16 @@ def _roots(run_root: str) -> dict[str, Path]:
 
 
 def _expected_attempts(run_root: Path) -> dict[str, list[str]]:
-    """Task -> the attempt ids the run's manifest selected (repeated runs; {} if unknown)."""
+    """Task id -> the attempt ids of a repeated run (the run model's units; {} when K=1 or
+    the manifest cannot be read)."""
     try:
-        selection = read_manifest(run_root).selection.instance_ids
+        model = RunModel.of_manifest(read_manifest(run_root)).benchmark_model("programbench")
     except (ManifestError, OSError, ValueError):
         return {}
-    out: dict[str, list[str]] = defaultdict(list)
-    for key in selection:
-        benchmark, _, iid = key.rpartition("/")
-        task, at, sample = iid.rpartition("@")
-        if benchmark == "programbench" and at and sample.isdigit():
-            out[task].append(iid)
-    return out
+    if not model.repeated:
+        return {}
+    return {task.partition("/")[2]: [u.partition("/")[2] for u in units]
+            for task, units in model.units_by_task().items()}
 
 
 def _sample_order(rows: dict[str, TaskRow], item: RunScore) -> tuple[int, str]:
@@ -179,7 +178,8 @@ def read_run_tasks(run_root: Path) -> RunTasks:
         for row in read_ledger(ledger).latest.values()
         if row.benchmark == "programbench"
     }
-    repeated = any(row.sample_of is not None for row in rows.values())
+    expected = _expected_attempts(run_root)
+    repeated = bool(expected) or any(row.sample_of is not None for row in rows.values())
     task_of = {iid: row.task_id for iid, row in rows.items()}
     by_task: dict[str, list[RunScore]] = defaultdict(list)
     for iid, item in scored.items():
@@ -190,7 +190,6 @@ def read_run_tasks(run_root: Path) -> RunTasks:
         missing[task_of.get(u.instance_id, u.instance_id)].append(
             f"{u.instance_id} ({status})" if repeated else status
         )
-    expected = _expected_attempts(run_root) if repeated else {}
     for task, ids in expected.items():
         missing[task] += [f"{iid} (no row)" for iid in ids if iid not in rows]
     for task, reasons in list(missing.items()):

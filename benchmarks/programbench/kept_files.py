@@ -19,10 +19,10 @@ from pathlib import Path
 from benchmarks.programbench import BENCHMARK
 from benchmarks.programbench.scorer_guard import read_report
 from benchmarks.programbench.submission import SubmissionInfo
-from harness.core.models import Outcome, TaskRow
+from harness.core.models import TaskRow
 from harness.core.untrusted import is_regular_file
 from harness.run.ledger import ledger_path, read_ledger
-from harness.run.manifest import ManifestError, read_manifest
+from harness.run.locate import is_carried, row_root, run_roots
 
 SUBMISSION = "submission.tar.gz"
 TRAJECTORY = "mini_swe_agent.traj.json"  # harness.agents.mini_swe.TRAJ_NAME
@@ -38,23 +38,9 @@ def effective_rows(run: Path) -> list[TaskRow]:
 
 
 def ancestor_roots(run: Path) -> dict[str, Path]:
-    """run id -> run root of the run, every ancestor its manifest names and, for a merged
-    run, every shard it was merged from (and theirs): where each row's files are (the run
-    that wrote a row holds its files; a carried row's are in the run that scored it)."""
-    roots: dict[str, Path] = {}
-    queue = [Path(run)]
-    while queue:
-        root = queue.pop(0)
-        try:
-            manifest = read_manifest(root)
-        except ManifestError:
-            continue
-        if manifest.run_id in roots:
-            continue
-        roots[manifest.run_id] = root
-        queue += [Path(t) for t in (*manifest.resume.ancestors,
-                                    *(manifest.extra.merged_from or []))]
-    return roots
+    """run id -> run root of every run whose rows ``run`` reads (the run model's
+    :func:`harness.run.locate.run_roots`)."""
+    return run_roots(run)
 
 
 def scored_sha256(row: TaskRow) -> str | None:
@@ -120,8 +106,5 @@ class KeptFiles:
 
 def kept_files(row: TaskRow, run: Path, roots: dict[str, Path]) -> KeptFiles | None:
     """The row's files; None when a carried row's scoring run is not among the ancestors."""
-    if row.outcome is Outcome.CARRIED and row.carried_from:
-        origin = roots.get(row.carried_from)
-        return KeptFiles(row, origin, True) if origin is not None else None
-    # a merged run's rows were written by its shards: their files are in the shard's root
-    return KeptFiles(row, roots.get(row.run_id, Path(run)), False)
+    root = row_root(row, run, roots)
+    return KeptFiles(row, root, is_carried(row)) if root is not None else None

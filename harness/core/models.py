@@ -373,6 +373,9 @@ class ManifestExtra(Section):
     # harness.runner.controller (issue 24): --attempts K when K > 1, or when a resume's K
     # differs from its ancestor's (a resume keeps it unless given another); absent: 1
     attempts: int | None = None
+    # harness.runner.controller (issue 41): option -> "given" | "inherited" (a resume's),
+    # the run model's settings provenance (harness.run.model.setting_sources); absent: default
+    settings: dict[str, str] | None = None
     # harness.runner.controller (issue 24): --retry-infra, once an instance was retried
     infra_retries: InfraRetries | None = None
     # harness.runner.summary (issue 24): attempts per task, mean score with its interval,

@@ -70,6 +70,7 @@ from harness.model_proxy.tape import (
 )
 from harness.run.ledger import instance_dir, ledger_path, read_ledger
 from harness.run.manifest import ManifestError, read_manifest
+from harness.run.model import RunModel
 from harness.run.resume import ResumeError, walk_ancestry
 
 CHECK_NAME = "replay_check.json"
@@ -216,7 +217,7 @@ def rebuild_args(chain: Sequence[Manifest], units: Sequence[str]) -> list[str]:
     args = replay_args(first.argv, [])
     args, _ = without_options(args, SELECTORS)
     args = [a for i, a in enumerate(args) if a not in FLAG_SELECTORS and not _node_id(args, i)]
-    k = run.extra.attempts or 1
+    k = RunModel.of_manifest(run).attempts  # given or inherited: the run model's K
     tasks = list(dict.fromkeys(split_attempt(u.split("/", 1)[1])[0] for u in units))
     for task in tasks:
         args += ["--instance", task]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -23,11 +24,14 @@ from harness.core.models import (
 from harness.run.ledger import LEDGER_NAME, LedgerError, read_ledger, tally
 from harness.run.manifest import (
     ManifestError,
+    manifest_path,
     read_manifest,
     reportability,
     write_manifest,
 )
 from harness.run.model import RunModel, task_key
+
+MERGE_NAME = "merge.json"
 
 
 class MergeError(ValueError):
@@ -179,13 +183,43 @@ def merge(roots: list[Path], output: Path, *, accept_partial: bool = False) -> M
     record = MergeRecord(
         created_at_unix=time.time(), output=str(output),
         shards=[{"root": str(s.root), "run_id": s.manifest.run_id,
-                 "shard": str(s.manifest.shard)} for s in shards],
+                 "shard": str(s.manifest.shard), **shard_checksums(s.root)} for s in shards],
         shard_count=n, config_fingerprint=first.config_fingerprint,
         selected=len(selection), rows=len(rows), missing=missing, counts=figures.counts,
         mean_score=figures.mean_score,
     )
-    atomic_write_json(output / "merge.json", record)
+    atomic_write_json(output / MERGE_NAME, record)
     return record
+
+
+def shard_checksums(root: Path) -> dict[str, str]:
+    """sha256 of a shard's ledger and manifest: what a merged root's rows and files are read
+    from, recorded so that a shard changed after the merge is not read as the merged one."""
+    out = {}
+    for name, path in (("ledger_sha256", root / LEDGER_NAME),
+                       ("manifest_sha256", manifest_path(root))):
+        out[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def changed_shards(merged: Path) -> list[str]:
+    """The shard roots of a merged run whose ledger or manifest is not what was merged (or
+    is gone): one line each, naming the file; [] when ``merged`` is not a merged root."""
+    try:
+        record = MergeRecord.model_validate_json((Path(merged) / MERGE_NAME).read_bytes())
+    except (OSError, ValueError):
+        return []
+    out = []
+    for shard in record.shards:
+        root = Path(str(shard["root"]))
+        try:
+            now = shard_checksums(root)
+        except OSError:
+            out.append(f"{root}: gone since the merge")
+            continue
+        out += [f"{root}: {name.removesuffix('_sha256')} changed since the merge"
+                for name, want in now.items() if shard.get(name) not in (None, want)]
+    return out
 
 
 def merged_retries(shards: list[Shard]) -> InfraRetries | None:

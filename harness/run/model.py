@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, cast
 
 from harness.core.outcomes import attempt_id, instance_key, split_attempt
 
@@ -48,6 +48,40 @@ def in_shard(key: str, shard: ShardSpec | None) -> bool:
     return shard is None or shard_of(key, shard.count) == shard.index
 
 
+SettingSource = Literal["given", "inherited", "default"]
+# What a resume takes from its ancestor when this run does not give it: K, the selection,
+# the shard (see harness.runner.selection.resolve_attempts and harness.run.resume).
+INHERITED_ON_RESUME = ("--attempts", "--instance", "--task-file", "--shard")
+
+
+def given_options(args: Sequence[str]) -> list[str]:
+    """The long options named in a pytest command line (``--x`` and ``--x=v``), in order."""
+    out: list[str] = []
+    for arg in args:
+        if arg == "--":
+            break
+        if arg.startswith("--") and len(arg) > 2:
+            out.append(arg.split("=", 1)[0])
+    return list(dict.fromkeys(out))
+
+
+def setting_sources(args: Sequence[str], *, resumed: bool) -> dict[str, SettingSource]:
+    """Where each of a run's non-default settings came from: ``given`` on its command line,
+    or ``inherited`` from the ancestor a resume continues; every option not named is its
+    default (:meth:`RunModel.source`)."""
+    out: dict[str, SettingSource] = {name: "given" for name in given_options(args)}
+    if resumed:
+        for name in INHERITED_ON_RESUME:
+            out.setdefault(name, "inherited")
+    return out
+
+
+def highest_attempt(keys: Iterable[str]) -> int:
+    """The highest attempt number among unit keys (1 when none names an attempt): K of a
+    manifest written before ``extra.attempts`` was recorded."""
+    return max((split_attempt(k.partition("/")[2])[1] or 1 for k in keys), default=1)
+
+
 @dataclass(frozen=True)
 class RunModel:
     """Tasks, attempts per task (K) and shard of one run; its units follow from them."""
@@ -55,6 +89,10 @@ class RunModel:
     tasks: tuple[str, ...]  # ``benchmark/task``, in selection order, each once
     attempts: int = 1
     shard: ShardSpec | None = None
+    # option -> where its value came from (see setting_sources); absent: the default
+    settings: Mapping[str, SettingSource] = field(default_factory=dict, compare=False)
+    # the units a frozen selection named, when it named some attempts only (``-k task@1``)
+    selected: tuple[str, ...] | None = None
 
     @classmethod
     def of_keys(cls, keys: Iterable[str], attempts: int = 1,
@@ -64,14 +102,47 @@ class RunModel:
     @classmethod
     def of_manifest(cls, manifest: Manifest) -> RunModel:
         """The model a run's manifest records: its frozen selection's tasks, its K."""
-        return cls.of_keys(manifest.selection.instance_ids, manifest.extra.attempts or 1,
-                           manifest.shard)
+        keys = manifest.selection.instance_ids
+        model = cls.of_keys(keys, manifest.extra.attempts or highest_attempt(keys),
+                            manifest.shard)
+        settings = cast(dict[str, SettingSource], dict(manifest.extra.settings or {}))
+        named = tuple(dict.fromkeys(keys))
+        selected = named if set(named) != set(model.units) else None
+        return cls(model.tasks, model.attempts, model.shard, settings, selected)
+
+    def source(self, option: str) -> SettingSource:
+        """Where this run's ``option`` (``--attempts``) came from."""
+        return self.settings.get(option, "default")
 
     @property
     def units(self) -> list[str]:
-        """Every unit, all first attempts first (then all second ones, ...)."""
+        """Every unit, all first attempts first (then all second ones, ...); a selection that
+        named some attempts only: those, in its order."""
+        if self.selected is not None:
+            return list(self.selected)
         return [unit_key(t, k, self.attempts) for k in range(1, self.attempts + 1)
                 for t in self.tasks]
+
+    @property
+    def repeated(self) -> bool:
+        """More than one attempt per task (K > 1)."""
+        return self.attempts > 1
+
+    def units_by_task(self) -> dict[str, list[str]]:
+        """Task -> its units, in attempt order."""
+        out: dict[str, list[str]] = {t: [] for t in self.tasks}
+        for unit in sorted(self.units, key=lambda u: split_attempt(u)[1] or 1):
+            out[task_key(unit)].append(unit)
+        return out
+
+    def benchmark_model(self, benchmark: str) -> RunModel:
+        """The part of the run that is one benchmark's (same K and shard)."""
+        def mine(key: str) -> bool:
+            return key.split("/", 1)[0] == benchmark
+
+        selected = None if self.selected is None else tuple(filter(mine, self.selected))
+        return RunModel(tuple(filter(mine, self.tasks)), self.attempts, self.shard,
+                        self.settings, selected)
 
     def tasks_by_benchmark(self) -> dict[str, int]:
         return dict(Counter(t.split("/", 1)[0] for t in self.tasks))

@@ -45,6 +45,7 @@ from pydantic import Field, ValidationError
 from harness.core.models import Manifest, StrictModel, TaskRow, instance_key
 from harness.core.outcomes import split_attempt as split_attempt
 from harness.core.scoring import row_is_infra, row_is_resolved, row_score
+from harness.run.model import RunModel
 
 SAMPLES_SCHEMA = "harness.samples.v1"
 DEFAULT_RESAMPLES = 10_000
@@ -304,13 +305,15 @@ def sample_stats(
     rows: Mapping[str, TaskRow],
     selection: Sequence[str] | None = None,
     *,
+    attempts: int | None = None,
     unstable_range: float = DEFAULT_UNSTABLE_RANGE,
     level: float = DEFAULT_LEVEL,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> SampleStats:
     """The figures of the selected attempts (``selection``: attempt keys "benchmark/iid";
-    default every key of ``rows``) from ``rows``, the effective row per key."""
+    default every key of ``rows``) from ``rows``, the effective row per key; ``attempts``: K
+    as the run model says it (default: the highest attempt selected or seen)."""
     if unstable_range < 0:
         raise ValueError(f"unstable range {unstable_range} must be >= 0")
     tasks = group_attempts(rows, selection)
@@ -330,7 +333,7 @@ def sample_stats(
             tasks=len(means),
             attempts=counted,
         )
-    k = asked_k(tasks)
+    k = attempts or asked_k(tasks)
     missing = Counter(status for t in tasks for status in t.missing.values())
     over_selection = [sum(a.score for a in t.attempts) / t.expected for t in tasks if t.expected]
     return SampleStats(
@@ -384,16 +387,24 @@ def summary_line(stats: SampleStats) -> str:
     return "; ".join(parts)
 
 
-def record_samples(
-    manifest: Manifest, selection: Sequence[str], rows: Mapping[str, TaskRow]
-) -> None:
+def model_stats(model: RunModel, rows: Mapping[str, TaskRow], *,
+                resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
+                ) -> SampleStats | None:
+    """The figures of a run with K > 1 attempts per task (the run model's units and K);
+    None for K = 1 (no bootstrap to pay: seconds at 2,000 tasks)."""
+    if not model.repeated:
+        return None
+    stats = sample_stats(rows, model.units, attempts=model.attempts, resamples=resamples,
+                         seed=seed)
+    return stats if stats.repeated else None
+
+
+def record_samples(manifest: Manifest, rows: Mapping[str, TaskRow]) -> None:
     """Session end: write the figures into ``manifest.extra.samples`` when the run asked for
     more than one attempt per task (a K=1 run's manifest is left as it was). A failure is
     recorded in ``extra.finish_errors``, never raised: the manifest must still be finalized."""
     try:
-        if asked_k(group_attempts(rows, selection)) <= 1:
-            return  # K = 1: nothing to write, so no bootstrap to pay (seconds at 2,000 tasks)
-        stats = sample_stats(rows, selection)
+        stats = model_stats(RunModel.of_manifest(manifest), rows)
     except Exception as exc:
         extra = manifest.extra
         extra.finish_errors = [
@@ -401,7 +412,7 @@ def record_samples(
             f"samples: {type(exc).__name__}: {exc}"[:2000],
         ]
         return
-    if stats.repeated:
+    if stats is not None:
         manifest.extra.samples = stats.model_dump(mode="json", by_alias=True)
 
 

@@ -43,7 +43,7 @@ from harness.core.outcomes import split_attempt
 from harness.core.signals import StopGuard, read_stop, request_stop
 from harness.run import manifest as mf
 from harness.run.ledger import LedgerWriter, ledger_path, tally
-from harness.run.model import RunModel
+from harness.run.model import RunModel, setting_sources
 from harness.run.plan import fingerprint, new_run_id, validate_run_id
 from harness.run.resume import (
     Ancestry,
@@ -192,6 +192,8 @@ class Controller:
         manifest.selection.selectors = dict(self.options.selectors)
         if run.samples > 1:
             manifest.extra.attempts = run.samples
+        manifest.extra.settings = dict(setting_sources(
+            self.config.invocation_params.args, resumed=bool(self.options.resume_from)))
         self.manifest = run.manifest = manifest
         mf.write_manifest(manifest)  # manifest first: everything after can be refused on disk
         ledger_path(root).touch()
@@ -562,7 +564,7 @@ class Controller:
                 self.finish_error(exc)
         cause = read_stop(self.run.run_root)  # once more: scoring above may have been stopped
         summary = self.update_counts()
-        record_samples(self.manifest, self.selection or [], self.rows)
+        record_samples(self.manifest, self.rows)
         outcome, code = self.decide_exit(cause, pytest_status)
         self.manifest.resume_command = None if self.late_refusal else self.resume_command()
         summary.update(outcome=outcome, exit_code=code, stop_reason=cause)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from harness.run.samples import recorded_samples, sample_stats, split_attempt, summary_line
+from harness.run.model import RunModel
+from harness.run.samples import model_stats, recorded_samples, summary_line
 
 if TYPE_CHECKING:
     from harness.runner.controller import Controller
@@ -61,15 +62,6 @@ def print_summary(tr: Any, controller: Controller) -> None:
         tr.write_line(f"resume with: {m.resume_command}")
 
 
-def _repeated(controller: Controller) -> bool:
-    """Some row or selected id is an attempt of a task run more than once."""
-    if any(row.sample_of is not None for row in controller.rows.values()):
-        return True
-    return any(
-        split_attempt(key.rpartition("/")[2])[1] is not None for key in controller.selection or []
-    )
-
-
 def samples_line(controller: Controller) -> str | None:
     """The repeated-attempt line (K > 1), None for a K=1 run: from the figures the manifest
     recorded at session end, else computed from the controller's rows."""
@@ -78,10 +70,8 @@ def samples_line(controller: Controller) -> str | None:
         return None
     stats = recorded_samples(m)
     if stats is None:
-        if not _repeated(controller):
-            return None
         try:
-            stats = sample_stats(controller.rows, controller.selection)
+            stats = model_stats(RunModel.of_manifest(m), controller.rows)
         except Exception as exc:  # the summary never fails the run
             return f"attempts: figures not available ({type(exc).__name__}: {exc})"
-    return summary_line(stats) if stats.repeated else None
+    return summary_line(stats) if stats is not None and stats.repeated else None

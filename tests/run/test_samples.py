@@ -323,14 +323,14 @@ def test_k1_run_gives_the_headline_of_today() -> None:
 def test_manifest_section_only_for_repeated_runs(tmp_path: Path) -> None:
     k1 = manifest_for(tmp_path, "run-a", [r.key for r in _k1_rows()])
     before = k1.model_dump_json(by_alias=True)
-    record_samples(k1, [r.key for r in _k1_rows()], LedgerRead(_k1_rows()).latest)
+    record_samples(k1, LedgerRead(_k1_rows()).latest)
     assert k1.model_dump_json(by_alias=True) == before  # a K=1 manifest is left as it was
     assert "samples" not in json.loads(before)["extra"]
 
     rows = attempt_rows({"a": [1.0, 0.0, 1.0], "b": [0.2, 0.3, 0.1]})
     keys = [r.key for r in rows]
     m = manifest_for(tmp_path, "run-k", keys)
-    record_samples(m, keys, LedgerRead(rows).latest)
+    record_samples(m, LedgerRead(rows).latest)
     raw = json.loads(m.model_dump_json(by_alias=True))["extra"]["samples"]
     assert raw["schema"] == "harness.samples.v1" and raw["k"] == 3
     stats = recorded_samples(m)
@@ -367,7 +367,7 @@ def _controller(rows: list[TaskRow], tmp_path: Path, *, record: bool) -> SimpleN
     latest = LedgerRead(rows).latest
     m = manifest_for(tmp_path, "run-s", keys, mean_score=tally(keys, latest).mean_score)
     if record:
-        record_samples(m, keys, latest)
+        record_samples(m, latest)
     return SimpleNamespace(
         manifest=m, rows=latest, selection=keys, report_path=None, report_error=None
     )

@@ -104,3 +104,48 @@ def test_merge_names_units_without_a_final_row_and_refuses_unless_asked(suite, t
     assert manifest["selection"]["count"] == 12  # missing units count 0 in the mean
     assert manifest["reportable"] is False
     assert any("incomplete" in r for r in manifest["not_reportable"])
+
+
+def test_a_merged_root_reads_its_shards_only_as_they_were_merged(suite, tmp_path):
+    """Issue 41: a merged root references its shards' files with checksums. The run model
+    finds each row's files in the shard that wrote it; a shard changed after the merge is
+    named and not read as the merged one."""
+    from harness.run.ledger import ledger_path, read_ledger
+    from harness.run.locate import row_root, run_roots
+    from harness.run.merge import changed_shards
+
+    suite.tasks([{"id": "t", "work": "partial", "score": 0.5, "count": 4}])
+    shards = [suite.run("--shard", f"{i}/2") for i in (1, 2)]
+    out = tmp_path / "merged"
+    assert harness("merge", *(str(s.root) for s in shards), "--output", str(out)).returncode == 0
+    record = json.loads((out / "merge.json").read_text())
+    assert all(len(s["ledger_sha256"]) == 64 for s in record["shards"])
+    roots = run_roots(out)
+    homes = {row.instance_id: row_root(row, out, roots)
+             for row in read_ledger(ledger_path(out)).latest.values()}
+    for shard in shards:
+        assert {k for k, home in homes.items() if home == shard.root} == set(shard.latest)
+    assert changed_shards(out) == []
+    with ledger_path(shards[0].root).open("a") as fh:  # a shard altered after the merge
+        fh.write((ledger_path(shards[0].root).read_text().splitlines()[0]) + "\n")
+    assert changed_shards(out) == [f"{shards[0].root}: ledger changed since the merge"]
+    assert shards[0].root not in run_roots(out).values()
+
+
+def test_the_manifest_says_where_each_setting_came_from(suite):
+    """Issue 41: settings provenance in the run model: given on this run, inherited by a
+    resume from its ancestor, else the default."""
+    from harness.core.models import Manifest
+    from harness.run.model import RunModel
+
+    suite.tasks([{"id": "t", "work": "partial", "score": 0.5, "count": 2}])
+    first = suite.run("--attempts", "2")
+    model = RunModel.of_manifest(Manifest.model_validate(first.manifest))
+    assert model.source("--attempts") == "given" and model.source("--shard") == "default"
+    resumed = suite.run("--resume-from", str(first.root))
+    model = RunModel.of_manifest(Manifest.model_validate(resumed.manifest))
+    assert model.source("--attempts") == "inherited" and model.attempts == 2
+    assert model.source("--resume-from") == "given"
+    grown = suite.run("--resume-from", str(first.root), "--attempts", "3")
+    model = RunModel.of_manifest(Manifest.model_validate(grown.manifest))
+    assert model.source("--attempts") == "given" and len(model.units) == 6
