@@ -16,7 +16,8 @@ from pathlib import Path
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "merge": ("harness.cli", "merge_command", "combine the run roots of a sharded run"),
     "sweep": ("harness.sandbox.cli", "sweep_command", "remove a run's containers and networks"),
-    "campaign": ("harness.budget.reconcile", "campaign_command", "campaign budget file tools"),
+    "campaign": ("harness.budget.reconcile", "campaign_command",
+                 "campaign budget tools (a file or a PostgreSQL URL): show, reconcile, migrate"),
     "agent-server": ("harness.agents.reference_server.server", "agent_server_command",
                      "start the reference agent server"),
     "images": ("harness.sandbox.images.inventory", "images_command",

@@ -378,6 +378,11 @@ def audit_command(argv: list[str] | None = None) -> int:
     except ManifestError as exc:
         print(f"harness cowork audit: {exc}", file=sys.stderr)
         return 2
+    if BENCHMARK not in manifest.benchmarks:
+        ran = ", ".join(manifest.benchmarks) or "no benchmark"
+        print(f"harness cowork audit: {args.run} is a run of {ran}, not of Cowork Bench; "
+              f"pass a Cowork run root", file=sys.stderr)
+        return 2
     if args.output.exists():
         print(f"harness cowork audit: {args.output} exists; choose a new --output", file=sys.stderr)
         return 2

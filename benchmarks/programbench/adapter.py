@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import pytest
@@ -12,6 +13,11 @@ from benchmarks.programbench import (
     CLEANROOM_TAG,
     DEFAULT_TIMEOUT_SEC,
     NEAR_RESOLVED_AT,
+)
+from benchmarks.programbench.official_eval import (
+    CliSetupError,
+    default_docker_cpus,
+    programbench_cli,
 )
 from benchmarks.programbench.tasks import (
     DEFAULT_SHUFFLE_SEED,
@@ -64,7 +70,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help=f"memory of each cleanroom sandbox, swap equal (default "
                          f"{DEFAULT_MEMORY})")
     group.addoption("--docker-cpus", dest="pb_docker_cpus", default=None, metavar="N",
-                    help="--docker-cpus passed to programbench eval (default: this host's)")
+                    help="--docker-cpus passed to programbench eval (default "
+                         "$PROGRAMBENCH_DOCKER_CPUS, else 4; capped at this host's)")
     group.addoption("--task-timeout", dest="pb_timeout", default=str(DEFAULT_TIMEOUT_SEC),
                     metavar="SEC", help=f"agent wall clock per task (default "
                                         f"{DEFAULT_TIMEOUT_SEC}, the official 6 h)")
@@ -118,9 +125,16 @@ class ProgramBenchSettings:
             raise _bad("--eval", self.eval_mode, f"is unknown; use {', '.join(EVAL_MODES)}")
         host = float(os.cpu_count() or 1)
         self.cpus = min(self._number("--cpus", opt("pb_cpus"), DEFAULT_CPUS), host)
-        self.memory: str = opt("pb_memory")
+        self.memory: str = str(opt("pb_memory")).strip().lower()
+        if not re.fullmatch(r"[1-9][0-9]*[kmg]?", self.memory):  # Docker's --memory form
+            raise _bad("--memory", opt("pb_memory"), "is not a size; pass e.g. 16g or 512m")
+        try:
+            spec_default = default_docker_cpus()
+            programbench_cli()  # $PROGRAMBENCH_PYTHON, checked before any task burns
+        except CliSetupError as exc:
+            raise RefusalError(str(exc), stage="options", reason="bad_option") from None
         self.docker_cpus = int(min(self._number("--docker-cpus", opt("pb_docker_cpus"),
-                                                host), host))
+                                                spec_default), host))
         self.timeout = self._number("--task-timeout", opt("pb_timeout"), DEFAULT_TIMEOUT_SEC)
 
     @staticmethod

@@ -168,7 +168,8 @@ class Selection(StrictModel):
     instance_ids: list[str] = Field(default_factory=list)  # keys "benchmark/instance_id"
     count: int = 0
     selectors: dict[str, Any] = Field(default_factory=dict)
-    source: Literal["collection", "ancestor", "pending"] = "pending"
+    # "requested": a run refused before collection records what its options asked for
+    source: Literal["collection", "ancestor", "pending", "requested"] = "pending"
 
 
 class ResumeInfo(StrictModel):

@@ -56,8 +56,10 @@ def new_run_id(prefix: str = "run") -> str:
 
 
 def default_runs_root(env: Mapping[str, str] | None = None) -> Path:
+    """``$BENCH_RUNS_ROOT``, else the specification's ``$OUROBOROS_BENCH_RUNS_ROOT``, else
+    ``./bench_runs`` (when both are set, ``BENCH_RUNS_ROOT`` wins)."""
     env = os.environ if env is None else env
-    base = env.get("BENCH_RUNS_ROOT")
+    base = env.get("BENCH_RUNS_ROOT") or env.get("OUROBOROS_BENCH_RUNS_ROOT")
     return Path(base) if base else Path.cwd() / "bench_runs"
 
 

@@ -39,7 +39,7 @@ from harness.core.models import (
     SelectionChange,
     TaskRow,
 )
-from harness.core.outcomes import split_attempt
+from harness.core.outcomes import instance_key, split_attempt
 from harness.core.signals import StopGuard, read_stop, request_stop
 from harness.run import manifest as mf
 from harness.run.ledger import LedgerWriter, ledger_path, tally
@@ -274,7 +274,30 @@ class Controller:
         if self.manifest is None:
             return
         self.manifest.refusal = Refusal(stage=exc.stage, reason=exc.reason, message=str(exc))
+        if not self.manifest.selection.resolved:
+            self.record_requested_selection()
         self.finalize(outcome="refused", exit_code=exc.exit_code)
+
+    def record_requested_selection(self) -> None:
+        """A run refused before collection: the units its options asked for (the adapters'
+        instances named by ``--instance``/``--task-file``/the benchmark's own selectors, K
+        each; ``-k``/``-m`` stay in ``selectors``), marked ``requested``, not resolved."""
+        m, run = self.manifest, self.run
+        if m is None or run is None:
+            return
+        try:
+            wanted = set(self.config.option.instance or [])
+            keys = [instance_key(name, spec.instance_id)
+                    for name, adapter in sorted(run.adapters.items())
+                    for spec in adapter.instances(self.config)
+                    if not wanted or spec.instance_id in wanted]
+        except Exception as exc:  # the refusal is recorded whatever the listing does
+            m.extra.finish_errors = [*(m.extra.finish_errors or []),
+                                     f"requested selection: {type(exc).__name__}: {exc}"[:500]]
+            return
+        units = RunModel.of_keys(keys, run.samples).units
+        m.selection = Selection(resolved=False, instance_ids=units, count=len(units),
+                                selectors=m.selection.selectors, source="requested")
 
     # selection --------------------------------------------------------------------------
     def set_selection(self, nodeids: dict[str, str]) -> None:
@@ -524,8 +547,9 @@ class Controller:
         figures = tally(selected, self.rows)
         self.manifest.counts = figures.counts
         self.manifest.outcome_counts = figures.outcome_counts
-        self.manifest.mean_score = figures.mean_score
-        self.manifest.extra.mean_score_by_benchmark = figures.by_benchmark or None
+        dry = self.manifest.dry_run  # nothing ran: no score exists, not a mean of zeros
+        self.manifest.mean_score = None if dry else figures.mean_score
+        self.manifest.extra.mean_score_by_benchmark = None if dry else figures.by_benchmark or None
         return {"selected": len(selected), "counts": figures.counts,
                 "outcomes": figures.outcome_counts, "mean_score": figures.mean_score}
 

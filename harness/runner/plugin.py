@@ -68,7 +68,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness", "benchmark runner")
     group.addoption("--run-root", default=None,
                     help="directory of this run (must not exist); default "
-                         "$BENCH_RUNS_ROOT/<run_id> or ./bench_runs/<run_id>")
+                         "$BENCH_RUNS_ROOT (or $OUROBOROS_BENCH_RUNS_ROOT)/<run_id>, else "
+                         "./bench_runs/<run_id>")
     group.addoption("--run-id", default=None, help="run id (default <benchmark>-<time>-<hex>)")
     group.addoption("--dry-run", action="store_true", default=False,
                     help="write manifest, plan and each instance's inputs; run no agent")

@@ -24,7 +24,9 @@ def print_summary(tr: Any, controller: Controller) -> None:
     selected = m.selection.count
     counts = ", ".join(f"{k} {v}" for k, v in m.counts.items()) or "no rows"
     tr.write_line(f"run {m.run_id}: {selected} selected; {counts}")
-    if m.mean_score is not None:
+    if m.dry_run:
+        tr.write_line(f"dry run: no scores exist (no agent ran on the {selected} selected)")
+    elif m.mean_score is not None:
         tr.write_line(f"mean score {m.mean_score:.4f} over {selected} (missing counts 0)")
     by_benchmark = m.extra.mean_score_by_benchmark or {}
     if len(by_benchmark) > 1:  # one headline per benchmark, never a mean across them

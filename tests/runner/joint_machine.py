@@ -2,7 +2,7 @@
 
 Hypothesis's stateful testing drives the selftest benchmark (no Docker) through runs with K
 attempts, sharded or not, SIGKILLs at random points, resumes that raise K or narrow the
-selection, and merges of shards. After every step it checks the invariants of
+selection, merges of shards and reports. After every step it checks the invariants of
 :func:`check_chain` and :func:`check_merge` against the run model
 (:class:`harness.run.model.RunModel`). A failing example prints as the sequence of rules
 (``state.resume(...)``) Hypothesis replays.
@@ -131,6 +131,8 @@ class JointMachine(RuleBasedStateMachine):
         self.chains: list[Chain] = []
         self.groups = 0
         self.merges = 0
+        self.reports = 0
+        self.merged: list[Path] = []
 
     def teardown(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -172,6 +174,18 @@ class JointMachine(RuleBasedStateMachine):
         out = self.dir / f"merged-{self.merges}"
         proc = run_cli("merge", *(str(c.tip) for c in shards), "--output", str(out))
         check_merge(self.suite, shards, proc, out)
+        if out.exists():
+            self.merged.append(out)
+
+    @precondition(lambda self: bool(self.chains))
+    @rule(data=st.data())
+    def report(self, data: st.DataObject) -> None:
+        root = data.draw(st.sampled_from([*(c.tip for c in self.chains), *self.merged]))
+        self.reports += 1
+        out = self.dir / f"report-{self.reports}"
+        proc = run_cli("report", str(root), "--output", str(out), "--resamples", "50")
+        assert proc.returncode == 0, proc.stderr
+        check_report(root, json.loads((out / "report.json").read_text()))
 
     # -------------------------------------------------------------------------------------
     def _start(self, chain: Chain, args: list[str], kill: float | None) -> None:
@@ -220,6 +234,18 @@ def check_merge(suite: Suite, shards: list[Chain], proc: subprocess.CompletedPro
     whole = suite.run("--attempts", str(k), *selectors(models))
     want = merged_scores(whole.root)
     assert merged_scores(out) == want, (merged_scores(out), want)
+
+
+def check_report(root: Path, report: dict[str, Any]) -> None:
+    """The report counts what the run model says: its units, tasks and K."""
+    model = model_of(Run.of(root).manifest)
+    assert report["headline"]["selected"] == len(model.units), (root, report["headline"])
+    assert sorted(i["key"] for i in report["instances"]) == sorted(model.units)
+    samples = report.get("samples")
+    if model.attempts > 1 and samples is not None:
+        assert samples["k"] == model.attempts and samples["tasks"] == len(model.tasks), root
+    else:
+        assert samples is None or (model.attempts == 1 and samples["k"] <= 1), root
 
 
 def selectors(models: list[RunModel]) -> list[str]:

@@ -5,11 +5,14 @@ split by task (every attempt of a task in one shard, also after K grew), every u
 3 x 3 is scored once (the settled ones carried, never run again), the merge covers them all
 and its figures are the official tool's (each unit's eval.json, read with the package's own
 model), the official parity of each shard's attempts held, and the export of the merged
-root copies every unit's submission from the shard that ran it."""
+root copies every unit's submission from the shard that ran it; on the merged root,
+``programbench info`` over each attempt's evals gives the ledger's scores and the gate pairs
+every task on per-test keys, as on one root."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,6 +20,10 @@ import pytest
 
 from benchmarks.programbench.fixture import ensure_fixture
 from benchmarks.programbench.fixture_tasks import ORACLE_SCORES
+from benchmarks.programbench.kept_files import effective_rows, kept_files
+from benchmarks.programbench.official_eval import per_test_outcomes, run_info
+from benchmarks.programbench.parity import parse_info, percent_text
+from harness.run.locate import run_roots
 from harness.run.model import shard_of
 from tests.scenarios.pb_scenario_support import (
     TARGET,
@@ -79,6 +86,38 @@ def test_sharded_attempts_killed_resumed_to_more_attempts_merged_and_exported(
     assert exported["copied"] == 9 and exported["missing_submission"] == 0, exported
     assert {Path(f["source_run"]).name for f in exported["files"]} <= {
         "s1", "s2", "s1-k3", "s2-k3"}
+    check_merged_root_is_whole(merged, final, tmp_path)
+
+
+def check_merged_root_is_whole(merged: Path, final: dict[str, dict], tmp_path: Path) -> None:
+    """The merged root answers as one root: ``programbench info`` over each attempt's evals,
+    found where the run model says they are, gives the ledger's scores, and the gate pairs
+    every task on the per-test keys of its kept evals (not on ledger scores)."""
+    roots = run_roots(merged)
+    evals: dict[int, dict[str, Path]] = {}
+    for row in effective_rows(merged):
+        kept = kept_files(row, merged, roots)
+        found = kept.eval_json() if kept is not None else None
+        assert found is not None, (row.instance_id, kept)
+        evals.setdefault(row.sample or 1, {})[row.task_id] = found
+    for k, by_task in sorted(evals.items()):
+        folder = tmp_path / f"official-{k}"
+        for task, path in by_task.items():
+            (folder / task).mkdir(parents=True)
+            shutil.copyfile(path, folder / task / path.name)
+        info = parse_info(run_info(folder))
+        assert {t: line.percent for t, line in info.lines.items()} == {
+            t: percent_text(final[f"{t}@{k}"]["score"]) for t in by_task}, (k, info)
+    reference = tmp_path / "reference.score.json"
+    reference.write_text(json.dumps({t: per_test_outcomes(t, p) for t, p in evals[1].items()}))
+    gate = subprocess.run([*run_cli_args(), "programbench", "gate", str(merged), "--reference",
+                           str(reference), "--resamples", "200", "--max-load-per-cpu", "1000"],
+                          capture_output=True, text=True, check=False)
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    report = json.loads((merged / "gate.json").read_text())
+    assert report["verdict"] == "PASS" and report["run_scored"] == 3, report
+    assert report["attempts_per_task"] == 3
+    assert {p["basis"] for p in report["reference"]["pairs"]} == {"common_keys"}, report
 
 
 def run_cli_args() -> list[str]:
