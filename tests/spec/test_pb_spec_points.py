@@ -39,7 +39,7 @@ def test_programbench_python_names_the_interpreter_of_the_official_cli(
     monkeypatch.setenv("PROGRAMBENCH_PYTHON", sys.executable)
     assert programbench_cli() == [sys.executable, "-m", "programbench"]
     monkeypatch.setenv("PROGRAMBENCH_PYTHON", "/nonexistent/python3.11")
-    with pytest.raises(CliSetupError, match="PROGRAMBENCH_PYTHON=/nonexistent/python3.11 is"):
+    with pytest.raises(CliSetupError, match=r"PROGRAMBENCH_PYTHON=/nonexistent/python3\.11 is"):
         programbench_cli()
 
 
