@@ -49,8 +49,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--pb-seed", default=str(DEFAULT_SHUFFLE_SEED), metavar="N",
                     help=f"shuffle seed (default {DEFAULT_SHUFFLE_SEED})")
     group.addoption("--redo-existing", action="store_true", default=False,
-                    help="on resume, solve again an instance whose kept submission was never "
-                         "scored (default: score the kept submission, no new agent run)")
+                    help="on resume, solve again even when a submission exists: the kept "
+                         "submission is not re-scored and the ancestors' task checkpoints are "
+                         "cleared (no reattach; their tasks are cancelled, their kept sandboxes "
+                         "removed)")
     group.addoption("--pb-fixture-layout", choices=("debian", "cleanroom"), default="debian",
                     help="agent-phase image of the offline fixture: debian (agent user, git "
                          "repository) or cleanroom (like a published image: no agent user, "

@@ -17,7 +17,7 @@ from benchmarks.programbench.kept_files import ancestor_roots, kept_files
 from benchmarks.programbench.scores import RunScore, read_run_scores
 from benchmarks.programbench.tasks import select_instances
 from harness.core.fsutil import read_json
-from harness.core.models import Outcome, TaskRow
+from harness.core.models import TaskRow
 from harness.run.ledger import ledger_path, read_ledger
 from harness.run.manifest import ManifestError, read_manifest
 from harness.run.model import RunModel
@@ -134,12 +134,11 @@ class RunTasks(BaseModel):
 
 
 def _kept_eval_json(run_root: Path, row: TaskRow) -> Path | None:
-    """The eval.json the run kept for ``row`` (an attempt's is under its own folder,
-    ``official_eval/<task>/``, as its row's ``output_paths`` say; a merged run's row's is in
-    the shard that ran it). A carried row's is in the ancestor that scored it: None, the
-    pair uses the row's score."""
-    if row.outcome is Outcome.CARRIED:
-        return None
+    """The eval.json the run kept for ``row``, where the run model says it is (an attempt's
+    is under its own folder, ``official_eval/<task>/``, as its row's ``output_paths`` say; a
+    merged run's row's is in the shard that ran it; a carried row's in the ancestor that
+    scored it), so a resumed or merged run pairs on the same basis as one root that ran the
+    same work. None when it is not kept: the pair then uses the row's score."""
     kept = kept_files(row, run_root, _roots(str(run_root)))
     return kept.eval_json() if kept is not None else None
 

@@ -34,6 +34,7 @@ from harness.agents.gateway.reattach import (
     keep_after_give_up,
     reattach_labels,
     record_sandbox,
+    redo_existing,
 )
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
@@ -239,7 +240,8 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
                           f"this task (only the fixture has one); its image was not pulled")
     client = request.getfixturevalue("sandbox_factory").client  # the instance's engine
     image_id, blob_dir = resolve_instance_image(ctx, inst, client, request.config)
-    kept = None if request.config.getoption("redo_existing") else find_kept_submission(ctx)
+    redo = bool(request.config.getoption("redo_existing"))
+    kept = None if redo else find_kept_submission(ctx)
     if kept is not None:  # a resume re-scores the kept submission, never buys a new solve
         score_submission(ctx, settings, adopt(ctx, kept), kept.completed, kept.reason,
                          blob_dir)
@@ -248,7 +250,9 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     agent = request.getfixturevalue("harness_agent")
     # A resume reattaches to an unsettled gateway task in the sandbox it works in.
     view = instance_view(ctx)
-    adopted = adopt_kept_sandbox(view, agent, factory)
+    if redo:  # the specification's --redo-existing: the task checkpoint is cleared
+        ctx.result.details["redo_existing"] = redo_existing(view, factory)
+    adopted = None if redo else adopt_kept_sandbox(view, agent, factory)
     if adopted is not None:
         sandbox, extra = adopted
     else:

@@ -60,7 +60,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--expect-runtime-version", default=None, metavar="VERSION",
                     help="refuse (exit 3) unless the server reports this runtime_version")
     group.addoption("--allow-runtime-skew", action="store_true", default=False,
-                    help="waive a runtime_version skew (recorded in the manifest)")
+                    help="waive a runtime_version skew (recorded in the manifest); "
+                         "OBO_ALLOW_EVOLVED_VOLUME=1 does the same")
     group.addoption("--agent-command", default=None, metavar="CMD",
                     help="command line of a CLI agent run inside the sandbox")
     group.addoption("--agent-kill-after", default=None, metavar="SEC",
@@ -243,6 +244,15 @@ def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
     }
 
 
+EVOLVED_VOLUME_ENV = "OBO_ALLOW_EVOLVED_VOLUME"  # the specification's name of the waiver
+
+
+def skew_waived(config: pytest.Config) -> bool:
+    """``--allow-runtime-skew``, or the specification's ``OBO_ALLOW_EVOLVED_VOLUME=1``."""
+    return bool(config.getoption("allow_runtime_skew")) or os.environ.get(
+        EVOLVED_VOLUME_ENV, "").strip() == "1"
+
+
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     from harness.core.models import ManifestExtra
 
@@ -332,7 +342,7 @@ def _gateway_preflight(config: pytest.Config, run: RunContext, url: str, repo: s
             return
         att = attest_runtime(client, expected_version=config.getoption("expect_runtime_version"),
                              repo_dir=repo, repo_head=head, repo_version=version,
-                             allow_skew=config.getoption("allow_runtime_skew"))
+                             allow_skew=skew_waived(config))
         extra.runtime_attestation = att.model_dump(mode="json", by_alias=True)
         write()
         require_runtime(att)

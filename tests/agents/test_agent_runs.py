@@ -87,15 +87,22 @@ def test_gateway_refusals_are_recorded(tmp_path: Path) -> None:
                          "--expect-runtime-version", "9.9.9")
         model = suite.run("--agent", "gateway", "--gateway-url", server.url,
                           "--solve-model", "openai::gpt-5.5")
+        suite.extra_env["OBO_ALLOW_EVOLVED_VOLUME"] = "1"  # the specification's waiver
+        waived = suite.run("--agent", "gateway", "--gateway-url", server.url,
+                           "--expect-runtime-version", "9.9.9")
+        del suite.extra_env["OBO_ALLOW_EVOLVED_VOLUME"]
     finally:
         server.stop()
-    assert skew.rc == 3, skew.out
+    assert skew.rc == 2, skew.out  # a refusal (docs/exit-codes.md)
     assert skew.manifest["refusal"]["reason"] == "runtime_skew"
     assert skew.manifest["extra"]["runtime_attestation"]["reason"] == "runtime_skew"
+    assert waived.rc == 0, waived.out
+    assert waived.manifest["extra"]["runtime_attestation"]["reason"] == "runtime_skew"
+    assert waived.manifest["extra"]["runtime_attestation"]["overridden"] is True
     assert model.rc == 2, model.out
     assert "OUROBOROS_MODEL" in model.manifest["refusal"]["message"]
     unreachable = suite.run("--agent", "gateway", "--gateway-url", "http://127.0.0.1:9")
-    assert unreachable.rc == 3 and unreachable.manifest["refusal"]["reason"] == (
+    assert unreachable.rc == 2 and unreachable.manifest["refusal"]["reason"] == (
         "runtime_unreachable")
 
 

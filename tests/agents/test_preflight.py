@@ -58,7 +58,7 @@ def test_unreachable_runtime_refuses_with_exit_3():
     assert att.reason == "runtime_unreachable" and att.http_error
     with pytest.raises(RefusalError) as info:
         require_runtime(att)
-    assert info.value.exit_code == 3 and info.value.stage == "runtime_attestation"
+    assert info.value.exit_code == 2 and info.value.stage == "runtime_attestation"
     assert info.value.reason == "runtime_unreachable"
 
 
@@ -70,7 +70,7 @@ def test_health_without_runtime_version_refuses_even_with_waiver(ref_server):
     assert att.reason == "runtime_version_absent" and not att.ok
     with pytest.raises(RefusalError) as info:
         require_runtime(att)
-    assert info.value.exit_code == 3 and "runtime_version" in str(info.value)
+    assert info.value.exit_code == 2 and "runtime_version" in str(info.value)
 
 
 def test_skew_refuses_unless_waived(ref_server):

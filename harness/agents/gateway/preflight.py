@@ -136,7 +136,7 @@ def attest_runtime(
 
 
 def require_runtime(att: RuntimeAttestation) -> RuntimeAttestation:
-    """Raise the refusal (exit 3) for a failed attestation; return it when it passed."""
+    """Raise the refusal (exit 2) for a failed attestation; return it when it passed."""
     if att.ok:
         return att
     messages = {
@@ -152,8 +152,7 @@ def require_runtime(att: RuntimeAttestation) -> RuntimeAttestation:
     raise RefusalError(
         f"runtime attestation failed: {messages.get(reason, reason)}",
         stage="runtime_attestation",
-        reason=reason,
-        exit_code=3,
+        reason=reason,  # a refusal like every other: exit 2 (docs/exit-codes.md)
     )
 
 

@@ -42,8 +42,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SandboxKeeper", "adopt_kept_sandbox", "keep_after_give_up", "reattach_labels",
-           "record_sandbox"]
+__all__ = [
+    "SandboxKeeper",
+    "adopt_kept_sandbox",
+    "keep_after_give_up",
+    "reattach_labels",
+    "record_sandbox",
+    "redo_existing",
+]
 
 
 class SandboxKeeper(Protocol):
@@ -109,6 +115,29 @@ def adopt_kept_sandbox(view: InstanceView, agent: Agent,
         write_record(view.instance_dir, record)  # a crash now can reattach again
         return sandbox, {"reattach": True, "reattach_checkpoint": str(checkpoint)}
     return None
+
+
+def redo_existing(view: InstanceView, factory: SandboxKeeper) -> dict[str, Any]:
+    """``--redo-existing``: the ancestors' task checkpoints are cleared for this instance,
+    as the specification's flag does: nothing is reattached, the tasks they name are settled
+    as orphans before a fresh one is submitted (the gateway agent's ``before_run``), and a
+    sandbox an ancestor kept for its task is taken over only to be removed with this
+    instance's. The ancestors' files are never changed (their history stays); what was
+    cleared is returned for ``details.redo_existing``."""
+    out: dict[str, Any] = {"cleared_checkpoints": [], "kept_sandboxes_removed": []}
+    for root in view.ancestors:
+        folder = Path(root) / view.benchmark / view.instance_id
+        if (folder / CHECKPOINT_NAME).is_file():
+            out["cleared_checkpoints"].append(str(folder / CHECKPOINT_NAME))
+        record = read_record(folder / RECORD_NAME)
+        if record is None or not record.reattachable:
+            continue
+        try:
+            factory.adopt(record)  # removed with this instance's sandboxes
+        except ReattachUnavailable:
+            continue
+        out["kept_sandboxes_removed"].append(record.name)
+    return out
 
 
 def keep_after_give_up(view: InstanceView, factory: SandboxKeeper, sandbox: Sandbox) -> bool:

@@ -124,3 +124,38 @@ def test_resume_without_the_kept_sandbox_cancels_the_old_task_first(tmp_path: Pa
     assert [(o["task_id"], o["action"]) for o in orphans] == [(first_task, "cancelled")]
     assert after["cancels"] == [first_task] and after["submissions"] == 2
     assert after["tasks"][first_task] == "cancelled"
+
+
+@pytest.mark.docker
+def test_redo_existing_clears_the_checkpoint_cancels_the_old_task_and_solves_anew(
+        tmp_path: Path) -> None:
+    """Issue 43 (5): ``--redo-existing`` clears the task checkpoint as the specification
+    says: no reattach to the kept sandbox, the old task is cancelled, a fresh one solves, and
+    the kept sandbox is removed; the ancestor's files stay as they were."""
+    server = start_server(tmp_path / "server", {"plans": [oracle_plan(15.0)],
+                                                "default_plan": oracle_plan(0.0),
+                                                "docker_user": "agent"})
+    try:
+        killed_run(tmp_path / "r1", server)
+        kept = containers(tmp_path / "r1")
+        assert len(kept) == 1, kept
+        checkpoint = tmp_path / "r1" / "programbench" / FIXTURE_ID / "task_checkpoint.json"
+        before = checkpoint.read_bytes()
+        first_task = next(iter(state(server)["tasks"]))
+        run = run_pytest(TARGET, tmp_path / "r2", "--pb-fixtures", "-k", "calculator",
+                         "--agent", "gateway", "--gateway-url", server.url,
+                         "--gateway-poll-sec", "0.2", "--resume-from", str(tmp_path / "r1"),
+                         "--redo-existing")
+        after = state(server)
+    finally:
+        server.stop()
+    assert run.rc == 0, run.out
+    row = run.latest[FIXTURE_ID]
+    assert row["score"] == 1.0 and "reattach" not in row["details"], row
+    assert row["details"]["redo_existing"] == {"cleared_checkpoints": [str(checkpoint.resolve())],
+                                               "kept_sandboxes_removed": kept}
+    orphans = row["details"]["agent_details"]["orphan_tasks"]
+    assert [(o["task_id"], o["action"]) for o in orphans] == [(first_task, "cancelled")]
+    assert after["cancels"] == [first_task] and after["submissions"] == 2
+    assert checkpoint.read_bytes() == before  # the ancestor's history is kept
+    assert containers(tmp_path / "r1") == [] and containers(tmp_path / "r2") == []
