@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from harness.budget.reconcile import _parser as campaign_parser
-from harness.core.registry import benchmarks
+from harness.core.registry import benchmark_commands
 from tests.support.suite import run_cli
 
 
@@ -15,10 +15,9 @@ def _listed(text: str) -> list[str]:
 
 
 def test_each_benchmark_group_lists_all_its_subcommands() -> None:
-    for registration in benchmarks():
-        module, _, text = registration.command
+    for name, (module, _, text) in benchmark_commands().items():
         commands = importlib.import_module(module).COMMANDS
-        assert _listed(text) == list(commands), (registration.name, text)
+        assert _listed(text) == list(commands), (name, text)
 
 
 def test_campaign_lists_its_subcommands_and_both_stores() -> None:

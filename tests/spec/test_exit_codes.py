@@ -25,7 +25,8 @@ def dict_keys(relpath: str) -> set[str]:
                 isinstance(t, ast.Name) and t.id == "messages" for t in node.targets):
             value = node.value
             if isinstance(value, ast.Dict):
-                out |= {k.value for k in value.keys if isinstance(k, ast.Constant)}
+                out |= {k.value for k in value.keys
+                        if isinstance(k, ast.Constant) and isinstance(k.value, str)}
     return out
 
 
