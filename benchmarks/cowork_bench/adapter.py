@@ -331,6 +331,7 @@ class CoworkAdapter(BenchmarkAdapter):
     benchmark_size = 496  # the pinned dataset (issue 14: a subset says "N of 496")
     marker_names = ("server", "prefix")
     needs_agent = True
+    writes_monitor = True  # the specification's monitor.json: progress, even without a budget
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config

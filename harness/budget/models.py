@@ -203,6 +203,16 @@ class MonitorMeter(_Strict):
     error: str | None = None
 
 
+class RunProgress(_Open):
+    """Where the run is: units selected, done (a row), running, left (neither yet)."""
+
+    selected: int
+    done: int
+    running: int
+    left: int
+    by_outcome: dict[str, int] = Field(default_factory=dict)
+
+
 class Monitor(_Open):
     """``monitor.json`` in the run root: live spend, reservations, meter, disk, stop reason."""
 
@@ -222,6 +232,7 @@ class Monitor(_Open):
     run_reservations: int = 0
     active_runs: int = 0
     meter: MonitorMeter
+    progress: RunProgress | None = None  # refreshed while the run goes (issue 43)
     meter_diagnostics: list[MeterDiagnostic] = Field(default_factory=list)
     disk: DiskStatus | None = None
     stop_reason: str | None = None

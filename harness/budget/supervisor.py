@@ -32,7 +32,15 @@ from . import errors as E
 from .campaign import Campaign
 from .disk import check_disk
 from .meter import Meter
-from .models import CampaignState, MeterDiagnostic, MeterReading, Monitor, MonitorMeter, RunRecord
+from .models import (
+    CampaignState,
+    MeterDiagnostic,
+    MeterReading,
+    Monitor,
+    MonitorMeter,
+    RunProgress,
+    RunRecord,
+)
 from .monitor import write_monitor
 
 
@@ -72,6 +80,8 @@ class MeterSupervisor:
         self.min_free_gb = min_free_gb
         self.on_stop = on_stop
         self.controller_pid = controller_pid or os.getpid()
+        # the run's progress for monitor.json (the controller's, set by the budget plugin)
+        self.progress: Callable[[], RunProgress | None] | None = None
         self._clock = clock
         self._kept = diagnostics_kept
         self._started = clock()
@@ -339,6 +349,11 @@ class MeterSupervisor:
             meter_diagnostics=list(self._diagnostics),
             stop_reason=self._stop_reason,
         )
+        if self.progress is not None:
+            try:
+                monitor.progress = self.progress()
+            except Exception as exc:  # a diagnostic: the monitor is still written
+                self._note_error(f"progress: {type(exc).__name__}: {exc}")
         if state is not None:
             monitor.ceiling_usd = state.ceiling_usd
             monitor.campaign_spent_usd = state.spent_usd

@@ -68,6 +68,9 @@ class BenchmarkAdapter:
     marker_names: Sequence[str] = ()
     # A run of this benchmark must name its agent (``--agent``); False for test benchmarks.
     needs_agent: bool = True
+    # The run keeps ``monitor.json`` (progress, disk, stop reason) even without a budget: a
+    # benchmark whose specification lists the file (harness.runner.progress_monitor).
+    writes_monitor: bool = False
     # Instances of the whole benchmark (the denominator of its published score); a run that
     # selects fewer says "N of SIZE tasks: not the benchmark score" with every headline.
     benchmark_size: int | None = None

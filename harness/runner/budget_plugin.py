@@ -140,6 +140,8 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     if cb is None:
         return
     config.stash[BUDGET_KEY] = cb
+    cb.supervisor.progress = controller.run_progress  # monitor.json: progress too
+    controller.budget_monitor = True
     cb.supervisor.start()
 
 

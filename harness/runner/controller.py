@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.budget.models import RunProgress
 from harness.core.argv import without_options
 from harness.core.errors import RefusalError
 from harness.core.fsutil import atomic_write_json
@@ -56,6 +57,7 @@ from harness.run.resume import (
 )
 from harness.run.samples import record_samples
 from harness.runner.instance import ROW_PROPERTY, RunContext
+from harness.runner.progress_monitor import ProgressMonitor, run_progress
 
 if TYPE_CHECKING:
     from filelock import UnixFileLock
@@ -129,6 +131,8 @@ class Controller:
         self.key_nodeids: dict[str, str] = {}
         self.rows: dict[str, TaskRow] = {}
         self.running: dict[str, tuple[str, float]] = {}
+        self.monitor: ProgressMonitor | None = None  # monitor.json without a budget
+        self.budget_monitor = False  # the budget supervisor writes monitor.json
         self.last_checkpoint = 0.0
         self.guard: StopGuard | None = None
         self.collection_errors = 0
@@ -426,6 +430,8 @@ class Controller:
         if previous is not None and previous[0] != "controller":
             return
         self.running[key] = (worker, started or time.time())
+        if self.monitor is not None:
+            self.monitor.touch()
         if self.progress is not None and worker != "controller":
             self.progress.instance_started(key, worker, self.running[key][1])
 
@@ -496,6 +502,8 @@ class Controller:
         """A row is in the ledger: keep it, and tell the progress view and the hooks."""
         self.rows[row.key] = row
         self.running.pop(row.key, None)
+        if self.monitor is not None:
+            self.monitor.touch()
         if self.progress is not None:
             self.progress.row_written(row)
         with contextlib.suppress(Exception):
@@ -650,6 +658,22 @@ class Controller:
             self.writer.wait_copies()  # every file of the run is written before it is final
         mf.finalize(self.manifest, outcome=outcome, exit_code=exit_code,
                     stop_reason=stop_reason, error=error)
+        if self.monitor is not None:
+            self.monitor.close(stop_reason=stop_reason, exit_code=exit_code)
+
+    def run_progress(self) -> RunProgress | None:
+        """Units done, running and left (None before the selection is frozen)."""
+        if self.selection is None:
+            return None
+        return run_progress(self.selection, self.rows, dict(self.running))
+
+    def start_monitor(self) -> None:
+        """``monitor.json`` for a run without a budget, when a benchmark asks for it."""
+        run = self.run
+        if run is None or self.budget_monitor or run.dry_run:
+            return
+        if any(a.writes_monitor for a in run.adapters.values()):
+            self.monitor = ProgressMonitor(run.run_id, run.run_root, self.run_progress)
 
     def crash_finalize(self, error: BaseException | None) -> None:
         """Last resort (pytest_unconfigure): a session that never finished normally."""

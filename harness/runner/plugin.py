@@ -326,6 +326,7 @@ class ControllerHooks:
         except RefusalError as exc:
             c.release()
             fail_usage(str(exc), exc.exit_code)
+        c.start_monitor()
         guard = StopGuard(
             run.run_root,
             forward_to=c.worker_pids if run.role == "controller" else None,

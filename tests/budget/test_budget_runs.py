@@ -82,6 +82,9 @@ def check_stopped(root: Path, out: str, reason: str, code: int) -> None:
     assert manifest["stop_reason"] == reason
     monitor = json.loads((root / "monitor.json").read_text())
     assert monitor["finished"] is True and monitor["stop_reason"] == reason
+    progress = monitor["progress"]  # issue 43 (7): the budget's monitor shows progress too
+    assert progress["selected"] == 20 and progress["done"] + progress["running"] + progress[
+        "left"] == 20, progress
     rows = Run.of(root).rows
     assert len({r["instance_id"] for r in rows}) == 20
 
