@@ -51,5 +51,5 @@ def test_no_monitor_unless_asked_and_none_for_a_dry_run(suite):
     suite.tasks([{"id": "q", "work": "succeed"}])
     assert not (suite.run().root / "monitor.json").exists()
     assert not (suite.run("--selftest-monitor", "--dry-run").root / "monitor.json").exists()
-    done = suite.run("--selftest-monitor")
-    assert _monitor(done.root)["progress"]["done"] == 1
+    done = _monitor(suite.run("--selftest-monitor").root)
+    assert done is not None and done["progress"]["done"] == 1
