@@ -19,6 +19,7 @@ from benchmarks.programbench.official_eval import (
     default_docker_cpus,
     programbench_cli,
 )
+from benchmarks.programbench.task_body import DISABLED_TOOLS
 from benchmarks.programbench.tasks import (
     DEFAULT_SHUFFLE_SEED,
     PBInstance,
@@ -168,6 +169,15 @@ class ProgramBenchAdapter(BenchmarkAdapter):
         Outcome.CARRIED: "skipped",
         Outcome.DRY_RUN: "skipped",
     }
+
+    # The specification's settings_base.json decisions (checked with --settings-path).
+    server_profile = {
+        "OUROBOROS_TASK_REVIEW_MODE": "required",
+        "OUROBOROS_RUNTIME_MODE": "pro",
+        "OUROBOROS_MAX_WORKERS": "4",
+        "OUROBOROS_SAFETY_MODE": "light",
+    }
+    solve_task_disabled_tools = DISABLED_TOOLS
 
     def settings(self, config: pytest.Config) -> ProgramBenchSettings:
         cached: ProgramBenchSettings | None = getattr(self, "_settings", None)

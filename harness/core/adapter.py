@@ -71,6 +71,10 @@ class BenchmarkAdapter:
     # The run keeps ``monitor.json`` (progress, disk, stop reason) even without a budget: a
     # benchmark whose specification lists the file (harness.runner.progress_monitor).
     writes_monitor: bool = False
+    # The agent server profile the benchmark pins (settings key -> value, checked against
+    # ``--settings-path``) and the tools its solve task disables (harness.agents.gateway.profile).
+    server_profile: Mapping[str, str] = {}
+    solve_task_disabled_tools: tuple[str, ...] = ()
     # Instances of the whole benchmark (the denominator of its published score); a run that
     # selects fewer says "N of SIZE tasks: not the benchmark score" with every headline.
     benchmark_size: int | None = None

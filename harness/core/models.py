@@ -354,6 +354,8 @@ class ManifestExtra(Section):
     agent: dict[str, Any] | None = None
     agent_source: dict[str, Any] | None = None
     seed_gate: dict[str, Any] | None = None
+    # harness.runner.agent_plugin (--settings-path: harness.agents.gateway.profile.ProfileCheck)
+    settings_profile: dict[str, Any] | None = None
     target_runtime_actor: dict[str, Any] | None = None
     runtime_attestation: dict[str, Any] | None = None
     # harness.runner.engine_plugin (harness.sandbox.engines records)

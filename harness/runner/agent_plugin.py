@@ -52,13 +52,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gateway-poll-sec", default=None, metavar="SEC",
                     help="seconds between polls of a gateway task (default 5)")
     group.addoption("--solve-model", default=None, metavar="MODEL",
-                    help="the declared model; the server's settings must match it, and the "
-                         "model gateway (--model-upstream) forwards only it")
+                    help="the declared model: the server's OUROBOROS_MODEL must be it, and "
+                         "the model gateway (--model-upstream) forwards only it")
+    group.addoption("--settings-path", default=None, metavar="PATH",
+                    help="the agent server's settings.json (with settings_base.json merged): "
+                         "its profile and model slots are checked before any task, and "
+                         "recorded (extra.settings_profile)")
     group.addoption("--allow-model", action="append", default=[], metavar="NAME",
                     help="a helper model the model gateway forwards besides --solve-model "
                          "(repeatable); any other model gets 403 model_not_allowed")
     group.addoption("--expect-runtime-version", default=None, metavar="VERSION",
-                    help="refuse (exit 3) unless the server reports this runtime_version")
+                    help="refuse (exit 2) unless the server reports this runtime_version")
     group.addoption("--allow-runtime-skew", action="store_true", default=False,
                     help="waive a runtime_version skew (recorded in the manifest); "
                          "OBO_ALLOW_EVOLVED_VOLUME=1 does the same")
@@ -265,6 +269,8 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     options = agent_options(config)
     tape = tape_config(config)
     if run.dry_run and kind == "gateway" and not options.gateway_url and tape is None:
+        if config.getoption("settings_path"):  # the profile file alone, no server to ask
+            _profile_preflight(config, run, None, _writer(run))
         return  # a dry run only writes the task bodies a gateway would get
     try:
         agent = build_agent(kind, options, tape)
@@ -317,6 +323,35 @@ def _writer(run: RunContext) -> Any:
     return write
 
 
+def _profile_preflight(config: pytest.Config, run: RunContext, client: Any,
+                       write: Any) -> None:
+    """``--settings-path``: the profile the benchmarks pin and every model slot, against
+    the running server's settings when there is one; recorded, then refused on a problem."""
+    from harness.agents.gateway.client import GatewayError
+    from harness.agents.gateway.profile import SINGLE_MODEL_TOOLS, check_profile, require_profile
+
+    decisions = {k: v for a in run.adapters.values() for k, v in a.server_profile.items()}
+    disabled = [t for a in run.adapters.values() if a.server_profile
+                for t in a.solve_task_disabled_tools]
+    live = None
+    if client is not None:
+        try:
+            live = client.settings(budget_s=10.0).values()
+        except GatewayError as exc:
+            raise RefusalError(f"--gateway-url {client.base_url}: cannot read the agent "
+                               f"server's settings ({exc}); start the server or fix the URL",
+                               stage="settings_profile", reason="settings_unavailable") from exc
+    check = check_profile(config.getoption("settings_path"),
+                          solve_model=config.getoption("solve_model"), live=live,
+                          decisions=decisions,
+                          must_disable=SINGLE_MODEL_TOOLS if decisions else (),
+                          disabled_tools=disabled)
+    if run.manifest is not None:
+        run.manifest.extra.settings_profile = check.model_dump(mode="json")
+        write()
+    require_profile(check)
+
+
 def _gateway_preflight(config: pytest.Config, run: RunContext, url: str, repo: str | None,
                        head: str | None, version: str | None, write: Any) -> None:
     from harness.agents.gateway.client import GatewayClient
@@ -337,6 +372,8 @@ def _gateway_preflight(config: pytest.Config, run: RunContext, url: str, repo: s
     with GatewayClient(url) as client:
         if model:
             preflight_target_actor(client, model, budget_s=10.0, record=record)
+        if config.getoption("settings_path"):
+            _profile_preflight(config, run, client, write)
         if run.dry_run:
             extra.runtime_attestation = {"skipped": "dry_run"}
             return

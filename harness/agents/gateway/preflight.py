@@ -262,7 +262,8 @@ def check_target_actor(
                         hint=form,
                     )
                 )
-            elif item != solve_model:
+            elif item != solve_model and key == PRIMARY_SLOT:  # the other slots are the
+                # profile's (--settings-path), as the specification validates them
                 actor.mismatches.append(
                     SlotMismatch(
                         slot=key, expected=solve_model, actual=item, problem="different_model"
