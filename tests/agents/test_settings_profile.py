@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.agents.gateway.profile import SINGLE_MODEL_TOOLS, check_profile
+from harness.agents.gateway.profile import SINGLE_MODEL_TOOLS, ProfileCheck, check_profile
 from tests.support.suite import run_pytest
 
 MODEL = "openai/gpt-5.5"
@@ -26,10 +26,10 @@ def _write(tmp_path: Path, settings: dict) -> Path:
     return path
 
 
-def _check(path: Path, live: dict | None = None, **kw: object):
-    return check_profile(path, solve_model=kw.get("solve_model", MODEL), live=live,
-                         decisions=DECISIONS, must_disable=SINGLE_MODEL_TOOLS,
-                         disabled_tools=kw.get("disabled", ("claude_code_edit",)))
+def _check(path: Path, live: dict | None = None, *, solve_model: str | None = MODEL,
+           disabled: tuple[str, ...] = ("claude_code_edit",)) -> ProfileCheck:
+    return check_profile(path, solve_model=solve_model, live=live, decisions=DECISIONS,
+                         must_disable=SINGLE_MODEL_TOOLS, disabled_tools=disabled)
 
 
 def test_the_pinned_profile_passes_and_is_recorded_without_secrets(tmp_path: Path) -> None:
