@@ -1,5 +1,5 @@
-"""``harness programbench SUBCOMMAND``: ``export``, ``gate``, ``submission`` and ``rescore``
-(dispatch only)."""
+"""``harness programbench SUBCOMMAND``: ``export``, ``gate``, ``submission``, ``prepare`` and
+``rescore`` (dispatch only)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ COMMANDS = {
         "benchmarks.programbench.leaderboard",
         "submission_command",
         "a run in the leaderboard's layout, then the official submit package and verify",
+    ),
+    "prepare": (
+        "benchmarks.programbench.prepare",
+        "prepare_command",
+        "prepare-only: a running cleanroom container's task body and packaged workspace",
     ),
     "rescore": (
         "benchmarks.programbench.ignored_rescore",

@@ -79,8 +79,17 @@ def freeze_and_probe(sandbox: Sandbox, workspace: str = WORKSPACE) -> WorkspaceF
     """Kill the agent user's leftover processes, then the tracked build dirs and cache
     dirs, asked inside the sandbox, in one exec as the agent user (the kill is instant: the
     probe's timeout bounds both)."""
-    res = sandbox.exec(["/bin/sh", "-c", _FREEZE_THEN + _PROBE, "sh", workspace,
-                        CACHEDIR_SIGNATURE.decode()],
+    return _probe(sandbox, _FREEZE_THEN + _PROBE, workspace)
+
+
+def probe_only(sandbox: Sandbox, workspace: str = WORKSPACE) -> WorkspaceFacts:
+    """The probe alone, as the agent user: for a container this runner does not own
+    (``harness programbench prepare``), whose processes are left running."""
+    return _probe(sandbox, _PROBE, workspace)
+
+
+def _probe(sandbox: Sandbox, script: str, workspace: str) -> WorkspaceFacts:
+    res = sandbox.exec(["/bin/sh", "-c", script, "sh", workspace, CACHEDIR_SIGNATURE.decode()],
                        user="agent", timeout=PROBE_TIMEOUT_S, workdir="/")  # fmt: skip
     if res.timed_out:
         return WorkspaceFacts(probe_error=f"the workspace probe timed out after "

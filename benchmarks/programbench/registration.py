@@ -14,6 +14,6 @@ def _fixture() -> object:
 REGISTRATION = BenchmarkRegistration(
     name="programbench",
     command=("benchmarks.programbench.cli", "programbench_command",
-             "ProgramBench tools: export, gate, submission, rescore"),
+             "ProgramBench tools: export, gate, submission, prepare, rescore"),
     images=(ImageStep("ProgramBench offline fixture", _fixture),),
 )

@@ -26,4 +26,4 @@ def test_campaign_lists_its_subcommands_and_both_stores() -> None:
     sub = next(a for a in campaign_parser()._actions if a.dest == "command")
     assert _listed(line) == list(sub.choices)  # type: ignore[arg-type]
     assert "PostgreSQL" in line
-    assert "export, gate, submission, rescore" in done.stdout
+    assert "export, gate, submission, prepare, rescore" in done.stdout
