@@ -77,6 +77,8 @@ BENCHMARK_SURFACE: frozenset[str] = frozenset({
     # run records
     "harness.run.ledger",
     "harness.run.manifest",
+    "harness.run.model",  # the run model (issue 41): tasks, K, units, settings
+    "harness.run.locate",  # where each unit's files are
     # sandboxes and images
     "harness.sandbox.cleanup",
     "harness.sandbox.client",

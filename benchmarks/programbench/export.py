@@ -32,8 +32,8 @@ from harness.core.fsutil import atomic_write_text
 from harness.core.models import TaskRow
 from harness.core.untrusted import hash_untrusted_file
 from harness.run.ledger import LedgerError
+from harness.run.locate import changed_shards
 from harness.run.manifest import ManifestError, read_manifest
-from harness.run.merge import changed_shards
 
 EXPORT_SCHEMA = "harness.programbench.export.v1"
 SUBMISSION = "submission.tar.gz"

@@ -19,6 +19,8 @@ from harness.core.models import Outcome, TaskRow
 from harness.run.manifest import ManifestError, read_manifest
 from harness.run.merge import changed_shards
 
+__all__ = ["changed_shards", "is_carried", "row_root", "run_roots"]
+
 
 def run_roots(run: Path) -> dict[str, Path]:
     """run id -> run root of ``run``, every ancestor its manifest names and, for a merged

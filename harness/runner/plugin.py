@@ -87,7 +87,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="resume although an instance image's digest differs from the one "
                          "the ancestor ran (waiver recorded)")
     group.addoption("--shard", default=None, metavar="I/N",
-                    help="run shard I of N (stable hash of the instance id)")
+                    help="run shard I of N: a stable hash of the task id, so every attempt "
+                         "of a task is in one shard, also after a resume raises --attempts")
     group.addoption("--instance", action="append", default=[], metavar="ID",
                     help="select an instance by id (repeatable)")
     group.addoption("--task-file", default=None, metavar="FILE",
