@@ -9,6 +9,7 @@ CLEANROOM_TAG = "task_cleanroom_v6"
 # Near-resolved ("almost"): at least 95% of the scored tests pass (ProgramBench's notion).
 NEAR_RESOLVED_AT = 0.95
 DEFAULT_TIMEOUT_SEC = 21600  # the official 6 h wall clock of the mini-SWE-agent baseline
+DISABLED_TOOLS = ("claude_code_edit",)  # the solve task: benches measure one model
 
 
 def programbench_version() -> str:

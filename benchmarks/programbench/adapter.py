@@ -12,14 +12,14 @@ from benchmarks.programbench import (
     BENCHMARK,
     CLEANROOM_TAG,
     DEFAULT_TIMEOUT_SEC,
+    DISABLED_TOOLS,
     NEAR_RESOLVED_AT,
 )
-from benchmarks.programbench.official_eval import (
+from benchmarks.programbench.cli_env import (
     CliSetupError,
     default_docker_cpus,
     programbench_cli,
 )
-from benchmarks.programbench.task_body import DISABLED_TOOLS
 from benchmarks.programbench.tasks import (
     DEFAULT_SHUFFLE_SEED,
     PBInstance,

@@ -28,16 +28,20 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.programbench import CLEANROOM_TAG, NEAR_RESOLVED_AT
+from benchmarks.programbench.cli_env import (  # noqa: F401  (re-exported)
+    SPEC_DOCKER_CPUS,
+    CliSetupError,
+    default_docker_cpus,
+    programbench_cli,
+)
 from benchmarks.programbench.docker_policy import (
     ACCOUNT_KEY_NAME,
     BUILD_TAMPER_MARKER,
@@ -119,52 +123,6 @@ class CliRun(BaseModel):
     policy_install_s: float = 0.0
     sweep_s: float = 0.0
     account_key: str = Field(default="", exclude=True)  # the results guard's key: not kept
-
-
-class CliSetupError(RuntimeError):
-    """The official CLI cannot be started as configured; the message names the fix."""
-
-
-def programbench_cli() -> list[str]:
-    """argv prefix of the official CLI: ``$PROGRAMBENCH_PYTHON -m programbench`` when that
-    names another Python (the specification's: the runner's own cannot run the CLI), else
-    this interpreter's."""
-    import importlib.util
-
-    other = os.environ.get("PROGRAMBENCH_PYTHON", "").strip()
-    if other:
-        path = shutil.which(other)
-        if path is None:
-            raise CliSetupError(f"PROGRAMBENCH_PYTHON={other} is not an executable Python; "
-                                f"set it to a Python 3.11+ with programbench installed, or "
-                                f"unset it to use {sys.executable}")
-        return [path, "-m", "programbench"]
-    if importlib.util.find_spec("programbench.__main__") is not None:
-        return [sys.executable, "-m", "programbench"]
-    script = Path(sys.executable).parent / "programbench"
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script)]
-    return [sys.executable, "-c", "from programbench.cli.main import app; app()"]
-
-
-SPEC_DOCKER_CPUS = 4  # the specification's eval default
-
-
-def default_docker_cpus(env: Mapping[str, str] | None = None) -> int:
-    """``--docker-cpus`` for ``programbench eval``: ``$PROGRAMBENCH_DOCKER_CPUS``, else the
-    specification's 4; capped at this host's CPUs (the engine refuses more than it has)."""
-    env = os.environ if env is None else env
-    raw = env.get("PROGRAMBENCH_DOCKER_CPUS", "").strip()
-    want = SPEC_DOCKER_CPUS
-    if raw:
-        try:
-            want = int(raw)
-        except ValueError:
-            raise CliSetupError(f"PROGRAMBENCH_DOCKER_CPUS={raw} is not a whole number; set "
-                                f"it to e.g. 4, or unset it") from None
-        if want < 1:
-            raise CliSetupError(f"PROGRAMBENCH_DOCKER_CPUS={raw} must be 1 or more")
-    return max(1, min(want, os.cpu_count() or 1))
 
 
 def _stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.programbench import DEFAULT_TIMEOUT_SEC as DEFAULT_TIMEOUT_SEC
+from benchmarks.programbench import DISABLED_TOOLS as PB_DISABLED_TOOLS
 from benchmarks.programbench.tasks import PBInstance
 from harness.agents.gateway.models import (
     AcceptanceClaim,
@@ -22,7 +23,7 @@ from harness.agents.gateway.models import (
 SOURCE = "programbench"
 WORKSPACE_BACKEND_PATH = "/workspace"
 REFERENCE_NAME = "reference_executable"
-DISABLED_TOOLS = ("claude_code_edit",)
+DISABLED_TOOLS = PB_DISABLED_TOOLS  # the solve task disables claude_code_edit
 
 # Exactly the one item the ProgramBench adapter sends (reference §1.4).
 REFERENCE_ARTIFACT = ProtectedArtifact(

@@ -90,6 +90,9 @@ class SandboxSpec:
     container_user: str = "0"
     ulimits: tuple[tuple[str, int, int], ...] = ()  # (name, soft, hard), e.g. ("core", 0, 0)
     runtime: str | None = None  # OCI runtime registered with dockerd, e.g. "runsc" (gVisor)
+    # Host folders bind-mounted read-write: (host path, container path), e.g. a host
+    # workspace an agent server works on through its host path.
+    binds: tuple[tuple[str, str], ...] = ()
 
 
 class Sandbox:
@@ -139,6 +142,7 @@ class Sandbox:
             ]
             or None,
             runtime=spec.runtime,
+            binds={host: {"bind": inside, "mode": "rw"} for host, inside in spec.binds} or None,
         )
         try:
             created = api.create_container(

@@ -48,6 +48,7 @@ class PlanStep(_Strict):
 
     run: str | None = None
     write: WriteFile | None = None
+    read: str | None = None  # a file of the workspace, read by the server's own file tool
     mcp: McpStep | None = None
     sleep_s: float = Field(default=0.0, ge=0)
     timeout_s: float | None = Field(default=None, gt=0)

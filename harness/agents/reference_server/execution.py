@@ -14,6 +14,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
@@ -21,6 +22,7 @@ from pydantic import BaseModel
 
 from harness.agents.gateway.models import is_root_user
 from harness.agents.reference_server.config import WriteFile
+from harness.agents.reference_server.host_files import MAX_READ_BYTES, HostFileRefused, HostFiles
 from harness.sandbox.execution import ExecResult, run_exec
 
 OUTPUT_TAIL = 2000  # characters of a step's output reported in the task's steps
@@ -46,6 +48,8 @@ class StepExecutor(Protocol):
     ) -> StepRun: ...
 
     def write(self, item: WriteFile) -> None: ...
+
+    def read(self, rel: str) -> bytes: ...
 
     def close(self) -> None: ...
 
@@ -102,12 +106,10 @@ class LocalExecutor:
         )
 
     def write(self, item: WriteFile) -> None:
-        target = (self.workspace / item.path).resolve()
-        if self.workspace.resolve() not in target.parents:
-            raise ValueError(f"plan file {item.path!r} escapes the workspace")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(item.content, encoding="utf-8")
-        target.chmod(item.mode)
+        HostFiles(self.workspace.absolute()).write(item.path, item.content.encode(), item.mode)
+
+    def read(self, rel: str) -> bytes:
+        return HostFiles(self.workspace.absolute()).read(rel)
 
     def close(self) -> None:
         pass
@@ -213,5 +215,34 @@ class DockerExecExecutor:
                 f"could not write {item.path!r} as {self.user}: {_tail(res.stderr)[-200:]}"
             )
 
+    def read(self, rel: str) -> bytes:
+        path = str(PurePosixPath(self.workdir or "/") / rel)
+        res = self._exec(["head", "-c", str(MAX_READ_BYTES), "--", path], timeout_s=60)
+        if res.exit_code != 0:
+            raise HostFileRefused(f"could not read {rel!r} as {self.user}: "
+                                  f"{_tail(res.stderr)[-200:]}", "io_error")
+        return res.stdout
+
     def close(self) -> None:
         self._client.close()
+
+
+class HostWorkspaceExecutor(DockerExecExecutor):
+    """The specification's end-to-end mode: commands in the container (``docker exec`` as
+    its unprivileged user), files through the workspace's host path
+    (:class:`~harness.agents.reference_server.host_files.HostFiles`), which the container
+    mounts on ``workspace_backend_path``."""
+
+    def __init__(self, container_name: str, workdir: str | None, user: str,
+                 host_path: str, denied: Collection[str]) -> None:
+        super().__init__(container_name, workdir, user)
+        root = Path(host_path)
+        if not root.is_absolute() or not root.is_dir() or root.is_symlink():
+            raise ExecutorUnavailable(f"workspace_host_path {host_path!r} is not a folder")
+        self.files = HostFiles(root, denied)
+
+    def write(self, item: WriteFile) -> None:
+        self.files.write(item.path, item.content.encode(), item.mode)
+
+    def read(self, rel: str) -> bytes:
+        return self.files.read(rel)

@@ -9,6 +9,7 @@ per step, like the real server reports them.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import tempfile
 import threading
@@ -23,10 +24,12 @@ from harness.agents.reference_server.execution import (
     OUTPUT_TAIL,
     DockerExecExecutor,
     ExecutorUnavailable,
+    HostWorkspaceExecutor,
     LocalExecutor,
     StepExecutor,
     StepRun,
 )
+from harness.agents.reference_server.host_files import HostFileRefused
 from harness.agents.reference_server.mcp_client import (
     McpCallFailed,
     call_tool,
@@ -283,9 +286,14 @@ class TaskStore:
         ref = task.request.executor_ref
         if ref is not None and ref.type == "docker_exec":
             assert ref.container_name is not None
-            return DockerExecExecutor(
-                ref.container_name, ref.workspace_backend_path, ref.user or self.config.docker_user
-            )
+            user = ref.user or self.config.docker_user
+            if ref.workspace_host_path:  # files through the host path, as the spec's server
+                denied = [p for a in task.request.resource_policy.protected_artifacts
+                          if "read_bytes" in a.deny for p in a.paths] \
+                    if task.request.resource_policy else []
+                return HostWorkspaceExecutor(ref.container_name, ref.workspace_backend_path,
+                                             user, ref.workspace_host_path, denied)
+            return DockerExecExecutor(ref.container_name, ref.workspace_backend_path, user)
         workspace = (ref.workspace_host_path if ref else None) or task.request.workspace_root
         if workspace is None:
             scratch = self.config.scratch_dir or tempfile.gettempdir()
@@ -337,8 +345,11 @@ class TaskStore:
                     timeout = min(timeout, max(remaining, 0.01))
                 record: dict[str, Any] = {"index": index}
                 if step.write is not None:
-                    executor.write(step.write)
-                    record["wrote"] = step.write.path
+                    self._file_step(record, "wrote", step.write.path,
+                                    lambda w=step.write: executor.write(w))
+                if step.read is not None:
+                    self._file_step(record, "read", step.read,
+                                    lambda r=step.read: executor.read(r))
                 run = None
                 if step.mcp is not None:
                     run = self._mcp(task, step.mcp, timeout)
@@ -403,6 +414,21 @@ class TaskStore:
             resource_limit=plan.resource_limit,
             cost_final=plan.cost_final,
         )
+
+    @staticmethod
+    def _file_step(record: dict[str, Any], key: str, path: str, act: Any) -> None:
+        """A file tool: its result in the step's record; a refusal is recorded (its reason
+        code), and the task goes on, as a real server's tool error would let it."""
+        try:
+            data = act()
+        except HostFileRefused as exc:
+            record[key] = {"path": path, "refused": exc.reason, "error": str(exc)[:300]}
+            return
+        if isinstance(data, bytes):
+            record[key] = {"path": path, "bytes": len(data),
+                           "sha256": hashlib.sha256(data).hexdigest()}
+        else:
+            record[key] = path
 
     def _mcp(self, task: RefTask, step: McpStep, timeout_s: float) -> StepRun:
         """The plan's tool call, by this server (exit code 0: the tool answered; 1: it
