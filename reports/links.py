@@ -63,5 +63,7 @@ def _walk(folder: Path, limit: int) -> tuple[list[Path], bool]:
         for name in sorted(filenames):
             if len(out) == limit:
                 return out, True
-            out.append(Path(dirpath) / name)
+            path = Path(dirpath) / name
+            if not path.is_symlink():  # an agent's link (a host workspace) is never linked
+                out.append(path)
     return out, False

@@ -54,6 +54,11 @@ def add_options(parser: pytest.Parser) -> None:
                          "submission is not re-scored and the ancestors' task checkpoints are "
                          "cleared (no reattach; their tasks are cancelled, their kept sandboxes "
                          "removed)")
+    group.addoption("--pb-workspace", choices=("auto", "host", "sandbox"), default="auto",
+                    help="where the agent's workspace lives: host (the specification's "
+                         "end-to-end mode: seeded under the run root, mounted on /workspace, "
+                         "its host path sent to the agent server), sandbox (inside the "
+                         "container only), auto (default: host for --agent gateway)")
     group.addoption("--pb-fixture-layout", choices=("debian", "cleanroom"), default="debian",
                     help="agent-phase image of the offline fixture: debian (agent user, git "
                          "repository) or cleanroom (like a published image: no agent user, "
@@ -139,6 +144,7 @@ class ProgramBenchSettings:
         self.docker_cpus = int(min(self._number("--docker-cpus", opt("pb_docker_cpus"),
                                                 spec_default), host))
         self.timeout = self._number("--task-timeout", opt("pb_timeout"), DEFAULT_TIMEOUT_SEC)
+        self.workspace: str = opt("pb_workspace")
 
     @staticmethod
     def _number(flag: str, raw: Any, default: float) -> float:

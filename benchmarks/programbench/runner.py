@@ -21,6 +21,13 @@ from benchmarks.programbench import scorer_guard
 from benchmarks.programbench.adapter import ProgramBenchAdapter
 from benchmarks.programbench.agent_probe import probe_as_agent
 from benchmarks.programbench.collect import export_submission, freeze_and_probe
+from benchmarks.programbench.host_workspace import (
+    bind_source,
+    host_folder,
+    install_reference,
+    scrub,
+    seed,
+)
 from benchmarks.programbench.instruction import render_instruction
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_instance
 from benchmarks.programbench.rescore import adopt, find_kept_submission
@@ -44,6 +51,7 @@ from harness.runner.agent_plugin import instance_view, run_agent
 from harness.runner.instance import InstanceContext, OutcomeSkip
 from harness.sandbox.container import Sandbox
 from harness.sandbox.errors import ProtectedInstallFailed
+from harness.sandbox.labels import run_labels
 from harness.sandbox.pack import NewFile
 from harness.sandbox.protected import (
     PROTECTED_SANDBOX_CAP_DROP,
@@ -99,7 +107,8 @@ def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
     return record.id, blob_dir
 
 
-def preflight(ctx: InstanceContext, sandbox: Sandbox) -> dict[str, Any]:
+def preflight(ctx: InstanceContext, sandbox: Sandbox, *,
+              host_workspace: bool = False) -> dict[str, Any]:
     """Network mode none, reference protected and probed; every failure is infra."""
     info = sandbox.api.inspect_container(sandbox.id)
     mode = info["HostConfig"]["NetworkMode"]
@@ -109,7 +118,7 @@ def preflight(ctx: InstanceContext, sandbox: Sandbox) -> dict[str, Any]:
     try:
         # A real image may have no agent user and a root-owned /workspace; the reference's
         # hash is recorded: it is never copied out.
-        layout, prot = prepare_cleanroom(sandbox)
+        layout, prot = prepare_cleanroom(sandbox, host_workspace=host_workspace)
     except ProtectedMissing as exc:
         raise InfraError(f"no reference program in the cleanroom image: {exc}",
                          "reference_missing") from None
@@ -154,12 +163,42 @@ def oracle_for(inst: PBInstance, sandbox: Sandbox) -> OracleCallable:
     return apply
 
 
+def start_sandbox(ctx: InstanceContext, request: pytest.FixtureRequest, settings: Any,
+                  image_id: str, agent: Any) -> Sandbox:
+    """A fresh cleanroom sandbox, prepared and probed; with a host workspace (``--pb-workspace
+    host``, or ``auto`` with the gateway agent) its ``/workspace`` is a folder under the run
+    root (:mod:`benchmarks.programbench.host_workspace`)."""
+    factory = request.getfixturevalue("sandbox_factory")
+    host = settings.workspace == "host" or (settings.workspace == "auto"
+                                            and bool(reattach_labels(agent)))
+    binds: tuple[tuple[str, str], ...] = ()
+    reference = None
+    if host:
+        folder = host_folder(ctx.instance_dir)
+        reference = seed(factory.client, image_id, folder,
+                         run_labels(ctx.run_id, ctx.instance_id, ctx.worker_id, ctx.run_root))
+        binds = ((str(folder), WORKSPACE),)
+        ctx.output("workspace", folder)
+    # No no_new_privileges: it would disable the reference's setuid launcher (see
+    # harness.sandbox.protected for what replaces it).
+    sandbox: Sandbox = factory(image_id, user="agent", workdir=WORKSPACE, network="none",
+                               cap_drop=PROTECTED_SANDBOX_CAP_DROP,
+                               ulimits=PROTECTED_SANDBOX_ULIMITS, cpus=settings.cpus,
+                               memory=settings.memory, pids_limit=4096,
+                               labels=reattach_labels(agent), binds=binds)
+    if host:
+        install_reference(sandbox, reference)
+    ctx.result.details["preflight"] = preflight(ctx, sandbox, host_workspace=host)
+    return sandbox
+
+
 def write_body(ctx: InstanceContext, inst: PBInstance, instruction: str, container: str,
-               timeout: float) -> Any:
+               timeout: float, host_ws: Path | None = None) -> Any:
     # One gateway task per attempt (--attempts K: "<task>:<k>") and per try (ctx.attempt).
     ref = ctx.instance_id.replace("@", ":")
     body = build_task_body(inst, instruction=instruction, container_name=container,
-                           timeout_sec=timeout, task_id=f"{ctx.run_id}-{ref}-a{ctx.attempt}")
+                           timeout_sec=timeout, task_id=f"{ctx.run_id}-{ref}-a{ctx.attempt}",
+                           workspace_host_path=str(host_ws) if host_ws is not None else None)
     atomic_write_json(ctx.instance_dir / BODY_NAME, body.model_dump(mode="json",
                                                                      exclude_none=True))
     ctx.output("task_body", ctx.instance_dir / BODY_NAME)
@@ -226,8 +265,11 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     (ctx.instance_dir / "instruction.txt").write_text(instruction)
     ctx.output("instruction", ctx.instance_dir / "instruction.txt")
     if ctx.dry_run:
+        agent_kind = request.config.getoption("agent") or ""
+        host = settings.workspace == "host" or (settings.workspace == "auto"
+                                                and agent_kind == "gateway")
         write_body(ctx, inst, instruction, f"harness-{ctx.run_id}-{inst.instance_id}",
-                   settings.timeout)
+                   settings.timeout, host_folder(ctx.instance_dir) if host else None)
         if request.config.getoption("pull") == "always":  # prefetch: pull, record, run nothing
             resolve_instance_image(ctx, inst, request.getfixturevalue("sandbox_client"),
                                    request.config)
@@ -256,18 +298,13 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     if adopted is not None:
         sandbox, extra = adopted
     else:
-        # No no_new_privileges: it would disable the reference's setuid launcher (see
-        # harness.sandbox.protected for what replaces it).
-        sandbox = factory(image_id, user="agent", workdir=WORKSPACE, network="none",
-                          cap_drop=PROTECTED_SANDBOX_CAP_DROP, ulimits=PROTECTED_SANDBOX_ULIMITS,
-                          cpus=settings.cpus, memory=settings.memory, pids_limit=4096,
-                          labels=reattach_labels(agent))
-        ctx.result.details["preflight"] = preflight(ctx, sandbox)
+        sandbox = start_sandbox(ctx, request, settings, image_id, agent)
         extra = {"keep_sandbox": True} if reattach_labels(agent) else {}
         if extra:
             record_sandbox(view, sandbox)
     ctx.result.details["container"] = sandbox.name
-    body = write_body(ctx, inst, instruction, sandbox.name, settings.timeout)
+    host_ws = bind_source(sandbox)
+    body = write_body(ctx, inst, instruction, sandbox.name, settings.timeout, host_ws)
     started = time.monotonic()
     try:
         outcome = run_agent(ctx, agent, AgentRequest(
@@ -280,6 +317,10 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
         raise
     ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
     submission = collect_submission(ctx, sandbox)
+    if host_ws is not None:  # the host folder: no setuid/setgid bit of the agent's stays
+        scrubbed = scrub(host_ws)
+        if scrubbed:
+            ctx.result.details["host_workspace_setid_cleared"] = scrubbed[:50]
     if submission is None:
         return  # the agent's workspace was refused: its failure, nothing to score
     ctx.result.details.update(scorer_guard.row_details(submission))  # before any eval mode

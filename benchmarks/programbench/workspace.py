@@ -88,20 +88,43 @@ class ReferencePresentFailed(ProtectedInstallFailed):
     reason_code = "reference_present_failed"
 
 
-def prepare_cleanroom(sandbox: Sandbox) -> tuple[list[str], ProtectedExecutable]:
+# A host workspace (benchmarks.programbench.host_workspace): the reference arrives in the
+# root filesystem, its launcher stays there, the workspace holds a link to it.
+SEEDED_CANDIDATES = ("/.harness-seed/executable", "/.harness-seed/reference_executable")
+ROOTFS_LAUNCHER = f"/.harness-launch/{REFERENCE_NAME}"
+LINK_SCRIPT = f"""\
+set -eu
+rm -f {LAUNCHER_PATH}
+ln -s {ROOTFS_LAUNCHER} {LAUNCHER_PATH}
+chown -h 1000:1000 {LAUNCHER_PATH}
+chmod 0755 /.harness-launch
+"""
+
+
+def prepare_cleanroom(sandbox: Sandbox, *, host_workspace: bool = False
+                      ) -> tuple[list[str], ProtectedExecutable]:
     """Adapt the layout, protect the reference behind the launcher, exclude both names from
     git: one exec as root (the protection's helpers copied in first), each step's failure
     raised as its own (:class:`ReferencePresentFailed`, the protection's errors); the
-    layout's changes and the protected reference."""
-    plan = sandbox.plan_protection(REFERENCE_CANDIDATES, LAUNCHER_PATH)
-    adapt, protect, exclude = sandbox.exec_stages(
-        [ADAPT_ARGV, plan.argv, EXCLUDE_ARGV],
-        user="root",
-        timeout=ADAPT_TIMEOUT_S + PROTECT_TIMEOUT_S + EXCLUDE_TIMEOUT_S,
+    layout's changes and the protected reference. ``host_workspace``: ``/workspace`` is a
+    host folder, so the launcher lives on the root filesystem and the workspace links to it
+    (no program and no setuid file in the host folder)."""
+    if host_workspace:
+        plan = sandbox.plan_protection(SEEDED_CANDIDATES, ROOTFS_LAUNCHER)
+        stages = [ADAPT_ARGV, plan.argv, ["sh", "-c", LINK_SCRIPT], EXCLUDE_ARGV]
+    else:
+        plan = sandbox.plan_protection(REFERENCE_CANDIDATES, LAUNCHER_PATH)
+        stages = [ADAPT_ARGV, plan.argv, EXCLUDE_ARGV]
+    results = sandbox.exec_stages(
+        stages, user="root",
+        timeout=ADAPT_TIMEOUT_S + PROTECT_TIMEOUT_S + 2 * EXCLUDE_TIMEOUT_S,
     )
-    changes = layout_changes(adapt)
-    prot = sandbox.finish_protection(plan, protect)
-    check_excluded(exclude)
+    changes = layout_changes(results[0])
+    prot = sandbox.finish_protection(plan, results[1])
+    if host_workspace and results[2].exit_code != 0:
+        err = results[2].stderr.decode(errors="replace").strip()[-300:]
+        raise ReferencePresentFailed(f"linking the reference into the workspace failed: {err}")
+    check_excluded(results[-1])
     return changes, prot
 
 
