@@ -89,3 +89,17 @@ def test_cowork_audit_refuses_a_programbench_run(tmp_path: Path) -> None:
     done = run_cli("cowork", "audit", str(run.root), "--output", str(out))
     assert done.returncode == 2 and not out.exists()
     assert "is a run of programbench, not of Cowork Bench; pass a Cowork run root" in done.stderr
+
+
+def test_the_body_sends_the_host_workspace_as_the_specification_does(tmp_path: Path) -> None:
+    """Issue 43 (1): with the gateway agent the body names the host workspace (both fields);
+    ``--pb-workspace sandbox`` keeps it inside the container, the body without a host path."""
+    for mode, host in (("auto", True), ("sandbox", False)):
+        run = run_pytest(TARGET, tmp_path / mode, "--pb-fixtures", "--dry-run", "-k",
+                         "calculator", "--agent", "gateway", "--pb-workspace", mode)
+        assert run.rc == 0, run.out
+        folder = run.root / "programbench" / "testorg__calculator.abc1234"
+        body = json.loads((folder / "programbench_task_body.json").read_text())
+        want = str((folder / "workspace").absolute()) if host else None
+        assert body.get("workspace_root") == want
+        assert body["executor_ref"].get("workspace_host_path") == want

@@ -18,13 +18,18 @@ from tests.support.suite import run_pytest
 TARGET = "benchmarks/programbench"
 
 
-def fixture_row(run) -> dict:
+def fixture_row(run, *, host_workspace: bool = False) -> dict:
     row = run.latest[FIXTURE_ID]
     assert Path(run.root / row["output_paths"]["eval_json"]).is_file()
     assert (run.root / row["output_paths"]["submission"]).is_file()
-    # the workspace is streamed into the submission, never copied to the host as a tree
+    folder = run.root / "programbench" / FIXTURE_ID / "workspace"
+    if host_workspace:  # the specification's end-to-end mode: the server's host folder
+        body = json.loads((run.root / row["output_paths"]["task_body"]).read_text())
+        assert body["executor_ref"]["workspace_host_path"] == str(folder) and folder.is_dir()
+        return row
+    # else the workspace is streamed into the submission, never copied to the host as a tree
     assert "workspace" not in row["output_paths"]
-    assert not (run.root / "programbench" / FIXTURE_ID / "workspace").exists()
+    assert not folder.exists()
     return row
 
 
@@ -92,7 +97,7 @@ def test_gateway_replays_the_oracle_through_the_reference_server(tmp_path: Path)
     finally:
         server.stop()
     assert run.rc == 0, run.out
-    row = fixture_row(run)
+    row = fixture_row(run, host_workspace=True)  # --agent gateway: --pb-workspace auto
     assert row["score"] == 1.0 and row["resolved"] is True
     assert row["cost_usd"] == 0.125 * len(steps) and row["cost_known"] is True
     assert row["tokens"]["prompt"] == 1000 * len(steps)
