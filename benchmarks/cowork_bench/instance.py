@@ -63,6 +63,7 @@ from harness.agents.gateway.models import TaskCreateRequest
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json, atomic_write_text
 from harness.core.models import Outcome
+from harness.run.locate import run_roots
 from harness.run.manifest import read_manifest
 from harness.runner.instance import InstanceContext
 from harness.runner.sandbox_fixtures import copy_limits as copy_limits_of
@@ -223,8 +224,9 @@ def ancestor_roots(ctx: InstanceContext) -> list[Path]:
     """Ancestor run roots, nearest first (only a resumed run that runs this key has any)."""
     if ctx.key not in ctx.run.plan.attempts:
         return []
-    try:
-        return [Path(p) for p in read_manifest(ctx.run_root).resume.ancestors]
+    try:  # the run model's roots: this run first, then its ancestors, nearest first
+        return [p for p in run_roots(ctx.run_root).values()
+                if p.resolve() != Path(ctx.run_root).resolve()]
     except Exception as exc:  # the manifest is the runner's: unreadable means no recovery
         ctx.result.details["recovery_error"] = f"{type(exc).__name__}: {exc}"[:500]
         return []

@@ -85,20 +85,27 @@ class HostFiles:
             raise HostFileRefused(f"{rel!r} is a protected artifact (read_bytes denied)",
                                   "protected_artifact")
 
-    def write(self, rel: str, content: bytes, mode: int) -> None:
-        parts = self._parts(rel)
-        self._check_denied(rel)
-        dfd, root = self._open_dir(parts, create=True)
+    def _open_file(self, parts: list[str], flags: int, *, create: bool
+                   ) -> tuple[int, os.stat_result]:
+        """The last part opened ``O_NOFOLLOW`` (a regular file, else refused) below its
+        directory, and the root's stat."""
+        dfd, root = self._open_dir(parts, create=create)
         try:
-            fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK,
-                         0o600, dir_fd=dfd)
+            fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600, dir_fd=dfd)
         except OSError as exc:
             raise self._refusal(parts, exc) from None
         finally:
             os.close(dfd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise HostFileRefused(f"{'/'.join(parts)!r} is not a regular file", "not_a_file")
+        return fd, root
+
+    def write(self, rel: str, content: bytes, mode: int) -> None:
+        parts = self._parts(rel)
+        self._check_denied(rel)
+        fd, root = self._open_file(parts, os.O_WRONLY | os.O_CREAT, create=True)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise HostFileRefused(f"{rel!r} is not a regular file", "not_a_file")
             os.ftruncate(fd, 0)
             os.fchown(fd, root.st_uid, root.st_gid)
             os.fchmod(fd, mode & 0o777)
@@ -111,16 +118,8 @@ class HostFiles:
     def read(self, rel: str, limit: int = MAX_READ_BYTES) -> bytes:
         parts = self._parts(rel)
         self._check_denied(rel)
-        dfd, _ = self._open_dir(parts, create=False)
+        fd, _ = self._open_file(parts, os.O_RDONLY, create=False)
         try:
-            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
-        except OSError as exc:
-            raise self._refusal(parts, exc) from None
-        finally:
-            os.close(dfd)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise HostFileRefused(f"{rel!r} is not a regular file", "not_a_file")
             return os.read(fd, limit)
         finally:
             os.close(fd)
