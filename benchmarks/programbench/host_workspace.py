@@ -5,28 +5,33 @@ agent server (the source server on port 8770) works on the instance's workspace 
 host path, commands run in the container. Here:
 
 1. :func:`seed`: the image's ``/workspace`` is streamed out of a created (never started)
-   container of the task's image into ``<instance>/workspace/`` under the run root, without
-   the reference program (by path: the copy never writes it), then owned by the sandbox's
-   agent user (uid 1000), links never followed. The reference's own archive is kept in
-   memory for step 3: its bytes never reach the host's disk.
+   container of the task's image into ``<instance>/host_workspace/workspace/`` under the run
+   root, without the reference program (by path, and by its bytes under any other name: the
+   copy never writes them), then owned by the sandbox's agent user (uid 1000), links never
+   followed. ``host_workspace/`` is the runner's, mode 0700: while the agent works there, no
+   other host user reaches what it makes (a setuid file of uid 1000, say). The reference's
+   own archive is kept in memory for step 3: its bytes never reach the host's disk.
 2. The sandbox is created with that folder bind-mounted on ``/workspace``.
 3. :func:`install_reference`: the reference goes into the sandbox's root filesystem
    (``/.harness-seed``, root's, 0700), where :func:`~benchmarks.programbench.workspace.\
 prepare_cleanroom` protects it behind a setuid launcher that also lives on the root
-   filesystem; ``/workspace/reference_executable`` is a symlink to that launcher. So the host
+   filesystem; ``/workspace/reference_executable`` is a link to that launcher. So the host
    folder never holds the program, nor a setuid file of this harness.
-4. :func:`scrub`: when the agent is done, setuid and setgid bits the agent set on its own
-   files in the folder are cleared (the folder is on the host).
+4. :func:`remove`: once the submission is collected (streamed from the sandbox, as without
+   a host workspace), the folder goes: what the agent left there (setuid bits, a sparse
+   terabyte, a tree deeper than any path) never stays in the run root. ``rm -rf
+   --one-file-system``: no recursion limit, no link followed. A sandbox kept for a reattach
+   keeps its folder (the task still works in it); ``--keep-sandboxes`` keeps it too.
 
 The body then carries ``workspace_root`` and ``executor_ref.workspace_host_path``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
-import shutil
-import stat
+import subprocess
 import tarfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,8 +50,23 @@ AGENT_UID = 1000
 FOLDER = "workspace"
 
 
+PRIVATE = "host_workspace"
+
+
 def host_folder(instance_dir: Path) -> Path:
-    return (Path(instance_dir) / FOLDER).absolute()
+    return (Path(instance_dir) / PRIVATE / FOLDER).absolute()
+
+
+def remove(folder: Path) -> None:
+    """Remove a host workspace and its private parent (any depth, links not followed)."""
+    private = Path(folder).parent
+    if private.name != PRIVATE:
+        raise ValueError(f"{folder} is not a host workspace")
+    done = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(private)],
+                          capture_output=True, text=True, timeout=3600, check=False)
+    if done.returncode != 0 and private.exists():
+        raise InfraError(f"removing the host workspace {private} failed: "
+                         f"{done.stderr.strip()[-300:]}", "workspace_remove_failed")
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
@@ -57,8 +77,10 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(top, name), uid, gid, follow_symlinks=False)
 
 
-def _reference_tar(api: docker.APIClient, container_id: str) -> bytes | None:
-    """The image's reference program as a one-member archive (memory only), or None."""
+def _reference_tar(api: docker.APIClient, container_id: str
+                   ) -> tuple[bytes, dict[str, int]] | None:
+    """The image's reference program as a one-member archive (memory only) and its bytes'
+    sha256 -> size, or None."""
     for path in REFERENCE_IN_IMAGE:
         try:
             stream, info = api.get_archive(container_id, path)
@@ -69,8 +91,12 @@ def _reference_tar(api: docker.APIClient, container_id: str) -> bytes | None:
         data = b"".join(stream)
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             members = tar.getmembers()
-        if len(members) == 1 and members[0].isfile():
-            return data
+            if len(members) != 1 or not members[0].isfile():
+                continue
+            member = tar.extractfile(members[0])
+            assert member is not None
+            digest = hashlib.sha256(member.read()).hexdigest()
+        return data, {digest: members[0].size}
     return None
 
 
@@ -78,8 +104,11 @@ def seed(client: docker.DockerClient, image: str, dest: Path,
          labels: Mapping[str, str]) -> bytes | None:
     """Seed ``dest`` from the image's workspace (step 1); the reference's archive, or None
     when the image has none (the protection then says so)."""
-    if dest.exists() or dest.is_symlink():  # an earlier try of this instance
-        shutil.rmtree(dest)  # rmtree never follows the agent's links
+    private = dest.parent
+    if private.exists() or private.is_symlink():  # an earlier try of this instance
+        remove(dest)
+    private.mkdir(parents=True, mode=0o700)
+    os.chmod(private, 0o700)  # whatever the umask: other host users stay out
     api = client.api
     try:
         created = api.create_container(image, command=["true"], labels=dict(labels),
@@ -88,9 +117,11 @@ def seed(client: docker.DockerClient, image: str, dest: Path,
         raise InfraError(f"cannot create the seeding container of {image}: "
                          f"{exc.explanation or exc}", "workspace_seed_failed") from None
     try:
-        dest.mkdir(parents=True)
-        extract_to(api, created["Id"], WORKSPACE, dest, protected=REFERENCE_IN_IMAGE)
-        reference = _reference_tar(api, created["Id"])
+        dest.mkdir()
+        found = _reference_tar(api, created["Id"])
+        reference, hashes = found if found is not None else (None, {})
+        extract_to(api, created["Id"], WORKSPACE, dest, protected=REFERENCE_IN_IMAGE,
+                   protected_hashes=hashes)  # a second copy in the image, by its bytes
     except (APIError, OSError) as exc:
         raise InfraError(f"seeding the host workspace {dest} failed: {exc}",
                          "workspace_seed_failed") from None
@@ -117,27 +148,3 @@ def bind_source(sandbox: Sandbox) -> Path | None:
         if mount.get("Type") == "bind" and mount.get("Destination") == WORKSPACE:
             return Path(mount["Source"])
     return None
-
-
-def scrub(root: Path) -> list[str]:
-    """Step 4: clear the setuid and setgid bits of regular files under ``root`` (links and
-    other kinds untouched, never followed); the relative paths changed."""
-    changed = []
-    for top, _dirs, files in os.walk(root, followlinks=False):
-        for name in files:
-            path = os.path.join(top, name)
-            try:
-                st = os.lstat(path)
-                if not stat.S_ISREG(st.st_mode) or not st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-                    continue
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue
-            try:
-                now = os.fstat(fd)
-                if stat.S_ISREG(now.st_mode) and (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev):
-                    os.fchmod(fd, stat.S_IMODE(now.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
-                    changed.append(os.path.relpath(path, root))
-            finally:
-                os.close(fd)
-    return changed

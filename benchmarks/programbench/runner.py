@@ -25,9 +25,9 @@ from benchmarks.programbench.host_workspace import (
     bind_source,
     host_folder,
     install_reference,
-    scrub,
     seed,
 )
+from benchmarks.programbench.host_workspace import remove as remove_host_workspace
 from benchmarks.programbench.instruction import render_instruction
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_instance
 from benchmarks.programbench.rescore import adopt, find_kept_submission
@@ -178,7 +178,6 @@ def start_sandbox(ctx: InstanceContext, request: pytest.FixtureRequest, settings
         reference = seed(factory.client, image_id, folder,
                          run_labels(ctx.run_id, ctx.instance_id, ctx.worker_id, ctx.run_root))
         binds = ((str(folder), WORKSPACE),)
-        ctx.output("workspace", folder)
     # No no_new_privileges: it would disable the reference's setuid launcher (see
     # harness.sandbox.protected for what replaces it).
     sandbox: Sandbox = factory(image_id, user="agent", workdir=WORKSPACE, network="none",
@@ -316,11 +315,11 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
         keep_after_give_up(view, factory, sandbox)  # the task still runs in it: resume
         raise
     ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
-    submission = collect_submission(ctx, sandbox)
-    if host_ws is not None:  # the host folder: no setuid/setgid bit of the agent's stays
-        scrubbed = scrub(host_ws)
-        if scrubbed:
-            ctx.result.details["host_workspace_setid_cleared"] = scrubbed[:50]
+    try:
+        submission = collect_submission(ctx, sandbox)
+    finally:  # the host folder goes once the workspace is collected (host_workspace.remove)
+        if host_ws is not None and not request.config.getoption("keep_sandboxes"):
+            remove_host_workspace(host_ws)
     if submission is None:
         return  # the agent's workspace was refused: its failure, nothing to score
     ctx.result.details.update(scorer_guard.row_details(submission))  # before any eval mode

@@ -83,6 +83,8 @@ CACHEDIR_TAG = "CACHEDIR.TAG"
 CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
 FIXED_MTIME = 946684800  # 2000-01-01T00:00:00Z
 MAX_LISTED = 500
+# Longest relative path kept: /workspace/ plus it stays well under Linux's PATH_MAX (4096).
+MAX_PATH_BYTES = 3800
 
 
 class SubmissionInfo(BaseModel):
@@ -178,6 +180,11 @@ class _Packer:
             return True
         if m.kind == SPECIAL:
             self.special.append(m.rel)
+            return True
+        if len(m.rel.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
+            # no eval could write it (PATH_MAX under /workspace): left out, and listed, so
+            # a deep tree cannot make the official eval fail for the harness (a free retry)
+            self.special.append(f"{m.rel[:120]}...({len(m.rel)} characters)")
             return True
         drop = m.kind == PROTECTED or m.rel in self.rules.protected
         if not drop and at_root and name in ROOT_ONLY_NAMES:

@@ -59,7 +59,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.core.argv import without_options
 from harness.core.fsutil import atomic_write_json
 from harness.core.models import Manifest, TaskRow
-from harness.core.outcomes import split_attempt
 from harness.model_proxy.tape import (
     MISS_CODE,
     REPORT_NAME,
@@ -70,7 +69,7 @@ from harness.model_proxy.tape import (
 )
 from harness.run.ledger import instance_dir, ledger_path, read_ledger
 from harness.run.manifest import ManifestError, read_manifest
-from harness.run.model import RunModel
+from harness.run.model import RunModel, task_key
 from harness.run.resume import ResumeError, walk_ancestry
 
 CHECK_NAME = "replay_check.json"
@@ -172,12 +171,7 @@ def replay_args(argv: Sequence[str], selection: Sequence[str]) -> list[str]:
         )
     kept, dropped = without_options(args, DROPPED)
     if "--resume-from" in dropped:
-        tasks: list[str] = []
-        for key in selection:
-            task = split_attempt(key.split("/", 1)[-1])[0]
-            if task not in tasks:
-                tasks.append(task)
-        for task in tasks:
+        for task in dict.fromkeys(task_key(k).split("/", 1)[-1] for k in selection):
             kept += ["--instance", task]
     return kept
 
@@ -218,7 +212,7 @@ def rebuild_args(chain: Sequence[Manifest], units: Sequence[str]) -> list[str]:
     args, _ = without_options(args, SELECTORS)
     args = [a for i, a in enumerate(args) if a not in FLAG_SELECTORS and not _node_id(args, i)]
     k = RunModel.of_manifest(run).attempts  # given or inherited: the run model's K
-    tasks = list(dict.fromkeys(split_attempt(u.split("/", 1)[1])[0] for u in units))
+    tasks = list(dict.fromkeys(task_key(u).split("/", 1)[1] for u in units))
     for task in tasks:
         args += ["--instance", task]
     if k > 1:

@@ -4,15 +4,12 @@ agent server writes and reads files through its host path. The agent plants link
 files, to the run's own ledger and to a folder outside, marks its files setuid, and tries to
 read the reference through the host path and inside the sandbox. Asserted: the server works
 through the host path (the oracle, written there, scores 1.0 with the official eval), no
-write or read leaves the folder, the reference's bytes are nowhere in it, no setuid bit
-stays, and the body carries both host-path fields."""
+write or read leaves the folder, the reference stays unreadable through it, the folder is
+removed once the submission is collected, and the body carries both host-path fields."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +43,8 @@ def plan(outside: Path, ledger: Path) -> dict[str, Any]:
         step(read="out_dir/secret"),
         step(run="cat reference_executable > stolen.bin; cp reference_executable stolen2.bin"),
         step(read="compile.sh"),
+        step(run="readlink reference_executable; stat -c '%s %a' stolen.bin; "
+                 "stat -c %a suid.sh"),
     ]
     return {"steps": steps}
 
@@ -64,7 +63,7 @@ def test_the_host_workspace_keeps_the_agent_in_its_folder(tmp_path: Path) -> Non
         server.stop()
     row = run.latest[FIXTURE_ID]
     assert row["score"] == 1.0, (row["reason_code"], row.get("error"))  # through the host path
-    folder = root / "programbench" / FIXTURE_ID / "workspace"
+    folder = root / "programbench" / FIXTURE_ID / "host_workspace" / "workspace"
     body = json.loads((root / row["output_paths"]["task_body"]).read_text())
     assert body["workspace_root"] == body["executor_ref"]["workspace_host_path"] == str(folder)
     assert body["executor_ref"]["workspace_backend_path"] == "/workspace"
@@ -78,15 +77,8 @@ def test_the_host_workspace_keeps_the_agent_in_its_folder(tmp_path: Path) -> Non
     assert by_path["reference_executable"]["refused"] == "protected_artifact"
     assert by_path["compile.sh"]["bytes"] > 0  # an honest read works
     assert not (outside / "planted").exists() and "pwned" not in ledger.read_text()
-    reference = row["details"]["preflight"]["reference"]
-    for top, _dirs, names in os.walk(folder):
-        for name in names:
-            path = Path(top) / name
-            st = path.lstat()
-            assert not st.st_mode & (stat.S_ISUID | stat.S_ISGID), path
-            if stat.S_ISREG(st.st_mode) and st.st_size == reference["size"]:
-                assert hashlib.sha256(path.read_bytes()).hexdigest() != reference["sha256"]
-    link = folder / "reference_executable"
-    assert link.is_symlink() and os.readlink(link).startswith("/.harness-launch/")
-    assert (folder / "stolen.bin").stat().st_size == 0
-    assert set(row["details"]["host_workspace_setid_cleared"]) == {"suid.sh", "README.md"}
+    # the reference is a link to the launcher on the sandbox's root filesystem; nothing
+    # was read from it; the folder (setuid files and all) is gone once collected
+    last = steps[-1]["output_tail"].split()
+    assert last[0].startswith("/.harness-launch/") and last[1:3] == ["0", "644"], last
+    assert not folder.parent.exists()

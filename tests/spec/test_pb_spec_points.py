@@ -100,6 +100,6 @@ def test_the_body_sends_the_host_workspace_as_the_specification_does(tmp_path: P
         assert run.rc == 0, run.out
         folder = run.root / "programbench" / "testorg__calculator.abc1234"
         body = json.loads((folder / "programbench_task_body.json").read_text())
-        want = str((folder / "workspace").absolute()) if host else None
+        want = str((folder / "host_workspace" / "workspace").absolute()) if host else None
         assert body.get("workspace_root") == want
         assert body["executor_ref"].get("workspace_host_path") == want

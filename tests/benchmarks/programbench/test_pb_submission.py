@@ -222,3 +222,21 @@ def test_no_host_program_runs_on_an_exported_workspace() -> None:
         text = (root / name).read_text()
         assert "subprocess" not in text and "os.system" not in text, name
         assert "popen" not in text.lower(), name
+
+
+def test_a_path_no_eval_could_write_is_left_out_and_listed(tmp_path: Path) -> None:
+    """Issue 43 review: a tree deep enough that ``/workspace/<path>`` passes PATH_MAX made the
+    official eval fail for the harness (``official_eval_error``, a free retry); it is left
+    out of the submission, listed, and the rest is packed."""
+    from benchmarks.programbench.submission import MAX_PATH_BYTES
+
+    ws = tmp_path / "ws"
+    deep = ws.joinpath(*["d" * 250] * 15)
+    deep.mkdir(parents=True)
+    (deep / ("f" * 60)).write_text("x")
+    (ws / "compile.sh").write_text("true\n")
+    info = build_submission(ws, tmp_path / "s.tar.gz")
+    names = list_submission(tmp_path / "s.tar.gz")
+    assert "compile.sh" in [n.removeprefix("./") for n in names]
+    assert all(len(n.encode()) <= MAX_PATH_BYTES + 2 for n in names)
+    assert any("characters)" in s for s in info.skipped_special), info.skipped_special

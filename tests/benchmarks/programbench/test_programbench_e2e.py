@@ -22,10 +22,12 @@ def fixture_row(run, *, host_workspace: bool = False) -> dict:
     row = run.latest[FIXTURE_ID]
     assert Path(run.root / row["output_paths"]["eval_json"]).is_file()
     assert (run.root / row["output_paths"]["submission"]).is_file()
-    folder = run.root / "programbench" / FIXTURE_ID / "workspace"
-    if host_workspace:  # the specification's end-to-end mode: the server's host folder
+    folder = run.root / "programbench" / FIXTURE_ID / "host_workspace" / "workspace"
+    if host_workspace:  # the specification's end-to-end mode: the server's host folder,
+        # removed once the submission is collected
         body = json.loads((run.root / row["output_paths"]["task_body"]).read_text())
-        assert body["executor_ref"]["workspace_host_path"] == str(folder) and folder.is_dir()
+        assert body["executor_ref"]["workspace_host_path"] == str(folder)
+        assert not folder.parent.exists()
         return row
     # else the workspace is streamed into the submission, never copied to the host as a tree
     assert "workspace" not in row["output_paths"]
