@@ -55,11 +55,20 @@ def instance_links(
     return links
 
 
+def _shared(path: Path) -> bool:
+    try:
+        return bool(path.lstat().st_mode & 0o077)
+    except OSError:
+        return False
+
+
 def _walk(folder: Path, limit: int) -> tuple[list[Path], bool]:
     """Up to ``limit`` files under ``folder``, shallow ones first; True if there are more."""
     out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
+        # a private folder (no access for others, e.g. ProgramBench's host workspace while
+        # a kept task still works in it) holds the agent's own files: not linked
+        dirnames[:] = sorted(d for d in dirnames if _shared(Path(dirpath) / d))
         for name in sorted(filenames):
             if len(out) == limit:
                 return out, True
