@@ -99,6 +99,7 @@ def deep_tree(levels: int, name: str = "a") -> str:
             f"chmod 4755 suid_deep && echo made")
 
 
+@pytest.mark.slow  # deep trees: a minute each on fuse-overlayfs
 def test_a_setuid_file_beyond_path_max_does_not_stay(tmp_path: Path, rm_deep: None) -> None:
     """(c) 20 folders of 250-character names put a setuid file at a host path of over
     5000 characters: the folder is gone after the run, whatever its depth, and the oracle's
@@ -110,6 +111,7 @@ def test_a_setuid_file_beyond_path_max_does_not_stay(tmp_path: Path, rm_deep: No
     assert not folder.parent.exists(), "the host workspace outlived the instance"
 
 
+@pytest.mark.slow  # deep trees: a minute each on fuse-overlayfs
 def test_a_deep_tree_does_not_turn_the_agents_run_into_a_harness_error(
         tmp_path: Path, rm_deep: None) -> None:
     """(d) 1200 nested folders: no RecursionError turns the agent's run into a harness error;
