@@ -1,37 +1,70 @@
 #!/usr/bin/env bash
-# Set up a fresh Debian/Ubuntu machine for the runner (idempotent):
-#   system packages (debootstrap for local images, chromium for the report test, gcc for the
-#   ProgramBench fixture's reference program), the Python package with its dev extras, and
-#   the local Docker images (built from Debian packages, tagged by content hash, built once),
-#   and gVisor's runsc registered as a Docker runtime (for --runtime runsc).
-# Needs: Python >= 3.11 with pip, a running Docker Engine, root or sudo.
+# Set up a fresh Debian/Ubuntu machine for the runner (idempotent). Two steps:
+#
+#   ./scripts/setup.sh           the main job (a ProgramBench instance, end to end):
+#                                apt: debootstrap gcc libc6-dev git ca-certificates;
+#                                pip: this package with its programbench extra;
+#                                docker: the base image and the ProgramBench fixture image
+#                                (built from Debian packages, tagged by content hash, once).
+#   ./scripts/setup.sh --tests   everything the test suite needs on top (CI runs both):
+#                                apt: chromium e2fsprogs docker-registry postgresql
+#                                openssh-server npm runsc; pip: the dev, mini and cowork extras;
+#                                docker: the Cowork images and the tests' stand-in images
+#                                (built in parallel); it also registers gVisor's runsc as a
+#                                Docker runtime: /etc/docker/daemon.json gains a "runtimes"
+#                                entry (other keys kept) and dockerd gets SIGHUP (running
+#                                containers are untouched).
+#
+# Needs: Python >= 3.11 with pip, a running Docker Engine, root or sudo. A test that needs an
+# image the second step did not build builds it on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+TESTS=0
+case "${1:-}" in
+  --tests) TESTS=1 ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
+esac
+
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+apt_install() {
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+t0=$(date +%s)
+phase() { echo "[setup] $1 (at $(( $(date +%s) - t0 ))s)"; }
 
-echo "[setup] system packages"
-$SUDO apt-get update -qq
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-  debootstrap chromium gcc libc6-dev git ca-certificates e2fsprogs docker-registry postgresql openssh-server >/dev/null
-# npm prepares the Cowork checkout's Node MCP servers for `harness cowork build-servers`
-# (a machine with its own Node and npm keeps them).
-if ! command -v npm >/dev/null 2>&1; then
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
-fi
-
-echo "[setup] python packages"
-python3 -m pip install -q --upgrade pip
-python3 -m pip install -q -e '.[dev,mini,programbench,cowork]'
-
-echo "[setup] docker"
 if ! docker info >/dev/null 2>&1; then
   echo "[setup] Docker Engine is not reachable: start it (e.g. 'sudo systemctl start docker')" >&2
   exit 1
 fi
 
-echo "[setup] gVisor: runsc installed and registered with dockerd (for --runtime runsc)"
+if [ "$TESTS" -eq 0 ]; then
+  phase "system packages"
+  $SUDO apt-get update -qq
+  apt_install debootstrap gcc libc6-dev git ca-certificates
+  phase "python packages"
+  python3 -m pip install -q -e '.[programbench]'
+  phase "images of the main job (first time: a few minutes; later: cached)"
+  python3 -m harness.sandbox.images programbench
+  phase "done"
+  exit 0
+fi
+
+phase "system packages for the tests"
+$SUDO apt-get update -qq
+apt_install debootstrap chromium gcc libc6-dev git ca-certificates e2fsprogs docker-registry \
+  postgresql openssh-server
+# npm prepares the Cowork checkout's Node MCP servers for `harness cowork build-servers`
+# (a machine with its own Node and npm keeps them).
+if ! command -v npm >/dev/null 2>&1; then apt_install npm; fi
+
+phase "python packages for the tests"
+python3 -m pip install -q --upgrade pip
+python3 -m pip install -q -e '.[dev,mini,programbench,cowork]'
+
+phase "gVisor: runsc installed and registered with dockerd (for --runtime runsc)"
 # Debian's runsc (2022-12) misreads a container's network namespace as the host's on recent
 # kernels (google/gvisor#10704), so it is registered with --network=host: gVisor then uses
 # the container's own namespace (made by Docker: "none" has only loopback) through the host
@@ -65,11 +98,17 @@ PY
   runsc_registered \
     || { echo "[setup] dockerd did not load the runsc runtime (see its log)" >&2; exit 1; }
 fi
-echo "[setup] Cowork Bench MCP: the pinned mcp SDK wheels for the runtime image (PyPI, pip)"
+phase "Cowork Bench MCP: the pinned mcp SDK wheels for the runtime image (PyPI, pip)"
 python3 -c "from benchmarks.cowork_bench.images import fetch_wheels; print(fetch_wheels())"
 
-echo "[setup] local images (first time: a few minutes; later: cached)"
-python3 -m harness.sandbox.images
-echo "[setup] images only the tests use (stand-ins for images no registry reaches here)"
-python3 -m tests.support.images
-echo "[setup] done"
+phase "images (first time: a few minutes; later: cached), two builds at once"
+python3 -m harness.sandbox.images programbench
+python3 -m harness.sandbox.images &
+product=$!
+python3 -m tests.support.images &
+stand_ins=$!
+status=0
+wait "$product" || status=$?
+wait "$stand_ins" || status=$?
+phase "done"
+exit "$status"

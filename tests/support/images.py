@@ -1,6 +1,6 @@
 """Images only the project's tests use, built like the product's (layer recipes from local
-packages and wheels, tagged by content hash, built once): ``scripts/setup.sh`` runs
-``python3 -m tests.support.images`` after the product's images, so the suite does not spend its
+packages and wheels, tagged by content hash, built once): ``scripts/setup.sh --tests`` runs
+``python3 -m tests.support.images`` beside the product's images, so the suite does not spend its
 first run building them. A test that needs one still builds it when it is missing."""
 
 from __future__ import annotations

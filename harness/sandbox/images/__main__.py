@@ -6,22 +6,32 @@ Nothing can be pulled here, so images are built from Debian packages (see
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.sandbox.images [BENCHMARK ...]``: the base image and the images
+    of the named benchmarks (default: every registered one)."""
+    from harness.core.registry import benchmarks
     from harness.sandbox.images.build import base_recipe, ensure_image
+
+    names = sys.argv[1:] if argv is None else argv
+    registered = {reg.name: reg for reg in benchmarks()}
+    unknown = sorted(set(names) - set(registered))
+    if unknown:
+        print(f"unknown benchmark(s) {', '.join(unknown)}; known: "
+              f"{', '.join(sorted(registered))}", file=sys.stderr)
+        return 2
 
     def base() -> object:
         return ensure_image(base_recipe())
 
     steps: list[tuple[str, Callable[[], object]]] = [("base (debootstrap bookworm)", base)]
-
-    from harness.core.registry import benchmarks
-
-    for reg in benchmarks():
-        steps.extend((step.label, step.build) for step in reg.images)
+    for name, reg in registered.items():
+        if not names or name in names:
+            steps.extend((step.label, step.build) for step in reg.images)
     return build_steps(steps, "images")
 
 
