@@ -1,0 +1,120 @@
+"""The docs (issue 47): the site builds with ``mkdocs build --strict`` (no broken link, no
+orphan page), the reference pages are what ``scripts/gen_reference.py`` generates, every
+command in the README and the guides names only options that exist, and the README's
+commands run, in dry-run form where a real run needs an agent server."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+from pytest_codeblocks import extract_from_file
+
+from tests.support.suite import REPO_ROOT, run_cli, run_pytest
+
+DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
+GENERATED = REPO_ROOT / "docs" / "reference"
+OPTION = re.compile(r"(?<![\w/-])(--[a-z][a-z0-9-]*)")
+
+
+def _commands(path: Path) -> list[tuple[int, list[str]]]:
+    """(line, words) of every ``pytest``/``harness`` command in the file's bash blocks."""
+    out = []
+    for block in extract_from_file(path):
+        if block.syntax not in ("bash", "sh", "shell"):
+            continue
+        for offset, raw in enumerate(block.code.splitlines()):
+            for part in raw.split("&&"):
+                line = part.split("  #", 1)[0].strip().rstrip("\\").strip()
+                line = line.removeprefix("python3 -m ").removeprefix("python -m ")
+                if line.startswith(("pytest ", "harness ")):
+                    try:
+                        words = shlex.split(line)
+                    except ValueError:
+                        continue
+                    out.append((block.lineno + offset, words))
+    return out
+
+
+@cache
+def _pytest_help() -> str:
+    done = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/programbench",
+                           "benchmarks/cowork_bench", "--help", "-p", "no:cacheprovider"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                          check=False)
+    return done.stdout
+
+
+@cache
+def _harness_help(words: tuple[str, ...]) -> str:
+    return run_cli(*words, "--help").stdout
+
+
+def _known(words: list[str]) -> str:
+    if words[0] == "pytest":
+        return _pytest_help()
+    sub = tuple(w for w in words[1:3] if not w.startswith("-"))
+    return _harness_help(sub[:1]) + _harness_help(sub) if sub else _harness_help(())
+
+
+def test_every_documented_command_names_options_that_exist() -> None:
+    missing, seen = [], 0
+    for path in DOCS:
+        for line, words in _commands(path):
+            seen += 1
+            known = _known(words)
+            for flag in {f for w in words for f in OPTION.findall(w.split("=", 1)[0])}:
+                if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", known):
+                    missing.append(f"{path.relative_to(REPO_ROOT)}:{line} {flag}")
+    assert seen > 40  # the README's and the guides' commands were read
+    assert missing == []
+
+
+def test_the_reference_pages_are_generated_and_fresh() -> None:
+    done = subprocess.run([sys.executable, "scripts/gen_reference.py", "--check"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_site_builds_strict(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d",
+                           str(tmp_path / "site")], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=300, check=False,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "site" / "reference" / "options" / "index.html").is_file()
+
+
+def _readme_runs() -> list[list[str]]:
+    """The README's pytest commands, as the dry runs the test makes of them."""
+    out = []
+    for _line, words in _commands(REPO_ROOT / "README.md"):
+        if words[0] == "pytest" and words[1].startswith("benchmarks/"):
+            out.append(words[1:])
+    return out
+
+
+@pytest.mark.docker
+def test_the_readme_commands_run_in_dry_run_form(tmp_path: Path) -> None:
+    """Each README command, with ``--dry-run`` and a fresh ``--run-root`` (no agent server, no
+    spend; ``-n`` dropped: one process is enough for a dry run); ``<run_id>`` is the root of
+    the first dry run, so the resume resumes a real run."""
+    commands = _readme_runs()
+    assert len(commands) >= 5, commands
+    first: Path | None = None
+    for i, args in enumerate(commands):
+        args = [a for j, a in enumerate(args) if a != "-n" and (j == 0 or args[j - 1] != "-n")]
+        if first is not None:
+            args = [a.replace("bench_runs/<run_id>", str(first)) for a in args]
+        if any("<" in a for a in args):
+            continue
+        run = run_pytest(args[0], tmp_path / f"r{i}", *args[1:], "--dry-run")
+        assert run.rc == 0, (args, run.out[-2000:])
+        first = first or run.root
