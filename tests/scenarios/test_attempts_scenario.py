@@ -44,7 +44,8 @@ from tests.scenarios.pb_scenario_support import (
 )
 from tests.support.suite import run_pytest
 
-pytestmark = pytest.mark.docker
+# slow tier: a minute or more each on this engine (CI runs it after the default tier)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 FAULT_ENV = "HARNESS_TEST_FAULT_ONCE"
 FAULT_REASON = "docker_unavailable"

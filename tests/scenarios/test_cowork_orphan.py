@@ -31,7 +31,8 @@ from tests.benchmarks.cowork.cowork_agent_scripts import SCRIPTS
 from tests.benchmarks.cowork.cowork_helpers import FIXTURE
 from tests.support.suite import REPO_ROOT, run_pytest, wait_for
 
-pytestmark = pytest.mark.docker
+# slow tier: a minute or more each on this engine (CI runs it after the default tier)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 TARGET = "benchmarks/cowork_bench"
 IID = "gcal-standup-week"

@@ -38,7 +38,8 @@ from benchmarks.programbench.fixture import ensure_fixture
 from tests.agents.agents_support import RefServer, start_server
 from tests.support.suite import REPO_ROOT, Run, run_env, run_pytest, wait_for
 
-pytestmark = pytest.mark.docker
+# slow tier: a minute or more each on this engine (CI runs it after the default tier)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 REFUSAL = re.compile(r"harness campaign reconcile: refused \(([a-z_]+)\): (.+)")
 

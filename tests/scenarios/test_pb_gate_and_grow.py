@@ -41,7 +41,8 @@ from tests.scenarios.pb_scenario_support import (
 )
 from tests.support.suite import Run, run_pytest
 
-pytestmark = pytest.mark.docker
+# slow tier: a minute or more each on this engine (CI runs it after the default tier)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 GATE = [FIXTURE_ID, "testorg__calcfloat.bcd2345"]
 AGENT = ("--agent", "oracle")

@@ -109,6 +109,7 @@ def test_fixture_files_are_rebuilt_when_removed(tmp_path: Path) -> None:
     assert second.image_id == first.image_id  # same recipe: the image is not rebuilt
 
 
+@pytest.mark.slow  # three fixture evals, a minute: the slow tier
 def test_issue23_three_fixture_tasks_solved_partial_failed(tmp_path: Path) -> None:
     """Issue 23: the offline fixture tasks have three outcomes with the oracle agent, each
     scored by the real ``programbench eval`` and agreeing with ``programbench info``."""

@@ -21,7 +21,8 @@ from harness.sandbox.cleanup import run_lock
 from tests.benchmarks.programbench.pb_resume import resume_of
 from tests.support.suite import run_pytest
 
-pytestmark = pytest.mark.docker
+# slow tier: a minute or more each on this engine (CI runs it after the default tier)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 CALCFLOAT = EXTRA_TASKS[0]  # 0.75: test_decimals fails
 WORDCOUNT = EXTRA_TASKS[1]  # 0.0

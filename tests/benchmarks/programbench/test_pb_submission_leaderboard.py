@@ -42,7 +42,8 @@ from tests.agents.model_scripts import solve_script
 from tests.benchmarks.programbench.pb_resume import resume_of
 from tests.support.suite import REPO_ROOT, run_env
 
-pytestmark = pytest.mark.docker
+# slow tier: a minute or more each on this engine (CI runs it after the default tier)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 LB_ID = "harnessfix__calculator.abc1234"
 MODEL = "openai/fake-model"

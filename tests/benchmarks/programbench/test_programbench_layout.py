@@ -11,7 +11,8 @@ import pytest
 from benchmarks.programbench import FIXTURE_ID
 from tests.support.suite import run_pytest
 
-pytestmark = pytest.mark.docker
+# slow tier: a minute or more each on this engine (CI runs it after the default tier)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def test_cleanroom_layout_is_adapted_and_scored(tmp_path: Path) -> None:
