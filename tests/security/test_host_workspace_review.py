@@ -143,15 +143,16 @@ def test_a_retry_reseeds_over_a_deep_tree(tmp_path: Path, fixture_image: str,
     from benchmarks.programbench.host_workspace import seed
 
     dest = tmp_path / "inst" / "host_workspace" / "workspace"
-    cur = dest
-    cur.mkdir(parents=True)
-    os.chdir(cur)
-    try:
+    dest.mkdir(parents=True)
+    fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # 1200 nested folders through directory descriptors: the worker's cwd is untouched
         for _ in range(1200):
-            os.mkdir("a")
-            os.chdir("a")
+            os.mkdir("a", dir_fd=fd)
+            nxt = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
     finally:
-        os.chdir(tmp_path)
+        os.close(fd)
     client = docker.from_env()
     label = {"harness.review": uuid.uuid4().hex}
     try:
