@@ -16,7 +16,9 @@ from harness.testing.fake_model_server import start_fake_model_server
 from tests.agents.model_scripts import partial_script, solve_script
 from tests.support.suite import run_pytest
 
-pytestmark = pytest.mark.docker
+# slow tier: end-to-end Docker runs of a minute or more together (CI runs the tier after
+# the default one, which stays under its 10 minutes)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 TARGET = "benchmarks/programbench"
 MODEL = "openai/fake-model"
 

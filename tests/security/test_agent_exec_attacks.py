@@ -11,7 +11,9 @@ import pytest
 
 from tests.security.agentexec_support import assert_agent_outcome, attack, command_record
 
-pytestmark = pytest.mark.docker
+# slow tier: end-to-end Docker runs of a minute or more together (CI runs the tier after
+# the default one, which stays under its 10 minutes)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 MIB = 1 << 20
 

@@ -746,3 +746,8 @@ def test_the_engine_api_fallback_reads_what_the_build_planted(
         assert path in build_tampering("docker", cid), path  # (with its changed folder)
         _in(cid, "rm -f /workspace/setup.cfg && printf '[console_scripts]\\n' "
                  f"> {info}/entry_points.txt")  # the next attack alone
+
+
+# slow tier: end-to-end Docker runs of a minute or more together (CI runs the tier after
+# the default one, which stays under its 10 minutes)
+pytestmark = pytest.mark.slow

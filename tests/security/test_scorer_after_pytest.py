@@ -18,7 +18,9 @@ import pytest
 
 from tests.security.scorer_support import FORCE_PASS_HOOKS, evaluate_files, raw_score_alongside
 
-pytestmark = pytest.mark.docker
+# slow tier: end-to-end Docker runs of a minute or more together (CI runs the tier after
+# the default one, which stays under its 10 minutes)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 STRIP = (
     "import re\n"

@@ -52,7 +52,9 @@ from tests.benchmarks.cowork.cowork_agent_scripts import SCRIPTS
 from tests.benchmarks.cowork.cowork_helpers import FIXTURE, CountingChecker
 from tests.support.suite import Run
 
-pytestmark = pytest.mark.docker
+# slow tier: end-to-end Docker runs of a minute or more together (CI runs the tier after
+# the default one, which stays under its 10 minutes)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 # One task of each kind (the other file task and the other email task behave the same here).
 FILE_TASKS = ["sklad-reorder-excel"]

@@ -286,3 +286,8 @@ def test_outside_agents_over_docker_exec_and_http_pass_nop_fails_other_networks_
     assert seen["ports"] in (({}, {}), ({}, None), (None, None))  # nothing published
     assert seen["same_network"] == "200"
     assert seen["other_network"] == "URLError"  # another task's network: no such name
+
+
+# slow tier: end-to-end Docker runs of a minute or more together (CI runs the tier after
+# the default one, which stays under its 10 minutes)
+pytestmark = pytest.mark.slow

@@ -366,3 +366,8 @@ def test_dry_run_writes_task_bodies_and_selects_by_server(tmp_path: Path) -> Non
     assert emails.rc == 0 and sorted(emails.latest) == sorted(
         ["email-reply-invoice", "email-weekly-report", "gcal-standup-week"]
     )
+
+
+# slow tier: end-to-end Docker runs of a minute or more together (CI runs the tier after
+# the default one, which stays under its 10 minutes)
+pytestmark = pytest.mark.slow

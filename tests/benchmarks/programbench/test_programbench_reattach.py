@@ -159,3 +159,8 @@ def test_redo_existing_clears_the_checkpoint_cancels_the_old_task_and_solves_ane
     assert after["cancels"] == [first_task] and after["submissions"] == 2
     assert checkpoint.read_bytes() == before  # the ancestor's history is kept
     assert containers(tmp_path / "r1") == [] and containers(tmp_path / "r2") == []
+
+
+# slow tier: end-to-end Docker runs of a minute or more together (CI runs the tier after
+# the default one, which stays under its 10 minutes)
+pytestmark = pytest.mark.slow

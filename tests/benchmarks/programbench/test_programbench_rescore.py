@@ -10,7 +10,9 @@ import pytest
 from benchmarks.programbench import FIXTURE_ID
 from tests.support.suite import run_pytest
 
-pytestmark = pytest.mark.docker
+# slow tier: end-to-end Docker runs of a minute or more together (CI runs the tier after
+# the default one, which stays under its 10 minutes)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 TARGET = "benchmarks/programbench"
 # The official CLI's own docker-run timeout: 0 makes its first `docker run` time out, an
