@@ -19,7 +19,7 @@ One eval of one submission serves each group of tests (module-scoped fixtures).
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -30,12 +30,14 @@ from tests.security.scorer_support import FORCE_PASS_HOOKS, evaluate_files, raw_
 
 pytestmark = pytest.mark.docker
 
-# Container paths (inside the eval's image) where a file steers the judge's Python, pytest,
-# shell or loader, and the world-writable ones; committed data beside the tests.
+# Places inside the eval's image where a file steers the judge's Python, pytest, shell or
+# loader, and the world-writable ones: committed data beside the tests, relative to the
+# container's root (CONTAINER_ROOT joins them; nothing names this machine's files).
 DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "judge"
                    / "steering_places.json").read_text())
-PLACES = [(entry["category"], entry["path"]) for entry in DATA["places"]]
-SWEPT: list[str] = DATA["swept"]
+CONTAINER_ROOT = PurePosixPath("/")
+PLACES = [(entry["category"], str(CONTAINER_ROOT / entry["path"])) for entry in DATA["places"]]
+SWEPT: list[str] = [str(CONTAINER_ROOT / rel) for rel in DATA["swept"]]
 
 TRY = ('try() { mkdir -p "$(dirname "$1")" 2>/dev/null; '
        'if printf "#" >> "$1" 2>/dev/null; then echo "HXPLACE $1 written"; '
