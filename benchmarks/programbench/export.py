@@ -32,7 +32,7 @@ from harness.core.fsutil import atomic_write_text
 from harness.core.models import TaskRow
 from harness.core.untrusted import hash_untrusted_file
 from harness.run.ledger import LedgerError
-from harness.run.locate import changed_shards
+from harness.run.locate import changed_shards, run_roots
 from harness.run.manifest import ManifestError, read_manifest
 
 EXPORT_SCHEMA = "harness.programbench.export.v1"
@@ -104,13 +104,13 @@ def row_sources(run: Path) -> dict[str, Path]:
     (:func:`~benchmarks.programbench.kept_files.kept_files`): this run's folder, the
     ancestor that scored a carried row, or the shard that ran a merged run's row. A file in
     another root counts only when its sha256 is the one its row recorded."""
-    from benchmarks.programbench.kept_files import ancestor_roots, effective_rows, kept_files
+    from benchmarks.programbench.kept_files import effective_rows, kept_files
 
     try:
         rows = effective_rows(run)
     except (LedgerError, OSError):
         return {}
-    roots = ancestor_roots(run)
+    roots = run_roots(run)
     out: dict[str, Path] = {}
     for row in rows:
         kept = kept_files(row, run, roots)

@@ -13,12 +13,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.programbench.kept_files import ancestor_roots, kept_files
+from benchmarks.programbench.kept_files import kept_files
 from benchmarks.programbench.scores import RunScore, read_run_scores
 from benchmarks.programbench.tasks import select_instances
 from harness.core.fsutil import read_json
 from harness.core.models import TaskRow
 from harness.run.ledger import ledger_path, read_ledger
+from harness.run.locate import run_roots
 from harness.run.manifest import ManifestError, read_manifest
 from harness.run.model import RunModel
 
@@ -145,7 +146,7 @@ def _kept_eval_json(run_root: Path, row: TaskRow) -> Path | None:
 
 @functools.lru_cache(maxsize=8)
 def _roots(run_root: str) -> dict[str, Path]:
-    return ancestor_roots(Path(run_root))
+    return run_roots(Path(run_root))
 
 
 def _expected_attempts(run_root: Path) -> dict[str, list[str]]:

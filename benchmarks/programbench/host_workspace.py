@@ -39,13 +39,13 @@ from pathlib import Path
 import docker
 from docker.errors import APIError, NotFound
 
+from benchmarks.programbench.task_body import WORKSPACE_BACKEND_PATH as WORKSPACE
+from benchmarks.programbench.workspace import REFERENCE_CANDIDATES
 from harness.core.errors import InfraError
 from harness.sandbox.container import Sandbox
 from harness.sandbox.transfer import extract_to
 
-WORKSPACE = "/workspace"
 SEED_DIR = "/.harness-seed"
-REFERENCE_IN_IMAGE = (f"{WORKSPACE}/executable", f"{WORKSPACE}/reference_executable")
 AGENT_UID = 1000
 FOLDER = "workspace"
 
@@ -81,7 +81,7 @@ def _reference_tar(api: docker.APIClient, container_id: str
                    ) -> tuple[bytes, dict[str, int]] | None:
     """The image's reference program as a one-member archive (memory only) and its bytes'
     sha256 -> size, or None."""
-    for path in REFERENCE_IN_IMAGE:
+    for path in REFERENCE_CANDIDATES:
         try:
             stream, info = api.get_archive(container_id, path)
         except NotFound:
@@ -120,7 +120,7 @@ def seed(client: docker.DockerClient, image: str, dest: Path,
         dest.mkdir()
         found = _reference_tar(api, created["Id"])
         reference, hashes = found if found is not None else (None, {})
-        extract_to(api, created["Id"], WORKSPACE, dest, protected=REFERENCE_IN_IMAGE,
+        extract_to(api, created["Id"], WORKSPACE, dest, protected=REFERENCE_CANDIDATES,
                    protected_hashes=hashes)  # a second copy in the image, by its bytes
     except (APIError, OSError) as exc:
         raise InfraError(f"seeding the host workspace {dest} failed: {exc}",

@@ -32,10 +32,11 @@ from filelock import Timeout
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from benchmarks.programbench import NEAR_RESOLVED_AT
-from benchmarks.programbench.kept_files import ancestor_roots, effective_rows, kept_files
+from benchmarks.programbench.kept_files import effective_rows, kept_files
 from benchmarks.programbench.official_eval import per_test_outcomes
 from harness.core.models import RESOLVED_AT, TaskRow
 from harness.run.ledger import LedgerWriter, refresh_figures
+from harness.run.locate import run_roots
 from harness.run.manifest import ManifestError, read_manifest
 from harness.sandbox.cleanup import run_lock
 
@@ -167,7 +168,7 @@ def rescore_run(run: Path, ignored_file: Path, *, write: bool = True) -> list[Re
             f"{run} is still running (its run lock is held): rescore it when it has finished"
         ) from None
     try:
-        roots = ancestor_roots(run)
+        roots = run_roots(run)
         results: list[Rescored] = []
         new_rows: list[TaskRow] = []
         for row in effective_rows(run):

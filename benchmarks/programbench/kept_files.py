@@ -22,7 +22,7 @@ from benchmarks.programbench.submission import SubmissionInfo
 from harness.core.models import TaskRow
 from harness.core.untrusted import is_regular_file
 from harness.run.ledger import ledger_path, read_ledger
-from harness.run.locate import is_carried, row_root, run_roots
+from harness.run.locate import is_carried, row_root
 
 SUBMISSION = "submission.tar.gz"
 TRAJECTORY = "mini_swe_agent.traj.json"  # harness.agents.mini_swe.TRAJ_NAME
@@ -35,12 +35,6 @@ def effective_rows(run: Path) -> list[TaskRow]:
     return sorted(
         (r for r in latest.values() if r.benchmark == BENCHMARK), key=lambda r: r.instance_id
     )
-
-
-def ancestor_roots(run: Path) -> dict[str, Path]:
-    """run id -> run root of every run whose rows ``run`` reads (the run model's
-    :func:`harness.run.locate.run_roots`)."""
-    return run_roots(run)
 
 
 def scored_sha256(row: TaskRow) -> str | None:

@@ -43,7 +43,6 @@ import yaml
 from benchmarks.programbench import official_eval
 from benchmarks.programbench.kept_files import (
     KeptFiles,
-    ancestor_roots,
     effective_rows,
     kept_files,
 )
@@ -68,6 +67,7 @@ from benchmarks.programbench.tasks import FIXTURE_PREFIX, programbench_version
 from harness.core.fsutil import atomic_write_json, atomic_write_text
 from harness.core.models import INSTANCE_ID_RE, Manifest, TaskRow
 from harness.core.untrusted import open_regular
+from harness.run.locate import run_roots
 from harness.run.manifest import read_manifest, reportability
 
 # --- what goes in ------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def choose_attempt(rows: list[TaskRow], attempt: int | None) -> tuple[list[TaskR
 
 
 def _plan(run: Path, rows: list[TaskRow]) -> tuple[list[KeptFiles], list[LeftOut]]:
-    roots = ancestor_roots(run)
+    roots = run_roots(run)
     chosen: list[KeptFiles] = []
     left: list[LeftOut] = []
     for row in rows:

@@ -26,12 +26,13 @@ from pydantic import BaseModel
 from benchmarks.programbench.collect import PROBE_TIMEOUT_S, export_submission, probe_only
 from benchmarks.programbench.instruction import render_instruction
 from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
+from benchmarks.programbench.task_body import WORKSPACE_BACKEND_PATH as WORKSPACE
 from benchmarks.programbench.tasks import PBInstance, instances_by_id
+from benchmarks.programbench.workspace import REFERENCE_CANDIDATES  # published, and ours
 from harness.core.fsutil import atomic_write_json, atomic_write_text
 from harness.sandbox.client import DockerUnavailable, get_client
 from harness.sandbox.container import Sandbox, SandboxSpec
 
-WORKSPACE = "/workspace"
 BODY_NAME = "ouroboros_task_body.json"
 
 
@@ -79,18 +80,13 @@ def _container(client: docker.DockerClient, ref: str, inst: PBInstance) -> Sandb
     return Sandbox(client, info["Id"], name, spec)
 
 
-# The reference binary: where a published cleanroom image has it, and where a run of this
-# harness puts it behind its launcher.
-REFERENCE_PATHS = (f"{WORKSPACE}/executable", f"{WORKSPACE}/{REFERENCE_NAME}")
-
-
 def _protect_reference(sandbox: Sandbox) -> None:
     """The reference's bytes, hashed as root inside the container: a copy under any name is
     left out of the package."""
     script = ('for f in "$@"; do [ -f "$f" ] && [ ! -L "$f" ] || continue; '
               'printf "%s %s\\n" "$(sha256sum < "$f" | cut -d" " -f1)" "$(wc -c < "$f")"; '
               'done')
-    res = sandbox.exec(["/bin/sh", "-c", script, "sh", *REFERENCE_PATHS], user="root",
+    res = sandbox.exec(["/bin/sh", "-c", script, "sh", *REFERENCE_CANDIDATES], user="root",
                        timeout=PROBE_TIMEOUT_S, workdir="/")
     for line in res.stdout.decode().splitlines():
         words = line.split()

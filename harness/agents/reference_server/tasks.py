@@ -19,7 +19,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harness.agents.gateway.models import SETTLED_STATUSES, TaskCreateRequest
-from harness.agents.reference_server.config import McpStep, ReferencePlan, ReferenceServerConfig
+from harness.agents.reference_server.config import (
+    McpStep,
+    PlanStep,
+    ReferencePlan,
+    ReferenceServerConfig,
+)
 from harness.agents.reference_server.execution import (
     OUTPUT_TAIL,
     DockerExecExecutor,
@@ -343,40 +348,8 @@ class TaskStore:
                 timeout = step.timeout_s or self.config.default_step_timeout_s
                 if remaining is not None:
                     timeout = min(timeout, max(remaining, 0.01))
-                record: dict[str, Any] = {"index": index}
-                if step.write is not None:
-                    self._file_step(record, "wrote", step.write.path,
-                                    lambda w=step.write: executor.write(w))
-                if step.read is not None:
-                    self._file_step(record, "read", step.read,
-                                    lambda r=step.read: executor.read(r))
-                run = None
-                if step.mcp is not None:
-                    run = self._mcp(task, step.mcp, timeout)
-                    record.update(mcp=f"{step.mcp.server}.{step.mcp.tool}",
-                                  exit_code=run.exit_code, output_tail=run.output_tail)
-                if step.run is not None:
-                    run = executor.run(step.run, timeout_s=timeout, env=step.env, stop=task.stop)
-                    record.update(
-                        exit_code=run.exit_code,
-                        duration_s=round(run.duration_s, 3),
-                        timed_out=run.timed_out,
-                        output_tail=run.output_tail,
-                    )
-                with self._lock:
-                    if step.prompt_tokens or step.completion_tokens or step.cost_usd:
-                        self._event(task, "llm_usage", round=index,
-                                    prompt_tokens=step.prompt_tokens,
-                                    completion_tokens=step.completion_tokens,
-                                    cost_usd=step.cost_usd)
-                    self._event(task, "step", **record)
-                    task.rounds += 1
-                    task.cost_usd += step.cost_usd
-                    task.cost_known = task.cost_known and step.cost_known
-                    task.prompt_tokens += step.prompt_tokens
-                    task.completion_tokens += step.completion_tokens
-                    task.steps.append(record)
-                    task.updated_at = time.time()
+                record, run = self._act(task, executor, step, index, timeout)
+                self._account(task, step, index, record)
                 if task.stop.is_set():
                     return self._settle(task, "cancelled", "cancelled")
                 if run is not None and run.timed_out:
@@ -414,6 +387,42 @@ class TaskStore:
             resource_limit=plan.resource_limit,
             cost_final=plan.cost_final,
         )
+
+    def _act(self, task: RefTask, executor: StepExecutor, step: PlanStep, index: int,
+             timeout: float) -> tuple[dict[str, Any], StepRun | None]:
+        """What one step does (files, an MCP call, a command): its record and its run."""
+        record: dict[str, Any] = {"index": index}
+        if step.write is not None:
+            self._file_step(record, "wrote", step.write.path,
+                            lambda w=step.write: executor.write(w))
+        if step.read is not None:
+            self._file_step(record, "read", step.read, lambda r=step.read: executor.read(r))
+        run = None
+        if step.mcp is not None:
+            run = self._mcp(task, step.mcp, timeout)
+            record.update(mcp=f"{step.mcp.server}.{step.mcp.tool}",
+                          exit_code=run.exit_code, output_tail=run.output_tail)
+        if step.run is not None:
+            run = executor.run(step.run, timeout_s=timeout, env=step.env, stop=task.stop)
+            record.update(exit_code=run.exit_code, duration_s=round(run.duration_s, 3),
+                          timed_out=run.timed_out, output_tail=run.output_tail)
+        return record, run
+
+    def _account(self, task: RefTask, step: PlanStep, index: int,
+                 record: dict[str, Any]) -> None:
+        """A finished step: its events, its cost and tokens on the task."""
+        with self._lock:
+            if step.prompt_tokens or step.completion_tokens or step.cost_usd:
+                self._event(task, "llm_usage", round=index, prompt_tokens=step.prompt_tokens,
+                            completion_tokens=step.completion_tokens, cost_usd=step.cost_usd)
+            self._event(task, "step", **record)
+            task.rounds += 1
+            task.cost_usd += step.cost_usd
+            task.cost_known = task.cost_known and step.cost_known
+            task.prompt_tokens += step.prompt_tokens
+            task.completion_tokens += step.completion_tokens
+            task.steps.append(record)
+            task.updated_at = time.time()
 
     @staticmethod
     def _file_step(record: dict[str, Any], key: str, path: str, act: Any) -> None:
