@@ -323,24 +323,16 @@ def _writer(run: RunContext) -> Any:
     return write
 
 
-def _profile_preflight(config: pytest.Config, run: RunContext, client: Any,
+def _profile_preflight(config: pytest.Config, run: RunContext, live: Any,
                        write: Any) -> None:
     """``--settings-path``: the profile the benchmarks pin and every model slot, against
-    the running server's settings when there is one; recorded, then refused on a problem."""
-    from harness.agents.gateway.client import GatewayError
+    the running server's settings (``live``) when there is one; recorded, then refused on a
+    problem."""
     from harness.agents.gateway.profile import SINGLE_MODEL_TOOLS, check_profile, require_profile
 
     decisions = {k: v for a in run.adapters.values() for k, v in a.server_profile.items()}
     disabled = [t for a in run.adapters.values() if a.server_profile
                 for t in a.solve_task_disabled_tools]
-    live = None
-    if client is not None:
-        try:
-            live = client.settings(budget_s=10.0).values()
-        except GatewayError as exc:
-            raise RefusalError(f"--gateway-url {client.base_url}: cannot read the agent "
-                               f"server's settings ({exc}); start the server or fix the URL",
-                               stage="settings_profile", reason="settings_unavailable") from exc
     check = check_profile(config.getoption("settings_path"),
                           solve_model=config.getoption("solve_model"), live=live,
                           decisions=decisions,
@@ -358,6 +350,7 @@ def _gateway_preflight(config: pytest.Config, run: RunContext, url: str, repo: s
     from harness.agents.gateway.preflight import (
         attest_runtime,
         preflight_target_actor,
+        read_settings,
         require_runtime,
     )
     from harness.core.models import ManifestExtra
@@ -370,10 +363,12 @@ def _gateway_preflight(config: pytest.Config, run: RunContext, url: str, repo: s
         write()
 
     with GatewayClient(url) as client:
-        if model:
-            preflight_target_actor(client, model, budget_s=10.0, record=record)
-        if config.getoption("settings_path"):
-            _profile_preflight(config, run, client, write)
+        profile = config.getoption("settings_path")
+        settings = read_settings(client, record=record) if model or profile else None
+        if model:  # one read of the server's settings for both checks
+            preflight_target_actor(client, model, record=record, settings=settings)
+        if profile:
+            _profile_preflight(config, run, settings, write)
         if run.dry_run:
             extra.runtime_attestation = {"skipped": "dry_run"}
             return

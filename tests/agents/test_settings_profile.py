@@ -82,3 +82,28 @@ def test_a_programbench_run_is_refused_on_a_bad_profile_and_records_it(tmp_path:
                             "--dry-run", "--agent", "gateway", "--settings-path",
                             str(tmp_path / "nope.json"))
     assert unreadable.rc == 2 and "--settings-path" in unreadable.out
+
+
+def test_a_run_reads_the_servers_settings_once_for_both_checks(tmp_path: Path) -> None:
+    """With --solve-model and --settings-path, the running server's settings are read once
+    and checked against both; a slot the server runs differently is refused by name."""
+    from tests.agents.agents_support import start_server
+    from tests.support.suite import Suite
+
+    suite = Suite(tmp_path)
+    suite.tasks([{"id": "t", "work": "succeed"}])
+    profile = _write(tmp_path, {"OUROBOROS_MODEL": MODEL, "OUROBOROS_MODEL_LIGHT": MODEL,
+                                "OPENROUTER_API_KEY": "x"})
+    server = start_server(tmp_path / "server", {"settings": {
+        "OUROBOROS_MODEL": MODEL, "OUROBOROS_MODEL_LIGHT": "openai/gpt-5",
+        "OPENROUTER_API_KEY": "x"}})
+    try:
+        run = suite.run("--agent", "gateway", "--gateway-url", server.url, "--solve-model",
+                        MODEL, "--settings-path", str(profile), "--dry-run")
+        reads = server.state()["settings_reads"]
+    finally:
+        server.stop()
+    assert run.rc == 2, run.out
+    assert "OUROBOROS_MODEL_LIGHT='openai/gpt-5' on the running server" in run.out
+    assert run.manifest["extra"]["target_runtime_actor"]["model"] == MODEL
+    assert reads == 1, reads  # one GET /api/settings for both checks

@@ -291,33 +291,44 @@ def require_target_actor(actor: TargetActor) -> TargetActor:
     )
 
 
-def preflight_target_actor(
-    client: GatewayClient,
-    solve_model: str,
-    *,
-    budget_s: float = 10.0,
-    record: Callable[[dict[str, Any]], None] | None = None,
-    **kwargs: Any,
-) -> TargetActor:
-    """Read ``/api/settings`` and refuse (exit 2) on any mismatch; unreachable is refused
-    too (a run must not start against a server it cannot verify).
-
-    ``record`` (when given) receives what was found *before* any refusal, so the caller can
-    put it on disk first: the actor (``TargetActor.model_dump(mode="json")``) or
-    ``{"error": ...}`` when the settings could not be read.
-    """
+def read_settings(client: GatewayClient, *, budget_s: float = 10.0,
+                  record: Callable[[dict[str, Any]], None] | None = None,
+                  stage: str = "target_actor_preflight") -> Mapping[str, Any]:
+    """The running server's ``/api/settings`` (secrets masked by the server); unreachable is
+    refused (exit 2): a run must not start against a server it cannot verify. ``record``
+    gets ``{"error": ...}`` first, so the caller can put it on disk."""
     try:
-        settings = client.settings(budget_s=budget_s).values()
+        return client.settings(budget_s=budget_s).values()
     except GatewayError as exc:
         if record is not None:
             record({"error": str(exc)[:500]})
         raise RefusalError(
             f"--gateway-url {client.base_url}: cannot read the agent server's settings "
             f"({exc}); start the server or fix the URL",
-            stage="target_actor_preflight",
+            stage=stage,
             reason="settings_unavailable",
             exit_code=2,
         ) from exc
+
+
+def preflight_target_actor(
+    client: GatewayClient,
+    solve_model: str,
+    *,
+    budget_s: float = 10.0,
+    record: Callable[[dict[str, Any]], None] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> TargetActor:
+    """Compare ``/api/settings`` (read here unless given: :func:`read_settings`) with the
+    solve model and refuse (exit 2) on any mismatch.
+
+    ``record`` (when given) receives what was found *before* any refusal, so the caller can
+    put it on disk first: the actor (``TargetActor.model_dump(mode="json")``) or
+    ``{"error": ...}`` when the settings could not be read.
+    """
+    if settings is None:
+        settings = read_settings(client, budget_s=budget_s, record=record)
     actor = check_target_actor(settings, solve_model, **kwargs)
     if record is not None:
         record(actor.model_dump(mode="json"))

@@ -137,6 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
                 health["runtime_version"] = srv.config.runtime_version
             return self._send(200, health)
         if method == "GET" and parts == ["api", "settings"]:
+            store.count("settings_reads")
             return self._send(200, srv.config.public_settings())
         if method == "GET" and parts == ["api", "state"]:
             return self._send(200, {**store.state(), "faults": srv.faults.counts()})

@@ -141,6 +141,7 @@ def _overlaps(a: str, b: str) -> bool:
 
 class TaskStore:
     def __init__(self, config: ReferenceServerConfig) -> None:
+        self.counters: dict[str, int] = {}
         self.config = config
         self.started_at = time.monotonic()
         self.tasks: dict[str, RefTask] = {}
@@ -246,9 +247,15 @@ class TaskStore:
             task.stop.set()
             return True
 
+    def count(self, name: str) -> None:
+        """One more of a counter ``/api/state`` reports (e.g. ``settings_reads``)."""
+        with self._lock:
+            self.counters[name] = self.counters.get(name, 0) + 1
+
     def state(self) -> dict[str, Any]:
         with self._lock:
             return {
+                **self.counters,
                 "supervisor_ready": self.ready(),
                 "submit_attempts": self.submit_attempts,
                 "submissions": self.submissions,
