@@ -502,3 +502,9 @@ class Plan(StrictModel):
     attempts: dict[str, int] = Field(default_factory=dict)
     # Run roots of the ancestors, nearest first (resume).
     ancestors: list[str] = Field(default_factory=list)
+
+    @property
+    def runs_nothing(self) -> bool:
+        """Every selected instance is carried from an ancestor: the run starts no
+        sandbox and calls no agent (a resume of a settled run)."""
+        return self.selection is not None and all(k in self.carried for k in self.selection)

@@ -3,8 +3,9 @@
 Writing: one line per row, flushed and fsynced, appended at the run root and copied to the
 instance's own folder (the copy is written but not fsynced: every reader, and a resume after
 a power loss, reads the run root's ledger). The rows a resume carries from its ancestors are
-appended in one batch, one write and one fsync for all of them, before any instance runs;
-their instance copies are written by a thread while the run goes on.
+appended in one batch, one write and one fsync for all of them, before any instance runs,
+and their instance folders made and written in the same pass (in this thread: a thread
+writing them behind the run waited on the interpreter lock for longer than the writes take).
 Only the controller writes. A write that fails is a diagnostic, not
 the end of the run: ``diagnostic_write_failed`` goes to stderr, the line is kept in memory
 (in order, per file) and retried before the next line and at finish. Reading: a torn last line (a crash in
@@ -17,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -184,9 +184,6 @@ class LedgerWriter:
         self.torn_set_aside = set_aside_torn_tail(self.path)
         self.pending: dict[Path, list[str]] = {}  # lines not written yet, per file, in order
         self.failures = 0
-        self._copier: threading.Thread | None = None  # instance copies written behind
-        self._copying: set[tuple[str, str]] = set()  # (benchmark, instance id)
-        self._copy_failed: list[tuple[Path, str]] = []
 
     @property
     def unwritten(self) -> int:
@@ -198,12 +195,12 @@ class LedgerWriter:
         some write failed (reported, kept and retried: see the module doc)."""
         return self.append_batch([row])
 
-    def append_batch(self, rows: list[TaskRow], *, copies_behind: bool = False) -> bool:
+    def append_batch(self, rows: list[TaskRow], *, new_folders: bool = False) -> bool:
         """Write ``rows`` at the run root in one append and one fsync, then each in its
-        instance folder: here, or (``copies_behind``, the rows a resume carries) by a thread
-        while the run goes on, finished by :meth:`wait_copies`. A kill in the middle leaves
-        a prefix of the rows and at most a torn last line, which the reader skips; an
-        instance folder's copy is never read back by the runner."""
+        instance folder (``new_folders``: the rows a resume carries, whose folders do not
+        exist yet, made without a look first). A kill in the middle leaves a prefix of the
+        rows and at most a torn last line, which the reader skips; an instance folder's
+        copy is never read back by the runner."""
         lines: list[tuple[str, str, str]] = []  # benchmark, instance id, line
         for row in rows:
             line = row.dump_line()
@@ -212,28 +209,22 @@ class LedgerWriter:
             lines.append((row.benchmark, row.instance_id, line))
         if not lines:
             return True
-        if self._copying and any((b, i) in self._copying for b, i, _ in lines):
-            self.wait_copies()  # an instance folder's lines stay in order
         self.pending.setdefault(self.path, []).extend(line for _, _, line in lines)
         ok = self._flush(self.path)
-        if copies_behind:
-            self.wait_copies()
-            self._copying = {(b, i) for b, i, _ in lines}
-            self._copier = threading.Thread(target=self._write_copies, args=(lines,),
-                                            name="harness-ledger-copies", daemon=True)
-            self._copier.start()
-            return ok
+        if new_folders:
+            return self._write_new_copies(lines) and ok
         for benchmark, iid, line in lines:
             copy = instance_dir(self.run_root, benchmark, iid) / LEDGER_NAME
             self.pending.setdefault(copy, []).append(line)
             ok = self._flush(copy) and ok
         return ok
 
-    def _write_copies(self, lines: list[tuple[str, str, str]]) -> None:
-        """The instance copies of a batch (a thread: plain strings and ``os`` calls, the
-        folders being new)."""
+    def _write_new_copies(self, lines: list[tuple[str, str, str]]) -> bool:
+        """The instance copies of a batch into folders made here (plain strings and ``os``
+        calls: thousands of them cost a resume little); False when some failed (kept in
+        memory, retried by :meth:`flush_pending`)."""
         root = os.fspath(self.run_root)
-        failed: list[tuple[Path, str]] = []
+        failed = 0
         first: OSError | None = None
         for benchmark, iid, line in lines:
             folder = os.path.join(root, benchmark, iid)
@@ -246,30 +237,17 @@ class LedgerWriter:
                     os.makedirs(folder, exist_ok=True)
                 _append_copy(os.path.join(folder, LEDGER_NAME), line)
             except OSError as exc:
-                failed.append((Path(folder) / LEDGER_NAME, line))  # kept for the retry
+                self.pending.setdefault(Path(folder) / LEDGER_NAME, []).append(line)
+                failed += 1
                 first = first or exc
-        if failed and first is not None:
-            self._copy_failed = failed
-            report_write_failure(f"{failed[0][0]} and {len(failed) - 1} other instance "
-                                 f"folder(s) ({len(failed)} row(s) kept in memory)", first)
-
-    def wait_copies(self) -> bool:
-        """Wait for the instance copies written behind; False when some failed (kept in
-        memory, retried by :meth:`flush_pending`)."""
-        if self._copier is None:
-            return True
-        self._copier.join()
-        self._copier, self._copying = None, set()
-        failed, self._copy_failed = self._copy_failed, []
-        if failed:
+        if first is not None:
             self.failures += 1
-            for copy, line in failed:
-                self.pending.setdefault(copy, []).append(line)
-        return not failed
+            report_write_failure(f"{os.path.join(root, lines[0][0])}: {failed} instance "
+                                 f"folder(s) ({failed} row(s) kept in memory)", first)
+        return first is None
 
     def flush_pending(self) -> int:
         """Retry every held line; returns how many run-root lines are still unwritten."""
-        self.wait_copies()
         for path in list(self.pending):
             self._flush(path)
         return self.unwritten

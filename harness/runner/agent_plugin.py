@@ -146,10 +146,12 @@ def agent_options(config: pytest.Config) -> AgentOptions:
 def tape_config(config: pytest.Config) -> TapeConfig | None:
     """``--model-record`` / ``--model-replay`` (None: neither); a bad combination is a
     one-line :class:`RefusalError`."""
-    from harness.model_proxy.tape import ORDERS, TapeConfig
-
     record, replay = config.getoption("model_record"), config.getoption("model_replay")
     order = config.getoption("replay_order")
+    budget = config.getoption("model_record_budget")
+    if not (record or replay or order is not None or budget is not None):
+        return None
+    from harness.model_proxy.tape import ORDERS, TapeConfig
 
     def refuse(message: str) -> RefusalError:
         return RefusalError(message, stage="agent", reason="agent_options")
@@ -166,7 +168,6 @@ def tape_config(config: pytest.Config) -> TapeConfig | None:
             raise refuse("--model-replay serves every call from its records and never "
                          "contacts an upstream: drop --model-upstream")
         return TapeConfig("replay", Path(replay).absolute(), order or "strict")
-    budget = config.getoption("model_record_budget")
     if budget is not None and not record:
         raise refuse("--model-record-budget needs --model-record DIR")
     if record:

@@ -233,6 +233,7 @@ class Controller:
         except ResumeError as exc:
             raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
         self.ancestry, self.resume_plan = rp.ancestry, rp
+        run.ancestry = rp.ancestry
         if rp.samples != rp.ancestor_samples:  # a resume keeps this K unless given another
             self.manifest.extra.attempts = rp.samples
         selection = None if self.options.selectors_given else rp.selection
@@ -360,7 +361,7 @@ class Controller:
             scanner = secrets_scan.SecretScanner(secrets_scan.secrets_from_env(names))
             rows = [TaskRow.model_validate(secrets_scan.redact_json(
                 r.model_dump(mode="json", by_alias=True), scanner)) for r in rows]
-        writer.append_batch(rows, copies_behind=True)
+        writer.append_batch(rows, new_folders=True)
         for row in rows:
             self.record(row)
         self.checkpoint_counts()
@@ -625,7 +626,6 @@ class Controller:
         """Rows a failed ledger write kept in memory: one more try, then on record."""
         if self.writer is None or self.manifest is None:
             return
-        self.writer.wait_copies()  # the instance copies of the carried rows
         if not self.writer.failures:
             return
         left = self.writer.flush_pending()
@@ -654,8 +654,6 @@ class Controller:
                  error: BaseException | None = None) -> None:
         if self.manifest is None or self.manifest.finalized:
             return
-        if self.writer is not None:
-            self.writer.wait_copies()  # every file of the run is written before it is final
         mf.finalize(self.manifest, outcome=outcome, exit_code=exit_code,
                     stop_reason=stop_reason, error=error)
         if self.monitor is not None:

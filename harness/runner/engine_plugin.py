@@ -211,6 +211,10 @@ def relay_refusal(
 
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+    hosts = list(config.getoption("docker_host", None) or [])
+    engines_file = config.getoption("engines", None)
+    if not hosts and not engines_file and not config.getoption("instance_resources", None):
+        return  # the local engine only: nothing to place, probe or record
     from harness.sandbox.engine_capacity import describe_limits
     from harness.sandbox.engines import (
         EngineError,
@@ -221,9 +225,7 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
         write_engines,
     )
 
-    hosts = list(config.getoption("docker_host", None) or [])
     workers = int(getattr(config.option, "numprocesses", 0) or 0) or 1
-    engines_file = config.getoption("engines", None)
     try:
         specs = engine_specs(hosts, engines_file, workers)
         needs = instance_needs(engines_file, config.getoption("instance_resources", None))

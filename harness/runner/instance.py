@@ -12,7 +12,7 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
@@ -31,6 +31,9 @@ from harness.core.models import (
 from harness.core.outcomes import INFRA_PROPERTY as INFRA_PROPERTY
 from harness.core.outcomes import ROW_PROPERTY as ROW_PROPERTY
 from harness.run.ledger import instance_dir
+
+if TYPE_CHECKING:
+    from harness.run.resume import Ancestry
 
 Role = Literal["single", "controller", "worker"]
 
@@ -59,6 +62,7 @@ class RunContext:
     plan: Plan
     adapters: dict[str, BenchmarkAdapter]
     manifest: Manifest | None = None  # controller only
+    ancestry: Ancestry | None = None  # controller only: a resume's ancestors, read once
     samples: int = 1  # K: attempts per task (``--attempts``)
     _resolved_root: Path | None = field(default=None, init=False, repr=False, compare=False)
 

@@ -187,23 +187,34 @@ def _canonical_refs(config: pytest.Config) -> Callable[[str], str | None]:
     return lookup
 
 
-def _check_ancestor_images(config: pytest.Config, run: RunContext) -> None:
-    """A resume refuses instances whose image changed since the ancestor ran them."""
+def _ancestor_rows(run: RunContext) -> list[dict[str, TaskRow]]:
+    """The latest row per instance of each ancestor, nearest first: as the resume read them
+    (the controller's), else read here."""
+    if run.ancestry is not None:
+        return run.ancestry.rows
     from harness.run.ledger import ledger_path, read_ledger
 
-    recorded: dict[str, dict[str, Any]] = {}
-    for root in reversed(run.plan.ancestors):  # nearest ancestor last: it wins
+    out: list[dict[str, TaskRow]] = []
+    for root in run.plan.ancestors:
         try:
-            rows = read_ledger(ledger_path(Path(root))).latest
+            out.append(read_ledger(ledger_path(Path(root))).latest)
         except OSError:
             continue
+    return out
+
+
+def _check_ancestor_images(config: pytest.Config, run: RunContext) -> None:
+    """A resume refuses instances whose image changed since the ancestor ran them."""
+    recorded: dict[str, dict[str, Any]] = {}
+    for rows in reversed(_ancestor_rows(run)):  # nearest ancestor last: it wins
         for key, row in rows.items():
             image = (row.details or {}).get("image")
             if isinstance(image, dict) and image.get("ref"):
                 recorded[key] = image
     # Carried rows count too: a resumed result must not mix two images of one task.
     if run.plan.selection is not None:
-        recorded = {k: v for k, v in recorded.items() if k in set(run.plan.selection)}
+        selected = set(run.plan.selection)
+        recorded = {k: v for k, v in recorded.items() if k in selected}
     if not recorded:
         return
     api = _docker_api()

@@ -120,13 +120,13 @@ def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
 @pytest.hookimpl(optionalhook=True)  # the runner's hooks: this plugin also works alone
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     """Refuse a ``--runtime`` the daemon does not know; record its path and arguments."""
-    from harness.sandbox.client import get_client
-    from harness.sandbox.errors import DockerUnavailable
-    from harness.sandbox.runtimes import RuntimeNotRegistered, runtime_entry
-
     runtime = sandbox_runtime(config)
     if runtime is None or run.dry_run:
         return
+    from harness.sandbox.client import get_client  # the Docker SDK: only when asked for
+    from harness.sandbox.errors import DockerUnavailable
+    from harness.sandbox.runtimes import RuntimeNotRegistered, runtime_entry
+
     try:
         entry = runtime_entry(runtime, get_client())
     except DockerUnavailable:

@@ -30,13 +30,18 @@ def _sweeps(run: RunContext) -> SweepsRecord:
     return run.manifest.extra.sweeps
 
 
-def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
-    from harness.sandbox.cleanup import sweep_stale
-    from harness.sandbox.lease import Lease
+NOTHING_TO_RUN = "nothing to run: every selected instance is carried from an ancestor"
 
+
+def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     keep = bool(config.getoption("keep_sandboxes", False))
     if keep:
         keep_marker(run.run_root).touch()  # for humans: `harness sweep --run` ends this run
+    if run.plan.runs_nothing:  # no sandbox of this run to protect or make room for
+        _sweeps(run).startup = {"skipped": NOTHING_TO_RUN}
+        return
+    from harness.sandbox.cleanup import sweep_stale
+    from harness.sandbox.lease import Lease
 
     try:  # first the lease: a sweep elsewhere must see this run alive from now on
         lease = Lease(run.run_id, run.run_root, keep=keep).acquire()
@@ -77,6 +82,9 @@ def pytest_harness_worker_crashed(config: pytest.Config, run: RunContext, worker
 
 def pytest_harness_session_finish(config: pytest.Config, run: RunContext,
                                   summary: dict[str, Any]) -> None:
+    if run.plan.runs_nothing:  # no lease was taken and no sandbox made
+        _sweeps(run).final = {"skipped": NOTHING_TO_RUN}
+        return
     from harness.sandbox.cleanup import kept_sandboxes, sweep
 
     try:

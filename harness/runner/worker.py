@@ -8,7 +8,7 @@ import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -16,6 +16,7 @@ from harness.core.adapter import BenchmarkAdapter, InstanceSpec
 from harness.core.outcomes import INFRA_PROPERTY, ROW_PROPERTY, Outcome, instance_key
 from harness.core.signals import StopGuard, read_stop
 from harness.run.plan import attempt_keyword
+from harness.runner.carried import report_carried, report_carried_first
 
 if TYPE_CHECKING:  # the runtime (pydantic rows) loads when an instance runs, not at collection
     from harness.runner.controller import Controller
@@ -165,57 +166,44 @@ class WorkerHooks:
     # running ----------------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, Any]:
-        if self.run is None or self.run.role != "worker" or session.config.option.collectonly:
-            return (yield)  # the controller installs the guard of a single process
-        self.guard = StopGuard(self.run.run_root)
+        run = self.run
+        if run is None or session.config.option.collectonly:
+            return (yield)
+        if run.role != "worker":  # the controller installs the guard of a single process
+            if run.role != "single" or not run.plan.carried or session.testsfailed:
+                return (yield)
+            collected = list(session.items)
+            try:
+                report_carried_first(session, self._carried_from)
+                return (yield)
+            finally:
+                session.items = collected
+        self.guard = StopGuard(run.run_root)
         self.guard.install()
         try:
             return (yield)
         finally:
             self.guard.uninstall()
 
+    def _carried_from(self, item: pytest.Item) -> str | None:
+        """The ancestor run that settled ``item`` (None: it runs in this run)."""
+        found = item_spec(item) if self.run is not None else None
+        if found is None or self.run is None:
+            return None
+        carried = self.run.plan.carried.get(instance_key(found[0], found[1].key_id))
+        return None if carried is None else str(carried.carried_from)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None
                                 ) -> bool | None:
-        """A carried instance (settled in an ancestor) needs no fixture, capture, call or
-        row (the controller wrote it at selection, see ``Controller.carry_settled``): its
-        two reports (a skipped setup, a teardown) are made here, after the teardown of what
-        the previous item left set up. A resume of thousands of settled instances then costs
-        little more than collecting them."""
-        run = self.run
-        if run is None or not run.plan.carried:
+        """A carried instance under xdist, where the scheduler placed it (a single process
+        reports them all first: ``pytest_runtestloop``); see :mod:`harness.runner.carried`."""
+        if self.run is None or not self.run.plan.carried:
             return None
-        found = item_spec(item)
-        if found is None:
+        source = self._carried_from(item)
+        if source is None:
             return None
-        benchmark, spec = found
-        carried = run.plan.carried.get(instance_key(benchmark, spec.key_id))
-        if carried is None:
-            return None
-        ihook = item.ihook
-        nodeid, location = item.nodeid, item.location
-        ihook.pytest_runtest_logstart(nodeid=nodeid, location=location)
-        now = time.time()
-        path, lineno, _ = location
-        keywords: dict[str, Literal[1]] = dict.fromkeys(item.keywords, 1)
-        ihook.pytest_runtest_logreport(report=pytest.TestReport(
-            nodeid, location, keywords, "skipped",
-            (path, (lineno or 0) + 1,
-             f"Skipped: settled_in_ancestor: settled in run {carried.carried_from}"),
-            "setup", duration=0.0, start=now, stop=now,
-            user_properties=list(item.user_properties)))
-        outcome: Literal["passed", "failed"] = "passed"
-        longrepr: str | None = None
-        try:  # what the previous instance left set up and the next one does not need
-            item.session._setupstate.teardown_exact(nextitem)
-        except Exception as exc:
-            outcome, longrepr = "failed", f"teardown: {type(exc).__name__}: {exc}"
-        stop = time.time()
-        ihook.pytest_runtest_logreport(report=pytest.TestReport(
-            nodeid, location, keywords, outcome, longrepr, "teardown",
-            duration=stop - now, start=now, stop=stop,
-            user_properties=list(item.user_properties)))
-        ihook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
+        report_carried(item, source, nextitem)
         return True
 
     def _phase(self, phase: str) -> None:

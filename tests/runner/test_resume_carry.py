@@ -8,11 +8,13 @@ import json
 import os
 import signal
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
 from harness.core.models import Outcome, TaskRow
 from harness.run.ledger import LedgerWriter, read_ledger
+from harness.runner.sandbox_hooks import NOTHING_TO_RUN
 from tests.support.suite import Run, Suite
 
 MANY = 600  # enough rows that their instance copies take a while to write
@@ -116,9 +118,8 @@ def test_the_carried_rows_are_one_append_and_one_fsync(tmp_path: Path,
     monkeypatch.setattr(os, "fsync", fsync)
     writer = LedgerWriter(tmp_path)
     (tmp_path / "result_index.jsonl").touch()
-    assert writer.append_batch(rows, copies_behind=True)
+    assert writer.append_batch(rows, new_folders=True)
     assert len(syncs) == 1
-    assert writer.wait_copies()
     assert [r.instance_id for r in read_ledger(tmp_path / "result_index.jsonl").rows] == \
         [f"i{n}" for n in range(50)]
     for n in range(50):
@@ -134,8 +135,7 @@ def test_a_failed_instance_copy_is_kept_and_retried(tmp_path: Path,
     (tmp_path / "b" / "i1").mkdir(parents=True)
     (tmp_path / "b" / "i1" / "result_index.jsonl").mkdir()  # appending to it fails
     writer = LedgerWriter(tmp_path)
-    assert writer.append_batch(rows, copies_behind=True)
-    assert writer.wait_copies() is False
+    assert writer.append_batch(rows, new_folders=True) is False
     assert "diagnostic_write_failed" in capsys.readouterr().err
     assert writer.failures == 1
     (tmp_path / "b" / "i1" / "result_index.jsonl").rmdir()
@@ -143,3 +143,55 @@ def test_a_failed_instance_copy_is_kept_and_retried(tmp_path: Path,
     assert [r.instance_id for r in read_ledger(tmp_path / "b" / "i1" /
                                                "result_index.jsonl").rows] == ["i1"]
     assert len(read_ledger(tmp_path / "result_index.jsonl").rows) == 3
+
+
+def test_a_resume_that_runs_nothing_needs_no_engine(suite: Suite) -> None:
+    """Every selected instance carried: the run makes no sandbox, so it takes no lease and
+    sweeps nothing (no Docker call at all: the engine here does not answer)."""
+    origin = settled_run(suite, FEW)
+    suite.extra_env["DOCKER_HOST"] = "unix:///nonexistent/docker.sock"
+    again = suite.run("--resume-from", str(origin.root), "--harness-progress", "off",
+                      "--no-report", timeout=300)
+    assert again.rc == 0, again.out[-2000:]
+    sweeps = again.manifest["extra"]["sweeps"]
+    assert sweeps["startup"] == {"skipped": NOTHING_TO_RUN}
+    assert sweeps["final"] == {"skipped": NOTHING_TO_RUN}
+    assert "lease" not in sweeps or sweeps["lease"] is None
+
+
+def junit_cases(path: Path) -> dict[str, dict[str, str]]:
+    """testcase name -> its attributes and the skip message, from a JUnit XML file."""
+    cases = {}
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        skipped = case.find("skipped")
+        cases[case.attrib["name"]] = {**case.attrib, "skipped": "" if skipped is None
+                                      else skipped.attrib.get("message", "")}
+    return cases
+
+
+def test_carried_instances_are_reported_as_pytest_reports_a_skip(suite: Suite,
+                                                                 tmp_path: Path) -> None:
+    """A resume that runs some instances again: the carried ones are skipped items in the
+    terminal and in JUnit XML, at the file and line pytest gives the test, and the others
+    run."""
+    suite.tasks([{"id": "ok", "work": "succeed", "count": 4}, {"id": "flaky", "work": "infra"}])
+    xunit1 = ("-o", "junit_family=xunit1")  # each case's file and line
+    first = suite.run("--harness-progress", "off", "--no-report", *xunit1,
+                      "--junitxml", str(tmp_path / "first.xml"))
+    suite.tasks([{"id": "ok", "work": "succeed", "count": 4}, {"id": "flaky", "work": "succeed"}])
+    again = suite.run("--resume-from", str(first.root), "--harness-progress", "off",
+                      "--no-report", "-rs", *xunit1, "--junitxml", str(tmp_path / "again.xml"))
+    assert again.rc == 0, again.out[-2000:]
+    assert again.executions() == ["flaky"]
+    before, after = junit_cases(tmp_path / "first.xml"), junit_cases(tmp_path / "again.xml")
+    assert sorted(after) == sorted(before) and len(after) == 5
+    run_id = first.manifest["run_id"]
+    for name, case in after.items():
+        assert (case["file"], case["line"]) == (before[name]["file"], before[name]["line"])
+        if "flaky" in name:
+            assert case["skipped"] == ""
+        else:
+            assert case["skipped"] == f"settled_in_ancestor: settled in run {run_id}"
+    again.result.stdout.re_match_lines(
+        [rf"SKIPPED \[4\] \S*test_selftest.py:\d+: settled_in_ancestor: settled in run {run_id}",
+         r".*1 passed, 4 skipped"])
