@@ -68,6 +68,10 @@ def add_options(parser: pytest.Parser) -> None:
                          "e.g. testorg__calculator.abc1234) instead of the 200 real tasks; "
                          "-k/-m/--instance/--task-file narrow among them. A resume of such a "
                          "run keeps it without the flag")
+    group.addoption("--pb-allow-grader-version", action="store_true", default=False,
+                    help="run a paid agent although the installed programbench (before "
+                         "1.2.5) can score a rerun test as passed; the run is then not "
+                         "reportable, with the reason")
     group.addoption("--eval", dest="pb_eval", default="per-task", metavar="MODE",
                     help="official scoring: per-task (as soon as a submission exists), "
                          "batch (once at session end) or off")

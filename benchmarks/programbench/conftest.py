@@ -34,7 +34,41 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     from benchmarks.programbench.session import write_instance_order  # off collection
 
     refuse_setuid_less_runtime(config)
+    check_grader_version(config, run)
     write_instance_order(config, run, ADAPTER)
+
+
+def check_grader_version(config: pytest.Config, run: RunContext) -> None:
+    """A ``programbench`` that can inflate scores (before 1.2.5): a paid run is refused
+    unless waived; any run under it is not reportable, the reason on record."""
+    from benchmarks.programbench.grader_version import (
+        SECTION,
+        WAIVER,
+        GraderRecord,
+        grader_problem,
+        is_paid,
+        scoring_version,
+    )
+
+    version = scoring_version()
+    problem = grader_problem(version)
+    waived = problem is not None and bool(config.getoption("pb_allow_grader_version"))
+    if run.manifest is not None:
+        run.manifest.extra.set_section(SECTION, GraderRecord(
+            version=version, scores_correctly=problem is None, waived=waived))
+    if problem is None:
+        return
+    paid = is_paid(config.getoption("agent", None), dry_run=run.dry_run,
+                   replay=bool(config.getoption("model_replay", None)))
+    if paid and not waived:
+        raise RefusalError(f"{problem}; or pass {WAIVER} (the run is then not reportable)",
+                           stage="benchmark", reason="grader_version")
+    if run.manifest is not None:
+        extra = run.manifest.extra
+        reasons = (extra.not_reportable_by_benchmark or {}).get(ADAPTER.name, [])
+        note = f" (waived: {WAIVER})" if waived else ""
+        extra.not_reportable_by_benchmark = {**(extra.not_reportable_by_benchmark or {}),
+                                             ADAPTER.name: [*reasons, problem + note]}
 
 
 def refuse_setuid_less_runtime(config: pytest.Config) -> None:

@@ -1,4 +1,9 @@
-"""The one private attribute of pytest the plugin touches: ``_keyboardinterrupt_memo``.
+"""A private attribute of pytest the plugin touches: ``_keyboardinterrupt_memo``.
+
+(The others: a carried item's reports, :mod:`harness.runner.carried`, call
+``session._setupstate.teardown_exact`` and fill ``Item.location``, a cached property, per
+test function; ``tests/runner/test_resume_carry.py`` checks those reports against pytest's
+own: the file and line in JUnit XML and ``-rs``.)
 
 A refusal (``pytest.exit`` from the harness) is printed once as ``Exit: ...``; pytest's
 terminal reporter would repeat it framed in ``!`` at unconfigure. No public API drops that
