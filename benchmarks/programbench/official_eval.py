@@ -105,6 +105,9 @@ class OfficialEvalResult(BaseModel):
     scorer_guard: ScorerGuardReport | None = None  # what was cut from the submission
     # seconds per phase (see :func:`eval_timings`); the row's ``details.timings``
     timings: dict[str, float] = Field(default_factory=dict)
+    # the test plugins the eval's pytest resolved, {distribution: version} (issue 45: the
+    # grader drifts with them); the row's ``details.eval_test_plugins``
+    test_plugins: dict[str, str] = Field(default_factory=dict)
 
 
 class CliRun(BaseModel):
@@ -233,18 +236,23 @@ def _passed_in_xml(xml: str) -> int:
                if not any(child.tag in results for child in case))
 
 
-def check_pytest_account(result: object, key: str) -> None:
+def check_pytest_account(result: object, key: str) -> dict[str, str]:
     """Each branch run's results file against pytest's own count of passed tests (the
     results guard prints it last on the test step's stderr, with the eval call's ``key``,
     which the program cannot learn): more passes in the file than pytest counted, or passes
-    with no count at all, raise :class:`VerdictMismatch`."""
-    line = re.compile(rf"^{ACCOUNT_PREFIX} {re.escape(key)} passed=(\d+)$", re.M)
+    with no count at all, raise :class:`VerdictMismatch`. Returns the test plugins pytest
+    resolved (``{distribution: version}``, from the same lines)."""
+    line = re.compile(rf"^{ACCOUNT_PREFIX} {re.escape(key)} passed=(\d+)"
+                      rf"(?: plugins=(\S+))?$", re.M)
     account: int | None = None
+    plugins: dict[str, str] = {}
     for entry in getattr(result, "log", []):
         step, output = entry.get("step"), entry.get("output") or ""
         if step == "run_tests":
             found = line.findall(output) if key else []
-            account = int(found[-1]) if found else None
+            account = int(found[-1][0]) if found else None
+            if found:
+                plugins.update(parse_plugins(found[-1][1]))
         elif step == "results_read" and entry.get("branch") and output.strip():
             try:
                 passed = _passed_in_xml(output)
@@ -256,6 +264,17 @@ def check_pytest_account(result: object, key: str) -> None:
                     f"branch {entry['branch']}: the results file has {passed} passing tests, "
                     f"pytest's own account {counted}: the file was changed after pytest "
                     "wrote it; not scored")
+    return plugins
+
+
+def parse_plugins(text: str) -> dict[str, str]:
+    """``pytest==8.3.4,pytest-rerunfailures==16.4`` -> ``{name: version}`` (``-``: none)."""
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        name, sep, ver = part.partition("==")
+        if sep and name and ver:
+            out[name[:64]] = ver[:64]
+    return out
 
 
 def read_eval_json(path: Path) -> str:
@@ -441,8 +460,7 @@ def score_eval_json(instance_id: str, eval_json: Path, *, account_key: str | Non
 
     result = EvaluationResult.model_validate_json(read_eval_json(eval_json))
     check_unique_records(result)
-    if account_key is not None:
-        check_pytest_account(result, account_key)
+    plugins = check_pytest_account(result, account_key) if account_key is not None else {}
     if build_user:
         check_build_user(result)
     inst = _tests_meta(instance_id)
@@ -467,6 +485,7 @@ def score_eval_json(instance_id: str, eval_json: Path, *, account_key: str | Non
         n_warnings=len(result.warnings),
         executable_hash=result.executable_hash,
         eval_json=str(eval_json),
+        test_plugins=plugins,
     )
 
 

@@ -520,4 +520,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     stats = getattr(reporter, "stats", {})
     passed = sum(1 for r in stats.get("passed", []) if getattr(r, "when", "call") == "call")
     passed += len(stats.get("xpassed", []))
-    os.write(2, f"\n{ACCOUNT_MARKER} {ACCOUNT_KEY or '-'} passed={passed}\n".encode())
+    os.write(2, f"\n{ACCOUNT_MARKER} {ACCOUNT_KEY or '-'} passed={passed} "
+                f"plugins={plugin_versions()}\n".encode())
+
+
+# distribution -> the module that shows it loaded in this pytest
+ACCOUNTED_DISTS = (("pytest", "pytest"), ("pytest-xdist", "xdist"),
+                   ("pytest-timeout", "pytest_timeout"),
+                   ("pytest-rerunfailures", "pytest_rerunfailures"))
+
+
+def plugin_versions() -> str:
+    """``name==version`` of pytest and each official eval plugin loaded here, comma-joined
+    (the resolved grader: pytest-rerunfailures 16.6.1 records each rerun, issue 45)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for dist, module in ACCOUNTED_DISTS:
+        if module not in sys.modules:
+            continue
+        try:
+            found.append(f"{dist}=={version(dist)}")
+        except PackageNotFoundError:
+            found.append(f"{dist}==unknown")
+    return ",".join(found) or "-"

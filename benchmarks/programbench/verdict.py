@@ -44,6 +44,8 @@ def guard_details(result: OfficialEvalResult | None) -> dict[str, Any]:
         details["scorer_files_rewritten"] = list(result.scorer_guard.rewritten)
     if result.timings:  # seconds per phase of the official eval
         details["timings"] = dict(result.timings)
+    if result.test_plugins:  # the resolved grader plugins and their versions
+        details["eval_test_plugins"] = dict(result.test_plugins)
     if result.docker_policy is not None:
         details["eval_network"] = result.docker_policy.network
         if result.docker_policy.build_files_removed:

@@ -35,6 +35,20 @@ def test_a_file_within_pytests_account_is_scored(account: str) -> None:
     check_pytest_account(_result(account), KEY)
 
 
+def test_the_account_names_the_test_plugins_pytest_resolved() -> None:
+    """Issue 45: the grader's plugins (rerunfailures among them) and their versions go into
+    the row's eval details; a line without them (an older guard) still counts."""
+    line = (f"HX-PYTEST-ACCOUNT {KEY} passed=2 plugins=pytest==8.3.4,"
+            "pytest-rerunfailures==16.6.1,pytest-timeout==2.3.1")
+    assert check_pytest_account(_result(line), KEY) == {
+        "pytest": "8.3.4", "pytest-rerunfailures": "16.6.1", "pytest-timeout": "2.3.1"}
+    assert check_pytest_account(_result(f"HX-PYTEST-ACCOUNT {KEY} passed=2 plugins=-"),
+                                KEY) == {}
+    with pytest.raises(VerdictMismatch):  # the plugins never excuse a count past pytest's
+        check_pytest_account(_result(f"HX-PYTEST-ACCOUNT {KEY} passed=1 plugins=pytest==8"),
+                             KEY)
+
+
 @pytest.mark.parametrize("account", [
     f"HX-PYTEST-ACCOUNT {KEY} passed=1",  # the file gained a pass after pytest wrote it
     "",  # pytest never gave its account (killed)

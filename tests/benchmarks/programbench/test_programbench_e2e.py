@@ -56,6 +56,10 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
     assert row["score"] == 1.0 and row["resolved"] is True and row["near_resolved"] is True
     assert row["official_eval_status"] == "completed"
     assert row["tests_passed"] == row["tests_total"] == 3
+    # the grader's resolved plugins (issue 45): the fixture image's pytest, no reruns
+    plugins = row["details"]["eval_test_plugins"]
+    assert plugins["pytest"][0].isdigit() and "pytest-rerunfailures" not in plugins
+    assert oracle.manifest["extra"]["programbench_grader"]["scores_correctly"] is True
     assert oracle.manifest["selection"]["count"] == 1
     assert submitted(oracle) == ["README.md", "calculator.sh", "compile.sh"]
     assert oracle.manifest["extra"]["official_parity"]["ok"] is True  # == programbench info
