@@ -69,8 +69,12 @@ class InstanceResult(FiguresModel):
     # flag says when a call named a model that was not allowed or was refused.
     models: list[ModelCalls] | None = None
     model_flag: str | None = None
+    # A rescore changed the row's score after its eval (``details.rescore``): "old -> new:
+    # the rule", shown with the row so a reader sees which instances changed and why.
+    rescored: str | None = None
 
-    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"task", "sample", "models", "model_flag"})
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"task", "sample", "models", "model_flag",
+                                                     "rescored"})
 
     @property
     def task_key(self) -> str:

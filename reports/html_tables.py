@@ -63,6 +63,8 @@ def instance_row(
     reason = r.reason_code or ""
     if r.error:
         reason = f"{reason}: {r.error}" if reason else r.error
+    if r.rescored:  # which instances a rescore changed, and by which rule
+        reason = f"{reason} ({r.rescored})" if reason else r.rescored
     tests_v: float | None = None
     tests_text = ""
     if r.tests_total is not None:

@@ -74,7 +74,18 @@ def result_from_row(row: TaskRow, *, in_selection: bool = True) -> InstanceResul
         sample=row.sample if row.sample_of is not None else None,
         models=list(row.models) if row.models is not None else None,
         model_flag=model_flag(row.models),
+        rescored=rescored_text(row.details.get("rescore")),
     )
+
+
+def rescored_text(rule: object) -> str | None:
+    """``details.rescore`` of a rescored row as "rescored 0.8333 -> 0.7500: <rule>"."""
+    if not isinstance(rule, dict) or not isinstance(rule.get("new_score"), (int, float)):
+        return None
+    old = rule.get("old_score")
+    old_text = f"{old:.4f}" if isinstance(old, (int, float)) else "-"
+    what = str(rule.get("rule") or "rescored")[:200]
+    return f"rescored {old_text} -> {float(rule['new_score']):.4f}: {what}"
 
 
 def missing_result(key: str) -> InstanceResult:

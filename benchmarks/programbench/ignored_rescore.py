@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from benchmarks.programbench import NEAR_RESOLVED_AT
 from benchmarks.programbench.kept_files import effective_rows, kept_files
-from benchmarks.programbench.official_eval import per_test_outcomes
+from benchmarks.programbench.official_eval import DuplicateRecords, per_test_records
 from harness.core.models import RESOLVED_AT, TaskRow
 from harness.run.ledger import LedgerWriter, refresh_figures
 from harness.run.locate import run_roots
@@ -41,6 +41,7 @@ from harness.run.manifest import ManifestError, read_manifest
 from harness.sandbox.cleanup import run_lock
 
 MAX_IGNORE_BYTES = 64 << 20
+DUPLICATE_RECORDS = DuplicateRecords.code
 
 
 class RescoreRefused(Exception):
@@ -51,14 +52,20 @@ class IgnoredTests(RootModel[dict[str, list[str]]]):
     """The registry's ``ignored_tests.json``: instance id -> ``"<branch>/<test>"`` names."""
 
 
+RULE_IGNORED = "registry ignored_tests.json: score = passed / tests left after ignoring"
+RULE_DEDUPE = ("duplicate records removed, the last record of each test wins (upstream "
+               "ProgramBench issue 64): score = passed / tests")
+
+
 class RescoreRule(BaseModel):
     """``details.rescore`` of a rescored row: the rule that produced its score."""
 
     model_config = ConfigDict(extra="forbid")
 
-    rule: str = "registry ignored_tests.json: score = passed / tests left after ignoring"
-    ignored_tests_file: str
-    ignored_tests_sha256: str
+    rule: str = RULE_IGNORED
+    ignored_tests_file: str | None = None
+    ignored_tests_sha256: str | None = None
+    duplicates_removed: int = 0  # records of a test past its last one (--dedupe-records)
     ignored: list[str] = Field(default_factory=list)  # this instance's entries that matched
     unmatched: list[str] = Field(default_factory=list)  # its entries that matched no test
     eval_json: str
@@ -103,7 +110,8 @@ def rescore_row(row: TaskRow, eval_json: Path, entries: list[str]) -> tuple[Resc
     """Old and new figures of one row (``RescoreRule`` without the file's name and hash)."""
     from programbench.submission import score_from_tests  # the package's own rule
 
-    tests = per_test_outcomes(row.task_id, eval_json)
+    records = per_test_records(row.task_id, eval_json)
+    tests = dict(records)  # the last record of each test wins
     ignore = set(entries)
     kept = {name: ok for name, ok in tests.items() if name not in ignore}
     new_score = float(score_from_tests(tests, ignore))
@@ -111,8 +119,7 @@ def rescore_row(row: TaskRow, eval_json: Path, entries: list[str]) -> tuple[Resc
     old_tests = (row.tests_passed, row.tests_total)
     changed = new_score != row.score or new_tests != old_tests
     rule = RescoreRule(
-        ignored_tests_file="",
-        ignored_tests_sha256="",
+        duplicates_removed=len(records) - len(tests),
         ignored=sorted(ignore & tests.keys()),
         unmatched=sorted(ignore - tests.keys()),
         eval_json=str(eval_json),
@@ -152,14 +159,18 @@ def _new_row(row: TaskRow, rule: RescoreRule, run_id: str) -> TaskRow:
     return row.model_copy(update=update)
 
 
-def rescore_run(run: Path, ignored_file: Path, *, write: bool = True) -> list[Rescored]:
-    """Rescore every scored effective row of ``run``; append a row per changed one."""
+def rescore_run(run: Path, ignored_file: Path | None, *, dedupe: bool = False,
+                write: bool = True) -> list[Rescored]:
+    """Rescore every scored effective row of ``run`` with the registry's ignore file, or
+    (``dedupe``) with each test's duplicate records removed; append a row per changed one."""
     run = Path(run)
+    if ignored_file is None and not dedupe:
+        raise RescoreRefused("name a rule: --ignored-tests FILE or --dedupe-records")
     try:
         run_id = read_manifest(run).run_id
     except ManifestError as exc:
         raise RescoreRefused(str(exc)) from None
-    ignore_map, sha = load_ignored(ignored_file)
+    ignore_map, sha = load_ignored(ignored_file) if ignored_file is not None else ({}, None)
     lock = run_lock(run)  # the controller's: no run writes this ledger meanwhile
     try:
         lock.acquire(timeout=0)
@@ -172,45 +183,49 @@ def rescore_run(run: Path, ignored_file: Path, *, write: bool = True) -> list[Re
         results: list[Rescored] = []
         new_rows: list[TaskRow] = []
         for row in effective_rows(run):
-            if row.official_eval_status != "completed" or row.score is None:
-                results.append(
-                    Rescored(instance_id=row.instance_id, old_score=row.score, note="no verdict")
-                )
+            result, rule = _rescore_one(row, run, roots, ignore_map)
+            results.append(result)
+            if rule is None:
                 continue
-            kept = kept_files(row, run, roots)
-            eval_json = kept.eval_json() if kept is not None else None
-            if eval_json is None:
-                results.append(
-                    Rescored(
-                        instance_id=row.instance_id,
-                        old_score=row.score,
-                        note="no eval.json kept: not rescored",
-                    )
-                )
-                continue
-            try:
-                result, rule = rescore_row(row, eval_json, ignore_map.get(row.task_id, []))
-            except (OSError, ValueError) as exc:  # a torn or foreign eval.json
-                note = f"eval.json unreadable ({type(exc).__name__}): not rescored"
-                results.append(
-                    Rescored(instance_id=row.instance_id, old_score=row.score, note=note)
-                )
-                continue
-            rule.ignored_tests_file = str(Path(ignored_file).resolve())
-            rule.ignored_tests_sha256 = sha
+            if ignored_file is not None:
+                rule.ignored_tests_file = str(Path(ignored_file).resolve())
+                rule.ignored_tests_sha256 = sha
+            else:
+                rule.rule = RULE_DEDUPE
             if result.changed:
                 new_rows.append(_new_row(row, rule, run_id))
-            results.append(result)
         if write and new_rows:
             writer = LedgerWriter(run)
             if not writer.append_batch(new_rows) and writer.flush_pending():
                 raise OSError(f"{run}: the rescored rows could not be written to the ledger")
             # the manifest's figures follow the ledger (issue 41), and so does the report
-            refresh_figures(run, f"rescore with {Path(ignored_file).name} (sha256 {sha})")
+            why = (f"rescore with {Path(ignored_file).name} (sha256 {sha})"
+                   if ignored_file is not None else "rescore: duplicate records removed")
+            refresh_figures(run, why)
             rewrite_report(run)
     finally:
         lock.release()
     return results
+
+
+def _rescore_one(row: TaskRow, run: Path, roots: dict[str, Path],
+                 ignore_map: dict[str, list[str]]) -> tuple[Rescored, RescoreRule | None]:
+    """One effective row's rescore (the rule None: not rescored, the note says why)."""
+    def skipped(note: str) -> tuple[Rescored, None]:
+        return Rescored(instance_id=row.instance_id, old_score=row.score, note=note), None
+
+    if row.reason_code == DUPLICATE_RECORDS:
+        return skipped("refused for duplicate records: a resume scores its kept submission")
+    if row.official_eval_status != "completed" or row.score is None:
+        return skipped("no verdict")
+    kept = kept_files(row, run, roots)
+    eval_json = kept.eval_json() if kept is not None else None
+    if eval_json is None:
+        return skipped("no eval.json kept: not rescored")
+    try:
+        return rescore_row(row, eval_json, ignore_map.get(row.task_id, []))
+    except (OSError, ValueError) as exc:  # a torn or foreign eval.json
+        return skipped(f"eval.json unreadable ({type(exc).__name__}): not rescored")
 
 
 def rewrite_report(run: Path) -> None:
@@ -256,30 +271,45 @@ def rescore_command(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="harness programbench rescore",
         description="Recompute every score from the run's kept eval.json files with the "
-        "registry's ignored_tests.json; append a ledger row per changed instance.",
+        "registry's ignored_tests.json, or with duplicate test records removed (the last "
+        "record of a test wins); append a ledger row per changed instance.",
     )
     parser.add_argument("run", type=Path, help="run root")
     parser.add_argument(
         "--ignored-tests",
         type=Path,
-        required=True,
+        default=None,
         metavar="FILE",
         help='the registry\'s ignored_tests.json ({"<iid>": ["<branch>/<test>", ...]})',
+    )
+    parser.add_argument(
+        "--dedupe-records",
+        action="store_true",
+        help="rescore with each test's duplicate records removed, the last one winning "
+        "(a grader whose rerun plugin wrote a record per rerun; upstream issue 64)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print old and new, write no row")
     try:
         args = parser.parse_args(None if argv is None else list(argv))
     except SystemExit as exc:
         return 0 if exc.code == 0 else 2
+    if args.ignored_tests is None and not args.dedupe_records:
+        print("refused: name a rule: --ignored-tests FILE (the registry's ignore list) or "
+              "--dedupe-records (duplicate test records removed)", file=sys.stderr)
+        return 2
     try:
-        results = rescore_run(args.run, args.ignored_tests, write=not args.dry_run)
+        results = rescore_run(args.run, args.ignored_tests, dedupe=args.dedupe_records,
+                              write=not args.dry_run)
     except RescoreRefused as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"harness programbench rescore: {exc}", file=sys.stderr)
         return 1
-    sha = hashlib.sha256(args.ignored_tests.read_bytes()).hexdigest()
-    print(f"rescore of {args.run} with {args.ignored_tests} (sha256 {sha[:16]})")
+    if args.ignored_tests is not None:
+        sha = hashlib.sha256(args.ignored_tests.read_bytes()).hexdigest()
+        print(f"rescore of {args.run} with {args.ignored_tests} (sha256 {sha[:16]})")
+    else:
+        print(f"rescore of {args.run} with duplicate test records removed")
     print_results(results, wrote=not args.dry_run)
     return 0

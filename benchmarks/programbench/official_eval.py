@@ -490,7 +490,14 @@ def score_eval_json(instance_id: str, eval_json: Path, *, account_key: str | Non
 
 
 def per_test_outcomes(instance_id: str, eval_json: Path) -> dict[str, bool]:
-    """``{"<branch>/<junit name>": passed}`` over the scored tests (the registry's format)."""
+    """``{"<branch>/<junit name>": passed}`` over the scored tests (the registry's format);
+    a test recorded more than once counts once, by its last record."""
+    return dict(per_test_records(instance_id, eval_json))
+
+
+def per_test_records(instance_id: str, eval_json: Path) -> list[tuple[str, bool]]:
+    """``("<branch>/<junit name>", passed)`` per record of the scored tests, in order (a
+    test is there twice when the grader's plugins wrote a record per rerun, issue 45)."""
     from programbench.eval.eval import EvaluationResult
     from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
@@ -500,7 +507,7 @@ def per_test_outcomes(instance_id: str, eval_json: Path) -> dict[str, bool]:
         result = result.for_branches(get_active_branches(inst)).without_ignored(
             get_ignored_tests(inst)
         )
-    return {t.full_name: t.status == "passed" for t in result.test_results}
+    return [(t.full_name, t.status == "passed") for t in result.test_results]
 
 
 def _eval_args(

@@ -13,9 +13,15 @@ from pathlib import Path
 import pytest
 
 from benchmarks.programbench.fixture_tasks import EXTRA_TASKS
-from benchmarks.programbench.ignored_rescore import RescoreRefused, rescore_command, rescore_run
+from benchmarks.programbench.ignored_rescore import (
+    RULE_DEDUPE,
+    RescoreRefused,
+    rescore_command,
+    rescore_run,
+)
+from benchmarks.programbench.official_eval import DuplicateRecords, score_eval_json
 from harness.core.models import Outcome, TaskRow
-from harness.run.ledger import ledger_path, read_ledger
+from harness.run.ledger import LedgerWriter, ledger_path, read_ledger
 from harness.run.manifest import read_manifest
 from harness.sandbox.cleanup import run_lock
 from tests.benchmarks.programbench.pb_resume import resume_of
@@ -149,3 +155,47 @@ def test_a_running_run_and_a_foreign_file_are_refused(fixture_run: Path, tmp_pat
     with pytest.raises(RescoreRefused, match=r"not the registry's ignored_tests\.json format"):
         rescore_run(run, file)
     assert rescore_command([str(run), "--ignored-tests", str(file)]) == 2
+
+
+def test_dedupe_records_rescores_an_inflated_score_once(
+    fixture_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45: an old run scored under a grader whose rerun plugin wrote a record per
+    rerun (pytest-rerunfailures 16.6.1: a bare ``<testcase/>``, read as a pass) is rescored
+    with each test's last record; the report says which instance changed and why."""
+    run = copy_run(fixture_run, tmp_path / "run")
+    row = latest(run)[CALCFLOAT.instance_id]
+    eval_json = run / row.output_paths["eval_json"]
+    data = json.loads(eval_json.read_text())
+    failing = next(t for t in data["test_results"] if f"{t['branch']}/{t['name']}" == DECIMALS)
+    assert failing["status"] != "passed"
+    at = data["test_results"].index(failing)  # two reruns recorded before the final failure
+    data["test_results"][at:at] = [{**failing, "status": "passed"} for _ in range(2)]
+    eval_json.write_text(json.dumps(data))
+    from programbench.eval.eval import EvaluationResult  # the old grader's own figure
+
+    inflated = float(EvaluationResult.model_validate_json(eval_json.read_text()).score)
+    assert inflated == pytest.approx(5 / 6)
+    old = row.model_copy(update={"score": inflated, "tests_passed": 5, "tests_total": 6,
+                                 "resolved": False, "near_resolved": False})
+    assert LedgerWriter(run).append(old)  # as the run recorded it then
+
+    assert rescore_command([str(run), "--dedupe-records"]) == 0
+    out = capsys.readouterr().out
+    assert "with duplicate test records removed" in out
+    assert "0.8333 (5/6)" in out and "0.7500 (3/4) *" in out
+    assert "1 changed (*): appended 1 ledger row(s)" in out
+    new = latest(run)[CALCFLOAT.instance_id]
+    assert (new.score, new.tests_passed, new.tests_total) == (0.75, 3, 4)
+    rule = new.details["rescore"]
+    assert rule["rule"] == RULE_DEDUPE and rule["duplicates_removed"] == 2
+    assert rule["ignored_tests_file"] is None
+    html = (run / "report" / "report.html").read_text()
+    assert "rescored 0.8333" in html and "duplicate records removed" in html
+    # a second pass changes nothing; the scorer itself refuses such a file outright
+    assert rescore_command([str(run), "--dedupe-records"]) == 0
+    assert "0 changed (*)" in capsys.readouterr().out
+    with pytest.raises(DuplicateRecords, match="recorded more than once"):
+        score_eval_json(CALCFLOAT.instance_id, eval_json)
+    assert rescore_command([str(run)]) == 2  # no rule named
+    assert "--dedupe-records" in capsys.readouterr().err
