@@ -8,7 +8,8 @@
 * ``<iid>/<iid>.traj.json``: mini-swe-agent's trajectory, in its own format, where the agent
   kept one;
 * ``_stats/cost.json``, ``calls.json`` and ``tokens.json`` (``{iid: value}``; tokens are
-  output tokens, as the registry's) from the effective rows. An unknown value is left out
+  output tokens, as the registry's) from the effective rows, and ``_stats/languages.json``
+  (``{iid: language}``, the registry's rule: :mod:`benchmarks.programbench.languages`). An unknown value is left out
   and listed (the command's output, ``harness_submission.json``, ``submission.yaml``'s
   ``description``), never written as 0.
 
@@ -46,6 +47,7 @@ from benchmarks.programbench.kept_files import (
     effective_rows,
     kept_files,
 )
+from benchmarks.programbench.languages import submission_languages
 from benchmarks.programbench.leaderboard_records import (
     RECORD_NAME,
     STATS,
@@ -242,7 +244,7 @@ def _clear_earlier(dest: Path, earlier: SubmissionRecord | None) -> None:
     for item in earlier.instances:
         if INSTANCE_ID_RE.match(item.instance_id) and item.instance_id not in (".", ".."):
             shutil.rmtree(dest / item.instance_id, ignore_errors=True)
-    for stat in (*STATS, "score"):
+    for stat in (*STATS, "score", "languages"):
         (dest / "_stats" / f"{stat}.json").unlink(missing_ok=True)
 
 
@@ -357,6 +359,10 @@ def write_submission(
     stats, record.unknown = collect_stats({p.instance_id: row_of[p.instance_id] for p in packed})
     write_stats(dest, stats)
     record.stats_written = {s: len(v) for s, v in stats.items()}
+    languages = submission_languages(dest, [p.instance_id for p in packed])
+    atomic_write_text(dest / "_stats" / "languages.json",
+                      languages.model_dump_json(indent=2) + "\n")
+    record.stats_written["languages"] = len(languages.root)
     if not (dest / "submission.yaml").exists():
         _seed_yaml(dest, manifest)
     record.description = describe(record)

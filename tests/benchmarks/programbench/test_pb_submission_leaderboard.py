@@ -247,8 +247,10 @@ def test_the_official_package_and_verify_pass_on_the_output(
 
     stats = {
         n: json.loads((out / "_stats" / f"{n}.json").read_text())
-        for n in ("cost", "calls", "tokens", "score")
+        for n in ("cost", "calls", "tokens", "score", "languages")
     }
+    # issue 45: the language the submission is written in, by the registry's rule
+    assert stats["languages"] == {LB_ID: "sh"} and record.stats_written["languages"] == 1
     assert row.cost_known and stats["cost"] == {LB_ID: row.cost_usd}
     steps = len(solve_script()["responses"])
     assert stats["calls"] == {LB_ID: steps}
