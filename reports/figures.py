@@ -72,9 +72,11 @@ class InstanceResult(FiguresModel):
     # A rescore changed the row's score after its eval (``details.rescore``): "old -> new:
     # the rule", shown with the row so a reader sees which instances changed and why.
     rescored: str | None = None
+    # why the unit has no verdict (None: it has one; harness.core.scoring)
+    no_verdict: str | None = None
 
     OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"task", "sample", "models", "model_flag",
-                                                     "rescored"})
+                                                     "rescored", "no_verdict"})
 
     @property
     def task_key(self) -> str:
@@ -118,7 +120,10 @@ class Headline(StrictModel):
     carried: int
     binary: bool  # every score is 0 or 1 (pass/fail benchmarks such as Cowork Bench)
     raw: RateSet
-    infra_excluded: RateSet
+    # over the units with a verdict (harness.core.scoring.no_verdict_reason), beside raw:
+    # the excluded units by reason (infra failures by their code, not attempted, blocked)
+    with_verdict: RateSet
+    excluded_reasons: dict[str, int] = Field(default_factory=dict)
     counts: dict[str, int]  # by status, "not_attempted" for selected keys without a row
     outcome_counts: dict[str, int]
     cost: CostTotals

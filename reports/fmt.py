@@ -35,3 +35,11 @@ def duration(seconds: float | None) -> str:
 
 def count_rate(n: int, rate: float | None) -> str:
     return f"{n} ({pct(rate)})"
+
+
+def excluded_note(reasons: dict[str, int]) -> str:
+    """"; 2 excluded: docker_unavailable 1, not_attempted 1" (empty when none is excluded)."""
+    total = sum(reasons.values())
+    if not total:
+        return ""
+    return f"; {total} excluded: " + ", ".join(f"{k} {v}" for k, v in reasons.items())

@@ -80,7 +80,7 @@ def headline_cards(head: Headline) -> list[tuple[str, str]]:
 
 
 def rates_rows(head: Headline) -> list[tuple[str, str, str]]:
-    raw, ex = head.raw, head.infra_excluded
+    raw, ex = head.raw, head.with_verdict
     return [
         ("Mean score", fmt.score(raw.mean_score), fmt.score(ex.mean_score)),
         (
@@ -201,7 +201,8 @@ def context(
         "cards": headline_cards(head),
         "rates": rates_rows(head),
         "raw_denominator": head.raw.denominator,
-        "ex_denominator": head.infra_excluded.denominator,
+        "ex_denominator": head.with_verdict.denominator,
+        "ex_note": fmt.excluded_note(head.excluded_reasons),
         "by_benchmark": by_benchmark_rows(figures.by_benchmark),
         "compare": compare_view(figures.compare) if figures.compare else None,
         "samples": samples_context(figures.samples) if figures.samples is not None else None,

@@ -102,7 +102,7 @@ def models_markdown(use: ModelUse) -> list[str]:
 
 def render_markdown(figures: ReportFigures, summary_texts: Mapping[str, str]) -> str:
     p, head = figures.provenance, figures.headline
-    raw, ex = head.raw, head.infra_excluded
+    raw, ex = head.raw, head.with_verdict
     lines = [
         f"## harness run `{p.run_id}`",
         "",
@@ -116,7 +116,7 @@ def render_markdown(figures: ReportFigures, summary_texts: Mapping[str, str]) ->
     if p.not_reportable:
         lines += [f"**not reportable:** {'; '.join(p.not_reportable)}", ""]
     lines += _table(
-        ["Metric", f"Raw (÷ {raw.denominator})", f"Excluding infra (÷ {ex.denominator})"],
+        ["Metric", f"Raw (÷ {raw.denominator})", f"With a verdict (÷ {ex.denominator}{fmt.excluded_note(head.excluded_reasons)})"],
         [
             ["Mean score", fmt.score(raw.mean_score), fmt.score(ex.mean_score)],
             [

@@ -10,7 +10,13 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from harness.core.models import ModelCalls, Outcome, TaskRow, instance_key
-from harness.core.scoring import row_is_infra, row_is_resolved, row_score
+from harness.core.scoring import (
+    NO_ROW,
+    no_verdict_reason,
+    row_is_infra,
+    row_is_resolved,
+    row_score,
+)
 from harness.run.samples import split_attempt
 from reports.figures import (
     NOT_ATTEMPTED,
@@ -75,6 +81,7 @@ def result_from_row(row: TaskRow, *, in_selection: bool = True) -> InstanceResul
         models=list(row.models) if row.models is not None else None,
         model_flag=model_flag(row.models),
         rescored=rescored_text(row.details.get("rescore")),
+        no_verdict=no_verdict_reason(row),
     )
 
 
@@ -98,6 +105,7 @@ def missing_result(key: str) -> InstanceResult:
         attempted=False,
         status=NOT_ATTEMPTED,
         outcome=Outcome.NOT_ATTEMPTED.value,
+        no_verdict=NO_ROW,
         task=instance_key(benchmark, task) if sample is not None else None,
         sample=sample,
     )
@@ -174,7 +182,10 @@ def headline(results: Sequence[InstanceResult], selected: int) -> Headline:
     if unlisted:
         counts[NOT_ATTEMPTED] += unlisted
         outcomes[Outcome.NOT_ATTEMPTED.value] += unlisted
-    kept = [r for r in results if not r.infra]
+    judged = [r for r in results if r.no_verdict is None]
+    excluded = Counter(r.no_verdict for r in results if r.no_verdict is not None)
+    if unlisted:
+        excluded[NO_ROW] += unlisted
     scores = [r.score for r in results if r.attempted and not r.infra]
     return Headline(
         selected=selected,
@@ -184,7 +195,8 @@ def headline(results: Sequence[InstanceResult], selected: int) -> Headline:
         carried=sum(1 for r in results if r.carried),
         binary=bool(scores) and all(s in (0.0, 1.0) for s in scores),
         raw=rate_set(results, selected),
-        infra_excluded=rate_set(kept, selected - len(infra)),
+        with_verdict=rate_set(judged, len(judged)),
+        excluded_reasons=_sorted_counts(excluded),
         counts=_sorted_counts(counts),
         outcome_counts=_sorted_counts(outcomes),
         cost=cost_totals(results),

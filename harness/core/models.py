@@ -439,6 +439,18 @@ class ManifestExtra(Section):
             return None
 
 
+class VerdictScore(StrictModel):
+    """The mean score over the selected units that have a verdict (harness.core.scoring:
+    scored, the agent's failure, or carried), with those left out and why (reason ->
+    count). Shown beside the raw mean over every unit, never alone."""
+
+    mean_score: float | None = None  # None: several benchmarks (one mean each), or no unit
+    units: int = 0
+    excluded: int = 0
+    excluded_reasons: dict[str, int] = Field(default_factory=dict)
+    by_benchmark: dict[str, float] | None = None
+
+
 class Manifest(OpenModel):
     """``run_manifest.json``: written first, checkpointed, finalized on every exit path."""
 
@@ -466,6 +478,8 @@ class Manifest(OpenModel):
     counts: dict[str, int] = Field(default_factory=dict)
     outcome_counts: dict[str, int] = Field(default_factory=dict)
     mean_score: float | None = None
+    # beside mean_score (every selected unit, missing counts 0): the units with a verdict
+    verdict_score: VerdictScore | None = None
     refusal: Refusal | None = None
     error: dict[str, str] | None = None
     checkpoint: Checkpoint | None = None

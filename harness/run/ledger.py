@@ -23,11 +23,15 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from harness.core.layout import LEDGER_NAME
 from harness.core.models import TaskRow
+
+if TYPE_CHECKING:
+    from harness.core.models import Manifest, VerdictScore
 
 
 class LedgerError(ValueError):
@@ -144,24 +148,53 @@ class Tally:
     outcome_counts: dict[str, int]
     mean_score: float | None
     by_benchmark: dict[str, float] = field(default_factory=dict)  # benchmark -> mean
+    verdict: VerdictScore | None = None  # the same over the units with a verdict
 
 
 def tally(selection: list[str], latest: dict[str, TaskRow]) -> Tally:
     """The run's figures over its selection (the denominator): a selected instance without a
-    row scores 0, and each row's score follows the report's rule (one rule everywhere)."""
-    from harness.core.scoring import row_score  # the one rule, shared with the report
+    row scores 0, and each row's score follows the report's rule (one rule everywhere);
+    beside them, the figures over the units with a verdict and why the others have none."""
+    from harness.core.models import VerdictScore
+    from harness.core.scoring import no_verdict_reason, row_score  # shared with the report
 
     rows = [latest[k] for k in selection if k in latest]
     counts = Counter(r.status for r in rows)
     outcomes = Counter(r.outcome.value for r in rows)
     groups: dict[str, list[float]] = {}
+    judged: dict[str, list[float]] = {}
+    excluded: Counter[str] = Counter()
     for k in selection:
-        groups.setdefault(k.split("/", 1)[0], []).append(
-            row_score(latest[k]) if k in latest else 0.0)
+        row = latest.get(k)
+        score = row_score(row) if row is not None else 0.0
+        groups.setdefault(k.split("/", 1)[0], []).append(score)
+        reason = no_verdict_reason(row)
+        if reason is None:
+            judged.setdefault(k.split("/", 1)[0], []).append(score)
+        else:
+            excluded[reason] += 1
     by_benchmark = {name: sum(v) / len(v) for name, v in sorted(groups.items())}
     mean = next(iter(by_benchmark.values())) if len(by_benchmark) == 1 else None
+    judged_means = {name: sum(v) / len(v) for name, v in sorted(judged.items())}
+    verdict = VerdictScore(
+        mean_score=(next(iter(judged_means.values())) if len(groups) == 1 and judged_means
+                    else None),
+        units=sum(len(v) for v in judged.values()), excluded=sum(excluded.values()),
+        excluded_reasons=dict(sorted(excluded.items())),
+        by_benchmark=judged_means if len(groups) > 1 else None)
     return Tally(dict(sorted(counts.items())), dict(sorted(outcomes.items())), mean,
-                 by_benchmark)
+                 by_benchmark, verdict)
+
+
+def apply_tally(manifest: Manifest, figures: Tally) -> None:
+    """The manifest's figures from ``figures`` (the run, a rescore, a merge: one place). A
+    dry run has no score: not a mean of zeros."""
+    manifest.counts = figures.counts
+    manifest.outcome_counts = figures.outcome_counts
+    dry = manifest.dry_run
+    manifest.mean_score = None if dry else figures.mean_score
+    manifest.verdict_score = None if dry else figures.verdict
+    manifest.extra.mean_score_by_benchmark = None if dry else figures.by_benchmark or None
 
 
 DIAGNOSTIC_WRITE_FAILED = "diagnostic_write_failed"
@@ -322,11 +355,8 @@ def refresh_figures(run_root: Path, why: str) -> None:
     from harness.run.manifest import read_manifest, write_manifest
 
     manifest = read_manifest(run_root)
-    figures = tally(manifest.selection.instance_ids, read_ledger(ledger_path(run_root)).latest)
-    manifest.counts = figures.counts
-    manifest.outcome_counts = figures.outcome_counts
-    manifest.mean_score = figures.mean_score
-    manifest.extra.mean_score_by_benchmark = figures.by_benchmark or None
+    apply_tally(manifest, tally(manifest.selection.instance_ids,
+                                read_ledger(ledger_path(run_root)).latest))
     done = list(manifest.extra.figures_refreshed or [])
     manifest.extra.figures_refreshed = [*done, {"why": why, "at_unix": round(time.time(), 3)}]
     write_manifest(manifest, run_root)

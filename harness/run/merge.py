@@ -21,7 +21,7 @@ from harness.core.models import (
     StrictModel,
     TaskRow,
 )
-from harness.run.ledger import LEDGER_NAME, LedgerError, read_ledger, tally
+from harness.run.ledger import LEDGER_NAME, LedgerError, apply_tally, read_ledger, tally
 from harness.run.manifest import (
     ManifestError,
     manifest_path,
@@ -160,9 +160,6 @@ def merge(roots: list[Path], output: Path, *, accept_partial: bool = False) -> M
     merged.shard = None
     merged.selection = Selection(resolved=True, instance_ids=selection, count=len(selection),
                                  source="collection")
-    merged.counts = figures.counts
-    merged.outcome_counts = figures.outcome_counts
-    merged.mean_score = figures.mean_score
     merged.outcome = "merged"
     merged.exit_code = 0
     sizes = first.extra.benchmark_sizes or {}
@@ -172,7 +169,7 @@ def merge(roots: list[Path], output: Path, *, accept_partial: bool = False) -> M
                                      | ({incomplete} if missing else set())),
         benchmark_sizes=sizes,
     )
-    merged.extra.mean_score_by_benchmark = figures.by_benchmark or None
+    apply_tally(merged, figures)  # the counts and both means, as a run's own
     if first.extra.attempts is not None:  # K attempts per task (--attempts)
         merged.extra.attempts = first.extra.attempts
     retries = merged_retries(shards)

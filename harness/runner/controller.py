@@ -43,7 +43,7 @@ from harness.core.models import (
 from harness.core.outcomes import instance_key, split_attempt
 from harness.core.signals import StopGuard, read_stop, request_stop
 from harness.run import manifest as mf
-from harness.run.ledger import LedgerWriter, ledger_path, tally
+from harness.run.ledger import LedgerWriter, apply_tally, ledger_path, tally
 from harness.run.model import RunModel, setting_sources
 from harness.run.plan import fingerprint, new_run_id, validate_run_id
 from harness.run.resume import (
@@ -554,11 +554,7 @@ class Controller:
         assert self.manifest is not None
         selected = self.selection or []
         figures = tally(selected, self.rows)
-        self.manifest.counts = figures.counts
-        self.manifest.outcome_counts = figures.outcome_counts
-        dry = self.manifest.dry_run  # nothing ran: no score exists, not a mean of zeros
-        self.manifest.mean_score = None if dry else figures.mean_score
-        self.manifest.extra.mean_score_by_benchmark = None if dry else figures.by_benchmark or None
+        apply_tally(self.manifest, figures)
         return {"selected": len(selected), "counts": figures.counts,
                 "outcomes": figures.outcome_counts, "mean_score": figures.mean_score}
 

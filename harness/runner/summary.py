@@ -13,7 +13,21 @@ from harness.run.model import RunModel
 from harness.run.samples import model_stats, recorded_samples, summary_line
 
 if TYPE_CHECKING:
+    from harness.core.models import VerdictScore
     from harness.runner.controller import Controller
+
+
+def verdict_text(verdict: VerdictScore | None, mean: float | None, *,
+                 per_benchmark: bool = False) -> str:
+    """The figure beside the raw mean when some unit has no verdict (issue 45: neither is
+    shown without the other): "; 0.6250 over the 8 with a verdict (2 excluded: ...)"."""
+    if verdict is None or not verdict.excluded:
+        return ""
+    reasons = ", ".join(f"{k} {v}" for k, v in verdict.excluded_reasons.items())
+    figure = f"{mean:.4f}" if mean is not None else "no score"
+    over = "over its units with a verdict" if per_benchmark else \
+        f"over the {verdict.units} with a verdict"
+    return f"; {figure} {over} ({verdict.excluded} excluded: {reasons})"
 
 
 def print_summary(tr: Any, controller: Controller) -> None:
@@ -27,13 +41,17 @@ def print_summary(tr: Any, controller: Controller) -> None:
     if m.dry_run:
         tr.write_line(f"dry run: no scores exist (no agent ran on the {selected} selected)")
     elif m.mean_score is not None:
-        tr.write_line(f"mean score {m.mean_score:.4f} over {selected} (missing counts 0)")
+        tr.write_line(f"mean score {m.mean_score:.4f} over {selected} (missing counts 0)"
+                      + verdict_text(m.verdict_score, m.verdict_score.mean_score
+                                     if m.verdict_score else None))
     by_benchmark = m.extra.mean_score_by_benchmark or {}
     if len(by_benchmark) > 1:  # one headline per benchmark, never a mean across them
         sizes = {b: sum(1 for k in m.selection.instance_ids if k.split("/", 1)[0] == b)
                  for b in by_benchmark}
+        judged = (m.verdict_score.by_benchmark if m.verdict_score else None) or {}
         for name, mean in by_benchmark.items():
-            tr.write_line(f"{name}: mean score {mean:.4f} over {sizes[name]} (missing counts 0)")
+            tr.write_line(f"{name}: mean score {mean:.4f} over {sizes[name]} (missing counts 0)"
+                          + verdict_text(m.verdict_score, judged.get(name), per_benchmark=True))
     line = samples_line(controller)
     if line is not None:
         tr.write_line(line)

@@ -79,9 +79,10 @@ def test_report_in_a_browser(
     page.select_option("#filter-status", "")
     assert len(visible_column(page, 1)) == len(ids)
 
-    # The headline shows the selection as denominator, infra excluded beside it.
+    # The headline shows the selection as denominator, and beside it the units with a
+    # verdict, the excluded one named by its reason (issue 45: neither without the other).
     headline = page.inner_text("#headline-table")
-    assert "÷ 9 selected" in headline and "÷ 8" in headline
+    assert "÷ 9 selected" in headline and "With a verdict (÷ 8; 1 excluded: " in headline
 
     # Instance links resolve to files of the run.
     row = "#instances-table tbody tr[data-key='selftest/half']"

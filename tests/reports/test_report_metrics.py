@@ -27,11 +27,14 @@ def test_programbench_headline(programbench_run: Path) -> None:
     assert head.carried == 1
     # scores: 1.0 + 0.97 + 0.5 + 0 (agent failed) + 0.25 + 0 (infra) + 0.8 (carried) + 0 + 0
     assert head.raw.mean_score == pytest.approx(3.52 / 9)
-    assert head.infra_excluded.denominator == 8
-    assert head.infra_excluded.mean_score == pytest.approx(3.52 / 8)
+    # beside it, over the 6 units with a verdict: the infra failure and the 2 units without
+    # a row are left out, by reason (issue 45)
+    assert head.with_verdict.denominator == 6
+    assert head.with_verdict.mean_score == pytest.approx(3.52 / 6)
+    assert head.excluded_reasons["not_attempted"] == 2 and sum(head.excluded_reasons.values()) == 3
     assert (head.raw.resolved, head.raw.near_resolved) == (1, 2)
     assert head.raw.resolved_rate == pytest.approx(1 / 9)
-    assert head.infra_excluded.near_resolved_rate == pytest.approx(2 / 8)
+    assert head.with_verdict.near_resolved_rate == pytest.approx(2 / 6)
     assert head.counts == {
         "completed": 5,
         "not_attempted": 2,
@@ -95,7 +98,7 @@ def test_cowork_pass_fail_rows_give_pass_at_1(make_run, make_row: MakeRow) -> No
     head = build_figures(load_run(make_run("cowork", rows, keys))).headline
     assert head.binary
     assert head.raw.pass_at_1 == pytest.approx(2 / 6)
-    assert head.infra_excluded.pass_at_1 == pytest.approx(2 / 5)
+    assert head.with_verdict.pass_at_1 == pytest.approx(2 / 4)  # t5 infra, t6 without a row
     assert head.raw.mean_score == pytest.approx(2 / 6)
     unknown = make_row(k + "t7", status="passed", score=None, resolved=None)
     assert not result_from_row(unknown).resolved  # the report knows no benchmark's words

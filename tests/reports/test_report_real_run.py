@@ -17,7 +17,7 @@ def test_real_run_figures(real_run_root: Path) -> None:
     assert head.infra_failed == 1
     # ok x3 + slow = 1.0 each, half 0.5, near 0.96, bad 0, gave-up 0, docker (infra) 0
     assert head.raw.mean_score == pytest.approx(5.46 / 9)
-    assert head.infra_excluded.mean_score == pytest.approx(5.46 / 8)
+    assert head.with_verdict.mean_score == pytest.approx(5.46 / 8)
     assert (head.raw.resolved, head.raw.near_resolved) == (4, 5)
     assert head.counts == {"completed": 7, "failed": 1, "infra_failed": 1}
 

@@ -114,8 +114,9 @@ def test_official_summaries_are_shown(programbench_run: Path) -> None:
 
 def test_markdown_headline(programbench_run: Path) -> None:
     md = write_report(programbench_run).markdown.read_text()
-    assert "| Mean score | 0.391 | 0.440 |" in md
-    assert "| Resolved | 1 (11.1%) | 1 (12.5%) |" in md
+    assert "| Mean score | 0.391 | 0.587 |" in md
+    assert "| Resolved | 1 (11.1%) | 1 (16.7%) |" in md
+    assert "With a verdict (÷ 6; 3 excluded: " in md and "not_attempted 2" in md
     assert "**Status:** completed 5 · not_attempted 2 · failed 1 · infra_failed 1" in md
 
 

@@ -238,8 +238,18 @@ def check_merge(suite: Suite, shards: list[Chain], proc: subprocess.CompletedPro
 
 def check_report(root: Path, report: dict[str, Any]) -> None:
     """The report counts what the run model says: its units, tasks and K."""
-    model = model_of(Run.of(root).manifest)
-    assert report["headline"]["selected"] == len(model.units), (root, report["headline"])
+    manifest = Run.of(root).manifest
+    model = model_of(manifest)
+    head = report["headline"]
+    assert head["selected"] == len(model.units), (root, head)
+    # the units with a verdict and those left out, by reason, make up the selection; a
+    # finished run's manifest gives the same two figures (issue 45)
+    excluded = sum(head["excluded_reasons"].values())
+    assert head["with_verdict"]["denominator"] + excluded == head["selected"], (root, head)
+    verdict = manifest.get("verdict_score")
+    if manifest["exit_code"] is not None and verdict is not None:
+        assert (verdict["units"], verdict["excluded_reasons"]) == (
+            head["with_verdict"]["denominator"], head["excluded_reasons"]), (root, verdict)
     assert sorted(i["key"] for i in report["instances"]) == sorted(model.units)
     samples = report.get("samples")
     if model.attempts > 1 and samples is not None:
