@@ -6,9 +6,11 @@ reasons. A resume that gives every unit a verdict shows the one figure they shar
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.support.suite import Suite
 
-TASKS = [{"id": "ok", "work": "succeed", "count": 3}, {"id": "half", "work": "partial",
+TASKS: list[dict[str, Any]] = [{"id": "ok", "work": "succeed", "count": 3}, {"id": "half", "work": "partial",
                                                          "score": 0.5},
          {"id": "boom", "work": "infra"}, {"id": "bad", "work": "fail"}]
 
