@@ -159,7 +159,18 @@ class GatewayCommandAgent(Agent):
             update.update(completed=False, infra=False)
         elif state.upstream_errors and not outcome.completed and not outcome.infra:
             update.update(infra=True, reason_code="model_upstream_failed")
+            update["details"]["model_upstream_failure"] = upstream_failure(state)
         return outcome.model_copy(update=update)
+
+
+def upstream_failure(state: MeterState) -> str:
+    """What failed an agent that could not go on after its provider did (a stream cut for
+    silence, 429s past the wait ceiling, 5xx past the retries): the instance is then
+    infrastructure (``model_upstream_failed``), never the model's failure, and
+    ``--retry-infra`` runs it again."""
+    kind = ("stream_stalled" if state.stalls else
+            "rate_limited" if state.rate_limited else "upstream_errors")
+    return f"{kind}: {state.upstream_errors} failed call(s)"
 
 
 def gateway_update(meter: InstanceMeter, out_dir: Path) -> tuple[MeterState, dict[str, Any]]:
@@ -180,7 +191,9 @@ def gateway_update(meter: InstanceMeter, out_dir: Path) -> tuple[MeterState, dic
         "details": {"cost_source": "gateway" if known else "unknown",
                     "model_calls": state.calls, "model_refused": state.refused,
                     **({"model_not_allowed": state.model_not_allowed}
-                       if state.model_not_allowed else {})},
+                       if state.model_not_allowed else {}),
+                    **({"model_trouble": trouble} if (trouble := meter.trouble_record())
+                       else {})},
     }
     if state.limit_reached:
         update["reason_code"] = "per_task_limit_reached"

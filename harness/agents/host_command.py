@@ -303,15 +303,19 @@ class HostCommandAgent(Agent):
                         "host_isolation": isolation(),
                         "cost_source": "agent_reported" if known else "unknown"}}
         if meter is not None:  # the gateway's figures, not the agent's own
-            from harness.agents.command_proxy import gateway_update
+            from harness.agents.command_proxy import gateway_update, upstream_failure
 
-            update = gateway_update(meter, out_dir)[1]
+            state, update = gateway_update(meter, out_dir)
             common["output_paths"].update(update.pop("paths"))
             common["details"].update(update.pop("details"))
             reason = update.pop("reason_code", None)
             common.update(update)
             if reason is not None:
                 return AgentOutcome(completed=False, reason_code=reason, **common)
+            if state.upstream_errors and proc.returncode != 0 and not timed_out:
+                common["details"]["model_upstream_failure"] = upstream_failure(state)
+                return AgentOutcome(completed=False, infra=True,
+                                    reason_code="model_upstream_failed", **common)
         if timed_out:
             return AgentOutcome(completed=False, truncated=True, reason_code="deadline_local",
                                 **common)

@@ -353,6 +353,8 @@ class ManifestExtra(Section):
     # harness.runner.agent_plugin (harness.agents models: agent, provenance, seed gate, preflight)
     agent: dict[str, Any] | None = None
     agent_source: dict[str, Any] | None = None
+    # harness.runner.pacing_plugin (harness.model_proxy.pacing.PacingPolicy.record)
+    model_pacing: dict[str, float | int | None] | None = None
     seed_gate: dict[str, Any] | None = None
     # harness.runner.agent_plugin (--settings-path: harness.agents.gateway.profile.ProfileCheck)
     settings_profile: dict[str, Any] | None = None

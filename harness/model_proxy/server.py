@@ -34,12 +34,14 @@ import os
 import socketserver
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from harness.model_proxy.pacing import Pacer, PacingTimeout, current_pacer
 from harness.model_proxy.pinning import REFUSAL_CODE, ModelPin, load_json_object
 from harness.model_proxy.tape import (
     MISS_CODE,
@@ -48,6 +50,7 @@ from harness.model_proxy.tape import (
     TapeSession,
     current_tape,
 )
+from harness.model_proxy.upstream import send_paced
 from harness.model_proxy.usage import CallCost, InstanceMeter, SSEUsage, usage_from_json
 
 ROUTES = ("chat/completions", "completions", "responses", "embeddings", "messages")
@@ -57,6 +60,7 @@ HOP_HEADERS = {"authorization", "x-api-key", "host", "content-length", "connecti
                "api-key", "x-goog-api-key", "cookie"}
 SOCKET_NAME = "gateway.sock"
 REFUSAL_TYPE = "per_task_limit_reached"
+RATE_LIMITED_TYPE = "model_rate_limited"  # no slot or turn before the call's wait ceiling
 AMBIENT = "ambient"  # GatewayServer(tape=...): the current instance's session, if any
 
 
@@ -78,15 +82,20 @@ class GatewayServer:
     ``pin``: forward only the models it allows (None: every model, as named).
 
     ``tape``: record through, or replay from, this session (None: neither; the default is
-    the session of the instance whose agent runs in this thread, if any)."""
+    the session of the instance whose agent runs in this thread, if any).
+
+    ``pacer``: the run's pacing (default: the one the run configured in this process,
+    :func:`~harness.model_proxy.pacing.current_pacer`)."""
 
     def __init__(self, upstream: str, key: str, meter: InstanceMeter, *,
                  timeout_s: float = 600.0, token: str | None = None,
                  pin: ModelPin | None = None,
-                 tape: TapeSession | str | None = AMBIENT) -> None:
+                 tape: TapeSession | str | None = AMBIENT,
+                 pacer: Pacer | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.meter = meter
         self.pin = pin
+        self.pacer = pacer or current_pacer()
         self.tape: TapeSession | None = current_tape() if isinstance(tape, str) else tape
         self.replaying = self.tape is not None and self.tape.replaying
         self.recording = self.tape is not None and self.tape.recording
@@ -251,19 +260,40 @@ class GatewayServer:
             model = body.get("model") if isinstance(body.get("model"), str) else None
             if self.replaying:
                 self._replay(h, "POST", rel, body, model)
-            elif body.get("stream") is True:
-                self._forward_stream(h, rel, body, model)
-            else:
-                self._forward_plain(h, "POST", rel, body, model)
+                return
+            self._paced(h, rel, body, model)
+
+    def _paced(self, h: BaseHTTPRequestHandler, rel: str, body: dict[str, Any],
+               model: str | None) -> None:
+        """Forward under the run's pacing: a slot of its concurrency, then the call (its
+        turns and retries: :func:`~harness.model_proxy.upstream.send_paced`)."""
+        deadline = time.monotonic() + self.pacer.policy.wait_max_s
+        try:
+            with self.pacer.slot(deadline) as waited:
+                self.meter.trouble(waited_s=waited)
+                if body.get("stream") is True:
+                    self._forward_stream(h, rel, body, model, deadline)
+                else:
+                    self._forward_plain(h, "POST", rel, body, model, deadline)
+        except PacingTimeout as exc:
+            self.meter.upstream_error()
+            self._send(h, 429, _error_body(rel, 429, RATE_LIMITED_TYPE, f"{exc} "
+                                           f"({self.pacer.policy.wait_max_s:g} s)"))
 
     def _forward_plain(self, h: BaseHTTPRequestHandler, method: str, rel: str,
-                       body: dict[str, Any] | None, model: str | None) -> None:
-        assert self._client is not None  # never in replay
+                       body: dict[str, Any] | None, model: str | None,
+                       deadline: float | None = None) -> None:
+        client = self._client
+        assert client is not None  # never in replay
         position = self.tape.next_position() if self.tape is not None else 0
+        headers = self._headers(h)
+        content = None if body is None else json.dumps(body)
+        url = f"{self.upstream}/{rel}"
         try:
-            resp = self._client.request(method, f"{self.upstream}/{rel}",
-                                        headers=self._headers(h),
-                                        content=None if body is None else json.dumps(body))
+            resp = send_paced(client, self.pacer, self.meter,
+                              lambda: client.build_request(method, url, headers=headers,
+                                                           content=content),
+                              stream=False, deadline=deadline or time.monotonic())
         except httpx.HTTPError as exc:
             self.meter.upstream_error()
             data = _error_body(rel, 502, "upstream_unavailable",
@@ -284,7 +314,7 @@ class GatewayServer:
                 parsed = {}
             usage = usage_from_json(parsed if isinstance(parsed, dict) else {})
             cost = self.meter.record(usage, model)
-        elif resp.status_code >= 500:
+        elif resp.status_code >= 500 or resp.status_code == 429:  # past retries/ceiling
             self.meter.upstream_error()
         ctype = resp.headers.get("content-type", "application/json")
         try:
@@ -348,8 +378,9 @@ class GatewayServer:
         return not (isinstance(opts, dict) and opts.get("include_usage"))
 
     def _forward_stream(self, h: BaseHTTPRequestHandler, rel: str, body: dict[str, Any],
-                        model: str | None) -> None:
-        assert self._client is not None  # never in replay
+                        model: str | None, deadline: float) -> None:
+        client = self._client
+        assert client is not None  # never in replay
         asked = body
         drop = self._drops_usage(rel, body)
         if rel == "chat/completions":
@@ -363,13 +394,18 @@ class GatewayServer:
         status, ctype = 0, "text/event-stream"
         cost: CallCost | None = None
         broken = False
+        headers, content, url = self._headers(h), json.dumps(body), f"{self.upstream}/{rel}"
+        idle = httpx.Timeout(self.pacer.policy.stream_idle_s, connect=30.0)  # silence cuts
         try:
-            with self._client.stream("POST", f"{self.upstream}/{rel}", headers=self._headers(h),
-                                     content=json.dumps(body)) as resp:
+            with contextlib.closing(send_paced(
+                    client, self.pacer, self.meter,
+                    lambda: client.build_request("POST", url, headers=headers,
+                                                 content=content, timeout=idle),
+                    stream=True, deadline=deadline)) as resp:
                 status = resp.status_code
                 if resp.status_code >= 300:
                     data = resp.read()
-                    if resp.status_code >= 500:
+                    if resp.status_code >= 500 or resp.status_code == 429:
                         self.meter.upstream_error()
                     ctype = resp.headers.get("content-type", "application/json")
                     try:
@@ -398,6 +434,8 @@ class GatewayServer:
         except httpx.HTTPError as exc:
             broken = True
             self.meter.upstream_error()
+            if status and isinstance(exc, httpx.ReadTimeout):  # a stream gone silent: cut
+                self.meter.trouble(stalls=1)
             data = _error_body(rel, 502, "upstream_unavailable",
                                f"model upstream unavailable: {type(exc).__name__}")
             with contextlib.suppress(OSError):

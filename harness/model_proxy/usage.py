@@ -185,6 +185,12 @@ class MeterState(BaseModel):
     usage_missing: int = 0
     refused: int = 0
     upstream_errors: int = 0
+    # model trouble (issue 45; harness.model_proxy.pacing): 429 answers seen, calls sent
+    # again, seconds waited (pacing and backoff), streams cut for silence
+    rate_limited: int = 0
+    retries: int = 0
+    waited_s: float = 0.0
+    stalls: int = 0
     limit_usd: float | None = None
     limit_reached: bool = False
     limit_reason: str | None = None
@@ -337,6 +343,25 @@ class InstanceMeter:
     def upstream_error(self) -> None:
         with self.lock:
             self.state.upstream_errors += 1
+
+    def trouble(self, *, rate_limited: int = 0, retries: int = 0, waited_s: float = 0.0,
+                stalls: int = 0) -> None:
+        """Count what the provider's pushback cost (none of it is billed)."""
+        with self.lock:
+            s = self.state
+            s.rate_limited += rate_limited
+            s.retries += retries
+            s.waited_s = round(s.waited_s + waited_s, 3)
+            s.stalls += stalls
+
+    def trouble_record(self) -> dict[str, float | int]:
+        """The row's ``details.model_trouble`` (empty when the provider never pushed back)."""
+        with self.lock:
+            s = self.state
+            out = {"calls": s.calls, "rate_limited": s.rate_limited, "retries": s.retries,
+                   "waited_s": s.waited_s, "stalls": s.stalls,
+                   "upstream_errors": s.upstream_errors}
+        return out if any(out[k] for k in out if k != "calls") else {}
 
     def snapshot(self) -> MeterState:
         with self.lock:

@@ -451,6 +451,9 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
         r.details["truncated"] = True
     if outcome.details:
         r.details["agent_details"] = outcome.details
+    for key in ("model_trouble", "model_upstream_failure"):  # the provider's pushback (45)
+        if key in outcome.details:
+            r.details[key] = outcome.details[key]
     for name, path in outcome.output_paths.items():
         ctx.output(name, Path(path))
     if outcome.infra:

@@ -9,12 +9,15 @@ server-sent events, and a usage chunk when ``stream_options.include_usage`` is s
 Script (JSON)::
 
     {"model": "fake/scripted",
-     "loop": false,                 # after the last response: start again (true) or 500
+     "loop": false,                 # after the last response: start again (true) or 410
      "responses": [
         {"content": "thinking",     # assistant text (optional)
          "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}],
          "usage": {"prompt_tokens": 100, "completion_tokens": 20, "cost": 0.01}},
-        {"status": 503, "error": "overloaded"}          # an HTTP error instead
+        {"status": 503, "error": "overloaded"},         # an HTTP error instead
+        {"status": 429, "retry_after": "2"},             # ... with a Retry-After header
+        {"content": "x", "stall_after_chunks": 1, "stall_s": 30},  # a stream that stops
+        {"content": "slow", "trickle_s": 0.5}            # a stream, a chunk each 0.5 s
      ]}
 
 ``usage.cost`` (optional) is reported like OpenRouter's provider cost field. Every request
@@ -67,6 +70,11 @@ class FakeResponse(BaseModel):
     status: int = 200
     error: str | None = None
     delay_s: float = Field(default=0.0, ge=0, le=60)  # answer this much later (a slow model)
+    retry_after: str | None = None  # the Retry-After header of an error answer (a 429)
+    # a stream: send this many chunks, then nothing for stall_s (the connection kept open)
+    stall_after_chunks: int | None = Field(default=None, ge=0)
+    stall_s: float = Field(default=30.0, ge=0, le=600)
+    trickle_s: float = Field(default=0.0, ge=0, le=60)  # a stream: this long between chunks
 
 
 class FakeScript(BaseModel):
@@ -209,11 +217,14 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
 
-    def _json(self, status: int, body: dict[str, Any]) -> None:
+    def _json(self, status: int, body: dict[str, Any],
+              headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -245,14 +256,15 @@ class _Handler(BaseHTTPRequestHandler):
                       "auth_sha256": hashlib.sha256(auth.encode()).hexdigest() if auth else None})
         resp = state.next_response()
         if resp is None:
-            self._json(500, {"error": {"message": "fake model server: script exhausted",
+            self._json(410, {"error": {"message": "fake model server: script exhausted",
                                        "type": "script_exhausted"}})
             return
         if resp.delay_s:
             time.sleep(resp.delay_s)
         if resp.status != 200:
             self._json(resp.status, {"error": {"message": resp.error or "scripted error",
-                                               "type": "scripted_error"}})
+                                               "type": "scripted_error"}},
+                       {"Retry-After": resp.retry_after} if resp.retry_after else None)
             return
         model = str(body.get("model") or state.script.model)
         if not stream:
@@ -272,7 +284,12 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             opts = body.get("stream_options") or {}
             include = bool(isinstance(opts, dict) and opts.get("include_usage"))
-            for chunk in chat_chunks(resp, model, include):
+            for n, chunk in enumerate(chat_chunks(resp, model, include)):
+                if n and resp.trickle_s:
+                    time.sleep(resp.trickle_s)
+                if resp.stall_after_chunks is not None and n >= resp.stall_after_chunks:
+                    time.sleep(resp.stall_s)  # silent, the connection open
+                    return
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")

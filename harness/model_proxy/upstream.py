@@ -1,0 +1,62 @@
+"""One model call sent upstream under the run's pacing (:mod:`harness.model_proxy.pacing`):
+its turn under the requests-per-minute limit, then the call; a 429 waited out and sent
+again, a 5xx or a failed connection retried within the per-call and per-run budgets, every
+wait counted against the call's ceiling. The gateway relays what this returns."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import httpx
+
+from harness.model_proxy.pacing import Pacer
+from harness.model_proxy.usage import InstanceMeter
+
+RATE_LIMITED = 429
+
+
+def send_paced(client: httpx.Client, pacer: Pacer, meter: InstanceMeter,
+               build: Callable[[], httpx.Request], *, stream: bool,
+               deadline: float) -> httpx.Response:
+    """The response to relay: a success, or the provider's last refusal once waiting longer
+    would pass ``deadline`` (monotonic) or the retries are spent. A connection that fails
+    past them raises its :class:`httpx.HTTPError`; no turn before ``deadline`` raises
+    :class:`~harness.model_proxy.pacing.PacingTimeout`. A stream is returned open."""
+    attempt, retries = 0, 0
+    while True:
+        meter.trouble(waited_s=pacer.turn(deadline))
+        try:
+            resp = client.send(build(), stream=stream)
+        except httpx.HTTPError:
+            delay = _retry_delay(pacer, attempt, retries, None, deadline, limited=False)
+            if delay is None:
+                raise
+        else:
+            status = resp.status_code
+            if status != RATE_LIMITED and status < 500:
+                return resp
+            limited = status == RATE_LIMITED
+            meter.trouble(rate_limited=int(limited))
+            delay = _retry_delay(pacer, attempt, retries, resp.headers.get("retry-after"),
+                                 deadline, limited=limited)
+            if delay is None:
+                return resp
+            resp.close()
+            retries += 0 if limited else 1
+        time.sleep(delay)
+        meter.trouble(retries=1, waited_s=delay)
+        attempt += 1
+
+
+def _retry_delay(pacer: Pacer, attempt: int, retries: int, retry_after: str | None,
+                 deadline: float, *, limited: bool) -> float | None:
+    """Seconds to wait before sending again, None when the call must stop here: a 429 is
+    waited out while the ceiling allows; a failure is retried while the call's retries and
+    the run's budget allow (and the ceiling)."""
+    delay = pacer.backoff(attempt, retry_after)
+    if time.monotonic() + delay > deadline:
+        return None
+    if not limited and (retries >= pacer.policy.retries or not pacer.take_retry()):
+        return None
+    return delay
