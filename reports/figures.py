@@ -74,9 +74,13 @@ class InstanceResult(FiguresModel):
     rescored: str | None = None
     # why the unit has no verdict (None: it has one; harness.core.scoring)
     no_verdict: str | None = None
+    # the provider's pushback the row's gateway met (details.model_trouble): 429s,
+    # retries, seconds waited, streams cut, failed calls
+    model_trouble: dict[str, float] | None = None
 
     OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"task", "sample", "models", "model_flag",
-                                                     "rescored", "no_verdict"})
+                                                     "rescored", "no_verdict",
+                                                     "model_trouble"})
 
     @property
     def task_key(self) -> str:
@@ -281,6 +285,8 @@ class ModelUse(StrictModel):
     rows_unrecorded: int  # attempted rows without one
     totals: list[ModelTotal]
     flagged: list[FlaggedRow]
+    # the rows that met the provider's pushback, and its sums (None: none did)
+    trouble: dict[str, float] | None = None
 
 
 class ReportFigures(FiguresModel):

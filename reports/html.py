@@ -18,6 +18,7 @@ from reports import fmt, samples_view
 from reports.charts import Chart, per_instance_chart, score_histogram, status_breakdown
 from reports.figures import Headline, ModelUse, Provenance, ReportFigures
 from reports.html_tables import Links, compare_view, instance_table
+from reports.model_use import trouble_text
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 TEMPLATE = "report.html.j2"
@@ -149,6 +150,8 @@ def models_context(use: ModelUse) -> dict[str, Any]:
         "headers": samples_view.MODEL_HEADERS,
         "rows": samples_view.model_rows(use),
         "flagged": [(f.key, f.flag) for f in use.flagged],
+        "trouble": (f"{use.trouble['rows']:g} row(s) met the provider's pushback: "
+                    f"{trouble_text(use.trouble)}") if use.trouble else None,
     }
 
 

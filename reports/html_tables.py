@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from reports import fmt, samples_view
 from reports.charts import status_color
 from reports.figures import CompareReport, InstanceResult
-from reports.model_use import models_cell
+from reports.model_use import models_cell, trouble_text
 
 Links = Mapping[str, Sequence[tuple[str, str]]]
 PAGE_SIZE = 100
@@ -65,6 +65,9 @@ def instance_row(
         reason = f"{reason}: {r.error}" if reason else r.error
     if r.rescored:  # which instances a rescore changed, and by which rule
         reason = f"{reason} ({r.rescored})" if reason else r.rescored
+    if r.model_trouble:  # the provider pushed back (issue 45)
+        trouble = f"model trouble: {trouble_text(r.model_trouble)}"
+        reason = f"{reason} ({trouble})" if reason else trouble
     tests_v: float | None = None
     tests_text = ""
     if r.tests_total is not None:

@@ -82,7 +82,21 @@ def result_from_row(row: TaskRow, *, in_selection: bool = True) -> InstanceResul
         model_flag=model_flag(row.models),
         rescored=rescored_text(row.details.get("rescore")),
         no_verdict=no_verdict_reason(row),
+        model_trouble=trouble_of(row.details.get("model_trouble")),
     )
+
+
+TROUBLE_KEYS = ("rate_limited", "retries", "waited_s", "stalls", "upstream_errors")
+
+
+def trouble_of(record: object) -> dict[str, float] | None:
+    """A row's ``details.model_trouble`` as numbers (None: none, or not readable)."""
+    if not isinstance(record, dict):
+        return None
+    out = {k: float(v) for k in TROUBLE_KEYS
+           if isinstance(v := record.get(k), (int, float)) and v}
+    return out or None
+
 
 
 def rescored_text(rule: object) -> str | None:

@@ -68,7 +68,29 @@ def model_use(results: Sequence[InstanceResult]) -> ModelUse | None:
             for (model, source, allowed), t in sorted(totals.items())
         ],
         flagged=[FlaggedRow(key=r.key, flag=r.model_flag) for r in recorded if r.model_flag],
+        trouble=trouble_sums(results),
     )
+
+
+def trouble_sums(results: Sequence[InstanceResult]) -> dict[str, float] | None:
+    """The provider's pushback over the rows: how many met it, and each count summed."""
+    met = [r.model_trouble for r in results if r.model_trouble]
+    if not met:
+        return None
+    sums: dict[str, float] = {"rows": float(len(met))}
+    for t in met:
+        for k, v in t.items():
+            sums[k] = round(sums.get(k, 0.0) + v, 3)
+    return sums
+
+
+def trouble_text(trouble: dict[str, float]) -> str:
+    """``429s 2, retries 2, waited 0.8 s, stalls 1, failed calls 1`` (the counts met)."""
+    names = {"rate_limited": "429s", "retries": "retries", "waited_s": "waited",
+             "stalls": "streams cut", "upstream_errors": "failed calls"}
+    parts = [f"{names[k]} {v:g}{' s' if k == 'waited_s' else ''}"
+             for k, v in trouble.items() if k in names]
+    return ", ".join(parts)
 
 
 def models_cell(r: InstanceResult) -> str:

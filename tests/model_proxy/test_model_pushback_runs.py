@@ -55,6 +55,9 @@ def test_a_429_storm_costs_latency_not_the_score(tmp_path: Path) -> None:
     assert trouble["rate_limited"] == 2 and trouble["retries"] == 2
     assert trouble["waited_s"] >= 0.8 and trouble["upstream_errors"] == 0
     assert row["cost_usd"] == pytest.approx(len(solve) * PER_CALL, abs=1e-12)  # billed once
+    html = (run.root / "report" / "report.html").read_text()
+    assert "model trouble: 429s 2, retries 2, waited " in html  # the row, in the report
+    assert "1 row(s) met the provider&#39;s pushback" in html
     assert run.manifest["extra"]["model_pacing"]["rpm"] == 600.0
     assert run.manifest["extra"]["model_pacing"]["concurrency"] == 2
     state = json.loads((tmp_path / "campaign.json").read_text())
