@@ -23,6 +23,7 @@ import os
 import shutil
 import stat
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +66,7 @@ from harness.core.fsutil import atomic_write_json, atomic_write_text
 from harness.core.models import Outcome
 from harness.run.locate import run_roots
 from harness.run.manifest import read_manifest
+from harness.runner.deadlines import deadlines, phase_deadline
 from harness.runner.instance import InstanceContext
 from harness.runner.sandbox_fixtures import copy_limits as copy_limits_of
 from harness.sandbox import create_internal_network, remove_labelled
@@ -115,6 +117,7 @@ def run_instance(
     pg_image: str | None = None,
     copy_limits: CopyLimits | None = None,
     seed: SeedTar | None = None,
+    deadlines: Mapping[str, float | None] | None = None,
 ) -> InstanceResult:
     """Sidecar (unless one is given, with its network), agent phase, eval phase, teardown.
 
@@ -128,6 +131,8 @@ def run_instance(
     (audit only) while the sidecar still holds the agent's state. ``copy_limits``
     (``--max-copy-out-mb``, ``--max-copy-out-files``) cap every copy out of its containers.
     ``seed`` (``--agent command --agent-repo``) is copied into the agent container.
+    ``deadlines`` (``--phase-timeout``): seconds of the provision and eval phases; past one,
+    the instance is infrastructure, ``phase_timeout`` naming the phase.
     """
     inst_dir = Path(inst_dir)
     inst_dir.mkdir(parents=True, exist_ok=True)
@@ -139,12 +144,10 @@ def run_instance(
         runtime = result.runtime_image = runtime_image or ensure_image("runtime").image_id
         if sidecar is None:
             t0 = time.monotonic()
-            net = create_internal_network(ident.run_id, task.instance_id, ident.worker,
-                                          ident.run_root)  # fmt: skip
-            dump = seed_path or Path(bench_root) / "db" / "init.sql.gz"
-            sidecar = start_postgres(net, ident, task.instance_id, dump, ttl_s=ttl, limits=limits,
-                                     image_id=pg_image,
-                                     allow_unseeded=allow_missing_db)  # fmt: skip
+            with phase_deadline("provision", (deadlines or {}).get("provision")):
+                sidecar = _start_sidecar(task, ident, Path(seed_path or Path(bench_root) / "db"
+                                                           / "init.sql.gz"),
+                                         ttl, limits, pg_image, allow_missing_db)
             result.pg_image = sidecar.image_id
             result.pg_seed_missing = sidecar.seed_missing
             timings.update(sidecar.timings)
@@ -161,7 +164,9 @@ def run_instance(
         if not result.summary.infra_failed:
             t2 = time.monotonic()
             runner = checker or container_checker(env)
-            result.eval = evaluate_once(inst_dir, Path(bench_root), task.instance_id, runner)
+            with phase_deadline("eval", (deadlines or {}).get("eval")):
+                result.eval = evaluate_once(inst_dir, Path(bench_root), task.instance_id,
+                                            runner)
             timings["eval_s"] = time.monotonic() - t2
             if diagnostic:
                 result.diagnostic = run_diagnostic(inst_dir, Path(bench_root), task.instance_id,
@@ -177,6 +182,16 @@ def run_instance(
         elif own:
             result.cleanup = teardown(ident, task.instance_id)
     return result
+
+
+def _start_sidecar(task: CoworkTask, ident: RunIdentity, dump: Path, ttl: int,
+                   limits: Limits | None, pg_image: str | None,
+                   allow_missing_db: bool) -> PgSidecar:
+    """The instance's internal network and its seeded PostgreSQL sidecar (the provision
+    phase)."""
+    net = create_internal_network(ident.run_id, task.instance_id, ident.worker, ident.run_root)
+    return start_postgres(net, ident, task.instance_id, dump, ttl_s=ttl, limits=limits,
+                          image_id=pg_image, allow_unseeded=allow_missing_db)
 
 
 def teardown(ident: RunIdentity, instance_id: str) -> dict[str, object]:
@@ -406,6 +421,7 @@ def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) ->
         pg_image=adapter.images.image_id("pg", ctx.run_root),
         copy_limits=copy_limits_of(request.config),
         seed=seed,
+        deadlines=deadlines(request.config),
     )
     details = ctx.result.details
     details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}

@@ -48,6 +48,7 @@ from harness.core.fsutil import atomic_write_json
 from harness.core.models import Outcome
 from harness.core.untrusted import hash_untrusted_file
 from harness.runner.agent_plugin import instance_view, run_agent
+from harness.runner.deadlines import phase
 from harness.runner.instance import InstanceContext, OutcomeSkip
 from harness.sandbox.container import Sandbox
 from harness.sandbox.errors import ProtectedInstallFailed
@@ -280,7 +281,8 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
                           f"{inst.instance_id}: ProgramBench ships no reference solution for "
                           f"this task (only the fixture has one); its image was not pulled")
     client = request.getfixturevalue("sandbox_factory").client  # the instance's engine
-    image_id, blob_dir = resolve_instance_image(ctx, inst, client, request.config)
+    with phase(request.config, "pull"):
+        image_id, blob_dir = resolve_instance_image(ctx, inst, client, request.config)
     redo = bool(request.config.getoption("redo_existing"))
     kept = None if redo else find_kept_submission(ctx)
     if kept is not None:  # a resume re-scores the kept submission, never buys a new solve
@@ -297,7 +299,8 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     if adopted is not None:
         sandbox, extra = adopted
     else:
-        sandbox = start_sandbox(ctx, request, settings, image_id, agent)
+        with phase(request.config, "create"):
+            sandbox = start_sandbox(ctx, request, settings, image_id, agent)
         extra = {"keep_sandbox": True} if reattach_labels(agent) else {}
         if extra:
             record_sandbox(view, sandbox)
@@ -316,7 +319,8 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
         raise
     ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
     try:
-        submission = collect_submission(ctx, sandbox)
+        with phase(request.config, "collect"):
+            submission = collect_submission(ctx, sandbox)
     finally:  # the host folder goes once the workspace is collected (host_workspace.remove)
         if host_ws is not None and not request.config.getoption("keep_sandboxes"):
             remove_host_workspace(host_ws)
@@ -330,7 +334,8 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
             report.sha256_out if report is not None else hash_untrusted_file(submission)[0])
     reason = None if outcome.completed else (outcome.reason_code or "task_not_completed")
     ctx.result.details["agent_outcome"] = {"completed": outcome.completed, "reason": reason}
-    score_submission(ctx, settings, submission, outcome.completed, reason, blob_dir)
+    with phase(request.config, "eval"):
+        score_submission(ctx, settings, submission, outcome.completed, reason, blob_dir)
 
 
 def score_submission(ctx: InstanceContext, settings: Any, submission: Path, completed: bool,

@@ -355,6 +355,8 @@ class ManifestExtra(Section):
     agent_source: dict[str, Any] | None = None
     # harness.runner.pacing_plugin (harness.model_proxy.pacing.PacingPolicy.record)
     model_pacing: dict[str, float | int | None] | None = None
+    # harness.runner.deadline_plugin: each phase's deadline in seconds (None: none)
+    phase_deadlines: dict[str, float | None] | None = None
     seed_gate: dict[str, Any] | None = None
     # harness.runner.agent_plugin (--settings-path: harness.agents.gateway.profile.ProfileCheck)
     settings_profile: dict[str, Any] | None = None

@@ -56,7 +56,7 @@ pytest_plugins = ["harness.runner.startup", "harness.runner.selection",
                   "harness.runner.sandbox_fixtures", "harness.runner.sandbox_hooks",
                   "harness.runner.pull_plugin", "harness.runner.engine_plugin", "harness.runner.order",
                   "harness.runner.budget_plugin", "harness.runner.agent_plugin",
-                  "harness.runner.pacing_plugin"]
+                  "harness.runner.pacing_plugin", "harness.runner.deadline_plugin"]
 
 CONTROLLER_KEY: pytest.StashKey[Controller] = pytest.StashKey()
 
