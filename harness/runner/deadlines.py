@@ -77,7 +77,10 @@ def phase_deadline(phase: str, seconds: float | None) -> Iterator[None]:
         yield
         return
 
+    fired: list[bool] = []
+
     def expired(signum: int, frame: FrameType | None) -> None:
+        fired.append(True)
         raise PhaseTimeout(phase, seconds)
 
     previous = signal.signal(signal.SIGALRM, expired)
@@ -85,6 +88,12 @@ def phase_deadline(phase: str, seconds: float | None) -> Iterator[None]:
     started = _now()
     try:
         yield
+    except PhaseTimeout:
+        raise
+    except Exception as exc:
+        if fired:  # the phase's own code caught the timeout and raised its own error
+            raise PhaseTimeout(phase, seconds) from exc
+        raise
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

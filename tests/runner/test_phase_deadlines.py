@@ -94,3 +94,15 @@ def test_the_option_names_the_phase_and_the_fix() -> None:
     for bad in ("pul=60", "pull", "pull=-1", "pull=soon"):
         with pytest.raises(ValueError, match="--phase-timeout"):
             parse_deadlines([bad])
+
+
+def test_a_phase_that_wraps_the_timeout_in_its_own_error_still_names_the_phase() -> None:
+    """A sidecar's start that turns every failure into its own error (pg_fail) does not
+    hide the deadline: the phase's timeout is what the instance records."""
+    with pytest.raises(PhaseTimeout) as caught, phase_deadline("provision", 0.2):
+        try:
+            time.sleep(3)
+        except Exception as exc:
+            raise RuntimeError("postgres sidecar failed") from exc
+    assert caught.value.phase == "provision"
+    assert isinstance(caught.value.__cause__, RuntimeError)

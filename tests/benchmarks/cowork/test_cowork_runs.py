@@ -371,3 +371,19 @@ def test_dry_run_writes_task_bodies_and_selects_by_server(tmp_path: Path) -> Non
 # slow tier: end-to-end Docker runs of a minute or more together (CI runs the tier after
 # the default one, which stays under its 10 minutes)
 pytestmark = pytest.mark.slow
+
+
+@pytest.mark.docker
+def test_a_provision_past_its_deadline_is_infrastructure_naming_the_phase(
+        tmp_path: Path) -> None:
+    """Issue 45: the sidecar's start (network, PostgreSQL, seed) under a deadline shorter
+    than it takes on this engine: the instance is ``phase_timeout: provision``, the
+    sidecar and network are removed, the deadlines are on record."""
+    run = run_pytest(TARGET, tmp_path / "deadline", "--cowork-root", str(FIXTURE),
+                     "--instance", "email-reply-invoice", "--agent", "oracle",
+                     "--retry-infra", "0", "--phase-timeout", "provision=0.5")  # fmt: skip
+    row = run.latest["email-reply-invoice"]
+    assert (row["outcome"], row["reason_code"]) == ("infra_failed", "phase_timeout"), row
+    assert "phase_timeout: provision (past its deadline of 0.5 s" in row["error"]
+    assert run.manifest["extra"]["phase_deadlines"]["provision"] == 0.5
+    assert labelled(run.manifest["run_id"]) == []
