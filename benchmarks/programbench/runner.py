@@ -48,7 +48,7 @@ from harness.core.fsutil import atomic_write_json
 from harness.core.models import Outcome
 from harness.core.untrusted import hash_untrusted_file
 from harness.runner.agent_plugin import instance_view, run_agent
-from harness.runner.deadlines import phase
+from harness.runner.deadlines import PhaseTimeout, phase
 from harness.runner.instance import InstanceContext, OutcomeSkip
 from harness.sandbox.container import Sandbox
 from harness.sandbox.errors import ProtectedInstallFailed
@@ -334,8 +334,21 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
             report.sha256_out if report is not None else hash_untrusted_file(submission)[0])
     reason = None if outcome.completed else (outcome.reason_code or "task_not_completed")
     ctx.result.details["agent_outcome"] = {"completed": outcome.completed, "reason": reason}
-    with phase(request.config, "eval"):
-        score_submission(ctx, settings, submission, outcome.completed, reason, blob_dir)
+    try:
+        with phase(request.config, "eval"):
+            score_submission(ctx, settings, submission, outcome.completed, reason, blob_dir)
+    except PhaseTimeout:
+        set_aside_interrupted_eval(ctx)
+        raise
+
+
+def set_aside_interrupted_eval(ctx: InstanceContext) -> None:
+    """An eval cut at its deadline may leave the CLI's eval.json of what it had done: not
+    a verdict, so renamed (``.interrupted``) where ``programbench info``, the parity check
+    and a resume never read it as one."""
+    for path in ctx.instance_dir.glob("*.eval.json"):
+        path.rename(path.with_name(path.name + ".interrupted"))
+        ctx.result.details.setdefault("eval_interrupted", []).append(path.name)
 
 
 def score_submission(ctx: InstanceContext, settings: Any, submission: Path, completed: bool,
