@@ -103,6 +103,7 @@ BENCHMARK_SURFACE: frozenset[str] = frozenset({
     "harness.agents.gateway.reattach",
     # the runner: an instance's context, the fixtures and plugins a conftest names
     "harness.runner.agent_plugin",
+    "harness.runner.deadlines",  # issue 45: a benchmark's phases run under their deadlines
     "harness.runner.instance",
     "harness.runner.pull_plugin",
     "harness.runner.sandbox_fixtures",

@@ -157,7 +157,8 @@ def run_instance(
                           limits=limits or Limits(),
                           sandbox_runtime=sandbox_runtime,
                           allow_missing_tools=allow_missing_tools,
-                          copy_limits=copy_limits or CopyLimits(), seed=seed)  # fmt: skip
+                          copy_limits=copy_limits or CopyLimits(), seed=seed,
+                          deadlines=deadlines or {})  # fmt: skip
         t1 = time.monotonic()
         result.summary = run_agent_phase(env, agent, agent_name, timeout_sec=agent_timeout_sec)
         timings["agent_phase_s"] = time.monotonic() - t1

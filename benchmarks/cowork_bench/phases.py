@@ -23,7 +23,7 @@ root's and read-only for the agent, at ``/opt/agent_seed`` (``$HARNESS_AGENT_REP
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -58,6 +58,7 @@ from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs, task_
 from benchmarks.cowork_bench.workspace import SANITISED_NAME, pack_workspace, sanitise_workspace
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json, atomic_write_text
+from harness.runner.deadlines import phase_deadline
 from harness.sandbox import ExecResult, NewDir, Sandbox, pack_tree
 from harness.sandbox.limits import CopyLimits
 from harness.sandbox.pack import join_tars, pack_dirs
@@ -94,6 +95,8 @@ class InstanceEnv:
     allow_missing_tools: bool = False  # run the agent even when a named MCP server failed
     copy_limits: CopyLimits = field(default_factory=CopyLimits)  # every copy out (--max-copy-out-*)
     seed: SeedTar | None = None  # the agent's checkout, copied into the agent container
+    # --phase-timeout: seconds per phase (provision: the sidecar and the MCP servers)
+    deadlines: Mapping[str, float | None] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
@@ -355,7 +358,8 @@ def start_task_servers(env: InstanceEnv, container: Sandbox) -> McpInventory | N
     if not env.task.servers:
         return None
     plan = plan_servers(env.bench_root, env.task, WORKSPACE, env.local_servers)
-    inventory = start_servers(container, plan, env.task.instance_id, env.agent_env)
+    with phase_deadline("provision", env.deadlines.get("provision")):  # a server that hangs
+        inventory = start_servers(container, plan, env.task.instance_id, env.agent_env)
     atomic_write_json(env.inst_dir / INVENTORY_NAME, inventory)
     atomic_write_json(env.inst_dir / OUTSIDE_CONFIG_NAME, inventory.client_config_outside)
     env.timings["mcp_start_s"] = inventory.started_s

@@ -387,3 +387,29 @@ def test_a_provision_past_its_deadline_is_infrastructure_naming_the_phase(
     assert "phase_timeout: provision (past its deadline of 0.5 s" in row["error"]
     assert run.manifest["extra"]["phase_deadlines"]["provision"] == 0.5
     assert labelled(run.manifest["run_id"]) == []
+
+
+@pytest.mark.docker
+def test_an_mcp_server_that_never_listens_ends_at_the_provision_deadline(
+        tmp_path: Path) -> None:
+    """Issue 45: a task's MCP server that starts and never answers (a real process in the
+    agent container, ``sleep``) holds the provision phase until its deadline, far before
+    the server's own 60 s handshake bound: ``phase_timeout: provision``, nothing left."""
+    root = bench_checkout(tmp_path)
+    yaml_path = root / "configs" / "mcp_servers" / "emails.yaml"
+    yaml_path.write_text("type: stdio\nname: emails\nparams:\n  command: sleep\n"
+                         "  args:\n    - \"3600\"\nclient_session_timeout_seconds: 60\n")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "commit", "-qam", "a server that never listens"], check=True,
+                   capture_output=True)
+    started = time.monotonic()
+    run = run_pytest(TARGET, tmp_path / "never", "--cowork-root", str(root),
+                     "--allow-bench-commit-mismatch", "--instance", "email-reply-invoice",
+                     "--agent", "oracle", "--retry-infra", "0",
+                     "--phase-timeout", "provision=8")  # fmt: skip
+    took = time.monotonic() - started
+    row = run.latest["email-reply-invoice"]
+    assert (row["outcome"], row["reason_code"]) == ("infra_failed", "phase_timeout"), row
+    assert "phase_timeout: provision (past its deadline of 8 s" in row["error"]
+    assert took < 60, took  # the deadline, not the server's own bound (2 x 60 s)
+    assert labelled(run.manifest["run_id"]) == []
