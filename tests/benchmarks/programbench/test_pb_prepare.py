@@ -5,6 +5,7 @@ enters the package, under its name or another."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import tarfile
@@ -72,11 +73,24 @@ def test_prepare_packages_a_running_container_that_the_official_eval_scores(
 def other_image() -> Iterator[str]:
     """A running container of an image that is no task's."""
     client = docker.from_env()
-    image = next(i for i in client.images.list()
-                 if i.tags and not any(t.startswith("programbench/") for t in i.tags)
-                 and i.id != client.images.get(ensure_fixture().image).id)
-    box = client.containers.run(image.id, ["sleep", "600"], detach=True, network_mode="none",
-                                entrypoint=[], name=f"harness-test-other-{uuid.uuid4().hex[:8]}")
+    fixture_id = client.images.get(ensure_fixture().image).id
+    box = None
+    for image in client.images.list():  # the first one that can run `sleep` (a static
+        # probe image cannot)
+        if not image.tags or image.id == fixture_id or any(
+                t.startswith("programbench/") for t in image.tags):
+            continue
+        name = f"harness-test-other-{uuid.uuid4().hex[:8]}"
+        try:
+            box = client.containers.run(image.id, ["sleep", "600"], detach=True,
+                                        network_mode="none", entrypoint=[], name=name)
+        except docker.errors.APIError:  # created, not started: removed before the next
+            with contextlib.suppress(docker.errors.APIError):
+                client.containers.get(name).remove(force=True)
+            continue
+        if box.status in ("created", "running"):
+            break
+    assert box is not None, "no local image other than the task's can run sleep"
     try:
         yield box.name
     finally:
