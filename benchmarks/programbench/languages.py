@@ -7,12 +7,17 @@ whichever of C and C++ has more lines, and name the language with the most lines
 alphabetically first on a tie; ``unknown`` when no file is recognized. The identifiers are
 those of ProgramBench's task metadata (``rs``, ``go``, ``c``, ``cpp``, ``sh``, ...).
 
-The archive is the agent's (untrusted): it is read member by member without extracting,
-regular files only, at most :data:`MAX_READ_BYTES` in all.
+The archive is the agent's (untrusted): it is read as a stream without extracting, regular
+files only, at most :data:`MAX_READ_BYTES` decompressed and :data:`MAX_MEMBERS` members, in
+a child process with its memory and CPU time bounded (:func:`submission_languages`): an
+archive that breaks the reader, or any bound, is ``unknown``.
 """
 
 from __future__ import annotations
 
+import resource
+import subprocess
+import sys
 import tarfile
 from collections import Counter
 from pathlib import Path, PurePosixPath
@@ -45,8 +50,11 @@ LANGUAGE_OF_SUFFIX: dict[str, str] = {
 }
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "node_modules", "vendor",
                           "target", "build", "dist", "__pycache__"})
-MAX_READ_BYTES = 256 << 20  # of one archive's members, in all
+MAX_READ_BYTES = 256 << 20  # of one archive, decompressed, members and skipped ones alike
+MAX_MEMBERS = 100_000
 CHUNK = 1 << 16  # bytes read at once
+CHILD_MEMORY = 768 << 20  # address space of the counting child
+CHILD_CPU_S = 60
 UNKNOWN = "unknown"
 
 
@@ -64,35 +72,36 @@ def language_lines(archive: Path) -> dict[str, int]:
     """Non-blank source lines per language in ``archive`` (headers attributed)."""
     counts: Counter[str] = Counter()
     budget = MAX_READ_BYTES
-    with tarfile.open(archive, "r:*") as tar:
-        for member in tar:
+    with tarfile.open(archive, "r|*") as tar:  # a stream: members are not kept
+        for n, member in enumerate(tar):
+            tar.members.clear()  # type: ignore[attr-defined]  # tarfile keeps each header
+            budget -= member.size if member.isreg() else 0  # skipped bytes are read too
+            if n >= MAX_MEMBERS or budget < 0:
+                break
             language = language_of(member.name) if member.isreg() else None
-            if language is None or budget <= 0:
+            source = tar.extractfile(member) if language is not None else None
+            if language is None or source is None:
                 continue
-            source = tar.extractfile(member)
-            if source is None:
-                continue
-            lines, budget = _nonblank_lines(source, budget)
-            counts[language] += lines  # a recognized file counts even when blank
+            counts[language] += _nonblank_lines(source)  # a recognized file counts though blank
     headers = counts.pop(HEADER, 0)
     if headers:
         counts["cpp" if counts["cpp"] > counts["c"] else "c"] += headers
     return dict(counts)
 
 
-def _nonblank_lines(source: IO[bytes], budget: int) -> tuple[int, int]:
-    """Non-blank lines of ``source`` read in bounded pieces (a line of a gigabyte is never
-    held whole), at most ``budget`` bytes; returns the lines and the budget left."""
-    lines, nonblank = 0, False
-    while budget > 0:
-        piece = source.readline(min(CHUNK, budget))
-        if not piece:
-            break
-        budget -= len(piece)
-        nonblank = nonblank or bool(piece.strip())
-        if piece.endswith(b"\n"):
-            lines, nonblank = lines + nonblank, False
-    return lines + nonblank, budget
+def _nonblank_lines(source: IO[bytes]) -> int:
+    """Non-blank lines of ``source`` read in pieces (a line of a gigabyte is never held
+    whole); the caller bounds the member's size."""
+    lines, open_nonblank = 0, False
+    while piece := source.read(CHUNK):
+        parts = piece.split(b"\n")
+        if len(parts) == 1:  # still inside one line
+            open_nonblank = open_nonblank or bool(parts[0].strip())
+            continue
+        lines += int(open_nonblank or bool(parts[0].strip()))  # the open line ends
+        lines += sum(1 for p in parts[1:-1] if p.strip())
+        open_nonblank = bool(parts[-1].strip())
+    return lines + int(open_nonblank)
 
 
 def primary_language(counts: dict[str, int]) -> str:
@@ -107,12 +116,38 @@ class LanguagesStat(RootModel[dict[str, str]]):
 
 
 def submission_languages(dest: Path, instance_ids: list[str]) -> LanguagesStat:
-    """The languages of the packed instances of a submission directory (an archive that
-    cannot be read is ``unknown``)."""
+    """The languages of the packed instances of a submission directory, each counted in a
+    child process bounded in memory and CPU time; an archive that breaks the reader or a
+    bound is ``unknown``."""
     out: dict[str, str] = {}
     for iid in sorted(instance_ids):
-        try:
-            out[iid] = primary_language(language_lines(dest / iid / "submission.tar.gz"))
-        except (OSError, tarfile.TarError, EOFError):
-            out[iid] = UNKNOWN
+        out[iid] = _count_in_child(dest / iid / "submission.tar.gz")
     return LanguagesStat(out)
+
+
+def _count_in_child(archive: Path) -> str:
+    def limits() -> None:  # in the child, before it runs any of the archive
+        resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY, CHILD_MEMORY))
+        resource.setrlimit(resource.RLIMIT_CPU, (CHILD_CPU_S, CHILD_CPU_S))
+
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__, str(archive)],
+                              capture_output=True, text=True, timeout=CHILD_CPU_S * 2,
+                              preexec_fn=limits, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return UNKNOWN
+    found = done.stdout.strip()
+    return found if done.returncode == 0 and found.isidentifier() else UNKNOWN
+
+
+def main(argv: list[str]) -> int:
+    """``python -m benchmarks.programbench.languages ARCHIVE``: its primary language."""
+    try:
+        print(primary_language(language_lines(Path(argv[0]))))
+    except Exception:  # any way the archive breaks the reader: unknown, said by the parent
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

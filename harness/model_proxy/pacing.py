@@ -41,7 +41,7 @@ class PacingState(BaseModel):
     the retries the run has used."""
 
     requests: list[float] = Field(default_factory=list)
-    retries_used: int = 0
+    retries_used: int = Field(default=0, ge=0)
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class PacingPolicy:
     backoff_s: float = 1.0
     backoff_cap_s: float = 60.0
     window_s: float = WINDOW_S  # the rpm window (shorter only in tests)
+    retry_after_floor_s: float = 1.0  # a Retry-After of 0 (or less, or nan) waits this
 
     def record(self) -> dict[str, float | int | None]:
         return {"concurrency": self.concurrency, "rpm": self.rpm,
@@ -159,7 +160,7 @@ class Pacer:
         now = time.time()
         with self._window() as window:
             span = self.policy.window_s
-            recent = [t for t in window if t > now - span]
+            recent = [t for t in window if now - span < t <= now + 1.0]  # none from the future
             if len(recent) < self.policy.rpm:
                 recent.append(now)
                 window[:] = recent
@@ -195,8 +196,8 @@ class Pacer:
         """Seconds before sending again: the provider's ``Retry-After``, else exponential
         with full jitter (at most ``backoff_cap_s``)."""
         told = retry_after_s(retry_after)
-        if told is not None:
-            return min(told, self.policy.wait_max_s)
+        if told is not None:  # never a loop of instant retries, whatever the header says
+            return min(max(told, self.policy.retry_after_floor_s), self.policy.wait_max_s)
         cap = min(self.policy.backoff_cap_s, self.policy.backoff_s * 2 ** attempt)
         return random.uniform(cap / 2, cap)
 
@@ -204,7 +205,7 @@ class Pacer:
     def _locked(self) -> Iterator[PacingState]:
         """The run's pacing state file, read and written under its lock."""
         assert self.directory is not None
-        fd = os.open(self.directory / STATE_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.directory / STATE_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             raw = os.read(fd, 1 << 20)

@@ -438,9 +438,10 @@ class GatewayServer:
                 self.meter.trouble(stalls=1)
             data = _error_body(rel, 502, "upstream_unavailable",
                                f"model upstream unavailable: {type(exc).__name__}")
-            with contextlib.suppress(OSError):
-                self._send(h, 502, data)
-            if status == 0:  # before any response: the agent got the 502
+            if status == 0:  # before any response: the agent gets the 502; after the
+                # relayed headers, the connection just ends (no second response in the body)
+                with contextlib.suppress(OSError):
+                    self._send(h, 502, data)
                 self._record(position, "POST", rel, asked, 502, "application/json",
                              data=data, model=model, upstream_error=True)
                 return

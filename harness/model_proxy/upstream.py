@@ -14,6 +14,11 @@ from harness.model_proxy.pacing import Pacer
 from harness.model_proxy.usage import InstanceMeter
 
 RATE_LIMITED = 429
+# Failures retried: the connection was never made, so the provider never saw the request.
+# Anything later (a body cut, a read timeout) may have been generated and billed upstream,
+# and a request httpx refuses to send (the agent's malformed headers) would fail again:
+# neither is sent again.
+NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
 
 
 def send_paced(client: httpx.Client, pacer: Pacer, meter: InstanceMeter,
@@ -28,10 +33,11 @@ def send_paced(client: httpx.Client, pacer: Pacer, meter: InstanceMeter,
         meter.trouble(waited_s=pacer.turn(deadline))
         try:
             resp = client.send(build(), stream=stream)
-        except httpx.HTTPError:
+        except NEVER_SENT:  # the request never reached the provider: nothing was spent
             delay = _retry_delay(pacer, attempt, retries, None, deadline, limited=False)
             if delay is None:
                 raise
+            retries += 1
         else:
             status = resp.status_code
             if status != RATE_LIMITED and status < 500:

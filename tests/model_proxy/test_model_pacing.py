@@ -6,6 +6,7 @@ scripted model server (no Docker, a real HTTP upstream on loopback)."""
 from __future__ import annotations
 
 import multiprocessing
+import socket
 import threading
 import time
 from pathlib import Path
@@ -28,7 +29,8 @@ ONE_CALL_USD = (1000 * 1.0 + 100 * 4.0) / 1e6
 
 def fast(**given: float | int) -> PacingPolicy:
     """A policy whose own backoff is short (the provider's Retry-After still counts)."""
-    return PacingPolicy(backoff_s=0.05, backoff_cap_s=0.2, **given)  # type: ignore[arg-type]
+    return PacingPolicy(backoff_s=0.05, backoff_cap_s=0.2, retry_after_floor_s=0.01,
+                        **given)  # type: ignore[arg-type]
 
 
 
@@ -160,3 +162,61 @@ def test_the_rpm_limit_holds_across_processes(tmp_path: Path) -> None:
     for i in range(len(stamps) - 4):
         assert stamps[i + 4] - stamps[i] >= 0.99, stamps  # never 5 within a second
     assert stamps[-1] - stamps[0] >= 1.99  # 12 turns at 4 a second: at least 2 s
+
+
+def test_a_connection_never_made_is_retried_within_the_calls_retries(tmp_path: Path) -> None:
+    """Found by the attack review: a refused connection used to be retried until the run's
+    whole budget was spent by one call."""
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    port = spare.getsockname()[1]
+    spare.close()  # nothing listens there: every connection is refused
+    meter = InstanceMeter(PRICES, None)
+    pacer = Pacer(fast(retries=2, retry_budget=50), tmp_path / "pacing")
+    gw = GatewayServer(f"http://127.0.0.1:{port}/v1", KEY, meter, pacer=pacer).start()
+    try:
+        with client(gw) as c:
+            resp = c.post("/chat/completions", timeout=60, json={"model": "fake/scripted"})
+    finally:
+        gw.close()
+    assert resp.status_code == 502
+    assert meter.snapshot().retries == 2  # the call's own 2, not the run's 50
+    assert Pacer(pacer.policy, tmp_path / "pacing").take_retry()  # the budget is left
+
+
+def test_a_response_cut_after_the_request_is_not_sent_again() -> None:
+    """A provider that took the request and dropped the connection may have generated (and
+    billed) an answer: the call is not sent again."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    seen: list[int] = []
+
+    def drop() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            seen.append(1)
+            conn.recv(65536)
+            conn.close()  # the request read, no answer
+
+    threading.Thread(target=drop, daemon=True).start()
+    meter = InstanceMeter(PRICES, None)
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+    gw = GatewayServer(url, KEY, meter, pacer=Pacer(fast(retries=3))).start()
+    try:
+        with client(gw) as c:
+            resp = c.post("/chat/completions", timeout=60, json={"model": "fake/scripted"})
+    finally:
+        gw.close()
+        server.close()
+    assert resp.status_code == 502 and len(seen) == 1 and meter.snapshot().retries == 0
+
+
+def test_a_retry_after_of_zero_still_waits() -> None:
+    pacer = Pacer(PacingPolicy(retry_after_floor_s=0.5))
+    for told in ("0", "-5", "nan", "0.01"):
+        assert pacer.backoff(0, told) == 0.5
+    assert pacer.backoff(0, "2") == 2.0

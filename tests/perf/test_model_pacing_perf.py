@@ -95,8 +95,8 @@ def test_money_stays_exact_under_429s_and_5xx(tmp_path: Path) -> None:
               {"status": 429, "retry_after": "0.05"}, OK, {"status": 503}, OK, OK, OK]
     upstream = start_fake_model_server({"responses": script, "loop": True})
     try:
-        pacer = Pacer(PacingPolicy(backoff_s=0.02, backoff_cap_s=0.1, retries=5),
-                      tmp_path / "pacing")
+        pacer = Pacer(PacingPolicy(backoff_s=0.02, backoff_cap_s=0.1, retries=5,
+                                   retry_after_floor_s=0.01), tmp_path / "pacing")
         meters, seen = instances(upstream.base_url, pacer, CALLS)
         sent = upstream.requests
     finally:
@@ -116,7 +116,8 @@ def test_the_per_task_limit_holds_under_pushback(tmp_path: Path) -> None:
     script = [{"status": 429, "retry_after": "0.02"}, OK, {"status": 500}, OK]
     upstream = start_fake_model_server({"responses": script, "loop": True})
     try:
-        pacer = Pacer(PacingPolicy(backoff_s=0.02, backoff_cap_s=0.05), tmp_path / "pacing")
+        pacer = Pacer(PacingPolicy(backoff_s=0.02, backoff_cap_s=0.05, retry_after_floor_s=0.01),
+                      tmp_path / "pacing")
         meters, seen = instances(upstream.base_url, pacer, 8, limit=3.5 * PER_CALL)
     finally:
         upstream.stop()

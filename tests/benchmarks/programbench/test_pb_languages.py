@@ -6,7 +6,9 @@ adversarial agent could leave."""
 
 from __future__ import annotations
 
+import gzip
 import io
+import resource
 import tarfile
 from pathlib import Path
 
@@ -87,3 +89,50 @@ def test_an_adversarial_archive_is_counted_within_bounds(tmp_path: Path,
     assert counts.get("py", 0) <= (1 << 20) // 6 + 1 and counts.get("rs", 0) == 0
     assert "go" not in counts or counts["go"] <= 1  # the links count nothing
     assert not (tmp_path / "flood.py").exists() and not list(tmp_path.glob("*.rs"))
+
+
+def _folder(tmp_path: Path, name: str) -> Path:
+    (tmp_path / name).mkdir()
+    return tmp_path / name / "submission.tar.gz"
+
+
+def test_archives_that_break_the_reader_are_unknown_and_never_escape(tmp_path: Path) -> None:
+    """Found by the attack review: a sparse map of garbage made tarfile raise ValueError and
+    a corrupt xz stream LZMAError, out of submission_languages; now each archive is read in
+    a child and any failure there is ``unknown``."""
+    sparse = tarfile.TarInfo("a.c")
+    sparse.size = 4
+    sparse.pax_headers = {"GNU.sparse.map": "x,y,z", "GNU.sparse.size": "9"}
+    with tarfile.open(_folder(tmp_path, "sparse"), "w:gz", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(sparse, io.BytesIO(b"int\n"))
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:xz") as tar:
+        for n in range(40):
+            info = tarfile.TarInfo(f"f{n}.c")
+            payload = bytes(range(256)) * 64
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    raw = bytearray(data.getvalue())
+    raw[len(raw) // 2:len(raw) // 2 + 64] = b"\xff" * 64  # corrupt mid-stream
+    _folder(tmp_path, "xz").write_bytes(bytes(raw))
+    got = submission_languages(tmp_path, ["sparse", "xz"])
+    assert got.root == {"sparse": "unknown", "xz": "unknown"}
+
+
+def test_a_one_gib_header_is_read_within_the_childs_memory(tmp_path: Path) -> None:
+    """A 1 MiB archive whose one GNU long-name header is 1 GiB (tarfile reads it whole): the
+    child's address space is bounded, so the count fails there (``unknown``) instead of
+    taking the host's memory."""
+    size = 1 << 30
+    header = tarfile.TarInfo("././@LongLink")
+    header.type, header.size = tarfile.GNUTYPE_LONGNAME, size
+    with _folder(tmp_path, "bomb").open("wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb",
+                                                                    mtime=0) as gz:
+        gz.write(header.tobuf(format=tarfile.USTAR_FORMAT))
+        block = b"a" * (1 << 24)
+        for _ in range(size // len(block)):
+            gz.write(block)
+        gz.write(bytes(1024))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert submission_languages(tmp_path, ["bomb"]).root == {"bomb": "unknown"}
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 << 10  # KiB
