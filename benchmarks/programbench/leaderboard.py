@@ -291,14 +291,16 @@ def _add_description(dest: Path, text: str) -> None:
     atomic_write_text(path, body + yaml.safe_dump({"description": text}, width=100))
 
 
-def write_submission(
-    run: Path,
-    dest: Path,
-    *,
-    force: bool = False,
-    attempt: int | None = None,
-    timeout_s: float = 900.0,
-) -> SubmissionRecord:
+def write_languages(dest: Path, packed: list[PackedInstance]) -> int:
+    """``_stats/languages.json`` over the packed instances; how many it names."""
+    languages = submission_languages(dest, [p.instance_id for p in packed])
+    atomic_write_text(dest / "_stats" / "languages.json",
+                      languages.model_dump_json(indent=2) + "\n")
+    return len(languages.root)
+
+
+def write_submission(run: Path, dest: Path, *, force: bool = False, attempt: int | None = None,
+                     timeout_s: float = 900.0) -> SubmissionRecord:
     """Write ``dest`` from ``run``, package and verify it; :class:`SubmissionRefused`."""
     from harness.sandbox.cleanup import lock_is_held
 
@@ -358,11 +360,8 @@ def write_submission(
     row_of = {kept.row.task_id: kept.row for kept in chosen}
     stats, record.unknown = collect_stats({p.instance_id: row_of[p.instance_id] for p in packed})
     write_stats(dest, stats)
-    record.stats_written = {s: len(v) for s, v in stats.items()}
-    languages = submission_languages(dest, [p.instance_id for p in packed])
-    atomic_write_text(dest / "_stats" / "languages.json",
-                      languages.model_dump_json(indent=2) + "\n")
-    record.stats_written["languages"] = len(languages.root)
+    record.stats_written = {**{s: len(v) for s, v in stats.items()},
+                            "languages": write_languages(dest, packed)}
     if not (dest / "submission.yaml").exists():
         _seed_yaml(dest, manifest)
     record.description = describe(record)

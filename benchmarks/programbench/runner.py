@@ -280,9 +280,7 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
         raise OutcomeSkip(Outcome.SKIPPED, "oracle_unavailable",
                           f"{inst.instance_id}: ProgramBench ships no reference solution for "
                           f"this task (only the fixture has one); its image was not pulled")
-    client = request.getfixturevalue("sandbox_factory").client  # the instance's engine
-    with phase(request.config, "pull"):
-        image_id, blob_dir = resolve_instance_image(ctx, inst, client, request.config)
+    image_id, blob_dir = pull_image(ctx, inst, request)
     redo = bool(request.config.getoption("redo_existing"))
     kept = None if redo else find_kept_submission(ctx)
     if kept is not None:  # a resume re-scores the kept submission, never buys a new solve
@@ -334,9 +332,26 @@ def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
             report.sha256_out if report is not None else hash_untrusted_file(submission)[0])
     reason = None if outcome.completed else (outcome.reason_code or "task_not_completed")
     ctx.result.details["agent_outcome"] = {"completed": outcome.completed, "reason": reason}
+    score_in_time(ctx, request.config, settings, submission, outcome.completed, reason,
+                  blob_dir)
+
+
+def pull_image(ctx: InstanceContext, inst: PBInstance,
+               request: pytest.FixtureRequest) -> tuple[str, str | None]:
+    """The task's image on the instance's engine, under the pull phase's deadline."""
+    client = request.getfixturevalue("sandbox_factory").client  # the instance's engine
+    with phase(request.config, "pull"):
+        return resolve_instance_image(ctx, inst, client, request.config)
+
+
+def score_in_time(ctx: InstanceContext, config: pytest.Config, settings: Any,
+                  submission: Path, completed: bool, reason: str | None,
+                  blob_dir: str | None) -> None:
+    """The official eval under the eval phase's deadline (an eval cut there leaves no
+    output that reads as a verdict)."""
     try:
-        with phase(request.config, "eval"):
-            score_submission(ctx, settings, submission, outcome.completed, reason, blob_dir)
+        with phase(config, "eval"):
+            score_submission(ctx, settings, submission, completed, reason, blob_dir)
     except PhaseTimeout:
         set_aside_interrupted_eval(ctx)
         raise
