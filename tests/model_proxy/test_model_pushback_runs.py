@@ -18,7 +18,8 @@ from tests.agents.model_scripts import solve_script, step
 from tests.security.model_gateway_support import AGENT_COMMAND, SdkInjector
 from tests.support.suite import run_pytest
 
-pytestmark = pytest.mark.docker
+# slow tier: a minute or more each on this engine (CI runs it after the default tier)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KEY = "sk-pushback-test-0123456789abcdef"
 PER_CALL = (1000 * 2.0 + 100 * 10.0) / 1e6  # what one answered call costs at these prices
 

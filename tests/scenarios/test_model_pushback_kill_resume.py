@@ -40,7 +40,8 @@ from tests.support.suite import (
     wait_for,
 )
 
-pytestmark = pytest.mark.docker
+# slow tier: a minute or more each on this engine (CI runs it after the default tier)
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KEY = "sk-pushback-scenario-0123456789"
 HOLD = 1.0
 PER_CALL = (1000 * 2.0 + 100 * 10.0) / 1e6
