@@ -14,7 +14,12 @@ import pytest
 from benchmarks.programbench import FIXTURE_ID
 from harness.testing.fake_model_server import start_fake_model_server
 from tests.agents.model_scripts import step
-from tests.security.model_gateway_support import AGENT_COMMAND, SdkInjector, agent_report
+from tests.security.model_gateway_support import (
+    AGENT_COMMAND,
+    SdkInjector,
+    agent_report,
+    fake_model_prices,
+)
 from tests.support.suite import run_pytest
 
 pytestmark = pytest.mark.docker
@@ -25,9 +30,7 @@ LIMIT = 0.01  # four calls fit under it (0.009 < 0.01), the fifth is refused
 
 
 def gateway_run(tmp_path: Path, name: str, upstream_url: str, *extra: str):
-    prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({"models": {"fake-model": {"input_per_mtok": 2.0,
-                                                            "output_per_mtok": 10.0}}}))
+    prices = fake_model_prices(tmp_path)
     params = {"key_parts": [KEY], "model": "fake-model", "stream": False, "max_steps": 50}
     root = tmp_path / name
     with SdkInjector(root, params):

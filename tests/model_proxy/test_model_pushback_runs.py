@@ -15,19 +15,22 @@ import pytest
 from benchmarks.programbench import FIXTURE_ID
 from harness.testing.fake_model_server import start_fake_model_server
 from tests.agents.model_scripts import solve_script, step
-from tests.security.model_gateway_support import AGENT_COMMAND, SdkInjector
+from tests.security.model_gateway_support import (
+    AGENT_COMMAND,
+    PER_CALL_USD,
+    SdkInjector,
+    fake_model_prices,
+)
 from tests.support.suite import run_pytest
 
 # slow tier: a minute or more each on this engine (CI runs it after the default tier)
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KEY = "sk-pushback-test-0123456789abcdef"
-PER_CALL = (1000 * 2.0 + 100 * 10.0) / 1e6  # what one answered call costs at these prices
+PER_CALL = PER_CALL_USD  # what one answered call costs at these prices
 
 
 def paced_run(tmp_path: Path, name: str, upstream_url: str, *extra: str):
-    prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({"models": {"fake-model": {"input_per_mtok": 2.0,
-                                                            "output_per_mtok": 10.0}}}))
+    prices = fake_model_prices(tmp_path)
     params = {"key_parts": [KEY], "model": "fake-model", "stream": False, "max_steps": 20}
     root = tmp_path / name
     with SdkInjector(root, params):

@@ -29,7 +29,12 @@ import pytest
 from benchmarks.programbench import FIXTURE_ID
 from harness.testing.fake_model_server import start_fake_model_server
 from tests.agents.model_scripts import solve_script, step
-from tests.security.model_gateway_support import AGENT_COMMAND, SdkInjector
+from tests.security.model_gateway_support import (
+    AGENT_COMMAND,
+    PER_CALL_USD,
+    SdkInjector,
+    fake_model_prices,
+)
 from tests.support.suite import (
     FORK_SERVER,
     QUIET_PLUGINS,
@@ -44,13 +49,11 @@ from tests.support.suite import (
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KEY = "sk-pushback-scenario-0123456789"
 HOLD = 1.0
-PER_CALL = (1000 * 2.0 + 100 * 10.0) / 1e6
+PER_CALL = PER_CALL_USD
 
 
 def arguments(tmp_path: Path, upstream_url: str) -> list[str]:
-    prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({"models": {"fake-model": {"input_per_mtok": 2.0,
-                                                            "output_per_mtok": 10.0}}}))
+    prices = fake_model_prices(tmp_path)
     return ["--pb-fixtures", "-k", "calculator", "--agent", "command", "--agent-command",
             AGENT_COMMAND, "--model-upstream", upstream_url, "--model-prices", str(prices),
             "--model-rpm", "600", "--model-concurrency", "2",

@@ -237,3 +237,16 @@ def files_containing(root: Path, needle: bytes) -> list[str]:
         if path.is_file() and not path.is_symlink() and needle in path.read_bytes():
             hits.append(str(path))
     return hits
+
+
+FAKE_MODEL = "fake-model"
+PER_CALL_USD = (1000 * 2.0 + 100 * 10.0) / 1e6  # one scripted step (1000 in, 100 out) at these prices
+
+
+def fake_model_prices(folder: Path) -> Path:
+    """``--model-prices`` for the in-sandbox SDK agent's model: $2 in and $10 out per
+    million tokens."""
+    path = folder / "prices.json"
+    path.write_text(json.dumps({"models": {FAKE_MODEL: {"input_per_mtok": 2.0,
+                                                        "output_per_mtok": 10.0}}}))
+    return path
