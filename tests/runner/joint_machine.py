@@ -40,6 +40,9 @@ TASKS: list[dict[str, Any]] = [
     {"id": "i6", "work": "infra"},
 ]
 SETTLED = {"scored", "agent_failed"}
+# A step's bound: generous, so a loaded machine (CI's slow tier beside other jobs) is not
+# taken for a broken joint (a timeout in one example makes Hypothesis's replay diverge)
+STEP_TIMEOUT_S = 600
 NOT_FINAL = {"blocked", "not_attempted"}
 
 
@@ -172,7 +175,8 @@ class JointMachine(RuleBasedStateMachine):
         shards = [c for c in self.chains if c.group == group]
         self.merges += 1
         out = self.dir / f"merged-{self.merges}"
-        proc = run_cli("merge", *(str(c.tip) for c in shards), "--output", str(out))
+        proc = run_cli("merge", *(str(c.tip) for c in shards), "--output", str(out),
+                       timeout=STEP_TIMEOUT_S)
         check_merge(self.suite, shards, proc, out)
         if out.exists():
             self.merged.append(out)
@@ -183,21 +187,22 @@ class JointMachine(RuleBasedStateMachine):
         root = data.draw(st.sampled_from([*(c.tip for c in self.chains), *self.merged]))
         self.reports += 1
         out = self.dir / f"report-{self.reports}"
-        proc = run_cli("report", str(root), "--output", str(out), "--resamples", "50")
+        proc = run_cli("report", str(root), "--output", str(out), "--resamples", "50",
+                       timeout=STEP_TIMEOUT_S)
         assert proc.returncode == 0, proc.stderr
         check_report(root, json.loads((out / "report.json").read_text()))
 
     # -------------------------------------------------------------------------------------
     def _start(self, chain: Chain, args: list[str], kill: float | None) -> None:
         if kill is None:
-            run = self.suite.run(*args)
+            run = self.suite.run(*args, timeout=STEP_TIMEOUT_S)
             root = run.root
         else:
             proc, root = self.suite.start(*args)
             time.sleep(kill)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=60)
+            proc.communicate(timeout=STEP_TIMEOUT_S)
         if readable(root):
             chain.roots.append(root)
             chain.killed.append(kill is not None)
