@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 
@@ -85,7 +86,7 @@ def phase_deadline(phase: str, seconds: float | None) -> Iterator[None]:
 
     previous = signal.signal(signal.SIGALRM, expired)
     outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
-    started = _now()
+    started = time.monotonic()
     try:
         yield
     except PhaseTimeout:
@@ -98,14 +99,8 @@ def phase_deadline(phase: str, seconds: float | None) -> Iterator[None]:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         if outer:  # an outer phase's timer: what is left of it
-            left = outer - (_now() - started)
+            left = outer - (time.monotonic() - started)
             signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
-
-
-def _now() -> float:
-    import time
-
-    return time.monotonic()
 
 
 def deadlines(config: pytest.Config) -> dict[str, float | None]:

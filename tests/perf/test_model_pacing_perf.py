@@ -22,8 +22,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-
 from harness.model_proxy.pacing import Pacer, PacingPolicy
 from harness.model_proxy.prices import ModelPrices
 from harness.model_proxy.server import GatewayServer
@@ -126,4 +124,3 @@ def test_the_per_task_limit_holds_under_pushback(tmp_path: Path) -> None:
         assert state.calls == 4 and state.limit_reached  # the 4th crosses, then refusals
         assert codes[:4] == [200] * 4 and set(codes[4:]) == {402}
         assert abs(state.cost_usd - 4 * PER_CALL) < 1e-12
-    assert isinstance(httpx.__version__, str)
