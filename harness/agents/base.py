@@ -42,6 +42,9 @@ class OraclePlan(BaseModel):
     commands: list[str] = Field(min_length=1)
     user: str | None = None
     timeout_sec: float | None = None
+    # Host folders (the benchmark's own, trusted) copied into the sandbox before the
+    # commands: (host folder, container folder), e.g. a task's solution/ to /solution.
+    folders: list[tuple[str, str]] = Field(default_factory=list)
 
 
 OracleCallable = Callable[["AgentRequest"], "AgentOutcome | None"]

@@ -8,6 +8,7 @@ skipped (:class:`OracleUnavailable`), never scored as a failure.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from harness.agents.base import (
     Agent,
@@ -45,6 +46,8 @@ class OracleAgent(Agent):
     def _run_plan(self, plan: OraclePlan, request: AgentRequest) -> AgentOutcome:
         if request.sandbox is None:
             raise InfraError("oracle plan needs a sandbox, none was given", "oracle_no_sandbox")
+        for src, dest in plan.folders:
+            request.sandbox.copy_in(Path(src), dest)
         for index, command in enumerate(plan.commands):
             result = request.sandbox.exec(
                 ["bash", "-c", command],

@@ -1,0 +1,3 @@
+#!/bin/bash
+# wrong on purpose: multiplies instead of adding
+echo 60 > /app/sum.txt
