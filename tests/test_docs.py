@@ -45,7 +45,7 @@ def _commands(path: Path) -> list[tuple[int, list[str]]]:
 @cache
 def _pytest_help() -> str:
     done = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/programbench",
-                           "benchmarks/cowork_bench", "--help", "-p", "no:cacheprovider"],
+                           "benchmarks/cowork_bench", "benchmarks/harbor", "--help", "-p", "no:cacheprovider"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
                           check=False)
     return done.stdout

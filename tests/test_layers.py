@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("harness.budget", "harness.model_proxy"),
     ("harness.agents",),
     ("harness.runner",),
-    ("harness.cli", "harness.testing"),
+    ("harness.cli", "harness.testing", "harness.api"),
     ("reports",),
     ("benchmarks",),
 ]
@@ -111,7 +111,13 @@ BENCHMARK_SURFACE: frozenset[str] = frozenset({
     "harness.runner.worker",
     # the command-line dispatch a benchmark's CLI reuses
     "harness.cli",
+    # the public module of declared benchmarks (issue 42)
+    "harness.api",
 })
+# Declared benchmarks (issue 42): the whole of what they import from the harness is its
+# public module. ProgramBench and Cowork still use BENCHMARK_SURFACE (moving them is next).
+DECLARED_BENCHMARKS: tuple[str, ...] = ("benchmarks.harbor",)
+PUBLIC_MODULE = "harness.api"
 
 
 def _under(module: str, prefix: str) -> bool:
@@ -159,6 +165,21 @@ def surface_breaks(imports: list[Import]) -> list[tuple[Import, str]]:
             and imp.imported not in BENCHMARK_SURFACE]
 
 
+def public_module_breaks(imports: list[Import]) -> list[tuple[Import, str]]:
+    """Each import of a declared benchmark that reaches the harness past its public module,
+    or another benchmark."""
+    out = []
+    for imp in imports:
+        mine = next((b for b in DECLARED_BENCHMARKS if _under(imp.importer, b)), None)
+        if mine is None:
+            continue
+        if _under(imp.imported, "harness") and imp.imported != PUBLIC_MODULE:
+            out.append((imp, f"a declared benchmark imports only {PUBLIC_MODULE}"))
+        elif _under(imp.imported, "benchmarks") and not _under(imp.imported, mine):
+            out.append((imp, "a declared benchmark imports no other benchmark"))
+    return out
+
+
 def describe(imp: Import, rule: str) -> str:
     form = [w for w, on in (("inside a function", imp.in_function),
                             ("under TYPE_CHECKING", imp.type_only),
@@ -198,6 +219,26 @@ def test_no_import_cycle(graph: Graph) -> None:
 def test_benchmarks_use_only_the_adapter_surface(graph: Graph) -> None:
     breaks = [describe(imp, rule) for imp, rule in surface_breaks(graph.imports)]
     assert not breaks, "imports outside the adapter surface:\n" + "\n".join(breaks)
+
+
+def test_declared_benchmarks_import_only_the_public_module(graph: Graph) -> None:
+    assert any(_under(f, "benchmarks.harbor") for f in graph.files)  # it was read
+    breaks = [describe(imp, rule) for imp, rule in public_module_breaks(graph.imports)]
+    assert not breaks, "imports past harness.api:\n" + "\n".join(breaks)
+
+
+def test_the_public_module_rule_catches_a_declared_benchmark_reaching_past_it() -> None:
+    def imp(importer: str, imported: str) -> Import:
+        return Import(importer, imported, importer.replace(".", "/") + ".py", 3,
+                      in_function=True, type_only=False, how="import")
+
+    [(_, rule)] = public_module_breaks([imp("benchmarks.harbor.x", "harness.runner.trial")])
+    assert rule.endswith("imports only harness.api")
+    [(_, rule)] = public_module_breaks([imp("benchmarks.harbor.x", "benchmarks.programbench.a")])
+    assert "no other benchmark" in rule
+    assert public_module_breaks([imp("benchmarks.harbor.x", "harness.api"),
+                                 imp("benchmarks.harbor.x", "benchmarks.harbor.tasks"),
+                                 imp("benchmarks.programbench.x", "harness.runner.worker")]) == []
 
 
 def test_every_exception_is_still_needed(graph: Graph) -> None:
