@@ -99,7 +99,11 @@ class HarborBenchmark(DeclaredBenchmark):
                            memory=f"{env.memory_mb}m" if env.memory_mb else "2g",
                            pids_limit=4096, env=resolve_env(env.env, task.name))
 
-    def oracle(self, trial: Trial) -> OraclePlan | None:
+    def has_oracle(self, trial: Trial) -> bool:
+        task: HarborTask = trial.data
+        return task.has_solution
+
+    def oracle(self, trial: Trial, sandbox: Any) -> OraclePlan | None:
         task: HarborTask = trial.data
         if not task.has_solution:
             return None

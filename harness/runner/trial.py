@@ -3,13 +3,22 @@ agent, collect, score, the row.
 
 A declared benchmark (:class:`DeclaredBenchmark`) says what its tasks are and how one is
 judged; the trial runs the life around it once, for every agent kind, with the runner's
-rules: a dry run writes the instruction and the agent server's task and stops; the oracle
-agent on a task without a solution is a skipped row, known before any image is built; each
-step runs under its phase deadline (``--phase-timeout``); the agent's infrastructure failure
-is infra (retried), its unfinished work is still collected and scored (the benchmark says
-whether partial work counts) and the row is the agent's failure; a verdict is recorded on
-the row as the benchmark gives it. Attempts, budgets, resume, shards, record and replay are
-the runner's and need nothing here.
+rules:
+
+- a dry run writes the instruction and the agent server's task, and stops;
+- the oracle agent on a task without a solution is a skipped row, known before any image;
+- a resume scores what an earlier run kept (:meth:`DeclaredBenchmark.kept_artifact`)
+  instead of paying the agent again;
+- an agent server's task that outlived its run is reattached in the sandbox it works in,
+  and a sandbox is kept for a resume when the client gave up on a running task
+  (:mod:`harness.agents.gateway.reattach`: the trial asks the agent, no benchmark does);
+- each step runs under its phase deadline (``--phase-timeout``): pull, create, collect,
+  eval;
+- the agent's infrastructure failure is infra (retried); its unfinished work is still
+  collected and scored and the row is the agent's failure with the score kept;
+- the verdict goes on the row as the benchmark gives it (:class:`Verdict`).
+
+Attempts, budgets, resume, shards, record and replay are the runner's and need nothing here.
 """
 
 from __future__ import annotations
@@ -26,11 +35,11 @@ from harness.core.adapter import BenchmarkAdapter, InstanceSpec
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
 from harness.core.models import Outcome
-from harness.runner.deadlines import phase
+from harness.runner.deadlines import PhaseTimeout, phase
 from harness.runner.instance import InstanceContext, OutcomeSkip
 
 if TYPE_CHECKING:
-    from harness.agents.base import AgentOutcome, OraclePlan
+    from harness.agents.base import Agent, AgentOutcome, OracleCallable, OraclePlan
     from harness.sandbox.container import Sandbox
 
 BODY_NAME = "task_body.json"
@@ -54,17 +63,29 @@ class Verdict:
     """How a benchmark judged one instance.
 
     ``scored``: the score stands; ``agent_failed``: the agent's fault (a score, when given,
-    is kept on the row); ``infra``: the judge could not judge (the runner retries it)."""
+    is kept on the row); ``infra``: the judge could not judge (the runner retries it);
+    ``pending``: scored later (a batch at session end); ``skipped``: not scored in this run
+    (kept for a later one)."""
 
-    outcome: Literal["scored", "agent_failed", "infra"] = "scored"
+    outcome: Literal["scored", "agent_failed", "infra", "pending", "skipped"] = "scored"
     score: float | None = None
     reason_code: str | None = None
     error: str | None = None
     resolved: bool | None = None
+    near_resolved: bool | None = None
     tests_passed: int | None = None
     tests_total: int | None = None
     eval_status: str = "completed"  # the row's official_eval_status (e.g. "timeout")
     details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What an earlier run kept of this instance's agent work, to score without the agent."""
+
+    artifact: Any
+    completed: bool
+    reason: str | None = None
 
 
 class Trial:
@@ -74,6 +95,9 @@ class Trial:
         self.ctx = ctx
         self.request = request
         self.config = request.config
+        self.state: dict[str, Any] = {}  # the benchmark's own, for this instance
+        self.agent_completed = True  # the agent finished (False: timed out, gave up, ...)
+        self.agent_reason: str | None = None  # why it did not
 
     @property
     def spec(self) -> InstanceSpec:
@@ -101,9 +125,14 @@ class Trial:
         return self.ctx.output(name, path)
 
     @property
+    def factory(self) -> Any:
+        """The instance's sandbox factory (its sandboxes are removed at its end)."""
+        return self.request.getfixturevalue("sandbox_factory")
+
+    @property
     def client(self) -> Any:
-        """The engine's client (the one the sandboxes are created on)."""
-        return self.request.getfixturevalue("sandbox_client")
+        """The instance's engine client (where its sandboxes and images are)."""
+        return self.factory.client
 
     def build_image(self, folder: Path, name: str,
                     from_map: Mapping[str, str] | None = None) -> str:
@@ -136,9 +165,7 @@ class Trial:
 class DeclaredBenchmark(BenchmarkAdapter):
     """A benchmark given as a declaration: override what its tasks need."""
 
-    # Whether an agent that did not finish is still collected and scored (its row is the
-    # agent's failure either way; the score stays on it).
-    score_unfinished: bool = True
+    instruction_file = "instruction.md"
 
     def instruction(self, trial: Trial) -> str:
         raise NotImplementedError
@@ -146,28 +173,65 @@ class DeclaredBenchmark(BenchmarkAdapter):
     def agent_timeout(self, trial: Trial) -> float:
         return 600.0
 
+    def dry_run(self, trial: Trial, instruction: str) -> None:
+        """What a dry run writes besides the instruction: the agent server's task."""
+        self.task_body(trial, instruction, None)
+
+    def has_oracle(self, trial: Trial) -> bool:
+        """Whether the task has a reference solution (asked before any image is built)."""
+        return False
+
+    def oracle(self, trial: Trial, sandbox: Sandbox) -> OraclePlan | OracleCallable | None:
+        """The reference solution: commands (and folders) in the sandbox, or a callable."""
+        return None
+
     def prepare(self, trial: Trial) -> str:
         """The instance's image, built or pulled (under the ``pull`` phase deadline)."""
         raise NotImplementedError
 
+    def kept_artifact(self, trial: Trial) -> Kept | None:
+        """An earlier run's kept agent work to score instead of running the agent (a
+        resume re-scores, it does not re-solve); None: run the agent."""
+        return None
+
+    def redo_existing(self, trial: Trial) -> bool:
+        """Clear what earlier runs left of this instance (no kept work, no reattach)."""
+        return False
+
     def sandbox(self, trial: Trial, image: str) -> SandboxPlan:
         return SandboxPlan(image=image)
 
-    def oracle(self, trial: Trial) -> OraclePlan | None:
-        """The reference solution as commands in the sandbox; None: the task has none."""
-        return None
+    def provision(self, trial: Trial, image: str, labels: Mapping[str, str]) -> Sandbox:
+        """The agent's sandbox (``create`` deadline), from :meth:`sandbox`; ``labels`` mark a
+        sandbox an agent server's task may outlive its run in (kept for a reattach)."""
+        plan = self.sandbox(trial, image)
+        sandbox: Sandbox = trial.factory(
+            plan.image, user=plan.user, workdir=plan.workdir, network="none", cpus=plan.cpus,
+            memory=plan.memory, pids_limit=plan.pids_limit, env=dict(plan.env),
+            labels=dict(labels))
+        return sandbox
 
-    def collect(self, trial: Trial, sandbox: Sandbox) -> Any:
-        """What the agent produced, taken out of the sandbox (``collect`` deadline)."""
-        return None
-
-    def score(self, trial: Trial, sandbox: Sandbox, artifact: Any) -> Verdict:
-        """The verdict (``eval`` deadline); the sandbox is still running."""
-        raise NotImplementedError
+    def task_body(self, trial: Trial, instruction: str, sandbox: Sandbox | None) -> Any:
+        """The agent server's task for this try, written to the instance folder for every
+        agent kind (``sandbox`` None: a dry run's, naming no container)."""
+        return write_neutral_body(trial, self, instruction, sandbox)
 
     def task_metadata(self, trial: Trial) -> dict[str, Any]:
         """Metadata the agent server's task carries (never the tests or the solution)."""
         return {}
+
+    def collect(self, trial: Trial, sandbox: Sandbox) -> Any:
+        """What the agent produced, taken out of the sandbox (``collect`` deadline); a
+        :class:`Verdict` ends the instance there (its output refused, say)."""
+        return None
+
+    def score(self, trial: Trial, sandbox: Sandbox | None, artifact: Any) -> Verdict:
+        """The verdict (``eval`` deadline); ``sandbox`` is still running, or None when a
+        kept artifact is scored."""
+        raise NotImplementedError
+
+    def eval_interrupted(self, trial: Trial) -> None:
+        """The eval was cut at its deadline: set aside what it left (not a verdict)."""
 
 
 def run_trial(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
@@ -176,69 +240,107 @@ def run_trial(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     if not isinstance(benchmark, DeclaredBenchmark):
         raise TypeError(f"{ctx.benchmark}: run_trial needs a DeclaredBenchmark adapter")
     trial = Trial(ctx, request)
+    ctx.timeout_s = benchmark.agent_timeout(trial)
     instruction = benchmark.instruction(trial)
-    path = ctx.instance_dir / "instruction.md"
+    path = ctx.instance_dir / benchmark.instruction_file
     path.write_text(instruction)
     ctx.output("instruction", path)
-    ctx.timeout_s = benchmark.agent_timeout(trial)
     if ctx.dry_run:
-        _write_body(trial, benchmark, instruction, "<container>", benchmark.sandbox(
-            trial, "<image>").workdir)
+        benchmark.dry_run(trial, instruction)
         ctx.prepared()
     agent = request.getfixturevalue("harness_agent")
-    oracle = benchmark.oracle(trial)
-    if agent.needs_reference_solution and oracle is None:
+    if agent.needs_reference_solution and not benchmark.has_oracle(trial):
         raise OutcomeSkip(Outcome.SKIPPED, "oracle_unavailable",
-                          f"{ctx.task_id}: the task has no reference solution; nothing built")
+                          f"{ctx.task_id}: the task has no reference solution; no image "
+                          "was built or pulled for it")
     with phase(request.config, "pull"):
         image = benchmark.prepare(trial)
-    plan = benchmark.sandbox(trial, image)
-    with phase(request.config, "create"):
-        sandbox = request.getfixturevalue("sandbox_factory")(
-            plan.image, user=plan.user, workdir=plan.workdir, network="none",
-            cpus=plan.cpus, memory=plan.memory, pids_limit=plan.pids_limit,
-            env=dict(plan.env))
-    ctx.result.details["container"] = sandbox.name
-    outcome = _run_agent(trial, benchmark, agent, sandbox, instruction, plan, oracle)
-    if not outcome.completed and not benchmark.score_unfinished:
-        ctx.agent_failed(outcome.reason_code or "task_not_completed")
+    kept = None if benchmark.redo_existing(trial) else benchmark.kept_artifact(trial)
+    if kept is not None:  # a resume re-scores what was kept, never buys a new solve
+        trial.agent_completed, trial.agent_reason = kept.completed, kept.reason
+        _score(trial, benchmark, None, kept.artifact)
         return
+    sandbox = _agent_phase(trial, benchmark, agent, image, instruction)
     with phase(request.config, "collect"):
         artifact = benchmark.collect(trial, sandbox)
-    with phase(request.config, "eval"):
-        verdict = benchmark.score(trial, sandbox, artifact)
-    record_verdict(ctx, verdict, outcome)
+    if isinstance(artifact, Verdict):
+        record_verdict(trial, artifact)
+        return
+    _score(trial, benchmark, sandbox, artifact)
 
 
-def _run_agent(trial: Trial, benchmark: DeclaredBenchmark, agent: Any, sandbox: Sandbox,
-               instruction: str, plan: SandboxPlan, oracle: OraclePlan | None
-               ) -> AgentOutcome:
+def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image: str,
+                 instruction: str) -> Sandbox:
+    """The sandbox (new, or the one a reattached task works in) and the agent in it."""
     from harness.agents.base import AgentRequest
-    from harness.runner.agent_plugin import run_agent
+    from harness.agents.gateway.reattach import (
+        adopt_kept_sandbox,
+        keep_after_give_up,
+        reattach_labels,
+        record_sandbox,
+        redo_existing,
+    )
+    from harness.runner.agent_plugin import instance_view, run_agent
 
-    ctx = trial.ctx
-    body = _write_body(trial, benchmark, instruction, sandbox.name, plan.workdir)
+    ctx, factory = trial.ctx, trial.factory
+    view = instance_view(ctx)
+    redo = benchmark.redo_existing(trial)
+    if redo:  # the task checkpoints of earlier runs are cleared
+        ctx.result.details["redo_existing"] = redo_existing(view, factory)
+    adopted = None if redo else adopt_kept_sandbox(view, agent, factory)
+    if adopted is not None:
+        sandbox, extra = adopted
+    else:
+        labels = reattach_labels(agent)
+        with phase(trial.config, "create"):
+            sandbox = benchmark.provision(trial, image, labels)
+        extra = {"keep_sandbox": True} if labels else {}
+        if labels:
+            record_sandbox(view, sandbox)
+    ctx.result.details["container"] = sandbox.name
+    body = benchmark.task_body(trial, instruction, sandbox)
     started = time.monotonic()
-    outcome = run_agent(ctx, agent, AgentRequest(
-        instance_id=ctx.task_id, instance_dir=ctx.instance_dir, instruction=instruction,
-        task_body=body, sandbox=sandbox, timeout_sec=ctx.timeout_s,
-        env_allowlist=tuple(trial.option("agent_env")), oracle=oracle,
-        adapter=ctx.benchmark))
+    try:
+        outcome = run_agent(ctx, agent, AgentRequest(
+            instance_id=ctx.task_id, instance_dir=ctx.instance_dir, instruction=instruction,
+            task_body=body, sandbox=sandbox, timeout_sec=ctx.timeout_s,
+            env_allowlist=tuple(trial.option("agent_env")),
+            oracle=benchmark.oracle(trial, sandbox), adapter=ctx.benchmark, extra=extra))
+    except InfraError:
+        keep_after_give_up(view, factory, sandbox)  # the task still runs in it: resume
+        raise
     ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
-    return outcome
+    trial.agent_completed = outcome.completed
+    trial.agent_reason = None if outcome.completed else (outcome.reason_code
+                                                         or "task_not_completed")
+    return sandbox
 
 
-def _write_body(trial: Trial, benchmark: DeclaredBenchmark, instruction: str,
-                container: str, workspace: str) -> Any:
-    """The agent server's task for this try (written for every agent kind: the record of
-    what an agent server would be asked)."""
+def _score(trial: Trial, benchmark: DeclaredBenchmark, sandbox: Sandbox | None,
+           artifact: Any) -> None:
+    try:
+        with phase(trial.config, "eval"):
+            verdict = benchmark.score(trial, sandbox, artifact)
+    except PhaseTimeout:
+        benchmark.eval_interrupted(trial)
+        raise
+    record_verdict(trial, verdict)
+
+
+def write_neutral_body(trial: Trial, benchmark: DeclaredBenchmark, instruction: str,
+                       sandbox: Sandbox | None) -> Any:
+    """The agent server's task naming only the sandbox and its instruction."""
     from harness.agents.gateway.body import neutral_task_body
 
     ctx = trial.ctx
+    if sandbox is None:
+        container, workdir = "<container>", benchmark.sandbox(trial, "<image>").workdir
+    else:
+        container, workdir = sandbox.name, sandbox.spec.workdir or "/"
     ref = ctx.instance_id.replace("@", ":")
     body = neutral_task_body(
         task_id=f"{ctx.run_id}-{ref}-a{ctx.attempt}", instruction=instruction,
-        container=container, workspace=workspace, timeout_sec=ctx.timeout_s or 600.0,
+        container=container, workspace=workdir, timeout_sec=ctx.timeout_s or 600.0,
         source=ctx.benchmark, metadata=benchmark.task_metadata(trial))
     path = ctx.instance_dir / BODY_NAME
     atomic_write_json(path, body.model_dump(mode="json", exclude_none=True))
@@ -246,22 +348,32 @@ def _write_body(trial: Trial, benchmark: DeclaredBenchmark, instruction: str,
     return body
 
 
-def record_verdict(ctx: InstanceContext, verdict: Verdict, outcome: AgentOutcome) -> None:
+def record_verdict(trial: Trial, verdict: Verdict) -> None:
     """The verdict on the row; an unfinished agent's row is its failure, score kept."""
+    ctx = trial.ctx
     if verdict.details:
         ctx.result.details.setdefault(ctx.benchmark, {}).update(verdict.details)
     ctx.result.official_eval_status = verdict.eval_status
+    reason = verdict.reason_code
     if verdict.outcome == "infra":
-        raise InfraError(verdict.error or verdict.reason_code or "judge_failed",
-                         verdict.reason_code or "judge_failed")
+        raise InfraError(verdict.error or reason or "judge_failed", reason or "judge_failed")
+    if verdict.outcome == "skipped":
+        raise OutcomeSkip(Outcome.SKIPPED, reason or "not_scored", verdict.error or "")
+    if verdict.outcome == "pending":
+        ctx.awaiting_eval(verdict.eval_status, reason or "eval_pending")
+        return
     if verdict.score is not None:
         ctx.scored(score=verdict.score, resolved=verdict.resolved,
-                   tests_passed=verdict.tests_passed, tests_total=verdict.tests_total,
-                   reason_code=verdict.reason_code if verdict.outcome == "scored" else None,
-                   official_eval_status=verdict.eval_status)
+                   near_resolved=verdict.near_resolved, tests_passed=verdict.tests_passed,
+                   tests_total=verdict.tests_total, official_eval_status=verdict.eval_status,
+                   reason_code=reason if verdict.outcome == "scored" else None)
     if verdict.outcome == "agent_failed":
-        ctx.agent_failed(verdict.reason_code or "agent_failed", verdict.error)
-    elif not outcome.completed:
-        ctx.agent_failed(outcome.reason_code or "task_not_completed")
+        ctx.agent_failed(reason or "agent_failed", verdict.error)
+    elif not trial.agent_completed:
+        ctx.agent_failed(trial.agent_reason or "task_not_completed")
     elif verdict.score is None:
         raise InfraError(f"{ctx.benchmark} gave no score and no failure", "judge_no_score")
+
+
+__all__ = ["DeclaredBenchmark", "Kept", "SandboxPlan", "Trial", "Verdict", "record_verdict",
+           "run_trial"]
