@@ -1,24 +1,43 @@
 """What a declared benchmark may import from the harness: this module, and nothing else
-(``tests/test_layers.py`` checks it for ``benchmarks/harbor``; docs/extending/new-benchmark.md).
+(``tests/test_layers.py`` checks it; docs/extending/new-benchmark.md).
 
 A benchmark declares its tasks and how one is judged (:class:`DeclaredBenchmark`); the
-runner's trial (:mod:`harness.runner.trial`) runs each instance's life around it.
+runner's trial (:mod:`harness.runner.trial`) runs each instance's life around it. The models
+(``Outcome``, ``OraclePlan``) load on first use: collecting a benchmark's items loads neither
+pydantic nor Docker.
 """
 
 from __future__ import annotations
 
-from harness.agents.base import OraclePlan
+from typing import TYPE_CHECKING
+
 from harness.core.adapter import InstanceSpec
 from harness.core.errors import InfraError, RefusalError
 from harness.core.fsutil import atomic_write_json
-from harness.core.models import Outcome
 from harness.core.untrusted import read_untrusted_text
-from harness.runner.trial import DeclaredBenchmark, SandboxPlan, Trial, Verdict, run_trial
+from harness.runner.trial import (
+    DeclaredBenchmark,
+    Kept,
+    SandboxPlan,
+    Trial,
+    Verdict,
+    run_trial,
+)
+
+if TYPE_CHECKING:
+    from harness.agents.base import OraclePlan
+    from harness.core.models import Outcome
+else:
+    from harness.core.lazy import lazy_exports
+
+    __getattr__ = lazy_exports(__name__, {"OraclePlan": "harness.agents.base",
+                                          "Outcome": "harness.core.models"})
 
 __all__ = [
     "DeclaredBenchmark",
     "InfraError",
     "InstanceSpec",
+    "Kept",
     "OraclePlan",
     "Outcome",
     "RefusalError",

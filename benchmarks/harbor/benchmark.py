@@ -10,19 +10,21 @@ network, whatever the task's ``network_mode`` (recorded on the row).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.harbor.tasks import HarborTask, load_tasks, resolve_env
 from benchmarks.harbor.verifier import verify
 from harness.api import (
     DeclaredBenchmark,
     InstanceSpec,
-    OraclePlan,
     RefusalError,
     SandboxPlan,
     Trial,
     Verdict,
 )
+
+if TYPE_CHECKING:
+    from harness.api import OraclePlan
 
 FORMAT_VERSION = "harbor-task-format-1.3"
 
@@ -104,6 +106,8 @@ class HarborBenchmark(DeclaredBenchmark):
         return task.has_solution
 
     def oracle(self, trial: Trial, sandbox: Any) -> OraclePlan | None:
+        from harness.api import OraclePlan
+
         task: HarborTask = trial.data
         if not task.has_solution:
             return None

@@ -28,7 +28,8 @@ from benchmarks.programbench.tasks import (
     programbench_version,
     select_instances,
 )
-from harness.core.adapter import BenchmarkAdapter, InstanceSpec
+from harness.api import DeclaredBenchmark, Kept, Trial, Verdict
+from harness.core.adapter import InstanceSpec
 from harness.core.errors import RefusalError
 from harness.core.outcomes import Outcome
 from harness.runner.selection import ancestor_manifest
@@ -163,8 +164,9 @@ class ProgramBenchSettings:
         return value
 
 
-class ProgramBenchAdapter(BenchmarkAdapter):
+class ProgramBenchAdapter(DeclaredBenchmark):
     name = BENCHMARK
+    instruction_file = "instruction.txt"
     marker_names = ("difficulty", "language")
     benchmark_size = 200
     near_resolved_at = NEAR_RESOLVED_AT
@@ -269,3 +271,65 @@ class ProgramBenchAdapter(BenchmarkAdapter):
         """``--pb-filter``/``--pb-slice``; ``--pb-fixtures`` picks the pool, not a subset."""
         s = self.settings(config)
         return bool(s.filter or s.slice)
+
+    # the trial's steps (harness.runner.trial), in benchmarks.programbench.runner ---------
+    def instruction(self, trial: Trial) -> str:
+        from benchmarks.programbench.instruction import render_instruction
+
+        return render_instruction(trial.data)
+
+    def agent_timeout(self, trial: Trial) -> float:
+        return float(self.settings(trial.config).timeout)
+
+    def dry_run(self, trial: Trial, instruction: str) -> None:
+        from benchmarks.programbench import runner
+
+        runner.dry_run(trial, instruction)
+
+    def has_oracle(self, trial: Trial) -> bool:
+        """Only the offline fixture ships a reference solution (known before any pull: a run
+        with the oracle never pulls a real task's multi-GB image to record skipped)."""
+        return bool(trial.data.is_fixture)
+
+    def oracle(self, trial: Trial, sandbox: Any) -> Any:
+        from benchmarks.programbench.runner import oracle_for
+
+        return oracle_for(trial.data, sandbox)
+
+    def prepare(self, trial: Trial) -> str:
+        from benchmarks.programbench import runner
+
+        return runner.prepare(trial)
+
+    def kept_artifact(self, trial: Trial) -> Kept | None:
+        from benchmarks.programbench import runner
+
+        return runner.kept_artifact(trial)
+
+    def redo_existing(self, trial: Trial) -> bool:
+        return bool(trial.option("redo_existing"))
+
+    def provision(self, trial: Trial, image: str, labels: Any) -> Any:
+        from benchmarks.programbench import runner
+
+        return runner.provision(trial, image, labels)
+
+    def task_body(self, trial: Trial, instruction: str, sandbox: Any) -> Any:
+        from benchmarks.programbench import runner
+
+        return runner.task_body(trial, instruction, sandbox)
+
+    def collect(self, trial: Trial, sandbox: Any) -> Any:
+        from benchmarks.programbench import runner
+
+        return runner.collect(trial, sandbox)
+
+    def score(self, trial: Trial, sandbox: Any, artifact: Any) -> Verdict:
+        from benchmarks.programbench import runner
+
+        return runner.score(trial, sandbox, artifact)
+
+    def eval_interrupted(self, trial: Trial) -> None:
+        from benchmarks.programbench.runner import set_aside_interrupted_eval
+
+        set_aside_interrupted_eval(trial.ctx)

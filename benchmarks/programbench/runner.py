@@ -1,6 +1,7 @@
-"""One ProgramBench instance, start to end.
+"""One ProgramBench instance: the steps the runner's trial (:mod:`harness.runner.trial`) runs.
 
-instruction -> (dry run: task body, stop) -> cleanroom sandbox (no network, agent user,
+instruction -> (dry run: task body, stop) -> (a resume: a kept submission is scored, no
+agent) -> cleanroom sandbox (no network, agent user,
 capabilities dropped, no core dumps, reference moved out of reach behind a setuid launcher:
 :mod:`harness.sandbox.protected`) -> preflight -> agent ->
 ``submission.tar.gz`` streamed from the sandbox's workspace (also when the agent did not
@@ -11,7 +12,7 @@ official ``programbench eval`` (per task, or batch at session end, or off) -> th
 from __future__ import annotations
 
 import shutil
-import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,6 @@ from benchmarks.programbench.host_workspace import (
     seed,
 )
 from benchmarks.programbench.host_workspace import remove as remove_host_workspace
-from benchmarks.programbench.instruction import render_instruction
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_instance
 from benchmarks.programbench.rescore import adopt, find_kept_submission
 from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
@@ -36,20 +36,13 @@ from benchmarks.programbench.tasks import PBInstance
 from benchmarks.programbench.verdict import verdict
 from benchmarks.programbench.workspace import prepare_cleanroom
 from harness.agents.base import AgentOutcome, AgentRequest, OracleCallable, OracleUnavailable
-from harness.agents.gateway.reattach import (
-    adopt_kept_sandbox,
-    keep_after_give_up,
-    reattach_labels,
-    record_sandbox,
-    redo_existing,
-)
+from harness.api import Kept, Trial
+from harness.api import Verdict as TrialVerdict
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
 from harness.core.models import Outcome
 from harness.core.untrusted import hash_untrusted_file
-from harness.runner.agent_plugin import instance_view, run_agent
-from harness.runner.deadlines import PhaseTimeout, phase
-from harness.runner.instance import InstanceContext, OutcomeSkip
+from harness.runner.instance import InstanceContext
 from harness.sandbox.container import Sandbox
 from harness.sandbox.errors import ProtectedInstallFailed
 from harness.sandbox.labels import run_labels
@@ -164,14 +157,13 @@ def oracle_for(inst: PBInstance, sandbox: Sandbox) -> OracleCallable:
     return apply
 
 
-def start_sandbox(ctx: InstanceContext, request: pytest.FixtureRequest, settings: Any,
-                  image_id: str, agent: Any) -> Sandbox:
+def start_sandbox(trial: Trial, settings: Any, image_id: str,
+                  labels: Mapping[str, str]) -> Sandbox:
     """A fresh cleanroom sandbox, prepared and probed; with a host workspace (``--pb-workspace
-    host``, or ``auto`` with the gateway agent) its ``/workspace`` is a folder under the run
-    root (:mod:`benchmarks.programbench.host_workspace`)."""
-    factory = request.getfixturevalue("sandbox_factory")
-    host = settings.workspace == "host" or (settings.workspace == "auto"
-                                            and bool(reattach_labels(agent)))
+    host``, or ``auto`` with the gateway agent, whose sandbox carries reattach ``labels``) its
+    ``/workspace`` is a folder under the run root (:mod:`benchmarks.programbench.host_workspace`)."""
+    ctx, factory = trial.ctx, trial.factory
+    host = settings.workspace == "host" or (settings.workspace == "auto" and bool(labels))
     binds: tuple[tuple[str, str], ...] = ()
     reference = None
     if host:
@@ -185,7 +177,7 @@ def start_sandbox(ctx: InstanceContext, request: pytest.FixtureRequest, settings
                                cap_drop=PROTECTED_SANDBOX_CAP_DROP,
                                ulimits=PROTECTED_SANDBOX_ULIMITS, cpus=settings.cpus,
                                memory=settings.memory, pids_limit=4096,
-                               labels=reattach_labels(agent), binds=binds)
+                               labels=dict(labels), binds=binds)
     if host:
         install_reference(sandbox, reference)
     ctx.result.details["preflight"] = preflight(ctx, sandbox, host_workspace=host)
@@ -205,10 +197,10 @@ def write_body(ctx: InstanceContext, inst: PBInstance, instruction: str, contain
     return body
 
 
-def collect_submission(ctx: InstanceContext, sandbox: Sandbox) -> Path | None:
+def collect_submission(ctx: InstanceContext, sandbox: Sandbox) -> Path | TrialVerdict:
     """``submission.tar.gz`` streamed from the sandbox (no host copy of the workspace, no
-    host program run on it); None when the agent's workspace was refused (the instance is
-    then the agent's failure, with the reason code, and there is no submission)."""
+    host program run on it); the agent's failure, with the reason code, when its workspace
+    was refused (there is then no submission)."""
     dest = ctx.instance_dir / "submission.tar.gz"
     facts = freeze_and_probe(sandbox, WORKSPACE)
     if facts.probe_error:
@@ -222,8 +214,8 @@ def collect_submission(ctx: InstanceContext, sandbox: Sandbox) -> Path | None:
         ctx.result.details["submission_refused"] = {
             "reason": exc.reason_code, "error": str(exc)[:1000],
             "max_copy_out_mb": limits.max_bytes >> 20, "max_copy_out_files": limits.max_files}
-        ctx.agent_failed(exc.reason_code, str(exc))
-        return None
+        return TrialVerdict(outcome="agent_failed", reason_code=exc.reason_code,
+                            error=str(exc), eval_status="not_run")
     atomic_write_json(ctx.instance_dir / "submission_info.json", info)
     ctx.output("submission", dest)
     ctx.result.prediction_written = True
@@ -234,127 +226,22 @@ def collect_submission(ctx: InstanceContext, sandbox: Sandbox) -> Path | None:
     return dest
 
 
-def record_eval(ctx: InstanceContext, result: OfficialEvalResult, completed: bool,
-                reason: str | None) -> None:
+def eval_verdict(ctx: InstanceContext, result: OfficialEvalResult, completed: bool,
+                 reason: str | None) -> TrialVerdict:
+    """The official eval's result as the row's verdict (its details at the row's top)."""
     atomic_write_json(ctx.instance_dir / "official_eval.json", result)
     if result.eval_json:
         ctx.output("eval_json", Path(result.eval_json))
     v = verdict(result, completed=completed, reason=reason)
     ctx.result.details.update(v.details)
     if v.outcome is Outcome.INFRA_FAILED:
-        ctx.result.official_eval_status = v.official_eval_status
-        raise InfraError(v.error or v.reason_code, v.reason_code)
-    if v.score is None:  # refused by name, not scored (build_needs_root)
-        ctx.result.official_eval_status = v.official_eval_status
-        ctx.agent_failed(v.reason_code, v.error)
-        return
-    ctx.scored(score=v.score, resolved=v.resolved, near_resolved=v.near_resolved,
-               tests_passed=v.tests_passed, tests_total=v.tests_total,
-               reason_code=v.reason_code, official_eval_status=v.official_eval_status)
-    if v.outcome is Outcome.AGENT_FAILED:  # partial work scored, or the submission broke eval
-        ctx.agent_failed(v.reason_code, v.error)
-
-
-def run_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
-    adapter = ctx.adapter
-    assert isinstance(adapter, ProgramBenchAdapter)
-    settings = adapter.settings(request.config)
-    inst: PBInstance = ctx.data
-    ctx.timeout_s = settings.timeout
-    instruction = render_instruction(inst)
-    (ctx.instance_dir / "instruction.txt").write_text(instruction)
-    ctx.output("instruction", ctx.instance_dir / "instruction.txt")
-    if ctx.dry_run:
-        agent_kind = request.config.getoption("agent") or ""
-        host = settings.workspace == "host" or (settings.workspace == "auto"
-                                                and agent_kind == "gateway")
-        write_body(ctx, inst, instruction, f"harness-{ctx.run_id}-{inst.instance_id}",
-                   settings.timeout, host_folder(ctx.instance_dir) if host else None)
-        if request.config.getoption("pull") == "always":  # prefetch: pull, record, run nothing
-            resolve_instance_image(ctx, inst, request.getfixturevalue("sandbox_client"),
-                                   request.config)
-        ctx.prepared()
-    if not inst.is_fixture and request.getfixturevalue("harness_agent").needs_reference_solution:
-        # Known before any pull: ProgramBench ships no reference solution for real tasks, so
-        # a run with the oracle must not pull multi-GB images only to record skipped.
-        raise OutcomeSkip(Outcome.SKIPPED, "oracle_unavailable",
-                          f"{inst.instance_id}: ProgramBench ships no reference solution for "
-                          f"this task (only the fixture has one); its image was not pulled")
-    image_id, blob_dir = pull_image(ctx, inst, request)
-    redo = bool(request.config.getoption("redo_existing"))
-    kept = None if redo else find_kept_submission(ctx)
-    if kept is not None:  # a resume re-scores the kept submission, never buys a new solve
-        score_submission(ctx, settings, adopt(ctx, kept), kept.completed, kept.reason,
-                         blob_dir)
-        return
-    factory = request.getfixturevalue("sandbox_factory")
-    agent = request.getfixturevalue("harness_agent")
-    # A resume reattaches to an unsettled gateway task in the sandbox it works in.
-    view = instance_view(ctx)
-    if redo:  # the specification's --redo-existing: the task checkpoint is cleared
-        ctx.result.details["redo_existing"] = redo_existing(view, factory)
-    adopted = None if redo else adopt_kept_sandbox(view, agent, factory)
-    if adopted is not None:
-        sandbox, extra = adopted
-    else:
-        with phase(request.config, "create"):
-            sandbox = start_sandbox(ctx, request, settings, image_id, agent)
-        extra = {"keep_sandbox": True} if reattach_labels(agent) else {}
-        if extra:
-            record_sandbox(view, sandbox)
-    ctx.result.details["container"] = sandbox.name
-    host_ws = bind_source(sandbox)
-    body = write_body(ctx, inst, instruction, sandbox.name, settings.timeout, host_ws)
-    started = time.monotonic()
-    try:
-        outcome = run_agent(ctx, agent, AgentRequest(
-            instance_id=inst.instance_id, instance_dir=ctx.instance_dir, instruction=instruction,
-            task_body=body, sandbox=sandbox, timeout_sec=settings.timeout,
-            env_allowlist=tuple(request.config.getoption("agent_env")),
-            oracle=oracle_for(inst, sandbox), adapter="programbench", extra=extra))
-    except InfraError:
-        keep_after_give_up(view, factory, sandbox)  # the task still runs in it: resume
-        raise
-    ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
-    try:
-        with phase(request.config, "collect"):
-            submission = collect_submission(ctx, sandbox)
-    finally:  # the host folder goes once the workspace is collected (host_workspace.remove)
-        if host_ws is not None and not request.config.getoption("keep_sandboxes"):
-            remove_host_workspace(host_ws)
-    if submission is None:
-        return  # the agent's workspace was refused: its failure, nothing to score
-    ctx.result.details.update(scorer_guard.row_details(submission))  # before any eval mode
-    if ctx.result.details.get("scorer_files_removed") or ctx.result.details.get(
-            "scorer_files_rewritten"):  # the archive the eval scores, as the guard wrote it
-        report = scorer_guard.read_report(submission.parent)
-        ctx.result.details["submission"]["sha256_scored"] = (
-            report.sha256_out if report is not None else hash_untrusted_file(submission)[0])
-    reason = None if outcome.completed else (outcome.reason_code or "task_not_completed")
-    ctx.result.details["agent_outcome"] = {"completed": outcome.completed, "reason": reason}
-    score_in_time(ctx, request.config, settings, submission, outcome.completed, reason,
-                  blob_dir)
-
-
-def pull_image(ctx: InstanceContext, inst: PBInstance,
-               request: pytest.FixtureRequest) -> tuple[str, str | None]:
-    """The task's image on the instance's engine, under the pull phase's deadline."""
-    client = request.getfixturevalue("sandbox_factory").client  # the instance's engine
-    with phase(request.config, "pull"):
-        return resolve_instance_image(ctx, inst, client, request.config)
-
-
-def score_in_time(ctx: InstanceContext, config: pytest.Config, settings: Any,
-                  submission: Path, completed: bool, reason: str | None,
-                  blob_dir: str | None) -> None:
-    """The official eval under the eval phase's deadline (an eval cut there leaves no
-    output that reads as a verdict)."""
-    try:
-        with phase(config, "eval"):
-            score_submission(ctx, settings, submission, completed, reason, blob_dir)
-    except PhaseTimeout:
-        set_aside_interrupted_eval(ctx)
-        raise
+        return TrialVerdict(outcome="infra", reason_code=v.reason_code,
+                            error=v.error or v.reason_code, eval_status=v.official_eval_status)
+    failed = v.outcome is Outcome.AGENT_FAILED  # refused by name (no score), partial work
+    return TrialVerdict(
+        outcome="agent_failed" if failed else "scored", score=v.score, resolved=v.resolved,
+        near_resolved=v.near_resolved, tests_passed=v.tests_passed, tests_total=v.tests_total,
+        reason_code=v.reason_code, error=v.error, eval_status=v.official_eval_status)
 
 
 def set_aside_interrupted_eval(ctx: InstanceContext) -> None:
@@ -367,25 +254,24 @@ def set_aside_interrupted_eval(ctx: InstanceContext) -> None:
 
 
 def score_submission(ctx: InstanceContext, settings: Any, submission: Path, completed: bool,
-                     reason: str | None, blob_dir: str | None) -> None:
+                     reason: str | None, blob_dir: str | None) -> TrialVerdict:
     """The eval step of an instance, per ``--eval``: off, batch (at session end), per task."""
     inst: PBInstance = ctx.data
     if settings.eval_mode == "off":
         # Not a score (never a 0): skipped, so a resume with an eval scores the kept
         # submission (see :mod:`benchmarks.programbench.rescore`) instead of carrying it.
-        ctx.result.official_eval_status = "not_run"
-        raise OutcomeSkip(Outcome.SKIPPED, EVAL_OFF_REASON,
-                          "--eval off: submission kept, not scored; resume with --eval "
-                          "per-task or batch to score it")
+        return TrialVerdict(outcome="skipped", reason_code=EVAL_OFF_REASON,
+                            error="--eval off: submission kept, not scored; resume with "
+                                  "--eval per-task or batch to score it", eval_status="not_run")
     if settings.eval_mode == "batch" and ctx.sample is None:  # an attempt: scored here
         ctx.result.details["eval_pending"] = {"completed": completed, "reason": reason,
                                              "blob_dir": blob_dir}
-        ctx.awaiting_eval("pending", "eval_pending")
-        return
+        return TrialVerdict(outcome="pending", reason_code="eval_pending",
+                            eval_status="pending")
     result = evaluate_instance(eval_source(ctx, inst, submission), inst.instance_id,
                                docker_cpus=settings.docker_cpus, blob_dir=blob_dir,
                                timeout_s=3 * 3600)
-    record_eval(ctx, result, completed, reason)
+    return eval_verdict(ctx, result, completed, reason)
 
 
 def eval_source(ctx: InstanceContext, inst: PBInstance, submission: Path) -> Path:
@@ -400,3 +286,79 @@ def eval_source(ctx: InstanceContext, inst: PBInstance, submission: Path) -> Pat
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(submission, folder / "submission.tar.gz")
     return src
+
+
+# The trial's steps (harness.runner.trial): ProgramBenchAdapter's hooks call these ---------
+def dry_run(trial: Trial, instruction: str) -> None:
+    """The task body a run would send (its host folder where the agent would have one);
+    with ``--pull always`` the image is pulled and recorded (a prefetch), nothing run."""
+    ctx, inst = trial.ctx, trial.data
+    settings = _settings(trial)
+    agent_kind = trial.option("agent") or ""
+    host = settings.workspace == "host" or (settings.workspace == "auto"
+                                            and agent_kind == "gateway")
+    write_body(ctx, inst, instruction, f"harness-{ctx.run_id}-{inst.instance_id}",
+               settings.timeout, host_folder(ctx.instance_dir) if host else None)
+    if trial.option("pull") == "always":
+        resolve_instance_image(ctx, inst, trial.client, trial.config)
+
+
+def prepare(trial: Trial) -> str:
+    """The task's image on the instance's engine (its blob folder kept for the eval)."""
+    image_id, blob_dir = resolve_instance_image(trial.ctx, trial.data, trial.client,
+                                                trial.config)
+    trial.state["blob_dir"] = blob_dir
+    return image_id
+
+
+def kept_artifact(trial: Trial) -> Kept | None:
+    kept = find_kept_submission(trial.ctx)
+    if kept is None:
+        return None
+    return Kept(adopt(trial.ctx, kept), kept.completed, kept.reason)
+
+
+def provision(trial: Trial, image: str, labels: Mapping[str, str]) -> Sandbox:
+    return start_sandbox(trial, _settings(trial), image, labels)
+
+
+def task_body(trial: Trial, instruction: str, sandbox: Sandbox | None) -> Any:
+    host_ws = bind_source(sandbox) if sandbox is not None else None
+    container = sandbox.name if sandbox is not None else "<container>"
+    return write_body(trial.ctx, trial.data, instruction, container, _settings(trial).timeout,
+                      host_ws)
+
+
+def collect(trial: Trial, sandbox: Sandbox) -> Path | TrialVerdict:
+    """The submission, scorer-guarded; the host workspace folder goes once collected."""
+    ctx = trial.ctx
+    host_ws = bind_source(sandbox)
+    try:
+        submission = collect_submission(ctx, sandbox)
+    finally:  # (host_workspace.remove)
+        if host_ws is not None and not trial.option("keep_sandboxes"):
+            remove_host_workspace(host_ws)
+    if isinstance(submission, TrialVerdict):
+        return submission  # the agent's workspace was refused: nothing to score
+    ctx.result.details.update(scorer_guard.row_details(submission))  # before any eval mode
+    if ctx.result.details.get("scorer_files_removed") or ctx.result.details.get(
+            "scorer_files_rewritten"):  # the archive the eval scores, as the guard wrote it
+        report = scorer_guard.read_report(submission.parent)
+        ctx.result.details["submission"]["sha256_scored"] = (
+            report.sha256_out if report is not None else hash_untrusted_file(submission)[0])
+    return submission
+
+
+def score(trial: Trial, sandbox: Sandbox | None, submission: Path) -> TrialVerdict:
+    ctx = trial.ctx
+    if sandbox is not None:  # the agent ran now (a kept submission brings its own)
+        ctx.result.details["agent_outcome"] = {"completed": trial.agent_completed,
+                                               "reason": trial.agent_reason}
+    return score_submission(ctx, _settings(trial), submission, trial.agent_completed,
+                            trial.agent_reason, trial.state.get("blob_dir"))
+
+
+def _settings(trial: Trial) -> Any:
+    adapter = trial.ctx.adapter
+    assert isinstance(adapter, ProgramBenchAdapter)
+    return adapter.settings(trial.config)

@@ -34,12 +34,11 @@ import pytest
 from harness.core.adapter import BenchmarkAdapter, InstanceSpec
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
-from harness.core.models import Outcome
 from harness.runner.deadlines import PhaseTimeout, phase
-from harness.runner.instance import InstanceContext, OutcomeSkip
 
-if TYPE_CHECKING:
-    from harness.agents.base import Agent, AgentOutcome, OracleCallable, OraclePlan
+if TYPE_CHECKING:  # the models load when an instance runs, not at collection
+    from harness.agents.base import Agent, OracleCallable, OraclePlan
+    from harness.runner.instance import InstanceContext
     from harness.sandbox.container import Sandbox
 
 BODY_NAME = "task_body.json"
@@ -236,6 +235,9 @@ class DeclaredBenchmark(BenchmarkAdapter):
 
 def run_trial(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     """One instance of a declared benchmark, start to end (its test function's body)."""
+    from harness.core.models import Outcome
+    from harness.runner.instance import OutcomeSkip
+
     benchmark = ctx.adapter
     if not isinstance(benchmark, DeclaredBenchmark):
         raise TypeError(f"{ctx.benchmark}: run_trial needs a DeclaredBenchmark adapter")
@@ -350,6 +352,9 @@ def write_neutral_body(trial: Trial, benchmark: DeclaredBenchmark, instruction: 
 
 def record_verdict(trial: Trial, verdict: Verdict) -> None:
     """The verdict on the row; an unfinished agent's row is its failure, score kept."""
+    from harness.core.models import Outcome
+    from harness.runner.instance import OutcomeSkip
+
     ctx = trial.ctx
     if verdict.details:
         ctx.result.details.setdefault(ctx.benchmark, {}).update(verdict.details)
