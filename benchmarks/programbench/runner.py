@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from benchmarks.programbench import scorer_guard
-from benchmarks.programbench.adapter import ProgramBenchAdapter
 from benchmarks.programbench.agent_probe import probe_as_agent
 from benchmarks.programbench.collect import export_submission, freeze_and_probe
 from benchmarks.programbench.host_workspace import (
@@ -359,6 +358,7 @@ def score(trial: Trial, sandbox: Sandbox | None, submission: Path) -> TrialVerdi
 
 
 def _settings(trial: Trial) -> Any:
-    adapter = trial.ctx.adapter
-    assert isinstance(adapter, ProgramBenchAdapter)
+    """The adapter's settings (``ProgramBenchAdapter.settings``; the adapter calls these
+    steps, so this module does not import it)."""
+    adapter: Any = trial.ctx.adapter
     return adapter.settings(trial.config)
