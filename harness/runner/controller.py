@@ -13,11 +13,8 @@ import json
 import os
 import shlex
 import signal
-import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,9 +30,7 @@ from harness.core.models import (
     InfraRetries,
     Manifest,
     Outcome,
-    Plan,
     Refusal,
-    ResumeProvenance,
     Selection,
     SelectionChange,
     TaskRow,
@@ -52,11 +47,16 @@ from harness.run.resume import (
     ResumePlan,
     carry_row,
     check_generations,
-    check_provenance,
-    plan_resume,
 )
 from harness.run.samples import record_samples
+from harness.runner.admission import (
+    admit_resume,
+    check_resume_provenance,
+    refuse_reused_root,
+    selection_change,
+)
 from harness.runner.instance import ROW_PROPERTY, RunContext
+from harness.runner.live_view import LiveView
 from harness.runner.progress_monitor import ProgressMonitor, run_progress
 
 if TYPE_CHECKING:
@@ -65,57 +65,6 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_INFRA, EXIT_REFUSED, EXIT_STOPPED = 0, 1, 2, 3
 # Options that do not change results: left out of the fingerprint and the resume command.
 ROOT_OPTIONS = ("--run-root", "--run-id", "--resume-from", "--shard")
-
-
-def write_collection(run_root: Path, worker_id: str, nodeids: dict[str, str]) -> None:
-    atomic_write_json(collection_file(run_root, worker_id), {"nodeids": nodeids})
-
-
-def selection_change(ancestor: list[str], now: list[str]) -> dict[str, int]:
-    """How a resume with its own selectors (``--task-file``, ``--all-instances``, -k, ...)
-    changed its ancestor's selection: a gate run grown to the full benchmark adds."""
-    before, after = set(ancestor), set(now)
-    return {"ancestor_selected": len(before), "selected": len(after),
-            "added": len(after - before), "left_out": len(before - after)}
-
-
-def local_image_ids() -> Callable[[str], str | None]:
-    """A resolver ``ref -> id`` of local images for the resume's provenance check (one
-    Docker client, made on first use); None when the image is not present or Docker cannot
-    tell (the instance then fails on its own with the runner's image error)."""
-    client: list[Any] = []
-
-    def resolve(ref: str) -> str | None:
-        try:
-            if not client:
-                from harness.sandbox.client import get_client
-
-                client.append(get_client())
-            return str(client[0].api.inspect_image(ref)["Id"])
-        except Exception:  # absent image, or no Docker: nothing to compare
-            return None
-
-    return resolve
-
-
-class TerminalLines:
-    """A text stream that writes whole lines through pytest's terminal reporter, so progress
-    lines never land in the middle of pytest's own output."""
-
-    def __init__(self, reporter: Any) -> None:
-        self.reporter = reporter
-
-    def write(self, text: str) -> int:
-        for line in text.splitlines():
-            if line.strip():
-                self.reporter.write_line(line)
-        return len(text)
-
-    def flush(self) -> None:
-        return None
-
-    def isatty(self) -> bool:
-        return False
 
 
 class Controller:
@@ -139,6 +88,7 @@ class Controller:
         self.refused = False
         self.internal_errors = 0
         self.progress: Any = None  # the report plugin's progress view
+        self.live: LiveView | None = None
         self.report_path: Path | None = None
         self.report_error: str | None = None
         self.ancestry: Ancestry | None = None
@@ -155,20 +105,8 @@ class Controller:
         return run_id, root.resolve()
 
     def refuse_reused_root(self, run_id: str, root: Path, argv: list[str]) -> None:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        sibling = root.parent / f"{root.name}-refused-{stamp}-{os.getpid()}"
-        message = (
-            f"--run-root {root} already exists: run roots are never reused; pass a new "
-            f"--run-root, or --resume-from {root} to continue that run"
-        )
-        manifest = mf.new_manifest(run_id=run_id, run_root=sibling, argv=argv,
-                                   dry_run=False, workers=0)
-        manifest.refusal = Refusal(stage="run_root", reason="run_root_exists", message=message)
-        manifest.extra.refused_run_root = str(root)
-        sibling.mkdir(parents=True)
-        mf.finalize(manifest, outcome="refused", exit_code=EXIT_REFUSED)
         self.refused = True
-        raise RefusalError(message, stage="run_root", reason="run_root_exists")
+        refuse_reused_root(run_id, root, argv, EXIT_REFUSED)
 
     def admit(self, run: RunContext, config_dict: dict[str, Any],
               benchmark_versions: dict[str, str], argv: list[str], workers: int) -> None:
@@ -221,58 +159,14 @@ class Controller:
     def plan_resume(self, run: RunContext, config_dict: dict[str, Any],
                     versions: dict[str, str]) -> None:
         assert self.manifest is not None
-        try:
-            rp = plan_resume(
-                Path(self.options.resume_from),
-                config=config_dict,
-                benchmark_versions=versions,
-                shard=run.plan.shard,
-                shard_given=self.options.shard_given,
-                samples=run.samples,
-            )
-        except ResumeError as exc:
-            raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
+        rp = admit_resume(self.options, run, self.manifest, config_dict, versions)
         self.ancestry, self.resume_plan = rp.ancestry, rp
-        run.ancestry = rp.ancestry
-        if rp.samples != rp.ancestor_samples:  # a resume keeps this K unless given another
-            self.manifest.extra.attempts = rp.samples
-        selection = None if self.options.selectors_given else rp.selection
-        remaining = [k for k in rp.selection if k not in rp.carried]
-        try:
-            if selection is not None and not rp.grew_samples:  # a recovery (more attempts
-                # per task is a new stage); selectors: see check_resume_selection
-                check_generations(rp, len(remaining), self.options.max_recovery_generations)
-        except ResumeError as exc:
-            raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
-        run.plan = Plan(
-            run_id=run.run_id, created_at_unix=run.plan.created_at_unix,
-            dry_run=run.plan.dry_run, shard=rp.shard, selection=selection,
-            carried=rp.carried, attempts=rp.attempts, ancestors=rp.ancestor_roots,
-        )
-        m = self.manifest
-        m.shard = rp.shard
-        m.resume.ancestors = rp.ancestor_roots
-        m.resume.ancestor_run_ids = [a.run_id for a in rp.ancestry.manifests]
-        if rp.ancestry.torn:  # torn last lines of ancestors' ledgers, set aside (issue 41)
-            m.extra.torn_tails_set_aside = list(rp.ancestry.torn)
-        m.resume.generation = rp.generation
 
     def check_resume_provenance(self) -> None:
-        """After the admission hooks recorded this run's agent seed and runtime: a resume
-        must match every ancestor's, or name the waiver (recorded in the manifest)."""
-        if self.ancestry is None or self.manifest is None or self.run is None \
+        if self.resume_plan is None or self.manifest is None or self.run is None \
                 or self.run.plan.dry_run:
             return
-        waived = {reason for reason, option in (("seed_changed", "allow_seed_change"),
-                                                ("runtime_changed", "allow_runtime_change"),
-                                                ("image_changed", "allow_image_change"))
-                  if self.config.getoption(option)}
-        try:
-            records = check_provenance(self.ancestry, self.manifest, waived,
-                                       local_image_ids())
-        except ResumeError as exc:
-            raise RefusalError(str(exc), stage="resume", reason=exc.reason) from exc
-        self.manifest.extra.resume_provenance = ResumeProvenance(waived=records)
+        check_resume_provenance(self.config, self.resume_plan, self.manifest)
 
     def refuse(self, exc: RefusalError) -> None:
         self.refused = True
@@ -386,34 +280,10 @@ class Controller:
             pytest.exit(str(exc), returncode=refusal.exit_code)
 
     def start_progress(self, total: int) -> None:
-        mode = self.options.progress
-        if mode == "off" or total == 0:
+        if self.run is None:
             return
-        from harness.core.registry import report_plugin
-
-        report = report_plugin()
-        if report is None:
-            return
-        is_tty = sys.stdout.isatty() if mode == "auto" else mode == "live"
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        stream: Any = sys.stdout if is_tty or reporter is None else TerminalLines(reporter)
-        self.progress = report.progress(total, stream, is_tty=is_tty)
-        self.start_activity_poll()
-
-    def start_activity_poll(self, interval_s: float = 1.0) -> None:
-        """Show workers' activity files (image pulls) in the live view, polled once a second."""
-        if self.run is None or self.progress is None:
-            return
-        from harness.core.activity import read_all
-
-        root, progress = self.run.run_root, self.progress
-        self.activity_stop = threading.Event()
-
-        def loop() -> None:
-            while not self.activity_stop.wait(interval_s):
-                progress.set_activity(read_all(root))
-
-        threading.Thread(target=loop, name="harness-activity", daemon=True).start()
+        self.live = LiveView(self.config, self.options.progress, self.run.run_root, total)
+        self.progress = self.live.progress
 
     def load_worker_selection(self, worker_id: str) -> None:
         if self.selection is not None or self.run is None:
@@ -602,10 +472,8 @@ class Controller:
                 config=self.config, run=self.run, summary=summary)
         except Exception as exc:  # a finishing step must not lose the manifest
             self.finish_error(exc)
-        if getattr(self, "activity_stop", None) is not None:
-            self.activity_stop.set()
-        if self.progress is not None:
-            self.progress.close()
+        if self.live is not None:
+            self.live.close()
         self.retry_ledger()
         self.finalize(outcome=outcome, exit_code=code, stop_reason=cause)
         self.write_report()

@@ -158,10 +158,12 @@ class WorkerHooks:
                 nodeids[item.nodeid] = instance_key(found[0], found[1].key_id)
         if self.controller is not None:
             self.controller.set_selection(nodeids)
-        else:
-            from harness.runner.controller import write_collection
+        else:  # an xdist worker: the controller reads it (load_worker_selection)
+            from harness.core.fsutil import atomic_write_json
+            from harness.core.layout import collection_file
 
-            write_collection(self.run.run_root, self.run.worker_id, nodeids)
+            atomic_write_json(collection_file(self.run.run_root, self.run.worker_id),
+                              {"nodeids": nodeids})
 
     # running ----------------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
