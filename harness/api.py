@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from harness.core.adapter import InstanceSpec
 from harness.core.errors import InfraError, RefusalError
 from harness.core.fsutil import atomic_write_json
+from harness.core.registry import BenchmarkRegistration
 from harness.core.untrusted import read_untrusted_text
 from harness.runner.trial import (
     DeclaredBenchmark,
@@ -34,6 +35,7 @@ else:
                                           "Outcome": "harness.core.models"})
 
 __all__ = [
+    "BenchmarkRegistration",
     "DeclaredBenchmark",
     "InfraError",
     "InstanceSpec",

@@ -108,7 +108,7 @@ def resolve_env(env: dict[str, str], where: str) -> dict[str, str]:
         if m.group(2) is None:
             raise RefusalError(f"{where}: an env value reads ${{{m.group(1)}}} from this "
                                f"machine; give the value in the task (or a default, "
-                               f"${{{m.group(1)}:-value}})", stage="benchmark",
+                               f"${{{m.group(1)}:-value}})", stage="options",
                                reason="harbor_task_invalid")
         return m.group(2)
 
@@ -123,7 +123,7 @@ def strip_canary(text: str) -> str:
 
 
 def _refuse(folder: Path, what: str) -> RefusalError:
-    return RefusalError(f"Harbor task {folder}: {what}", stage="benchmark",
+    return RefusalError(f"Harbor task {folder}: {what}", stage="options",
                         reason="harbor_task_invalid")
 
 
@@ -147,6 +147,12 @@ def load_task(folder: Path) -> HarborTask:
         raise _refuse(folder, "no tests/test.sh")
     if not (folder / "environment").is_dir():
         raise _refuse(folder, "no environment/ folder")
+    if not (folder / "environment" / "Dockerfile").is_file() \
+            and not config.environment.docker_image:
+        raise _refuse(folder, "no environment/Dockerfile and no [environment].docker_image "
+                              "(a task's own docker-compose.yaml is not supported)")
+    if config.steps:
+        raise _refuse(folder, "a multi-step task ([[steps]]) is not supported")
     resolve_env(config.environment.env, str(toml))
     resolve_env(config.verifier.env, str(toml))
     resolve_env(config.solution.env, str(toml))
@@ -158,11 +164,11 @@ def load_tasks(root: Path) -> list[HarborTask]:
     """A task folder, or a folder of task folders (each with a task.toml), by name."""
     if not root.is_dir():
         raise RefusalError(f"--harbor-tasks {root}: no such folder; name a Harbor task folder "
-                           f"or a folder of them", stage="benchmark", reason="harbor_task_invalid")
+                           f"or a folder of them", stage="options", reason="harbor_task_invalid")
     if (root / "task.toml").is_file():
         return [load_task(root)]
     folders = sorted(p for p in root.iterdir() if (p / "task.toml").is_file())
     if not folders:
         raise RefusalError(f"--harbor-tasks {root}: no task.toml in it or in its folders",
-                           stage="benchmark", reason="harbor_task_invalid")
+                           stage="options", reason="harbor_task_invalid")
     return [load_task(p) for p in folders]

@@ -24,6 +24,7 @@ REPORT_GROUP = "harness.report"
 BUILTIN_BENCHMARKS: dict[str, str] = {
     "programbench": "benchmarks.programbench.registration:REGISTRATION",
     "cowork": "benchmarks.cowork_bench.registration:REGISTRATION",
+    "harbor": "benchmarks.harbor.registration:REGISTRATION",
 }
 BUILTIN_REPORT = "reports.plugin:REPORT"
 

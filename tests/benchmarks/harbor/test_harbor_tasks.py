@@ -109,3 +109,36 @@ def test_the_image_map_rewrites_only_the_from_lines_it_names() -> None:
     assert image_map(["a=b", "c:1=d/e:2"]) == {"a": "b", "c:1": "d/e:2"}
     with pytest.raises(RefusalError, match="write it as IMAGE=LOCAL_IMAGE"):
         image_map(["ubuntu"])
+
+
+def test_a_folder_with_neither_dockerfile_nor_image_or_with_steps_is_refused(tmp_path) -> None:
+    task = tmp_path / "t"
+    shutil.copytree(TASKS / "write-greeting", task)
+    (task / "environment" / "Dockerfile").unlink()
+    with pytest.raises(RefusalError, match="no environment/Dockerfile"):
+        load_task(task)
+    (task / "task.toml").write_text('[environment]\ndocker_image = "x:1"\n\n[[steps]]\nname = "a"\n')
+    with pytest.raises(RefusalError, match="multi-step"):
+        load_task(task)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ((), "benchmarks/harbor needs --harbor-tasks DIR"),
+    (("--harbor-tasks", "no/such/folder"), "no such folder"),
+    (("--harbor-tasks", str(TASKS), "--harbor-image-map", "ubuntu"), "IMAGE=LOCAL_IMAGE"),
+])
+def test_the_command_line_refuses_bad_harbor_input_in_one_line(tmp_path, args, says) -> None:
+    from tests.support.suite import run_pytest
+
+    run = run_pytest("benchmarks/harbor", tmp_path / "run", *args, timeout=120)
+    assert run.rc == 2, run.out
+    lines = [line for line in run.out.splitlines() if says in line]
+    assert len(lines) == 1 and "Traceback" not in run.out, run.out
+
+
+def test_a_session_over_every_benchmark_collects_no_harbor_item_without_tasks() -> None:
+    from tests.support.suite import FORK_SERVER, QUIET_PLUGINS, REPO_ROOT, run_env
+
+    done = FORK_SERVER.run([*QUIET_PLUGINS, "--collect-only", "-q"], REPO_ROOT, run_env(), 120)
+    assert done.returncode == 0, done.output[-2000:]
+    assert "benchmarks/harbor" not in done.output
