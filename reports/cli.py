@@ -51,13 +51,21 @@ def report_command(argv: Sequence[str] | None = None) -> int:
         prog="harness report",
         description="Write report.html, report.md and report.json for a run root.",
     )
-    parser.add_argument("run", type=Path, help="run root (holds run_manifest.json)")
+    parser.add_argument("run", type=Path, nargs="?", help="run root (holds run_manifest.json)")
     parser.add_argument("--output", "-o", type=Path, help="output folder (default RUN/report)")
     parser.add_argument("--compare-to", type=Path, metavar="RUN", help="baseline run to compare")
+    parser.add_argument("--index", type=Path, metavar="DIR",
+                        help="instead of one run: index.html over every run root under DIR "
+                             "(written to DIR, or --output)")
     _stats_options(parser)
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
+    if (args.run is None) == (args.index is None):
+        print("harness report: give a run root, or --index DIR (not both)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.index is not None:
+        return index_command(args.index, args.output)
     try:
         paths = write_report(
             args.run,
@@ -72,6 +80,18 @@ def report_command(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     print(f"harness report: wrote {paths.html}, {paths.markdown.name} and {paths.figures.name}")
     print_attempts(paths.figures)
+    return EXIT_OK
+
+
+def index_command(top: Path, output: Path | None) -> int:
+    from reports.viewer.index import write_index
+
+    try:
+        path = write_index(top, output)
+    except ReportInputError as exc:
+        print(f"harness report: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"harness report: wrote {path}")
     return EXIT_OK
 
 

@@ -14,6 +14,7 @@ from reports.links import instance_links
 from reports.markdown import render_markdown
 from reports.run import load_run
 from reports.stats import DEFAULT_RESAMPLES
+from reports.viewer.page import write_pages
 
 REPORT_DIR = "report"
 HTML_NAME = "report.html"
@@ -83,8 +84,13 @@ def write_report(
     compare = compare_runs(baseline, run, resamples=resamples, seed=seed) if baseline else None
     figures = build_figures(run, compare, resamples=resamples, seed=seed)
     root_real, out_real = root.resolve(), out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    # each unit's page (issue 46): its steps, its verdict, its attempts side by side
+    pages = write_pages(run, out, compare_out=Path(compare_to).resolve() / REPORT_DIR
+                        if compare_to is not None else None)
     links = {
-        r.key: instance_links(root_real, r, out_real)
+        r.key: [*([("steps", pages[r.key])] if r.key in pages else []),
+                *instance_links(root_real, r, out_real)]
         for r in [*figures.instances, *figures.outside_selection]
     }
     texts = {

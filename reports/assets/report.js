@@ -81,7 +81,10 @@
       td.className = "files";
       var files = [];
       text.forEach(function (link) {
-        if (link[0] === "folder") { td.appendChild(anchor(link)); } else { files.push(link); }
+        if (link[0] === "folder" || link[0] === "steps") {
+          td.appendChild(anchor(link));
+          td.appendChild(document.createTextNode(" "));
+        } else { files.push(link); }
       });
       if (files.length) {
         var details = document.createElement("details");

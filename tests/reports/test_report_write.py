@@ -56,7 +56,14 @@ def test_default_output_is_run_root_report(programbench_run: Path) -> None:
         "report.html",
         "report.md",
         "report.json",
+        "instances",  # a page per unit with a row (issue 46)
     }
+    from reports.run import load_run
+
+    run = load_run(programbench_run)
+    pages = {p.name for p in (paths.output_dir / "instances").iterdir()}
+    assert pages == {r.key.replace("/", "__") + ".html" for r in run.results if r.key in run.rows}
+    assert len(pages) == 7  # the 9 selected, less the 2 never attempted
 
 
 def test_existing_report_is_never_overwritten(programbench_run: Path) -> None:
@@ -139,7 +146,9 @@ def test_many_files_are_capped_and_text_is_escaped(make_run, make_row) -> None:
         (root / "pb" / "x" / f"f{n:02d}.txt").write_text("x")
     html = write_report(root).html.read_text()
     row = html.split('data-key="pb/x"', 1)[1].split("</tr>", 1)[0]
-    assert row.count("<a ") == 1 + 20 + 1  # folder, 20 files (agent.log, f00..f18), more
+    # its steps page (issue 46), its folder, 20 files (agent.log, f00..f18), more
+    assert row.count("<a ") == 1 + 1 + 20 + 1
+    assert 'href="instances/pb__x.html">steps</a>' in row
     assert "more files…" in row
     assert "<script>alert" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in row

@@ -1,0 +1,1 @@
+"""The trajectory viewer (issue 46): a static page per unit, an index over runs."""

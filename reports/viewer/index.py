@@ -1,0 +1,102 @@
+"""``harness report --index DIR``: one static page over every run root under DIR: the runs
+(headline, model, agent, date) and a task-by-run matrix of scores, linking into each run's
+report and instance pages."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core.fsutil import atomic_write_text
+from harness.run.ledger import ledger_path, read_ledger
+from harness.run.manifest import MANIFEST_NAME, ManifestError, read_manifest
+from reports.errors import ReportInputError
+from reports.viewer.page import PAGES_DIR, page_name
+
+MAX_DEPTH = 3
+
+
+@dataclass
+class RunColumn:
+    run_id: str
+    href: str | None  # its report.html, when written
+    created: str
+    benchmarks: str
+    agent: str
+    model: str
+    selected: int
+    mean: str
+    scores: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # task -> (score,
+    # the unit's page)
+
+
+def find_runs(top: Path) -> list[Path]:
+    """Run roots under ``top`` (a folder with ``run_manifest.json``), not inside another."""
+    out: list[Path] = []
+
+    def walk(folder: Path, depth: int) -> None:
+        if (folder / MANIFEST_NAME).is_file():
+            out.append(folder)
+            return
+        if depth >= MAX_DEPTH:
+            return
+        try:
+            children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+        except OSError:
+            return
+        for child in children:
+            walk(child, depth + 1)
+
+    walk(top, 0)
+    return out
+
+
+def _column(root: Path, out_dir: Path) -> RunColumn | None:
+    try:
+        m = read_manifest(root)
+    except ManifestError:
+        return None
+    report = root / "report" / "report.html"
+    cfg: dict[str, Any] = m.config or {}
+    col = RunColumn(
+        run_id=m.run_id, href=os.path.relpath(report, out_dir) if report.is_file() else None,
+        created=(m.created_at or "")[:16].replace("T", " "), benchmarks=", ".join(m.benchmarks),
+        agent=str(cfg.get("agent.kind") or "-"), model=str(cfg.get("agent.solve_model") or "-"),
+        selected=m.selection.count,
+        mean=f"{m.mean_score:.3f}" if m.mean_score is not None else "-")
+    rows = read_ledger(ledger_path(root)).latest if ledger_path(root).is_file() else {}
+    by_task: dict[str, list[tuple[float, str]]] = {}
+    for key, row in rows.items():
+        task = key.split("@", 1)[0]
+        if row.score is not None:
+            by_task.setdefault(task, []).append((row.score, key))
+    pages = root / "report" / PAGES_DIR
+    for task, scores in by_task.items():
+        mean = sum(s for s, _ in scores) / len(scores)
+        page = pages / page_name(scores[0][1])
+        col.scores[task] = (f"{mean:.2f}", os.path.relpath(page, out_dir) if page.is_file()
+                            else None)
+    return col
+
+
+def write_index(top: Path, output: Path | None = None) -> Path:
+    """Write ``index.html`` over the runs under ``top``; raises :class:`ReportInputError`."""
+    from reports.html import environment
+
+    if not top.is_dir():
+        raise ReportInputError(f"--index {top}: no such folder; pass a folder that holds "
+                               f"run roots")
+    out_dir = (output or top).resolve()
+    runs = [c for root in find_runs(top.resolve()) if (c := _column(root, out_dir))]
+    if not runs:
+        raise ReportInputError(f"--index {top}: no run root under it (a folder with "
+                               f"{MANIFEST_NAME}, up to {MAX_DEPTH} levels down)")
+    runs.sort(key=lambda c: c.created, reverse=True)
+    tasks = sorted({t for c in runs for t in c.scores})
+    html = environment().get_template("index.html.j2").render(runs=runs, tasks=tasks)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "index.html"
+    atomic_write_text(path, html)
+    return path

@@ -1,0 +1,141 @@
+"""The instance pages of a run (``report/instances/<unit>.html``): static, offline, one
+file each, every agent-written text escaped (jinja2 autoescape) and capped, the run's
+secrets redacted from the page as written."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.core.fsutil import atomic_write_text
+from harness.run.secrets import SecretScanner, secrets_from_env
+from reports.figures import InstanceResult
+from reports.viewer import sources
+from reports.viewer.steps import Step, cap
+
+PAGES_DIR = "instances"
+PAGE_BUDGET = 2 << 20  # characters of step texts on one page; past it, texts are short
+SHORT = 300
+DEFAULT_KEY_ENV = "HARNESS_MODEL_API_KEY"
+
+
+def page_name(key: str) -> str:
+    """The file of a unit's page (``programbench/task@2`` -> ``programbench__task@2.html``)."""
+    return key.replace("/", "__") + ".html"
+
+
+@dataclass
+class Sibling:
+    key: str
+    href: str
+    score: str
+    outcome: str
+    steps: int
+    cost: str
+    first_change: str  # where this attempt's commands leave the first attempt's
+
+
+def scanner_for(config: dict[str, Any]) -> SecretScanner:
+    """The run's secrets: its ``--agent-env`` values and the model gateway's provider key,
+    from this environment (as the run-end scan takes them)."""
+    names = [str(n) for n in config.get("agent.env") or []]
+    names.append(str(config.get("agent.model_key_env") or DEFAULT_KEY_ENV))
+    return SecretScanner(secrets_from_env(names))
+
+
+def _budget(steps: list[Step]) -> list[Step]:
+    used = 0
+    for step in steps:
+        texts = [step.body, *(t for _, t in step.folded)]
+        used += sum(len(t) for t in texts)
+        if used > PAGE_BUDGET:
+            step.body = cap(step.body, SHORT)
+            step.folded = [(label, cap(text, SHORT)) for label, text in step.folded]
+    return steps
+
+
+def _rows(steps: list[Step]) -> list[dict[str, Any]]:
+    """The timeline's rows: time since the first timed step, cumulative cost."""
+    start = next((s.at for s in steps if s.at is not None), None)
+    total = 0.0
+    out = []
+    for n, s in enumerate(steps, 1):
+        if s.cost_usd:
+            total += s.cost_usd
+        out.append({"n": n, "s": s, "cum": total,
+                    "t": f"+{s.at - start:.1f} s" if s.at is not None and start is not None
+                    else ""})
+    return out
+
+
+def _phases(result: InstanceResult, details: dict[str, Any]) -> list[tuple[str, float]]:
+    phases: list[tuple[str, float]] = []
+    timings = details.get("timings")
+    if isinstance(timings, dict):
+        phases += [(str(k).removesuffix("_s"), float(v)) for k, v in timings.items()
+                   if isinstance(v, int | float) and not isinstance(v, bool)]
+    if isinstance(details.get("agent_wall_s"), int | float):
+        phases.append(("agent", float(details["agent_wall_s"])))
+    if result.duration_s is not None:
+        phases.append(("instance", float(result.duration_s)))
+    return phases
+
+
+def write_pages(run: Any, out_dir: Path, compare_out: Path | None = None) -> dict[str, str]:
+    """Write every unit's page under ``out_dir/instances``; ``key -> href`` from the report."""
+    from reports.html import environment
+
+    pages = out_dir / PAGES_DIR
+    pages.mkdir(parents=True, exist_ok=True)
+    scanner = scanner_for(run.manifest.config)
+    template = environment().get_template("instance.html.j2")
+    results = [r for r in run.results if r.key in run.rows]
+    timelines = {r.key: _timeline(run, r) for r in results}
+    by_task: dict[str, list[InstanceResult]] = defaultdict(list)
+    for r in results:
+        by_task[r.task or r.key].append(r)
+    hrefs = {}
+    for r in results:
+        row = run.rows[r.key].model_dump(mode="json", by_alias=True)
+        folder = run.root / r.benchmark / r.instance_id
+        name = page_name(r.key)
+        other = compare_out / PAGES_DIR / name if compare_out is not None else None
+        html = template.render(
+            run_id=run.run_id, r=r, rows=_rows(_budget(timelines[r.key])),
+            verdict=sources.verdict(run.root, folder, row),
+            phases=_phases(r, row.get("details") or {}),
+            siblings=_siblings(by_task[r.task or r.key], timelines),
+            compare=os.path.relpath(other, pages) if other and other.is_file() else None,
+            folder=os.path.relpath(folder, pages) + "/")
+        atomic_write_text(pages / name, scanner.redact_text(html) if scanner else html)
+        hrefs[r.key] = f"{PAGES_DIR}/{name}"
+    return hrefs
+
+
+def _timeline(run: Any, r: InstanceResult) -> list[Step]:
+    row = run.rows[r.key].model_dump(mode="json", by_alias=True)
+    return sources.timeline(run.root, run.root / r.benchmark / r.instance_id, row)
+
+
+def _siblings(group: list[InstanceResult], timelines: dict[str, list[Step]]) -> list[Sibling]:
+    """A task's attempts side by side (none for a task with one)."""
+    if len(group) < 2:
+        return []
+    group = sorted(group, key=lambda r: r.sample or 0)
+    first = [s.title for s in timelines[group[0].key] if s.kind == "command"]
+    out = []
+    for r in group:
+        steps = timelines[r.key]
+        mine = [s.title for s in steps if s.kind == "command"]
+        change = next((f"command {i + 1}" for i, (a, b) in enumerate(zip(first, mine,
+                                                                           strict=False))
+                       if a != b), "" if len(first) == len(mine) else
+                      f"command {min(len(first), len(mine)) + 1}")
+        out.append(Sibling(r.key, page_name(r.key), f"{r.raw_score}" if r.raw_score is not None
+                           else "-", r.outcome, len(steps),
+                           f"${r.cost_usd:.4f}" if r.cost_usd is not None else "unknown",
+                           change))
+    return out

@@ -1,0 +1,125 @@
+"""Which records an instance has, and its timeline and verdict read from them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core.untrusted import read_untrusted_bytes
+from reports.viewer import steps as S
+
+MAX_TESTS = 2000
+
+
+@dataclass
+class Verdict:
+    """The verdict as the page shows it: the score and how it came, the tests failing
+    first, the judge's own words."""
+
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (label, value)
+    tests: list[tuple[str, bool]] = field(default_factory=list)  # (name, passed)
+    text: str = ""  # the verifier's output, the checker's tail (capped)
+
+
+def _path(run_root: Path, folder: Path, rel: str | None) -> Path | None:
+    """A file the row names, only inside the run root (never followed out of it)."""
+    if not rel:
+        return None
+    given = Path(rel)
+    for cand in ([given] if given.is_absolute() else [run_root / given, folder / given]):
+        try:
+            real = cand.resolve()
+            real.relative_to(run_root.resolve())
+        except (OSError, ValueError):
+            continue
+        if real.is_file():
+            return real
+    return None
+
+
+def _plan(body: Path | None) -> list[str]:
+    """The reference server's plan in a task body (the gateway's steps' commands)."""
+    if body is None:
+        return []
+    data = S._json(body)
+    plan = S._dict(S._dict(S._dict(data).get("metadata")).get("reference_plan"))
+    return [S._text(st.get("run") or st.get("write", {}).get("path") or "")
+            for st in plan.get("steps") or [] if isinstance(st, dict)]
+
+
+def timeline(run_root: Path, folder: Path, row: dict[str, Any]) -> list[S.Step]:
+    """Every step the instance's records give, in the agent's order."""
+    outs = row.get("output_paths") or {}
+    details = row.get("details") or {}
+
+    def path(name: str) -> Path | None:
+        return _path(run_root, folder, outs.get(name))
+
+    out: list[S.Step] = []
+    if (traj := path("trajectory")) is not None:
+        out += S.mini_swe_steps(traj)
+    if (events := path("gateway_events")) is not None:
+        out += S.gateway_steps(events, _plan(path("task_body")))
+    record = path("agent_command") or (path("agent_record") if traj is None else None)
+    if record is not None:
+        out += S.command_steps(record, path("agent_stdout"), path("agent_stderr"))
+    if (totals := path("model_gateway")) is not None and (step := S.gateway_totals(totals)):
+        out.append(step)
+    out += _tape(row, details)
+    if not out:
+        agent = details.get("agent") or "the agent"
+        out.append(S.Step("event", f"{agent}: no step recorded"
+                          + (" (the reference solution applied)" if agent == "oracle" else "")))
+    return out
+
+
+def _tape(row: dict[str, Any], details: dict[str, Any]) -> list[S.Step]:
+    record = S._dict(details.get("model_record"))
+    where = record.get("records")
+    if not isinstance(where, str):
+        return []
+    root = Path(where)
+    index = root / "instances" / str(row.get("benchmark")) / f"{row.get('instance_id')}.json"
+    return S.tape_steps(index, root / "records") if index.is_file() else []
+
+
+def verdict(run_root: Path, folder: Path, row: dict[str, Any]) -> Verdict:
+    outs = row.get("output_paths") or {}
+    details = row.get("details") or {}
+    v = Verdict()
+    for label, key in (("outcome", "outcome"), ("score", "score"), ("reason", "reason_code"),
+                       ("official eval", "official_eval_status")):
+        if row.get(key) is not None:
+            v.lines.append((label, str(row[key])))
+    if row.get("tests_total") is not None:
+        v.lines.append(("tests", f"{row.get('tests_passed')} of {row['tests_total']} passed"))
+    for key in ("scorer_files_removed", "scorer_files_rewritten", "partial_submission_scored"):
+        if details.get(key):
+            v.lines.append((key.replace("_", " "), S.cap(S._text(details[key]), 500)))
+    if row.get("error"):
+        v.lines.append(("error", S.cap(str(row["error"]), 2000)))
+    if (ev := _path(run_root, folder, outs.get("eval_json"))) is not None:
+        v.tests = _eval_tests(ev)
+    harbor = S._dict(details.get("harbor"))
+    if harbor.get("rewards"):
+        v.lines.append(("rewards", json.dumps(harbor["rewards"])))
+    if (out := _path(run_root, folder, outs.get("verifier_stdout"))) is not None:
+        v.text = S.cap(read_untrusted_bytes(out, S.MAX_FILE).decode("utf-8", "replace"))
+    cowork = S._dict(details.get("eval"))
+    if cowork:
+        v.lines.append(("checker", f"pass {cowork.get('pass')}, exit {cowork.get('exit_code')}"))
+        v.text = v.text or S.cap(S._text(cowork.get("checker_output_tail")))
+    return v
+
+
+def _eval_tests(path: Path) -> list[tuple[str, bool]]:
+    """ProgramBench's per-test results, failing first."""
+    data = S._dict(S._json(path))
+    tests = []
+    for t in (data.get("test_results") or [])[:MAX_TESTS]:
+        if isinstance(t, dict):
+            name = "/".join(str(p) for p in (t.get("branch"), t.get("name")) if p)
+            tests.append((name, t.get("status") == "passed"))
+    return sorted(tests, key=lambda t: (t[1], t[0]))
