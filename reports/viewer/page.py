@@ -22,6 +22,11 @@ SHORT = 300
 DEFAULT_KEY_ENV = "HARNESS_MODEL_API_KEY"
 
 
+def task_of(key: str) -> str:
+    """The task a unit is an attempt at (``pb/t@2`` -> ``pb/t``)."""
+    return key.split("@", 1)[0]
+
+
 def page_name(key: str) -> str:
     """The file of a unit's page (``programbench/task@2`` -> ``programbench__task@2.html``)."""
     return key.replace("/", "__") + ".html"
@@ -96,7 +101,7 @@ def write_pages(run: Any, out_dir: Path, compare_out: Path | None = None) -> dic
     timelines = {r.key: _timeline(run, r) for r in results}
     by_task: dict[str, list[InstanceResult]] = defaultdict(list)
     for r in results:
-        by_task[r.task or r.key].append(r)
+        by_task[task_of(r.key)].append(r)
     hrefs = {}
     for r in results:
         row = run.rows[r.key].model_dump(mode="json", by_alias=True)
@@ -107,7 +112,7 @@ def write_pages(run: Any, out_dir: Path, compare_out: Path | None = None) -> dic
             run_id=run.run_id, r=r, rows=_rows(_budget(timelines[r.key])),
             verdict=sources.verdict(run.root, folder, row),
             phases=_phases(r, row.get("details") or {}),
-            siblings=_siblings(by_task[r.task or r.key], timelines),
+            siblings=_siblings(by_task[task_of(r.key)], timelines),
             compare=os.path.relpath(other, pages) if other and other.is_file() else None,
             folder=os.path.relpath(folder, pages) + "/")
         atomic_write_text(pages / name, scanner.redact_text(html) if scanner else html)
@@ -124,7 +129,8 @@ def _siblings(group: list[InstanceResult], timelines: dict[str, list[Step]]) -> 
     """A task's attempts side by side (none for a task with one)."""
     if len(group) < 2:
         return []
-    group = sorted(group, key=lambda r: r.sample or 0)
+    group = sorted(group, key=lambda r: int(r.key.rsplit("@", 1)[1])
+                   if r.key.rsplit("@", 1)[-1].isdigit() else 0)
     first = [s.title for s in timelines[group[0].key] if s.kind == "command"]
     out = []
     for r in group:
