@@ -25,7 +25,12 @@ def open_page(browser: Any, path: Path) -> tuple[Any, list[str]]:
     problems: list[str] = []
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda exc: problems.append(str(exc)))
-    page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+
+    def dialog(d: Any) -> None:  # an alert() of the agent's would open one
+        problems.append(f"dialog: {d.message}")
+        d.dismiss()
+
+    page.on("dialog", dialog)
     page.on("request", lambda r: problems.append(f"request {r.url}")
             if not r.url.startswith("file://") else None)
     page.goto(path.as_uri())
