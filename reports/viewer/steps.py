@@ -142,7 +142,8 @@ def gateway_steps(path: Path, plan: list[str]) -> list[Step]:
                 f"step {index}"
             code, timed_out = ev.get("exit_code"), bool(ev.get("timed_out"))
             steps.append(Step("command", cap(title, 2000), at=at,
-                              status="timed out" if timed_out else f"exit {code}",
+                              status="timed out" if timed_out else
+                              (f"exit {code}" if code is not None else None),
                               failed=timed_out or code not in (0, None),
                               duration_s=_num(ev.get("duration_s")),
                               body=cap(_text(ev.get("output_tail")))))
