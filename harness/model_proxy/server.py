@@ -286,6 +286,7 @@ class GatewayServer:
         client = self._client
         assert client is not None  # never in replay
         position = self.tape.next_position() if self.tape is not None else 0
+        started = time.time(), time.monotonic()  # the call's time on its tape (issue 46)
         headers = self._headers(h)
         content = None if body is None else json.dumps(body)
         url = f"{self.upstream}/{rel}"
@@ -302,7 +303,7 @@ class GatewayServer:
                 self._send(h, 502, data)
             finally:
                 self._record(position, method, rel, body, 502, "application/json", data=data,
-                             model=model, upstream_error=True)
+                             model=model, upstream_error=True, started=started)
             return
         data = resp.content
         usage = None
@@ -322,12 +323,16 @@ class GatewayServer:
         finally:
             self._record(position, method, rel, body, resp.status_code, ctype, data=data,
                          usage=usage, cost=cost, model=model,
-                         upstream_error=resp.status_code >= 500)
+                         upstream_error=resp.status_code >= 500, started=started)
 
     def _record(self, position: int, method: str, rel: str, body: dict[str, Any] | None,
-                status: int, ctype: str, **kwargs: Any) -> None:
+                status: int, ctype: str, *, started: tuple[float, float] | None = None,
+                **kwargs: Any) -> None:
         if self.tape is None or not self.recording:
             return
+        if started is not None:  # when the call came, and how long until its answer ended
+            kwargs.update(started_at=round(started[0], 3),
+                          latency_s=round(time.monotonic() - started[1], 3))
         self.tape.record(position, method, rel, body, status=status, content_type=ctype,
                          **kwargs)
 
@@ -389,6 +394,7 @@ class GatewayServer:
             opts["include_usage"] = True
             body = {**body, "stream_options": opts}
         position = self.tape.next_position() if self.tape is not None else 0
+        started = time.time(), time.monotonic()
         events: list[bytes] | None = [] if self.recording else None
         sse = SSEUsage(drop_usage_only_chunks=drop, capture=events)
         status, ctype = 0, "text/event-stream"
@@ -412,7 +418,8 @@ class GatewayServer:
                         self._send(h, resp.status_code, data, ctype)
                     finally:
                         self._record(position, "POST", rel, asked, status, ctype, data=data,
-                                     model=model, upstream_error=status >= 500)
+                                     model=model, upstream_error=status >= 500,
+                                     started=started)
                     return
                 ctype = resp.headers.get("content-type", "text/event-stream")
                 h.send_response(resp.status_code)
@@ -443,11 +450,11 @@ class GatewayServer:
                 with contextlib.suppress(OSError):
                     self._send(h, 502, data)
                 self._record(position, "POST", rel, asked, 502, "application/json",
-                             data=data, model=model, upstream_error=True)
+                             data=data, model=model, upstream_error=True, started=started)
                 return
         except OSError:
             pass  # the agent hung up; the call was still metered above
         if events is not None and status:
             self._record(position, "POST", rel, asked, status, ctype, events=events,
                          tail=sse.tail, usage=sse.usage, cost=cost, model=model,
-                         upstream_error=broken)
+                         upstream_error=broken, started=started)

@@ -293,6 +293,10 @@ class TapeCall(_Model):
     route: str
     stream: bool
     status: int
+    # when the call came (epoch s) and how long until its answer ended, its waits for the
+    # provider (429s, retries) included; None on tapes recorded before they were kept
+    started_at: float | None = None
+    latency_s: float | None = None
 
 
 class TapeIndex(_Model):
@@ -657,6 +661,8 @@ class TapeSession:
         cost: CallCost | None = None,
         model: str | None = None,
         upstream_error: bool = False,
+        started_at: float | None = None,
+        latency_s: float | None = None,
     ) -> str:
         """Store one exchange (after the agent got its response); returns its digest."""
         key = request_key(method, route, body)
@@ -706,6 +712,8 @@ class TapeSession:
             route=route,
             stream=events is not None,
             status=status,
+            started_at=started_at,
+            latency_s=latency_s,
         )
         journal = journal_path(self.config.directory, self.benchmark, self.instance_id)
         with self._lock:

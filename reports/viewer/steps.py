@@ -220,6 +220,7 @@ def tape_steps(index: Path, records: Path) -> list[Step]:
             "\n".join(_text(e) for e in response.get("events") or [])
         steps.append(Step(
             "model", f"model call {call.get('position', len(steps))}",
+            at=_num(call.get("started_at")), duration_s=_num(call.get("latency_s")),
             model=_text(rec.get("model") or usage.get("model")) or None,
             status=f"HTTP {call.get('status')}" if call.get("status") is not None else None,
             failed=bool(rec.get("upstream_error")) or _int(call.get("status")) not in (200, None),

@@ -120,6 +120,8 @@ def test_command_agent_behind_the_model_gateway(tmp_path, browser, tmp_path_fact
     calls = [s for k, s, _ in rows[2:] if k == "model"]
     assert calls == [f"model call {c['position']}" for c in tape["calls"]]
     assert len(calls) == report["steps"]  # the agent's own count of its calls
+    # each call's time and latency on the tape, on the page beside it (issue 46)
+    assert all(c["latency_s"] >= 0 and c["started_at"] > 0 for c in tape["calls"])
     html = (run.root / "report" / "instances" / f"programbench__{FIXTURE_ID}.html").read_text()
     assert KEY not in html
 
