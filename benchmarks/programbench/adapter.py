@@ -272,19 +272,16 @@ class ProgramBenchAdapter(DeclaredBenchmark):
         s = self.settings(config)
         return bool(s.filter or s.slice)
 
-    # the trial's steps (harness.runner.trial), in benchmarks.programbench.runner ---------
+    # the trial's steps (harness.runner.trial), in benchmarks.programbench.runner (loaded
+    # when an instance runs, not at collection) --------------------------------------------
     def instruction(self, trial: Trial) -> str:
-        from benchmarks.programbench.instruction import render_instruction
-
-        return render_instruction(trial.data)
+        return str(_steps().instruction(trial))
 
     def agent_timeout(self, trial: Trial) -> float:
         return float(self.settings(trial.config).timeout)
 
     def dry_run(self, trial: Trial, instruction: str) -> None:
-        from benchmarks.programbench import runner
-
-        runner.dry_run(trial, instruction)
+        _steps().dry_run(trial, instruction)
 
     def has_oracle(self, trial: Trial) -> bool:
         """Only the offline fixture ships a reference solution (known before any pull: a run
@@ -292,44 +289,38 @@ class ProgramBenchAdapter(DeclaredBenchmark):
         return bool(trial.data.is_fixture)
 
     def oracle(self, trial: Trial, sandbox: Any) -> Any:
-        from benchmarks.programbench.runner import oracle_for
-
-        return oracle_for(trial.data, sandbox)
+        return _steps().oracle_for(trial.data, sandbox)
 
     def prepare(self, trial: Trial) -> str:
-        from benchmarks.programbench import runner
-
-        return runner.prepare(trial)
+        return str(_steps().prepare(trial))
 
     def kept_artifact(self, trial: Trial) -> Kept | None:
-        from benchmarks.programbench import runner
-
-        return runner.kept_artifact(trial)
+        kept: Kept | None = _steps().kept_artifact(trial)
+        return kept
 
     def redo_existing(self, trial: Trial) -> bool:
         return bool(trial.option("redo_existing"))
 
     def provision(self, trial: Trial, image: str, labels: Any) -> Any:
-        from benchmarks.programbench import runner
-
-        return runner.provision(trial, image, labels)
+        return _steps().provision(trial, image, labels)
 
     def task_body(self, trial: Trial, instruction: str, sandbox: Any) -> Any:
-        from benchmarks.programbench import runner
-
-        return runner.task_body(trial, instruction, sandbox)
+        return _steps().task_body(trial, instruction, sandbox)
 
     def collect(self, trial: Trial, sandbox: Any) -> Any:
-        from benchmarks.programbench import runner
-
-        return runner.collect(trial, sandbox)
+        return _steps().collect(trial, sandbox)
 
     def score(self, trial: Trial, sandbox: Any, artifact: Any) -> Verdict:
-        from benchmarks.programbench import runner
-
-        return runner.score(trial, sandbox, artifact)
+        verdict: Verdict = _steps().score(trial, sandbox, artifact)
+        return verdict
 
     def eval_interrupted(self, trial: Trial) -> None:
-        from benchmarks.programbench.runner import set_aside_interrupted_eval
+        _steps().set_aside_interrupted_eval(trial.ctx)
 
-        set_aside_interrupted_eval(trial.ctx)
+
+def _steps() -> Any:
+    """ProgramBench's steps (:mod:`benchmarks.programbench.runner`: the sandbox, the agent's
+    request, the official eval), imported when the first instance runs."""
+    import benchmarks.programbench.runner as steps
+
+    return steps

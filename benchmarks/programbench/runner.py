@@ -28,6 +28,7 @@ from benchmarks.programbench.host_workspace import (
     seed,
 )
 from benchmarks.programbench.host_workspace import remove as remove_host_workspace
+from benchmarks.programbench.instruction import render_instruction
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_instance
 from benchmarks.programbench.rescore import adopt, find_kept_submission
 from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
@@ -288,6 +289,10 @@ def eval_source(ctx: InstanceContext, inst: PBInstance, submission: Path) -> Pat
 
 
 # The trial's steps (harness.runner.trial): ProgramBenchAdapter's hooks call these ---------
+def instruction(trial: Trial) -> str:
+    return render_instruction(trial.data)
+
+
 def dry_run(trial: Trial, instruction: str) -> None:
     """The task body a run would send (its host folder where the agent would have one);
     with ``--pull always`` the image is pulled and recorded (a prefetch), nothing run."""
