@@ -50,7 +50,7 @@ from harness.model_proxy.tape import (
     TapeSession,
     current_tape,
 )
-from harness.model_proxy.upstream import send_paced
+from harness.model_proxy.upstream import CallTrouble, send_paced
 from harness.model_proxy.usage import CallCost, InstanceMeter, SSEUsage, usage_from_json
 
 ROUTES = ("chat/completions", "completions", "responses", "embeddings", "messages")
@@ -287,11 +287,12 @@ class GatewayServer:
         assert client is not None  # never in replay
         position = self.tape.next_position() if self.tape is not None else 0
         started = time.time(), time.monotonic()  # the call's time on its tape (issue 46)
+        call = CallTrouble(self.meter)
         headers = self._headers(h)
         content = None if body is None else json.dumps(body)
         url = f"{self.upstream}/{rel}"
         try:
-            resp = send_paced(client, self.pacer, self.meter,
+            resp = send_paced(client, self.pacer, call,
                               lambda: client.build_request(method, url, headers=headers,
                                                            content=content),
                               stream=False, deadline=deadline or time.monotonic())
@@ -303,7 +304,8 @@ class GatewayServer:
                 self._send(h, 502, data)
             finally:
                 self._record(position, method, rel, body, 502, "application/json", data=data,
-                             model=model, upstream_error=True, started=started)
+                             model=model, upstream_error=True, started=started,
+                             trouble=call.counts)
             return
         data = resp.content
         usage = None
@@ -323,7 +325,8 @@ class GatewayServer:
         finally:
             self._record(position, method, rel, body, resp.status_code, ctype, data=data,
                          usage=usage, cost=cost, model=model,
-                         upstream_error=resp.status_code >= 500, started=started)
+                         upstream_error=resp.status_code >= 500, started=started,
+                         trouble=call.counts)
 
     def _record(self, position: int, method: str, rel: str, body: dict[str, Any] | None,
                 status: int, ctype: str, *, started: tuple[float, float] | None = None,
@@ -395,6 +398,7 @@ class GatewayServer:
             body = {**body, "stream_options": opts}
         position = self.tape.next_position() if self.tape is not None else 0
         started = time.time(), time.monotonic()
+        call = CallTrouble(self.meter)
         events: list[bytes] | None = [] if self.recording else None
         sse = SSEUsage(drop_usage_only_chunks=drop, capture=events)
         status, ctype = 0, "text/event-stream"
@@ -404,7 +408,7 @@ class GatewayServer:
         idle = httpx.Timeout(self.pacer.policy.stream_idle_s, connect=30.0)  # silence cuts
         try:
             with contextlib.closing(send_paced(
-                    client, self.pacer, self.meter,
+                    client, self.pacer, call,
                     lambda: client.build_request("POST", url, headers=headers,
                                                  content=content, timeout=idle),
                     stream=True, deadline=deadline)) as resp:
@@ -419,7 +423,7 @@ class GatewayServer:
                     finally:
                         self._record(position, "POST", rel, asked, status, ctype, data=data,
                                      model=model, upstream_error=status >= 500,
-                                     started=started)
+                                     started=started, trouble=call.counts)
                     return
                 ctype = resp.headers.get("content-type", "text/event-stream")
                 h.send_response(resp.status_code)
@@ -442,7 +446,7 @@ class GatewayServer:
             broken = True
             self.meter.upstream_error()
             if status and isinstance(exc, httpx.ReadTimeout):  # a stream gone silent: cut
-                self.meter.trouble(stalls=1)
+                call.trouble(stalls=1)
             data = _error_body(rel, 502, "upstream_unavailable",
                                f"model upstream unavailable: {type(exc).__name__}")
             if status == 0:  # before any response: the agent gets the 502; after the
@@ -450,11 +454,12 @@ class GatewayServer:
                 with contextlib.suppress(OSError):
                     self._send(h, 502, data)
                 self._record(position, "POST", rel, asked, 502, "application/json",
-                             data=data, model=model, upstream_error=True, started=started)
+                             data=data, model=model, upstream_error=True, started=started,
+                             trouble=call.counts)
                 return
         except OSError:
             pass  # the agent hung up; the call was still metered above
         if events is not None and status:
             self._record(position, "POST", rel, asked, status, ctype, events=events,
                          tail=sse.tail, usage=sse.usage, cost=cost, model=model,
-                         upstream_error=broken, started=started)
+                         upstream_error=broken, started=started, trouble=call.counts)

@@ -297,6 +297,8 @@ class TapeCall(_Model):
     # provider (429s, retries) included; None on tapes recorded before they were kept
     started_at: float | None = None
     latency_s: float | None = None
+    # its share of the provider's pushback: 429s, retries, seconds waited, stalls
+    trouble: dict[str, float] | None = None
 
 
 class TapeIndex(_Model):
@@ -663,6 +665,7 @@ class TapeSession:
         upstream_error: bool = False,
         started_at: float | None = None,
         latency_s: float | None = None,
+        trouble: dict[str, float] | None = None,
     ) -> str:
         """Store one exchange (after the agent got its response); returns its digest."""
         key = request_key(method, route, body)
@@ -714,6 +717,7 @@ class TapeSession:
             status=status,
             started_at=started_at,
             latency_s=latency_s,
+            trouble=dict(trouble) if trouble else None,
         )
         journal = journal_path(self.config.directory, self.benchmark, self.instance_id)
         with self._lock:

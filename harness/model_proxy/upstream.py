@@ -21,7 +21,25 @@ RATE_LIMITED = 429
 NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
 
 
-def send_paced(client: httpx.Client, pacer: Pacer, meter: InstanceMeter,
+class CallTrouble:
+    """One call's share of the provider's pushback, counted as it goes to the instance's
+    meter (the tape keeps it beside the call: its 429s, retries, waits and stalls)."""
+
+    def __init__(self, meter: InstanceMeter) -> None:
+        self.meter = meter
+        self.counts: dict[str, float] = {}
+
+    def trouble(self, *, rate_limited: int = 0, retries: int = 0, waited_s: float = 0.0,
+                stalls: int = 0) -> None:
+        self.meter.trouble(rate_limited=rate_limited, retries=retries, waited_s=waited_s,
+                           stalls=stalls)
+        for key, value in (("rate_limited", rate_limited), ("retries", retries),
+                           ("waited_s", waited_s), ("stalls", stalls)):
+            if value:
+                self.counts[key] = round(self.counts.get(key, 0) + value, 3)
+
+
+def send_paced(client: httpx.Client, pacer: Pacer, meter: InstanceMeter | CallTrouble,
                build: Callable[[], httpx.Request], *, stream: bool,
                deadline: float) -> httpx.Response:
     """The response to relay: a success, or the provider's last refusal once waiting longer

@@ -222,10 +222,21 @@ def tape_steps(index: Path, records: Path) -> list[Step]:
             "model", f"model call {call.get('position', len(steps))}",
             at=_num(call.get("started_at")), duration_s=_num(call.get("latency_s")),
             model=_text(rec.get("model") or usage.get("model")) or None,
-            status=f"HTTP {call.get('status')}" if call.get("status") is not None else None,
+            status=_call_status(call),
             failed=bool(rec.get("upstream_error")) or _int(call.get("status")) not in (200, None),
             tokens_in=_int(usage.get("prompt_tokens")),
             tokens_out=_int(usage.get("completion_tokens")), cost_usd=_num(rec.get("cost_usd")),
             folded=[("request", cap(_text(request.get("body")))),
                     ("response", cap(_text(body)))]))
     return steps
+
+
+def _call_status(call: dict[str, Any]) -> str | None:
+    """``HTTP 200``, then the call's pushback: ``429 x2, retries 1, waited 3.0 s, stalls 1``."""
+    parts = [f"HTTP {call['status']}"] if call.get("status") is not None else []
+    trouble = _dict(call.get("trouble"))
+    for key, label in (("rate_limited", "429 x{}"), ("retries", "retries {}"),
+                       ("waited_s", "waited {} s"), ("stalls", "stalls {}")):
+        if _num(trouble.get(key)):
+            parts.append(label.format(trouble[key]))
+    return ", ".join(parts) or None

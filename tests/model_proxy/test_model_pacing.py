@@ -220,3 +220,36 @@ def test_a_retry_after_of_zero_still_waits() -> None:
     for told in ("0", "-5", "nan", "0.01"):
         assert pacer.backoff(0, told) == 0.5
     assert pacer.backoff(0, "2") == 2.0
+
+
+def test_a_recorded_call_keeps_its_latency_and_its_pushback_on_the_tape(tmp_path: Path) -> None:
+    """Issue 46: the viewer shows each model call's latency and its 429s and retries; the
+    tape keeps them beside the call (the instance's totals stay on its meter)."""
+    from harness.model_proxy.tape import TapeConfig, TapeIndex, TapeSession, index_path
+
+    config = TapeConfig("record", tmp_path / "records", "strict")
+    config.prepare()
+    (tmp_path / "out").mkdir()
+    tape = TapeSession(config, "bench", "t-1", tmp_path / "out")
+    upstream = start_fake_model_server({"responses": [
+        {"status": 429, "retry_after": "0.2"}, {"status": 503}, OK]})
+    meter = InstanceMeter(PRICES, None)
+    gw = GatewayServer(upstream.base_url, KEY, meter, pacer=Pacer(fast()), tape=tape).start()
+    try:
+        with client(gw) as c:
+            resp = c.post("/chat/completions", timeout=60, json={
+                "model": "fake/scripted", "messages": [{"role": "user", "content": "hi"}]})
+    finally:
+        gw.close()
+        tape.close()
+        upstream.stop()
+    assert resp.status_code == 200
+    [call] = TapeIndex.model_validate_json(
+        index_path(tmp_path / "records", "bench", "t-1").read_bytes()).calls
+    assert call.trouble is not None
+    # one 429 waited out, then sent again twice (after the 429, after the 503)
+    assert (call.trouble["rate_limited"], call.trouble["retries"]) == (1, 2)
+    assert call.latency_s is not None and call.latency_s >= 0.2  # the 429's wait included
+    assert call.trouble["waited_s"] >= 0.2
+    totals = meter.trouble_record()  # the one call's share is the instance's whole
+    assert {k: totals[k] for k in call.trouble} == call.trouble

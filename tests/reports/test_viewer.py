@@ -84,6 +84,7 @@ def test_a_command_agent_with_the_model_gateway_and_a_tape(make_run, make_row) -
     assert [r[1] for r in rows[2:]] == ["model call 0", "model call 1", "model call 2"]
     assert "agent says hi" in html and "question 2" in html and "answer 2" in html
     assert html.count("<small>0.25 s</small>") == 3  # each call's latency
+    assert "HTTP 200, 429 x2, waited 3.0 s" in html  # its pushback
 
 
 def test_the_verdict_lists_failing_tests_first(make_run, make_row) -> None:

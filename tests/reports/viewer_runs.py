@@ -65,7 +65,8 @@ def write_tape(root: Path, benchmark: str, instance: str, calls: int) -> None:
         path.write_text(json.dumps(record))
         index.append({"position": n, "key": f"k{n}", "record": sha, "method": "POST",
                       "route": "/v1/chat/completions", "stream": False, "status": 200,
-                      "started_at": T0 + n, "latency_s": 0.25})
+                      "started_at": T0 + n, "latency_s": 0.25,
+                      **({"trouble": {"rate_limited": 2, "waited_s": 3.0}} if n == 1 else {})})
     path = root / "instances" / benchmark / f"{instance}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"benchmark": benchmark, "instance_id": instance,
