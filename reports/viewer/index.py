@@ -5,9 +5,11 @@ report and instance pages."""
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from harness.core.fsutil import atomic_write_text
 from harness.run.ledger import ledger_path, read_ledger
@@ -16,6 +18,8 @@ from reports.errors import ReportInputError
 from reports.viewer.page import PAGES_DIR, page_name
 
 MAX_DEPTH = 3
+MAX_MANIFEST = 64 << 20
+MAX_LEDGER = 1 << 30
 
 
 @dataclass
@@ -53,7 +57,32 @@ def find_runs(top: Path) -> list[Path]:
     return out
 
 
+def _readable(path: Path, limit: int) -> bool:
+    """A regular file, not a link, of at most ``limit`` bytes (a manifest or a ledger linked
+    to a device, or grown past reason, is not read)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size <= limit
+
+
+def _href(target: Path, out_dir: Path) -> str:
+    return quote(os.path.relpath(target, out_dir))  # a folder named "javascript:x" stays a path
+
+
 def _column(root: Path, out_dir: Path) -> RunColumn | None:
+    """A run's column; None for a root that cannot be read (it is left out, never the
+    index's end)."""
+    try:
+        return _read_column(root, out_dir)
+    except Exception:  # any hostile root is skipped
+        return None
+
+
+def _read_column(root: Path, out_dir: Path) -> RunColumn | None:
+    if not _readable(root / MANIFEST_NAME, MAX_MANIFEST):
+        return None
     try:
         m = read_manifest(root)
     except ManifestError:
@@ -61,12 +90,13 @@ def _column(root: Path, out_dir: Path) -> RunColumn | None:
     report = root / "report" / "report.html"
     cfg: dict[str, Any] = m.config or {}
     col = RunColumn(
-        run_id=m.run_id, href=os.path.relpath(report, out_dir) if report.is_file() else None,
+        run_id=m.run_id, href=_href(report, out_dir) if report.is_file() else None,
         created=(m.created_at or "")[:16].replace("T", " "), benchmarks=", ".join(m.benchmarks),
         agent=str(cfg.get("agent.kind") or "-"), model=str(cfg.get("agent.solve_model") or "-"),
         selected=m.selection.count,
         mean=f"{m.mean_score:.3f}" if m.mean_score is not None else "-")
-    rows = read_ledger(ledger_path(root)).latest if ledger_path(root).is_file() else {}
+    ledger = ledger_path(root)
+    rows = read_ledger(ledger).latest if _readable(ledger, MAX_LEDGER) else {}
     by_task: dict[str, list[tuple[float, str]]] = {}
     for key, row in rows.items():
         task = key.split("@", 1)[0]
@@ -76,8 +106,7 @@ def _column(root: Path, out_dir: Path) -> RunColumn | None:
     for task, scores in by_task.items():
         mean = sum(s for s, _ in scores) / len(scores)
         page = pages / page_name(scores[0][1])
-        col.scores[task] = (f"{mean:.2f}", os.path.relpath(page, out_dir) if page.is_file()
-                            else None)
+        col.scores[task] = (f"{mean:.2f}", _href(page, out_dir) if page.is_file() else None)
     return col
 
 

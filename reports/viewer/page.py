@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from harness.core.fsutil import atomic_write_text
 from harness.run.secrets import SecretScanner, secrets_from_env
@@ -54,12 +55,28 @@ def scanner_for(config: dict[str, Any]) -> SecretScanner:
 def _budget(steps: list[Step]) -> list[Step]:
     used = 0
     for step in steps:
-        texts = [step.body, *(t for _, t in step.folded)]
-        used += sum(len(t) for t in texts)
+        used += len(step.title) + len(step.body) + sum(len(t) for _, t in step.folded)
         if used > PAGE_BUDGET:
+            step.title = cap(step.title, SHORT)
             step.body = cap(step.body, SHORT)
             step.folded = [(label, cap(text, SHORT)) for label, text in step.folded]
     return steps
+
+
+def _redact(steps: list[Step], verdict: sources.Verdict, scanner: SecretScanner) -> None:
+    """The run's secrets out of every text before it is escaped into the page (an escaped
+    form, ``&#34;`` for a quote, would hide one from a scan of the page)."""
+    if not scanner:
+        return
+    r = scanner.redact_text
+    for step in steps:
+        step.title, step.body = r(step.title), r(step.body)
+        step.status = r(step.status) if step.status else step.status
+        step.model = r(step.model) if step.model else step.model
+        step.folded = [(label, r(text)) for label, text in step.folded]
+    verdict.lines = [(label, r(value)) for label, value in verdict.lines]
+    verdict.tests = [(r(name), ok) for name, ok in verdict.tests]
+    verdict.text = r(verdict.text)
 
 
 def _rows(steps: list[Step]) -> list[dict[str, Any]]:
@@ -70,9 +87,9 @@ def _rows(steps: list[Step]) -> list[dict[str, Any]]:
     for n, s in enumerate(steps, 1):
         if s.cost_usd:
             total += s.cost_usd
+        since = s.at - start if s.at is not None and start is not None else None
         out.append({"n": n, "s": s, "cum": total,
-                    "t": f"+{s.at - start:.1f} s" if s.at is not None and start is not None
-                    else ""})
+                    "t": f"+{since:.1f} s" if since is not None and 0 <= since < 1e7 else ""})
     return out
 
 
@@ -90,39 +107,56 @@ def _phases(result: InstanceResult, details: dict[str, Any]) -> list[tuple[str, 
 
 
 def write_pages(run: Any, out_dir: Path, compare_out: Path | None = None) -> dict[str, str]:
-    """Write every unit's page under ``out_dir/instances``; ``key -> href`` from the report."""
-    from reports.html import environment
-
+    """Write every unit's page under ``out_dir/instances``; ``key -> href`` from the report.
+    A task's attempts are read together (their pages show each other), one task at a time;
+    a unit whose records cannot be read at all gets a page that says so."""
     pages = out_dir / PAGES_DIR
     pages.mkdir(parents=True, exist_ok=True)
     scanner = scanner_for(run.manifest.config)
-    template = environment().get_template("instance.html.j2")
-    results = [r for r in run.results if r.key in run.rows]
-    timelines = {r.key: _timeline(run, r) for r in results}
     by_task: dict[str, list[InstanceResult]] = defaultdict(list)
-    for r in results:
-        by_task[task_of(r.key)].append(r)
+    for r in run.results:
+        if r.key in run.rows:
+            by_task[task_of(r.key)].append(r)
     hrefs = {}
-    for r in results:
-        row = run.rows[r.key].model_dump(mode="json", by_alias=True)
-        folder = run.root / r.benchmark / r.instance_id
-        name = page_name(r.key)
-        other = compare_out / PAGES_DIR / name if compare_out is not None else None
-        html = template.render(
-            run_id=run.run_id, r=r, rows=_rows(_budget(timelines[r.key])),
-            verdict=sources.verdict(run.root, folder, row),
-            phases=_phases(r, row.get("details") or {}),
-            siblings=_siblings(by_task[task_of(r.key)], timelines),
-            compare=os.path.relpath(other, pages) if other and other.is_file() else None,
-            folder=os.path.relpath(folder, pages) + "/")
-        atomic_write_text(pages / name, scanner.redact_text(html) if scanner else html)
-        hrefs[r.key] = f"{PAGES_DIR}/{name}"
+    for group in by_task.values():
+        timelines = {r.key: _timeline(run, r) for r in group}
+        siblings = _siblings(group, timelines)
+        for r in group:
+            name = page_name(r.key)
+            html = _render(run, r, timelines[r.key], siblings, pages, compare_out, scanner)
+            atomic_write_text(pages / name, html.encode("utf-8", "replace").decode("utf-8"))
+            hrefs[r.key] = f"{PAGES_DIR}/{quote(name)}"
     return hrefs
+
+
+def _render(run: Any, r: InstanceResult, steps: list[Step], siblings: list[Sibling],
+            pages: Path, compare_out: Path | None, scanner: SecretScanner) -> str:
+    from reports.html import environment
+
+    row = run.rows[r.key].model_dump(mode="json", by_alias=True)
+    folder = run.root / r.benchmark / r.instance_id
+    try:
+        verdict = sources.verdict(run.root, folder, row)
+    except Exception as exc:  # an agent's file no reader foresaw: said, never the report's end
+        verdict = sources.Verdict(lines=[("not read", f"{type(exc).__name__}")])
+    _redact(steps, verdict, scanner)
+    other = compare_out / PAGES_DIR / page_name(r.key) if compare_out is not None else None
+    html = environment().get_template("instance.html.j2").render(
+        run_id=run.run_id, r=r, rows=_rows(_budget(steps)), verdict=verdict,
+        phases=_phases(r, row.get("details") or {}),
+        siblings=siblings if len(siblings) > 1 else [],
+        compare=quote(os.path.relpath(other, pages)) if other and other.is_file() else None,
+        folder=quote(os.path.relpath(folder, pages)) + "/")
+    return scanner.redact_text(html) if scanner else html
 
 
 def _timeline(run: Any, r: InstanceResult) -> list[Step]:
     row = run.rows[r.key].model_dump(mode="json", by_alias=True)
-    return sources.timeline(run.root, run.root / r.benchmark / r.instance_id, row)
+    try:
+        return sources.timeline(run.root, run.root / r.benchmark / r.instance_id, row)
+    except Exception as exc:  # an agent's file no reader foresaw: said, never the report's end
+        return [Step("event", f"the agent's records could not be read ({type(exc).__name__})",
+                     failed=True)]
 
 
 def _siblings(group: list[InstanceResult], timelines: dict[str, list[Step]]) -> list[Sibling]:
@@ -140,7 +174,8 @@ def _siblings(group: list[InstanceResult], timelines: dict[str, list[Step]]) -> 
                                                                            strict=False))
                        if a != b), "" if len(first) == len(mine) else
                       f"command {min(len(first), len(mine)) + 1}")
-        out.append(Sibling(r.key, page_name(r.key), f"{r.raw_score}" if r.raw_score is not None
+        out.append(Sibling(r.key, quote(page_name(r.key)), f"{r.raw_score}"
+                           if r.raw_score is not None
                            else "-", r.outcome, len(steps),
                            f"${r.cost_usd:.4f}" if r.cost_usd is not None else "unknown",
                            change))

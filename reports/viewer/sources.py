@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.untrusted import read_untrusted_bytes
 from reports.viewer import steps as S
 
 MAX_TESTS = 2000
@@ -21,21 +19,31 @@ class Verdict:
     lines: list[tuple[str, str]] = field(default_factory=list)  # (label, value)
     tests: list[tuple[str, bool]] = field(default_factory=list)  # (name, passed)
     text: str = ""  # the verifier's output, the checker's tail (capped)
+    text_source: str = ""  # which of the two, as recorded
 
 
 def _path(run_root: Path, folder: Path, rel: str | None) -> Path | None:
-    """A file the row names, only inside the run root (never followed out of it)."""
-    if not rel:
+    """A file the row names under the run root, reached without following any link (a link
+    the agent left in its folder is not read, wherever it points)."""
+    if not rel or not isinstance(rel, str):
         return None
     given = Path(rel)
-    for cand in ([given] if given.is_absolute() else [run_root / given, folder / given]):
+    candidates = [given] if given.is_absolute() else [run_root / given, folder / given]
+    for cand in candidates:
         try:
-            real = cand.resolve()
-            real.relative_to(run_root.resolve())
-        except (OSError, ValueError):
+            parts = cand.relative_to(run_root).parts
+        except ValueError:
             continue
-        if real.is_file():
-            return real
+        if ".." in parts or not parts:
+            continue
+        here, linked = run_root, False
+        for part in parts:
+            here = here / part
+            if here.is_symlink():
+                linked = True
+                break
+        if not linked and here.is_file():
+            return here
     return None
 
 
@@ -45,8 +53,8 @@ def _plan(body: Path | None) -> list[str]:
         return []
     data = S._json(body)
     plan = S._dict(S._dict(S._dict(data).get("metadata")).get("reference_plan"))
-    return [S._text(st.get("run") or st.get("write", {}).get("path") or "")
-            for st in plan.get("steps") or [] if isinstance(st, dict)]
+    return [S._text(st.get("run") or S._dict(st.get("write")).get("path") or "")
+            for st in S._list(plan.get("steps")) if isinstance(st, dict)]
 
 
 def timeline(run_root: Path, folder: Path, row: dict[str, Any]) -> list[S.Step]:
@@ -100,17 +108,21 @@ def verdict(run_root: Path, folder: Path, row: dict[str, Any]) -> Verdict:
             v.lines.append((key.replace("_", " "), S.cap(S._text(details[key]), 500)))
     if row.get("error"):
         v.lines.append(("error", S.cap(str(row["error"]), 2000)))
+    v.lines = [(label, S.cap(value, 2000)) for label, value in v.lines]
     if (ev := _path(run_root, folder, outs.get("eval_json"))) is not None:
         v.tests = _eval_tests(ev)
     harbor = S._dict(details.get("harbor"))
     if harbor.get("rewards"):
-        v.lines.append(("rewards", json.dumps(harbor["rewards"])))
+        v.lines.append(("rewards", S.cap(S._text(harbor["rewards"]), 2000)))
     if (out := _path(run_root, folder, outs.get("verifier_stdout"))) is not None:
-        v.text = S.cap(read_untrusted_bytes(out, S.MAX_FILE).decode("utf-8", "replace"))
+        v.text = S.cap(S.read_text(out, 2 * S.TEXT_CAP) or "")
     cowork = S._dict(details.get("eval"))
     if cowork:
-        v.lines.append(("checker", f"pass {cowork.get('pass')}, exit {cowork.get('exit_code')}"))
+        v.lines.append(("checker", f"pass {cowork.get('pass') is True}, exit "
+                                   f"{S._int(cowork.get('exit_code'))}"))
         v.text = v.text or S.cap(S._text(cowork.get("checker_output_tail")))
+    if v.text:
+        v.text_source = "the verifier's output" if out is not None else "the checker's output"
     return v
 
 
@@ -118,8 +130,8 @@ def _eval_tests(path: Path) -> list[tuple[str, bool]]:
     """ProgramBench's per-test results, failing first."""
     data = S._dict(S._json(path))
     tests = []
-    for t in (data.get("test_results") or [])[:MAX_TESTS]:
+    for t in S._list(data.get("test_results"))[:MAX_TESTS]:
         if isinstance(t, dict):
-            name = "/".join(str(p) for p in (t.get("branch"), t.get("name")) if p)
-            tests.append((name, t.get("status") == "passed"))
+            name = "/".join(S._text(p) for p in (t.get("branch"), t.get("name")) if p)
+            tests.append((S.cap(name, S.TITLE_CAP), t.get("status") == "passed"))
     return sorted(tests, key=lambda t: (t[1], t[0]))

@@ -12,15 +12,22 @@ does not parse is a step that says so, never an error of the report.
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.untrusted import read_untrusted_bytes
-
-MAX_FILE = 16 << 20  # bytes read of one record
+MAX_FILE = 16 << 20  # bytes read of one record (a bigger one is not read)
+MAX_TAPE_RECORD = 4 << 20  # bytes of one tape record
 TEXT_CAP = 8 << 10  # characters kept of one text (output, message, body)
-MAX_STEPS = 5000
+TITLE_CAP = 500
+MAX_STEPS = 5000  # steps of one timeline, whatever a record holds
+# direction overrides and isolates (Trojan Source), shown, never applied
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f]")
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass
@@ -42,26 +49,70 @@ class Step:
 
 
 def cap(text: str, limit: int = TEXT_CAP) -> str:
-    """``text`` with at most ``limit`` characters: its head and tail around a marker."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - limit} characters left out ...]\n{text[-half:]}"
+    """``text`` with at most ``limit`` characters (its head and tail around a marker), its
+    direction controls made visible and unpaired surrogates replaced."""
+    if len(text) > limit:
+        half = limit // 2
+        text = f"{text[:half]}\n[... {len(text) - limit} characters left out ...]\n{text[-half:]}"
+    text = _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def read_head(path: Path, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of the regular file ``path`` (a link, a special file or a
+    missing one: None)."""
+    try:
+        fd = os.open(path, _OPEN)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        parts, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            parts.append(chunk)
+            left -= len(chunk)
+        return b"".join(parts)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path, limit: int = MAX_FILE) -> str | None:
+    data = read_head(path, limit)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
-    if isinstance(value, list):  # content parts
-        return "\n".join(_text(p.get("text", "") if isinstance(p, dict) else p) for p in value)
-    return "" if value is None else json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _json(path: Path) -> Any:
+    if isinstance(value, list) and all(isinstance(p, dict | str) for p in value[:1000]):
+        return "\n".join(p if isinstance(p, str) else str(p.get("text", "")) for p in
+                         value[:1000])  # content parts
     try:
-        return json.loads(read_untrusted_bytes(path, MAX_FILE).decode("utf-8", "replace"))
-    except (OSError, ValueError):
+        return "" if value is None else json.dumps(value, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):
+        return "[not shown: nested too deep]"
+
+
+def _json(path: Path, limit: int = MAX_FILE) -> Any:
+    """The JSON in ``path``; None when it is not a regular file, is over ``limit`` bytes or
+    does not parse (nested past the parser's depth included)."""
+    data = read_head(path, limit + 1)
+    if data is None or len(data) > limit:
         return None
+    try:
+        return json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -69,8 +120,19 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
-        else None
+    """A finite number within +-1e15, else None (an agent's NaN, 1e999 or 10**400)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except (OverflowError, ValueError):
+        return None
+    return number if math.isfinite(number) and abs(number) < 1e15 else None
+
+
+def _cost(value: Any) -> float | None:
+    number = _num(value)
+    return number if number is not None and number >= 0 else None
 
 
 def _int(value: Any) -> int | None:
@@ -86,19 +148,23 @@ def mini_swe_steps(path: Path) -> list[Step]:
         return [Step("event", "the trajectory could not be read", failed=True)]
     steps: list[Step] = []
     pending: list[Step] = []
-    for msg in messages[:MAX_STEPS]:
+    for msg in messages:
+        if len(steps) >= MAX_STEPS:
+            steps.append(_cut())
+            break
         if not isinstance(msg, dict):
             continue
         extra = _dict(msg.get("extra"))
         role = str(msg.get("role"))
         if role == "assistant":
             steps.append(_mini_model_step(msg, extra))
-            pending = [Step("command", cap(_text(a.get("command")), 2000))
-                       for a in extra.get("actions") or [] if isinstance(a, dict)]
+            pending = [Step("command", cap(_text(a.get("command")), TITLE_CAP))
+                       for a in _list(extra.get("actions"))[:MAX_STEPS - len(steps)]
+                       if isinstance(a, dict)]
             steps.extend(pending)
         elif role == "tool" and pending:
             target = pending.pop(0)
-            code = extra.get("returncode")
+            code = _int(extra.get("returncode"))
             target.at = _num(extra.get("timestamp"))
             target.status = f"exit {code}" if code is not None else None
             target.failed = code not in (0, None)
@@ -108,6 +174,11 @@ def mini_swe_steps(path: Path) -> list[Step]:
     return steps
 
 
+def _cut() -> Step:
+    return Step("event", f"[the record goes on past {MAX_STEPS} steps: not shown]",
+                failed=True)
+
+
 def _mini_model_step(msg: dict[str, Any], extra: dict[str, Any]) -> Step:
     response = _dict(extra.get("response"))
     usage = _dict(response.get("usage"))
@@ -115,22 +186,24 @@ def _mini_model_step(msg: dict[str, Any], extra: dict[str, Any]) -> Step:
                 model=str(response.get("model")) if response.get("model") else None,
                 tokens_in=_int(usage.get("prompt_tokens")),
                 tokens_out=_int(usage.get("completion_tokens")),
-                cost_usd=_num(extra.get("cost")) or None,
+                cost_usd=_cost(extra.get("cost")) or None,
                 body=cap(_text(msg.get("content"))))
 
 
 def gateway_steps(path: Path, plan: list[str]) -> list[Step]:
     """The gateway agent's event log: its steps (the command from the reference plan when
     the task body carries one), the model usage it reported, its status changes."""
-    try:
-        lines = read_untrusted_bytes(path, MAX_FILE).decode("utf-8", "replace").splitlines()
-    except OSError:
+    text = read_text(path)
+    if text is None:
         return [Step("event", "the event log could not be read", failed=True)]
     steps: list[Step] = []
-    for line in lines[:MAX_STEPS]:
+    for line in text.splitlines():
+        if len(steps) >= MAX_STEPS:
+            steps.append(_cut())
+            break
         try:
             ev = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(ev, dict):
             continue
@@ -140,8 +213,8 @@ def gateway_steps(path: Path, plan: list[str]) -> list[Step]:
             index = _int(ev.get("index"))
             title = plan[index] if index is not None and 0 <= index < len(plan) else \
                 f"step {index}"
-            code, timed_out = ev.get("exit_code"), bool(ev.get("timed_out"))
-            steps.append(Step("command", cap(title, 2000), at=at,
+            code, timed_out = _int(ev.get("exit_code")), ev.get("timed_out") is True
+            steps.append(Step("command", cap(title, TITLE_CAP), at=at,
                               status="timed out" if timed_out else
                               (f"exit {code}" if code is not None else None),
                               failed=timed_out or code not in (0, None),
@@ -154,11 +227,12 @@ def gateway_steps(path: Path, plan: list[str]) -> list[Step]:
                               model=str(usage["model"]) if usage.get("model") else None,
                               tokens_in=_int(usage.get("prompt_tokens")),
                               tokens_out=_int(usage.get("completion_tokens")),
-                              cost_usd=_num(usage.get("cost_usd"))))
-        else:
+                              cost_usd=_cost(usage.get("cost_usd"))))
+        else:  # the agent server's own words, labelled as such
             status = ev.get("status")
-            steps.append(Step("event", f"{kind}: {status}" if status else kind, at=at,
-                              body=cap(_text(ev.get("reason_code") or ""))))
+            said = f"{kind}: {status}" if status else kind
+            steps.append(Step("event", cap(f"agent server event: {_text(said)}", TITLE_CAP),
+                              at=at, body=cap(_text(ev.get("reason_code") or ""))))
     return steps
 
 
@@ -167,14 +241,14 @@ def command_steps(record: Path, stdout: Path | None, stderr: Path | None) -> lis
     data = _json(record)
     if not isinstance(data, dict):
         return [Step("event", "the agent's record could not be read", failed=True)]
-    code, timed_out = data.get("exit_code"), bool(data.get("timed_out"))
+    code, timed_out = _int(data.get("exit_code")), data.get("timed_out") is True
     title = _text(data.get("command")) or "the host agent's command"
     folded = []
     for label, path in (("stdout", stdout), ("stderr", stderr)):
-        if path is not None and path.is_file():
-            folded.append((label, cap(read_untrusted_bytes(path, MAX_FILE).decode(
-                "utf-8", "replace"))))
-    step = Step("command", cap(title, 2000), status="timed out" if timed_out else
+        text = read_text(path, 2 * TEXT_CAP) if path is not None else None
+        if text is not None:
+            folded.append((label, cap(text)))
+    step = Step("command", cap(title, TITLE_CAP), status="timed out" if timed_out else
                 f"exit {code}", failed=timed_out or code not in (0, None),
                 duration_s=_num(data.get("wall_s")), folded=folded)
     out = [step]
@@ -196,7 +270,7 @@ def gateway_totals(path: Path) -> Step | None:
                 status=status, failed=bool(trouble),
                 tokens_in=_int(data.get("prompt_tokens")),
                 tokens_out=_int(data.get("completion_tokens")),
-                cost_usd=_num(data.get("cost_usd")))
+                cost_usd=_cost(data.get("cost_usd")))
 
 
 def tape_steps(index: Path, records: Path) -> list[Step]:
@@ -206,18 +280,21 @@ def tape_steps(index: Path, records: Path) -> list[Step]:
     if not isinstance(calls, list):
         return []
     steps: list[Step] = []
+    parsed: dict[str, dict[str, Any]] = {}  # one parse per record, however many calls name it
     for call in calls[:MAX_STEPS]:
         if not isinstance(call, dict):
             continue
         sha = str(call.get("record") or "")
-        raw = _json(records / sha[:2] / f"{sha}.json") if len(sha) > 2 and sha.isalnum() \
-            else None
-        rec: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        if sha not in parsed:
+            raw = _json(records / sha[:2] / f"{sha}.json", MAX_TAPE_RECORD) \
+                if 2 < len(sha) <= 64 and sha.isalnum() else None
+            parsed[sha] = raw if isinstance(raw, dict) else {}
+        rec = parsed[sha]
         usage = _dict(rec.get("usage"))
         request = _dict(rec.get("request"))
         response = _dict(rec.get("response"))
         body = response.get("body") if response.get("body") is not None else \
-            "\n".join(_text(e) for e in response.get("events") or [])
+            "\n".join(_text(e) for e in _list(response.get("events"))[:10_000])
         steps.append(Step(
             "model", f"model call {call.get('position', len(steps))}",
             at=_num(call.get("started_at")), duration_s=_num(call.get("latency_s")),
@@ -225,7 +302,7 @@ def tape_steps(index: Path, records: Path) -> list[Step]:
             status=_call_status(call),
             failed=bool(rec.get("upstream_error")) or _int(call.get("status")) not in (200, None),
             tokens_in=_int(usage.get("prompt_tokens")),
-            tokens_out=_int(usage.get("completion_tokens")), cost_usd=_num(rec.get("cost_usd")),
+            tokens_out=_int(usage.get("completion_tokens")), cost_usd=_cost(rec.get("cost_usd")),
             folded=[("request", cap(_text(request.get("body")))),
                     ("response", cap(_text(body)))]))
     return steps

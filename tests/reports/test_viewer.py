@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import unquote
 
 import pytest
 
@@ -57,9 +58,10 @@ def test_the_gateways_events_take_their_commands_from_the_plan(make_run, make_ro
     (folder / "task_body.json").write_text(json.dumps({"metadata": {"reference_plan": {
         "steps": [{"run": "echo one"}, {"run": "echo two"}]}}}))
     rows = timeline(page(write_report(root), "pb/g"))
-    assert rows == [("event", "status: running", ""), ("model", "model usage", ""),
-                    ("command", "echo one", "exit 0"), ("model", "model usage", ""),
-                    ("command", "echo two", "exit 2"), ("event", "status: completed", "")]
+    assert rows == [("event", "agent server event: status: running", ""),
+                    ("model", "model usage", ""), ("command", "echo one", "exit 0"),
+                    ("model", "model usage", ""), ("command", "echo two", "exit 2"),
+                    ("event", "agent server event: status: completed", "")]
 
 
 def test_a_command_agent_with_the_model_gateway_and_a_tape(make_run, make_row) -> None:
@@ -116,7 +118,7 @@ def test_attempts_side_by_side_and_the_compared_run_one_link_away(make_run, make
     assert "command 2" in table  # where the second attempt left the first
     link = re.search(r'id="compare" href="([^"]+)"', html)
     assert link is not None
-    target = (root / "report" / "instances" / link.group(1)).resolve()
+    target = (root / "report" / "instances" / unquote(link.group(1))).resolve()
     assert target == (base / "report" / "instances" / "pb__t@2.html").resolve()
 
 
@@ -170,3 +172,99 @@ def test_the_index_refuses_a_folder_without_runs_in_one_line(tmp_path, capsys) -
 def test_an_agent_without_steps_says_so(make_run, make_row, kind) -> None:
     root = make_run(kind, [make_row("pb/o", details={"agent": kind})])
     assert "no step recorded" in page(write_report(root), "pb/o")
+
+
+HOSTILE = {  # what one agent file can hold (issue 46's review): the report is still written
+    "nan_tokens": lambda t: t.replace('"prompt_tokens": 1000', '"prompt_tokens": NaN'),
+    "huge_number": lambda t: t.replace('"timestamp": 1796000002.0', '"timestamp": 1' + "0" * 400),
+    "inf_tokens": lambda t: t.replace('"prompt_tokens": 1000', '"prompt_tokens": 1e999'),
+    "actions_not_a_list": lambda t: t.replace('"actions": [', '"actions": 1, "x": ['),
+    "nested": lambda t: t.replace('"Next step."', "[" * 5000 + "]" * 5000),
+    "lone_surrogate": lambda t: t.replace('"Next step."', '"a\\ud800b"'),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(HOSTILE))
+def test_one_hostile_agent_file_never_stops_the_report(make_run, make_row, attack) -> None:
+    rows = [make_row("pb/bad", output_paths={"trajectory": "pb/bad/traj.json",
+                                             "eval_json": "pb/bad/e.eval.json"}),
+            make_row("pb/good", output_paths={"trajectory": "pb/good/traj.json"})]
+    root = make_run(f"hostile-{attack}", rows)
+    text = json.dumps(trajectory([("ls", 0, "x")]))
+    (root / "pb" / "bad" / "traj.json").write_text(HOSTILE[attack](text))
+    (root / "pb" / "bad" / "e.eval.json").write_text('{"test_results": 5}')
+    (root / "pb" / "good" / "traj.json").write_text(text)
+    paths = write_report(root)
+    assert paths.html.is_file()
+    assert ("command", "ls", "exit 0") in timeline(page(paths, "pb/good"))
+    bad = page(paths, "pb/bad")
+    assert "$nan" not in bad and "0000000000" not in bad
+
+
+def test_a_link_or_a_loop_the_agent_left_is_not_read(make_run, make_row) -> None:
+    row = make_row("pb/l", output_paths={"gateway_events": "pb/l/events.jsonl",
+                                         "trajectory": "pb/l/traj.json"})
+    root = make_run("links", [row])
+    folder = root / "pb" / "l"
+    (folder / "events.jsonl").symlink_to("../../result_index.jsonl")  # other units' rows
+    (folder / "traj.json").symlink_to("traj.json")  # a loop
+    html = page(write_report(root), "pb/l")
+    assert "run-a" not in html.split('<table id="timeline">', 1)[1]
+    assert "no step recorded" in html
+
+
+def test_steps_are_bounded_whatever_one_message_holds(make_run, make_row) -> None:
+    from reports.viewer.steps import MAX_STEPS
+
+    traj = trajectory([("ls", 0, "")])
+    traj["messages"][2]["extra"]["actions"] = [{"command": f"c{n}"} for n in range(20_000)]
+    row = make_row("pb/f", output_paths={"trajectory": "pb/f/traj.json"})
+    root = make_run("flood", [row])
+    (root / "pb" / "f" / "traj.json").write_text(json.dumps(traj))
+    html = page(write_report(root), "pb/f")
+    assert MAX_STEPS <= len(timeline(html)) <= MAX_STEPS + 2
+    assert f"goes on past {MAX_STEPS} steps" in html
+
+
+def test_a_tape_record_named_by_many_calls_is_read_once(make_run, make_row, monkeypatch) -> None:
+    from reports.viewer import steps
+
+    tape = make_run("tape-many", [])
+    write_tape(tape, "pb", "m", 1)
+    index = tape / "instances" / "pb" / "m.json"
+    data = json.loads(index.read_text())
+    data["calls"] = data["calls"] * 300
+    index.write_text(json.dumps(data))
+    reads: list[str] = []
+    original = steps._json
+
+    def counted(path, *args):
+        reads.append(str(path))
+        return original(path, *args)
+
+    monkeypatch.setattr(steps, "_json", counted)
+    root = make_run("many-calls", [make_row("pb/m", details={
+        "model_record": {"records": str(tape)}})])
+    assert len(timeline(page(write_report(root), "pb/m"))) == 300
+    assert sum(1 for r in reads if "/records/" in r) == 1
+
+
+def test_a_secret_with_a_quote_or_an_ampersand_is_redacted_before_it_is_escaped(
+        make_run, make_row, monkeypatch) -> None:
+    monkeypatch.setenv("DB_PASSWORD", 'hunter2"pa55&<word>')
+    traj = trajectory([("env", 0, 'DB_PASSWORD=hunter2"pa55&<word>')])
+    row = make_row("pb/s", output_paths={"trajectory": "pb/s/traj.json"})
+    root = make_run("secret", [row], config={"agent.env": ["DB_PASSWORD"]})
+    (root / "pb" / "s" / "traj.json").write_text(json.dumps(traj))
+    html = page(write_report(root), "pb/s")
+    assert "hunter2" not in html and "[harness:redacted-secret]" in html
+
+
+def test_a_run_folder_named_like_a_url_scheme_stays_a_path_in_the_index(
+        make_run, make_row, tmp_path) -> None:
+    top = tmp_path / "runs"
+    top.mkdir()
+    write_report(make_run("runs/javascript:alert(1)", [make_row("pb/a", "r0", score=1.0)]))
+    assert report_command(["--index", str(top)]) == 0
+    html = (top / "index.html").read_text()
+    assert 'href="javascript:' not in html and 'href="javascript%3Aalert' in html
