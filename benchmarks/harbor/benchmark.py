@@ -56,7 +56,9 @@ class HarborBenchmark(DeclaredBenchmark):
             meta = task.config.metadata
             markers = {k: str(meta[k]) for k in self.marker_names if isinstance(
                 meta.get(k), str | int | float)}
-            tags = [str(t) for t in meta.get("tags", []) if isinstance(t, str | int)]
+            given = meta.get("tags")
+            tags = [str(t) for t in given if isinstance(t, str | int)] \
+                if isinstance(given, list) else []
             out.append(InstanceSpec(instance_id=task.name, markers=markers, keywords=tags,
                                     data=task))
         return out
@@ -83,7 +85,7 @@ class HarborBenchmark(DeclaredBenchmark):
         trial.details.update({"network_mode": env.network_mode, "sandbox_network": "none",
                               "storage_mb_not_enforced": env.storage_mb})
         if task.dockerfile is not None:
-            return trial.build_image(task.folder / "environment", f"harbor/{task.name}",
+            return trial.build_image(task.folder / "environment", "harbor/task",
                                      from_map=mapping)
         if env.docker_image:
             return trial.pull_image(mapping.get(env.docker_image, env.docker_image))
@@ -96,7 +98,7 @@ class HarborBenchmark(DeclaredBenchmark):
         user = task.config.agent.user
         workdir = env.workdir or (None if image == "<image>" else trial.image_workdir(image))
         return SandboxPlan(image=image, user=str(user) if user is not None else "root",
-                           workdir=workdir or "/", cpus=env.cpus,
+                           workdir=workdir or "/", cpus=env.cpus or 1.0,
                            memory=f"{env.memory_mb}m" if env.memory_mb else "2g",
                            pids_limit=4096, env=resolve_env(env.env, task.name))
 

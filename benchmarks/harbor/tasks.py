@@ -23,22 +23,25 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
 class VerifierConfig(_Section):
-    timeout_sec: float = Field(default=600.0, gt=0)
+    timeout_sec: float = Field(default=600.0, gt=0, le=MAX_TIMEOUT_S)
     env: dict[str, str] = Field(default_factory=dict)
     user: str | int | None = None
 
 
 class AgentConfig(_Section):
-    timeout_sec: float | None = Field(default=None, gt=0)
+    timeout_sec: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
     user: str | int | None = None
 
 
 class EnvironmentConfig(_Section):
-    build_timeout_sec: float = Field(default=600.0, gt=0)
+    build_timeout_sec: float = Field(default=600.0, gt=0, le=MAX_TIMEOUT_S)
     docker_image: str | None = None
-    cpus: float | None = Field(default=None, gt=0)
-    memory_mb: int | None = Field(default=None, gt=0)
+    cpus: float | None = Field(default=None, ge=0.1, le=1024)
+    memory_mb: int | None = Field(default=None, ge=64)
     storage_mb: int | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
@@ -127,12 +130,31 @@ def _refuse(folder: Path, what: str) -> RefusalError:
                         reason="harbor_task_invalid")
 
 
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+PARTS = ("task.toml", "instruction.md", "environment", "tests", "tests/test.sh", "solution",
+         "solution/solve.sh", "environment/Dockerfile")
+
+
+def _links(folder: Path) -> list[str]:
+    """The parts of a task folder that are links (a link could bring a host file into the
+    agent's instruction, its image or its sandbox)."""
+    return [part for part in PARTS if (folder / part).is_symlink()]
+
+
 def load_task(folder: Path) -> HarborTask:
     """The task in ``folder``; a folder that is not a task raises one line naming the fix."""
+    if not NAME.match(folder.name) or ".." in folder.name:
+        raise _refuse(folder, "its name must be 1 to 64 letters, digits, '.', '_' or '-' "
+                              "(it is the instance id); rename the folder")
+    if folder.is_symlink() or (linked := _links(folder)):
+        raise _refuse(folder, f"{', '.join(linked) if not folder.is_symlink() else 'it'} is "
+                              "a symbolic link; copy the file in")
     toml = folder / "task.toml"
     try:
-        raw = tomllib.loads(toml.read_text())
+        raw = tomllib.loads(toml.read_text(encoding="utf-8"))
         config = TaskConfig.model_validate(raw)
+    except UnicodeDecodeError:
+        raise _refuse(folder, "task.toml is not UTF-8") from None
     except OSError as exc:
         raise _refuse(folder, f"cannot read task.toml ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
@@ -156,8 +178,12 @@ def load_task(folder: Path) -> HarborTask:
     resolve_env(config.environment.env, str(toml))
     resolve_env(config.verifier.env, str(toml))
     resolve_env(config.solution.env, str(toml))
+    try:
+        instruction = (folder / "instruction.md").read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise _refuse(folder, "instruction.md is not UTF-8") from None
     return HarborTask(name=folder.name, folder=folder.resolve(), config=config,
-                      instruction=strip_canary((folder / "instruction.md").read_text()))
+                      instruction=strip_canary(instruction))
 
 
 def load_tasks(root: Path) -> list[HarborTask]:

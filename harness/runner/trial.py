@@ -155,6 +155,32 @@ class Trial:
         self.ctx.result.details["image"] = record.model_dump(exclude_none=True)
         return record.id
 
+    def copy_out(self, sandbox: Sandbox, src: str, dest: Path, *, max_bytes: int,
+                 max_files: int = 64) -> bool:
+        """Directory ``src`` of the sandbox into ``dest`` through the engine (no tool of
+        the container runs: the agent may have replaced them), bounded; links kept as
+        links, never followed. False when it is missing or over the bounds."""
+        from harness.sandbox.limits import CopyLimits
+        from harness.sandbox.transfer import CopyFailed, CopyRefused, extract_to
+
+        limits = CopyLimits(max_bytes=max_bytes, max_files=max_files)
+        try:
+            extract_to(sandbox.api, sandbox.id, src, dest, limits=limits)
+        except (CopyRefused, CopyFailed):
+            return False
+        return True
+
+    def stop_agent(self, sandbox: Sandbox, user: str) -> str:
+        """Stop every process the agent left (its daemons, a writer it left behind, a fork
+        bomb): an unprivileged agent's by its user, a root agent's as every process but the
+        sandbox's own; the survivors ("" if none). The judge then runs alone."""
+        from harness.sandbox.execution import kill_all_but
+
+        if user not in ("root", "0"):
+            return sandbox.end_user_processes(user)
+        keep = self.state.get("main_pids") or ""
+        return kill_all_but(sandbox.api, sandbox.id, keep)
+
     def image_workdir(self, image: str) -> str | None:
         """The image's own working directory (its Dockerfile's last WORKDIR), if any."""
         config = self.client.api.inspect_image(image).get("Config") or {}
@@ -299,6 +325,7 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
         extra = {"keep_sandbox": True} if labels else {}
         if labels:
             record_sandbox(view, sandbox)
+        trial.state["main_pids"] = _main_pids(sandbox)
     ctx.result.details["container"] = sandbox.name
     body = benchmark.task_body(trial, instruction, sandbox)
     started = time.monotonic()
@@ -316,6 +343,16 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
     trial.agent_reason = None if outcome.completed else (outcome.reason_code
                                                          or "task_not_completed")
     return sandbox
+
+
+def _main_pids(sandbox: Sandbox) -> str:
+    """The sandbox's own processes before the agent runs (the init's children: its main
+    process), spared when a root agent's processes are stopped."""
+    try:
+        res = sandbox.exec(["cat", "/proc/1/task/1/children"], user="root", timeout=30)
+    except Exception:  # no such file on this kernel: nothing is spared but PID 1
+        return ""
+    return " ".join(p for p in res.stdout.decode(errors="replace").split() if p.isdigit())
 
 
 def _score(trial: Trial, benchmark: DeclaredBenchmark, sandbox: Sandbox | None,

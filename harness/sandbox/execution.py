@@ -146,6 +146,28 @@ done
 [ -z "$left" ] || { echo "survivors:$left"; exit 3; }
 """
 
+# Every process but PID 1, the kept ones ($1: their pids) and this shell: stopped first (a
+# stopped process cannot fork), then killed, until none is left (a root agent's leftovers).
+_KILL_ALL_BUT = r"""
+keep=" 1 $1 $$ "; i=0; left=""
+while [ $i -lt 50 ]; do
+  left=""
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case "$keep" in *" $p "*) continue;; esac
+    st=""; read -r st < "$d/stat" 2>/dev/null
+    st=${st##*) }; set -f; set -- $st; set +f
+    [ "${1:-Z}" = Z ] && continue
+    kill -STOP "$p" 2>/dev/null
+    left="$left $p"
+  done
+  [ -z "$left" ] && break
+  kill -KILL $left 2>/dev/null
+  i=$((i+1))
+done
+[ -z "$left" ] || { echo "survivors:$left"; exit 3; }
+"""
+
 # As root: $1 = a numeric uid (never 0). Stops, then kills every process of that real uid.
 # Builtins only (no fork), so it works while the uid's processes exhaust the pids limit.
 _KILL_UID = r"""
@@ -528,6 +550,8 @@ def _run_small(
 
 
 _SURVIVORS_RE = re.compile(r"survivors:\s*([0-9 ]+)")
+# Run as the user whose processes go: every one of its processes but this shell.
+_STOP_ALL_MINE = "kill -STOP -1 2>/dev/null; kill -KILL -1 2>/dev/null; exit 0"
 
 
 def kill_tree(api: docker.APIClient, container_id: str, token: str, user: str) -> str:
@@ -570,6 +594,10 @@ def kill_user_processes(api: docker.APIClient, container_id: str, user: str) -> 
             return f"(could not resolve user {user!r})"
         if uid == "0":
             raise ValueError("kill_user_processes refuses root")
+        # First as the user itself: kill(-1) stops, then kills, every process of its uid in
+        # one call each, faster than a fork bomb refills what a walk of /proc frees
+        for _ in range(3):
+            _run_small(api, container_id, ["/bin/sh", "-c", _STOP_ALL_MINE], uid)
         argv = ["/bin/sh", "-c", _KILL_UID, "sh", uid]
         for _ in range(_START_TRIES):
             code, text = _run_small(api, container_id, argv, "root")
@@ -581,6 +609,25 @@ def kill_user_processes(api: docker.APIClient, container_id: str, user: str) -> 
             f"could not end the processes of {user} in {container_id[:12]}: {exc}"
         ) from exc
     return "" if code == 0 else " ".join(_SURVIVORS_RE.findall(text)) or f"(exit {code})"
+
+
+def kill_all_but(api: docker.APIClient, container_id: str, keep: str) -> str:
+    """Kill every process in the container but PID 1 and ``keep`` (space-separated pids):
+    a root agent's leftovers before its judge runs. Returns the survivors ("" if none)."""
+    if any(not p.isdigit() for p in keep.split()):
+        raise ValueError(f"kill_all_but: {keep!r} is not a list of pids")
+    argv = ["/bin/sh", "-c", _KILL_ALL_BUT, "sh", keep]
+    try:
+        for _ in range(_START_TRIES):
+            code, text = _run_small(api, container_id, argv, "root")
+            if code == 0:
+                return ""
+            if code == 3:
+                break
+            time.sleep(0.1)
+    except (APIError, NotFound) as exc:
+        raise ExecFailed(f"could not end the processes in {container_id[:12]}: {exc}") from exc
+    return " ".join(_SURVIVORS_RE.findall(text)) or f"(exit {code})"
 
 
 def _exit_code(api: docker.APIClient, exec_id: str) -> int | None:

@@ -90,7 +90,7 @@ def test_benchmarks_come_from_the_entry_point_group(monkeypatch: pytest.MonkeyPa
 def test_without_entry_points_the_builtin_list_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry.metadata, "entry_points", _fake_entry_points({}))
     regs = {r.name: r for r in registry.benchmarks()}
-    assert set(regs) == {"programbench", "cowork"}
+    assert set(regs) == {"programbench", "cowork", "harbor"}
     assert [s.label for s in regs["programbench"].images] == ["ProgramBench offline fixture"]
     plugin = registry.report_plugin()
     assert plugin is not None and set(plugin.commands) == {"report", "compare"}

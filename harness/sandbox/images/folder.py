@@ -58,11 +58,11 @@ def _context(folder: Path, dockerfile: str) -> tuple[bytes, str]:
             info.mtime = 0
             digest.update(json.dumps([rel, info.type.decode(), info.mode, info.linkname]).encode())
             if info.isfile():
-                data = path.read_bytes()
-                total += len(data)
+                total += info.size  # known before a byte is read (a sparse giant is not)
                 if total > MAX_CONTEXT_BYTES:
                     raise ImageBuildFailed(f"the build context {folder} is over "
                                            f"{MAX_CONTEXT_BYTES >> 20} MiB; make it smaller")
+                data = path.read_bytes()
                 digest.update(hashlib.sha256(data).digest())
                 tar.addfile(info, io.BytesIO(data))
             else:
@@ -80,7 +80,7 @@ def ensure_folder_image(folder: Path, name: str, *, client: docker.DockerClient,
                         timeout_s: float = BUILD_TIMEOUT_S) -> tuple[str, str]:
     """(tag, image ID) of ``folder``'s image, built unless its tag exists."""
     dockerfile_path = folder / "Dockerfile"
-    if not dockerfile_path.is_file():
+    if dockerfile_path.is_symlink() or not dockerfile_path.is_file():
         raise ImageBuildFailed(f"{folder}: no Dockerfile; a task's environment needs one")
     dockerfile = mapped_dockerfile(dockerfile_path.read_text(), from_map or {})
     context, digest = _context(folder, dockerfile)

@@ -4,10 +4,17 @@ its Dockerfile, the agent in it, the task's own verifier, the reward as Harbor r
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
-from tests.benchmarks.harbor.harbor_support import UPSTREAM, no_containers, rows, run_harbor
+from tests.benchmarks.harbor.harbor_support import (
+    TASKS,
+    UPSTREAM,
+    no_containers,
+    rows,
+    run_harbor,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -78,3 +85,38 @@ def test_what_the_agent_leaves_for_the_verifier_is_not_a_reward(tmp_path) -> Non
     row = rows(bg)["partial-credit"]
     assert (row["outcome"], row["score"]) == ("scored", 0.0), bg.out
     assert row["details"]["harbor"]["rewards"] == {"reward": 0.0, "files": 0.0}
+
+
+def test_what_an_attack_review_found_is_not_a_reward(tmp_path) -> None:
+    """Found by a review of this path: an unprivileged agent's json.py in the verifier's
+    working directory; a root agent's reward writer left running; a root agent's no-op rm
+    keeping its planted reward; a verifier that writes a score past 1."""
+    plant = ("cat > json.py <<'PY'\ndef dump(obj, f):\n    f.write('{\"reward\": 1.0}')\nPY")
+    run = run_harbor(tmp_path / "json", "--agent", "command", "--agent-command", plant,
+                     "-k", "partial-credit")
+    assert (rows(run)["partial-credit"]["score"], run.rc) == (0.0, 0), run.out
+    writer = ("(while true; do mkdir -p /logs/verifier; echo '{\"reward\": 1}' > "
+              "/logs/verifier/reward.json; sleep 0.005; done) >/dev/null 2>&1 & sleep 0.2")
+    run = run_harbor(tmp_path / "bg", "--agent", "command", "--agent-command", writer,
+                     "-k", "write-greeting")
+    assert rows(run)["write-greeting"]["score"] == 0.0, run.out
+    fake_rm = ("mkdir -p /logs/verifier && echo '{\"reward\": 1}' > /logs/verifier/reward.json"
+               " && printf '#!/bin/sh\\nexit 0\\n' > /tmp/rm && chmod +x /tmp/rm && "
+               "cp /tmp/rm /usr/bin/rm")
+    run = run_harbor(tmp_path / "rm", "--agent", "command", "--agent-command", fake_rm,
+                     "-k", "write-greeting")
+    row = rows(run)["write-greeting"]
+    assert (row["outcome"], row["reason_code"]) == ("agent_failed", "verifier_stage_failed")
+    assert row["score"] is None
+    bomb = "touch a.txt; (b(){ b & b & wait; }; b) >/dev/null 2>&1 & sleep 3"
+    run = run_harbor(tmp_path / "bomb", "--agent", "command", "--agent-command", bomb,
+                     "-k", "partial-credit")  # a fork bomb left behind: stopped, then judged
+    assert rows(run)["partial-credit"]["score"] == 0.25, run.out
+    tasks = tmp_path / "tasks"
+    shutil.copytree(TASKS / "write-greeting", tasks / "big-reward")
+    (tasks / "big-reward" / "tests" / "test.sh").write_text(
+        "#!/bin/bash\necho 1.7e308 > /logs/verifier/reward.txt\n")
+    run = run_harbor(tmp_path / "big", "--agent", "oracle", tasks=tasks)
+    row = rows(run)["big-reward"]
+    assert (row["outcome"], row["reason_code"]) == ("agent_failed", "reward_out_of_range")
+    no_containers(run.manifest["run_id"])

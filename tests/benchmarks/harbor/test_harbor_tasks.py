@@ -142,3 +142,41 @@ def test_a_session_over_every_benchmark_collects_no_harbor_item_without_tasks() 
     done = FORK_SERVER.run([*QUIET_PLUGINS, "--collect-only", "-q"], REPO_ROOT, run_env(), 120)
     assert done.returncode == 0, done.output[-2000:]
     assert "benchmarks/harbor" not in done.output
+
+
+@pytest.mark.parametrize(("broken", "says"), [
+    (lambda t: ((t / "instruction.md").unlink(), (t / "instruction.md").symlink_to(
+        "/etc/hostname")), "instruction.md is a symbolic link"),
+    (lambda t: (t / "instruction.md").write_bytes(b"\xff\xfe bad"), "instruction.md is not UTF-8"),
+    (lambda t: (t / "task.toml").write_text("[agent]\ntimeout_sec = inf\n"), "timeout_sec"),
+    (lambda t: (t / "task.toml").write_text("[environment]\ncpus = 0.0001\n"), "cpus"),
+])
+def test_a_task_folder_that_would_mislead_is_refused_at_load(tmp_path, broken, says) -> None:
+    task = tmp_path / "t"
+    shutil.copytree(TASKS / "write-greeting", task)
+    broken(task)
+    with pytest.raises(RefusalError) as err:
+        load_task(task)
+    assert says in str(err.value), str(err.value)
+
+
+def test_a_task_folder_named_past_an_instance_id_is_refused(tmp_path) -> None:
+    task = tmp_path / ("x" * 65)
+    shutil.copytree(TASKS / "write-greeting", task)
+    with pytest.raises(RefusalError, match="rename the folder"):
+        load_task(task)
+
+
+def test_tags_that_are_not_a_list_are_no_keywords(tmp_path) -> None:
+    from benchmarks.harbor.benchmark import HarborBenchmark
+
+    task = tmp_path / "t"
+    shutil.copytree(TASKS / "write-greeting", task)
+    (task / "task.toml").write_text('[metadata]\ntags = "abc"\n')
+
+    class Config:
+        def getoption(self, name: str) -> str:
+            return str(task)
+
+    [spec] = HarborBenchmark().instances(Config())
+    assert list(spec.keywords) == []
