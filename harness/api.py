@@ -16,6 +16,7 @@ from harness.core.errors import InfraError, RefusalError
 from harness.core.fsutil import atomic_write_json
 from harness.core.registry import BenchmarkRegistration
 from harness.core.untrusted import read_untrusted_text
+from harness.runner.selection import names_folder
 from harness.runner.trial import (
     DeclaredBenchmark,
     Kept,
@@ -47,6 +48,7 @@ __all__ = [
     "Trial",
     "Verdict",
     "atomic_write_json",
+    "names_folder",
     "read_untrusted_text",
     "run_trial",
 ]

@@ -118,3 +118,60 @@ def test_the_readme_commands_run_in_dry_run_form(tmp_path: Path) -> None:
         run = run_pytest(args[0], tmp_path / f"r{i}", *args[1:], "--dry-run")
         assert run.rc == 0, (args, run.out[-2000:])
         first = first or run.root
+
+
+# What a guide's placeholder stands for in its dry run (issue 47: every command of the README
+# and the guides runs). Run roots (``bench_runs/<...>``) become the first dry run's root.
+PLACEHOLDERS = {
+    "PATH": "tests/fixtures/cowork_mini", "$COWORK_BENCH": "tests/fixtures/cowork_mini",
+    "URL": "http://127.0.0.1:9", "M": "openai/fake-model",
+    "path/to/tasks": "tests/data/harbor/tasks", "my-agent": "true",
+    "mirror.local/ubuntu:24.04": "harness/base:latest",
+}
+
+
+def _guide_runs(task_file: Path, pins: Path) -> list[tuple[str, list[str]]]:
+    """Every documented ``pytest benchmarks/...`` command, placeholders filled in."""
+    out = []
+    for path in DOCS:
+        for line, words in _commands(path):
+            if words[0] != "pytest" or not words[1].startswith("benchmarks/"):
+                continue
+            args: list[str] = []
+            for n, word in enumerate(words[1:]):
+                if word == "...":
+                    if args and args[-1] == "--agent":
+                        args.append("nop")
+                    continue
+                if words[n] in ("-n",) or word == "-n":
+                    continue
+                word = PLACEHOLDERS.get(word, word)
+                word = task_file.as_posix() if word.startswith("gate20.") else word
+                args.append(pins.as_posix() if word == "pins.json" else word)
+            out.append((f"{path.relative_to(REPO_ROOT)}:{line}", args))
+    return out
+
+
+@pytest.mark.docker
+def test_every_guide_command_runs_in_dry_run_form(tmp_path: Path) -> None:
+    """The guides' commands too: each in dry-run form (no agent, no spend, no container),
+    its placeholders filled in (a path, a URL, a model, a run root of an earlier dry run)."""
+    task_file = tmp_path / "gate20.txt"
+    task_file.write_text("abishekvashok__cmatrix.5c082c6\n")
+    pins = tmp_path / "pins.json"
+    pins.write_text("{}")
+    runs = _guide_runs(task_file, pins)
+    assert len(runs) > 30, runs
+    first: Path | None = None
+    failed = []
+    for i, (where, args) in enumerate(runs):
+        if first is not None:
+            args = [re.sub(r"bench_runs/<[a-z_]+>", str(first), a) for a in args]
+        if any(re.search(r"<[a-z_]+>", a) for a in args):
+            continue  # a run root before the first dry run made one
+        run = run_pytest(args[0], tmp_path / f"r{i}", *args[1:], "--dry-run")
+        if run.rc not in (0, 5):  # 5: the selection is empty (a -k the fixture run lacks)
+            failed.append(f"{where}: {' '.join(args)}: {run.out.strip().splitlines()[-1:]}")
+        elif first is None and args[0] == "benchmarks/programbench":
+            first = run.root
+    assert failed == []

@@ -23,6 +23,7 @@ from benchmarks.cowork_bench.adapter import CoworkAdapter, CoworkOptions, add_op
 from harness.core.adapter import BenchmarkAdapter
 from harness.core.errors import RefusalError
 from harness.runner.instance import RunContext
+from harness.runner.selection import names_folder
 
 ADAPTER_KEY = pytest.StashKey[CoworkAdapter]()
 UNLISTED_KEY = pytest.StashKey[bool]()
@@ -58,12 +59,7 @@ def check_build_image(config: pytest.Config) -> None:
 
 def named(config: pytest.Config) -> bool:
     """The command line names this benchmark's folder or something in it."""
-    base = config.invocation_params.dir
-    for arg in config.args:
-        path = (base / str(arg).split("::", 1)[0]).resolve()
-        if path == HERE or HERE in path.parents:
-            return True
-    return False
+    return names_folder(config, HERE)
 
 
 def unlisted(config: pytest.Config) -> bool:

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.harbor.benchmark import HarborBenchmark, image_map
 from benchmarks.harbor.tasks import load_tasks
-from harness.api import RefusalError
+from harness.api import RefusalError, names_folder
 
 BENCHMARK = HarborBenchmark()
 HERE = Path(__file__).resolve().parent
@@ -26,18 +26,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "without a registry; repeatable); recorded with the run's settings")
 
 
-def named(config: pytest.Config) -> bool:
-    """The command line names this benchmark's folder or something in it."""
-    base = config.invocation_params.dir
-    for arg in config.args:
-        path = (base / str(arg).split("::", 1)[0]).resolve()
-        if path == HERE or HERE in path.parents:
-            return True
-    return False
-
-
 def unlisted(config: pytest.Config) -> bool:
-    return not config.getoption("harbor_tasks", None) and not named(config)
+    return not config.getoption("harbor_tasks", None) and not names_folder(config, HERE)
 
 
 def pytest_harness_adapters(config: pytest.Config) -> list[HarborBenchmark]:

@@ -84,6 +84,21 @@ def read_untrusted_bytes(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> byte
         os.close(fd)
 
 
+def read_untrusted_head(path: Path, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of the regular file ``path``, whatever its size; None for a
+    link, a special file, or one that cannot be opened."""
+    try:
+        fd = _open(Path(path), None)
+    except (OSError, UntrustedFileError):
+        return None
+    try:
+        return read_capped(fd, limit)[:limit]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def read_untrusted_text(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     return read_untrusted_bytes(path, max_bytes).decode("utf-8", errors="replace")
 

@@ -183,3 +183,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=drop)
         gone = set(drop)
         items[:] = [i for i in items if i not in gone]
+
+
+def names_folder(config: pytest.Config, folder: Path) -> bool:
+    """The command line names ``folder`` or something in it (a benchmark that collects only
+    when asked for, or given its input)."""
+    base = config.invocation_params.dir
+    for arg in config.args:
+        path = (base / str(arg).split("::", 1)[0]).resolve()
+        if path == folder or folder in path.parents:
+            return True
+    return False

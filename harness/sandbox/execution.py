@@ -146,15 +146,25 @@ done
 [ -z "$left" ] || { echo "survivors:$left"; exit 3; }
 """
 
-# Every process but PID 1, the kept ones ($1: their pids) and this shell: stopped first (a
-# stopped process cannot fork), then killed, until none is left (a root agent's leftovers).
-_KILL_ALL_BUT = r"""
-keep=" 1 $1 $$ "; i=0; left=""
+# As root: $1 = a numeric uid whose processes go ("" for every uid), $2 = pids kept (PID 1
+# and this shell always are). Stops each (a stopped process cannot fork), then kills them,
+# until none is left. Builtins only (no fork), so it works while the processes it ends
+# exhaust the pids limit.
+_KILL_PROCS = r"""
+want=$1; keep=" 1 $2 $$ "; i=0; left=""
+[ "$want" = 0 ] && exit 2
+uid_of() {
+  u=""
+  while read -r k a rest; do
+    if [ "$k" = "Uid:" ]; then u=$a; break; fi
+  done < "$1/status"
+} 2>/dev/null
 while [ $i -lt 50 ]; do
   left=""
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     case "$keep" in *" $p "*) continue;; esac
+    if [ -n "$want" ]; then uid_of "$d"; [ "$u" = "$want" ] || continue; fi
     st=""; read -r st < "$d/stat" 2>/dev/null
     st=${st##*) }; set -f; set -- $st; set +f
     [ "${1:-Z}" = Z ] && continue
@@ -168,37 +178,6 @@ done
 [ -z "$left" ] || { echo "survivors:$left"; exit 3; }
 """
 
-# As root: $1 = a numeric uid (never 0). Stops, then kills every process of that real uid.
-# Builtins only (no fork), so it works while the uid's processes exhaust the pids limit.
-_KILL_UID = r"""
-want=$1; i=0; left=""
-[ "$want" = 0 ] && exit 2
-uid_of() {
-  u=""
-  while read -r k a rest; do
-    if [ "$k" = "Uid:" ]; then u=$a; break; fi
-  done < "$1/status"
-} 2>/dev/null
-while [ $i -lt 50 ]; do
-  left=""
-  for d in /proc/[0-9]*; do
-    uid_of "$d"
-    [ "$u" = "$want" ] || continue
-    st=""; read -r st < "$d/stat" 2>/dev/null
-    st=${st##*) }; set -f; set -- $st; set +f
-    [ "${1:-Z}" = Z ] && continue
-    kill -STOP "${d#/proc/}" 2>/dev/null
-    left="$left ${d#/proc/}"
-  done
-  [ -z "$left" ] && break
-  kill -KILL $left 2>/dev/null
-  i=$((i+1))
-done
-[ -z "$left" ] || { echo "survivors:$left"; exit 3; }
-"""
-
-# A numeric uid for the root pass: "1000", "1000:1000" or a name resolved in the container.
-# Builtins only: read from /etc/passwd, no `id` (a fork may be impossible).
 _UID = r"""
 u=${1%%:*}
 case "$u" in
@@ -598,7 +577,7 @@ def kill_user_processes(api: docker.APIClient, container_id: str, user: str) -> 
         # one call each, faster than a fork bomb refills what a walk of /proc frees
         for _ in range(3):
             _run_small(api, container_id, ["/bin/sh", "-c", _STOP_ALL_MINE], uid)
-        argv = ["/bin/sh", "-c", _KILL_UID, "sh", uid]
+        argv = ["/bin/sh", "-c", _KILL_PROCS, "sh", uid, ""]
         for _ in range(_START_TRIES):
             code, text = _run_small(api, container_id, argv, "root")
             if code == 0:
@@ -616,7 +595,7 @@ def kill_all_but(api: docker.APIClient, container_id: str, keep: str) -> str:
     a root agent's leftovers before its judge runs. Returns the survivors ("" if none)."""
     if any(not p.isdigit() for p in keep.split()):
         raise ValueError(f"kill_all_but: {keep!r} is not a list of pids")
-    argv = ["/bin/sh", "-c", _KILL_ALL_BUT, "sh", keep]
+    argv = ["/bin/sh", "-c", _KILL_PROCS, "sh", "", keep]
     try:
         for _ in range(_START_TRIES):
             code, text = _run_small(api, container_id, argv, "root")

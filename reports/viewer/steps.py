@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness.core.untrusted import read_untrusted_head
 
 MAX_FILE = 16 << 20  # bytes read of one record (a bigger one is not read)
 MAX_TAPE_RECORD = 4 << 20  # bytes of one tape record
@@ -27,7 +27,6 @@ TITLE_CAP = 500
 MAX_STEPS = 5000  # steps of one timeline, whatever a record holds
 # direction overrides and isolates (Trojan Source), shown, never applied
 _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f]")
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass
@@ -61,25 +60,7 @@ def cap(text: str, limit: int = TEXT_CAP) -> str:
 def read_head(path: Path, limit: int) -> bytes | None:
     """At most ``limit`` bytes of the regular file ``path`` (a link, a special file or a
     missing one: None)."""
-    try:
-        fd = os.open(path, _OPEN)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        parts, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            parts.append(chunk)
-            left -= len(chunk)
-        return b"".join(parts)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    return read_untrusted_head(path, limit)
 
 
 def read_text(path: Path, limit: int = MAX_FILE) -> str | None:

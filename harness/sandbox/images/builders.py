@@ -178,6 +178,26 @@ def _context_tar(dockerfile: str, files: dict[str, bytes]) -> io.BytesIO:
     return buf
 
 
+def classic_build(client: docker.DockerClient, context: IO[bytes], tag: str, log: Path,
+                  timeout_s: int, head: str = "") -> str | None:
+    """A classic-builder ``docker build`` of ``context`` (a tar) as ``tag``, never pulling,
+    its output in ``log``; None, or the build's error."""
+    error: str | None = None
+    with long_timeout(client, timeout_s) as api, log.open("w") as fh:
+        fh.write(head)
+        try:
+            for event in api.build(fileobj=context, custom_context=True, tag=tag, rm=True,
+                                   forcerm=True, pull=False, decode=True, timeout=timeout_s):
+                if "stream" in event:
+                    fh.write(str(event["stream"]))
+                if "error" in event:
+                    error = str(event.get("error", "")).strip()
+                    fh.write(json.dumps(event) + "\n")
+        except (BuildError, APIError, DockerException) as exc:
+            error = str(exc)
+    return error
+
+
 def build_layer(recipe: LayerRecipe, client: docker.DockerClient, log: Path) -> str:
     if "Dockerfile" in recipe.files:
         raise ImageBuildFailed(f"recipe {recipe.name}: 'Dockerfile' is reserved in files")
@@ -186,27 +206,8 @@ def build_layer(recipe: LayerRecipe, client: docker.DockerClient, log: Path) -> 
         f"LABEL {L.RECIPE}={recipe.content_hash()}\n"
     )
     context = _context_tar(dockerfile, dict(recipe.files))
-    error: str | None = None
-    with long_timeout(client, BUILD_TIMEOUT_S) as api, log.open("w") as fh:
-        fh.write(dockerfile + "\n---\n")
-        try:
-            for event in api.build(
-                fileobj=context,
-                custom_context=True,
-                tag=recipe.tag,
-                rm=True,
-                forcerm=True,
-                pull=False,
-                decode=True,
-                timeout=BUILD_TIMEOUT_S,
-            ):
-                if "stream" in event:
-                    fh.write(str(event["stream"]))
-                if "error" in event:
-                    error = str(event.get("error", "")).strip()
-                    fh.write(json.dumps(event) + "\n")
-        except (BuildError, APIError, DockerException) as exc:
-            error = str(exc)
+    error = classic_build(client, context, recipe.tag, log, BUILD_TIMEOUT_S,
+                          head=dockerfile + "\n---\n")
     if error is not None:
         one_line = " ".join(error.split())[:300]
         raise ImageBuildFailed(

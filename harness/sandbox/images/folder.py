@@ -19,12 +19,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import docker
-from docker.errors import APIError, BuildError, DockerException
 from filelock import FileLock, Timeout
 
-from harness.sandbox.client import long_timeout
 from harness.sandbox.errors import ImageBuildFailed
 from harness.sandbox.images.build import BUILD_LOCK_TIMEOUT_S, cache_dir_for, image_id_of
+from harness.sandbox.images.builders import classic_build
 
 BUILD_TIMEOUT_S = 3600
 MAX_CONTEXT_BYTES = 512 << 20
@@ -106,19 +105,7 @@ def ensure_folder_image(folder: Path, name: str, *, client: docker.DockerClient,
 
 def _build(client: docker.DockerClient, context: bytes, tag: str, log: Path,
            timeout_s: float) -> str:
-    error: str | None = None
-    with long_timeout(client, int(timeout_s)) as api, log.open("w") as fh:
-        try:
-            for event in api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag,
-                                   rm=True, forcerm=True, pull=False, decode=True,
-                                   timeout=int(timeout_s)):
-                if "stream" in event:
-                    fh.write(str(event["stream"]))
-                if "error" in event:
-                    error = str(event.get("error", "")).strip()
-                    fh.write(json.dumps(event) + "\n")
-        except (BuildError, APIError, DockerException) as exc:
-            error = str(exc)
+    error = classic_build(client, io.BytesIO(context), tag, log, int(timeout_s))
     if error is not None:
         one_line = " ".join(error.split())[:300]
         raise ImageBuildFailed(f"docker build of {tag} failed: {one_line}; fix the task's "
