@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from functools import cache
@@ -29,9 +30,10 @@ def _commands(path: Path) -> list[tuple[int, list[str]]]:
     for block in extract_from_file(path):
         if block.syntax not in ("bash", "sh", "shell"):
             continue
-        for offset, raw in enumerate(block.code.splitlines()):
+        code = re.sub(r"\\\n\s*", " ", block.code)  # a command continued over lines
+        for offset, raw in enumerate(code.splitlines()):
             for part in raw.split("&&"):
-                line = part.split("  #", 1)[0].strip().rstrip("\\").strip()
+                line = re.split(r"\s#\s", part, maxsplit=1)[0].strip().rstrip("\\").strip()
                 line = line.removeprefix("python3 -m ").removeprefix("python -m ")
                 if line.startswith(("pytest ", "harness ")):
                     try:
@@ -115,7 +117,10 @@ def test_the_readme_commands_run_in_dry_run_form(tmp_path: Path) -> None:
             args = [a.replace("bench_runs/<run_id>", str(first)) for a in args]
         if any("<" in a for a in args):
             continue
-        run = run_pytest(args[0], tmp_path / f"r{i}", *args[1:], "--dry-run")
+        narrow = ["--pb-slice", "0:1"] if args[0] == "benchmarks/programbench" and not any(
+            a.startswith(("--pb-slice", "--resume-from")) for a in args) else []
+        run = run_pytest(args[0], tmp_path / f"r{i}", *args[1:], *narrow, "--dry-run",
+                         env={"HARNESS_MODEL_API_KEY": "sk-docs-test-not-a-key"})
         assert run.rc == 0, (args, run.out[-2000:])
         first = first or run.root
 
@@ -124,13 +129,26 @@ def test_the_readme_commands_run_in_dry_run_form(tmp_path: Path) -> None:
 # and the guides runs). Run roots (``bench_runs/<...>``) become the first dry run's root.
 PLACEHOLDERS = {
     "PATH": "tests/fixtures/cowork_mini", "$COWORK_BENCH": "tests/fixtures/cowork_mini",
-    "URL": "http://127.0.0.1:9", "M": "openai/fake-model",
+    "URL": "http://127.0.0.1:9", "$GATEWAY": "http://127.0.0.1:9", "M": "openai/fake-model",
     "path/to/tasks": "tests/data/harbor/tasks", "my-agent": "true",
-    "mirror.local/ubuntu:24.04": "harness/base:latest",
+    "mirror.local/ubuntu:24.04": "harness/base:latest", "TASK_ID": "email-reply-invoice",
 }
 
 
-def _guide_runs(task_file: Path, pins: Path) -> list[tuple[str, list[str]]]:
+def _filled(word: str, files: dict[str, Path]) -> str:
+    """A placeholder of a documented command as its dry run's value (a file it names is a
+    real one in the test's folder; ``$COWORK_RUN=...`` never lands in the work tree)."""
+    name, eq, value = word.partition("=")
+    if eq and value.startswith("$"):
+        return f"{name}={files.get(value, files['$RUN']).as_posix()}"
+    word = PLACEHOLDERS.get(word, word)
+    for key, path in files.items():
+        if word == key or (key.startswith("gate20") and word.startswith("gate20.")):
+            return path.as_posix()
+    return word
+
+
+def _guide_runs(files: dict[str, Path]) -> list[tuple[str, list[str]]]:
     """Every documented ``pytest benchmarks/...`` command, placeholders filled in."""
     out = []
     for path in DOCS:
@@ -143,11 +161,9 @@ def _guide_runs(task_file: Path, pins: Path) -> list[tuple[str, list[str]]]:
                     if args and args[-1] == "--agent":
                         args.append("nop")
                     continue
-                if words[n] in ("-n",) or word == "-n":
-                    continue
-                word = PLACEHOLDERS.get(word, word)
-                word = task_file.as_posix() if word.startswith("gate20.") else word
-                args.append(pins.as_posix() if word == "pins.json" else word)
+                if words[n] in ("-n",) or word in ("-n", "--build-image"):
+                    continue  # one process; the checkout's own image is not built here
+                args.append(_filled(word, files))
             out.append((f"{path.relative_to(REPO_ROOT)}:{line}", args))
     return out
 
@@ -156,11 +172,19 @@ def _guide_runs(task_file: Path, pins: Path) -> list[tuple[str, list[str]]]:
 def test_every_guide_command_runs_in_dry_run_form(tmp_path: Path) -> None:
     """The guides' commands too: each in dry-run form (no agent, no spend, no container),
     its placeholders filled in (a path, a URL, a model, a run root of an earlier dry run)."""
-    task_file = tmp_path / "gate20.txt"
-    task_file.write_text("abishekvashok__cmatrix.5c082c6\n")
-    pins = tmp_path / "pins.json"
-    pins.write_text("{}")
-    runs = _guide_runs(task_file, pins)
+    files = {"gate20": tmp_path / "gate20.txt", "pins.json": tmp_path / "pins.json",
+             "prices.json": tmp_path / "prices.json", "$RUN": tmp_path / "named-root",
+             "$COWORK_CAMPAIGN": tmp_path / "campaign.json",
+             "$COWORK_SEED": tmp_path / "seed"}
+    files["gate20"].write_text("abishekvashok__cmatrix.5c082c6\n")
+    files["pins.json"].write_text("{}")
+    files["prices.json"].write_text('{"models": {}}')
+    seed = files["$COWORK_SEED"]  # an agent's checkout: a clean git repository
+    for argv in (["init", "-q", str(seed)], ["-C", str(seed), "-c", "user.email=t@t",
+                                             "-c", "user.name=t", "commit", "-q",
+                                             "--allow-empty", "-m", "seed"]):
+        subprocess.run(["git", *argv], check=True, capture_output=True, timeout=60)
+    runs = _guide_runs(files)
     assert len(runs) > 30, runs
     first: Path | None = None
     failed = []
@@ -169,9 +193,13 @@ def test_every_guide_command_runs_in_dry_run_form(tmp_path: Path) -> None:
             args = [re.sub(r"bench_runs/<[a-z_]+>", str(first), a) for a in args]
         if any(re.search(r"<[a-z_]+>", a) for a in args):
             continue  # a run root before the first dry run made one
-        run = run_pytest(args[0], tmp_path / f"r{i}", *args[1:], "--dry-run")
+        narrow = ["--pb-slice", "0:1"] if args[0] == "benchmarks/programbench" and not any(
+            a.startswith(("--pb-slice", "--resume-from")) for a in args) else []
+        run = run_pytest(args[0], tmp_path / f"r{i}", *args[1:], *narrow, "--dry-run",
+                         env={"HARNESS_MODEL_API_KEY": "sk-docs-test-not-a-key"})
+        shutil.rmtree(files["$RUN"], ignore_errors=True)  # a command's own --run-root
         if run.rc not in (0, 5):  # 5: the selection is empty (a -k the fixture run lacks)
             failed.append(f"{where}: {' '.join(args)}: {run.out.strip().splitlines()[-1:]}")
         elif first is None and args[0] == "benchmarks/programbench":
             first = run.root
-    assert failed == []
+    assert failed == [], "\n".join(failed)
