@@ -26,9 +26,11 @@ MakeRun = Callable[..., Path]
 CHROMIUM = Path("/usr/bin/chromium")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Any:
-    """Headless Chromium (Debian's ``chromium``) driven by playwright."""
+    """Headless Chromium (Debian's ``chromium``) driven by playwright, for one module: the
+    sync API keeps an asyncio loop running in its thread while it is open, and a later test
+    on the same worker that runs its own loop (Cowork's MCP clients) would fail on it."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
     from playwright import sync_api  # here, not at collection (about 0.2 s a process)
