@@ -3,7 +3,7 @@
 
 A benchmark declares its tasks and how one is judged (:class:`DeclaredBenchmark`); the
 runner's trial (:mod:`harness.runner.trial`) runs each instance's life around it. The models
-(``Outcome``, ``OraclePlan``) load on first use: collecting a benchmark's items loads neither
+and the helpers a benchmark needs only when it runs load on first use: collecting a benchmark's items loads neither
 pydantic nor Docker.
 """
 
@@ -14,9 +14,6 @@ from typing import TYPE_CHECKING
 from harness.core.adapter import InstanceSpec
 from harness.core.errors import InfraError, RefusalError
 from harness.core.fsutil import atomic_write_json
-from harness.core.registry import BenchmarkRegistration
-from harness.core.untrusted import read_untrusted_text
-from harness.runner.selection import names_folder
 from harness.runner.trial import (
     DeclaredBenchmark,
     Kept,
@@ -29,11 +26,17 @@ from harness.runner.trial import (
 if TYPE_CHECKING:
     from harness.agents.base import OraclePlan
     from harness.core.models import Outcome
+    from harness.core.registry import BenchmarkRegistration
+    from harness.core.untrusted import read_untrusted_text
+    from harness.runner.selection import names_folder
 else:
     from harness.core.lazy import lazy_exports
 
-    __getattr__ = lazy_exports(__name__, {"OraclePlan": "harness.agents.base",
-                                          "Outcome": "harness.core.models"})
+    __getattr__ = lazy_exports(__name__, {
+        "OraclePlan": "harness.agents.base", "Outcome": "harness.core.models",
+        "BenchmarkRegistration": "harness.core.registry",
+        "read_untrusted_text": "harness.core.untrusted",
+        "names_folder": "harness.runner.selection"})
 
 __all__ = [
     "BenchmarkRegistration",
