@@ -15,7 +15,8 @@ from harness.core.fsutil import atomic_write_text
 from harness.run.ledger import ledger_path, read_ledger
 from harness.run.manifest import MANIFEST_NAME, ManifestError, read_manifest
 from reports.errors import ReportInputError
-from reports.viewer.page import PAGES_DIR, page_name
+from reports.viewer.page import PAGES_DIR, page_name, task_of
+from reports.write import HTML_NAME, REPORT_DIR
 
 MAX_DEPTH = 3
 MAX_MANIFEST = 64 << 20
@@ -87,7 +88,7 @@ def _read_column(root: Path, out_dir: Path) -> RunColumn | None:
         m = read_manifest(root)
     except ManifestError:
         return None
-    report = root / "report" / "report.html"
+    report = root / REPORT_DIR / HTML_NAME
     cfg: dict[str, Any] = m.config or {}
     col = RunColumn(
         run_id=m.run_id, href=_href(report, out_dir) if report.is_file() else None,
@@ -99,10 +100,10 @@ def _read_column(root: Path, out_dir: Path) -> RunColumn | None:
     rows = read_ledger(ledger).latest if _readable(ledger, MAX_LEDGER) else {}
     by_task: dict[str, list[tuple[float, str]]] = {}
     for key, row in rows.items():
-        task = key.split("@", 1)[0]
+        task = task_of(key)
         if row.score is not None:
             by_task.setdefault(task, []).append((row.score, key))
-    pages = root / "report" / PAGES_DIR
+    pages = root / REPORT_DIR / PAGES_DIR
     for task, scores in by_task.items():
         mean = sum(s for s, _ in scores) / len(scores)
         page = pages / page_name(scores[0][1])

@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 from harness.core.fsutil import atomic_write_text
+from harness.core.outcomes import split_attempt
 from harness.run.secrets import SecretScanner, secrets_from_env
 from reports.figures import InstanceResult
 from reports.viewer import sources
@@ -25,7 +26,8 @@ DEFAULT_KEY_ENV = "HARNESS_MODEL_API_KEY"
 
 def task_of(key: str) -> str:
     """The task a unit is an attempt at (``pb/t@2`` -> ``pb/t``)."""
-    return key.split("@", 1)[0]
+    benchmark, _, unit = key.partition("/")
+    return f"{benchmark}/{split_attempt(unit)[0]}"
 
 
 def page_name(key: str) -> str:
@@ -119,21 +121,23 @@ def write_pages(run: Any, out_dir: Path, compare_out: Path | None = None) -> dic
             by_task[task_of(r.key)].append(r)
     hrefs = {}
     for group in by_task.values():
-        timelines = {r.key: _timeline(run, r) for r in group}
+        rows = {r.key: run.rows[r.key].model_dump(mode="json", by_alias=True) for r in group}
+        timelines = {r.key: _timeline(run, r, rows[r.key]) for r in group}
         siblings = _siblings(group, timelines)
         for r in group:
             name = page_name(r.key)
-            html = _render(run, r, timelines[r.key], siblings, pages, compare_out, scanner)
+            html = _render(run, r, rows[r.key], timelines[r.key], siblings, pages,
+                           compare_out, scanner)
             atomic_write_text(pages / name, html.encode("utf-8", "replace").decode("utf-8"))
             hrefs[r.key] = f"{PAGES_DIR}/{quote(name)}"
     return hrefs
 
 
-def _render(run: Any, r: InstanceResult, steps: list[Step], siblings: list[Sibling],
-            pages: Path, compare_out: Path | None, scanner: SecretScanner) -> str:
+def _render(run: Any, r: InstanceResult, row: dict[str, Any], steps: list[Step],
+            siblings: list[Sibling], pages: Path, compare_out: Path | None,
+            scanner: SecretScanner) -> str:
     from reports.html import environment
 
-    row = run.rows[r.key].model_dump(mode="json", by_alias=True)
     folder = run.root / r.benchmark / r.instance_id
     try:
         verdict = sources.verdict(run.root, folder, row)
@@ -150,8 +154,7 @@ def _render(run: Any, r: InstanceResult, steps: list[Step], siblings: list[Sibli
     return scanner.redact_text(html) if scanner else html
 
 
-def _timeline(run: Any, r: InstanceResult) -> list[Step]:
-    row = run.rows[r.key].model_dump(mode="json", by_alias=True)
+def _timeline(run: Any, r: InstanceResult, row: dict[str, Any]) -> list[Step]:
     try:
         return sources.timeline(run.root, run.root / r.benchmark / r.instance_id, row)
     except Exception as exc:  # an agent's file no reader foresaw: said, never the report's end
@@ -163,8 +166,7 @@ def _siblings(group: list[InstanceResult], timelines: dict[str, list[Step]]) -> 
     """A task's attempts side by side (none for a task with one)."""
     if len(group) < 2:
         return []
-    group = sorted(group, key=lambda r: int(r.key.rsplit("@", 1)[1])
-                   if r.key.rsplit("@", 1)[-1].isdigit() else 0)
+    group = sorted(group, key=lambda r: split_attempt(r.instance_id)[1] or 0)
     first = [s.title for s in timelines[group[0].key] if s.kind == "command"]
     out = []
     for r in group:
