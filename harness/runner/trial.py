@@ -176,10 +176,18 @@ class Trial:
         sandbox's own; the survivors ("" if none). The judge then runs alone."""
         from harness.sandbox.execution import kill_all_but
 
-        if user not in ("root", "0"):
-            return sandbox.end_user_processes(user)
         keep = self.state.get("main_pids") or ""
-        return kill_all_but(sandbox.api, sandbox.id, keep)
+        if user not in ("root", "0"):
+            said = sandbox.end_user_processes(user)
+        else:
+            said = kill_all_but(sandbox.api, sandbox.id, keep)
+        # What the engine sees, not what a shell in the container says (a root agent may
+        # have replaced the shell): the init and the sandbox's own processes, nothing more
+        left = sandbox.api.top(sandbox.id).get("Processes") or []
+        extra = len(left) - 1 - len(keep.split())
+        if not said and extra > 0:
+            said = f"{extra} processes the engine still lists"
+        return said
 
     def image_workdir(self, image: str) -> str | None:
         """The image's own working directory (its Dockerfile's last WORKDIR), if any."""

@@ -108,6 +108,15 @@ def test_what_an_attack_review_found_is_not_a_reward(tmp_path) -> None:
     row = rows(run)["write-greeting"]
     assert (row["outcome"], row["reason_code"]) == ("agent_failed", "verifier_stage_failed")
     assert row["score"] is None
+    # a root agent whose writer outlives a /bin/sh it made a no-op: the engine's own list of
+    # the sandbox's processes says the writer is still there
+    blind = ("(while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
+             "sleep 0.005; done) >/dev/null 2>&1 & sleep 0.2; cp /bin/true /tmp/t; "
+             "mv -f /tmp/t /bin/sh; mv -f /bin/sh /usr/bin/sh 2>/dev/null; exit 0")
+    run = run_harbor(tmp_path / "blind", "--agent", "command", "--agent-command", blind,
+                     "-k", "write-greeting")
+    row = rows(run)["write-greeting"]
+    assert (row["outcome"], row["reason_code"]) == ("agent_failed", "agent_processes_survived")
     bomb = "touch a.txt; (b(){ b & b & wait; }; b) >/dev/null 2>&1 & sleep 3"
     run = run_harbor(tmp_path / "bomb", "--agent", "command", "--agent-command", bomb,
                      "-k", "partial-credit")  # a fork bomb left behind: stopped, then judged
