@@ -156,7 +156,7 @@ def _failed(reason: str, error: str, details: dict[str, Any] | None = None) -> V
 def _keep_stdout(trial: Trial, path: Path) -> None:
     """The verifier's output, its first 256 KiB, in the instance folder."""
     try:
-        data = read_untrusted_text(path, 1 << 30)[:STDOUT_KEEP]
+        data = read_untrusted_text(path, COPY_BYTES)[:STDOUT_KEEP]
     except (OSError, ValueError):
         return
     kept = trial.instance_dir / "verifier-stdout.txt"
