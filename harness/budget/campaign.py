@@ -68,19 +68,30 @@ class Campaign(CampaignStore):
         pid: int,
         *,
         resumes: Sequence[str | os.PathLike[str]] = (),
+        resumed_run_ids: Sequence[str] = (),
         unknown_cost_allowance_usd: float | None = None,
+        identity: str | None = None,
+        lease_sec: float = custody.DEFAULT_LEASE_SEC,
     ) -> ActiveRun:
-        """Register custody for ``run_id`` (the controller's ``pid``).
+        """Register custody for ``run_id`` (the controller's ``pid``), with a lease of
+        ``lease_sec`` the controller renews (:meth:`renew_lease`).
 
-        Refused (RefusalError, reason ``campaign_stale_run``) while an entry of a dead
-        process exists, naming it, unless that entry is a run this one resumes
-        (``resumes``: the ancestors' run roots): its custody is taken over (its open
-        reservations and its kept sandboxes become this run's; its record says
-        ``taken_over_by``). Live entries (concurrent runs) are allowed. Admitting the same
-        run id again from the same pid returns the existing entry.
+        A dead entry (:func:`custody.liveness`) is taken over (its open reservations and
+        kept sandboxes become this run's; its record says ``taken_over_by``) when this run
+        resumes it (``resumes``: the ancestors' run roots, ``resumed_run_ids``: their run
+        ids, which hold on another machine too) or carries its ``identity`` (the shard's
+        re-run). A dead entry with an identity of its own is left for its re-run (its holds
+        still count). Any other dead entry refuses the run (``campaign_stale_run``, naming
+        it); a live entry with this run's identity refuses it (``campaign_lease_live``:
+        the caller may wait for the lease). Admitting the same run id again from the same
+        pid returns the existing entry.
         """
         ident = custody.identify(pid)
         ancestors = {_root_key(root) for root in resumes}
+
+        def ours(entry: ActiveRun) -> bool:
+            return (_root_key(entry.run_root) in ancestors or entry.run_id in resumed_run_ids
+                    or (identity is not None and entry.identity == identity))
 
         def change(state: CampaignState) -> ActiveRun:
             taken: list[ActiveRun] = []
@@ -92,44 +103,72 @@ class Campaign(CampaignStore):
                         E.CAMPAIGN_RUN_ID_IN_USE,
                         f"{custody.describe(entry)} already holds custody under this run id",
                     )
-                if custody.liveness(entry) != "dead":
+                life = custody.liveness(entry)
+                if life != "dead":
+                    if identity is not None and entry.identity == identity:
+                        raise refuse(E.CAMPAIGN_LEASE_LIVE, f"{custody.describe(entry)} "
+                                     "still holds this shard's custody")
                     continue
-                if _root_key(entry.run_root) in ancestors:
+                if ours(entry):
                     taken.append(entry)
-                    continue
-                raise refuse(
-                    E.CAMPAIGN_STALE_RUN,
-                    f"campaign {self.location} has a stale custody entry: "
-                    f"{custody.describe(entry)} is not running. Resume it "
-                    f"(--resume-from {entry.run_root}: the resume takes its custody over), "
-                    f"or check it left nothing behind and run: harness campaign reconcile "
-                    f"{self.cli_arg} --run {entry.run_root} [--reading USD]",
-                )
+                elif entry.identity is None:
+                    raise self._stale(entry)
+            now = time.time()
             entry = ActiveRun(
-                run_id=run_id,
-                run_root=str(run_root),
-                pid=pid,
-                host=ident.host,
-                boot_id=ident.boot_id,
-                pid_start_ticks=ident.start_ticks,
-                admitted_at_unix=time.time(),
-                usage_at_admission=state.last_usage,
+                run_id=run_id, run_root=str(run_root), pid=pid, host=ident.host,
+                boot_id=ident.boot_id, pid_start_ticks=ident.start_ticks,
+                admitted_at_unix=now, usage_at_admission=state.last_usage,
                 unknown_cost_allowance_usd=unknown_cost_allowance_usd,
+                lease_sec=lease_sec, lease_expires_unix=now + lease_sec,
+                identity=identity,
             )
             for old in taken:
-                entry.took_over += [old.run_id, *old.took_over]
-                # held per instance, whichever try was in flight: the resume's try of
-                # the instance takes the hold over (reserve) and may reattach to its task
-                for key, held in [*old.inherited.items(), *old.reservations.items()]:
-                    entry.inherited[instance_of(key)] = held
-                old.inherited.clear()
-                old.reservations.clear()
-                record = self._close(
-                    state, old, "taken_over", charge_leftovers=False, meter_error=None
-                )
-                record.taken_over_by = run_id
+                self._take_over(state, entry, old)
             state.active_runs[run_id] = entry
             return entry
+
+        return self._mutate(change)
+
+    def _stale(self, entry: ActiveRun) -> Exception:
+        return refuse(
+            E.CAMPAIGN_STALE_RUN,
+            f"campaign {self.location} has a stale custody entry: "
+            f"{custody.describe(entry)} is not running. Resume it "
+            f"(--resume-from {entry.run_root}: the resume takes its custody over), "
+            f"or check it left nothing behind and run: harness campaign reconcile "
+            f"{self.cli_arg} --run {entry.run_root} [--reading USD]",
+        )
+
+    def _take_over(self, state: CampaignState, entry: ActiveRun, old: ActiveRun) -> None:
+        entry.took_over += [old.run_id, *old.took_over]
+        # held per instance, whichever try was in flight: the resume's try of the instance
+        # takes the hold over (reserve) and may reattach to its task
+        for key, held in [*old.inherited.items(), *old.reservations.items()]:
+            entry.inherited[instance_of(key)] = held
+        old.inherited.clear()
+        old.reservations.clear()
+        record = self._close(state, old, "taken_over", charge_leftovers=False, meter_error=None)
+        record.taken_over_by = entry.run_id
+
+    def renew_lease(self, run_id: str) -> float:
+        """Push the run's lease forward by its length; returns the new expiry. Raises
+        CampaignStateError (``campaign_lease_lost``) when the entry is gone (taken over or
+        reconciled) or its lease already expired: another machine may hold it now."""
+
+        def change(state: CampaignState) -> float:
+            run = state.active_runs.get(run_id)
+            if run is None:
+                raise E.CampaignStateError(
+                    f"{E.CAMPAIGN_LEASE_LOST}: run {run_id} holds no custody any more "
+                    "(taken over or reconciled)")
+            left = custody.lease_left(run)
+            if left is not None and left <= 0:
+                raise E.CampaignStateError(
+                    f"{E.CAMPAIGN_LEASE_LOST}: run {run_id}'s lease expired {-left:.0f} s ago "
+                    "(the campaign could not be reached in time): its custody may be taken "
+                    "over")
+            run.lease_expires_unix = time.time() + (run.lease_sec or custody.DEFAULT_LEASE_SEC)
+            return run.lease_expires_unix
 
         return self._mutate(change)
 
@@ -171,6 +210,9 @@ class Campaign(CampaignStore):
 
         def change(state: CampaignState) -> tuple[Reservation | None, str | None]:
             run = self._run(state, run_id)
+            left = custody.lease_left(run)
+            if left is not None and left <= 0 and run.stop_reason is None:
+                run.stop_reason = E.CAMPAIGN_LEASE_LOST  # another machine may take it over
             if key in run.reservations or key in run.settled:
                 raise E.CampaignStateError(f"instance {key} of run {run_id} is already reserved")
             amount = amount_usd

@@ -60,6 +60,14 @@ class ActiveRun(_Strict):
     inherited: dict[str, ReservationEntry] = Field(default_factory=dict)
     # What an instance of unknown cost is charged (``--unknown-cost-allowance-usd``).
     unknown_cost_allowance_usd: float | None = None
+    # The lease the controller renews while it lives (:mod:`.custody`): an entry whose lease
+    # expired is dead wherever it ran; one whose lease runs is live, even seen from another
+    # machine. None on entries written before leases (then only this host can tell).
+    lease_sec: float | None = None
+    lease_expires_unix: float | None = None
+    # The shard's identity across machines (``--custody-identity``, e.g. the workflow run and
+    # the shard): a later run with the same identity takes a dead entry's custody over.
+    identity: str | None = None
 
     @property
     def outstanding_usd(self) -> float:

@@ -26,7 +26,7 @@ from harness.core.errors import HarnessError, RefusalError
 from . import custody
 from . import errors as E
 from .campaign import Campaign
-from .models import CampaignState, RunRecord
+from .models import ActiveRun, CampaignState, RunRecord
 from .pgurl import is_campaign_url
 
 MANIFEST_FILE = "run_manifest.json"
@@ -54,6 +54,17 @@ def run_id_of(run_root: str | os.PathLike[str]) -> str:
     if not isinstance(run_id, str) or not run_id:
         raise _refuse("run_manifest_unreadable", f"{manifest} has no run_id")
     return run_id
+
+
+def run_ids_of(run_roots: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The run ids of those run roots that name one (unreadable ones are left out)."""
+    ids = []
+    for root in run_roots:
+        try:
+            ids.append(run_id_of(root))
+        except RefusalError:
+            continue
+    return ids
 
 
 def resources_left(run_id: str, client: Any = None) -> dict[str, list[str]]:
@@ -248,8 +259,7 @@ def reconcile(
             "campaign_run_not_active",
             f"campaign {campaign.location} holds no custody for run {run_id} (active: {active})",
         )
-    if custody.liveness(entry) == "alive":
-        raise _refuse("campaign_run_alive", f"{custody.describe(entry)} is still running")
+    _refuse_alive(entry)
     facts = manifest_facts(run_root)
     roots = [run_root, *facts.ancestors]
     left = custody_resources_left(entry.custody_run_ids, roots, docker_client)
@@ -258,6 +268,36 @@ def reconcile(
     refusal = leftovers_refusal(run_id, left, way_out=way_out)
     if refusal is not None:
         raise refusal
+    return campaign.reconcile_run(run_id, reading_usage)
+
+
+def _refuse_alive(entry: ActiveRun) -> None:
+    """Reconcile never clears a live run: one on this host whose process lives, or one
+    anywhere whose lease runs (``campaign_lease_live``: it renews it, so it is alive)."""
+    if custody.liveness(entry) != "alive":
+        return
+    if entry.host != custody.host_name():
+        raise _refuse(
+            "campaign_lease_live",
+            f"{custody.describe(entry)} renews its lease: it is alive on {entry.host}; "
+            "reconcile only a run whose lease expired (stop it, or wait)",
+        )
+    raise _refuse("campaign_run_alive", f"{custody.describe(entry)} is still running")
+
+
+def reconcile_lost(
+    campaign_file: str | os.PathLike[str], run_id: str, reading_usage: float | None = None
+) -> RunRecord:
+    """Settle a lost runner from the campaign's own records, when its run root is gone (a
+    CI machine that vanished before uploading it): its containers cannot be checked from
+    here (they went with the machine), and each open hold is charged as unknown spend at
+    the hold (or, with the operator's ``reading``, covered by the meter)."""
+    campaign = Campaign.open(campaign_file)
+    entry = campaign.snapshot().active_runs.get(run_id)
+    if entry is None:
+        raise _refuse("campaign_run_not_active",
+                      f"campaign {campaign.location} holds no custody for run {run_id}")
+    _refuse_alive(entry)
     return campaign.reconcile_run(run_id, reading_usage)
 
 
@@ -280,6 +320,11 @@ def describe_state(state: CampaignState, path: str) -> str:
     ]
     for entry in state.active_runs.values():
         status = custody.liveness(entry)
+        left = custody.lease_left(entry)
+        if left is not None:
+            status += f", lease {max(0.0, left):.0f} s"
+        if entry.identity:
+            status += f", {entry.identity}"
         lines.append(
             f"    {entry.run_id}: pid {entry.pid} on {entry.host} [{status}], "
             f"{len(entry.reservations)} reservation(s) {_money(entry.outstanding_usd)}, "
@@ -306,7 +351,11 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="print campaign.json as stored")
     rec = sub.add_parser("reconcile", help="clear the custody entry of a crashed run")
     rec.add_argument("file", metavar="FILE|URL", help=where)
-    rec.add_argument("--run", required=True, metavar="RUN_ROOT", help="the crashed run's root")
+    which = rec.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", metavar="RUN_ROOT", help="the crashed run's root")
+    which.add_argument("--lost", metavar="RUN_ID",
+                       help="a run whose root is gone (its machine vanished): settle it from "
+                            "the campaign's records, open holds charged as unknown spend")
     rec.add_argument(
         "--reading",
         type=float,
@@ -339,7 +388,10 @@ def campaign_command(argv: list[str]) -> int:
             return 0
         if args.command == "migrate":
             return _migrate(args.file, args.url, args.replace)
-        record = reconcile(args.file, args.run, args.reading)
+        if args.lost:
+            record = reconcile_lost(args.file, args.lost, args.reading)
+        else:
+            record = reconcile(args.file, args.run, args.reading)
     except RefusalError as exc:
         print(f"harness campaign {args.command}: refused ({exc.reason}): {exc}", file=sys.stderr)
         return exc.exit_code
@@ -349,7 +401,10 @@ def campaign_command(argv: list[str]) -> int:
     print(
         f"reconciled run {record.run_id}: custody cleared, {record.settled_count} settled "
         f"({_money(record.settled_usd)}), {record.abandoned_count} open reservation(s) "
-        f"{'charged' if args.reading is None else 'dropped (reading recorded)'}"
+        + (f"charged as unknown spend at the hold, {_money(record.abandoned_usd)}"
+           if args.reading is None else "dropped (reading recorded)")
+        + ("; its containers were not checked: the run root is gone, and they went with "
+           "its machine" if args.lost else "")
     )
     return 0
 

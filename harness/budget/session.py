@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,11 +24,12 @@ from harness.core.errors import RefusalError
 
 from . import errors as E
 from . import pgurl
+from .custody import DEFAULT_LEASE_SEC
 from .meter import METER_KEY_ENV, Meter, make_meter
 
 if TYPE_CHECKING:  # the campaign and supervisor load when a budget starts, not at collection
     from .campaign import Campaign
-    from .models import Monitor, Reservation, Settlement
+    from .models import MeterReading, Monitor, Reservation, Settlement
     from .pgurl import CampaignUrl
     from .supervisor import MeterSupervisor
 
@@ -53,6 +56,10 @@ class BudgetSettings:
     # unbounded: they would count as $0).
     unknown_cost_allowance_usd: float | None = None
     key_env: str = METER_KEY_ENV
+    # --custody-identity: the shard's name across machines (a re-run with the same identity
+    # takes a dead entry's custody over wherever it ran); --custody-lease-sec: its lease.
+    custody_identity: str | None = None
+    custody_lease_sec: float = DEFAULT_LEASE_SEC
 
     @property
     def reservations_enabled(self) -> bool:
@@ -123,8 +130,8 @@ class ControllerBudget:
         """None when reservations are off. RefusalError (exit 2) when the run must not start.
 
         ``resumes``: the run roots this run resumes (nearest first); a dead run among them
-        that still holds custody is taken over instead of refusing the run."""
-        from .campaign import Campaign
+        that still holds custody is taken over instead of refusing the run (by its root, or
+        by its run id when the root moved to another machine)."""
         from .supervisor import MeterSupervisor
 
         if not settings.reservations_enabled:
@@ -137,68 +144,9 @@ class ControllerBudget:
             where = settings.campaign_where(run_root, environ)
         except ValueError as exc:
             raise _refuse(E.CAMPAIGN_URL_UNUSABLE, str(exc)) from None
-        try:
-            meter = make_meter(settings.meter, environ=environ, key_env=settings.key_env)
-        except ValueError as exc:
-            raise _refuse("meter_unusable", str(exc)) from exc
-        baseline = 0.0
-        reading = None
-        if meter is not None:
-            try:
-                reading = meter.read(settings.meter_read_timeout_sec)
-            except E.MeterError as exc:
-                raise _refuse(
-                    E.BUDGET_METER_UNAVAILABLE, f"first meter reading failed: {exc}"
-                ) from exc
-            baseline = reading.usage
-        if meter is None and not settings.unknown_cost_allowance_usd:
-            what = ("--unknown-cost-allowance-usd 0 without a meter counts"
-                    if settings.unknown_cost_allowance_usd is not None
-                    else "a money ceiling without a meter would count")
-            raise _refuse(
-                E.CAMPAIGN_UNMETERED,
-                f"{what} every instance of unknown cost as $0: add --meter openrouter (or "
-                "fake-file:PATH in tests), or --unknown-cost-allowance-usd USD above 0 "
-                "(charged for each such instance)",
-            )
-        ceiling = settings.campaign_budget_usd
-        try:
-            if settings.campaign_file is None and settings.campaign_url is None:
-                ceiling = settings.budget_usd
-            elif ceiling is None:
-                existing = Campaign(where).backend.read()
-                if existing is None:
-                    raise _refuse(
-                        "campaign_budget_missing",
-                        f"--campaign-budget-usd is needed to create campaign {where}",
-                    )
-                ceiling = existing.ceiling_usd
-            assert ceiling is not None
-            campaign = Campaign.open_or_create(
-                where,
-                ceiling_usd=ceiling,
-                key_fingerprint=meter.fingerprint if meter is not None else "none",
-                baseline_usage=baseline,
-                prior_spend_usd=settings.prior_spend_usd,
-            )
-        except E.CampaignPersistenceError as exc:
-            if settings.campaign_url is None:
-                raise
-            from .pgstore import unreachable
-
-            raise unreachable(exc) from None
-        if reading is not None and not campaign.record_reading(reading):
-            raise _refuse(
-                E.BUDGET_METER_UNAVAILABLE,
-                f"the meter reads {reading.usage!r}, below the campaign's last accepted reading",
-            )
-        campaign.admit_run(
-            run_id,
-            run_root,
-            pid or os.getpid(),
-            resumes=resumes,
-            unknown_cost_allowance_usd=settings.unknown_cost_allowance_usd,
-        )
+        meter, reading = _first_reading(settings, environ)
+        campaign = _open_campaign(settings, where, meter, reading)
+        _admit(campaign, settings, run_id, run_root, pid or os.getpid(), resumes)
         supervisor = MeterSupervisor(
             campaign,
             run_id,
@@ -212,6 +160,7 @@ class ControllerBudget:
             min_free_gb=settings.min_free_disk_gb,
             on_stop=on_stop,
             controller_pid=pid,
+            lease_sec=settings.custody_lease_sec,
         )
         return cls(campaign, meter, supervisor)
 
@@ -228,6 +177,101 @@ class ControllerBudget:
 
     def keep_custody(self, outcome: str, exit_code: int | None, why: str) -> Monitor:
         return self.supervisor.keep_custody(outcome, exit_code, why)
+
+
+def _first_reading(
+    settings: BudgetSettings, environ: Mapping[str, str] | None
+) -> tuple[Meter | None, MeterReading | None]:
+    """The meter and its first reading; a ceiling with neither a meter nor an unknown-cost
+    allowance is refused (``campaign_unmetered``)."""
+    try:
+        meter = make_meter(settings.meter, environ=environ, key_env=settings.key_env)
+    except ValueError as exc:
+        raise _refuse("meter_unusable", str(exc)) from exc
+    reading = None
+    if meter is not None:
+        try:
+            reading = meter.read(settings.meter_read_timeout_sec)
+        except E.MeterError as exc:
+            raise _refuse(E.BUDGET_METER_UNAVAILABLE, f"first meter reading failed: {exc}") from exc
+    if meter is None and not settings.unknown_cost_allowance_usd:
+        what = ("--unknown-cost-allowance-usd 0 without a meter counts"
+                if settings.unknown_cost_allowance_usd is not None
+                else "a money ceiling without a meter would count")
+        raise _refuse(
+            E.CAMPAIGN_UNMETERED,
+            f"{what} every instance of unknown cost as $0: add --meter openrouter (or "
+            "fake-file:PATH in tests), or --unknown-cost-allowance-usd USD above 0 "
+            "(charged for each such instance)",
+        )
+    return meter, reading
+
+
+def _open_campaign(settings: BudgetSettings, where: Path | CampaignUrl, meter: Meter | None,
+                   reading: MeterReading | None) -> Campaign:
+    """Open (or create, with ``--campaign-budget-usd``) the campaign and save the first
+    reading."""
+    from .campaign import Campaign
+
+    ceiling = settings.campaign_budget_usd
+    try:
+        if settings.campaign_file is None and settings.campaign_url is None:
+            ceiling = settings.budget_usd
+        elif ceiling is None:
+            existing = Campaign(where).backend.read()
+            if existing is None:
+                raise _refuse("campaign_budget_missing",
+                              f"--campaign-budget-usd is needed to create campaign {where}")
+            ceiling = existing.ceiling_usd
+        assert ceiling is not None
+        campaign = Campaign.open_or_create(
+            where,
+            ceiling_usd=ceiling,
+            key_fingerprint=meter.fingerprint if meter is not None else "none",
+            baseline_usage=reading.usage if reading is not None else 0.0,
+            prior_spend_usd=settings.prior_spend_usd,
+        )
+    except E.CampaignPersistenceError as exc:
+        if settings.campaign_url is None:
+            raise
+        from .pgstore import unreachable
+
+        raise unreachable(exc) from None
+    if reading is not None and not campaign.record_reading(reading):
+        raise _refuse(
+            E.BUDGET_METER_UNAVAILABLE,
+            f"the meter reads {reading.usage!r}, below the campaign's last accepted reading",
+        )
+    return campaign
+
+
+def _admit(campaign: Campaign, settings: BudgetSettings, run_id: str,
+           run_root: str | os.PathLike[str], pid: int,
+           resumes: Sequence[str | os.PathLike[str]]) -> None:
+    """Admit the run. A live lease under this run's identity (the shard's earlier attempt,
+    whose machine went away less than a lease ago) is waited out, with a line to stderr
+    every 15 s, for at most the lease's length and 30 s more; then refused."""
+    from .reconcile import run_ids_of
+
+    ids = run_ids_of(resumes)
+    deadline = time.monotonic() + settings.custody_lease_sec + 30.0
+    said = 0.0
+    while True:
+        try:
+            campaign.admit_run(
+                run_id, run_root, pid, resumes=resumes, resumed_run_ids=ids,
+                unknown_cost_allowance_usd=settings.unknown_cost_allowance_usd,
+                identity=settings.custody_identity, lease_sec=settings.custody_lease_sec,
+            )
+            return
+        except RefusalError as exc:
+            if exc.reason != E.CAMPAIGN_LEASE_LIVE or time.monotonic() > deadline:
+                raise
+            if time.monotonic() - said >= 15.0:
+                said = time.monotonic()
+                print(f"harness: waiting for the lease of {settings.custody_identity} to "
+                      f"expire: {exc}", file=sys.stderr, flush=True)
+            time.sleep(min(2.0, settings.custody_lease_sec / 4))
 
 
 class WorkerBudget:

@@ -11,7 +11,9 @@ read_timeout_sec`` so one slow read still fits.
 
 Stop reasons (sticky, the first wins): ``budget_meter_unavailable`` (blind),
 ``campaign_persistence_failed`` (a reading or the settlement could not be saved),
-``campaign_budget`` (spent + ``budget_reserve_usd`` reached the ceiling). A stop is
+``campaign_budget`` (spent + ``budget_reserve_usd`` reached the ceiling),
+``campaign_lease_lost`` (the custody lease, renewed every quarter of ``lease_sec``, could
+not be renewed before it expired, or another machine took the custody over). A stop is
 written into the run's custody entry (so every worker's next ``reserve`` is refused with
 it, when the file can still be saved) and handed to ``on_stop``.
 """
@@ -60,6 +62,7 @@ class MeterSupervisor:
         min_free_gb: float | None = None,
         on_stop: Callable[[str], None] | None = None,
         controller_pid: int | None = None,
+        lease_sec: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         diagnostics_kept: int = 50,
     ) -> None:
@@ -87,6 +90,8 @@ class MeterSupervisor:
         self._started = clock()
         self._confirmed: float | None = None  # clock() at the request of the last accepted read
         self._next_read = self._started
+        self.lease_sec = lease_sec
+        self._next_renew = self._started + (lease_sec or 0.0) / 4
         self._attempt = 0
         self._last_usage: float | None = None
         self._limit_remaining: float | None = None
@@ -121,6 +126,8 @@ class MeterSupervisor:
                 and self._clock() >= self._next_read
             ):
                 self._read("poll")
+            if self.lease_sec and self._clock() >= self._next_renew:
+                self._renew()
             self._check_blindness()
             state = self._snapshot()  # campaign.json read once per tick
             self._check_campaign_budget(state)
@@ -299,6 +306,21 @@ class MeterSupervisor:
     def _check_blindness(self) -> None:
         if self._expired():
             self._stop(E.BUDGET_METER_UNAVAILABLE)
+
+    def _renew(self) -> None:
+        """Renew the custody lease; a failure to reach the campaign is retried at the next
+        tick (until the lease runs out, when the renewal itself says the lease is lost)."""
+        try:
+            self.campaign.renew_lease(self.run_id)
+        except E.CampaignStateError as exc:
+            self._note_error(str(exc))
+            self._stop(E.CAMPAIGN_LEASE_LOST)
+            return
+        except E.CampaignPersistenceError as exc:
+            self._note_error(f"lease renewal: {exc}")
+            return
+        assert self.lease_sec is not None
+        self._next_renew = self._clock() + self.lease_sec / 4
 
     def _check_campaign_budget(self, state: CampaignState | None) -> None:
         if (

@@ -28,7 +28,8 @@ BUDGET_KEY = pytest.StashKey[ControllerBudget]()
 SETTINGS_KEY = pytest.StashKey[BudgetSettings]()
 FLOAT_OPTIONS = ("campaign_budget_usd", "prior_spend_usd", "per_task_reserve_usd",
                  "budget_reserve_usd", "budget_usd", "meter_blindness_sec", "meter_poll_sec",
-                 "meter_read_timeout_sec", "min_free_disk_gb", "unknown_cost_allowance_usd")
+                 "meter_read_timeout_sec", "min_free_disk_gb", "unknown_cost_allowance_usd",
+                 "custody_lease_sec")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,6 +65,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seconds between meter readings (default 15)")
     group.addoption("--meter-read-timeout-sec", default="5", metavar="SEC",
                     help="bound of one meter reading (default 5)")
+    group.addoption("--custody-identity", default=None, metavar="ID",
+                    help="this run's name in the campaign across machines, e.g. the CI "
+                         "workflow run and shard: a later run with the same identity takes "
+                         "a dead entry's custody over, wherever it ran")
+    group.addoption("--custody-lease-sec", default="90", metavar="SEC",
+                    help="the custody lease, renewed every quarter of it while the run "
+                         "lives; another machine counts the run dead once it expired "
+                         "(default 90, at least 4)")
     group.addoption("--min-free-disk-gb", default=None, metavar="GIB",
                     help="refuse to start an instance below this much free disk")
 
@@ -91,9 +100,14 @@ def _parse_settings(config: pytest.Config) -> BudgetSettings:
             raise RefusalError(f"{flag} {raw!r} is not a non-negative number; pass e.g. "
                                f"{flag} 10", stage="options", reason="bad_budget_option")
         values[name] = value
+    if values.get("custody_lease_sec", 90.0) < 4:
+        raise RefusalError(f"--custody-lease-sec {values['custody_lease_sec']:g} is too short "
+                           "to renew: pass at least 4", stage="options",
+                           reason="bad_budget_option")
     settings = BudgetSettings(campaign_file=config.getoption("campaign_file"),
                               campaign_url=config.getoption("campaign_url"),
-                              meter=config.getoption("meter"), **values)
+                              meter=config.getoption("meter"),
+                              custody_identity=config.getoption("custody_identity"), **values)
     bound = settings.meter_poll_sec + settings.meter_read_timeout_sec
     if settings.meter != "none" and settings.meter_blindness_sec <= bound:
         raise RefusalError(
