@@ -332,6 +332,7 @@ class CoworkAdapter(BenchmarkAdapter):
     marker_names = ("server", "prefix")
     needs_agent = True
     writes_monitor = True  # the specification's monitor.json: progress, even without a budget
+    tool_routes = True  # its MCP servers reach an agent server through a relay (mcp_access)
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config

@@ -136,6 +136,11 @@ class ProgramBenchSettings:
         self.eval_mode: str = opt("pb_eval")
         if self.eval_mode not in EVAL_MODES:
             raise _bad("--eval", self.eval_mode, f"is unknown; use {', '.join(EVAL_MODES)}")
+        if self.eval_mode == "batch" and opt("image_disk_ceiling_gb", None) is not None:
+            # the batch eval needs every task's image at the session's end; the ceiling
+            # removes each one when its instance ends
+            raise _bad("--eval", self.eval_mode, "needs every task image at the session's end: "
+                       "it cannot run under --image-disk-ceiling-gb; use --eval per-task")
         host = float(os.cpu_count() or 1)
         self.cpus = min(self._number("--cpus", opt("pb_cpus"), DEFAULT_CPUS), host)
         self.memory: str = str(opt("pb_memory")).strip().lower()

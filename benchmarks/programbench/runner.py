@@ -16,8 +16,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from benchmarks.programbench import scorer_guard
 from benchmarks.programbench.agent_probe import probe_as_agent
 from benchmarks.programbench.collect import export_submission, freeze_and_probe
@@ -59,22 +57,20 @@ BODY_NAME = "programbench_task_body.json"
 EVAL_OFF_REASON = "submission_prepared"  # --eval off: kept for a later eval (rescore.py)
 
 
-def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
-                           config: pytest.Config) -> tuple[str, str | None]:
+def resolve_instance_image(trial: Trial, inst: PBInstance) -> tuple[str, str | None]:
     """(image ID, PROGRAMBENCH_BLOB_DIR) of an instance, pulled or built; recorded in the row.
 
     A real task's image is pulled per ``--pull`` (from ``--image-mirror`` when given, pinned by
-    ``--image-digest-file``); the offline fixture is built here unless a mirror serves it.
+    ``--image-digest-file``, held under ``--image-disk-ceiling-gb``: :meth:`Trial.pull_image`);
+    the offline fixture is built here unless a mirror serves it.
     """
-    from harness.runner.pull_plugin import pull_settings
-    from harness.sandbox.images.pull import resolve_image
-
+    ctx, config = trial.ctx, trial.config
     blob_dir: str | None = None
-    settings = pull_settings(config, ctx.run_root, inst.instance_id)
     if inst.is_fixture:
         from benchmarks.programbench.fixture import ensure_fixture
 
-        fixture = ensure_fixture(image=settings.mirror is None, client=client)
+        mirror = config.getoption("image_mirror")
+        fixture = ensure_fixture(image=mirror is None, client=trial.client)
         blob_dir = fixture.blob_dir
         if config.getoption("pb_fixture_layout") == "cleanroom":
             from benchmarks.programbench.fixture_image import ensure_cleanroom_layout_image
@@ -84,21 +80,11 @@ def resolve_instance_image(ctx: InstanceContext, inst: PBInstance, client: Any,
             ctx.result.details["image"] = {"ref": "cleanroom-layout fixture", "id": image_id,
                                            "built_locally": True}
             return image_id, blob_dir
-        if settings.mirror is None:
+        if mirror is None:
             ctx.result.details["image"] = {"ref": fixture.image, "id": fixture.image_id,
                                            "built_locally": True}
             return fixture.image_id, blob_dir
-    from harness.core import activity
-
-    def progress(text: str) -> None:
-        activity.report(ctx.run_root, ctx.worker_id, inst.instance_id, text)
-
-    try:
-        record = resolve_image(client, inst.image_ref(), settings, progress=progress)
-    finally:
-        activity.clear(ctx.run_root, ctx.worker_id)
-    ctx.result.details["image"] = record.model_dump(exclude_none=True)
-    return record.id, blob_dir
+    return trial.pull_image(inst.image_ref()), blob_dir
 
 
 def preflight(ctx: InstanceContext, sandbox: Sandbox, *,
@@ -304,13 +290,12 @@ def dry_run(trial: Trial, instruction: str) -> None:
     write_body(ctx, inst, instruction, f"harness-{ctx.run_id}-{inst.instance_id}",
                settings.timeout, host_folder(ctx.instance_dir) if host else None)
     if trial.option("pull") == "always":
-        resolve_instance_image(ctx, inst, trial.client, trial.config)
+        resolve_instance_image(trial, inst)
 
 
 def prepare(trial: Trial) -> str:
     """The task's image on the instance's engine (its blob folder kept for the eval)."""
-    image_id, blob_dir = resolve_instance_image(trial.ctx, trial.data, trial.client,
-                                                trial.config)
+    image_id, blob_dir = resolve_instance_image(trial, trial.data)
     trial.state["blob_dir"] = blob_dir
     return image_id
 

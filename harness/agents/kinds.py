@@ -30,3 +30,22 @@ TAPE_ROUTES: dict[str, TapeRoute] = {
     "mini-swe-agent": "in_process",
 }
 TAPE_KINDS = tuple(TAPE_ROUTES)
+
+# kind -> the relay containers the runner starts beside its sandbox, each bind-mounting a
+# socket of this machine, so none works on an engine of another machine (an ``ssh://`` or
+# ``tcp://`` one): "model_gateway", behind the model gateway (``--model-upstream`` or
+# ``--model-replay``: :mod:`harness.model_proxy.network`); "tool_route", an agent server's
+# route to the tools a benchmark serves on the task's network (a benchmark with
+# ``tool_routes``: :mod:`harness.agents.gateway.tool_route`). Kinds not listed start none:
+# host-command and mini-swe-agent keep their model gateway on a loopback port of the
+# runner and drive the sandbox through the engine's API (as oracle and nop do), which
+# reaches a remote engine too.
+Relay = Literal["model_gateway", "tool_route"]
+RELAYS: dict[str, tuple[Relay, ...]] = {
+    "command": ("model_gateway",),
+    "gateway": ("tool_route",),
+}
+# Kinds whose agent server works in the sandbox with ``docker exec`` on the server's own
+# engine (the task body's ``executor_ref`` names the container): their sandboxes must be
+# on that engine, never on an ``ssh://`` or ``tcp://`` engine the runner was pointed at.
+SERVER_EXEC_KINDS = ("gateway",)

@@ -319,7 +319,7 @@ def describe_state(state: CampaignState, path: str) -> str:
         + (f" (the last {min(5, len(state.runs))} below)" if state.runs else ""),
     ]
     for entry in state.active_runs.values():
-        status = custody.liveness(entry)
+        status: str = custody.liveness(entry)
         left = custody.lease_left(entry)
         if left is not None:
             status += f", lease {max(0.0, left):.0f} s"

@@ -83,6 +83,10 @@ class BenchmarkAdapter:
     status_vocabulary: Mapping[Outcome, str] = {}
     # Score at or above which an instance is "near-resolved" (almost); None: no such notion.
     near_resolved_at: float | None = None
+    # Its tasks serve tools on their internal network that an agent server outside it reaches
+    # through a relay container (harness.agents.gateway.tool_route): such a run needs an
+    # engine of this machine.
+    tool_routes: bool = False
 
     def instances(self, config: pytest.Config) -> list[InstanceSpec]:
         raise NotImplementedError
@@ -93,6 +97,11 @@ class BenchmarkAdapter:
     def result_config(self, config: pytest.Config) -> dict[str, Any]:
         """Options of this benchmark that change results (they enter the fingerprint)."""
         return {}
+
+    def needs_engine(self, config: pytest.Config) -> bool:
+        """True when this run's instances use a Docker engine (a sandbox, an image, the
+        scorer's container): admission then refuses a run whose engine does not answer."""
+        return True
 
     def selectors_given(self, config: pytest.Config) -> bool:
         """True when the user narrowed the selection with this benchmark's own options."""

@@ -290,6 +290,7 @@ class ImagePolicy(Section):
     digest_file: str | None = None
     pins: int | None = None
     allow_image_change: bool | None = None
+    disk_ceiling_gb: float | None = None  # --image-disk-ceiling-gb
 
 
 class SweepsRecord(Section):

@@ -3,7 +3,7 @@
 Options: ``--docker-host URL`` (repeatable) or ``--engines FILE`` (see
 :mod:`harness.sandbox.engines`), and ``--instance-resources`` (the size of one instance,
 :mod:`harness.sandbox.engine_capacity`). Without ``--docker-host``/``--engines`` nothing
-here acts: the run uses the local engine exactly as before.
+here places: the run uses the local engine (asked once at admission).
 
 * Admission (controller): every ``ssh://`` engine gets the run's tunnel
   (:mod:`harness.sandbox.ssh_tunnel`); every engine is probed (server version) and read
@@ -13,10 +13,10 @@ here acts: the run uses the local engine exactly as before.
   of dead runs' orphans. The engines are recorded in the manifest's ``engines`` and
   ``<run_root>/.harness/engines.json``; an unreachable engine is recorded and never used;
   none reachable refuses the run (``no_engine``), nor one with room for an instance
-  (``no_engine_capacity``). The command agent behind the model gateway
-  (``--model-upstream``/``--model-replay``) is refused with an ``ssh://`` or ``tcp://``
-  engine (``relay_remote_engine``): its relay bind-mounts the gateway's socket of this
-  machine, which a remote engine cannot mount (:func:`relay_refusal`).
+  (``no_engine_capacity``). Without ``--docker-host``/``--engines`` the local engine is
+  asked once (``engine_unreachable``). What the options alone rule out (a gateway agent,
+  or a relay, with a remote engine) was refused before, by
+  :mod:`harness.runner.engine_admission`.
 * Each instance (the autouse ``harness_engine`` fixture, set up before any other fixture
   and torn down after them): a slot on the least loaded live engine that is not under
   memory pressure (:mod:`harness.sandbox.placement`), ``DOCKER_HOST`` (and its TLS
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.core.errors import InfraError, RefusalError
+from harness.runner.engine_admission import OPTIONS
 from harness.runner.worker import STATE_KEY
 
 if TYPE_CHECKING:  # engines (pydantic records) and placement load when a run uses them
@@ -53,7 +54,6 @@ if TYPE_CHECKING:  # engines (pydantic records) and placement load when a run us
 
 ENGINE_LOST = "engine_lost"
 SLOT_KEY: pytest.StashKey[Any] = pytest.StashKey()  # the instance's placement.Slot
-REMOTE_SCHEMES = ("ssh://", "tcp://")  # engines that may run on another machine
 LEASE_TIMEOUT_S = 15  # a lease call on an engine that went away fails after this, not 120 s
 _cache: dict[str, list[EngineRecord]] = {}
 TUNNELS_KEY: pytest.StashKey[list[SshTunnel]] = pytest.StashKey()
@@ -191,56 +191,16 @@ def _lease_engines(config: pytest.Config, run: RunContext, records: list[EngineR
             record.lease["startup_sweep_error"] = f"{type(exc).__name__}: {exc}"[:300]
 
 
-def relay_refusal(
-    kind: str | None, upstream: str | None, replay: str | None, urls: list[str]
-) -> str | None:
-    """Why the run cannot start, in one line naming the fix, or None: the command agent
-    behind the model gateway reaches it through a relay container that bind-mounts the
-    gateway's Unix socket from this machine, so its sandboxes must run on an engine of this
-    machine (docs/scaling.md, "Not yet over remote engines")."""
-    remote = [u for u in urls if u.startswith(REMOTE_SCHEMES)]
-    if kind != "command" or not (upstream or replay) or not remote:
-        return None
-    flag = "--model-upstream" if upstream else "--model-replay"
-    return (
-        f"{flag} with --agent command: the model gateway's relay mounts a socket of this "
-        f"machine and cannot reach a sandbox on the remote engine {', '.join(remote)}; run it "
-        "on local or unix:// engines only (drop the ssh:// and tcp:// ones from "
-        "--docker-host/--engines)"
-    )
-
-
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
-    hosts = list(config.getoption("docker_host", None) or [])
-    engines_file = config.getoption("engines", None)
-    if not hosts and not engines_file and not config.getoption("instance_resources", None):
-        return  # the local engine only: nothing to place, probe or record
-    from harness.sandbox.engine_capacity import describe_limits
-    from harness.sandbox.engines import (
-        EngineError,
-        EngineRecord,
-        engine_specs,
-        instance_needs,
-        probe,
-        write_engines,
-    )
+    from harness.runner.engine_admission import check_local_engine, run_engines
 
-    workers = int(getattr(config.option, "numprocesses", 0) or 0) or 1
-    try:
-        specs = engine_specs(hosts, engines_file, workers)
-        needs = instance_needs(engines_file, config.getoption("instance_resources", None))
-    except EngineError as exc:
-        raise RefusalError(str(exc), stage="engines", reason="bad_engines") from exc
-    if not specs:
+    specs, needs = run_engines(config)  # the options were checked first (engine_admission)
+    if not specs or needs is None:
+        check_local_engine(config, run)  # the local engine only: it answers, or a refusal
         return
-    relay = relay_refusal(
-        config.getoption("agent", None),
-        config.getoption("model_upstream", None),
-        config.getoption("model_replay", None),
-        [s.url for s in specs],
-    )
-    if relay is not None:
-        raise RefusalError(relay, stage="engines", reason="relay_remote_engine")
+    from harness.sandbox.engine_capacity import describe_limits
+    from harness.sandbox.engines import EngineRecord, brief_error, probe, write_engines
+
     failed = _open_tunnels(config, specs)
     via = {t.url: t.endpoint for t in config.stash.get(TUNNELS_KEY, [])}
     records = []
@@ -258,14 +218,15 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
         run.manifest.extra.engines = [r.model_dump(mode="json") for r in records]
     if not any(r.reachable for r in records):
         raise RefusalError(
-            "no engine of --docker-host/--engines answers: "
-            + "; ".join(f"{r.url}: {r.error}" for r in records),
+            f"no engine of {OPTIONS} answers: "
+            + "; ".join(f"{r.url}: {brief_error(r.error)}" for r in records)
+            + f"; start them, or fix {OPTIONS}",
             stage="engines",
             reason="no_engine",
         )
     if not any(r.reachable and r.capacity > 0 for r in records):
         raise RefusalError(
-            "no engine of --docker-host/--engines has room for one instance of "
+            f"no engine of {OPTIONS} has room for one instance of "
             f"{needs.cpus:g} CPU(s), {needs.memory >> 20} MiB, {needs.disk >> 20} MiB of disk "
             "(--instance-resources): "
             + "; ".join(

@@ -54,7 +54,8 @@ if TYPE_CHECKING:  # the controller and the file models load when a run starts
 # The runner's own plugins: Docker sandbox fixtures, campaign budgets, agents.
 pytest_plugins = ["harness.runner.startup", "harness.runner.selection",
                   "harness.runner.sandbox_fixtures", "harness.runner.sandbox_hooks",
-                  "harness.runner.pull_plugin", "harness.runner.engine_plugin", "harness.runner.order",
+                  "harness.runner.pull_plugin", "harness.runner.engine_plugin",
+                  "harness.runner.engine_admission", "harness.runner.order",
                   "harness.runner.budget_plugin", "harness.runner.agent_plugin",
                   "harness.runner.pacing_plugin", "harness.runner.deadline_plugin"]
 

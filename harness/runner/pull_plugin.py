@@ -1,6 +1,6 @@
 """pytest plugin: image pull options, digest pins, and the image-change check on resume.
 
-Options (documented in the README's "Task images" section):
+Options (documented in docs/guides/engines-and-images.md):
 
 ``--pull missing|always|never``  when to pull an instance's image (default ``missing``)
 ``--pull-jobs N``                 concurrent pulls shared by all workers of the run (2)
@@ -8,17 +8,24 @@ Options (documented in the README's "Task images" section):
 ``--pull-min-free-gb G``          free disk to keep on the engine's data root (5)
 ``--image-mirror HOST[:PORT]``    pull ``HOST:PORT/<repository>:<tag>`` instead
 ``--image-digest-file FILE``      JSON ``{instance_id: "sha256:..."}``: run exactly these
+``--image-disk-ceiling-gb G``     the most disk (GiB) the run's pulled images hold at once on
+                                  an engine; each is removed after its instance's eval
+                                  (:mod:`harness.sandbox.images.ceiling`)
 ``--allow-image-change``          (harness/runner/plugin.py) let a resume run changed images (recorded)
 
 Benchmarks call :func:`pull_settings` for an instance and :func:`harness.sandbox.images.pull.
 resolve_image` with it, and put the :class:`~harness.sandbox.images.pull.ImageRecord` in the row's
 ``details.image``; at session end every row's image is copied into the manifest's ``images``.
+:meth:`harness.runner.trial.Trial.pull_image` does all of it, with the ceiling's hold and
+release.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import math
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,9 +41,26 @@ from harness.sandbox.images.pull_settings import POLICIES, PullSettings, mirror_
 if TYPE_CHECKING:
     from harness.core.models import TaskRow
     from harness.runner.instance import RunContext
+    from harness.sandbox.images.ceiling import ImageCeiling, Progress
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 PINS_KEY = pytest.StashKey[dict[str, str]]()
+GIB = 1 << 30
+# A pull waiting for room under the ceiling gives up at this share of the pull phase's
+# deadline, with its own reason (image_ceiling_full) before the phase's timer ends it.
+CEILING_WAIT_SHARE = 0.9
+
+
+def ceiling_gb(raw: str) -> float:
+    """``--image-disk-ceiling-gb``: a positive number of GiB (fractions allowed)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a positive number of GiB (e.g. 12 "
+                                         "or 0.5)")
+    return value
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -54,6 +78,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="pull HOST[:PORT]/<repository>:<tag> instead of the canonical image")
     group.addoption("--image-digest-file", default=None, metavar="FILE",
                     help='JSON {"instance_id": "sha256:..."}: pin instances to exact digests')
+    group.addoption("--image-disk-ceiling-gb", type=ceiling_gb, default=None, metavar="G",
+                    help="the most disk (GiB) this run's pulled task images may hold at once "
+                         "on an engine: each is removed after its instance's eval, a pull "
+                         "waits for room, an image bigger than G is refused unpulled "
+                         "(image_exceeds_ceiling); default: no ceiling, nothing removed")
 
 
 def load_pins(path: str | None) -> dict[str, str]:
@@ -94,6 +123,21 @@ def pull_settings(config: pytest.Config, run_root: Path, instance_id: str) -> Pu
     )
 
 
+def image_ceiling(config: pytest.Config, run_root: Path, api: Any, holder: str,
+                  progress: Progress | None = None) -> ImageCeiling | None:
+    """The run's disk ceiling for ``holder`` (an instance) on the engine ``api`` talks to;
+    None without ``--image-disk-ceiling-gb``."""
+    gb = config.getoption("image_disk_ceiling_gb", None)
+    if gb is None:
+        return None
+    from harness.runner.deadlines import deadlines
+    from harness.sandbox.images.ceiling import ImageCeiling
+
+    pull = deadlines(config).get("pull")
+    return ImageCeiling(api, state_dir(run_root) / "images", int(float(gb) * GIB), holder,
+                        wait_s=CEILING_WAIT_SHARE * pull if pull else None, progress=progress)
+
+
 def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
     """Pull settings that change what ran are part of the run's configuration."""
     path = config.getoption("image_digest_file")
@@ -107,10 +151,14 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
     if run.manifest is not None:
         from harness.core.models import ImagePolicy
 
-        run.manifest.extra.image_policy = ImagePolicy(
+        policy = ImagePolicy(
             pull=config.getoption("pull"), mirror=config.getoption("image_mirror"),
             digest_file=config.getoption("image_digest_file"), pins=len(pins),
             allow_image_change=bool(config.getoption("allow_image_change")))
+        ceiling = config.getoption("image_disk_ceiling_gb", None)
+        if ceiling is not None:
+            policy.disk_ceiling_gb = float(ceiling)
+        run.manifest.extra.image_policy = policy
     if pins and config.getoption("pull") != "never":
         _check_pins_exist(config, pins)
     if run.plan.ancestors:

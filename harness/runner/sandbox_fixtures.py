@@ -15,7 +15,9 @@ Register it once (``pytest_plugins = ["harness.runner.sandbox_fixtures"]``). Fix
     ``sandbox_factory.network() -> name``: labelled with the current instance (from
     the ``harness_instance`` fixture: ``run_id``, ``run_root``, ``instance_id``,
     ``worker_id``, optional ``timeout_s``), removed at teardown and verified gone,
-    unless ``--keep-sandboxes`` (then a warning names the sweep command). Every sandbox
+    unless ``--keep-sandboxes`` (then a warning names the sweep command); then what the
+    instance asked to run at its end (``sandbox_factory.on_close(fn)``: the release of the
+    images it held under ``--image-disk-ceiling-gb``). Every sandbox
     gets the copy-out caps of ``--max-copy-out-mb`` and ``--max-copy-out-files``.
     it creates runs under ``--runtime NAME`` when given (an OCI runtime registered with
     dockerd, e.g. gVisor's ``runsc``; checked at admission, recorded in the run's config).
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import argparse
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -153,6 +155,7 @@ class SandboxFactory:
         self.runtime = runtime
         self.sandboxes: list[Sandbox] = []
         self.networks: list[str] = []
+        self.closing: list[Callable[[], None]] = []
         timeout = getattr(instance, "timeout_s", None)
         self.ttl_s = int(timeout) + TTL_MARGIN_S if timeout else DEFAULT_TTL_S
 
@@ -201,6 +204,20 @@ class SandboxFactory:
             raise ValueError(f"sandbox {sandbox.name} was not created for a reattach")
         if sandbox in self.sandboxes:
             self.sandboxes.remove(sandbox)
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the instance ends, after its sandboxes were removed (or kept)."""
+        self.closing.append(fn)
+
+    def run_closing(self) -> None:
+        """What :meth:`on_close` registered, last first; each runs whatever the others do."""
+        while self.closing:
+            fn = self.closing.pop()
+            try:
+                fn()
+            except Exception as exc:  # an image left behind: said, never the verdict's
+                warnings.warn(f"{self.instance.key}: at the instance's end: {exc}",
+                              stacklevel=1)
 
     def network(self) -> str:
         from harness.sandbox.network import create_internal_network
@@ -276,7 +293,14 @@ def sandbox_factory(
     factory = SandboxFactory(client, harness_instance, copy_limits(request.config),
                              sandbox_runtime(request.config))
     yield factory
-    if request.config.getoption("keep_sandboxes", False):
+    try:
+        _close(request.config, factory, harness_instance)
+    finally:
+        factory.run_closing()
+
+
+def _close(config: pytest.Config, factory: SandboxFactory, harness_instance: Any) -> None:
+    if config.getoption("keep_sandboxes", False):
         if factory.sandboxes or factory.networks:
             names = ", ".join(s.name for s in factory.sandboxes)
             warnings.warn(
@@ -288,7 +312,7 @@ def sandbox_factory(
     from harness.runner.deadlines import PhaseTimeout, phase
 
     try:
-        with phase(request.config, "teardown"):
+        with phase(config, "teardown"):
             factory.close()
     except PhaseTimeout as exc:  # the verdict stands; the run's final sweep removes the rest
         warnings.warn(f"{harness_instance.key}: {exc}; the run's final sweep removes what is "

@@ -40,8 +40,11 @@ if TYPE_CHECKING:  # the models load when an instance runs, not at collection
     from harness.agents.base import Agent, OracleCallable, OraclePlan
     from harness.runner.instance import InstanceContext
     from harness.sandbox.container import Sandbox
+    from harness.sandbox.images.ceiling import ImageCeiling
+    from harness.sandbox.images.pull import ImageRecord
 
 BODY_NAME = "task_body.json"
+IMAGE_STATE = "harness.image"  # Trial.state: the ImageRecord of the instance's pulled image
 
 
 @dataclass(frozen=True)
@@ -146,14 +149,46 @@ class Trial:
 
     def pull_image(self, ref: str) -> str:
         """The image ID of ``ref``, pulled per ``--pull`` (``--image-mirror``, pins) and
-        recorded on the row."""
-        from harness.runner.pull_plugin import pull_settings
+        recorded on the row (``details.image``); the pull's progress goes to the live view.
+        Under ``--image-disk-ceiling-gb`` the image is held while the instance runs and
+        released when it ends, after its sandboxes are gone (so after its eval): removed
+        then when this run pulled it and no other instance of the run holds it."""
+        from harness.core import activity
+        from harness.runner.pull_plugin import image_ceiling, pull_settings
         from harness.sandbox.images.pull import resolve_image
 
-        settings = pull_settings(self.config, self.ctx.run_root, self.ctx.task_id)
-        record = resolve_image(self.client, ref, settings)
-        self.ctx.result.details["image"] = record.model_dump(exclude_none=True)
+        ctx = self.ctx
+
+        def progress(text: str) -> None:
+            activity.report(ctx.run_root, ctx.worker_id, ctx.instance_id, text)
+
+        settings = pull_settings(self.config, ctx.run_root, ctx.task_id)
+        ceiling = image_ceiling(self.config, ctx.run_root, self.client.api, ctx.key, progress)
+        if ceiling is not None:  # before the pull: a hold taken, then interrupted, goes too
+            self.factory.on_close(lambda: self._release_image(ceiling))
+        try:
+            record = resolve_image(self.client, ref, settings, progress=progress,
+                                   ceiling=ceiling)
+        finally:
+            activity.clear(ctx.run_root, ctx.worker_id)
+        self.state[IMAGE_STATE] = record
+        ctx.result.details["image"] = record.model_dump(exclude_none=True)
         return record.id
+
+    def _release_image(self, ceiling: ImageCeiling) -> None:
+        """The instance ended: let go of its image under the ceiling; the row says whether
+        it was removed (``details.image.ceiling``)."""
+        released = ceiling.release()
+        record: ImageRecord | None = self.state.get(IMAGE_STATE)
+        if record is None or record.ceiling is None:
+            return
+        done = released.get(record.pulled_from or record.ref)
+        update: dict[str, Any] = {"removed_after_eval": False}
+        if done is not None:
+            update = done.model_dump(include={"released_unix", "removed_after_eval",
+                                              "freed_bytes", "kept_reason"})
+        record.ceiling = record.ceiling.model_copy(update=update)
+        self.ctx.result.details["image"] = record.model_dump(exclude_none=True)
 
     def copy_out(self, sandbox: Sandbox, src: str, dest: Path, *, max_bytes: int,
                  max_files: int = 64) -> bool:

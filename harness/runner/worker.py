@@ -31,9 +31,11 @@ NESTED_KEY: pytest.StashKey[bool] = pytest.StashKey()
 # A reason code never retried: the run was interrupted (a signal, a stop request).
 NOT_RETRIED_PREFIXES = ("interrupted:",)
 # Infrastructure that a second try in the same run cannot change: an image that is not on the
-# engine under --pull never, an agent checkout that is not there, a parity disagreement.
+# engine under --pull never, an agent checkout that is not there, a parity disagreement, an
+# image bigger than the run's --image-disk-ceiling-gb.
 NOT_RETRIED_CODES = frozenset({"image_missing", "seed_unavailable", "official_parity_mismatch",
-                               "engine_lost"})  # a resume re-places a lost engine's instances
+                               "engine_lost",  # a resume re-places a lost engine's instances
+                               "image_exceeds_ceiling"})
 BACKOFF_CAP_S = 60.0
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import tomllib
 from pathlib import Path
@@ -247,6 +248,28 @@ def probe(spec: EngineSpec, index: int, via: str | None = None) -> EngineRecord:
     return record.model_copy(update={"server_version": version})
 
 
+_OS_ERROR = re.compile(r"\w+Error\(-?\d+, '([^']+)'\)")  # FileNotFoundError(2, '...')
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()\[\]]+)")  # [Errno 111] Connection refused
+_WRAPPERS = ("DockerException: ", "Error while fetching server API version: ")
+
+
+def brief_error(error: str | None) -> str:
+    """An engine's error in a few words, on one line: the system's reason when docker-py
+    wrapped one (``No such file or directory``, ``Connection refused``, ``Permission
+    denied``), ``timed out``, else the message without docker-py's wrappers (at most 160
+    characters)."""
+    text = " ".join((error or "no answer").split())
+    for pattern in (_OS_ERROR, _ERRNO):
+        found = pattern.findall(text)
+        if found:
+            return str(found[-1]).strip()
+    if "timed out" in text.lower():
+        return "timed out"
+    for wrapper in _WRAPPERS:
+        text = text.removeprefix(wrapper)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
 def alive(engine: EngineSpec | str) -> bool:
     """True if the engine answers a ping within :data:`PING_TIMEOUT_S`."""
     from docker.errors import DockerException
@@ -287,6 +310,7 @@ __all__ = [
     "EngineSpec",
     "PlacementEvent",
     "alive",
+    "brief_error",
     "client_for",
     "engine_environment",
     "engine_specs",

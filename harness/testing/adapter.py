@@ -79,6 +79,13 @@ class SelftestAdapter(BenchmarkAdapter):
     def version(self) -> str:
         return "selftest-1"
 
+    def needs_engine(self, config: pytest.Config) -> bool:
+        """Only its ``agent`` work uses Docker (the rest runs in the worker)."""
+        try:
+            return any(task.get("work") == "agent" for task in self.raw_tasks(config))
+        except (OSError, ValueError, pytest.UsageError):
+            return False  # no readable task list: its collection says so, nothing runs
+
     def result_config(self, config: pytest.Config) -> dict[str, Any]:
         return {"scale": config.getoption("selftest_scale", 1.0)}
 

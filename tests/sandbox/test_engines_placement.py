@@ -124,7 +124,7 @@ def test_the_command_agents_model_gateway_with_a_remote_engine_is_refused_at_sta
     """The relay bind-mounts the gateway's socket of this machine: a run of the command
     agent behind the gateway with an ssh:// or tcp:// engine stops at admission, in one
     line naming the fix, before any engine is contacted or instance started."""
-    from harness.runner.engine_plugin import relay_refusal
+    from harness.runner.engine_admission import relay_refusal
     from tests.support.suite import Suite
 
     remote = ["local", "ssh://h", "tcp://10.255.255.1:2376"]

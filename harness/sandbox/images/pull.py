@@ -18,6 +18,10 @@ concurrent pulls (slot locks). Before each pull the Docker data root must have r
 image (its compressed size from the registry when known, times two for unpacking) plus
 ``min_free_gb``. Registry and network errors are retried with back-off; a pull that still
 fails is ``infra_failed`` with ``image_pull_failed`` and the registry's message.
+
+With an :class:`~harness.sandbox.images.ceiling.ImageCeiling` (``--image-disk-ceiling-gb``)
+the pull is admitted under the run's disk ceiling first (refused, evicting or waiting: see
+that module) and the record says what the ceiling did (``ceiling``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.core.errors import InfraError
 from harness.sandbox.errors import ImageMissing
+from harness.sandbox.images.ceiling import CeilingRecord, ImageCeiling
 from harness.sandbox.images.inventory import record_use
 from harness.sandbox.images.pull_settings import POLICIES as POLICIES
 from harness.sandbox.images.pull_settings import PullPolicy as PullPolicy
@@ -62,6 +67,7 @@ class ImageRecord(BaseModel):
     pulled: bool = False  # pulled by this process (not found locally, or policy always)
     pull_s: float | None = None
     size_bytes: int | None = None
+    ceiling: CeilingRecord | None = None  # --image-disk-ceiling-gb: what it did with the image
 
 
 def _digest_of(attrs: dict[str, Any], repo: str) -> str | None:
@@ -277,23 +283,29 @@ def resolve_image(
     settings: PullSettings,
     *,
     progress: Progress | None = None,
+    ceiling: ImageCeiling | None = None,
 ) -> ImageRecord:
-    """Make ``ref`` present under its canonical name according to ``settings``; record it."""
+    """Make ``ref`` present under its canonical name according to ``settings``; record it.
+    With ``ceiling``, a pull is admitted under the run's disk ceiling and the image held
+    (the caller releases it with :meth:`ImageCeiling.release` when the instance ends)."""
     api = client.api
     source = mirror_ref(ref, settings.mirror)
     if settings.pin:
         source = f"{split_ref(source)[0]}@{settings.pin}"
     lock_dir = settings.lock_dir
     if lock_dir is None:
-        return _resolve_locked(api, ref, source, settings, progress, None)
+        return _resolve_locked(api, ref, source, settings, progress, None, ceiling)
     lock_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(lock_dir / f"pull-{_key(source)}.lock")):
-        return _resolve_locked(api, ref, source, settings, progress, lock_dir)
+        return _resolve_locked(api, ref, source, settings, progress, lock_dir, ceiling)
 
 
 def _resolve_locked(api: docker.APIClient, ref: str, source: str, settings: PullSettings,
-                    progress: Progress | None, lock_dir: Path | None) -> ImageRecord:
+                    progress: Progress | None, lock_dir: Path | None,
+                    ceiling: ImageCeiling | None) -> ImageRecord:
     marker = lock_dir / f"pulled-{_key(source)}.json" if lock_dir is not None else None
+    # An image this run pulled and still has is held first: no other instance removes it now
+    held = ceiling.hold_existing(source) if ceiling is not None else None
     # With a pin, only the pinned content counts as present; otherwise the canonical tag.
     local = _local(api, source) if settings.pin else _local(api, ref) or _local(api, source)
     already = marker is not None and marker.is_file()
@@ -305,7 +317,35 @@ def _resolve_locked(api: docker.APIClient, ref: str, source: str, settings: Pull
             f"pull it first (`pytest ... --dry-run --pull always`) or allow pulls")
     pull_s: float | None = None
     if need_pull:
-        size = remote_size(source)
+        local, pull_s, held = _pull_admitted(api, ref, source, settings, progress, lock_dir,
+                                             ceiling, held)
+        if marker is not None:
+            marker.write_text(json.dumps({"source": source, "id": local["Id"]}))
+    assert local is not None
+    if source != ref:
+        _tag(api, str(local["Id"]), ref)  # the scorer looks the canonical name up
+    record = _record(api, ref, source, local, need_pull, pull_s)
+    if ceiling is not None:
+        record.ceiling = held or ceiling.preexisting()
+    record_use(record.id, [ref, source], pulled=need_pull)
+    if settings.pin and record.repo_digest != settings.pin:
+        raise ImageMissing(
+            f"image {ref} has digest {record.repo_digest}, not the pinned {settings.pin}")
+    return record
+
+
+def _pull_admitted(api: docker.APIClient, ref: str, source: str, settings: PullSettings,
+                   progress: Progress | None, lock_dir: Path | None,
+                   ceiling: ImageCeiling | None, held: CeilingRecord | None
+                   ) -> tuple[dict[str, Any], float, CeilingRecord | None]:
+    """Pull ``source`` (admitted under the ceiling first, when there is one): its
+    attributes, the pull's seconds, and what the ceiling did."""
+    size = remote_size(source)
+    admitted = held
+    if ceiling is not None and held is None:  # a new image for the run: room first
+        admitted = ceiling.before_pull(ref, source, size)
+    reserved = ceiling is not None and held is None and admitted is not None and admitted.counted
+    try:
         check_disk(api, 2 * (size or 0), settings.min_free_gb, source)
         if lock_dir is not None:
             with _Slots(lock_dir, settings.jobs):
@@ -315,14 +355,10 @@ def _resolve_locked(api: docker.APIClient, ref: str, source: str, settings: Pull
         local = _local(api, source)
         if local is None:
             raise ImagePullFailed(f"pulled {source} but the engine does not list it")
-        if marker is not None:
-            marker.write_text(json.dumps({"source": source, "id": local["Id"]}))
-    assert local is not None
-    if source != ref:
-        _tag(api, str(local["Id"]), ref)  # the scorer looks the canonical name up
-    record = _record(api, ref, source, local, need_pull, pull_s)
-    record_use(record.id, [ref, source], pulled=need_pull)
-    if settings.pin and record.repo_digest != settings.pin:
-        raise ImageMissing(
-            f"image {ref} has digest {record.repo_digest}, not the pinned {settings.pin}")
-    return record
+    except BaseException:
+        if reserved and ceiling is not None:
+            ceiling.abort(source)
+        raise
+    if reserved and ceiling is not None and admitted is not None:
+        admitted = ceiling.after_pull(source, admitted, local)
+    return local, pull_s, admitted
