@@ -15,6 +15,8 @@ from pathlib import Path
 # name -> (module, function, help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "merge": ("harness.cli", "merge_command", "combine the run roots of a sharded run"),
+    "shard-plan": ("harness.run.shard_plan", "shard_plan_command",
+                   "how many shards a selection needs so that none outlives its CI job"),
     "sweep": ("harness.sandbox.cli", "sweep_command", "remove a run's containers and networks"),
     "campaign": ("harness.budget.reconcile", "campaign_command",
                  "campaign budget tools (a file or a PostgreSQL URL): show, reconcile, migrate"),
