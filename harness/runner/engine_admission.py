@@ -24,8 +24,10 @@
 The option checks run first of the admission hooks (no engine, agent server or campaign
 is contacted before them); the local probe runs where the engines are probed
 (:mod:`harness.runner.engine_plugin`), after the options of the agent and the budget were
-checked and before the first Docker call of the run (the image pins, the lease and the
-start-up sweep, every instance's sandbox client).
+checked and before the runner's own Docker calls (the image pins, the lease and the
+start-up sweep, each instance's sandbox client, whose failure was a chained docker-py
+traceback of some 600 lines per instance and try). A benchmark's own admission may ask
+the engine earlier and record what it could not read (Cowork's run images).
 """
 
 from __future__ import annotations
