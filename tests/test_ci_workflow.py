@@ -98,7 +98,7 @@ def run_job(workflow: dict[str, Any], job: str, ctx: dict[str, Any], *, cwd: Pat
     return results
 
 
-def plan(workflow: dict[str, Any], ctx: dict[str, Any], cwd: Path) -> None:
+def plan(workflow: dict[str, Any], ctx: dict[str, Any], cwd: Path = ROOT) -> None:
     [proc] = run_job(workflow, "plan", ctx, cwd=cwd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ctx["needs"] = {"plan": {k: render(v, ctx)
@@ -116,11 +116,31 @@ def no_key_in(root: Path) -> None:
             assert FAKE_KEY.encode() not in path.read_bytes(), f"the key is in {path}"
 
 
+def agent_checkout(tmp_path: Path) -> dict[str, str]:
+    """A clean agent checkout and its commit, standing in for the agent step's outputs (this
+    checkout may hold a developer's uncommitted changes, which the seed gate refuses)."""
+    repo = tmp_path / "agent_src"
+    if repo.exists():
+        return {"AGENT_REPO_DIR": str(repo), "AGENT_REF": subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
+            text=True).stdout.strip()}
+    repo.mkdir()
+    (repo / "agent.txt").write_text("the agent under test\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "agent"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    return {"AGENT_REPO_DIR": str(repo), "AGENT_REF": head}
+
+
 def base_ctx(**inputs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     workflow = load()
     values = defaults(workflow)
     values.update(inputs)
-    return workflow, {"inputs": values, "secrets": {"HARNESS_MODEL_API_KEY": FAKE_KEY},
+    return workflow, {"inputs": values, "secrets": {"HARNESS_MODEL_API_KEY": FAKE_KEY,
+                                                    "OPENROUTER_API_KEY": FAKE_KEY},
                       "matrix": {}, "steps": {}}
 
 
@@ -128,17 +148,21 @@ def base_ctx(**inputs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 def test_shard_jobs_partition_the_benchmark_and_merge(tmp_path: Path) -> None:
     workflow, ctx = base_ctx(agent="command", agent_command="my-agent --go",
                              model_upstream="https://openrouter.ai/api/v1",
-                             solve_model="openrouter/acme/model-1", shards="3", dry_run=True)
-    plan(workflow, ctx, tmp_path)
+                             solve_model="openrouter/acme/model-1", task_timeout_min="5",
+                             shards="3", dry_run=True)
+    plan(workflow, ctx)
     shards = evaluate("fromJSON(needs.plan.outputs.shards)", ctx)
-    assert shards == [1, 2, 3]
-    assert render(workflow["jobs"]["shard"]["strategy"]["matrix"]["shard"], ctx) == "[1, 2, 3]"
+    # 5 min + 15 of eval: 16 rounds of 4 workers in the job, 64 units a shard; 200 need 4
+    assert shards == [1, 2, 3, 4]
+    assert render(workflow["jobs"]["shard"]["strategy"]["matrix"]["shard"], ctx) == \
+        "[1, 2, 3, 4]"
     runs = tmp_path / "runs"
     picked: dict[int, list[str]] = {}
     for shard in shards:
         ctx["matrix"] = {"shard": shard}
         root = runs / f"run-shard-{shard}"  # where the merge job's download puts it
-        results = run_job(workflow, "shard", ctx, cwd=ROOT, env_override={"RUN_ROOT": str(root)})
+        results = run_job(workflow, "shard", ctx, cwd=ROOT, env_override={
+            "RUN_ROOT": str(root), **agent_checkout(tmp_path)})
         assert results and results[-1].returncode == 0, results[-1].stdout[-3000:] + \
             results[-1].stderr[-3000:]
         picked[shard] = selected(root)
@@ -158,29 +182,48 @@ def test_shard_jobs_partition_the_benchmark_and_merge(tmp_path: Path) -> None:
 
     results = run_job(workflow, "merge", ctx, cwd=tmp_path)
     assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
-    assert "merged 3 shards of 3: 200 units" in results[0].stdout
+    assert "merged 4 shards of 4: 200 units" in results[0].stdout
     assert (tmp_path / "merged" / "report" / "report.html").is_file()
     assert "no gate" in (tmp_path / "merged" / "gate.txt").read_text()
 
 
-def test_a_paid_shard_without_the_campaign_secret_is_refused(tmp_path: Path) -> None:
-    workflow, ctx = base_ctx(agent="command", agent_command="my-agent",
-                             model_upstream="https://openrouter.ai/api/v1",
-                             solve_model="openrouter/acme/model-1", shards="2", dry_run=False)
-    plan(workflow, ctx, tmp_path)
+@pytest.mark.parametrize("agent", ["mini-swe-agent", "command"])
+def test_a_paid_shard_without_the_campaign_secret_is_refused(tmp_path: Path, agent: str) -> None:
+    workflow, ctx = base_ctx(agent=agent, agent_command="my-agent",
+                             model_upstream="https://openrouter.ai/api/v1", dry_run=False)
+    ctx["needs"] = {"plan": {"count": "2", "shards": "[1, 2]"}}
     ctx["matrix"] = {"shard": 1}
     root = tmp_path / "shard-1"
-    [proc] = run_job(workflow, "shard", ctx, cwd=ROOT, env_override={"RUN_ROOT": str(root)})
+    proc = run_job(workflow, "shard", ctx, cwd=ROOT, env_override={
+            "RUN_ROOT": str(root), **agent_checkout(tmp_path)})[-1]
     assert proc.returncode == 2
-    assert "add the HARNESS_CAMPAIGN_URL secret" in proc.stdout
+    [line] = proc.stderr.strip().splitlines()
+    assert "add the HARNESS_CAMPAIGN_URL secret" in line
     assert not root.exists()  # refused before pytest ran
 
 
-def test_a_bad_shard_count_is_refused(tmp_path: Path) -> None:
-    workflow, ctx = base_ctx(shards="four")
-    [proc] = run_job(workflow, "plan", ctx, cwd=tmp_path)
+def test_a_paid_command_agent_without_its_model_gateway_is_refused(tmp_path: Path) -> None:
+    workflow, ctx = base_ctx(agent="command", agent_command="my-agent", dry_run=False)
+    ctx["needs"] = {"plan": {"count": "1", "shards": "[1]"}}
+    ctx["matrix"] = {"shard": 1}
+    ctx["secrets"]["HARNESS_CAMPAIGN_URL"] = "postgresql://nobody@127.0.0.1:9/x?campaign=c"
+    proc = run_job(workflow, "shard", ctx, cwd=ROOT,
+                   env_override={"RUN_ROOT": str(tmp_path / "r")})[-1]
     assert proc.returncode == 2
-    assert "shards: 'four' is not a number" in proc.stdout
+    assert "give model_upstream" in proc.stderr  # else no per-task limit could hold
+
+
+@pytest.mark.parametrize(("shards", "timeout", "says"), [
+    ("four", "60", "shards 'four' is not auto or a number >= 1"),
+    ("2", "60", "shards 2 is too few: 200 units at 16 per shard need"),
+    ("auto", "400", "does not fit a job of 350 min"),
+])
+def test_a_plan_that_cannot_fit_the_job_is_refused(shards: str, timeout: str, says: str) -> None:
+    workflow, ctx = base_ctx(shards=shards, task_timeout_min=timeout)
+    [proc] = run_job(workflow, "plan", ctx, cwd=ROOT)
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert says in line
 
 
 def test_cowork_job_dry_run_on_the_fixture_checkout(tmp_path: Path) -> None:
@@ -199,11 +242,12 @@ def test_cowork_job_dry_run_on_the_fixture_checkout(tmp_path: Path) -> None:
     head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
                           text=True).stdout.strip()
     workflow, ctx = base_ctx(agent="command", agent_command="my-agent", cowork=True,
-                             cowork_build_image=False, dry_run=True, cowork_commit=head)
+                             dry_run=True, cowork_commit=head)
     assert evaluate(job["if"], ctx) is True  # `if:` is an expression without ${{ }}
     root = tmp_path / "cowork"
     results = run_job(workflow, "cowork", ctx, cwd=ROOT,
-                      env_override={"RUN_ROOT": str(root), "COWORK_ROOT": str(fixture)})
+                      env_override={"RUN_ROOT": str(root), "COWORK_ROOT": str(fixture),
+                                    **agent_checkout(tmp_path)})
     assert results and results[-1].returncode == 0, results[-1].stdout[-3000:] + \
         results[-1].stderr[-3000:]
     assert selected(root), "the Cowork job selected nothing"
@@ -213,11 +257,12 @@ def test_cowork_job_dry_run_on_the_fixture_checkout(tmp_path: Path) -> None:
 @pytest.mark.parametrize("agent", ["mini-swe-agent"])
 def test_other_agent_kinds_are_accepted(tmp_path: Path, agent: str) -> None:
     workflow, ctx = base_ctx(agent=agent, solve_model="openrouter/acme/model-1",
-                             key_env="OPENROUTER_API_KEY", shards="2", dry_run=True,
+                             key_env="OPENROUTER_API_KEY", dry_run=True,
                              select="calculator or cheat")
-    plan(workflow, ctx, tmp_path)
+    plan(workflow, ctx)
     ctx["matrix"] = {"shard": 1}
     root = tmp_path / "shard-1"
-    results = run_job(workflow, "shard", ctx, cwd=ROOT, env_override={"RUN_ROOT": str(root)})
+    results = run_job(workflow, "shard", ctx, cwd=ROOT, env_override={
+            "RUN_ROOT": str(root), **agent_checkout(tmp_path)})
     assert results[-1].returncode in (0, 5), results[-1].stdout[-3000:]  # 5: shard had none
     no_key_in(root)

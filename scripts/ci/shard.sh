@@ -39,7 +39,7 @@ n=$WORKERS
 [ "$cpus" -lt "$n" ] && n=$cpus
 [ "$mem4" -lt "$n" ] && n=$mem4
 [ "$n" -ge 1 ] || n=1
-[ "$n" = "$WORKERS" ] || echo "shard $SHARD: -n $n, not $WORKERS: the runner has $cpus CPU(s) and $((mem4 * 4)) GiB (the plan assumed $WORKERS workers)" >&2
+[ "$n" = "$WORKERS" ] || echo "shard $SHARD: -n $n, not $WORKERS: the runner has $cpus CPU(s) and $((mem4 * 4)) GiB (the plan assumed $WORKERS workers)"
 
 args=(--shard "$SHARD" --run-root "$RUN_ROOT" --junitxml "$RUN_ROOT/junit.xml"
       --agent "$AGENT" --attempts "$ATTEMPTS" -n "$n" --pull missing
@@ -65,6 +65,8 @@ case "$AGENT" in
       args+=(--model-upstream "$MODEL_UPSTREAM" --model-key-env "$KEY_ENV")
     elif [ "$paid" = yes ] && [ "$dry" = no ]; then
       refuse "agent $AGENT spends money: give model_upstream, so the model gateway enforces per_task_limit_usd and counts the cost"
+    else
+      limit=()  # nothing sees its model calls: no limit to enforce (a dry run, or unpaid)
     fi;;
 esac
 args+=("${limit[@]}")
@@ -85,7 +87,7 @@ fi
 # A shard that ran before (an earlier attempt of this workflow run, or the run named by
 # resume_from) resumes: its settled units are carried, not paid again.
 if [ -n "${RESUME_FROM_DIR:-}" ] && [ -f "$RESUME_FROM_DIR/run_manifest.json" ]; then
-  echo "shard $SHARD: resuming $RESUME_FROM_DIR" >&2
+  echo "shard $SHARD: resuming $RESUME_FROM_DIR"
   args+=(--resume-from "$RESUME_FROM_DIR")
 fi
 [ "$dry" = yes ] && args+=(--dry-run)
