@@ -11,6 +11,7 @@ RUN_BUDGET = "run_budget"
 DISK_RESERVE = "disk_reserve"
 BUDGET_METER_UNAVAILABLE = "budget_meter_unavailable"
 CAMPAIGN_PERSISTENCE_FAILED = "campaign_persistence_failed"
+CAMPAIGN_LEASE_LOST = "campaign_lease_lost"  # this run's lease expired or was taken over
 
 # Refusal reasons at campaign open / admission (RefusalError, exit 2).
 CAMPAIGN_CEILING_CHANGED = "campaign_ceiling_changed"
@@ -19,7 +20,6 @@ CAMPAIGN_PRIOR_SPEND_FIXED = "campaign_prior_spend_fixed"
 CAMPAIGN_STALE_RUN = "campaign_stale_run"
 CAMPAIGN_RUN_ID_IN_USE = "campaign_run_id_in_use"
 CAMPAIGN_LEASE_LIVE = "campaign_lease_live"  # a live lease holds the custody asked for
-CAMPAIGN_LEASE_LOST = "campaign_lease_lost"  # this run's lease expired or was taken over
 CAMPAIGN_UNREADABLE = "campaign_unreadable"
 CAMPAIGN_UNMETERED = "campaign_unmetered"  # no meter and no --unknown-cost-allowance-usd
 # PostgreSQL campaigns (``--campaign-url``) and ``harness campaign migrate``.
