@@ -11,137 +11,28 @@ in a run root.
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from benchmarks.cowork_bench import PINNED_COMMIT
+from tests.support.ci_workflow import (
+    ROOT,
+    agent_checkout,
+    base_ctx,
+    evaluate,
+    load,
+    no_key_in,
+    plan,
+    render,
+    run_job,
+    selected,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKFLOW = ROOT / ".github" / "workflows" / "benchmark.yml"
-EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
-FAKE_KEY = "sk-fake-ci-workflow-key-0123456789"  # a fake secret: must appear in no run file
-
-
-def load() -> dict[str, Any]:
-    data = yaml.safe_load(WORKFLOW.read_text())
-    assert isinstance(data, dict)
-    return data
-
-
-def defaults(workflow: dict[str, Any]) -> dict[str, Any]:
-    trigger = workflow.get("on") or workflow.get(True)  # type: ignore[call-overload]  # YAML 1.1: `on` is True
-    inputs = trigger["workflow_dispatch"]["inputs"]
-    return {name: spec.get("default", "") for name, spec in inputs.items()}
-
-
-def evaluate(expr: str, ctx: dict[str, Any]) -> Any:
-    """The workflow's expression forms, evaluated; anything else fails the test."""
-    m = re.fullmatch(r"fromJSON\((.+)\)", expr)
-    if m:
-        return json.loads(str(evaluate(m.group(1), ctx)))
-    m = re.fullmatch(r"secrets\[inputs\.(\w+)\]", expr)
-    if m:
-        return ctx["secrets"].get(ctx["inputs"][m.group(1)], "")
-    m = re.fullmatch(r"(inputs|matrix|secrets|steps\.\w+\.outputs)\.(\w+)", expr)
-    if m:
-        scope = ctx["steps"] if m.group(1).startswith("steps") else ctx[m.group(1)]
-        if m.group(1).startswith("steps"):
-            scope = scope.get(m.group(1).split(".")[1], {})
-        return scope.get(m.group(2), "") if m.group(1) == "secrets" else scope[m.group(2)]
-    m = re.fullmatch(r"needs\.(\w+)\.outputs\.(\w+)", expr)
-    if m:
-        return ctx["needs"][m.group(1)][m.group(2)]
-    raise AssertionError(f"expression the local runner does not know: ${{{{ {expr} }}}}")
-
-
-def render(value: Any, ctx: dict[str, Any]) -> str:
-    text = str(value)
-    whole = EXPR.fullmatch(text.strip())
-    if whole and "}}" not in whole.group(1):
-        out = evaluate(whole.group(1), ctx)
-        return str(out).lower() if isinstance(out, bool) else str(out)
-    return EXPR.sub(lambda m: str(evaluate(m.group(1), ctx)), text)
-
-
-def run_job(workflow: dict[str, Any], job: str, ctx: dict[str, Any], *, cwd: Path,
-            env_override: dict[str, str] | None = None) -> list[subprocess.CompletedProcess[str]]:
-    """Runs the job's ``run`` steps in order (``uses`` and install steps: skipped);
-    stops at the first failing step. Step outputs land in ``ctx['steps']``."""
-    results = []
-    for step in workflow["jobs"][job]["steps"]:
-        if "run" not in step or str(step["run"]).startswith("python3 -m pip install"):
-            continue  # the runner's own steps, and the install .ci/run has already done
-        env = {k: render(v, ctx) for k, v in (step.get("env") or {}).items()}
-        env.update(env_override or {})
-        out_file = Path(tempfile.mkdtemp()) / f"github_output_{job}"  # never in the checkout
-        out_file.write_text("")
-        proc = subprocess.run(
-            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", render(step["run"], ctx)],
-            cwd=cwd, env={**os.environ, **env, "GITHUB_OUTPUT": str(out_file)},
-            capture_output=True, text=True, timeout=300)
-        results.append(proc)
-        outputs = dict(line.split("=", 1) for line in out_file.read_text().splitlines() if line)
-        if step.get("id"):
-            ctx.setdefault("steps", {})[step["id"]] = outputs
-        if proc.returncode != 0:
-            break
-    return results
-
-
-def plan(workflow: dict[str, Any], ctx: dict[str, Any], cwd: Path = ROOT) -> None:
-    [proc] = run_job(workflow, "plan", ctx, cwd=cwd)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    ctx["needs"] = {"plan": {k: render(v, ctx)
-                             for k, v in workflow["jobs"]["plan"]["outputs"].items()}}
-
-
-def selected(run_root: Path) -> list[str]:
-    manifest = json.loads((run_root / "run_manifest.json").read_text())
-    return list(manifest["selection"]["instance_ids"])
-
-
-def no_key_in(root: Path) -> None:
-    for path in root.rglob("*"):
-        if path.is_file():
-            assert FAKE_KEY.encode() not in path.read_bytes(), f"the key is in {path}"
-
-
-def agent_checkout(tmp_path: Path) -> dict[str, str]:
-    """A clean agent checkout and its commit, standing in for the agent step's outputs (this
-    checkout may hold a developer's uncommitted changes, which the seed gate refuses)."""
-    repo = tmp_path / "agent_src"
-    if repo.exists():
-        return {"AGENT_REPO_DIR": str(repo), "AGENT_REF": subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
-            text=True).stdout.strip()}
-    repo.mkdir()
-    (repo / "agent.txt").write_text("the agent under test\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "agent"], check=True)
-    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
-                          text=True).stdout.strip()
-    return {"AGENT_REPO_DIR": str(repo), "AGENT_REF": head}
-
-
-def base_ctx(**inputs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    workflow = load()
-    values = defaults(workflow)
-    values.update(inputs)
-    return workflow, {"inputs": values, "secrets": {"HARNESS_MODEL_API_KEY": FAKE_KEY,
-                                                    "OPENROUTER_API_KEY": FAKE_KEY},
-                      "matrix": {}, "steps": {}}
+__all__ = ["load"]
 
 
 @pytest.mark.slow
