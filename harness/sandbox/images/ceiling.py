@@ -186,13 +186,16 @@ class ImageCeiling:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                ledger = CeilingLedger.model_validate_json(self.path.read_text())
+                read = self.path.read_text()
+                ledger = CeilingLedger.model_validate_json(read)
             except (OSError, ValueError):
-                ledger = CeilingLedger(ceiling_bytes=self.ceiling)
+                read, ledger = "", CeilingLedger(ceiling_bytes=self.ceiling)
             _drop_dead(ledger)
             yield ledger
             ledger.peak_bytes = max(ledger.peak_bytes, ledger.held_bytes())
-            atomic_write_text(self.path, ledger.model_dump_json(indent=1, by_alias=True))
+            text = ledger.model_dump_json(indent=1, by_alias=True)
+            if text != read:  # a wait's polls write nothing
+                atomic_write_text(self.path, text)
         finally:
             os.close(fd)
 
