@@ -1,0 +1,42 @@
+"""``harness shard-plan``: the fewest shards whose largest fits the job, from a collection."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from harness.run.model import shard_of
+from harness.run.shard_plan import ShardPlanError, capacity, plan, unit_keys
+
+KEYS = [f"programbench/org__task{i}.abc@{k}" for i in range(60) for k in (1, 2)]
+
+
+def test_the_plan_is_the_fewest_shards_whose_largest_fits() -> None:
+    cap = capacity(workers=4, task_minutes=60, job_minutes=350, setup_minutes=20,
+                   eval_minutes=15)
+    assert cap == 16  # 4 rounds of 75 min in 330, 4 workers each
+    found = plan(KEYS, cap)
+    sizes = Counter(shard_of(k, found.count) for k in KEYS)
+    assert max(sizes.values()) == found.largest <= cap
+    fewer = Counter(shard_of(k, found.count - 1) for k in KEYS)
+    assert max(fewer.values()) > cap  # one shard fewer would outlive the job
+
+
+def test_a_task_s_attempts_stay_together_and_the_node_ids_become_unit_keys() -> None:
+    lines = ["benchmarks/programbench/test_programbench.py::test_programbench[org__a.b@1]",
+             "benchmarks/programbench/test_programbench.py::test_programbench[org__a.b@2]",
+             "", "2 tests collected in 0.1s"]
+    keys = unit_keys("programbench", lines)
+    assert keys == ["programbench/org__a.b@1", "programbench/org__a.b@2"]
+    assert plan(keys, 2).count == 1
+    with pytest.raises(ShardPlanError, match="attempts alone exceed 1"):
+        plan(keys, 1)  # two attempts of one task cannot be split
+
+
+def test_what_cannot_fit_is_refused() -> None:
+    with pytest.raises(ShardPlanError, match="does not fit a job of 350 min"):
+        capacity(workers=4, task_minutes=400, job_minutes=350, setup_minutes=20,
+                 eval_minutes=15)
+    with pytest.raises(ShardPlanError, match="holds no instance"):
+        plan([], 16)
