@@ -95,6 +95,7 @@ fi
 extra=()
 [ -n "${EXTRA_ARGS:-}" ] && read -r -a extra <<< "$EXTRA_ARGS"
 
+mkdir -p "$(dirname "$RUN_ROOT")"
 # The gateway agent's server runs on this runner, beside the engine it execs into.
 server=
 if [ "$AGENT" = gateway ] && [ -n "${AGENT_COMMAND:-}" ] && [ "$dry" = no ]; then
@@ -113,5 +114,12 @@ sys.exit(1)
 PY
 fi
 
-mkdir -p "$(dirname "$RUN_ROOT")"
-python3 -m pytest "benchmarks/$BENCHMARK" "${args[@]}" "${extra[@]}"
+python3 -m pytest "benchmarks/$BENCHMARK" "${args[@]}" "${extra[@]}" &
+run=$!
+# As a container's PID 1 (the Kubernetes pod) bash ignores a signal it has no trap for:
+# pass SIGTERM/SIGINT on to the run, which stops, records, finalizes (exit 3); then wait.
+trap 'kill -TERM "$run" 2>/dev/null || true' TERM INT
+rc=0
+wait "$run" || rc=$?
+while kill -0 "$run" 2>/dev/null; do rc=0; wait "$run" || rc=$?; done
+exit "$rc"

@@ -89,8 +89,9 @@ def run_job(workflow: dict[str, Any], job: str, ctx: dict[str, Any], *, cwd: Pat
     return results
 
 
-def plan(workflow: dict[str, Any], ctx: dict[str, Any], cwd: Path = ROOT) -> None:
-    [proc] = run_job(workflow, "plan", ctx, cwd=cwd)
+def plan(workflow: dict[str, Any], ctx: dict[str, Any], cwd: Path = ROOT,
+         env_override: dict[str, str] | None = None) -> None:
+    [proc] = run_job(workflow, "plan", ctx, cwd=cwd, env_override=env_override)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ctx["needs"] = {"plan": {k: render(v, ctx)
                              for k, v in workflow["jobs"]["plan"]["outputs"].items()}}
@@ -107,9 +108,10 @@ def no_key_in(root: Path) -> None:
             assert FAKE_KEY.encode() not in path.read_bytes(), f"the key is in {path}"
 
 
-def agent_checkout(tmp_path: Path) -> dict[str, str]:
+def agent_checkout(tmp_path: Path, version: str | None = None) -> dict[str, str]:
     """A clean agent checkout and its commit, standing in for the agent step's outputs (this
-    checkout may hold a developer's uncommitted changes, which the seed gate refuses)."""
+    checkout may hold a developer's uncommitted changes, which the seed gate refuses);
+    ``version``: its VERSION file (what an agent server built from it reports)."""
     repo = tmp_path / "agent_src"
     if repo.exists():
         return {"AGENT_REPO_DIR": str(repo), "AGENT_REF": subprocess.run(
@@ -117,6 +119,8 @@ def agent_checkout(tmp_path: Path) -> dict[str, str]:
             text=True).stdout.strip()}
     repo.mkdir()
     (repo / "agent.txt").write_text("the agent under test\n")
+    if version is not None:
+        (repo / "VERSION").write_text(version + "\n")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
@@ -135,3 +139,25 @@ def base_ctx(**inputs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
                       "matrix": {}, "steps": {}}
 
 
+
+
+def spawn_job(workflow: dict[str, Any], job: str, ctx: dict[str, Any], *, cwd: Path,
+              env_override: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """The job as a runner of its own: every ``run`` step but the last played by
+    :func:`run_job`, the last (the job's work) started in a session of its own (one process
+    tree, killable as a machine dies), its output in ``log``."""
+    steps = [s for s in workflow["jobs"][job]["steps"]
+             if "run" in s and not str(s["run"]).startswith("python3 -m pip install")]
+    *before, last = steps
+    trimmed = {"jobs": {job: {"steps": before}}}
+    for proc in run_job(trimmed, job, ctx, cwd=cwd, env_override=env_override):
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    env = {k: render(v, ctx) for k, v in (last.get("env") or {}).items()}
+    env.update(env_override)
+    out_file = Path(tempfile.mkdtemp()) / f"github_output_{job}"
+    out_file.write_text("")
+    with log.open("wb") as sink:
+        return subprocess.Popen(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", render(last["run"], ctx)],
+            cwd=cwd, env={**os.environ, **env, "GITHUB_OUTPUT": str(out_file)},
+            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)

@@ -17,21 +17,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import docker
 import pytest
 import yaml
 
 from benchmarks.programbench import FIXTURE_ID
-from benchmarks.programbench.fixture import ensure_fixture
-from benchmarks.programbench.fixture_image import fixture_image
 from benchmarks.programbench.leaderboard import submission_command
 from benchmarks.programbench.leaderboard_records import RECORD_NAME, SubmissionRecord
 from harness.core.models import TaskRow
@@ -39,66 +34,16 @@ from harness.run.ledger import LedgerWriter, ledger_path, read_ledger
 from harness.run.manifest import read_manifest, write_manifest
 from harness.testing.fake_model_server import start_fake_model_server
 from tests.agents.model_scripts import solve_script
+from tests.benchmarks.programbench.lb_overlay import Overlay, build_overlay, overlay_id, tagged
 from tests.benchmarks.programbench.pb_resume import resume_of
 from tests.support.suite import REPO_ROOT, run_env
 
 # slow tier: a minute or more each on this engine (CI runs it after the default tier)
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-LB_ID = "harnessfix__calculator.abc1234"
+LB_ID = overlay_id(FIXTURE_ID)  # harnessfix__calculator.abc1234
 MODEL = "openai/fake-model"
 BRANCH = "33128f6b8600"
-
-
-@dataclass(frozen=True)
-class Overlay:
-    pythonpath: str
-    blob_dir: Path
-
-    def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "PYTHONPATH": self.pythonpath,
-            "PROGRAMBENCH_BLOB_DIR": str(self.blob_dir),
-        }
-
-
-def build_overlay(dest: Path) -> Overlay:
-    import programbench
-
-    fixture = ensure_fixture()
-    src = Path(programbench.__file__).parent
-    tasks_src = src / "data" / "tasks"
-    pkg = dest / "site" / "programbench"
-
-    def skip(folder: str, names: list[str]) -> list[str]:
-        return [
-            n
-            for n in names
-            if n == "__pycache__" or (Path(folder) == src / "data" and n == "tasks")
-        ]
-
-    shutil.copytree(src, pkg, ignore=skip)
-    tasks = pkg / "data" / "tasks"
-    tasks.mkdir()
-    for task in tasks_src.iterdir():
-        (tasks / task.name).symlink_to(task)
-    shutil.copytree(
-        tasks_src / FIXTURE_ID, tasks / LB_ID, ignore=shutil.ignore_patterns("__pycache__")
-    )
-    (tasks / LB_ID / "task.yaml").write_text(
-        (tasks / LB_ID / "task.yaml").read_text().replace("testorg/", "harnessfix/")
-    )
-    blobs = dest / "blobs"
-    (blobs / LB_ID / "tests").mkdir(parents=True)
-    shutil.copyfile(
-        Path(fixture.blob_dir) / FIXTURE_ID / "tests" / f"{BRANCH}.tar.gz",
-        blobs / LB_ID / "tests" / f"{BRANCH}.tar.gz",
-    )
-    path = os.pathsep.join(
-        [str(dest / "site"), str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    )
-    return Overlay(path, blobs)
 
 
 def clean_repo(path: Path) -> Path:
@@ -112,15 +57,9 @@ def clean_repo(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def overlay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Overlay]:
-    built = build_overlay(tmp_path_factory.mktemp("overlay"))
-    client = docker.from_env()
-    name = fixture_image(LB_ID)
-    repo, tag = name.rsplit(":", 1)
-    assert client.images.get(ensure_fixture().image_id).tag(repo, tag)
-    try:
+    built = build_overlay(tmp_path_factory.mktemp("overlay"), [FIXTURE_ID])
+    with tagged([FIXTURE_ID]):
         yield built
-    finally:
-        client.images.remove(name, noprune=True)  # the tag only: the fixture image stays
 
 
 @pytest.fixture(scope="module")

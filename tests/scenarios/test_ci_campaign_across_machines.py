@@ -1,0 +1,389 @@
+"""Scenario (issue 44): a paid campaign launched from the CI workflow's own jobs, across
+machines, with two of them lost.
+
+Each "runner" is a process tree of its own (the workflow's shard step, played by
+:mod:`tests.support.ci_workflow` from ``.github/workflows/benchmark.yml``) with its own
+folder and host identity (``HARNESS_HOST_ID``); nothing is shared but the campaign in a real
+PostgreSQL server and the artifact folder. The agent is the gateway agent: the reference
+agent server, started on each runner by the shard step (``agent_command``), one paid step
+of $0.50 per task. The meter is the FAKE file meter, a thread of this test playing the
+provider (the key's usage: the sum of every server's task costs). ProgramBench's three
+fixture tasks, two attempts each, ``shards: 2``, ``workers: 2``.
+
+The tasks are the three fixture tasks under ids the official package takes
+(:mod:`tests.benchmarks.programbench.lb_overlay`).
+
+1. Both shards start. While they work, ``harness campaign reconcile --lost`` of a live
+   shard is refused in one line (its lease runs).
+2. Shard 2 is SIGKILLed mid-task; its run root is kept as its artifact (the workflow uploads
+   it always). Shard 1's machine vanishes with its run root (no artifact).
+3. Once shard 1's lease expired, ``reconcile --lost`` settles it from the campaign's records
+   (its open holds charged as unknown spend).
+4. The re-run: shard 2 on a new machine resumes its artifact and takes its custody over
+   (after the dead lease expired); shard 1 on another runs afresh.
+5. The merge job (``scripts/ci/merge.sh``): merge, gate, report, the official package and
+   its verify.
+
+Asserted: spend counted once (the campaign's spent is the meter's or the settlements',
+each paid attempt settled once, each dead one at its hold), no unit paid twice (the units
+shard 2 settled before the kill are carried, never submitted again), the ceiling held at
+every sample across both shards, reconcile refused the live shard and settled the lost
+one, and the final package verifies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx
+import pytest
+import yaml
+
+from benchmarks.programbench.fixture_tasks import ORACLE_SCORES
+from harness.budget import Campaign
+from harness.testing.fake_model_server import start_fake_model_server
+from tests.agents.agents_support import free_port
+from tests.agents.model_scripts import solve_script
+from tests.benchmarks.programbench.lb_overlay import Overlay, build_overlay, tagged
+from tests.budget.pg_support import PgServer, start_server
+from tests.support.ci_workflow import (
+    ROOT,
+    agent_checkout,
+    base_ctx,
+    plan,
+    run_job,
+    spawn_job,
+)
+from tests.support.suite import run_cli, wait_for
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.postgres]
+
+TASK_COST = 0.5
+HOLD = 5.0  # the workflow's default unknown_cost_usd: what each instance in flight holds
+CEILING = 100.0  # the workflow's default budget_usd
+LEASE_SEC = 6
+FIXTURE_TASKS = sorted(ORACLE_SCORES)
+KILLED, LOST = 2, 1  # shard 2 holds two tasks (4 units), shard 1 one (2 units)
+BASELINE = 10.0
+
+
+@pytest.fixture(scope="module")
+def pg_server() -> Iterator[PgServer]:
+    server = start_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Provider:
+    """The FAKE provider's billing: the key's usage is the baseline plus every task's cost on
+    every agent server it was told of (a dead server's last total stays counted)."""
+
+    def __init__(self, meter: Path) -> None:
+        self.meter = meter
+        self.totals: dict[str, float] = {}
+        self.urls: list[str] = []
+        self.halt = threading.Event()
+        meter.write_text(json.dumps({"usage": BASELINE}))
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self) -> None:
+        while not self.halt.wait(0.1):
+            for url in list(self.urls):
+                try:
+                    tasks = httpx.get(f"{url}/api/state", timeout=2, trust_env=False).json()
+                    self.totals[url] = sum(
+                        httpx.get(f"{url}/api/tasks/{t}", timeout=2, trust_env=False).json()
+                        .get("accounted_upper_bound_usd") or 0.0 for t in tasks["tasks"])
+                except (httpx.HTTPError, ValueError, KeyError):
+                    continue  # a server that died (its machine): its last total stands
+            tmp = self.meter.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"usage": BASELINE + sum(self.totals.values())}))
+            os.replace(tmp, self.meter)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.thread.join()
+
+
+class Sampler:
+    """Samples the campaign while the shards run: the highest spent + outstanding seen."""
+
+    def __init__(self, campaign: Campaign) -> None:
+        self.campaign = campaign
+        self.peak = 0.0
+        self.samples = 0
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self) -> None:
+        while not self.halt.wait(0.2):
+            state = self.campaign.snapshot()
+            self.peak = max(self.peak, state.spent_usd + state.outstanding_usd)
+            self.samples += 1
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.thread.join()
+
+
+def server_config(folder: Path, sleep_s: float) -> Path:
+    """One paid step that works ``sleep_s``, then a program that builds nothing."""
+    config = folder / "agent-server.json"
+    steps: list[dict[str, Any]] = [
+        {"run": "true", "sleep_s": sleep_s, "cost_usd": TASK_COST, "prompt_tokens": 1000,
+         "completion_tokens": 100},
+        {"write": {"path": "compile.sh", "content": "#!/bin/sh\nexit 0\n", "mode": 0o755}}]
+    config.write_text(json.dumps({"default_plan": {"steps": steps}, "docker_user": "agent"}))
+    return config
+
+
+class Machine:
+    """A runner: its folder, its host identity, its agent server's port."""
+
+    def __init__(self, tmp: Path, name: str, sleep_s: float = 4.0) -> None:
+        self.name = name
+        self.sleep_s = sleep_s
+        self.dir = tmp / name
+        self.dir.mkdir()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def env(self, shard: int) -> dict[str, str]:
+        command = (f"python3 -m harness.agents.reference_server.server --port {self.port} "
+                   f"--config {server_config(self.dir, self.sleep_s)}")
+        return {"HARNESS_HOST_ID": f"runner-{self.name}", "RUN_ROOT": str(self.root(shard)),
+                "RESUME_FROM_DIR": str(self.dir / "previous"), "AGENT_COMMAND": command,
+                "GATEWAY_URL": self.url, "GITHUB_REPOSITORY": "team/bench",
+                "GITHUB_RUN_ID": "4242"}
+
+    def root(self, shard: int) -> Path:
+        return self.dir / "runs" / f"shard-{shard}"
+
+
+def rows(root: Path) -> list[dict[str, Any]]:
+    path = root / "result_index.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def in_flight(root: Path) -> int:
+    return len(list(root.glob("programbench/*/task_checkpoint.json")))
+
+
+def run_id(root: Path) -> str:
+    return str(json.loads((root / "run_manifest.json").read_text())["run_id"])
+
+
+def upload(root: Path, artifact: Path) -> None:
+    """What the workflow's upload step keeps of a run root (links as links)."""
+    shutil.rmtree(artifact, ignore_errors=True)
+    shutil.copytree(root, artifact, symlinks=True)
+
+
+def engine_gone(run: str) -> None:
+    """A runner's engine goes with its machine: on CI each runner has its own. Here they
+    share one, so what the killed run left on it (kept sandboxes, networks) is removed."""
+    client = docker.from_env()
+    label = {"label": f"harness.run={run}"}
+    for c in client.containers.list(all=True, filters=label):
+        c.remove(force=True)
+    for n in client.networks.list(filters=label):
+        n.remove()
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def finish(proc: subprocess.Popen[bytes], log: Path) -> None:
+    try:
+        rc = proc.wait(timeout=900)
+    except subprocess.TimeoutExpired:
+        kill(proc)
+        raise AssertionError(log.read_text()[-4000:]) from None
+    assert rc == 0, log.read_text()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def overlay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Overlay]:
+    """The three fixture tasks under ids the official package takes (``harnessfix__``)."""
+    built = build_overlay(tmp_path_factory.mktemp("overlay"), FIXTURE_TASKS)
+    with tagged(FIXTURE_TASKS):
+        yield built
+
+
+def test_a_paid_campaign_across_machines_loses_two_runners_and_pays_once(
+        tmp_path: Path, pg_server: PgServer, overlay: Overlay) -> None:
+    url = pg_server.url("ci-campaign", tcp=True)
+    campaign = Campaign.open_or_create(pg_server.url("ci-campaign"), ceiling_usd=CEILING,
+                                       key_fingerprint="none", baseline_usage=0.0)
+    meter = tmp_path / "fake_meter_usage.json"
+    provider = Provider(meter)
+    extra = ("-p harness.testing.fake_meter --no-report --harness-progress off "
+             f"--gateway-poll-sec 0.2 --custody-lease-sec {LEASE_SEC} --meter-poll-sec 0.5 "
+             "--meter-read-timeout-sec 1 --meter-blindness-sec 30")
+    workflow, ctx = base_ctx(agent="gateway", solve_model="", select="harnessfix",
+                             attempts="2", shards="2", workers="2", task_timeout_min="10",
+                             meter=f"fake-file:{meter}", extra_args=extra)
+    ctx["secrets"]["HARNESS_CAMPAIGN_URL"] = url
+    common = {"PGPASSWORD": pg_server.password, **overlay.variables(),
+              **agent_checkout(tmp_path, "reference-1.0.0")}
+    plan(workflow, ctx, env_override=common)
+    assert ctx["needs"]["plan"]["count"] == "2"
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    # the killed shard's first machine (a) is fast, the lost one's (b) slow: its tasks are
+    # still in flight when it vanishes; c and d run the re-runs
+    machines = {n: Machine(tmp_path, n, 120.0 if n == "b" else 4.0) for n in "abcd"}
+    provider.urls += [m.url for m in machines.values()]
+    sampler = Sampler(campaign)
+    started: dict[int, subprocess.Popen[bytes]] = {}
+    again: dict[int, subprocess.Popen[bytes]] = {}
+    first = {KILLED: machines["a"], LOST: machines["b"]}
+    rerun = {KILLED: machines["c"], LOST: machines["d"]}
+    try:
+        # 1. both shards start; reconcile refuses a live one
+        for shard, m in first.items():
+            ctx["matrix"] = {"shard": shard}
+            started[shard] = spawn_job(workflow, "shard", ctx, cwd=ROOT, log=m.dir / "job.log",
+                                       env_override={**common, **m.env(shard)})
+        killed, lost = first[KILLED].root(KILLED), first[LOST].root(LOST)
+
+        def working() -> bool:
+            for shard, proc in started.items():
+                assert proc.poll() is None, (first[shard].dir / "job.log").read_text()[-4000:]
+            return (bool(rows(killed)) and in_flight(killed) > len(rows(killed))
+                    and in_flight(lost) > 0 and not rows(lost))
+
+        wait_for(working, timeout=600, interval=0.2)
+        lost_id = run_id(lost)
+        live = run_cli("campaign", "reconcile", "env:HARNESS_CAMPAIGN_URL", "--lost", lost_id,
+                       env={"HARNESS_CAMPAIGN_URL": url, **common})
+        assert live.returncode == 2
+        [line] = live.stderr.strip().splitlines()
+        assert "refused (campaign_lease_live)" in line and "runner-b" in line
+
+        # 2. one shard killed mid-task, its artifact kept; the other's machine lost with it
+        kill(started[KILLED])
+        kill(started[LOST])
+        held = campaign.snapshot().active_runs
+        open_killed = len(held[run_id(killed)].reservations)
+        open_lost = len(held[lost_id].reservations)
+        assert open_killed >= 1 and open_lost >= 1, held
+        settled_before_kill = {r["instance_id"] for r in rows(killed)
+                               if r["outcome"] == "scored"}
+        upload(killed, artifacts / f"run-shard-{KILLED}")
+        killed_id = run_id(killed)
+        shutil.rmtree(first[LOST].dir)
+        engine_gone(killed_id)
+        engine_gone(lost_id)
+
+        # 3. the lost runner settled from the campaign's records once its lease expired
+        time.sleep(LEASE_SEC + 1)
+        settle = run_cli("campaign", "reconcile", "env:HARNESS_CAMPAIGN_URL", "--lost", lost_id,
+                         env={"HARNESS_CAMPAIGN_URL": url, **common})
+        assert settle.returncode == 0, settle.stderr
+        assert (f"{open_lost} open reservation(s) charged as unknown spend at the hold, "
+                f"${open_lost * HOLD:,.4f}") in settle.stdout
+
+        # 4. the re-runs on other machines: the killed shard resumes its artifact, the lost
+        # one runs afresh
+        upload(artifacts / f"run-shard-{KILLED}", rerun[KILLED].dir / "previous")
+        for shard, m in rerun.items():
+            ctx["matrix"] = {"shard": shard}
+            again[shard] = spawn_job(workflow, "shard", ctx, cwd=ROOT, log=m.dir / "job.log",
+                                     env_override={**common, **m.env(shard)})
+        for shard, m in rerun.items():
+            finish(again[shard], m.dir / "job.log")
+            upload(m.root(shard), artifacts / f"run-shard-{shard}")
+        time.sleep(0.5)  # the provider's last look at the servers
+        paid_on_rerun = provider.totals.get(rerun[KILLED].url, 0.0)
+    finally:
+        sampler.stop()
+        provider.stop()
+        for proc in [*started.values(), *again.values()]:
+            if proc.poll() is None:
+                kill(proc)
+
+    # 5. merge, gate, report and the official package with its verify
+    out = tmp_path / "merged"
+    results = run_job(workflow, "merge", ctx, cwd=ROOT, env_override={
+        **common, "SHARDS_DIR": str(artifacts), "OUT": str(out)})
+    assert results and all(r.returncode == 0 for r in results), \
+        [(r.stdout[-2000:], r.stderr[-2000:]) for r in results]
+    assert "merged 2 shards of 2: 6 units" in results[-1].stdout
+    manifest = json.loads((out / "run_manifest.json").read_text())
+    assert manifest["reportable"] is True, manifest.get("not_reportable")
+    assert (out / "report" / "report.html").is_file()
+    assert (tmp_path / "merged-submission" / "submission.yaml").is_file()
+
+    # custody: the killed shard taken over by its re-run on another machine, the lost one
+    # reconciled
+    state = campaign.snapshot()
+    assert state.active_runs == {}
+    runs = {r.run_id: r for r in state.runs}
+    assert runs[killed_id].outcome == "taken_over"
+    assert runs[killed_id].taken_over_by == run_id(artifacts / f"run-shard-{KILLED}")
+    assert runs[lost_id].reconciled is True
+    # no unit paid twice: what the killed shard settled before its kill is carried
+    assert paid_on_rerun == pytest.approx(TASK_COST * (4 - len(settled_before_kill)))
+    # spend counted once: every final unit at its price once, each dead attempt at its hold
+    final = rows(out)
+    assert len(final) == 6 and all(r["cost_usd"] == TASK_COST for r in final)
+    carried = {r["instance_id"] for r in final if r["outcome"] == "carried_forward"}
+    assert carried == settled_before_kill  # carried, never run again
+    assert {r["outcome"] for r in final} <= {"scored", "carried_forward"}
+    assert state.settled_usd == pytest.approx(6 * TASK_COST + (open_killed + open_lost) * HOLD)
+    metered = json.loads(meter.read_text())["usage"] - BASELINE
+    assert state.spent_usd == pytest.approx(max(metered, state.settled_usd))
+    # the ceiling held across both shards at every sample
+    assert sampler.samples > 10 and sampler.peak <= CEILING
+
+
+def test_the_workflow_defaults_run_a_paid_campaign(tmp_path: Path, pg_server: PgServer) -> None:
+    """Every input at its default (mini-swe-agent on the pinned model, no meter with the
+    unknown-cost allowance, the per-task limit, the image ceiling, this checkout as the agent
+    repo) but the selection and the FAKE provider: a paid shard is admitted, runs, is scored
+    by the official eval and settles in the campaign; no refusal."""
+    server = start_fake_model_server(solve_script())
+    config = tmp_path / "mini.yaml"
+    config.write_text(yaml.safe_dump({"model": {"model_kwargs": {"api_base": server.base_url}}}))
+    workflow, ctx = base_ctx(select="calculator",
+                             extra_args=f"--pb-fixtures --agent-config {config} --no-report")
+    url = pg_server.url("ci-defaults", tcp=True)
+    ctx["secrets"]["HARNESS_CAMPAIGN_URL"] = url
+    try:
+        plan(workflow, ctx)
+        assert ctx["needs"]["plan"]["count"] == "1"
+        ctx["matrix"] = {"shard": 1}
+        root = tmp_path / "shard-1"
+        results = run_job(workflow, "shard", ctx, cwd=ROOT, env_override={
+            "RUN_ROOT": str(root), "PGPASSWORD": pg_server.password,
+            **agent_checkout(tmp_path)})
+    finally:
+        server.stop()
+    assert results[-1].returncode == 0, results[-1].stdout[-3000:] + results[-1].stderr[-3000:]
+    manifest = json.loads((root / "run_manifest.json").read_text())
+    assert manifest["outcome"] == "completed" and manifest["reportable"] is True, manifest
+    [row] = rows(root)
+    assert row["outcome"] in ("scored", "agent_failed") and row["official_eval_status"], row
+    state = Campaign.open(pg_server.url("ci-defaults")).snapshot()
+    assert state.active_runs == {} and state.runs[-1].outcome == "completed"
+    assert state.ceiling_usd == CEILING and state.runs[-1].unknown_cost_allowance_usd == HOLD
+    assert state.runs[-1].settled_count == 1
