@@ -30,6 +30,7 @@ from tests.support.ci_workflow import (
     render,
     run_job,
     selected,
+    workspace,
 )
 
 __all__ = ["load"]
@@ -40,7 +41,7 @@ def test_shard_jobs_partition_the_benchmark_and_merge(tmp_path: Path) -> None:
     workflow, ctx = base_ctx(agent="command", agent_command="my-agent --go",
                              model_upstream="https://openrouter.ai/api/v1",
                              solve_model="openrouter/acme/model-1", task_timeout_min="5",
-                             shards="3", dry_run=True)
+                             shards="auto", dry_run=True)
     plan(workflow, ctx)
     shards = evaluate("fromJSON(needs.plan.outputs.shards)", ctx)
     # 5 min + 15 of eval: 16 rounds of 4 workers in the job, 64 units a shard; 200 need 4
@@ -53,7 +54,7 @@ def test_shard_jobs_partition_the_benchmark_and_merge(tmp_path: Path) -> None:
         ctx["matrix"] = {"shard": shard}
         root = runs / f"run-shard-{shard}"  # where the merge job's download puts it
         results = run_job(workflow, "shard", ctx, cwd=ROOT, env_override={
-            "RUN_ROOT": str(root), **agent_checkout(tmp_path)})
+            "RUN_ROOT": str(root), **agent_checkout(tmp_path), **workspace(tmp_path)})
         assert results and results[-1].returncode == 0, results[-1].stdout[-3000:] + \
             results[-1].stderr[-3000:]
         picked[shard] = selected(root)
@@ -71,9 +72,10 @@ def test_shard_jobs_partition_the_benchmark_and_merge(tmp_path: Path) -> None:
     assert sorted(every) == sorted(selected(whole))
     assert len(every) == 200
 
-    results = run_job(workflow, "merge", ctx, cwd=tmp_path)
+    results = run_job(workflow, "merge", ctx, cwd=ROOT, env_override={
+        **workspace(tmp_path), "SHARDS_DIR": str(runs), "OUT": str(tmp_path / "merged")})
     assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
-    assert "merged 4 shards of 4: 200 units" in results[0].stdout
+    assert "merged 4 shards of 4: 200 units" in results[-1].stdout
     assert (tmp_path / "merged" / "report" / "report.html").is_file()
     assert "no gate" in (tmp_path / "merged" / "gate.txt").read_text()
 
@@ -86,7 +88,7 @@ def test_a_paid_shard_without_the_campaign_secret_is_refused(tmp_path: Path, age
     ctx["matrix"] = {"shard": 1}
     root = tmp_path / "shard-1"
     proc = run_job(workflow, "shard", ctx, cwd=ROOT, env_override={
-            "RUN_ROOT": str(root), **agent_checkout(tmp_path)})[-1]
+            "RUN_ROOT": str(root), **agent_checkout(tmp_path), **workspace(tmp_path)})[-1]
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
     assert "add the HARNESS_CAMPAIGN_URL secret" in line
@@ -99,7 +101,8 @@ def test_a_paid_command_agent_without_its_model_gateway_is_refused(tmp_path: Pat
     ctx["matrix"] = {"shard": 1}
     ctx["secrets"]["HARNESS_CAMPAIGN_URL"] = "postgresql://nobody@127.0.0.1:9/x?campaign=c"
     proc = run_job(workflow, "shard", ctx, cwd=ROOT,
-                   env_override={"RUN_ROOT": str(tmp_path / "r")})[-1]
+                   env_override={"RUN_ROOT": str(tmp_path / "r"),
+                                 **workspace(tmp_path)})[-1]
     assert proc.returncode == 2
     assert "give model_upstream" in proc.stderr  # else no per-task limit could hold
 
@@ -138,7 +141,7 @@ def test_cowork_job_dry_run_on_the_fixture_checkout(tmp_path: Path) -> None:
     root = tmp_path / "cowork"
     results = run_job(workflow, "cowork", ctx, cwd=ROOT,
                       env_override={"RUN_ROOT": str(root), "COWORK_ROOT": str(fixture),
-                                    **agent_checkout(tmp_path)})
+                                    **agent_checkout(tmp_path), **workspace(tmp_path)})
     assert results and results[-1].returncode == 0, results[-1].stdout[-3000:] + \
         results[-1].stderr[-3000:]
     assert selected(root), "the Cowork job selected nothing"
@@ -154,6 +157,6 @@ def test_other_agent_kinds_are_accepted(tmp_path: Path, agent: str) -> None:
     ctx["matrix"] = {"shard": 1}
     root = tmp_path / "shard-1"
     results = run_job(workflow, "shard", ctx, cwd=ROOT, env_override={
-            "RUN_ROOT": str(root), **agent_checkout(tmp_path)})
+            "RUN_ROOT": str(root), **agent_checkout(tmp_path), **workspace(tmp_path)})
     assert results[-1].returncode in (0, 5), results[-1].stdout[-3000:]  # 5: shard had none
     no_key_in(root)

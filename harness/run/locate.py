@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.core.models import Outcome, TaskRow
-from harness.run.manifest import ManifestError, read_manifest
+from harness.run.manifest import ManifestError, read_manifest, related_root
 from harness.run.merge import changed_shards
 
 __all__ = ["changed_shards", "is_carried", "row_root", "run_roots"]
@@ -39,8 +39,9 @@ def run_roots(run: Path) -> dict[str, Path]:
             continue
         roots[manifest.run_id] = root
         changed = {line.partition(":")[0] for line in changed_shards(root)}
-        queue += [Path(t) for t in (*manifest.resume.ancestors,
-                                    *(manifest.extra.merged_from or [])) if t not in changed]
+        queue += [related_root(t, root) for t in (*manifest.resume.ancestors,
+                                                  *(manifest.extra.merged_from or []))
+                  if t not in changed]
     return roots
 
 

@@ -26,6 +26,18 @@ class ManifestError(ValueError):
     """A manifest that cannot be read; the message names the file and the fix."""
 
 
+def related_root(recorded: str | os.PathLike[str], near: Path) -> Path:
+    """The run root a manifest names (an ancestor, a merged shard) as ``recorded``, else,
+    when that path is gone, the root of the same name beside ``near`` (the root that names
+    it): run roots moved together keep their chain (CI artifacts unpacked on another machine,
+    a campaign's folder copied elsewhere)."""
+    path = Path(recorded)
+    if path.is_dir():
+        return path
+    beside = Path(near).parent / path.name
+    return beside if (beside / MANIFEST_NAME).is_file() else path
+
+
 def manifest_path(run_root: Path) -> Path:
     return Path(run_root) / MANIFEST_NAME
 

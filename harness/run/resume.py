@@ -11,7 +11,7 @@ from typing import Any
 from harness.core.models import Manifest, Outcome, ShardSpec, TaskRow
 from harness.core.outcomes import attempt_id, instance_key, split_attempt
 from harness.run.ledger import LedgerError, ledger_path, read_ledger, set_aside_torn_tail
-from harness.run.manifest import ManifestError, read_manifest
+from harness.run.manifest import ManifestError, read_manifest, related_root
 from harness.run.model import task_key
 from harness.run.plan import config_differences
 
@@ -105,7 +105,7 @@ def walk_ancestry(start: Path, *, set_aside: bool = True) -> Ancestry:
         ancestry.manifests.append(manifest)
         ancestry.rows.append(latest)
         parents = manifest.resume.ancestors
-        current = Path(parents[0]).resolve() if parents else None
+        current = related_root(parents[0], current).resolve() if parents else None
     return ancestry
 
 

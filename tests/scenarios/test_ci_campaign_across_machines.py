@@ -15,14 +15,15 @@ The tasks are the three fixture tasks under ids the official package takes
 
 1. Both shards start. While they work, ``harness campaign reconcile --lost`` of a live
    shard is refused in one line (its lease runs).
-2. Shard 2 is SIGKILLed mid-task; its run root is kept as its artifact (the workflow uploads
-   it always). Shard 1's machine vanishes with its run root (no artifact).
+2. Shard 2 is SIGKILLed mid-task; its run root is packed and kept as its artifact (the
+   workflow's `if: always()` steps). Shard 1's machine vanishes with its run root (no artifact).
 3. Once shard 1's lease expired, ``reconcile --lost`` settles it from the campaign's records
    (its open holds charged as unknown spend).
 4. The re-run: shard 2 on a new machine resumes its artifact and takes its custody over
    (after the dead lease expired); shard 1 on another runs afresh.
-5. The merge job (``scripts/ci/merge.sh``): merge, gate, report, the official package and
-   its verify.
+5. The merge job unpacks the artifacts on its own machine (every machine's folder is gone
+   by then: the chains are found by name) and runs ``scripts/ci/merge.sh``: merge, gate,
+   report, the official package and its verify.
 
 Asserted: spend counted once (the campaign's spent is the meter's or the settlements',
 each paid attempt settled once, each dead one at its hold), no unit paid twice (the units
@@ -33,6 +34,7 @@ one, and the final package verifies.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -63,6 +65,7 @@ from tests.support.ci_workflow import (
     plan,
     run_job,
     spawn_job,
+    workspace,
 )
 from tests.support.suite import run_cli, wait_for
 
@@ -152,26 +155,34 @@ def server_config(folder: Path, sleep_s: float) -> Path:
 
 
 class Machine:
-    """A runner: its folder, its host identity, its agent server's port."""
+    """A runner: its folder (its workspace: run roots, downloaded artifacts), its host
+    identity, its agent server's port, and the workflow's attempt it runs."""
 
-    def __init__(self, tmp: Path, name: str, sleep_s: float = 4.0) -> None:
+    def __init__(self, tmp: Path, name: str, sleep_s: float, attempt: int) -> None:
         self.name = name
         self.sleep_s = sleep_s
+        self.attempt = attempt
         self.dir = tmp / name
         self.dir.mkdir()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def env(self, shard: int) -> dict[str, str]:
+    def env(self) -> dict[str, str]:
         command = (f"python3 -m harness.agents.reference_server.server --port {self.port} "
                    f"--config {server_config(self.dir, self.sleep_s)}")
-        return {"HARNESS_HOST_ID": f"runner-{self.name}", "RUN_ROOT": str(self.root(shard)),
-                "RESUME_FROM_DIR": str(self.dir / "previous"), "AGENT_COMMAND": command,
-                "GATEWAY_URL": self.url, "GITHUB_REPOSITORY": "team/bench",
-                "GITHUB_RUN_ID": "4242"}
+        return {"HARNESS_HOST_ID": f"runner-{self.name}", **workspace(self.dir),
+                "AGENT_COMMAND": command, "GATEWAY_URL": self.url,
+                "GITHUB_REPOSITORY": "team/bench", "GITHUB_RUN_ID": "4242",
+                "GITHUB_RUN_ATTEMPT": str(self.attempt)}
 
     def root(self, shard: int) -> Path:
-        return self.dir / "runs" / f"shard-{shard}"
+        return self.dir / "runs" / f"shard-{shard}-4242-{self.attempt}"
+
+    def download(self, artifacts: Path, shard: int) -> None:
+        """The shard's artifact of this workflow run, as download-artifact puts it."""
+        found = artifacts / f"run-shard-{shard}"
+        if found.is_dir():
+            shutil.copytree(found, self.dir / "earlier" / "2-this-run")
 
 
 def rows(root: Path) -> list[dict[str, Any]]:
@@ -189,10 +200,17 @@ def run_id(root: Path) -> str:
     return str(json.loads((root / "run_manifest.json").read_text())["run_id"])
 
 
-def upload(root: Path, artifact: Path) -> None:
-    """What the workflow's upload step keeps of a run root (links as links)."""
-    shutil.rmtree(artifact, ignore_errors=True)
-    shutil.copytree(root, artifact, symlinks=True)
+def upload(workflow: dict[str, Any], ctx: dict[str, Any], env: dict[str, str], shard: int,
+           machine: Machine, artifacts: Path) -> None:
+    """The shard job's `if: always()` steps: pack the run roots, upload the tar (replacing
+    the artifact of an earlier attempt)."""
+    [packed] = run_job(workflow, "shard", ctx, cwd=ROOT, env_override=env,
+                       only=lambda step: str(step.get("name", "")).startswith("Pack"))
+    assert packed.returncode == 0, packed.stdout + packed.stderr
+    folder = artifacts / f"run-shard-{shard}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    shutil.copyfile(machine.dir / "runs" / f"shard-{shard}.tar", folder / f"shard-{shard}.tar")
 
 
 def engine_gone(run: str) -> None:
@@ -249,20 +267,21 @@ def test_a_paid_campaign_across_machines_loses_two_runners_and_pays_once(
     artifacts = tmp_path / "artifacts"
     artifacts.mkdir()
     # the killed shard's first machine (a) is fast, the lost one's (b) slow: its tasks are
-    # still in flight when it vanishes; c and d run the re-runs
-    machines = {n: Machine(tmp_path, n, 120.0 if n == "b" else 4.0) for n in "abcd"}
-    provider.urls += [m.url for m in machines.values()]
+    # still in flight when it vanishes; c and d run the re-runs (the workflow's attempt 2)
+    first = {KILLED: Machine(tmp_path, "a", 4.0, 1), LOST: Machine(tmp_path, "b", 120.0, 1)}
+    rerun = {KILLED: Machine(tmp_path, "c", 4.0, 2), LOST: Machine(tmp_path, "d", 4.0, 2)}
+    provider.urls += [m.url for m in (*first.values(), *rerun.values())]
+    contexts = {(shard, m.name): {**copy.deepcopy(ctx), "matrix": {"shard": shard}}
+                for group in (first, rerun) for shard, m in group.items()}
     sampler = Sampler(campaign)
     started: dict[int, subprocess.Popen[bytes]] = {}
     again: dict[int, subprocess.Popen[bytes]] = {}
-    first = {KILLED: machines["a"], LOST: machines["b"]}
-    rerun = {KILLED: machines["c"], LOST: machines["d"]}
     try:
         # 1. both shards start; reconcile refuses a live one
         for shard, m in first.items():
-            ctx["matrix"] = {"shard": shard}
-            started[shard] = spawn_job(workflow, "shard", ctx, cwd=ROOT, log=m.dir / "job.log",
-                                       env_override={**common, **m.env(shard)})
+            started[shard] = spawn_job(workflow, "shard", contexts[shard, m.name], cwd=ROOT,
+                                       log=m.dir / "job.log", work="Run shard",
+                                       env_override={**common, **m.env()})
         killed, lost = first[KILLED].root(KILLED), first[LOST].root(LOST)
 
         def working() -> bool:
@@ -279,18 +298,21 @@ def test_a_paid_campaign_across_machines_loses_two_runners_and_pays_once(
         [line] = live.stderr.strip().splitlines()
         assert "refused (campaign_lease_live)" in line and "runner-b" in line
 
-        # 2. one shard killed mid-task, its artifact kept; the other's machine lost with it
+        # 2. one shard killed mid-task, its run roots uploaded (`if: always()`); the other's
+        # machine lost with its run root; their engines go with them
         kill(started[KILLED])
         kill(started[LOST])
         held = campaign.snapshot().active_runs
-        open_killed = len(held[run_id(killed)].reservations)
+        killed_id = run_id(killed)
+        open_killed = len(held[killed_id].reservations)
         open_lost = len(held[lost_id].reservations)
         assert open_killed >= 1 and open_lost >= 1, held
         settled_before_kill = {r["instance_id"] for r in rows(killed)
                                if r["outcome"] == "scored"}
-        upload(killed, artifacts / f"run-shard-{KILLED}")
-        killed_id = run_id(killed)
-        shutil.rmtree(first[LOST].dir)
+        upload(workflow, contexts[KILLED, "a"], {**common, **first[KILLED].env()}, KILLED,
+               first[KILLED], artifacts)
+        for m in first.values():
+            shutil.rmtree(m.dir / "runs")
         engine_gone(killed_id)
         engine_gone(lost_id)
 
@@ -302,18 +324,22 @@ def test_a_paid_campaign_across_machines_loses_two_runners_and_pays_once(
         assert (f"{open_lost} open reservation(s) charged as unknown spend at the hold, "
                 f"${open_lost * HOLD:,.4f}") in settle.stdout
 
-        # 4. the re-runs on other machines: the killed shard resumes its artifact, the lost
-        # one runs afresh
-        upload(artifacts / f"run-shard-{KILLED}", rerun[KILLED].dir / "previous")
+        # 4. the re-runs on other machines: the killed shard resumes its artifact (its custody
+        # taken over), the lost one runs afresh; each uploads, and its machine goes
         for shard, m in rerun.items():
-            ctx["matrix"] = {"shard": shard}
-            again[shard] = spawn_job(workflow, "shard", ctx, cwd=ROOT, log=m.dir / "job.log",
-                                     env_override={**common, **m.env(shard)})
+            m.download(artifacts, shard)
+            again[shard] = spawn_job(workflow, "shard", contexts[shard, m.name], cwd=ROOT,
+                                     log=m.dir / "job.log", work="Run shard",
+                                     env_override={**common, **m.env()})
         for shard, m in rerun.items():
             finish(again[shard], m.dir / "job.log")
-            upload(m.root(shard), artifacts / f"run-shard-{shard}")
         time.sleep(0.5)  # the provider's last look at the servers
         paid_on_rerun = provider.totals.get(rerun[KILLED].url, 0.0)
+        rerun_id = run_id(rerun[KILLED].root(KILLED))
+        for shard, m in rerun.items():
+            upload(workflow, contexts[shard, m.name], {**common, **m.env()}, shard, m, artifacts)
+            shutil.rmtree(m.dir / "runs")
+            shutil.rmtree(m.dir / "earlier", ignore_errors=True)
     finally:
         sampler.stop()
         provider.stop()
@@ -323,8 +349,9 @@ def test_a_paid_campaign_across_machines_loses_two_runners_and_pays_once(
 
     # 5. merge, gate, report and the official package with its verify
     out = tmp_path / "merged"
+    merging = {**workspace(tmp_path / "merge"), "EARLIER_DIR": str(artifacts)}
     results = run_job(workflow, "merge", ctx, cwd=ROOT, env_override={
-        **common, "SHARDS_DIR": str(artifacts), "OUT": str(out)})
+        **common, **merging, "SHARDS_DIR": merging["RUNS_DIR"], "OUT": str(out)})
     assert results and all(r.returncode == 0 for r in results), \
         [(r.stdout[-2000:], r.stderr[-2000:]) for r in results]
     assert "merged 2 shards of 2: 6 units" in results[-1].stdout
@@ -339,7 +366,7 @@ def test_a_paid_campaign_across_machines_loses_two_runners_and_pays_once(
     assert state.active_runs == {}
     runs = {r.run_id: r for r in state.runs}
     assert runs[killed_id].outcome == "taken_over"
-    assert runs[killed_id].taken_over_by == run_id(artifacts / f"run-shard-{KILLED}")
+    assert runs[killed_id].taken_over_by == rerun_id
     assert runs[lost_id].reconciled is True
     # no unit paid twice: what the killed shard settled before its kill is carried
     assert paid_on_rerun == pytest.approx(TASK_COST * (4 - len(settled_before_kill)))
@@ -375,7 +402,7 @@ def test_the_workflow_defaults_run_a_paid_campaign(tmp_path: Path, pg_server: Pg
         root = tmp_path / "shard-1"
         results = run_job(workflow, "shard", ctx, cwd=ROOT, env_override={
             "RUN_ROOT": str(root), "PGPASSWORD": pg_server.password,
-            **agent_checkout(tmp_path)})
+            **agent_checkout(tmp_path), **workspace(tmp_path)})
     finally:
         server.stop()
     assert results[-1].returncode == 0, results[-1].stdout[-3000:] + results[-1].stderr[-3000:]

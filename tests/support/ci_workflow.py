@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,14 +65,25 @@ def render(value: Any, ctx: dict[str, Any]) -> str:
     return EXPR.sub(lambda m: str(evaluate(m.group(1), ctx)), text)
 
 
+def workspace(folder: Path) -> dict[str, str]:
+    """A runner's folders, in ``folder`` rather than the checkout: its run roots
+    (``RUNS_DIR``) and its downloaded artifacts (``EARLIER_DIR``)."""
+    return {"RUNS_DIR": str(folder / "runs"), "EARLIER_DIR": str(folder / "earlier")}
+
+
 def run_job(workflow: dict[str, Any], job: str, ctx: dict[str, Any], *, cwd: Path,
-            env_override: dict[str, str] | None = None) -> list[subprocess.CompletedProcess[str]]:
-    """Runs the job's ``run`` steps in order (``uses`` and install steps: skipped);
-    stops at the first failing step. Step outputs land in ``ctx['steps']``."""
+            env_override: dict[str, str] | None = None,
+            only: Callable[[dict[str, Any]], bool] | None = None,
+            ) -> list[subprocess.CompletedProcess[str]]:
+    """Runs the job's ``run`` steps in order (``uses`` and install steps: skipped; with
+    ``only``, the steps it accepts); stops at the first failing step. Step outputs land in
+    ``ctx['steps']``."""
     results = []
     for step in workflow["jobs"][job]["steps"]:
         if "run" not in step or str(step["run"]).startswith("python3 -m pip install"):
             continue  # the runner's own steps, and the install .ci/run has already done
+        if only is not None and not only(step):
+            continue
         env = {k: render(v, ctx) for k, v in (step.get("env") or {}).items()}
         env.update(env_override or {})
         out_file = Path(tempfile.mkdtemp()) / f"github_output_{job}"  # never in the checkout
@@ -142,13 +154,15 @@ def base_ctx(**inputs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def spawn_job(workflow: dict[str, Any], job: str, ctx: dict[str, Any], *, cwd: Path,
-              env_override: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """The job as a runner of its own: every ``run`` step but the last played by
-    :func:`run_job`, the last (the job's work) started in a session of its own (one process
-    tree, killable as a machine dies), its output in ``log``."""
+              env_override: dict[str, str], log: Path, work: str) -> subprocess.Popen[bytes]:
+    """The job as a runner of its own: the ``run`` steps before the one named ``work...``
+    played by :func:`run_job`, that one (the job's work) started in a session of its own
+    (one process tree, killable as a machine dies), its output in ``log``; the steps after
+    it are the caller's (:func:`run_job` with ``only``)."""
     steps = [s for s in workflow["jobs"][job]["steps"]
              if "run" in s and not str(s["run"]).startswith("python3 -m pip install")]
-    *before, last = steps
+    at = next(i for i, s in enumerate(steps) if str(s.get("name", "")).startswith(work))
+    before, last = steps[:at], steps[at]
     trimmed = {"jobs": {job: {"steps": before}}}
     for proc in run_job(trimmed, job, ctx, cwd=cwd, env_override=env_override):
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# A shard's run roots as one CI artifact: a tar file, links stored as links.
+#
+#   artifact.sh pack RUN_ROOT I       writes <runs>/shard-I.tar (<runs>: RUN_ROOT's folder)
+#                                     holding RUN_ROOT, every ancestor it resumed that is in
+#                                     <runs>, and <runs>/shard-I.latest naming RUN_ROOT
+#   artifact.sh unpack FROM RUNS      every *.tar under FROM unpacked into RUNS
+#   artifact.sh latest RUNS I         prints the latest run root of shard I in RUNS (or
+#                                     nothing)
+#
+# The ancestors travel with the root because a resumed root keeps its carried units' files
+# in the ancestor that scored them; unpacked side by side on another machine, the chain is
+# found again by name (harness.run.manifest.related_root).
+#
+# Why a tar: a run root holds files the agent wrote (its workspace), and the agent is an
+# adversary. actions/upload-artifact follows symbolic links, so a link the agent planted
+# (to the runner's credentials, /proc/self/environ, /dev/urandom) would upload its target.
+# tar stores a link as a link and never reads through it; unpacking writes only under RUNS
+# (GNU tar refuses members that climb out with `..` or through a link it made).
+set -euo pipefail
+case "${1:-}" in
+  pack)
+    root=${2:?give the run root}; shard=${3:?give the shard index}
+    runs=$(dirname "$root"); name=$(basename "$root")
+    [ -f "$root/run_manifest.json" ] || { echo "artifact: no run root at $root: nothing to pack"; exit 0; }
+    members=("$name")
+    while IFS= read -r ancestor; do
+      [ -n "$ancestor" ] && [ -f "$runs/$ancestor/run_manifest.json" ] && members+=("$ancestor")
+    done < <(python3 -c 'import json, os, sys
+m = json.load(open(sys.argv[1]))
+print("\n".join(os.path.basename(a) for a in (m.get("resume") or {}).get("ancestors") or []))' \
+      "$root/run_manifest.json")
+    printf '%s\n' "$name" > "$runs/shard-$shard.latest"
+    tar -cf "$runs/shard-$shard.tar" -C "$runs" "shard-$shard.latest" "${members[@]}"
+    echo "artifact: packed ${members[*]} into $runs/shard-$shard.tar";;
+  unpack)
+    from=${2:?give the downloaded folder}; into=${3:?give the runs folder}
+    mkdir -p "$into"
+    found=0
+    while IFS= read -r -d '' t; do
+      tar -xf "$t" -C "$into" --no-same-owner --no-same-permissions
+      found=$((found + 1))
+    done < <(find "$from" -name '*.tar' -type f -print0 2>/dev/null | sort -z)
+    echo "artifact: unpacked $found artifact(s) into $into";;
+  latest)
+    runs=${2:?give the runs folder}; shard=${3:?give the shard index}
+    marker="$runs/shard-$shard.latest"
+    [ -f "$marker" ] || exit 0
+    name=$(head -n 1 "$marker")
+    case "$name" in ''|*/*|.*) echo "artifact: $marker names no run root" >&2; exit 2;; esac
+    [ -f "$runs/$name/run_manifest.json" ] && printf '%s\n' "$runs/$name";;
+  *) echo "usage: artifact.sh pack RUN_ROOT I | unpack FROM RUNS | latest RUNS I" >&2; exit 2;;
+esac
