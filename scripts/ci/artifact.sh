@@ -2,8 +2,8 @@
 # A shard's run roots as one CI artifact: a tar file, links stored as links.
 #
 #   artifact.sh pack RUN_ROOT I       writes <runs>/shard-I.tar (<runs>: RUN_ROOT's folder)
-#                                     holding RUN_ROOT, every ancestor it resumed that is in
-#                                     <runs>, and <runs>/shard-I.latest naming RUN_ROOT
+#                                     holding RUN_ROOT, every ancestor it resumed (side by
+#                                     side at the top), and shard-I.latest naming RUN_ROOT
 #   artifact.sh unpack FROM RUNS      every *.tar under FROM unpacked into RUNS
 #   artifact.sh latest RUNS I         prints the latest run root of shard I in RUNS (or
 #                                     nothing)
@@ -23,16 +23,21 @@ case "${1:-}" in
     root=${2:?give the run root}; shard=${3:?give the shard index}
     runs=$(dirname "$root"); name=$(basename "$root")
     [ -f "$root/run_manifest.json" ] || { echo "artifact: no run root at $root: nothing to pack"; exit 0; }
-    members=("$name")
-    while IFS= read -r ancestor; do
-      [ -n "$ancestor" ] && [ -f "$runs/$ancestor/run_manifest.json" ] && members+=("$ancestor")
+    # the root, then every ancestor it names (where it is, else beside it), each at the top
+    members=(-C "$runs" "$name")
+    while IFS=$'\t' read -r dir base; do
+      [ -n "$base" ] && members+=(-C "$dir" "$base")
     done < <(python3 -c 'import json, os, sys
-m = json.load(open(sys.argv[1]))
-print("\n".join(os.path.basename(a) for a in (m.get("resume") or {}).get("ancestors") or []))' \
-      "$root/run_manifest.json")
+root = sys.argv[1]
+m = json.load(open(os.path.join(root, "run_manifest.json")))
+for a in (m.get("resume") or {}).get("ancestors") or []:
+    for where in (a, os.path.join(os.path.dirname(root), os.path.basename(a))):
+        if os.path.isfile(os.path.join(where, "run_manifest.json")):
+            print(os.path.dirname(os.path.abspath(where)), os.path.basename(where), sep="\t")
+            break' "$root")
     printf '%s\n' "$name" > "$runs/shard-$shard.latest"
     tar -cf "$runs/shard-$shard.tar" -C "$runs" "shard-$shard.latest" "${members[@]}"
-    echo "artifact: packed ${members[*]} into $runs/shard-$shard.tar";;
+    echo "artifact: packed $name and its ancestors into $runs/shard-$shard.tar";;
   unpack)
     from=${2:?give the downloaded folder}; into=${3:?give the runs folder}
     mkdir -p "$into"

@@ -2,7 +2,9 @@
 
 Hypothesis's stateful testing drives the selftest benchmark (no Docker) through runs with K
 attempts, sharded or not, SIGKILLs at random points, resumes that raise K or narrow the
-selection, merges of shards and reports. After every step it checks the invariants of
+selection, moves of a chain to another machine (its tip packed and unpacked elsewhere as a
+CI artifact, ``scripts/ci/artifact.sh``, the originals gone), merges of shards and
+reports. After every step it checks the invariants of
 :func:`check_chain` and :func:`check_merge` against the run model
 (:class:`harness.run.model.RunModel`). A failing example prints as the sequence of rules
 (``state.resume(...)``) Hypothesis replays.
@@ -44,6 +46,7 @@ SETTLED = {"scored", "agent_failed"}
 # taken for a broken joint (a timeout in one example makes Hypothesis's replay diverge)
 STEP_TIMEOUT_S = 600
 NOT_FINAL = {"blocked", "not_attempted"}
+ARTIFACT = Path(__file__).resolve().parents[2] / "scripts" / "ci" / "artifact.sh"
 
 
 def unit(iid: str) -> str:
@@ -136,6 +139,8 @@ class JointMachine(RuleBasedStateMachine):
         self.merges = 0
         self.reports = 0
         self.merged: list[Path] = []
+        self.moves = 0
+        self.in_merges: set[int] = set()  # id() of the chains a merge names by path
 
     def teardown(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -178,9 +183,41 @@ class JointMachine(RuleBasedStateMachine):
         self.merges += 1
         out = self.dir / f"merged-{self.merges}"
         self.merged.append(out)  # drawn from by report whether or not the merge succeeds
+        self.in_merges |= {id(c) for c in shards}
         proc = run_cli("merge", *(str(c.tip) for c in shards), "--output", str(out),
                        timeout=STEP_TIMEOUT_S)
         check_merge(self.suite, shards, proc, out)
+
+    @precondition(lambda self: bool(self.chains))
+    @rule(data=st.data())
+    def move(self, data: st.DataObject) -> None:
+        """A chain's tip packed as a CI artifact and unpacked on another machine; the
+        originals are gone, so every later resume, merge and report finds the chain by name
+        (a chain a merge names by path stays: that merge would lose its shard)."""
+        chain = data.draw(st.sampled_from(self.chains))
+        if not chain.roots or id(chain) in self.in_merges:
+            return
+        self.moves += 1
+        packed = subprocess.run(["bash", str(ARTIFACT), "pack", str(chain.tip),
+                                 str(self.moves)], capture_output=True, text=True, timeout=120)
+        assert packed.returncode == 0, packed.stderr
+        tar = chain.tip.parent / f"shard-{self.moves}.tar"
+        machine = self.dir / f"machine-{self.moves}"
+        (machine / "download").mkdir(parents=True)
+        tar.rename(machine / "download" / tar.name)
+        unpacked = subprocess.run(["bash", str(ARTIFACT), "unpack", str(machine / "download"),
+                                   str(machine / "runs")], capture_output=True, text=True,
+                                  timeout=120)
+        assert unpacked.returncode == 0, unpacked.stderr
+        ancestors = Run.of(chain.tip).manifest["resume"]["ancestors"]
+        travels = {chain.tip.name, *(Path(a).name for a in ancestors)}
+        assert {r.name for r in chain.roots} <= travels, (chain.roots, ancestors)
+        gone = self.dir / f"gone-{self.moves}"
+        gone.mkdir()
+        for old in chain.roots:
+            old.rename(gone / old.name)  # the first machine is gone
+        chain.roots = [machine / "runs" / r.name for r in chain.roots]
+        assert all(readable(r) for r in chain.roots), "the chain did not travel whole"
 
     @precondition(lambda self: bool(self.chains))
     @rule(data=st.data())

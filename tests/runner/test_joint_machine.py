@@ -23,3 +23,31 @@ def test_the_joints_hold_on_a_fixed_set_of_examples() -> None:
 @pytest.mark.slow
 def test_the_joints_hold_on_ten_times_more_examples_at_random() -> None:
     run_state_machine_as_test(JointMachine, settings=settings(COMMON, max_examples=80))
+
+
+class First:
+    """A draw that takes the first choice (the rules' ``data`` for a fixed sequence)."""
+
+    def draw(self, strategy: object) -> object:
+        values = getattr(strategy, "elements", None)
+        if values is not None:  # st.sampled_from
+            return values[0]
+        return 1  # st.integers(1, n)
+
+
+def test_a_chain_moved_to_another_machine_resumes_merges_and_reports() -> None:
+    """``move`` on a killed sharded run: the resume of the moved tip finds its ancestors by
+    name (the originals are gone), then its merge and report hold the joints."""
+    machine = JointMachine()
+    try:
+        machine.run_sharded(k=2, kill=0.3)
+        chain = next(c for c in machine.chains if c.roots)
+        machine.move(First())  # type: ignore[arg-type]
+        assert chain.roots and all("machine-1" in str(r) for r in chain.roots)
+        machine.resume(First(), grow=1, narrow=False, kill=None)  # type: ignore[arg-type]
+        assert len(chain.roots) >= 2
+        machine.chains_hold()
+        machine.merge(First())  # type: ignore[arg-type]
+        machine.report(First())  # type: ignore[arg-type]
+    finally:
+        machine.teardown()
