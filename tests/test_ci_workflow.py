@@ -23,6 +23,7 @@ from tests.support.ci_workflow import (
     ROOT,
     agent_checkout,
     base_ctx,
+    commit_all,
     evaluate,
     load,
     no_key_in,
@@ -129,12 +130,7 @@ def test_cowork_job_dry_run_on_the_fixture_checkout(tmp_path: Path) -> None:
     # the workflow's cowork_commit input (the pinned one's tree is not on this machine).
     fixture = tmp_path / "cowork_bench_checkout"
     shutil.copytree(ROOT / "tests" / "fixtures" / "cowork_mini", fixture)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(fixture)]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "fixture"], check=True)
-    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    head = commit_all(fixture, "fixture")
     workflow, ctx = base_ctx(agent="command", agent_command="my-agent", cowork=True,
                              dry_run=True, cowork_commit=head)
     assert evaluate(job["if"], ctx) is True  # `if:` is an expression without ${{ }}

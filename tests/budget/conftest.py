@@ -15,7 +15,7 @@ import pytest
 
 from harness.budget import Campaign
 from tests.budget.budget_support import BASELINE, FINGERPRINT, KeyEndpoint
-from tests.budget.pg_support import PgServer, start_server
+from tests.budget.pg_support import PgServer, serving
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,11 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """One PostgreSQL server per test process (no server here: the test fails loudly)."""
-    server = start_server()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving()
 
 
 @pytest.fixture

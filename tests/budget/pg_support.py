@@ -22,6 +22,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,3 +206,13 @@ def kill_group(proc: subprocess.Popen[Any]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def serving() -> Iterator[PgServer]:
+    """A PostgreSQL server for a fixture's scope (no server here: the test fails loudly):
+    ``yield from serving()``."""
+    server = start_server()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -32,7 +32,7 @@ import pytest
 
 from harness.budget import Campaign
 from harness.budget.models import ActiveRun
-from tests.budget.pg_support import PgServer, start_server
+from tests.budget.pg_support import PgServer, serving
 from tests.support.suite import Run, Suite, run_cli, wait_for
 
 pytestmark = pytest.mark.postgres
@@ -48,11 +48,7 @@ OPTIONS = (
 
 @pytest.fixture(scope="module")
 def pg_server() -> Iterator[PgServer]:
-    server = start_server()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving()
 
 
 def test_a_run_killed_on_a_url_campaign_is_resumed_and_charged_once(

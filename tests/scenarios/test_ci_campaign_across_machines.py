@@ -57,7 +57,7 @@ from harness.testing.fake_model_server import start_fake_model_server
 from tests.agents.agents_support import free_port
 from tests.agents.model_scripts import solve_script
 from tests.benchmarks.programbench.lb_overlay import Overlay, build_overlay, tagged
-from tests.budget.pg_support import PgServer, start_server
+from tests.budget.pg_support import PgServer, serving
 from tests.support.ci_workflow import (
     ROOT,
     agent_checkout,
@@ -82,11 +82,7 @@ BASELINE = 10.0
 
 @pytest.fixture(scope="module")
 def pg_server() -> Iterator[PgServer]:
-    server = start_server()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving()
 
 
 class Provider:

@@ -133,13 +133,17 @@ def agent_checkout(tmp_path: Path, version: str | None = None) -> dict[str, str]
     (repo / "agent.txt").write_text("the agent under test\n")
     if version is not None:
         (repo / "VERSION").write_text(version + "\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    return {"AGENT_REPO_DIR": str(repo), "AGENT_REF": commit_all(repo, "agent")}
+
+
+def commit_all(folder: Path, message: str) -> str:
+    """``folder`` made a git checkout with everything in it committed; its HEAD."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(folder)]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "agent"], check=True)
-    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
+    subprocess.run([*git, "commit", "-qm", message], check=True)
+    return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
                           text=True).stdout.strip()
-    return {"AGENT_REPO_DIR": str(repo), "AGENT_REF": head}
 
 
 def base_ctx(**inputs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
