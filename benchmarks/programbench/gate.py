@@ -267,6 +267,35 @@ def compare(
     )
 
 
+def _refuse_unscored(run: RunTasks, wanted: Sequence[str], run_root: Path) -> None:
+    """GateRefused when a gate task is unscored: it is never dropped."""
+    missing = [i for i in wanted if i not in run.scored]
+    if missing:
+        listed = ", ".join(
+            f"{i} ({'; '.join(run.unscored_tasks.get(i, ['no row']))})" for i in missing
+        )
+        raise GateRefused(
+            f"{len(missing)} gate task(s) unscored (missing or infra-failed), never dropped: "
+            f"{listed}; resume the run (--resume-from {run_root}) and gate the new root"
+        )
+
+
+def _failures(*comparisons: Comparison | None) -> list[str]:
+    """Why the gate fails, one reason per comparison that does not pass."""
+    reasons: list[str] = []
+    for comp in comparisons:
+        if comp is None:
+            continue
+        if comp.n_pairs == 0:
+            reasons.append(f"no instance is shared with the {comp.role} {comp.name}")
+        elif not comp.passed:
+            reasons.append(
+                f"paired mean {comp.run_mean:.4f} < {comp.role} {comp.name} {comp.other_mean:.4f} "
+                f"on {comp.n_pairs} shared instances"
+            )
+    return reasons
+
+
 def run_gate(
     run_root: Path,
     reference: Path,
@@ -284,15 +313,7 @@ def run_gate(
         raise FileNotFoundError(f"no ledger at {ledger}: is {run_root} a run root?")
     run = read_run_tasks(run_root)
     wanted = tasks.all if tasks is not None else sorted(set(run.scored) | set(run.unscored_tasks))
-    missing = [i for i in wanted if i not in run.scored]
-    if missing:
-        listed = ", ".join(
-            f"{i} ({'; '.join(run.unscored_tasks.get(i, ['no row']))})" for i in missing
-        )
-        raise GateRefused(
-            f"{len(missing)} gate task(s) unscored (missing or infra-failed), never dropped: "
-            f"{listed}; resume the run (--resume-from {run_root}) and gate the new root"
-        )
+    _refuse_unscored(run, wanted, run_root)
     ref_scores = load_scores(reference)
     ref = compare(
         run,
@@ -314,17 +335,7 @@ def run_gate(
             resamples=resamples,
             over=shared,
         )
-    reasons: list[str] = []
-    for comp in (ref, base):
-        if comp is None:
-            continue
-        if comp.n_pairs == 0:
-            reasons.append(f"no instance is shared with the {comp.role} {comp.name}")
-        elif not comp.passed:
-            reasons.append(
-                f"paired mean {comp.run_mean:.4f} < {comp.role} {comp.name} {comp.other_mean:.4f} "
-                f"on {comp.n_pairs} shared instances"
-            )
+    reasons = _failures(ref, base)
     load = host_load(run_root, load_start, max_load_per_cpu)
     if load.overloaded and reasons:
         reasons.append(
