@@ -2,43 +2,11 @@
 every instance; ``--model-replay DIR`` serves every call from those records and never
 contacts an upstream (issue 28).
 
-**The key of a call** (:func:`request_key`) is the SHA-256 of, in UTF-8::
-
-    harness.model_tape.key.v1\\n<METHOD> <route>\\n<canonical body>
-
-``route`` is the path under ``/v1/`` (``chat/completions``, ``messages``, ``models``, ...).
-The canonical body is the JSON body *as the gateway forwards it* (after the pin replaced the
-model by its declared spelling: :mod:`harness.model_proxy.pinning`) with the top-level keys
-of :data:`VOLATILE_KEYS` removed (``stream_options``, ``user``, ``metadata``, ``request_id``,
-``idempotency_key``, ``store``, ``safety_identifier``, ``prompt_cache_key``,
-``service_tier``: bookkeeping, routing and caching hints that do not change the answer),
-serialized with sorted keys, no whitespace (``","`` and ``":"``) and ASCII escapes
-(``json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=True)``); a body-less
-call (``GET models``) has ``null``. Everything else counts, at any depth: ``model``,
-``messages``, ``tools``, ``tool_choice``, ``stream``, ``temperature``, ``max_tokens``,
-``seed``, ``stop``, ``response_format`` and any parameter this list does not name (an unknown
-parameter is assumed to change the answer). Headers never count (request ids, retry counts,
-SDK versions, credentials), nor the query string.
-
-**On disk** (every file a pydantic model of this module)::
-
-    DIR/tape.json                               TapeInfo: format and key rule
-    DIR/records/<ab>/<sha256>.json              TapeRecord: one exchange, named by the
-                                                SHA-256 of its own bytes (content-addressed,
-                                                published whole or not at all: hard link)
-    DIR/instances/<benchmark>/<instance>.json   TapeIndex: the instance's calls in call order
-                                                (written atomically when its agent ends; a
-                                                new run of the instance replaces it)
-    DIR/instances/<benchmark>/<instance>.calls.jsonl   the calls so far while it runs (read
-                                                when the run died before its index)
-
-A record holds the request (the forwarded body), the response as the agent received it
-(status, content type, the body, or a stream's server-sent events in order plus any bytes
-after the last one), the usage read from it, and the cost metered then with its source.
-Credentials never reach a record: no header is stored, and every occurrence of the
-provider key (and of a per-instance gateway token) in a body or an event is replaced by
-:data:`REDACTED` before the record is hashed. Recording changes nothing the agent sees: the
-response is relayed exactly as without it, and written after it was sent.
+This module is one instance's session (:class:`TapeSession`): the calls it records and
+the calls it replays. The key of a call is :mod:`~harness.model_proxy.tape_key`'s, the
+records directory and its files :mod:`~harness.model_proxy.tape_format`'s, and what a
+record keeps of an exchange (secrets redacted) :mod:`~harness.model_proxy.tape_scrub`'s;
+their names are importable from here too.
 
 **Replay** (:class:`TapeSession` in ``replay`` mode), per instance, the calls numbered from
 1 in arrival order:
@@ -63,466 +31,69 @@ cannot grow the file or the harness's memory without bound).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
-import json
 import threading
-import time
 from collections import deque
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from harness.core.fsutil import atomic_write_json, create_exclusive
+from harness.model_proxy.tape_format import (  # noqa: F401  (re-exported)
+    INFO_NAME,
+    MAX_RECORD_BYTES,
+    MAX_RECORD_CALLS,
+    ORDERS,
+    TAPE_SCHEMA,
+    Mode,
+    Order,
+    ReplayDivergence,
+    ReplayMiss,
+    ReplayReport,
+    ReplayServed,
+    TapeCall,
+    TapeConfig,
+    TapeError,
+    TapeIndex,
+    TapeInfo,
+    TapeRecord,
+    TapeRequest,
+    TapeResponse,
+    TapeUsage,
+    _now,
+    index_path,
+    journal_path,
+    read_index,
+    read_record,
+    record_path,
+)
+from harness.model_proxy.tape_key import (  # noqa: F401  (re-exported)
+    KEY_RULE,
+    MAX_DIFF,
+    VOLATILE_KEYS,
+    canonical_body,
+    canonical_text,
+    first_difference,
+    request_key,
+)
+from harness.model_proxy.tape_scrub import (  # noqa: F401  (re-exported)
+    MIN_SECRET,
+    REDACTED,
+    _encode,
+    _scrub_json,
+    _scrub_text,
+    _stub,
+)
 from harness.model_proxy.usage import CallCost, CallUsage
 
-KEY_RULE = "harness.model_tape.key.v1"
-TAPE_SCHEMA = "harness.model_tape.v1"
-VOLATILE_KEYS = frozenset(
-    {
-        "stream_options",
-        "user",
-        "metadata",
-        "request_id",
-        "idempotency_key",
-        "store",
-        "safety_identifier",
-        "prompt_cache_key",
-        "service_tier",
-    }
-)
-REDACTED = "[harness:redacted-secret]"
-MIN_SECRET = 8  # shorter strings are not scrubbed (a placeholder, not a key)
 MISS_CODE = "replay_miss"
 REPORT_NAME = "model_replay.json"
-INFO_NAME = "tape.json"
 MAX_ROW_ITEMS = 20  # divergences and misses listed in the row (more in the report file)
 MAX_REPORT_MISSES = 1000  # misses listed in model_replay.json (all counted)
-MAX_DIFF = 240  # characters of a first difference
-# One instance's recording budget (issue 40): past either, the gateway refuses the next call
-# (402 ``record_budget_reached``) rather than serve what it would not keep.
-MAX_RECORD_BYTES = 64 << 20
-MAX_RECORD_CALLS = 2000
 RECORD_BUDGET_CODE = "record_budget_reached"
-
-Mode = Literal["record", "replay"]
-Order = Literal["strict", "sequence"]
-ORDERS: tuple[Order, ...] = ("strict", "sequence")
-
-
-# --- the key ----------------------------------------------------------------------------
-def canonical_body(body: Any) -> Any:
-    """The body the key is taken over: top-level :data:`VOLATILE_KEYS` removed."""
-    if isinstance(body, dict):
-        return {k: v for k, v in body.items() if k not in VOLATILE_KEYS}
-    return body
-
-
-def canonical_text(body: Any) -> str:
-    return json.dumps(
-        canonical_body(body), sort_keys=True, separators=(",", ":"), ensure_ascii=True
-    )
-
-
-def request_key(method: str, route: str, body: Any) -> str:
-    """The call's key: see the module's docstring for the exact rule."""
-    text = f"{KEY_RULE}\n{method.upper()} {route}\n{canonical_text(body)}"
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def first_difference(got: Any, want: Any, path: str = "") -> str | None:
-    """Where two canonical bodies first differ, as ``path: what`` (bounded), None if equal."""
-    where = path or "(body)"
-    if type(got) is not type(want) and not (
-        isinstance(got, (int, float))
-        and isinstance(want, (int, float))
-        and not isinstance(got, bool)
-        and not isinstance(want, bool)
-    ):
-        return _bounded(f"{where}: {type(got).__name__} where the record has {type(want).__name__}")
-    if isinstance(got, dict):
-        for key in sorted(set(got) | set(want)):
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in want:
-                return _bounded(f"{sub}: not in the record")
-            if key not in got:
-                return _bounded(f"{sub}: missing (the record has it)")
-            found = first_difference(got[key], want[key], sub)
-            if found is not None:
-                return found
-        return None
-    if isinstance(got, list):
-        for i, (a, b) in enumerate(zip(got, want, strict=False)):
-            found = first_difference(a, b, f"{path}[{i}]")
-            if found is not None:
-                return found
-        if len(got) != len(want):
-            return _bounded(f"{where}: {len(got)} items, the record has {len(want)}")
-        return None
-    if isinstance(got, str):
-        if got == want:
-            return None
-        i = next(
-            (n for n, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
-            min(len(got), len(want)),
-        )
-        lo = max(0, i - 30)
-        return _bounded(
-            f"{where}: character {i}: {got[lo : i + 30]!r} where the record has "
-            f"{want[lo : i + 30]!r}"
-        )
-    if got != want:
-        return _bounded(f"{where}: {got!r} where the record has {want!r}")
-    return None
-
-
-def _bounded(text: str) -> str:
-    return text if len(text) <= MAX_DIFF else text[: MAX_DIFF - 3] + "..."
-
-
-# --- files ------------------------------------------------------------------------------
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-class TapeInfo(_Model):
-    """``tape.json``: what wrote the directory and how its keys are taken."""
-
-    schema_: str = Field(default=TAPE_SCHEMA, alias="schema")
-    key_rule: str = KEY_RULE
-    volatile_keys: list[str] = Field(default_factory=lambda: sorted(VOLATILE_KEYS))
-    created_at: str
-
-
-class TapeRequest(_Model):
-    method: str
-    route: str
-    body: Any = None  # the JSON body forwarded (credentials redacted), None without one
-
-
-class TapeResponse(_Model):
-    """What the agent received. ``encoding`` applies to ``body``, ``events`` and ``tail``:
-    ``utf-8`` text, or ``base64`` when some part was not UTF-8."""
-
-    status: int
-    content_type: str
-    encoding: Literal["utf-8", "base64"] = "utf-8"
-    body: str | None = None  # a plain response
-    events: list[str] | None = None  # a stream: each event without its blank line
-    tail: str | None = None  # a stream: the bytes after its last whole event
-
-    @property
-    def stream(self) -> bool:
-        return self.events is not None
-
-    def _bytes(self, text: str | None) -> bytes:
-        if text is None:
-            return b""
-        return base64.b64decode(text) if self.encoding == "base64" else text.encode("utf-8")
-
-    def body_bytes(self) -> bytes:
-        return self._bytes(self.body)
-
-    def event_bytes(self) -> list[bytes]:
-        return [self._bytes(e) for e in self.events or []]
-
-    def tail_bytes(self) -> bytes:
-        return self._bytes(self.tail)
-
-
-class TapeUsage(_Model):
-    seen: bool = False
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    provider_cost_usd: float | None = None
-    model: str | None = None
-
-    @classmethod
-    def of(cls, usage: CallUsage) -> TapeUsage:
-        return cls(
-            seen=usage.seen,
-            prompt_tokens=usage.prompt,
-            completion_tokens=usage.completion,
-            cached_tokens=usage.cached,
-            provider_cost_usd=usage.provider_cost,
-            model=usage.model,
-        )
-
-    def call_usage(self) -> CallUsage:
-        return CallUsage(
-            prompt=self.prompt_tokens,
-            completion=self.completion_tokens,
-            cached=self.cached_tokens,
-            provider_cost=self.provider_cost_usd,
-            model=self.model,
-            seen=self.seen,
-        )
-
-
-class TapeRecord(_Model):
-    """``records/<ab>/<sha256>.json``: one exchange."""
-
-    schema_: str = Field(default="harness.model_tape.record.v1", alias="schema")
-    key: str
-    request: TapeRequest
-    response: TapeResponse
-    model: str | None = None  # the model asked (as forwarded)
-    usage: TapeUsage | None = None  # None: not metered (GET models, an error)
-    cost_usd: float | None = None  # metered when recorded (None: unknown or not metered)
-    cost_source: str = "not_metered"  # provider | prices | unpriced | usage_missing | ...
-    upstream_error: bool = False  # the gateway's own 502, or a 5xx, or a stream cut
-    redacted: int = 0  # secrets replaced by REDACTED
-    # Why the exchange could not be stored (a body nested past the serializer's depth): the
-    # record is then a stub (key, the body's sha256, status), never served by a replay
-    unrecordable: str | None = None
-
-
-class TapeCall(_Model):
-    """One call of an instance's index."""
-
-    position: int
-    key: str
-    record: str  # the record's SHA-256
-    method: str
-    route: str
-    stream: bool
-    status: int
-    # when the call came (epoch s) and how long until its answer ended, its waits for the
-    # provider (429s, retries) included; None on tapes recorded before they were kept
-    started_at: float | None = None
-    latency_s: float | None = None
-    # its share of the provider's pushback: 429s, retries, seconds waited, stalls
-    trouble: dict[str, float] | None = None
-
-
-class TapeIndex(_Model):
-    """``instances/<benchmark>/<instance>.json``: an instance's calls in call order."""
-
-    schema_: str = Field(default="harness.model_tape.index.v1", alias="schema")
-    benchmark: str
-    instance_id: str
-    complete: bool = True  # False: read from the journal of a run that died
-    recorded_at: str
-    calls: list[TapeCall] = Field(default_factory=list)
-
-
-class ReplayServed(_Model):
-    position: int
-    key: str
-    record: str
-    recorded_position: int
-
-
-class ReplayMiss(_Model):
-    position: int
-    key: str
-    reason: str
-    first_difference: str | None = None  # against the call recorded at this position
-
-
-class ReplayDivergence(_Model):
-    position: int
-    key: str
-    recorded_key: str
-    first_difference: str | None = None
-
-
-class ReplayReport(_Model):
-    """``model_replay.json`` in the instance folder."""
-
-    schema_: str = Field(default="harness.model_tape.replay.v1", alias="schema")
-    records: str
-    order: Order
-    benchmark: str
-    instance_id: str
-    recorded_calls: int
-    recording_complete: bool
-    calls: int = 0
-    served: list[ReplayServed] = Field(default_factory=list)
-    misses: list[ReplayMiss] = Field(default_factory=list)  # the first MAX_REPORT_MISSES
-    missed_calls: int = 0  # every miss, listed or not
-    divergences: list[ReplayDivergence] = Field(default_factory=list)
-    original_cost_usd: float | None = 0.0  # what the served calls cost when recorded
-    original_cost_known: bool = True
-
-
-# --- the directory ----------------------------------------------------------------------
-class TapeError(ValueError):
-    """A records directory that cannot be used (one line, naming the fix)."""
-
-
-@dataclass(frozen=True)
-class TapeConfig:
-    """``--model-record DIR`` or ``--model-replay DIR`` (with ``--replay-order``)."""
-
-    mode: Mode
-    directory: Path
-    order: Order = "strict"
-    max_bytes: int = MAX_RECORD_BYTES  # per instance
-    max_calls: int = MAX_RECORD_CALLS  # per instance
-
-    def prepare(self) -> None:
-        """Record: create the directory and its ``tape.json``; replay: check it is one.
-        :class:`TapeError` otherwise."""
-        info = self.directory / INFO_NAME
-        if self.mode == "replay":
-            if not info.is_file():
-                raise TapeError(
-                    f"--model-replay {self.directory}: not a records directory "
-                    f"(no {INFO_NAME}); give the DIR a --model-record run wrote"
-                )
-            try:
-                found = TapeInfo.model_validate_json(info.read_bytes())
-            except (OSError, ValueError) as exc:
-                raise TapeError(
-                    f"--model-replay {self.directory}: {INFO_NAME} is "
-                    f"unreadable ({type(exc).__name__})"
-                ) from None
-            if found.key_rule != KEY_RULE:
-                raise TapeError(
-                    f"--model-replay {self.directory}: recorded with key rule "
-                    f"{found.key_rule!r}, this harness uses {KEY_RULE!r}"
-                )
-            return
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            if not info.exists():
-                create_exclusive(
-                    info,
-                    (
-                        TapeInfo(created_at=_now()).model_dump_json(by_alias=True, indent=2) + "\n"
-                    ).encode(),
-                )
-        except OSError as exc:
-            raise TapeError(
-                f"--model-record {self.directory}: cannot write there ({exc.strerror or exc})"
-            ) from None
-
-
-def _stub(record: TapeRecord, body: Any, exc: BaseException) -> TapeRecord:
-    """What is kept of an exchange that cannot be stored whole: its key, the sha256 of its
-    body as forwarded, its status and why."""
-    try:
-        digest = hashlib.sha256(canonical_text(body).encode("utf-8")).hexdigest()
-    except (ValueError, RecursionError, TypeError):
-        digest = None
-    reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if str(exc) else (
-        type(exc).__name__)
-    return TapeRecord(
-        key=record.key,
-        request=TapeRequest(method=record.request.method, route=record.request.route,
-                            body={"body_sha256": digest}),
-        response=TapeResponse(status=record.response.status,
-                              content_type=record.response.content_type),
-        model=record.model, usage=record.usage, cost_usd=record.cost_usd,
-        cost_source=record.cost_source, upstream_error=record.upstream_error,
-        redacted=record.redacted, unrecordable=reason)
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def index_path(directory: Path, benchmark: str, instance_id: str) -> Path:
-    return Path(directory) / "instances" / benchmark / f"{instance_id}.json"
-
-
-def journal_path(directory: Path, benchmark: str, instance_id: str) -> Path:
-    return Path(directory) / "instances" / benchmark / f"{instance_id}.calls.jsonl"
-
-
-def record_path(directory: Path, digest: str) -> Path:
-    return Path(directory) / "records" / digest[:2] / f"{digest}.json"
-
-
-def read_index(directory: Path, benchmark: str, instance_id: str) -> TapeIndex | None:
-    """The instance's index; from its journal when the recording died before the index;
-    None when the instance was never recorded."""
-    path = index_path(directory, benchmark, instance_id)
-    if path.is_file():
-        return TapeIndex.model_validate_json(path.read_bytes())
-    journal = journal_path(directory, benchmark, instance_id)
-    if not journal.is_file():
-        return None
-    calls: list[TapeCall] = []
-    for line in journal.read_text(encoding="utf-8").splitlines():
-        with contextlib.suppress(ValueError):  # a torn last line
-            calls.append(TapeCall.model_validate_json(line))
-    calls.sort(key=lambda c: c.position)
-    return TapeIndex(
-        benchmark=benchmark,
-        instance_id=instance_id,
-        complete=False,
-        recorded_at=_now(),
-        calls=calls,
-    )
-
-
-def read_record(directory: Path, digest: str) -> TapeRecord:
-    """The record named ``digest``; ValueError when it is missing or not what it is named."""
-    try:
-        data = record_path(directory, digest).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"record {digest[:16]} is unreadable ({exc.strerror})") from None
-    if hashlib.sha256(data).hexdigest() != digest:
-        raise ValueError(f"record {digest[:16]} does not match its name (altered)")
-    return TapeRecord.model_validate_json(data)
-
-
-# --- scrubbing --------------------------------------------------------------------------
-def _scrub_text(text: str, secrets: list[str]) -> tuple[str, int]:
-    count = 0
-    for secret in secrets:
-        for form in {secret, json.dumps(secret)[1:-1]}:
-            if form in text:
-                count += text.count(form)
-                text = text.replace(form, REDACTED)
-    return text, count
-
-
-def _scrub_json(value: Any, secrets: list[str]) -> tuple[Any, int]:
-    if isinstance(value, str):
-        return _scrub_text(value, secrets)
-    if isinstance(value, list):
-        out, total = [], 0
-        for item in value:
-            new, n = _scrub_json(item, secrets)
-            out.append(new)
-            total += n
-        return out, total
-    if isinstance(value, dict):
-        result: dict[str, Any] = {}
-        total = 0
-        for key, item in value.items():
-            new_key, n1 = _scrub_text(str(key), secrets)
-            new, n2 = _scrub_json(item, secrets)
-            result[new_key] = new
-            total += n1 + n2
-        return result, total
-    return value, 0
-
-
-def _encode(parts: list[bytes], secrets: list[str]) -> tuple[str, list[str], int]:
-    """The parts as text of one encoding (utf-8, else base64), secrets replaced."""
-    raw = [s.encode("utf-8") for s in secrets]
-    count = 0
-    scrubbed: list[bytes] = []
-    for part in parts:
-        for secret in raw:
-            if secret in part:
-                count += part.count(secret)
-                part = part.replace(secret, REDACTED.encode())
-        scrubbed.append(part)
-    try:
-        return "utf-8", [p.decode("utf-8") for p in scrubbed], count
-    except UnicodeDecodeError:
-        return "base64", [base64.b64encode(p).decode("ascii") for p in scrubbed], count
 
 
 # --- one instance -----------------------------------------------------------------------
