@@ -11,15 +11,19 @@ in a run root.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from benchmarks.cowork_bench import PINNED_COMMIT
 from tests.support.ci_workflow import (
+    FAKE_KEY,
     ROOT,
     agent_checkout,
     base_ctx,
@@ -156,3 +160,50 @@ def test_other_agent_kinds_are_accepted(tmp_path: Path, agent: str) -> None:
             "RUN_ROOT": str(root), **agent_checkout(tmp_path), **workspace(tmp_path)})
     assert results[-1].returncode in (0, 5), results[-1].stdout[-3000:]  # 5: shard had none
     no_key_in(root)
+
+
+SERVER = """
+import http.server, json, os, sys
+with open(sys.argv[1], "w") as f:
+    json.dump({"pid": os.getpid(), "env": sorted(os.environ)}, f)
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[2])), Health).serve_forever()
+"""
+
+
+def test_the_gateway_agents_server_gets_no_campaign_url_and_ends_with_the_shard(
+        tmp_path: Path) -> None:
+    """The shard starts the gateway agent's server on the runner: it never sees the
+    campaign's database URL, and nothing it started outlives the shard."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "server.py").write_text(SERVER)
+    seen = tmp_path / "server.json"
+    env = {**os.environ, **workspace(tmp_path), **agent_checkout(tmp_path),
+           "SHARD": "1/1", "RUN_ROOT": str(tmp_path / "runs" / "shard-1"), "AGENT": "gateway",
+           "BENCHMARK": "no_such_benchmark", "GATEWAY_URL": f"http://127.0.0.1:{port}",
+           # a grandchild too: the whole group must end with the shard
+           "AGENT_COMMAND": f"{sys.executable} {tmp_path / 'server.py'} {seen} {port} & wait",
+           "HARNESS_CAMPAIGN_URL": "postgresql://u:pw@db.invalid/x?campaign=c",
+           "AGENT_KEY": FAKE_KEY, "KEY_ENV": "OPENROUTER_API_KEY"}
+    done = subprocess.run(["bash", "scripts/ci/shard.sh"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0  # no such benchmark: the run itself fails
+    record = json.loads(seen.read_text())
+    assert "HARNESS_CAMPAIGN_URL" not in record["env"]
+    assert "OPENROUTER_API_KEY" in record["env"]  # the agent's own key, as designed
+    for _ in range(50):
+        try:
+            os.kill(record["pid"], 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the agent server outlived the shard")

@@ -15,14 +15,16 @@
 # Why a tar: a run root holds files the agent wrote (its workspace), and the agent is an
 # adversary. actions/upload-artifact follows symbolic links, so a link the agent planted
 # (to the runner's credentials, /proc/self/environ, /dev/urandom) would upload its target.
-# tar stores a link as a link and never reads through it; unpacking writes only under RUNS
-# (GNU tar refuses members that climb out with `..` or through a link it made).
+# tar stores a link as a link and never reads through it, and the agent's own folder
+# (host_workspace) is left out; unpacking stages each tar alone and moves in only its own
+# shard's entries, never a link (GNU tar refuses members that climb out with `..`).
 set -euo pipefail
 case "${1:-}" in
   pack)
     root=${2:?give the run root}; shard=${3:?give the shard index}
-    runs=$(dirname "$root"); name=$(basename "$root")
     [ -f "$root/run_manifest.json" ] || { echo "artifact: no run root at $root: nothing to pack"; exit 0; }
+    # absolute: GNU tar resolves a relative -C against the previous -C
+    runs=$(cd "$(dirname "$root")" && pwd -P); name=$(basename "$root"); root=$runs/$name
     # the root, then every ancestor it names (where it is, else beside it), each at the top
     members=(-C "$runs" "$name")
     while IFS=$'\t' read -r dir base; do
@@ -36,14 +38,37 @@ for a in (m.get("resume") or {}).get("ancestors") or []:
             print(os.path.dirname(os.path.abspath(where)), os.path.basename(where), sep="\t")
             break' "$root")
     printf '%s\n' "$name" > "$runs/shard-$shard.latest"
-    tar -cf "$runs/shard-$shard.tar" -C "$runs" "shard-$shard.latest" "${members[@]}"
+    # the agent's own folder stays behind (links, FIFOs, sparse terabytes, trees deeper
+    # than PATH_MAX, files it keeps changing): nothing after the run reads it
+    # (exit 1 is "a file changed as we read it": the archive is whole, so it stands)
+    rc=0
+    tar -cf "$runs/shard-$shard.tar" --exclude=host_workspace \
+      -C "$runs" "shard-$shard.latest" "${members[@]}" || rc=$?
+    [ "$rc" -le 1 ] || exit "$rc"
     echo "artifact: packed $name and its ancestors into $runs/shard-$shard.tar";;
   unpack)
     from=${2:?give the downloaded folder}; into=${3:?give the runs folder}
     mkdir -p "$into"
     found=0
     while IFS= read -r -d '' t; do
-      tar -xf "$t" -C "$into" --no-same-owner --no-same-permissions
+      # each tar alone in a folder of its own, then its top-level entries moved in whole: no
+      # tar writes through a link another tar made; a tar of shard I brings only shard I's
+      # names (shard-I.latest, shard-I-*): one shard's artifact never replaces another's
+      i=$(basename "$t" .tar); i=${i#shard-}
+      stage=$(mktemp -d "$into/.unpack.XXXXXX")
+      tar -xf "$t" -C "$stage" --no-same-owner --no-same-permissions
+      for entry in "$stage"/*; do
+        [ -e "$entry" ] || [ -L "$entry" ] || continue
+        base=${entry##*/}
+        case "$base" in
+          "shard-$i.latest"|"shard-$i-"*) ;;
+          shard-*) echo "artifact: $t: $base is not shard $i's: skipped" >&2; continue;;
+        esac
+        if [ -L "$entry" ]; then echo "artifact: $t: $base is a link: skipped" >&2; continue; fi
+        rm -rf -- "${into:?}/$base"
+        mv -- "$entry" "$into/$base"
+      done
+      rm -rf -- "$stage"
       found=$((found + 1))
     done < <(find "$from" -name '*.tar' -type f -print0 2>/dev/null | sort -z)
     echo "artifact: unpacked $found artifact(s) into $into";;

@@ -7,7 +7,8 @@
 #
 # Environment (the workflow's inputs; empty means the default):
 #   BENCHMARK SELECT EXTRA_ARGS AGENT AGENT_COMMAND GATEWAY_URL MODEL_UPSTREAM SOLVE_MODEL
-#   ATTEMPTS WORKERS TASK_TIMEOUT_MIN PER_TASK_LIMIT_USD BUDGET_USD UNKNOWN_COST_USD METER
+#   ATTEMPTS WORKERS TASK_TIMEOUT_MIN PER_TASK_LIMIT_USD MODEL_PRICES BUDGET_USD
+#   UNKNOWN_COST_USD METER
 #   IMAGE_CEILING_GB KEY_ENV AGENT_KEY (the key, moved to $KEY_ENV) HARNESS_CAMPAIGN_URL
 #   AGENT_REPO_DIR AGENT_REF SHARD (I/N) RUN_ROOT RESUME_FROM_DIR CUSTODY_IDENTITY DRY_RUN
 set -euo pipefail
@@ -70,6 +71,12 @@ case "$AGENT" in
     fi;;
 esac
 args+=("${limit[@]}")
+# The price of each model call: without one a call's cost is unknown, and the per-task limit
+# stops the agent at its first call (the gateway agent's server reports its own cost).
+case "$AGENT" in
+  mini-swe-agent|command|host-command)
+    [ -n "${MODEL_PRICES:-}" ] && args+=(--model-prices "$MODEL_PRICES");;
+esac
 
 # Money: every shard admits its instances against ONE campaign in PostgreSQL, so the ceiling
 # holds for the whole matrix; without a meter each instance of unknown cost is charged the
@@ -99,9 +106,10 @@ mkdir -p "$(dirname "$RUN_ROOT")"
 # The gateway agent's server runs on this runner, beside the engine it execs into.
 server=
 if [ "$AGENT" = gateway ] && [ -n "${AGENT_COMMAND:-}" ] && [ "$dry" = no ]; then
-  bash -c "$AGENT_COMMAND" > "$RUN_ROOT.agent-server.log" 2>&1 &
+  # its own process group (every process it starts ends with it), without the campaign's URL
+  setsid env -u HARNESS_CAMPAIGN_URL bash -c "$AGENT_COMMAND" > "$RUN_ROOT.agent-server.log" 2>&1 &
   server=$!
-  trap '[ -n "$server" ] && kill "$server" 2>/dev/null || true' EXIT
+  trap '[ -n "$server" ] && kill -- -"$server" 2>/dev/null || true' EXIT
   python3 - "$GATEWAY_URL" <<'PY' || refuse "the agent server did not answer $GATEWAY_URL/api/health within 60 s (see $RUN_ROOT.agent-server.log)"
 import sys, time, urllib.request
 for _ in range(120):
