@@ -20,7 +20,7 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -29,7 +29,9 @@ from harness.agents.kinds import AGENT_MODULES as AGENT_MODULES
 from harness.core.models import ModelCalls, Tokens
 
 if TYPE_CHECKING:
+    from harness.sandbox import container
     from harness.sandbox.protocol import Sandbox
+    from harness.sandbox.reattach import SandboxRecord
 
 COST_SOURCES = ("gateway", "agent_reported", "meter", "unknown")
 
@@ -140,13 +142,31 @@ class InstanceView:
     output: Callable[[str, Path], object] = _no_output
 
 
+class SandboxKeeper(Protocol):
+    """What a reattach needs of the instance's sandbox factory: take a kept sandbox over,
+    and keep one running past the instance."""
+
+    def adopt(self, record: SandboxRecord) -> container.Sandbox: ...
+
+    def keep(self, sandbox: container.Sandbox) -> None: ...
+
+
 class Agent:
-    """The base of every agent kind: :meth:`run`, and two hooks that do nothing here."""
+    """The base of every agent kind: :meth:`run`, hooks that do nothing here, and the
+    capabilities the runner asks about (it never asks for a kind by name)."""
 
     kind: str = ""
     # True for an agent that only applies the benchmark's reference solution (the oracle):
     # an instance with none is skipped before anything is provisioned for it (no image pull).
     needs_reference_solution: bool = False
+    # True for an agent that drives a task on an agent server (``--gateway-url``): the run
+    # needs the server's URL, checks the server before any task (target actor, runtime
+    # attestation), and a dry run without a URL only writes the task bodies it would get.
+    remote_server: bool = False
+    # True for an agent whose task may outlive its run in the sandbox it works in: the trial
+    # asks its sandbox hooks (:meth:`sandbox_labels`, :meth:`adopt_sandbox`,
+    # :meth:`keep_sandbox`) to keep that sandbox and to take it over on a resume.
+    reattaches: bool = False
 
     def run(self, request: AgentRequest) -> AgentOutcome:
         raise NotImplementedError(f"agent kind {self.kind!r} does not implement run()")
@@ -170,6 +190,23 @@ class Agent:
         """Called after :meth:`run`, also when it raised or was interrupted (``outcome``
         None); ``request`` is the one ``run`` got."""
         return None
+
+    def sandbox_labels(self) -> dict[str, str]:
+        """Labels of a sandbox this agent's task works in (a reattaching agent's mark it
+        kept for a resume; default: none)."""
+        return {}
+
+    def adopt_sandbox(self, view: InstanceView, keeper: SandboxKeeper
+                      ) -> tuple[container.Sandbox, dict[str, Any]] | None:
+        """On a resume, an ancestor's kept sandbox taken over and the request ``extra`` that
+        reattaches to its task; None (default): a fresh sandbox."""
+        return None
+
+    def keep_sandbox(self, view: InstanceView, keeper: SandboxKeeper,
+                     sandbox: container.Sandbox) -> bool:
+        """After the agent's infrastructure failure: keep ``sandbox`` running for a resume
+        when its task still runs there; True when kept (default: never)."""
+        return False
 
 
 class NopAgent(Agent):
@@ -221,18 +258,33 @@ class AgentOptions(BaseModel):
 
 AgentFactory = Callable[..., "Agent"]
 _FACTORIES: dict[str, AgentFactory] = {}
+_CLASSES: dict[str, type[Agent]] = {}
 
 
-def register_agent(kind: str) -> Callable[[AgentFactory], AgentFactory]:
-    """Decorator: ``factory(options) -> Agent`` builds agents of ``kind``; a kind taped at
-    the model gateway (:data:`harness.agents.kinds.TAPE_ROUTES`) also takes
-    ``environ=`` (the environment its gateway reads instead of the runner's)."""
+def register_agent(kind: str, agent_class: type[Agent] = Agent
+                   ) -> Callable[[AgentFactory], AgentFactory]:
+    """Decorator: ``factory(options) -> Agent`` builds agents of ``kind``, instances of
+    ``agent_class`` (whose capabilities the runner asks about before building one: see
+    :func:`agent_class`); a kind taped at the model gateway
+    (:data:`harness.agents.kinds.TAPE_ROUTES`) also takes ``environ=`` (the environment its
+    gateway reads instead of the runner's)."""
 
     def register(factory: AgentFactory) -> AgentFactory:
         _FACTORIES[kind] = factory
+        _CLASSES[kind] = agent_class
         return factory
 
     return register
+
+
+def agent_class(kind: str) -> type[Agent]:
+    """The class of ``kind``'s agents (its capabilities, read before any agent is built);
+    a one-line :class:`ValueError` for an unknown kind."""
+    if kind not in AGENT_MODULES:
+        raise ValueError(f"unknown agent kind {kind!r}: use one of {', '.join(AGENT_MODULES)}")
+    if kind not in _CLASSES:
+        importlib.import_module(AGENT_MODULES[kind])
+    return _CLASSES.get(kind, Agent)
 
 
 def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = None,
@@ -263,6 +315,6 @@ def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = Non
         raise ValueError(f"--agent {kind}: {describe_validation_error(exc, limit=3)}") from None
 
 
-@register_agent("nop")
+@register_agent("nop", NopAgent)
 def _nop(options: AgentOptions) -> Agent:
     return NopAgent()

@@ -398,6 +398,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(KILL_GRACE_S)
 
 
-@register_agent("host-command")
+@register_agent("host-command", HostCommandAgent)
 def _make(options: AgentOptions, environ: Mapping[str, str] | None = None) -> Agent:
     return HostCommandAgent.from_options(options, environ)

@@ -541,6 +541,6 @@ def _reason(status: str, steps: int, step_limit: int, infra: str | None) -> str:
     return "agent_error"
 
 
-@register_agent("mini-swe-agent")
+@register_agent("mini-swe-agent", MiniSweAgent)
 def _make(options: AgentOptions) -> Agent:
     return MiniSweAgent.from_options(options)

@@ -70,6 +70,6 @@ class OracleAgent(Agent):
         )
 
 
-@register_agent("oracle")
+@register_agent("oracle", OracleAgent)
 def _make(options: AgentOptions) -> Agent:
     return OracleAgent()

@@ -259,6 +259,7 @@ def skew_waived(config: pytest.Config) -> bool:
 
 
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+    from harness.agents.base import agent_class  # agents load when a run starts
     from harness.core.models import ManifestExtra
 
     kind = agent_kind(config)
@@ -269,7 +270,11 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
                            f"{'|'.join(AGENT_KINDS)}", stage="agent", reason="agent_missing")
     options = agent_options(config)
     tape = tape_config(config)
-    if run.dry_run and kind == "gateway" and not options.gateway_url and tape is None:
+    try:
+        remote_server = agent_class(kind).remote_server
+    except ValueError as exc:
+        raise RefusalError(str(exc), stage="agent", reason="agent_options") from exc
+    if run.dry_run and remote_server and not options.gateway_url and tape is None:
         if config.getoption("settings_path"):  # the profile file alone, no server to ask
             _profile_preflight(config, run, None, _writer(run))
         return  # a dry run only writes the task bodies a gateway would get
@@ -307,10 +312,10 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
         raise RefusalError(f"--agent-env {', '.join(missing)}: not set in this environment; "
                            f"export it or drop the option", stage="agent",
                            reason="agent_env_missing")
-    if kind == "gateway" and options.gateway_url:
+    if remote_server and options.gateway_url:
         _gateway_preflight(config, run, options.gateway_url, repo, head, version, write)
-    elif kind == "gateway" and not run.dry_run:
-        raise RefusalError(f"--agent gateway needs --gateway-url URL (or ${GATEWAY_URL_ENV})",
+    elif remote_server and not run.dry_run:
+        raise RefusalError(f"--agent {kind} needs --gateway-url URL (or ${GATEWAY_URL_ENV})",
                            stage="agent", reason="agent_options")
 
 

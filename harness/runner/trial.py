@@ -11,7 +11,8 @@ rules:
   instead of paying the agent again;
 - an agent server's task that outlived its run is reattached in the sandbox it works in,
   and a sandbox is kept for a resume when the client gave up on a running task
-  (:mod:`harness.agents.gateway.reattach`: the trial asks the agent, no benchmark does);
+  (the trial asks the agent's capability ``Agent.reattaches`` and its sandbox hooks, no
+  benchmark does);
 - each step runs under its phase deadline (``--phase-timeout``): pull, create, collect,
   eval;
 - the agent's infrastructure failure is infra (retried); its unfinished work is still
@@ -344,13 +345,7 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
                  instruction: str) -> Sandbox:
     """The sandbox (new, or the one a reattached task works in) and the agent in it."""
     from harness.agents.base import AgentRequest
-    from harness.agents.gateway.reattach import (
-        adopt_kept_sandbox,
-        keep_after_give_up,
-        reattach_labels,
-        record_sandbox,
-        redo_existing,
-    )
+    from harness.agents.gateway.reattach import record_sandbox, redo_existing
     from harness.runner.agent_plugin import instance_view, run_agent
 
     ctx, factory = trial.ctx, trial.factory
@@ -358,11 +353,13 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
     redo = benchmark.redo_existing(trial)
     if redo:  # the task checkpoints of earlier runs are cleared
         ctx.result.details["redo_existing"] = redo_existing(view, factory)
-    adopted = None if redo else adopt_kept_sandbox(view, agent, factory)
+    # an agent whose task may outlive its run keeps the sandbox it works in for a resume
+    reattaches = agent.reattaches
+    adopted = agent.adopt_sandbox(view, factory) if reattaches and not redo else None
     if adopted is not None:
         sandbox, extra = adopted
     else:
-        labels = reattach_labels(agent)
+        labels = agent.sandbox_labels() if reattaches else {}
         with phase(trial.config, "create"):
             sandbox = benchmark.provision(trial, image, labels)
         extra = {"keep_sandbox": True} if labels else {}
@@ -379,7 +376,8 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
             env_allowlist=tuple(trial.option("agent_env")),
             oracle=benchmark.oracle(trial, sandbox), adapter=ctx.benchmark, extra=extra))
     except InfraError:
-        keep_after_give_up(view, factory, sandbox)  # the task still runs in it: resume
+        if reattaches:
+            agent.keep_sandbox(view, factory, sandbox)  # the task still runs in it: resume
         raise
     ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
     trial.agent_completed = outcome.completed

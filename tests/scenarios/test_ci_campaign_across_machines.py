@@ -405,7 +405,10 @@ def test_the_workflow_defaults_run_a_paid_campaign(tmp_path: Path, pg_server: Pg
     manifest = json.loads((root / "run_manifest.json").read_text())
     assert manifest["outcome"] == "completed" and manifest["reportable"] is True, manifest
     [row] = rows(root)
-    assert row["outcome"] in ("scored", "agent_failed") and row["official_eval_status"], row
+    # the default price table prices the default model: the loop ran to its end, its cost
+    # known (an unpriced call would have stopped it at the first, per_task_limit_reached)
+    assert row["outcome"] == "scored" and row["official_eval_status"] == "completed", row
+    assert row["cost_usd"] is not None and row["cost_usd"] > 0, row
     state = Campaign.open(pg_server.url("ci-defaults")).snapshot()
     assert state.active_runs == {} and state.runs[-1].outcome == "completed"
     assert state.ceiling_usd == CEILING and state.runs[-1].unknown_cost_allowance_usd == HOLD

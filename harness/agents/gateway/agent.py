@@ -39,6 +39,7 @@ from harness.agents.base import (
     AgentRequest,
     InstanceView,
     RuntimeOutcome,
+    SandboxKeeper,
     register_agent,
 )
 from harness.agents.gateway.checkpoint import AgentFolder, carry_checkpoint
@@ -56,6 +57,11 @@ from harness.agents.gateway.orphans import (
     record_paid_evidence,
     settle_orphans,
 )
+from harness.agents.gateway.reattach import (
+    adopt_kept_sandbox,
+    keep_after_give_up,
+    reattach_labels,
+)
 from harness.agents.gateway.run import run_task, validate_task_body
 from harness.agents.gateway.tool_route import RouteRequest, route_urls
 from harness.agents.gateway.tool_route import open_for as open_route
@@ -65,6 +71,7 @@ from harness.model_proxy.pinning import ModelPin, pin_for
 from harness.run.secrets import secrets_from_env
 
 if TYPE_CHECKING:
+    from harness.sandbox import container
     from harness.sandbox.protocol import Sandbox
 
 ROUTE_NAME = "tool_route.json"  # in the agent's folder: the route, never its token
@@ -82,6 +89,8 @@ def agent_user(sandbox: Sandbox | None) -> str:
 
 class GatewayAgent(Agent):
     kind = "gateway"
+    remote_server = True  # the agent server at --gateway-url runs the task
+    reattaches = True  # a task outlives its run in its sandbox (harness.agents.gateway.reattach)
 
     def __init__(
         self, base_url: str, *, policy: PollPolicy | None = None, adapter: str | None = None,
@@ -147,6 +156,17 @@ class GatewayAgent(Agent):
                   outcome: AgentOutcome | None) -> None:
         folder = AgentFolder.of(view.instance_dir, request.instance_dir)
         record_paid_evidence(folder, view.details, view.output)
+
+    def sandbox_labels(self) -> dict[str, str]:
+        return reattach_labels(self)
+
+    def adopt_sandbox(self, view: InstanceView, keeper: SandboxKeeper
+                      ) -> tuple[container.Sandbox, dict[str, Any]] | None:
+        return adopt_kept_sandbox(view, self, keeper)
+
+    def keep_sandbox(self, view: InstanceView, keeper: SandboxKeeper,
+                     sandbox: container.Sandbox) -> bool:
+        return keep_after_give_up(view, keeper, sandbox)
 
     def run(self, request: AgentRequest) -> AgentOutcome:
         """The task, with the adapter's tool route open while it runs (when one is asked:
@@ -235,6 +255,6 @@ class GatewayAgent(Agent):
                                           "models": models_called(run.models, self.pin)})
 
 
-@register_agent("gateway")
+@register_agent("gateway", GatewayAgent)
 def _make(options: AgentOptions) -> Agent:
     return GatewayAgent.from_options(options)

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from harness.agents.base import SandboxKeeper
+from harness.agents.gateway import run as gateway_run
 from harness.agents.gateway.checkpoint import CHECKPOINT_NAME
+from harness.agents.gateway.client import GatewayClient, PollPolicy
 from harness.sandbox import labels as L
 from harness.sandbox.reattach import (
     RECORD_NAME,
     ReattachUnavailable,
-    SandboxRecord,
     read_record,
     record_of,
     write_record,
@@ -37,7 +39,6 @@ from harness.sandbox.reattach import (
 
 if TYPE_CHECKING:
     from harness.agents.base import Agent, InstanceView
-    from harness.agents.gateway.agent import GatewayAgent
     from harness.sandbox.container import Sandbox
 
 log = logging.getLogger(__name__)
@@ -52,24 +53,26 @@ __all__ = [
 ]
 
 
-class SandboxKeeper(Protocol):
-    """What a reattach needs of the instance's sandbox factory: take a kept sandbox over,
-    and keep one running past the instance."""
+class ServerAgent(Protocol):
+    """What a reattach needs of the agent: its server, and how to poll it."""
 
-    def adopt(self, record: SandboxRecord) -> Sandbox: ...
-
-    def keep(self, sandbox: Sandbox) -> None: ...
+    base_url: str
+    policy: PollPolicy
 
 
-def _gateway(agent: Agent) -> GatewayAgent | None:
-    from harness.agents.gateway.agent import GatewayAgent
-
-    return agent if isinstance(agent, GatewayAgent) else None
+def _server(agent: Agent) -> ServerAgent | None:
+    """The agent, when it reattaches to its server's tasks (``Agent.reattaches``)."""
+    if not agent.reattaches:
+        return None
+    if not isinstance(getattr(agent, "base_url", None), str):
+        raise TypeError(f"agent kind {agent.kind!r} reattaches but names no server base_url")
+    return cast(ServerAgent, agent)
 
 
 def reattach_labels(agent: Agent) -> dict[str, str]:
-    """Labels of a sandbox the agent's task works in: kept for a reattach when a gateway's."""
-    return {L.REATTACH: "gateway"} if _gateway(agent) is not None else {}
+    """Labels of a sandbox the agent's task works in: kept for a reattach when the agent
+    reattaches (``Agent.reattaches``)."""
+    return {L.REATTACH: "gateway"} if _server(agent) is not None else {}
 
 
 def record_sandbox(view: InstanceView, sandbox: Sandbox) -> None:
@@ -82,12 +85,9 @@ def adopt_kept_sandbox(view: InstanceView, agent: Agent,
     """The nearest ancestor's kept sandbox, adopted, and the request ``extra`` that
     reattaches to its task; None when there is none to take over (``details.reattach``
     says why)."""
-    gateway = _gateway(agent)
+    gateway = _server(agent)
     if gateway is None or not view.ancestors:
         return None
-    from harness.agents.gateway.client import GatewayClient
-    from harness.agents.gateway.run import reattach_decision
-
     for root in view.ancestors:
         folder = Path(root) / view.benchmark / view.instance_id
         checkpoint = folder / CHECKPOINT_NAME
@@ -100,7 +100,7 @@ def adopt_kept_sandbox(view: InstanceView, agent: Agent,
             note["adopted"], note["reason"] = False, "no_kept_sandbox"
             return None
         with GatewayClient(gateway.base_url, policy=gateway.policy) as client:
-            decision = reattach_decision(client, checkpoint)
+            decision = gateway_run.reattach_decision(client, checkpoint)
         note.update(task_id=decision.task_id, task_status=decision.status)
         if decision.action != "reattach":
             note["adopted"], note["reason"] = False, decision.reason
