@@ -1,7 +1,7 @@
 """The private attributes of docker-py, urllib3 and http.client the exec path relies on.
 
 No public API hands out the hijacked exec socket or the bytes its HTTP reader buffered
-past the headers, so ``harness/sandbox/execution.py`` reaches ``sock._sock`` (docker-py's
+past the headers, so ``harness/sandbox/exec_stream.py`` reaches ``sock._sock`` (docker-py's
 SocketIO) and ``sock._response.raw._fp.fp`` (docker-py -> requests -> urllib3 ->
 http.client). pyproject pins docker and urllib3 to their major version; these tests fail
 loudly, on the real engine, if an upgrade moves either attribute (the code itself would
@@ -17,7 +17,7 @@ import pytest
 import urllib3
 
 from harness.sandbox.container import Sandbox
-from harness.sandbox.execution import _raw_socket
+from harness.sandbox.exec_stream import _raw_socket
 
 pytestmark = pytest.mark.docker
 
