@@ -96,6 +96,12 @@ class AgentOutcome(BaseModel):
     truncated: bool = False
     cost_usd: float | None = None
     cost_known: bool = False
+    # What the budget settles besides this run's own cost: the run continued the task of an
+    # earlier attempt (``reattached``: its cost covers that attempt's), and what the tasks
+    # earlier attempts left running reported once settled (``earlier_cost_usd``; None: no
+    # such task reported a cost).
+    reattached: bool = False
+    earlier_cost_usd: float | None = None
     tokens: Tokens = Field(default_factory=Tokens)
     # The models called, per model and source (None: the harness does not see the calls);
     # ``steps``: the agent's own count of its steps (model calls), where it keeps one.

@@ -52,7 +52,8 @@ run_id, run_root, pid=None, environ=None, on_stop=None, resumes=())`` in the con
 nor an ``--unknown-cost-allowance-usd`` above 0; ``.supervisor.start()``,
 ``.finish(outcome, exit_code)``) and ``WorkerBudget(settings, run_id, run_root)`` in the
 per-instance fixture (``.reserve(key)`` with the disk reserve, ``.settle(key, cost, known,
-*, reattached, earlier_cost_usd)``: from the row's ``agent_details``, ``.release(key)``).
+*, reattached, earlier_cost_usd)``: from the agent's outcome, ``AgentOutcome.reattached``
+and ``.earlier_cost_usd``; ``.release(key)``).
 
 Spend: ``spent = prior + max(meter delta, settled charges)``; see :mod:`.accounting`.
 All errors and reason codes: :mod:`.errors`.

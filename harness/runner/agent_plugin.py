@@ -443,6 +443,7 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
         outcome = replayed_outcome(ctx, session, outcome)
     r.cost_usd = outcome.cost_usd
     r.cost_known = outcome.cost_known
+    r.reattached, r.earlier_cost_usd = outcome.reattached, outcome.earlier_cost_usd
     r.tokens = outcome.tokens
     r.models = outcome.models
     r.steps = outcome.steps

@@ -243,10 +243,10 @@ def harness_budget(request: pytest.FixtureRequest) -> Generator[WorkerBudget | N
     finally:
         result = ctx.result
         if result.agent_started:
-            reattached, earlier = earlier_attempts(result.details)
-            try:
+            try:  # the agent's typed cost (AgentOutcome), never the row's details
                 settlement = wb.settle(key, result.cost_usd, result.cost_known,
-                                       reattached=reattached, earlier_cost_usd=earlier)
+                                       reattached=result.reattached,
+                                       earlier_cost_usd=result.earlier_cost_usd)
             except CampaignPersistenceError as exc:
                 result.details["budget_settlement_error"] = str(exc)
                 request_stop(ctx.run_root, exc.reason_code)
@@ -261,16 +261,3 @@ def harness_budget(request: pytest.FixtureRequest) -> Generator[WorkerBudget | N
         else:
             wb.release(key)
 
-
-def earlier_attempts(details: dict[str, Any]) -> tuple[bool, float | None]:
-    """What the row says of the dead attempts at its instance: whether it reattached to
-    their task (``agent_details.reattached``: its cost covers theirs), and what the tasks
-    they left running reported once settled (``agent_details.orphan_tasks``), if anything."""
-    agent = details.get("agent_details")
-    if not isinstance(agent, dict):
-        return False, None
-    costs = [o.get("cost_usd") for o in agent.get("orphan_tasks") or [] if isinstance(o, dict)]
-    known = [float(c) for c in costs
-             if isinstance(c, int | float) and not isinstance(c, bool) and math.isfinite(c)
-             and c >= 0]
-    return agent.get("reattached") is True, math.fsum(known) if known else None

@@ -108,6 +108,9 @@ class InstanceResult:
     tests_total: int | None = None
     cost_usd: float | None = None
     cost_known: bool = False
+    # for the budget's settlement, not the row (AgentOutcome.reattached, .earlier_cost_usd)
+    reattached: bool = False
+    earlier_cost_usd: float | None = None
     tokens: Tokens | None = None
     models: list[ModelCalls] | None = None  # per model and source (issue 24)
     steps: int | None = None  # the agent's own count of its steps, where it keeps one

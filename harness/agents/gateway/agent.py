@@ -54,6 +54,7 @@ from harness.agents.gateway.events import models_called
 from harness.agents.gateway.models import TaskCreateRequest, is_root_user
 from harness.agents.gateway.orphans import (
     orphan_checkpoints,
+    orphans_cost,
     record_paid_evidence,
     settle_orphans,
 )
@@ -231,6 +232,7 @@ class GatewayAgent(Agent):
                     output_paths={"task_checkpoint": str(AgentFolder(instance_dir).checkpoint)},
                     details={"reattachable": reattachable, "error": str(exc),
                              "cancelled_on_give_up": cancelled, **orphan_details},
+                    earlier_cost_usd=orphans_cost(orphans),
                 )
         outcome = classify_result(
             run.result, task_id=run.task_id, raw_result_path=run.result_path, agent=self.kind
@@ -252,7 +254,9 @@ class GatewayAgent(Agent):
                if run.limit_reached else {}),
         }
         return outcome.model_copy(update={"output_paths": paths, "details": details,
-                                          "models": models_called(run.models, self.pin)})
+                                          "models": models_called(run.models, self.pin),
+                                          "reattached": run.reattached,
+                                          "earlier_cost_usd": orphans_cost(orphans)})
 
 
 @register_agent("gateway", GatewayAgent)

@@ -17,6 +17,7 @@ task.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -106,6 +107,17 @@ def _settle(client: GatewayClient, task_id: str, checkpoint: str) -> dict[str, A
             "task (resume again once it has settled)", ORPHAN_LIVE, task_id=task_id) from exc
     return {**record, "status": settled.status, "action": "cancelled",
             "cost_usd": result_cost(settled)[0]}
+
+
+def orphans_cost(orphans: Iterable[dict[str, Any]]) -> float | None:
+    """What the settled orphan tasks reported they cost (their known, finite, non-negative
+    ``cost_usd`` summed), None when none reported one: the budget charges it to the
+    instance (``AgentOutcome.earlier_cost_usd``)."""
+    costs = [o.get("cost_usd") for o in orphans if isinstance(o, dict)]
+    known = [float(c) for c in costs
+             if isinstance(c, int | float) and not isinstance(c, bool) and math.isfinite(c)
+             and c >= 0]
+    return math.fsum(known) if known else None
 
 
 def orphan_checkpoints(folder: AgentFolder, *, benchmark: str, instance_id: str,
