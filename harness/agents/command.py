@@ -232,19 +232,7 @@ class CommandAgent(Agent):
         env, missing = self._env(names, request)
         secrets = {n: env[n] for n in names if n in env}
 
-        written = sandbox.exec(
-            ["bash", "-c", f"umask 077 && cat > {shlex.quote(INSTRUCTION_PATH)}"],
-            user=user,
-            timeout=60,
-            stdin=request.instruction.encode("utf-8"),
-        )
-        if written.exit_code != 0 or written.timed_out:
-            raise InfraError(
-                f"could not write {INSTRUCTION_PATH} in the sandbox (exit {written.exit_code}):"
-                f" {_as_bytes(written.stderr).decode('utf-8', 'replace')[-300:]}",
-                "agent_instruction_write_failed",
-            )
-
+        _write_instruction(sandbox, user, request.instruction)
         timeout = request.timeout_sec
         stdin = env_block(env)
         if cfg.instruction_via in ("stdin", "both"):
@@ -260,27 +248,7 @@ class CommandAgent(Agent):
             *self._argv(),
         ]
         exec_timeout = None if not timeout else timeout + cfg.kill_after_s + cfg.exec_margin_s
-        started = time.monotonic()
-        since = time.time()
-        lost: ContainerExit | None = None
-        result: ExecResult | None
-        try:
-            result = sandbox.exec(
-                argv, user=user, timeout=exec_timeout, stdin=stdin,
-                max_output=cfg.output_head_bytes, tail_output=cfg.output_tail_bytes,
-            )
-        except SandboxError:
-            lost = _lost_sandbox(sandbox, since)
-            if lost is None:
-                raise  # Docker itself failed, or the sandbox was stopped from outside
-            result = None
-        if result is not None:
-            code = result.exit_code
-            # killed or unknown: the container may be dying right now; let it settle
-            settle = code is None or code > 128
-            lost = _lost_sandbox(sandbox, since, settle_s=_SETTLE_S if settle else 0.0)
-        wall = float((result.wall_s if result is not None else None)
-                     or time.monotonic() - started)
+        result, lost, wall = self._exec(sandbox, argv, user, exec_timeout, stdin)
         leftovers = "" if lost is not None else _end_leftovers(sandbox, user)
 
         out_dir = Path(request.instance_dir)
@@ -323,6 +291,52 @@ class CommandAgent(Agent):
         record_path = out_dir / RECORD_NAME
         atomic_write_json(record_path, record)
         return _outcome(record, record_path)
+
+    def _exec(self, sandbox: Sandbox, argv: list[str], user: str | None,
+              exec_timeout: float | None, stdin: bytes
+              ) -> tuple[ExecResult | None, ContainerExit | None, float]:
+        """The agent's command in the sandbox: its result (None when the sandbox ended under
+        it), how the sandbox ended if it did, and the wall time."""
+        cfg = self.config
+        started = time.monotonic()
+        since = time.time()
+        lost: ContainerExit | None = None
+        result: ExecResult | None
+        try:
+            result = sandbox.exec(
+                argv, user=user, timeout=exec_timeout, stdin=stdin,
+                max_output=cfg.output_head_bytes, tail_output=cfg.output_tail_bytes,
+            )
+        except SandboxError:
+            lost = _lost_sandbox(sandbox, since)
+            if lost is None:
+                raise  # Docker itself failed, or the sandbox was stopped from outside
+            result = None
+        if result is not None:
+            code = result.exit_code
+            # killed or unknown: the container may be dying right now; let it settle
+            settle = code is None or code > 128
+            lost = _lost_sandbox(sandbox, since, settle_s=_SETTLE_S if settle else 0.0)
+        wall = float((result.wall_s if result is not None else None)
+                     or time.monotonic() - started)
+        return result, lost, wall
+
+
+def _write_instruction(sandbox: Sandbox, user: str | None, instruction: str) -> None:
+    """The instruction to :data:`INSTRUCTION_PATH` in the sandbox (readable by ``user``
+    alone), or :class:`InfraError`."""
+    written = sandbox.exec(
+        ["bash", "-c", f"umask 077 && cat > {shlex.quote(INSTRUCTION_PATH)}"],
+        user=user,
+        timeout=60,
+        stdin=instruction.encode("utf-8"),
+    )
+    if written.exit_code != 0 or written.timed_out:
+        raise InfraError(
+            f"could not write {INSTRUCTION_PATH} in the sandbox (exit {written.exit_code}):"
+            f" {_as_bytes(written.stderr).decode('utf-8', 'replace')[-300:]}",
+            "agent_instruction_write_failed",
+        )
 
 
 class _Stored(BaseModel):
