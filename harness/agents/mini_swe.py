@@ -49,6 +49,7 @@ import platform
 import secrets
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -492,6 +493,15 @@ class MiniSweAgent(Agent):
             status, error = type(exc).__name__, f"{type(exc).__name__}: {exc}"[:2000]
             infra = "model_api_error" if _is_model_error(exc) else None
         wall = time.monotonic() - started
+        return self._outcome(agent, _Ended(status, error, infra, wall, limit_hit), out_dir,
+                             traj, ignored, __version__)
+
+    def _outcome(self, agent: Any, ended: _Ended, out_dir: Path, traj: Path,
+                 ignored: list[str], mini_version: str) -> AgentOutcome:
+        """The run's record (``agent_record``) and outcome, from the ``agent`` that ran and
+        how its loop ended."""
+        status, error, infra, wall = ended.status, ended.error, ended.infra, ended.wall
+        limit_usd, limit_hit = self.limit_usd, ended.limit_hit
         tokens, cost, unpriced, source = account(agent.messages, self.model_name, self.prices)
         models = models_called(agent.messages, self.model_name, self.prices)
         step_limit = int(agent.config.step_limit or 0)
@@ -499,7 +509,7 @@ class MiniSweAgent(Agent):
         if limit_hit and status == "LimitsExceeded":
             reason = "per_task_limit_reached"
         record = MiniRunRecord(
-            mini_version=__version__, model=self.model_name, config_files=self.files,
+            mini_version=mini_version, model=self.model_name, config_files=self.files,
             exit_status=status, reason_code=reason, steps=agent.n_calls, cost_usd=cost,
             cost_known=cost is not None, cost_source=source, tokens=tokens,
             unpriced_calls=unpriced, models=models, ignored_environment_keys=ignored,
@@ -520,6 +530,18 @@ class MiniSweAgent(Agent):
                      **({"per_task_limit_usd": limit_usd,
                          "per_task_limit_reached": limit_hit[-1]}
                         if limit_hit else {})})
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """How mini-swe-agent's loop ended: its exit status, error and infrastructure reason
+    (None: not infra), wall time, and why the per-task limit stopped it (if it did)."""
+
+    status: str
+    error: str | None
+    infra: str | None
+    wall: float
+    limit_hit: list[str]
 
 
 def _is_model_error(exc: BaseException) -> bool:
