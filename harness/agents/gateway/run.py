@@ -172,23 +172,8 @@ def run_task(
             task_id = client.submit(request).task_id
             write_checkpoint(checkpoint_path, task_id, "submitted", None, client.base_url, 0)
         events = EventLog(client, task_id, instance_dir, secrets)
-        limit_reached: str | None = None
-        try:
-            result = client.wait(task_id, timeout_s=wait_s, checkpoint_path=checkpoint_path,
-                                 events=events, on_poll=limit_check(limit_usd, events))
-        except TaskLimitReached as exc:
-            limit_reached = str(exc)
-            log.warning("task %s reached --per-task-limit-usd (%s): cancelling", task_id, exc)
-            client.cancel(task_id)
-            result = client.wait(task_id, timeout_s=client.policy.cancel_settle_s,
-                                 checkpoint_path=checkpoint_path, events=events)
-        for _ in range(MAX_FINAL_EVENT_PAGES):  # what the task logged as it settled
-            before = events.status.copied
-            if events.copy().copied == before:
-                break
-        write_checkpoint(checkpoint_path, task_id, result.status or "unknown", result,
-                         client.base_url, read_polls(checkpoint_path),
-                         events.status.model_dump(mode="json"))
+        result, limit_reached = _settle(client, task_id, wait_s, checkpoint_path, events,
+                                        limit_usd)
     except Exception:
         raise
     except BaseException:
@@ -214,6 +199,31 @@ def run_task(
         events=events.status.model_dump(mode="json"),
         models=events.models,
     )
+
+
+def _settle(client: GatewayClient, task_id: str, wait_s: float, checkpoint_path: Path,
+            events: EventLog, limit_usd: float | None) -> tuple[TaskResult, str | None]:
+    """Wait for the task to settle (cancelled once its spend reaches ``limit_usd``), copy
+    what it logged as it settled and checkpoint it: its result, and why the per-task limit
+    stopped it (None: it did not)."""
+    limit_reached: str | None = None
+    try:
+        result = client.wait(task_id, timeout_s=wait_s, checkpoint_path=checkpoint_path,
+                             events=events, on_poll=limit_check(limit_usd, events))
+    except TaskLimitReached as exc:
+        limit_reached = str(exc)
+        log.warning("task %s reached --per-task-limit-usd (%s): cancelling", task_id, exc)
+        client.cancel(task_id)
+        result = client.wait(task_id, timeout_s=client.policy.cancel_settle_s,
+                             checkpoint_path=checkpoint_path, events=events)
+    for _ in range(MAX_FINAL_EVENT_PAGES):  # what the task logged as it settled
+        before = events.status.copied
+        if events.copy().copied == before:
+            break
+    write_checkpoint(checkpoint_path, task_id, result.status or "unknown", result,
+                     client.base_url, read_polls(checkpoint_path),
+                     events.status.model_dump(mode="json"))
+    return result, limit_reached
 
 
 def read_polls(checkpoint_path: Path) -> int:
