@@ -101,30 +101,8 @@ class GatewayClient(GatewayHTTP):
                 attempt += 1
                 continue
             status = response.status_code
-            if status < 300:
-                data = response.json()
-                if not isinstance(data, dict) or not data.get("task_id"):
-                    raise GatewayError(
-                        f"submit answered {status} without a task_id",
-                        "gateway_protocol_error",
-                        status_code=status,
-                    )
-                return SubmitResponse.model_validate(data)
-            if status == 409:
-                if ambiguous and task_id and self.find_task(task_id) is not None:
-                    return SubmitResponse(task_id=task_id, status="scheduled")  # our own retry
-                raise GatewayDuplicate(
-                    f"agent server refused task {task_id or '(no id)'}: 409 "
-                    f"{_admission_reason(response)}",
-                    status_code=409,
-                    task_id=task_id,
-                )
-            if status in (400, 422):
-                raise GatewayValidation(
-                    f"agent server refused the task body: HTTP {status}: {error_text(response)}",
-                    status_code=status,
-                    task_id=task_id,
-                )
+            if status < 300 or status in (400, 409, 422):
+                return self._submit_answer(response, task_id, ambiguous)
             if status == 503:
                 if elapsed >= self.policy.not_ready_budget_s:
                     raise GatewayNotReady(
@@ -150,6 +128,35 @@ class GatewayClient(GatewayHTTP):
                 status_code=status,
                 task_id=task_id,
             )
+
+    def _submit_answer(self, response: httpx.Response, task_id: str | None,
+                       ambiguous: bool) -> SubmitResponse:
+        """A submit's final answer (2xx, 409, 400 or 422): the task, or the refusal raised.
+        ``ambiguous``: an earlier try may have created the task (a 409 is then ours)."""
+        status = response.status_code
+        if status < 300:
+            data = response.json()
+            if not isinstance(data, dict) or not data.get("task_id"):
+                raise GatewayError(
+                    f"submit answered {status} without a task_id",
+                    "gateway_protocol_error",
+                    status_code=status,
+                )
+            return SubmitResponse.model_validate(data)
+        if status == 409:
+            if ambiguous and task_id and self.find_task(task_id) is not None:
+                return SubmitResponse(task_id=task_id, status="scheduled")  # our own retry
+            raise GatewayDuplicate(
+                f"agent server refused task {task_id or '(no id)'}: 409 "
+                f"{_admission_reason(response)}",
+                status_code=409,
+                task_id=task_id,
+            )
+        raise GatewayValidation(
+            f"agent server refused the task body: HTTP {status}: {error_text(response)}",
+            status_code=status,
+            task_id=task_id,
+        )
 
     def _retry_or_raise(self, exc: BaseException, elapsed: float, attempt: int) -> None:
         if elapsed >= self.policy.error_budget_s:
