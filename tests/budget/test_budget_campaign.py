@@ -4,6 +4,7 @@ and on PostgreSQL: the ``campaign_where`` fixture)."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -206,11 +207,13 @@ def test_show_prints_spend_and_active_runs(
     make_campaign: MakeCampaign, run_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     campaign = make_campaign(25.0)
-    campaign.admit_run("r1", run_root, os.getpid())
+    campaign.admit_run("r1", run_root, os.getpid(), identity="ci/shard-1-of-2")
     campaign.reserve("r1", "b/a", 2.5)
     assert campaign_command(["show", campaign.location]) == 0
     out = capsys.readouterr().out
-    assert "$25.0000" in out and "r1" in out and "[alive]" in out and "$2.5000" in out
+    assert "$25.0000" in out and "r1" in out and "$2.5000" in out
+    # alive, the lease it renews (90 s by default) and the shard it is
+    assert re.search(r"\[alive, lease (89|90) s, ci/shard-1-of-2\]", out), out
     assert campaign_command(["show", campaign.location, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["outstanding_usd"] == 2.5
     assert campaign_command(["show", campaign.location + ".missing"]) == 2
