@@ -4,8 +4,8 @@ and on PostgreSQL: the ``campaign_where`` fixture)."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import time
