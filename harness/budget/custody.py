@@ -24,9 +24,10 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from .models import ActiveRun
+if TYPE_CHECKING:  # annotations only: the runner's collection loads no pydantic model
+    from .models import ActiveRun
 
 Liveness = Literal["alive", "dead", "unknown"]
 HOST_ID_ENV = "HARNESS_HOST_ID"

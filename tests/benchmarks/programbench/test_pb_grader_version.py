@@ -69,6 +69,7 @@ def test_a_paid_run_under_an_old_grader_is_refused_before_anything_starts(
     assert (root / "result_index.jsonl").read_text() == ""  # no instance ran
 
 
+@pytest.mark.docker  # a paid run's admission asks the engine (engine_unreachable)
 def test_the_waiver_admits_a_paid_run_that_is_then_not_reportable(tmp_path: Path) -> None:
     root = tmp_path / "waived"
     out = pytest_run(root, "--agent", "command", "--agent-command", "true",
