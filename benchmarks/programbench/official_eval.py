@@ -44,11 +44,31 @@ from benchmarks.programbench.cli_env import (  # noqa: F401  (re-exported)
 )
 from benchmarks.programbench.docker_policy import (
     ACCOUNT_KEY_NAME,
-    BUILD_TAMPER_MARKER,
     install,
     sweep,
 )
 from benchmarks.programbench.docker_policy_record import DockerPolicy, summarize
+from benchmarks.programbench.eval_checks import (  # noqa: F401  (re-exported)
+    ACCOUNT_PREFIX,
+    DENIED,
+    BuildNeedsRoot,
+    DuplicateRecords,
+    EvalJsonRefused,
+    EvalJsonTooLarge,
+    VerdictMismatch,
+    check_build_user,
+    check_pytest_account,
+    check_unique_records,
+    parse_plugins,
+)
+from benchmarks.programbench.eval_failures import (  # noqa: F401  (re-exported)
+    INFRA_MARKERS,
+    SUBMISSION_EXCEPTIONS,
+    UNPACK_MARKER,
+    CliRun,
+    cli_failure,
+    failure_cause,
+)
 from benchmarks.programbench.scorer_guard import (
     GuardError,
     ScorerGuardReport,
@@ -71,8 +91,6 @@ STOP_GRACE_S = 30.0
 STDOUT_NAME = "official_eval.stdout.txt"
 STDERR_NAME = "official_eval.stderr.txt"
 PB_DOCKER_ENV = "PROGRAMBENCH_DOCKER_EXECUTABLE"
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):\s?(.*)$")
 
 
 class OfficialEvalResult(BaseModel):
@@ -110,24 +128,6 @@ class OfficialEvalResult(BaseModel):
     test_plugins: dict[str, str] = Field(default_factory=dict)
 
 
-class CliRun(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    cmd: list[str]
-    returncode: int | None
-    stdout: str
-    stderr: str
-    duration_s: float
-    timed_out: bool = False
-    real_docker: str = ""
-    policy_log: str = ""
-    policy_label: str = ""
-    started_at: float = 0.0  # epoch s, when the CLI was started
-    policy_install_s: float = 0.0
-    sweep_s: float = 0.0
-    account_key: str = Field(default="", exclude=True)  # the results guard's key: not kept
-
-
 def _stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
     """SIGINT first, so the CLI's ``finally`` blocks remove its containers and images."""
     for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGKILL, None)):
@@ -154,127 +154,6 @@ def read_tail(path: Path, limit: int = MAX_CLI_OUTPUT_READ) -> str:
         size = fh.seek(0, os.SEEK_END)
         fh.seek(max(0, size - limit))
         return fh.read().decode(errors="replace")
-
-
-class EvalJsonRefused(ValueError):
-    """An eval.json not scored: ``code`` is the row's error code, ``cause`` who caused it."""
-
-    code: str = "eval_json_unreadable"
-    cause: Literal["agent", "infra"] = "infra"
-
-
-class EvalJsonTooLarge(EvalJsonRefused):
-    """An eval.json past MAX_EVAL_JSON_BYTES: read nowhere, an error of the submission."""
-
-    code, cause = "eval_json_too_large", "agent"
-
-
-class DuplicateRecords(EvalJsonRefused):
-    """An eval.json with two records of one test: an integrity failure, never a pass.
-
-    pytest-rerunfailures 16.6.1 writes a bare ``<testcase/>`` per rerun, which parses as a
-    pass (a test failing after 2 reruns scores 2/3); upstream ProgramBench issue 64."""
-
-    code = "junit_duplicate_records"  # the grader's plugins: infrastructure
-
-
-def check_unique_records(result: object) -> None:
-    """Raise :class:`DuplicateRecords` naming the tests recorded more than once."""
-    from collections import Counter
-
-    counts = Counter(t.full_name for t in getattr(result, "test_results", []))
-    twice = sorted(name for name, n in counts.items() if n > 1)
-    if twice:
-        raise DuplicateRecords(f"{len(twice)} test(s) recorded more than once in the eval's "
-                               f"JUnit results (first: {', '.join(twice[:3])}): the grader's "
-                               "test plugins wrote extra records; not scored")
-
-
-ACCOUNT_PREFIX = "HX-PYTEST-ACCOUNT"
-
-
-class VerdictMismatch(EvalJsonRefused):
-    """The results file says more tests passed than pytest itself counted: it was changed
-    after pytest wrote it (or pytest's account never came)."""
-
-    code, cause = "verdict_mismatch", "agent"
-
-
-class BuildNeedsRoot(EvalJsonRefused):
-    """The build, run as the program user, failed on a write it was denied: it needs root,
-    which the separated judge does not give a build (the official eval does). Refused with
-    this name, never a silent 0."""
-
-    code, cause = "build_needs_root", "agent"
-
-
-DENIED = re.compile(r"^.*(?:Permission denied|Operation not permitted).*$", re.M)
-
-
-def check_build_user(result: object) -> None:
-    """A build phase that failed (a top-level ``error_code``) with a write the kernel denied
-    in ``compile.sh``'s output raises :class:`BuildNeedsRoot`, naming the first denials."""
-    if not getattr(result, "error_code", None):
-        return
-    for entry in getattr(result, "log", []):
-        if entry.get("step") == "compile":
-            denied = DENIED.findall(entry.get("output") or "")
-            if denied:
-                shown = "; ".join(line.strip()[:200] for line in denied[:3])
-                raise BuildNeedsRoot(
-                    f"compile.sh failed on a write it was denied as the build user ({shown}); "
-                    "the separated judge builds without root: build inside the workspace or "
-                    "the home")
-
-
-def _passed_in_xml(xml: str) -> int:
-    import xml.etree.ElementTree as ET
-
-    root = ET.fromstring(xml)
-    results = {"failure", "error", "skipped"}
-    return sum(1 for case in root.iter("testcase")
-               if not any(child.tag in results for child in case))
-
-
-def check_pytest_account(result: object, key: str) -> dict[str, str]:
-    """Each branch run's results file against pytest's own count of passed tests (the
-    results guard prints it last on the test step's stderr, with the eval call's ``key``,
-    which the program cannot learn): more passes in the file than pytest counted, or passes
-    with no count at all, raise :class:`VerdictMismatch`. Returns the test plugins pytest
-    resolved (``{distribution: version}``, from the same lines)."""
-    line = re.compile(rf"^{ACCOUNT_PREFIX} {re.escape(key)} passed=(\d+)"
-                      rf"(?: plugins=(\S+))?$", re.M)
-    account: int | None = None
-    plugins: dict[str, str] = {}
-    for entry in getattr(result, "log", []):
-        step, output = entry.get("step"), entry.get("output") or ""
-        if step == "run_tests":
-            found = line.findall(output) if key else []
-            account = int(found[-1][0]) if found else None
-            if found:
-                plugins.update(parse_plugins(found[-1][1]))
-        elif step == "results_read" and entry.get("branch") and output.strip():
-            try:
-                passed = _passed_in_xml(output)
-            except Exception:  # the CLI judges an unparsable file itself
-                continue
-            if passed and (account is None or passed > account):
-                counted = "no count" if account is None else f"{account} passed"
-                raise VerdictMismatch(
-                    f"branch {entry['branch']}: the results file has {passed} passing tests, "
-                    f"pytest's own account {counted}: the file was changed after pytest "
-                    "wrote it; not scored")
-    return plugins
-
-
-def parse_plugins(text: str) -> dict[str, str]:
-    """``pytest==8.3.4,pytest-rerunfailures==16.4`` -> ``{name: version}`` (``-``: none)."""
-    out: dict[str, str] = {}
-    for part in text.split(","):
-        name, sep, ver = part.partition("==")
-        if sep and name and ver:
-            out[name[:64]] = ver[:64]
-    return out
 
 
 def read_eval_json(path: Path) -> str:
@@ -363,84 +242,6 @@ def _run_cli_with(
         timed_out=timed_out,
         started_at=started_at,
     )
-
-
-def _clean_lines(text: str) -> list[str]:
-    lines: list[str] = []
-    for raw in _ANSI.sub("", text).splitlines():
-        line = raw.rsplit("\r", 1)[-1].rstrip()  # keep what a terminal would show
-        if line.strip():
-            lines.append(line)
-    return lines
-
-
-def cli_failure(run: CliRun, instance_id: str) -> tuple[str, str]:
-    """``(error_code, message)`` for an instance the CLI left without an eval.json."""
-    if run.timed_out:
-        return "timeout", f"programbench eval did not finish within the timeout ({run.cmd})"
-    err_lines = _clean_lines(run.stderr)
-    code = None
-    for line in _clean_lines(run.stdout):
-        if line.lstrip().startswith(instance_id) and "ERROR:" in line:
-            code = line.split("ERROR:", 1)[1].split()[0]
-    message_lines: list[str] = []
-    marker = f"Error evaluating {instance_id}:"
-    for i, line in enumerate(err_lines):
-        if marker in line:
-            message_lines = [line[line.index(marker) :]]
-            for follow in err_lines[i + 1 :]:
-                if follow.startswith("Traceback"):
-                    break
-                message_lines.append(follow)
-            break
-    if not message_lines:
-        message_lines = err_lines[-15:] or _clean_lines(run.stdout)[-15:]
-    if code is None:
-        for line in reversed(err_lines):
-            match = _EXC_LINE.match(line.strip())
-            if match:
-                code = match.group(1).rsplit(".", 1)[-1]
-                break
-    message = "\n".join(message_lines).strip() or f"programbench eval exited {run.returncode}"
-    return code or "no_eval_json", message[-4000:]
-
-
-# Raised while the eval reads a branch's results.xml, which the submission's own processes
-# can rewrite (same container, same root user): a truncated or forged file is theirs.
-SUBMISSION_EXCEPTIONS = frozenset({"XmlParseError", "EmptyTestResultError", "UnicodeDecodeError"})
-# Unpacking the submission (or a branch's tests over the workspace the build left) failed in
-# the container's tar: the archive is ours and well formed, so the workspace's shape did it.
-UNPACK_MARKER = "tar stream into container failed"
-# Our side: the engine, the disk, the policy shim.
-INFRA_MARKERS = (
-    "Error response from daemon",
-    "Cannot connect to the Docker daemon",
-    "No space left on device",
-    "docker policy:",
-    "Failed to start container",
-    "docker commit failed",
-    "No such container",
-)
-
-
-def failure_cause(code: str, message: str,
-                  built_containers: list[str] | None = None) -> Literal["agent", "infra"]:
-    """Who made the CLI end an instance without a verdict (see :func:`cli_failure`).
-
-    A build the docker policy refused to commit, or a container started from the image the
-    submission's build left that is not running (its ``sleep`` replaced, its init killed), is
-    the submission's doing too."""
-    if BUILD_TAMPER_MARKER in message:  # the policy refused to commit what compile.sh did
-        return "agent"
-    for cid in built_containers or []:
-        if len(cid) >= 12 and (cid in message or cid[:12] in message) and (
-                "is not running" in message):
-            return "agent"
-    if any(marker in message for marker in INFRA_MARKERS):
-        return "infra"
-    if code in SUBMISSION_EXCEPTIONS or UNPACK_MARKER in message:
-        return "agent"
-    return "infra"
 
 
 def _tests_meta(instance_id: str) -> dict[str, object]:
