@@ -84,6 +84,14 @@ STATUS = {
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("cowork_bench", "Cowork Bench")
+    _add_checkout_options(group)
+    _add_policy_options(group)
+    _add_agent_options(group)
+    _add_container_options(group)
+
+
+def _add_checkout_options(group: pytest.OptionGroup) -> None:
+    """Which Cowork Bench checkout runs, and what it may differ in."""
     group.addoption(
         "--cowork-root",
         default=None,
@@ -108,6 +116,10 @@ def add_options(parser: pytest.Parser) -> None:
         default=False,
         help="run a checkout at another commit than --cowork-commit (recorded)",
     )
+
+
+def _add_policy_options(group: pytest.OptionGroup) -> None:
+    """What a run does when a task's tools or database are missing, or its agent truncated."""
     group.addoption(
         "--diagnostic-eval-on-truncation",
         action="store_true",
@@ -130,6 +142,10 @@ def add_options(parser: pytest.Parser) -> None:
         "empty, so a task that needs it fails its preprocess or checker (recorded, the run "
         "is not reportable); by default such a run is infra_failed pg_fail",
     )
+
+
+def _add_agent_options(group: pytest.OptionGroup) -> None:
+    """The agent's wall clock and step cap per task."""
     group.addoption(
         "--cowork-task-timeout",
         default=str(DEFAULT_TASK_TIMEOUT_SEC),
@@ -142,6 +158,10 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="N",
         help="agent step cap handed to the agent (default 100, upstream)",
     )
+
+
+def _add_container_options(group: pytest.OptionGroup) -> None:
+    """The images and resource limits of the agent, eval and database containers."""
     group.addoption(
         "--cowork-image",
         default=None,
