@@ -249,6 +249,32 @@ def _infra(env: InstanceEnv, exc: InfraError, stage: str) -> None:
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class _AgentRequest:
+    """What the agent phase hands the agent and records: the launch, the task, the prompt."""
+
+    launch: datetime
+    launch_time: str  # preprocess's --launch_time and the summary's
+    task_text: str
+    system_prompt: str
+
+
+@dataclass
+class _AgentRun:
+    """What the agent phase has found so far: the summary's fields, filled in step by step."""
+
+    status: m.BenchStatus = "failed"
+    reason: str | None = None
+    infra_reason: str | None = None
+    error: str | None = None
+    outcome: AgentOutcome | None = None
+    pre_rc: int | None = None
+    locked: bool = False  # the sidecar is in its agent phase (the checker's role locked out)
+
+    def infra(self, exc: InfraError) -> None:
+        self.infra_reason, self.reason, self.error = exc.reason_code, exc.reason_code, str(exc)
+
+
 def run_agent_phase(
     env: InstanceEnv,
     agent: AgentStep,
@@ -259,93 +285,130 @@ def run_agent_phase(
 ) -> m.AgentSummary:
     """Preprocess, the agent step, copy-out; writes traj_log.json and agent_summary.json."""
     env.inst_dir.mkdir(parents=True, exist_ok=True)
-    launch = launch or datetime.now(UTC)
-    launch_time = launch.strftime("%Y-%m-%d %H:%M:%S")
-    docs = env.docs or read_docs(env.bench_root, env.task.instance_id)
-    task_text, system_prompt = docs.task, render_prompt(docs.system_prompt)
+    req = _agent_request(env, launch or datetime.now(UTC))
     started_at, t0 = now_iso(), time.monotonic()
-    status: m.BenchStatus = "failed"
-    reason: str | None = None
-    infra_reason: str | None = None
-    error: str | None = None
-    outcome: AgentOutcome | None = None
-    pre_rc: int | None = None
+    run = _AgentRun()
     container = _start(env, "agent", sanitised=True, runtime=env.sandbox_runtime)
-    locked = False
     try:
-        if env.task.has_initial_workspace:
-            initial = task_dir(env.bench_root, env.task.instance_id) / "initial_workspace"
-            data = pack_tree([(p, p.name) for p in sorted(initial.iterdir())],
-                             uid=AGENT_ID, gid=AGENT_ID)  # fmt: skip
-            container.put_archive(WORKSPACE, data)
-        pre = container.exec(
-            ["python3", "-m", env.task.module("preprocess"), "--agent_workspace", WORKSPACE,
-             "--launch_time", launch_time],
-            env=env.env, workdir=ROOT, timeout=600, user=AGENT,
-        )  # fmt: skip
-        pre_rc = pre.exit_status
-        atomic_write_text(env.inst_dir / m.PREPROCESS_LOG, pre.stdout_text + pre.stderr_text)
-        env.timings["preprocess_s"] = pre.wall_s
-        if pre.exit_status != 0:
-            infra_reason, reason = "preprocess_failed", "preprocess_failed"
-        else:
-            locked = True
+        if _preprocess(env, container, req, run):
+            run.locked = True
             env.sidecar.enter_agent_phase()
-            try:
-                inventory = start_task_servers(env, container)
-            except InfraError as exc:  # copy-out below still runs: the servers' stderr
-                infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
-                _infra(env, exc, "mcp_servers")
-            else:
-                t1 = time.monotonic()
-                ctx = AgentContext(env, container, task_text, system_prompt,
-                                   t1 + timeout_sec, mcp=inventory)  # fmt: skip
-                try:
-                    outcome = agent(ctx)
-                    status, reason = outcome.status, outcome.reason_code
-                    if outcome.infra_failed:
-                        infra_reason = reason or "agent_infra_failed"
-                except InfraError as exc:
-                    infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
-                except Exception as exc:  # the adapter itself broke: not the model's fault
-                    infra_reason, reason = "adapter_crashed", "adapter_crashed"
-                    error = f"{type(exc).__name__}: {exc}"
-                env.timings["agent_s"] = time.monotonic() - t1
-        try:
-            container.copy_out(WORKSPACE, env.inst_dir / m.WORKSPACE_DIR)  # bounded, inert
-            container.copy_out(AGENT_LOGS, env.inst_dir / m.AGENT_LOG_DIR)
-            if env.task.servers:  # agent-writable too (the supervisor runs as the agent)
-                copy_logs(container, env.inst_dir / LOG_DIR_NAME)
-        except CopyRefused as exc:  # the agent's output broke a copy-out cap: its failure
-            status, reason, error = "failed", exc.reason_code, str(exc)
+            _run_agent(env, container, agent, req, run, timeout_sec)
+        _copy_out(env, container, run)
     except InfraError as exc:
-        infra_reason, reason, error = exc.reason_code, exc.reason_code, str(exc)
+        run.infra(exc)
         _infra(env, exc, "agent_phase")
     finally:
         try:
             container.remove()  # verified: raises unless the listing shows it gone
         finally:
-            if locked:  # the agent's processes are gone: the checker's role may log in
+            if run.locked:  # the agent's processes are gone: the checker's role may log in
                 env.sidecar.leave_agent_phase()
+    return _write_agent_records(env, agent_name, req, run, started_at, t0)
+
+
+def _agent_request(env: InstanceEnv, launch: datetime) -> _AgentRequest:
+    docs = env.docs or read_docs(env.bench_root, env.task.instance_id)
+    return _AgentRequest(
+        launch=launch, launch_time=launch.strftime("%Y-%m-%d %H:%M:%S"),
+        task_text=docs.task, system_prompt=render_prompt(docs.system_prompt),
+    )  # fmt: skip
+
+
+def _preprocess(env: InstanceEnv, container: Sandbox, req: _AgentRequest, run: _AgentRun) -> bool:
+    """The task's initial workspace and its preprocess, as the agent; False if it failed."""
+    if env.task.has_initial_workspace:
+        initial = task_dir(env.bench_root, env.task.instance_id) / "initial_workspace"
+        data = pack_tree([(p, p.name) for p in sorted(initial.iterdir())],
+                         uid=AGENT_ID, gid=AGENT_ID)  # fmt: skip
+        container.put_archive(WORKSPACE, data)
+    pre = container.exec(
+        ["python3", "-m", env.task.module("preprocess"), "--agent_workspace", WORKSPACE,
+         "--launch_time", req.launch_time],
+        env=env.env, workdir=ROOT, timeout=600, user=AGENT,
+    )  # fmt: skip
+    run.pre_rc = pre.exit_status
+    atomic_write_text(env.inst_dir / m.PREPROCESS_LOG, pre.stdout_text + pre.stderr_text)
+    env.timings["preprocess_s"] = pre.wall_s
+    if pre.exit_status != 0:
+        run.infra_reason, run.reason = "preprocess_failed", "preprocess_failed"
+        return False
+    return True
+
+
+def _run_agent(
+    env: InstanceEnv,
+    container: Sandbox,
+    agent: AgentStep,
+    req: _AgentRequest,
+    run: _AgentRun,
+    timeout_sec: float,
+) -> None:
+    """The task's MCP servers, then the agent step, classified into ``run``."""
+    try:
+        inventory = start_task_servers(env, container)
+    except InfraError as exc:  # copy-out still runs: the servers' stderr
+        run.infra(exc)
+        _infra(env, exc, "mcp_servers")
+        return
+    t1 = time.monotonic()
+    ctx = AgentContext(env, container, req.task_text, req.system_prompt,
+                       t1 + timeout_sec, mcp=inventory)  # fmt: skip
+    try:
+        run.outcome = outcome = agent(ctx)
+        run.status, run.reason = outcome.status, outcome.reason_code
+        if outcome.infra_failed:
+            run.infra_reason = run.reason or "agent_infra_failed"
+    except InfraError as exc:
+        run.infra(exc)
+    except Exception as exc:  # the adapter itself broke: not the model's fault
+        run.infra_reason, run.reason = "adapter_crashed", "adapter_crashed"
+        run.error = f"{type(exc).__name__}: {exc}"
+    env.timings["agent_s"] = time.monotonic() - t1
+
+
+def _copy_out(env: InstanceEnv, container: Sandbox, run: _AgentRun) -> None:
+    """The workspace, the agent's logs and the MCP servers' logs, out of the container."""
+    try:
+        container.copy_out(WORKSPACE, env.inst_dir / m.WORKSPACE_DIR)  # bounded, inert
+        container.copy_out(AGENT_LOGS, env.inst_dir / m.AGENT_LOG_DIR)
+        if env.task.servers:  # agent-writable too (the supervisor runs as the agent)
+            copy_logs(container, env.inst_dir / LOG_DIR_NAME)
+    except CopyRefused as exc:  # the agent's output broke a copy-out cap: its failure
+        run.status, run.reason, run.error = "failed", exc.reason_code, str(exc)
+
+
+def _write_agent_records(
+    env: InstanceEnv,
+    agent_name: str,
+    req: _AgentRequest,
+    run: _AgentRun,
+    started_at: str,
+    t0: float,
+) -> m.AgentSummary:
+    """workspace_sanitised.json, traj_log.json, traj.json and agent_summary.json."""
     if (env.inst_dir / m.WORKSPACE_DIR).is_dir():
         atomic_write_json(env.inst_dir / SANITISED_NAME,
                           sanitise_workspace(env.inst_dir / m.WORKSPACE_DIR))  # fmt: skip
     state: Literal["absent"] = "absent"
     finished_at = now_iso()
-    config = traj_config(env, launch.strftime("%Y-%m-%d %H:%M:%S %A"), system_prompt, task_text)
+    config = traj_config(
+        env, req.launch.strftime("%Y-%m-%d %H:%M:%S %A"), req.system_prompt, req.task_text
+    )
     atomic_write_json(env.inst_dir / m.TRAJ_LOG, m.TrajLog(
-        config=config, status=status, start_time=started_at, end_time=finished_at))  # fmt: skip
+        config=config, status=run.status, start_time=started_at, end_time=finished_at))  # fmt: skip
+    outcome = run.outcome
     atomic_write_json(env.inst_dir / m.TRAJ, m.Traj(
-        status=status, start_time=started_at, end_time=finished_at,
+        status=run.status, start_time=started_at, end_time=finished_at,
         messages=outcome.messages if outcome else [],
         tool_calls=outcome.tool_calls if outcome else [],
     ))  # fmt: skip
     summary = m.AgentSummary(
-        instance_id=env.task.instance_id, agent=agent_name, bench_status=status,
-        reason_code=reason, infra_failed=infra_reason is not None, infra_reason=infra_reason,
-        launch_time=launch_time, started_at=started_at, finished_at=finished_at,
-        preprocess_exit_code=pre_rc, agent_container_state=state,
-        durations={"agent_phase_s": time.monotonic() - t0}, error=error,
+        instance_id=env.task.instance_id, agent=agent_name, bench_status=run.status,
+        reason_code=run.reason, infra_failed=run.infra_reason is not None,
+        infra_reason=run.infra_reason, launch_time=req.launch_time, started_at=started_at,
+        finished_at=finished_at, preprocess_exit_code=run.pre_rc, agent_container_state=state,
+        durations={"agent_phase_s": time.monotonic() - t0}, error=run.error,
     )  # fmt: skip
     atomic_write_json(env.inst_dir / m.AGENT_SUMMARY, summary)
     return summary
