@@ -361,6 +361,33 @@ def line(q: TaskQualification) -> str:
 
 def qualify_command(argv: list[str] | None = None) -> int:
     prog = "harness cowork qualify"
+    args = _parser(prog).parse_args(argv)
+    root = args.cowork_root.expanduser().resolve()
+    problem = _usage_problem(args, root)
+    if problem:
+        print(f"{prog}: {problem}", file=sys.stderr)
+        return 2
+    tasks = _selected_tasks(prog, args, root)
+    if tasks is None:
+        return 2
+    images = _images(prog, args, root)
+    if images is None:
+        return 2
+    table = args.table
+    if args.all and table is None:
+        table = Path(f"cowork-qualify-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.md")
+    with tempfile.TemporaryDirectory(prefix="cowork-qualify-") as work:
+        try:
+            with run_lock(work).acquire(timeout=0):  # sweeps leave a locked run alone
+                report = qualify(root, tasks, Path(work), images["image"], by_set=args.all,
+                                 jobs=args.jobs, pg_image=images["pg"])  # fmt: skip
+        except InfraError as exc:
+            print(f"{prog}: infrastructure failed: {exc}", file=sys.stderr)
+            return 2
+    return _report(args, report, table)
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=doc_summary(__doc__))
     parser.add_argument("--cowork-root", type=Path, required=True, help="a Cowork checkout")
     parser.add_argument(
@@ -385,32 +412,40 @@ def qualify_command(argv: list[str] | None = None) -> int:
         help="a local PostgreSQL image for "
         "the sidecar (the harness's layout or the official postgres image's)",
     )
-    args = parser.parse_args(argv)
-    root = args.cowork_root.expanduser().resolve()
+    return parser
+
+
+def _usage_problem(args: argparse.Namespace, root: Path) -> str | None:
+    """What is wrong with the command line as given (before any task is read), if anything."""
     if not (root / FINALPOOL).is_dir():
-        print(f"{prog}: no {FINALPOOL}/ under {root}", file=sys.stderr)
-        return 2
+        return f"no {FINALPOOL}/ under {root}"
     if args.all and args.task:
-        print(f"{prog}: --all and --task: give one", file=sys.stderr)
-        return 2
+        return "--all and --task: give one"
     if args.table and not args.all:
-        print(f"{prog}: --table needs --all", file=sys.stderr)
-        return 2
+        return "--table needs --all"
     if args.jobs < 1:
-        print(f"{prog}: --jobs {args.jobs}: give a positive number", file=sys.stderr)
-        return 2
+        return f"--jobs {args.jobs}: give a positive number"
     if args.build_image and args.cowork_image:
-        print(f"{prog}: --build-image and --cowork-image both choose the image: give one",
-              file=sys.stderr)  # fmt: skip
-        return 2
+        return "--build-image and --cowork-image both choose the image: give one"
+    return None
+
+
+def _selected_tasks(prog: str, args: argparse.Namespace, root: Path) -> list[CoworkTask] | None:
+    """The tasks to qualify (all, or the ``--task`` ones); None (said) on an unknown one."""
     tasks = discover_tasks(root)
     if args.task:
         known = {t.instance_id: t for t in tasks}
         unknown = [t for t in args.task if t not in known]
         if unknown:
             print(f"{prog}: unknown task(s) {unknown}", file=sys.stderr)
-            return 2
+            return None
         tasks = [known[t] for t in dict.fromkeys(args.task)]
+    return tasks
+
+
+def _images(prog: str, args: argparse.Namespace, root: Path) -> dict[str, str | None] | None:
+    """The image ids to qualify in (``image``: the agent's, ``pg``: the sidecar's; None the
+    harness's own); None (said) when a named image is missing or ``--build-image`` failed."""
     images: dict[str, str | None] = {"image": None, "pg": None}
     for key, flag, ref in (("image", "--cowork-image", args.cowork_image),
                            ("pg", "--cowork-pg-image", args.cowork_pg_image)):  # fmt: skip
@@ -419,7 +454,7 @@ def qualify_command(argv: list[str] | None = None) -> int:
             if images[key] is None:
                 print(f"{prog}: {flag} {ref}: no such local image; build it (harness cowork "
                       "build-image / build-servers) or pull it", file=sys.stderr)  # fmt: skip
-                return 2
+                return None
     if args.build_image:
         from benchmarks.cowork_bench.build_image import BuildFailed, ensure_checkout_image
 
@@ -427,22 +462,16 @@ def qualify_command(argv: list[str] | None = None) -> int:
             built = ensure_checkout_image(root)
         except (BuildFailed, ValueError, OSError) as exc:
             print(f"{prog}: --build-image: {exc}", file=sys.stderr)
-            return 2
+            return None
         assert built.derived is not None
         images["image"] = built.derived.image_id
         print(f"qualifying in {built.derived.tag} ({built.tag} with the harness's layer)",
               file=sys.stderr)  # fmt: skip
-    table = args.table
-    if args.all and table is None:
-        table = Path(f"cowork-qualify-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.md")
-    with tempfile.TemporaryDirectory(prefix="cowork-qualify-") as work:
-        try:
-            with run_lock(work).acquire(timeout=0):  # sweeps leave a locked run alone
-                report = qualify(root, tasks, Path(work), images["image"], by_set=args.all,
-                                 jobs=args.jobs, pg_image=images["pg"])  # fmt: skip
-        except InfraError as exc:
-            print(f"{prog}: infrastructure failed: {exc}", file=sys.stderr)
-            return 2
+    return images
+
+
+def _report(args: argparse.Namespace, report: QualifyReport, table: Path | None) -> int:
+    """The summary line, the ``--output`` JSON and the ``--table``; the exit status."""
     ready = report.ready_count
     sets = f" in {len(report.server_sets)} server set(s)" if args.all else ""
     print(f"qualified {len(report.tasks)} task(s){sets}: {ready} ready, "
