@@ -143,46 +143,62 @@ def run_instance(
     try:
         runtime = result.runtime_image = runtime_image or ensure_image("runtime").image_id
         if sidecar is None:
-            t0 = time.monotonic()
-            with phase_deadline("provision", (deadlines or {}).get("provision")):
-                sidecar = _start_sidecar(task, ident, Path(seed_path or Path(bench_root) / "db"
-                                                           / "init.sql.gz"),
-                                         ttl, limits, pg_image, allow_missing_db)
-            result.pg_image = sidecar.image_id
-            result.pg_seed_missing = sidecar.seed_missing
-            timings.update(sidecar.timings)
-            timings["sidecar_total_s"] = time.monotonic() - t0
+            dump = Path(seed_path or Path(bench_root) / "db" / "init.sql.gz")
+            sidecar = _provision(task, ident, dump, ttl, limits, pg_image, allow_missing_db,
+                                 (deadlines or {}).get("provision"), result)  # fmt: skip
         env = InstanceEnv(task, Path(bench_root), inst_dir, sidecar.network, sidecar, ident,
-                          runtime, timings, ttl_s=ttl, docs=docs,
-                          limits=limits or Limits(),
-                          sandbox_runtime=sandbox_runtime,
-                          allow_missing_tools=allow_missing_tools,
+                          runtime, timings, ttl_s=ttl, docs=docs, limits=limits or Limits(),
+                          sandbox_runtime=sandbox_runtime, allow_missing_tools=allow_missing_tools,
                           copy_limits=copy_limits or CopyLimits(), seed=seed,
                           deadlines=deadlines or {})  # fmt: skip
         t1 = time.monotonic()
         result.summary = run_agent_phase(env, agent, agent_name, timeout_sec=agent_timeout_sec)
         timings["agent_phase_s"] = time.monotonic() - t1
         if not result.summary.infra_failed:
-            t2 = time.monotonic()
-            runner = checker or container_checker(env)
-            with phase_deadline("eval", (deadlines or {}).get("eval")):
-                result.eval = evaluate_once(inst_dir, Path(bench_root), task.instance_id,
-                                            runner)
-            timings["eval_s"] = time.monotonic() - t2
-            if diagnostic:
-                result.diagnostic = run_diagnostic(inst_dir, Path(bench_root), task.instance_id,
-                                                   runner, enabled=True)  # fmt: skip
+            _eval_phase(env, checker, diagnostic, (deadlines or {}).get("eval"), result)
     except InfraError as exc:
-        record = m.InfraRecord(instance_id=task.instance_id, reason_code=exc.reason_code,
-                               stage="instance", message=str(exc)[:2000], at=now_iso())  # fmt: skip
-        atomic_write_json(inst_dir / m.INFRA_RECORD, record)
-        result.infra = record
+        result.infra = _infra_record(inst_dir, task.instance_id, exc)
     finally:
-        if own and keep_sandboxes:
-            result.cleanup = {"kept": True}
-        elif own:
-            result.cleanup = teardown(ident, task.instance_id)
+        if own:
+            result.cleanup = {"kept": True} if keep_sandboxes else teardown(ident, task.instance_id)
     return result
+
+
+def _infra_record(inst_dir: Path, instance_id: str, exc: InfraError) -> m.InfraRecord:
+    """The instance's ``infra.json``: the infrastructure failure that ended it."""
+    record = m.InfraRecord(instance_id=instance_id, reason_code=exc.reason_code,
+                           stage="instance", message=str(exc)[:2000], at=now_iso())  # fmt: skip
+    atomic_write_json(inst_dir / m.INFRA_RECORD, record)
+    return record
+
+
+def _provision(task: CoworkTask, ident: RunIdentity, dump: Path, ttl: int,
+               limits: Limits | None, pg_image: str | None, allow_missing_db: bool,
+               deadline: float | None, result: InstanceResult) -> PgSidecar:
+    """The instance's own sidecar within the provision deadline; its image, its missing
+    seed and its timings go to ``result``."""
+    t0 = time.monotonic()
+    with phase_deadline("provision", deadline):
+        sidecar = _start_sidecar(task, ident, dump, ttl, limits, pg_image, allow_missing_db)
+    result.pg_image = sidecar.image_id
+    result.pg_seed_missing = sidecar.seed_missing
+    result.timings.update(sidecar.timings)
+    result.timings["sidecar_total_s"] = time.monotonic() - t0
+    return sidecar
+
+
+def _eval_phase(env: InstanceEnv, checker: CheckerRunner | None, diagnostic: bool,
+                deadline: float | None, result: InstanceResult) -> None:
+    """The official eval within the eval deadline, then (``diagnostic``) the residual
+    diagnostic while the sidecar still holds the agent's state; both go to ``result``."""
+    t2 = time.monotonic()
+    runner = checker or container_checker(env)
+    with phase_deadline("eval", deadline):
+        result.eval = evaluate_once(env.inst_dir, env.bench_root, env.task.instance_id, runner)
+    result.timings["eval_s"] = time.monotonic() - t2
+    if diagnostic:
+        result.diagnostic = run_diagnostic(env.inst_dir, env.bench_root, env.task.instance_id,
+                                           runner, enabled=True)  # fmt: skip
 
 
 def _start_sidecar(task: CoworkTask, ident: RunIdentity, dump: Path, ttl: int,
