@@ -31,6 +31,8 @@ from pydantic import BaseModel, Field
 from benchmarks.cowork_bench import BENCHMARK
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.classify import (
+    ReceiptView,
+    UsageRecords,
     agent_log_paths,
     classify_instance,
     read_agent_log,
@@ -255,35 +257,8 @@ def audit_task(
         klass = CLASS_OF_STATUS.get(str(ledger_status), "unknown")
         if ledger_status != evidence.status:
             gaps.append(f"ledger_evidence_disagree:{ledger_status}!={evidence.status}")
-    facts = ReceiptFacts(available=False)
-    if receipt and receipt.receipt_file and (inst / receipt.receipt_file).exists():
-        fact = file_fact(inst / receipt.receipt_file)
-        facts = ReceiptFacts(
-            available=True, passed=receipt.passed, bytes=fact.bytes, sha256=fact.sha256
-        )
-    activity, cost, models = Activity(), TaskCost(), set()
-    for _src, _line, rec in records:
-        activity.usage_records += 1
-        nested = rec.get("usage")
-        usage: dict[str, Any] = nested if isinstance(nested, dict) else rec
-        if tokens_of(rec) > 0:
-            activity.nonempty_usage_records += 1
-        activity.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        activity.completion_tokens += int(usage.get("completion_tokens") or 0)
-        activity.cached_tokens += int(usage.get("cached_tokens") or 0)
-        if rec.get("model"):
-            models.add(str(rec["model"]))
-        usd = rec.get("cost_usd", rec.get("cost"))
-        if isinstance(usd, int | float) and not isinstance(usd, bool):
-            cost.known_usd += float(usd)
-            cost.estimated_usage_records += bool(rec.get("cost_estimated"))
-        else:
-            cost.unknown_usage_records += 1
-    # No usage record is not "$0": it is unknown, unless the row itself knows the agent's
-    # cost (a free agent such as the oracle records cost_known with $0).
-    free = row is not None and row.cost_known and not row.cost_usd
-    cost.complete = cost.unknown_usage_records == 0 and (activity.usage_records > 0 or free)
-    cost.total_usd = round(cost.known_usd, 6) if cost.complete else None
+    facts = _receipt_facts(inst, receipt)
+    activity, cost, models = _tally_usage(records, row)
     findings, calls = scan(inst) if inst.is_dir() else ([], 0)
     activity.tool_calls = calls
     if not inst.is_dir():
@@ -317,6 +292,46 @@ def audit_task(
         carried_from=carried_from,
         evidence_dir=str(inst),
     )
+
+
+def _receipt_facts(inst: Path, receipt: ReceiptView | None) -> ReceiptFacts:
+    """The claimed attempt's receipt file, if there is one: its verdict, size and hash."""
+    if receipt and receipt.receipt_file and (inst / receipt.receipt_file).exists():
+        fact = file_fact(inst / receipt.receipt_file)
+        return ReceiptFacts(
+            available=True, passed=receipt.passed, bytes=fact.bytes, sha256=fact.sha256
+        )
+    return ReceiptFacts(available=False)
+
+
+def _tally_usage(
+    records: UsageRecords, row: TaskRow | None
+) -> tuple[Activity, TaskCost, set[str]]:
+    """The task's tokens, cost and models, summed over its ``llm_usage`` records."""
+    activity, cost, models = Activity(), TaskCost(), set()
+    for _src, _line, rec in records:
+        activity.usage_records += 1
+        nested = rec.get("usage")
+        usage: dict[str, Any] = nested if isinstance(nested, dict) else rec
+        if tokens_of(rec) > 0:
+            activity.nonempty_usage_records += 1
+        activity.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        activity.completion_tokens += int(usage.get("completion_tokens") or 0)
+        activity.cached_tokens += int(usage.get("cached_tokens") or 0)
+        if rec.get("model"):
+            models.add(str(rec["model"]))
+        usd = rec.get("cost_usd", rec.get("cost"))
+        if isinstance(usd, int | float) and not isinstance(usd, bool):
+            cost.known_usd += float(usd)
+            cost.estimated_usage_records += bool(rec.get("cost_estimated"))
+        else:
+            cost.unknown_usage_records += 1
+    # No usage record is not "$0": it is unknown, unless the row itself knows the agent's
+    # cost (a free agent such as the oracle records cost_known with $0).
+    free = row is not None and row.cost_known and not row.cost_usd
+    cost.complete = cost.unknown_usage_records == 0 and (activity.usage_records > 0 or free)
+    cost.total_usd = round(cost.known_usd, 6) if cost.complete else None
+    return activity, cost, models
 
 
 # --------------------------------------------------------------------------- whole run
