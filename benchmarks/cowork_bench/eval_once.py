@@ -50,6 +50,7 @@ class CheckerRun(BaseModel):
 
 
 CheckerRunner = Callable[[CheckerRequest], CheckerRun]
+_ReceiptOf = Callable[..., m.EvalReceipt]  # an attempt's receipt from its fields
 
 
 class EvalOutcome(BaseModel):
@@ -230,12 +231,24 @@ def evaluate_once(
         assert raced is not None
         return _reenter(inst_dir, raced, current)
 
+    receipt, eval_res = _attempt(inst_dir, instance_id, claim, current, runner)
+    if not publish_exclusive(inst_dir / m.receipt_name(claim.attempt_id), receipt):
+        raise RuntimeError(f"receipt for attempt {claim.attempt_id} already exists")
+    atomic_write_json(inst_dir / m.EVAL_RES, eval_res)
+    kind: Literal["evaluated", "declined", "error"] = (
+        "evaluated" if receipt.state == "completed" else receipt.state
+    )
+    return EvalOutcome(kind=kind, attempt_id=claim.attempt_id, receipt=receipt)
+
+
+def _receipt_maker(attempt_id: str, instance_id: str) -> _ReceiptOf:
+    """The attempt's receipt from its fields, timed from now."""
     started_at, t0 = now_iso(), time.monotonic()
 
     def receipt_of(**fields: object) -> m.EvalReceipt:
         return m.EvalReceipt.model_validate(
             {
-                "attempt_id": claim.attempt_id,
+                "attempt_id": attempt_id,
                 "instance_id": instance_id,
                 "started_at": started_at,
                 "completed_at": now_iso(),
@@ -244,54 +257,65 @@ def evaluate_once(
             }
         )
 
+    return receipt_of
+
+
+def _attempt(
+    inst_dir: Path,
+    instance_id: str,
+    claim: m.EvalClaim,
+    current: dict[str, m.FileFact],
+    runner: CheckerRunner,
+) -> tuple[m.EvalReceipt, dict[str, object]]:
+    """The claimed attempt: its receipt and ``eval_res.json`` (the checker runs only after a
+    successful agent run, as upstream's status gate)."""
+    receipt_of = _receipt_maker(claim.attempt_id, instance_id)
     traj: m.TrajLog | None = None
     try:
         traj = m.TrajLog.model_validate_json((inst_dir / m.TRAJ_LOG).read_bytes())
     except (OSError, ValidationError, ValueError) as exc:
         traj_error = f"{type(exc).__name__}: {exc}"
-    eval_res: dict[str, object]
     if traj is None:
         receipt = receipt_of(state="error", checker_ran=False, raised=traj_error[:TAIL_CHARS])
-        eval_res = {"pass": False, "failure": "evaluation_error", "details": receipt.raised}
-    elif traj.status != "success":
+        return receipt, {"pass": False, "failure": "evaluation_error", "details": receipt.raised}
+    if traj.status != "success":
         text = m.STATUS_GATE_TEXT.format(status=traj.status)
         receipt = receipt_of(state="declined", checker_ran=False, details=text)
-        eval_res = {"pass": None, "details": text}
-    else:
-        scratch = inst_dir / m.EVAL_DIR / claim.attempt_id
-        scratch.mkdir(parents=True, exist_ok=True)
-        has_gt = current["groundtruth"].state == "present"
-        request = checker_request(inst_dir, instance_id, claim.attempt_id, scratch, traj, has_gt)
-        try:
-            run = runner(request)
-        except Exception as exc:  # the runner's own failure (infra); the claim stays spent
-            raised = f"{type(exc).__name__}: {exc}"[:TAIL_CHARS]
-            receipt = receipt_of(state="error", checker_ran=False, raised=raised)
-            eval_res = {"pass": False, "failure": "evaluation_error", "details": raised}
-        else:
-            passed = run.exit_code == 0
-            res_log = file_fact(Path(run.res_log_path)) if run.res_log_path else None
-            receipt = receipt_of(
-                state="completed",
-                checker_ran=True,
-                exit_code=run.exit_code,
-                **{"pass": passed},
-                stdout_tail=run.stdout[-TAIL_CHARS:],
-                stderr_tail=run.stderr[-TAIL_CHARS:],
-                res_log=res_log.model_dump() if res_log else None,
-            )
-            eval_res = (
-                {
-                    "pass": True,
-                    "details": "All evaluation checks passed, and task status is success",
-                }
-                if passed
-                else {"pass": False, "failure": run.stdout}
-            )
-    if not publish_exclusive(inst_dir / m.receipt_name(claim.attempt_id), receipt):
-        raise RuntimeError(f"receipt for attempt {claim.attempt_id} already exists")
-    atomic_write_json(inst_dir / m.EVAL_RES, eval_res)
-    kind: Literal["evaluated", "declined", "error"] = (
-        "evaluated" if receipt.state == "completed" else receipt.state
+        return receipt, {"pass": None, "details": text}
+    scratch = inst_dir / m.EVAL_DIR / claim.attempt_id
+    scratch.mkdir(parents=True, exist_ok=True)
+    has_gt = current["groundtruth"].state == "present"
+    request = checker_request(inst_dir, instance_id, claim.attempt_id, scratch, traj, has_gt)
+    return _run_checker(runner, request, receipt_of)
+
+
+def _run_checker(
+    runner: CheckerRunner, request: CheckerRequest, receipt_of: _ReceiptOf
+) -> tuple[m.EvalReceipt, dict[str, object]]:
+    """The checker's run: its receipt and ``eval_res.json``."""
+    try:
+        run = runner(request)
+    except Exception as exc:  # the runner's own failure (infra); the claim stays spent
+        raised = f"{type(exc).__name__}: {exc}"[:TAIL_CHARS]
+        receipt = receipt_of(state="error", checker_ran=False, raised=raised)
+        return receipt, {"pass": False, "failure": "evaluation_error", "details": raised}
+    passed = run.exit_code == 0
+    res_log = file_fact(Path(run.res_log_path)) if run.res_log_path else None
+    receipt = receipt_of(
+        state="completed",
+        checker_ran=True,
+        exit_code=run.exit_code,
+        **{"pass": passed},
+        stdout_tail=run.stdout[-TAIL_CHARS:],
+        stderr_tail=run.stderr[-TAIL_CHARS:],
+        res_log=res_log.model_dump() if res_log else None,
     )
-    return EvalOutcome(kind=kind, attempt_id=claim.attempt_id, receipt=receipt)
+    eval_res: dict[str, object] = (
+        {
+            "pass": True,
+            "details": "All evaluation checks passed, and task status is success",
+        }
+        if passed
+        else {"pass": False, "failure": run.stdout}
+    )
+    return receipt, eval_res
