@@ -104,6 +104,7 @@ def ceiling_of(run: Run, key: str) -> dict:
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # a loopback registry and two image builds: the slow tier
 def test_a_pulled_image_is_removed_after_its_eval_and_a_preexisting_one_is_kept(
         served: Served, tmp_path: Path) -> None:
     kept = f"ceiling-test/preexisting-{tmp_path.name[-8:].lower()}:1"
@@ -129,6 +130,7 @@ def test_a_pulled_image_is_removed_after_its_eval_and_a_preexisting_one_is_kept(
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # a loopback registry and two image builds: the slow tier
 def test_two_images_over_the_ceiling_together_are_held_one_after_the_other(
         served: Served, tmp_path: Path) -> None:
     # Each image fits alone (its compressed size is under the ceiling), never both: the
@@ -152,6 +154,7 @@ def test_two_images_over_the_ceiling_together_are_held_one_after_the_other(
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # a loopback registry and two image builds: the slow tier
 def test_an_image_bigger_than_the_ceiling_is_refused_before_any_pull(
         served: Served, tmp_path: Path) -> None:
     repo = "ceiling/two"
@@ -183,6 +186,7 @@ def _tiny(tag: str, data: bytes) -> str:
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # a loopback registry and two image builds: the slow tier
 def test_an_image_a_kept_container_uses_stays_and_an_idle_one_is_evicted(
         served: Served, tmp_path: Path) -> None:
     import os
