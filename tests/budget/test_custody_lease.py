@@ -36,11 +36,11 @@ def _age_lease(campaign: Campaign, run_id: str, left_sec: float) -> None:
 
 
 def test_a_lease_decides_liveness_seen_from_another_machine(
-    make_campaign: MakeCampaign, monkeypatch: pytest.MonkeyPatch
+    make_campaign: MakeCampaign, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     campaign = make_campaign()
     _on(monkeypatch, "runner-a")
-    entry = campaign.admit_run("r1", "/runs/r1", 999_999, lease_sec=30)
+    entry = campaign.admit_run("r1", str(tmp_path / "a" / "runs" / "r1"), 999_999, lease_sec=30)
     assert entry.lease_expires_unix is not None and entry.host == "runner-a"
     _on(monkeypatch, "runner-b")
     assert custody.liveness(campaign.snapshot().active_runs["r1"]) == "alive"
@@ -51,21 +51,21 @@ def test_a_lease_decides_liveness_seen_from_another_machine(
 
 
 def test_a_rerun_with_the_shard_identity_takes_the_dead_custody_over(
-    make_campaign: MakeCampaign, monkeypatch: pytest.MonkeyPatch
+    make_campaign: MakeCampaign, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     campaign = make_campaign()
     _on(monkeypatch, "runner-a")
-    campaign.admit_run("r1", "/home/runner/runs/shard-1", 999_999, identity=SHARD)
+    campaign.admit_run("r1", str(tmp_path / "a" / "runs" / "shard-1"), 999_999, identity=SHARD)
     campaign.reserve("r1", "pb/a", 2.0)
     _on(monkeypatch, "runner-b")
     with pytest.raises(RefusalError) as live:
-        campaign.admit_run("r2", "/elsewhere/shard-1", 1234, identity=SHARD)
+        campaign.admit_run("r2", str(tmp_path / "b" / "runs" / "shard-1"), 1234, identity=SHARD)
     assert live.value.reason == E.CAMPAIGN_LEASE_LIVE  # never taken while its lease runs
     _age_lease(campaign, "r1", -1)
-    other = campaign.admit_run("o1", "/runs/other", 4321, identity="github:x/shard-2-of-2")
+    other = campaign.admit_run("o1", str(tmp_path / "c" / "runs" / "other"), 4321, identity="github:x/shard-2-of-2")
     assert other.took_over == []  # another shard neither takes it nor is refused by it
     assert campaign.snapshot().outstanding_usd == pytest.approx(2.0)  # its hold still counts
-    entry = campaign.admit_run("r2", "/elsewhere/shard-1", 1234, identity=SHARD)
+    entry = campaign.admit_run("r2", str(tmp_path / "b" / "runs" / "shard-1"), 1234, identity=SHARD)
     assert entry.took_over == ["r1"] and entry.inherited["pb/a"].amount_usd == 2.0
     record = campaign.snapshot().runs[-1]
     assert (record.run_id, record.outcome, record.taken_over_by) == ("r1", "taken_over", "r2")
@@ -74,28 +74,28 @@ def test_a_rerun_with_the_shard_identity_takes_the_dead_custody_over(
 
 
 def test_a_resume_takes_over_by_run_id_when_the_root_moved(
-    make_campaign: MakeCampaign, monkeypatch: pytest.MonkeyPatch
+    make_campaign: MakeCampaign, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     campaign = make_campaign()
     _on(monkeypatch, "runner-a")
-    campaign.admit_run("r1", "/home/runner/runs/shard-1", 999_999)
+    campaign.admit_run("r1", str(tmp_path / "a" / "runs" / "shard-1"), 999_999)
     campaign.reserve("r1", "pb/a", 1.0)
     _age_lease(campaign, "r1", -1)
     _on(monkeypatch, "runner-b")
     with pytest.raises(RefusalError) as stale:  # a dead entry without identity: refused
-        campaign.admit_run("x", "/runs/x", 1)
+        campaign.admit_run("x", str(tmp_path / "c" / "runs" / "x"), 1)
     assert stale.value.reason == E.CAMPAIGN_STALE_RUN
-    entry = campaign.admit_run("r2", "/downloads/prev/run-shard-1", 1234,
-                               resumes=["/downloads/prev/run-shard-1"],
+    entry = campaign.admit_run("r2", str(tmp_path / "b" / "prev" / "run-shard-1"), 1234,
+                               resumes=[str(tmp_path / "b" / "prev" / "run-shard-1")],
                                resumed_run_ids=["r1"])
     assert entry.took_over == ["r1"]
 
 
 def test_renewal_keeps_the_lease_and_an_expired_lease_stops_reservations(
-    make_campaign: MakeCampaign, monkeypatch: pytest.MonkeyPatch
+    make_campaign: MakeCampaign, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     campaign = make_campaign()
-    campaign.admit_run("r1", "/runs/r1", 999_999, lease_sec=8)
+    campaign.admit_run("r1", str(tmp_path / "a" / "runs" / "r1"), 999_999, lease_sec=8)
     before = campaign.snapshot().active_runs["r1"].lease_expires_unix
     time.sleep(0.05)
     assert campaign.renew_lease("r1") > (before or 0)
@@ -132,7 +132,7 @@ def test_admission_waits_out_the_lease_of_its_own_earlier_attempt(
 ) -> None:
     campaign = make_campaign(key_fingerprint="none")
     _on(monkeypatch, "runner-a")
-    campaign.admit_run("r1", "/runs/r1", 999_999, identity=SHARD, lease_sec=4)
+    campaign.admit_run("r1", str(tmp_path / "a" / "runs" / "r1"), 999_999, identity=SHARD, lease_sec=4)
     _on(monkeypatch, "runner-b")
     url = campaign.cli_arg.startswith("postgresql")
     settings = BudgetSettings(campaign_file=None if url else campaign.cli_arg,
@@ -149,12 +149,12 @@ def test_admission_waits_out_the_lease_of_its_own_earlier_attempt(
 
 
 def test_reconcile_refuses_a_live_lease_and_settles_a_lost_runner(
-    make_campaign: MakeCampaign, monkeypatch: pytest.MonkeyPatch,
+    make_campaign: MakeCampaign, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     campaign = make_campaign()
     _on(monkeypatch, "runner-a")
-    campaign.admit_run("r1", "/gone/runs/shard-1", 999_999, unknown_cost_allowance_usd=0.5)
+    campaign.admit_run("r1", str(tmp_path / "gone" / "runs" / "shard-1"), 999_999, unknown_cost_allowance_usd=0.5)
     campaign.reserve("r1", "pb/a", 2.0)
     campaign.reserve("r1", "pb/b", 0.0)
     _on(monkeypatch, "operator-laptop")
