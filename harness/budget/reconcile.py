@@ -56,17 +56,6 @@ def run_id_of(run_root: str | os.PathLike[str]) -> str:
     return run_id
 
 
-def run_ids_of(run_roots: Sequence[str | os.PathLike[str]]) -> list[str]:
-    """The run ids of those run roots that name one (unreadable ones are left out)."""
-    ids = []
-    for root in run_roots:
-        try:
-            ids.append(run_id_of(root))
-        except RefusalError:
-            continue
-    return ids
-
-
 def resources_left(run_id: str, client: Any = None) -> dict[str, list[str]]:
     """Names of every container (running or not) and every network labelled
     ``harness.run=<run_id>``, from a fresh query; RefusalError when Docker cannot tell.

@@ -126,12 +126,14 @@ class ControllerBudget:
         environ: Mapping[str, str] | None = None,
         on_stop: Callable[[str], None] | None = None,
         resumes: Sequence[str | os.PathLike[str]] = (),
+        resumed_run_ids: Sequence[str] = (),
     ) -> ControllerBudget | None:
         """None when reservations are off. RefusalError (exit 2) when the run must not start.
 
-        ``resumes``: the run roots this run resumes (nearest first); a dead run among them
-        that still holds custody is taken over instead of refusing the run (by its root, or
-        by its run id when the root moved to another machine)."""
+        ``resumes``, ``resumed_run_ids``: the run roots this run resumes (nearest first) and
+        their run ids (the run model's ancestry); a dead run among them that still holds
+        custody is taken over instead of refusing the run (by its root, or by its run id
+        when the root moved to another machine)."""
         from .supervisor import MeterSupervisor
 
         if not settings.reservations_enabled:
@@ -146,7 +148,8 @@ class ControllerBudget:
             raise _refuse(E.CAMPAIGN_URL_UNUSABLE, str(exc)) from None
         meter, reading = _first_reading(settings, environ)
         campaign = _open_campaign(settings, where, meter, reading)
-        _admit(campaign, settings, run_id, run_root, pid or os.getpid(), resumes)
+        _admit(campaign, settings, run_id, run_root, pid or os.getpid(), resumes,
+               resumed_run_ids)
         supervisor = MeterSupervisor(
             campaign,
             run_id,
@@ -247,19 +250,16 @@ def _open_campaign(settings: BudgetSettings, where: Path | CampaignUrl, meter: M
 
 def _admit(campaign: Campaign, settings: BudgetSettings, run_id: str,
            run_root: str | os.PathLike[str], pid: int,
-           resumes: Sequence[str | os.PathLike[str]]) -> None:
+           resumes: Sequence[str | os.PathLike[str]], resumed_run_ids: Sequence[str]) -> None:
     """Admit the run. A live lease under this run's identity (the shard's earlier attempt,
     whose machine went away less than a lease ago) is waited out, with a line to stderr
     every 15 s, for at most the lease's length and 30 s more; then refused."""
-    from .reconcile import run_ids_of
-
-    ids = run_ids_of(resumes)
     deadline = time.monotonic() + settings.custody_lease_sec + 30.0
     said = 0.0
     while True:
         try:
             campaign.admit_run(
-                run_id, run_root, pid, resumes=resumes, resumed_run_ids=ids,
+                run_id, run_root, pid, resumes=resumes, resumed_run_ids=resumed_run_ids,
                 unknown_cost_allowance_usd=settings.unknown_cost_allowance_usd,
                 identity=settings.custody_identity, lease_sec=settings.custody_lease_sec,
             )

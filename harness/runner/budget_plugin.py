@@ -147,8 +147,10 @@ def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
         controller.request_stop(reason, interrupt=True)
 
     try:
+        ancestors = run.ancestry.manifests if run.ancestry is not None else []
         cb = ControllerBudget.start(settings, run_id=run.run_id, run_root=run.run_root,
-                                    on_stop=on_stop, resumes=run.plan.ancestors)
+                                    on_stop=on_stop, resumes=run.plan.ancestors,
+                                    resumed_run_ids=[m.run_id for m in ancestors])
     except ValueError as exc:
         raise RefusalError(str(exc), stage="budget", reason="bad_budget_option") from exc
     if cb is None:
