@@ -114,7 +114,7 @@ def test_a_paid_command_agent_without_its_model_gateway_is_refused(tmp_path: Pat
 
 @pytest.mark.parametrize(("shards", "timeout", "says"), [
     ("four", "60", "shards 'four' is not auto or a number >= 1"),
-    ("2", "60", "shards 2 is too few: 200 units at 16 per shard need"),
+    ("2", "60", "shards 2 does not fit: 200 units at 16 per shard need 16 shards"),
     ("auto", "400", "does not fit a job of 350 min"),
 ])
 def test_a_plan_that_cannot_fit_the_job_is_refused(shards: str, timeout: str, says: str) -> None:

@@ -110,13 +110,13 @@ def shard_plan_command(argv: list[str]) -> int:
         cap = capacity(args.workers, args.task_minutes, args.job_minutes,
                        args.setup_minutes, args.eval_minutes)
         keys = unit_keys(args.benchmark, sys.stdin.read().splitlines())
-        found = plan(keys, cap)
-        if asked is not None and int(asked) < found.count:
+        found = plan(keys, cap, int(asked) if asked is not None else None)
+        if asked is not None and found.count != int(asked):
+            fewest = plan(keys, cap).count
             raise ShardPlanError(
-                f"shards {asked} is too few: {found.units} units at {cap} per shard need "
-                f"{found.count} shards (give shards: auto or >= {found.count})")
-        if asked is not None:
-            found = plan(keys, cap, int(asked))
+                f"shards {asked} does not fit: {found.units} units at {cap} per shard need "
+                f"{fewest} shards, and {found.count} is the first count from {asked} whose "
+                f"largest shard fits (give shards: auto or {found.count})")
     except ShardPlanError as exc:
         print(f"harness shard-plan: {exc}", file=sys.stderr)
         return 2
