@@ -14,12 +14,14 @@ instances holding it (a reference count).
   the same), at most the whole ceiling; an unknown size (a registry that does not say)
   reserves nothing and is admitted only while the run's images are under the ceiling
   (``size_from: unknown``: the pull's free-disk check then guards the disk alone). When the
-  run's images and the reservation would pass the ceiling, this run's idle images (no instance holds them) are removed first, least
-  recently used first; if that is not enough, the pull waits, polling the ledger, for the
+  run's images and the reservation would pass the ceiling, this run's idle images (no
+  instance holds them) are removed first, least recently used first; if that is not enough, the pull waits, polling the ledger, for the
   other workers' instances to end and release theirs (``image_ceiling_full`` when the wait
   passes its bound, or when no other instance holds anything that could be released).
-- **After the pull**: the engine's own size of the image replaces the estimate (unpacked
-  layers are larger than the registry's compressed ones).
+- **After the pull**: the image counts the larger of the reservation and the engine's own
+  size of it (unpacked layers are larger than the registry's compressed ones; an image
+  that unpacks to less than its reservation stays counted at the reservation until its
+  release, the safe side of the ceiling).
 - **At the instance's end** (:meth:`ImageCeiling.release`, after its sandboxes are removed,
   so after its eval): the instance lets go; an image no instance of the run holds any more
   is removed (its tags, never by force). An image a container still uses (a sandbox kept
@@ -152,7 +154,13 @@ def given_gb(n: int) -> str:
 
 
 def engine_key(api: Any) -> str:
-    return hashlib.sha256(str(getattr(api, "base_url", "")).encode()).hexdigest()[:12]
+    """The engine's own identity, hashed: one ledger per engine. Its daemon ID, host name
+    and data root (two daemons on one host may share an ID, never a data root). Not the
+    client's URL: docker-py names every ``unix://`` socket (and so every ``ssh://`` engine's
+    tunnel) ``http+docker://localhost``, which would make engines share one ceiling."""
+    info = api.info()
+    who = "\0".join(str(info.get(k, "")) for k in ("ID", "Name", "DockerRootDir"))
+    return hashlib.sha256(who.encode()).hexdigest()[:12]
 
 
 def _alive(pid: int) -> bool:

@@ -22,10 +22,13 @@ import pytest
 
 from harness.runner.pull_plugin import ceiling_gb
 from harness.sandbox.images.build import base_recipe, ensure_image
-from harness.sandbox.images.ceiling import CeilingFull, CeilingLedger, ImageCeiling
+from harness.sandbox.images.ceiling import CeilingFull, CeilingLedger, ImageCeiling, engine_key
 from harness.sandbox.images.pull import PullSettings, remote_size, resolve_image
+from tests.sandbox.engines.engines_support import Engine, second_engine
 from tests.sandbox.images.registry_support import Registry, push, running_registry
 from tests.support.suite import Run, run_pytest
+
+__all__ = ["second_engine"]  # the session fixture (a second dockerd)
 
 GIB = 1 << 30
 TARGET = "benchmarks/harbor"
@@ -239,3 +242,20 @@ def test_programbench_batch_eval_under_a_ceiling_is_refused_in_one_line(tmp_path
     lines = [line for line in run.out.splitlines() if "--image-disk-ceiling-gb" in line]
     assert len(lines) == 1 and "use --eval per-task" in lines[0], run.out
     assert "Traceback" not in run.out
+
+
+@pytest.mark.docker
+@pytest.mark.slow  # a second dockerd
+def test_each_engine_keeps_its_own_ceiling(second_engine: Engine) -> None:
+    """Two engines behind unix:// sockets (docker-py names both ``http+docker://localhost``)
+    keep separate ledgers: an image pulled on one is never counted, evicted or removed as
+    the other's."""
+    local = docker.APIClient()
+    other = second_engine.client().api
+    try:
+        assert local.base_url == other.base_url  # what the old key read
+        assert engine_key(local) != engine_key(other)
+        assert engine_key(local) == engine_key(docker.APIClient())  # the same engine again
+    finally:
+        local.close()
+        other.close()
