@@ -45,7 +45,3 @@ RELAYS: dict[str, tuple[Relay, ...]] = {
     "command": ("model_gateway",),
     "gateway": ("tool_route",),
 }
-# Kinds whose agent server works in the sandbox with ``docker exec`` on the server's own
-# engine (the task body's ``executor_ref`` names the container): their sandboxes must be
-# on that engine, never on an ``ssh://`` or ``tcp://`` engine the runner was pointed at.
-SERVER_EXEC_KINDS = ("gateway",)

@@ -88,11 +88,16 @@ def gateway_refusal(kind: str | None, urls: Sequence[str]) -> str | None:
     """Why ``--agent gateway`` (an agent server that execs into the sandbox on its own
     engine) cannot run on these engines of the options, in one line naming the fix; None
     when it can."""
-    from harness.agents.kinds import SERVER_EXEC_KINDS
-
     far = remote(urls)
-    if kind not in SERVER_EXEC_KINDS or not far:
+    if not kind or not far:
         return None
+    from harness.agents.base import agent_class  # the agent classes load when a run starts
+
+    try:
+        if not agent_class(kind).remote_server:  # an agent server of its own
+            return None
+    except ValueError:
+        return None  # an unknown kind: the agent plugin refuses it, naming the kinds
     return (
         f"--agent {kind} with the remote engine {', '.join(far)} of {OPTIONS}: the agent "
         "server runs `docker exec` on its own engine and cannot reach a sandbox there; run "

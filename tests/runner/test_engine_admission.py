@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.agents.kinds import AGENT_KINDS, RELAYS, SERVER_EXEC_KINDS
+from harness.agents.kinds import AGENT_KINDS, RELAYS
 from harness.runner.engine_admission import gateway_refusal, relay_refusal
 from harness.sandbox.engines import brief_error
 from tests.support.suite import Run, Suite
@@ -115,7 +115,7 @@ def test_which_agents_and_benchmarks_start_a_relay() -> None:
     from benchmarks.programbench.adapter import ProgramBenchAdapter
 
     far = ["local", "tcp://10.0.0.5:2376"]
-    assert set(RELAYS) <= set(AGENT_KINDS) and set(SERVER_EXEC_KINDS) <= set(AGENT_KINDS)
+    assert set(RELAYS) <= set(AGENT_KINDS)
     assert CoworkAdapter.tool_routes and not ProgramBenchAdapter.tool_routes
     route = relay_refusal("gateway", None, None, far, tool_routes=["cowork_bench"])
     assert route is not None and route.startswith(
