@@ -214,9 +214,9 @@ class Trial:
 
         keep = self.state.get("main_pids") or ""
         if user not in ("root", "0"):
-            said = sandbox.end_user_processes(user)
-        else:
-            said = kill_all_but(sandbox.api, sandbox.id, keep)
+            # by its user: the image's own services (another user) are not the agent's
+            return sandbox.end_user_processes(user)
+        said = kill_all_but(sandbox.api, sandbox.id, keep)
         # What the engine sees, not what a shell in the container says (a root agent may
         # have replaced the shell): the init and the sandbox's own processes, nothing more
         left = sandbox.api.top(sandbox.id).get("Processes") or []
