@@ -43,6 +43,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -242,13 +243,129 @@ def overlay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Overlay]:
         yield built
 
 
-def test_a_paid_campaign_across_machines_loses_two_runners_and_pays_once(
-        tmp_path: Path, pg_server: PgServer, overlay: Overlay) -> None:
+@dataclass
+class World:
+    """The campaign the test plays: the workflow, its runners, what they share."""
+
+    workflow: dict[str, Any]
+    ctx: dict[str, Any]
+    url: str
+    common: dict[str, str]
+    campaign: Campaign
+    artifacts: Path
+    first: dict[int, Machine]
+    rerun: dict[int, Machine]
+    started: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    again: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    contexts: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
+
+    def context(self, shard: int, machine: Machine) -> dict[str, Any]:
+        """The runner's own copy of the expressions' context (its steps' outputs)."""
+        return self.contexts.setdefault(
+            (shard, machine.name), {**copy.deepcopy(self.ctx), "matrix": {"shard": shard}})
+
+    def spawn(self, shard: int, machine: Machine) -> subprocess.Popen[bytes]:
+        return spawn_job(self.workflow, "shard", self.context(shard, machine), cwd=ROOT,
+                         log=machine.dir / "job.log", work="Run shard",
+                         env_override={**self.common, **machine.env()})
+
+    def upload(self, shard: int, machine: Machine) -> None:
+        upload(self.workflow, self.context(shard, machine), {**self.common, **machine.env()},
+               shard, machine, self.artifacts)
+
+    def reconcile_lost(self, run: str) -> subprocess.CompletedProcess[str]:
+        return run_cli("campaign", "reconcile", "env:HARNESS_CAMPAIGN_URL", "--lost", run,
+                       env={"HARNESS_CAMPAIGN_URL": self.url, **self.common})
+
+
+@dataclass(frozen=True)
+class Killed:
+    """What the kill left: the two runs, their open holds, what was settled before it."""
+
+    killed_id: str
+    lost_id: str
+    open_killed: int
+    open_lost: int
+    settled_before_kill: set[str]
+
+
+def start_and_refuse_the_live_one(w: World) -> None:
+    """1. Both shards start; reconcile of a live one is refused in one line."""
+    for shard, m in w.first.items():
+        w.started[shard] = w.spawn(shard, m)
+    killed, lost = w.first[KILLED].root(KILLED), w.first[LOST].root(LOST)
+
+    def working() -> bool:
+        for shard, proc in w.started.items():
+            assert proc.poll() is None, (w.first[shard].dir / "job.log").read_text()[-4000:]
+        return (bool(rows(killed)) and in_flight(killed) > len(rows(killed))
+                and in_flight(lost) > 0 and not rows(lost))
+
+    wait_for(working, timeout=600, interval=0.2)
+    live = w.reconcile_lost(run_id(lost))
+    assert live.returncode == 2
+    [line] = live.stderr.strip().splitlines()
+    assert "refused (campaign_lease_live)" in line and "runner-b" in line
+
+
+def kill_one_and_lose_the_other(w: World) -> Killed:
+    """2. One shard killed mid-task, its run roots uploaded (`if: always()`); the other's
+    machine lost with its run root; their engines go with them."""
+    killed, lost = w.first[KILLED].root(KILLED), w.first[LOST].root(LOST)
+    kill(w.started[KILLED])
+    kill(w.started[LOST])
+    held = w.campaign.snapshot().active_runs
+    found = Killed(run_id(killed), run_id(lost), len(held[run_id(killed)].reservations),
+                   len(held[run_id(lost)].reservations),
+                   {r["instance_id"] for r in rows(killed) if r["outcome"] == "scored"})
+    assert found.open_killed >= 1 and found.open_lost >= 1, held
+    w.upload(KILLED, w.first[KILLED])
+    for m in w.first.values():
+        shutil.rmtree(m.dir / "runs")
+    engine_gone(found.killed_id)
+    engine_gone(found.lost_id)
+    return found
+
+
+def rerun_elsewhere(w: World, provider: Provider) -> tuple[float, str]:
+    """4. The re-runs on other machines: the killed shard resumes its artifact (its custody
+    taken over), the lost one runs afresh; each uploads, and its machine goes. Returns what
+    the killed shard's re-run paid and its run id."""
+    for shard, m in w.rerun.items():
+        m.download(w.artifacts, shard)
+        w.again[shard] = w.spawn(shard, m)
+    for shard, m in w.rerun.items():
+        finish(w.again[shard], m.dir / "job.log")
+    time.sleep(0.5)  # the provider's last look at the servers
+    paid = provider.totals.get(w.rerun[KILLED].url, 0.0)
+    rerun_id = run_id(w.rerun[KILLED].root(KILLED))
+    for shard, m in w.rerun.items():
+        w.upload(shard, m)
+        shutil.rmtree(m.dir / "runs")
+        shutil.rmtree(m.dir / "earlier", ignore_errors=True)
+    return paid, rerun_id
+
+
+def merge_gate_report_package(w: World, tmp_path: Path) -> Path:
+    """5. Merge, gate, report and the official package with its verify."""
+    out = tmp_path / "merged"
+    merging = {**workspace(tmp_path / "merge"), "EARLIER_DIR": str(w.artifacts)}
+    results = run_job(w.workflow, "merge", w.ctx, cwd=ROOT, env_override={
+        **w.common, **merging, "SHARDS_DIR": merging["RUNS_DIR"], "OUT": str(out)})
+    assert results and all(r.returncode == 0 for r in results), \
+        [(r.stdout[-2000:], r.stderr[-2000:]) for r in results]
+    assert "merged 2 shards of 2: 6 units" in results[-1].stdout
+    manifest = json.loads((out / "run_manifest.json").read_text())
+    assert manifest["reportable"] is True, manifest.get("not_reportable")
+    assert (out / "report" / "report.html").is_file()
+    assert (tmp_path / "merged-submission" / "submission.yaml").is_file()
+    return out
+
+
+def the_world(tmp_path: Path, pg_server: PgServer, overlay: Overlay, meter: Path) -> World:
     url = pg_server.url("ci-campaign", tcp=True)
     campaign = Campaign.open_or_create(pg_server.url("ci-campaign"), ceiling_usd=CEILING,
                                        key_fingerprint="none", baseline_usage=0.0)
-    meter = tmp_path / "fake_meter_usage.json"
-    provider = Provider(meter)
     extra = ("-p harness.testing.fake_meter --no-report --harness-progress off "
              f"--gateway-poll-sec 0.2 --custody-lease-sec {LEASE_SEC} --meter-poll-sec 0.5 "
              "--meter-read-timeout-sec 1 --meter-blindness-sec 30")
@@ -266,113 +383,52 @@ def test_a_paid_campaign_across_machines_loses_two_runners_and_pays_once(
     # still in flight when it vanishes; c and d run the re-runs (the workflow's attempt 2)
     first = {KILLED: Machine(tmp_path, "a", 4.0, 1), LOST: Machine(tmp_path, "b", 120.0, 1)}
     rerun = {KILLED: Machine(tmp_path, "c", 4.0, 2), LOST: Machine(tmp_path, "d", 4.0, 2)}
-    provider.urls += [m.url for m in (*first.values(), *rerun.values())]
-    contexts = {(shard, m.name): {**copy.deepcopy(ctx), "matrix": {"shard": shard}}
-                for group in (first, rerun) for shard, m in group.items()}
-    sampler = Sampler(campaign)
-    started: dict[int, subprocess.Popen[bytes]] = {}
-    again: dict[int, subprocess.Popen[bytes]] = {}
+    return World(workflow, ctx, url, common, campaign, artifacts, first, rerun)
+
+
+def test_a_paid_campaign_across_machines_loses_two_runners_and_pays_once(
+        tmp_path: Path, pg_server: PgServer, overlay: Overlay) -> None:
+    meter = tmp_path / "fake_meter_usage.json"
+    provider = Provider(meter)
+    w = the_world(tmp_path, pg_server, overlay, meter)
+    provider.urls += [m.url for m in (*w.first.values(), *w.rerun.values())]
+    sampler = Sampler(w.campaign)
     try:
-        # 1. both shards start; reconcile refuses a live one
-        for shard, m in first.items():
-            started[shard] = spawn_job(workflow, "shard", contexts[shard, m.name], cwd=ROOT,
-                                       log=m.dir / "job.log", work="Run shard",
-                                       env_override={**common, **m.env()})
-        killed, lost = first[KILLED].root(KILLED), first[LOST].root(LOST)
-
-        def working() -> bool:
-            for shard, proc in started.items():
-                assert proc.poll() is None, (first[shard].dir / "job.log").read_text()[-4000:]
-            return (bool(rows(killed)) and in_flight(killed) > len(rows(killed))
-                    and in_flight(lost) > 0 and not rows(lost))
-
-        wait_for(working, timeout=600, interval=0.2)
-        lost_id = run_id(lost)
-        live = run_cli("campaign", "reconcile", "env:HARNESS_CAMPAIGN_URL", "--lost", lost_id,
-                       env={"HARNESS_CAMPAIGN_URL": url, **common})
-        assert live.returncode == 2
-        [line] = live.stderr.strip().splitlines()
-        assert "refused (campaign_lease_live)" in line and "runner-b" in line
-
-        # 2. one shard killed mid-task, its run roots uploaded (`if: always()`); the other's
-        # machine lost with its run root; their engines go with them
-        kill(started[KILLED])
-        kill(started[LOST])
-        held = campaign.snapshot().active_runs
-        killed_id = run_id(killed)
-        open_killed = len(held[killed_id].reservations)
-        open_lost = len(held[lost_id].reservations)
-        assert open_killed >= 1 and open_lost >= 1, held
-        settled_before_kill = {r["instance_id"] for r in rows(killed)
-                               if r["outcome"] == "scored"}
-        upload(workflow, contexts[KILLED, "a"], {**common, **first[KILLED].env()}, KILLED,
-               first[KILLED], artifacts)
-        for m in first.values():
-            shutil.rmtree(m.dir / "runs")
-        engine_gone(killed_id)
-        engine_gone(lost_id)
-
+        start_and_refuse_the_live_one(w)
+        k = kill_one_and_lose_the_other(w)
         # 3. the lost runner settled from the campaign's records once its lease expired
         time.sleep(LEASE_SEC + 1)
-        settle = run_cli("campaign", "reconcile", "env:HARNESS_CAMPAIGN_URL", "--lost", lost_id,
-                         env={"HARNESS_CAMPAIGN_URL": url, **common})
+        settle = w.reconcile_lost(k.lost_id)
         assert settle.returncode == 0, settle.stderr
-        assert (f"{open_lost} open reservation(s) charged as unknown spend at the hold, "
-                f"${open_lost * HOLD:,.4f}") in settle.stdout
-
-        # 4. the re-runs on other machines: the killed shard resumes its artifact (its custody
-        # taken over), the lost one runs afresh; each uploads, and its machine goes
-        for shard, m in rerun.items():
-            m.download(artifacts, shard)
-            again[shard] = spawn_job(workflow, "shard", contexts[shard, m.name], cwd=ROOT,
-                                     log=m.dir / "job.log", work="Run shard",
-                                     env_override={**common, **m.env()})
-        for shard, m in rerun.items():
-            finish(again[shard], m.dir / "job.log")
-        time.sleep(0.5)  # the provider's last look at the servers
-        paid_on_rerun = provider.totals.get(rerun[KILLED].url, 0.0)
-        rerun_id = run_id(rerun[KILLED].root(KILLED))
-        for shard, m in rerun.items():
-            upload(workflow, contexts[shard, m.name], {**common, **m.env()}, shard, m, artifacts)
-            shutil.rmtree(m.dir / "runs")
-            shutil.rmtree(m.dir / "earlier", ignore_errors=True)
+        assert (f"{k.open_lost} open reservation(s) charged as unknown spend at the hold, "
+                f"${k.open_lost * HOLD:,.4f}") in settle.stdout
+        paid_on_rerun, rerun_id = rerun_elsewhere(w, provider)
     finally:
         sampler.stop()
         provider.stop()
-        for proc in [*started.values(), *again.values()]:
+        for proc in [*w.started.values(), *w.again.values()]:
             if proc.poll() is None:
                 kill(proc)
-
-    # 5. merge, gate, report and the official package with its verify
-    out = tmp_path / "merged"
-    merging = {**workspace(tmp_path / "merge"), "EARLIER_DIR": str(artifacts)}
-    results = run_job(workflow, "merge", ctx, cwd=ROOT, env_override={
-        **common, **merging, "SHARDS_DIR": merging["RUNS_DIR"], "OUT": str(out)})
-    assert results and all(r.returncode == 0 for r in results), \
-        [(r.stdout[-2000:], r.stderr[-2000:]) for r in results]
-    assert "merged 2 shards of 2: 6 units" in results[-1].stdout
-    manifest = json.loads((out / "run_manifest.json").read_text())
-    assert manifest["reportable"] is True, manifest.get("not_reportable")
-    assert (out / "report" / "report.html").is_file()
-    assert (tmp_path / "merged-submission" / "submission.yaml").is_file()
+    out = merge_gate_report_package(w, tmp_path)
 
     # custody: the killed shard taken over by its re-run on another machine, the lost one
     # reconciled
-    state = campaign.snapshot()
+    state = w.campaign.snapshot()
     assert state.active_runs == {}
     runs = {r.run_id: r for r in state.runs}
-    assert runs[killed_id].outcome == "taken_over"
-    assert runs[killed_id].taken_over_by == rerun_id
-    assert runs[lost_id].reconciled is True
+    assert runs[k.killed_id].outcome == "taken_over"
+    assert runs[k.killed_id].taken_over_by == rerun_id
+    assert runs[k.lost_id].reconciled is True
     # no unit paid twice: what the killed shard settled before its kill is carried
-    assert paid_on_rerun == pytest.approx(TASK_COST * (4 - len(settled_before_kill)))
+    assert paid_on_rerun == pytest.approx(TASK_COST * (4 - len(k.settled_before_kill)))
     # spend counted once: every final unit at its price once, each dead attempt at its hold
     final = rows(out)
     assert len(final) == 6 and all(r["cost_usd"] == TASK_COST for r in final)
     carried = {r["instance_id"] for r in final if r["outcome"] == "carried_forward"}
-    assert carried == settled_before_kill  # carried, never run again
+    assert carried == k.settled_before_kill  # carried, never run again
     assert {r["outcome"] for r in final} <= {"scored", "carried_forward"}
-    assert state.settled_usd == pytest.approx(6 * TASK_COST + (open_killed + open_lost) * HOLD)
+    assert state.settled_usd == pytest.approx(
+        6 * TASK_COST + (k.open_killed + k.open_lost) * HOLD)
     metered = json.loads(meter.read_text())["usage"] - BASELINE
     assert state.spent_usd == pytest.approx(max(metered, state.settled_usd))
     # the ceiling held across both shards at every sample
