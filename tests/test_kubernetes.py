@@ -20,10 +20,10 @@ from typing import Any
 import yaml
 
 from harness.runner.engine_admission import relay_refusal, remote
+from tests.support.ci_workflow import commit_all, defaults, load
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy" / "kubernetes"
-WORKFLOW = ROOT / ".github" / "workflows" / "benchmark.yml"
 SHARDS = 3
 IMAGE = "registry.example/harness:test"
 # Fake secret values: given to the pods through the Secret, never in a manifest.
@@ -48,12 +48,6 @@ def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return doc
 
 
-def workflow() -> dict[str, Any]:
-    data = yaml.safe_load(WORKFLOW.read_text())
-    assert isinstance(data, dict)
-    return data
-
-
 def step(wf: dict[str, Any], job: str, script: str) -> dict[str, Any]:
     [found] = [s for s in wf["jobs"][job]["steps"] if str(s.get("run", "")).strip() == script]
     return found
@@ -61,10 +55,8 @@ def step(wf: dict[str, Any], job: str, script: str) -> dict[str, Any]:
 
 def input_defaults(wf: dict[str, Any]) -> dict[str, str]:
     """The workflow's inputs' defaults as the runner renders them (booleans: true/false)."""
-    trigger = wf.get("on") or wf.get(True)  # type: ignore[call-overload]  # YAML 1.1: `on` is True
-    return {name: str(spec.get("default", "")).lower() if isinstance(spec.get("default"), bool)
-            else str(spec.get("default", ""))
-            for name, spec in trigger["workflow_dispatch"]["inputs"].items()}
+    return {name: str(value).lower() if isinstance(value, bool) else str(value)
+            for name, value in defaults(wf).items()}
 
 
 def kubelet_expand(text: str, env: Mapping[str, str]) -> str:
@@ -143,12 +135,7 @@ class Campaign:
         for name in ("shard.sh", "merge.sh"):
             (ci / name).write_text(STUB)
             (ci / name).chmod(0o755)
-        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(self.checkout)]
-        subprocess.run([*git, "init", "-q"], check=True, timeout=30)
-        subprocess.run([*git, "add", "-A"], check=True, timeout=30)
-        subprocess.run([*git, "commit", "-qm", "stub"], check=True, timeout=30)
-        self.head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
-                                   text=True, timeout=30).stdout.strip()
+        self.head = commit_all(self.checkout, "stub")
         # CAMPAIGN_DIR lies on the runs volume; the test's volume is a temporary folder.
         volume = PurePosixPath(next(p for p, v in mounts(self.shard).items() if v == "runs"))
         campaign = PurePosixPath(self.configmap["CAMPAIGN_DIR"])
@@ -193,7 +180,7 @@ def wrapper(container: dict[str, Any]) -> str:
 
 def test_the_pods_run_the_workflows_scripts(tmp_path: Path) -> None:
     c = Campaign(tmp_path)
-    wf = workflow()
+    wf = load()
     # the workflow's shard and merge jobs run exactly these scripts
     step(wf, "shard", "scripts/ci/shard.sh")
     step(wf, "merge", "scripts/ci/merge.sh")
@@ -213,7 +200,7 @@ def test_the_pods_run_the_workflows_scripts(tmp_path: Path) -> None:
 
 def test_the_pod_gives_the_script_what_the_workflow_gives_it(tmp_path: Path) -> None:
     c = Campaign(tmp_path)
-    wf = workflow()
+    wf = load()
     defaults = input_defaults(wf)
     given = c.shard_pod(0, "benchmark-shards-0-aaaaa")
     shard_env = step(wf, "shard", "scripts/ci/shard.sh")["env"]
