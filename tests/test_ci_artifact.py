@@ -11,7 +11,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from harness.run.manifest import related_root
+from harness.run.manifest import new_manifest, related_root, write_manifest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ci" / "artifact.sh"
 SECRET = "the-runner-credential-0123456789"
@@ -23,9 +23,11 @@ def artifact(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 
 def run_root(path: Path, run_id: str, ancestors: list[str] | None = None) -> Path:
+    """A run root as the runner writes its manifest (the run model reads it)."""
     path.mkdir(parents=True)
-    manifest = {"run_id": run_id, "resume": {"ancestors": ancestors or []}}
-    (path / "run_manifest.json").write_text(json.dumps(manifest))
+    manifest = new_manifest(run_id=run_id, run_root=path, argv=[], dry_run=False, workers=1)
+    manifest.resume.ancestors = list(ancestors or [])
+    write_manifest(manifest, path)
     return path
 
 

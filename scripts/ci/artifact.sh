@@ -25,18 +25,18 @@ case "${1:-}" in
     [ -f "$root/run_manifest.json" ] || { echo "artifact: no run root at $root: nothing to pack"; exit 0; }
     # absolute: GNU tar resolves a relative -C against the previous -C
     runs=$(cd "$(dirname "$root")" && pwd -P); name=$(basename "$root"); root=$runs/$name
-    # the root, then every ancestor it names (where it is, else beside it), each at the top
+    # the root, then every ancestor the run model names (harness.run.locate.run_roots:
+    # where it was recorded, else beside it), each at the top
     members=(-C "$runs" "$name")
     while IFS=$'\t' read -r dir base; do
       [ -n "$base" ] && members+=(-C "$dir" "$base")
-    done < <(python3 -c 'import json, os, sys
-root = sys.argv[1]
-m = json.load(open(os.path.join(root, "run_manifest.json")))
-for a in (m.get("resume") or {}).get("ancestors") or []:
-    for where in (a, os.path.join(os.path.dirname(root), os.path.basename(a))):
-        if os.path.isfile(os.path.join(where, "run_manifest.json")):
-            print(os.path.dirname(os.path.abspath(where)), os.path.basename(where), sep="\t")
-            break' "$root")
+    done < <(python3 -c 'import sys
+from pathlib import Path
+from harness.run.locate import run_roots
+root = Path(sys.argv[1]).resolve()
+for found in run_roots(root).values():
+    if found.resolve() != root:
+        print(found.resolve().parent, found.name, sep="\t")' "$root")
     printf '%s\n' "$name" > "$runs/shard-$shard.latest"
     # the agent's own folder stays behind (links, FIFOs, sparse terabytes, trees deeper
     # than PATH_MAX, files it keeps changing): nothing after the run reads it
