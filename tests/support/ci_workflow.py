@@ -71,27 +71,38 @@ def workspace(folder: Path) -> dict[str, str]:
     return {"RUNS_DIR": str(folder / "runs"), "EARLIER_DIR": str(folder / "earlier")}
 
 
+def run_steps(workflow: dict[str, Any], job: str) -> list[dict[str, Any]]:
+    """The job's ``run`` steps a local runner plays (``uses`` and install steps: the
+    runner's own, and the install .ci/run has already done)."""
+    return [s for s in workflow["jobs"][job]["steps"]
+            if "run" in s and not str(s["run"]).startswith("python3 -m pip install")]
+
+
+def step_command(step: dict[str, Any], ctx: dict[str, Any], job: str,
+                 env_override: dict[str, str] | None) -> tuple[list[str], dict[str, str], Path]:
+    """How a runner starts ``step``: bash's argv, its environment, its ``GITHUB_OUTPUT``
+    (a fresh file outside the checkout)."""
+    env = {k: render(v, ctx) for k, v in (step.get("env") or {}).items()}
+    env.update(env_override or {})
+    out_file = Path(tempfile.mkdtemp()) / f"github_output_{job}"
+    out_file.write_text("")
+    argv = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", render(step["run"], ctx)]
+    return argv, {**os.environ, **env, "GITHUB_OUTPUT": str(out_file)}, out_file
+
+
 def run_job(workflow: dict[str, Any], job: str, ctx: dict[str, Any], *, cwd: Path,
             env_override: dict[str, str] | None = None,
             only: Callable[[dict[str, Any]], bool] | None = None,
             ) -> list[subprocess.CompletedProcess[str]]:
-    """Runs the job's ``run`` steps in order (``uses`` and install steps: skipped; with
-    ``only``, the steps it accepts); stops at the first failing step. Step outputs land in
-    ``ctx['steps']``."""
+    """Runs the job's :func:`run_steps` in order (with ``only``, the steps it accepts);
+    stops at the first failing step. Step outputs land in ``ctx['steps']``."""
     results = []
-    for step in workflow["jobs"][job]["steps"]:
-        if "run" not in step or str(step["run"]).startswith("python3 -m pip install"):
-            continue  # the runner's own steps, and the install .ci/run has already done
+    for step in run_steps(workflow, job):
         if only is not None and not only(step):
             continue
-        env = {k: render(v, ctx) for k, v in (step.get("env") or {}).items()}
-        env.update(env_override or {})
-        out_file = Path(tempfile.mkdtemp()) / f"github_output_{job}"  # never in the checkout
-        out_file.write_text("")
-        proc = subprocess.run(
-            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", render(step["run"], ctx)],
-            cwd=cwd, env={**os.environ, **env, "GITHUB_OUTPUT": str(out_file)},
-            capture_output=True, text=True, timeout=300)
+        argv, env, out_file = step_command(step, ctx, job, env_override)
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=300)
         results.append(proc)
         outputs = dict(line.split("=", 1) for line in out_file.read_text().splitlines() if line)
         if step.get("id"):
@@ -155,27 +166,18 @@ def base_ctx(**inputs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
                       "matrix": {}, "steps": {}}
 
 
-
-
 def spawn_job(workflow: dict[str, Any], job: str, ctx: dict[str, Any], *, cwd: Path,
               env_override: dict[str, str], log: Path, work: str) -> subprocess.Popen[bytes]:
     """The job as a runner of its own: the ``run`` steps before the one named ``work...``
     played by :func:`run_job`, that one (the job's work) started in a session of its own
     (one process tree, killable as a machine dies), its output in ``log``; the steps after
     it are the caller's (:func:`run_job` with ``only``)."""
-    steps = [s for s in workflow["jobs"][job]["steps"]
-             if "run" in s and not str(s["run"]).startswith("python3 -m pip install")]
+    steps = run_steps(workflow, job)
     at = next(i for i, s in enumerate(steps) if str(s.get("name", "")).startswith(work))
-    before, last = steps[:at], steps[at]
-    trimmed = {"jobs": {job: {"steps": before}}}
-    for proc in run_job(trimmed, job, ctx, cwd=cwd, env_override=env_override):
+    for proc in run_job({"jobs": {job: {"steps": steps[:at]}}}, job, ctx, cwd=cwd,
+                        env_override=env_override):
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    env = {k: render(v, ctx) for k, v in (last.get("env") or {}).items()}
-    env.update(env_override)
-    out_file = Path(tempfile.mkdtemp()) / f"github_output_{job}"
-    out_file.write_text("")
+    argv, env, _ = step_command(steps[at], ctx, job, env_override)
     with log.open("wb") as sink:
-        return subprocess.Popen(
-            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", render(last["run"], ctx)],
-            cwd=cwd, env={**os.environ, **env, "GITHUB_OUTPUT": str(out_file)},
-            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(argv, cwd=cwd, env=env, stdout=sink,
+                                stderr=subprocess.STDOUT, start_new_session=True)
