@@ -117,9 +117,10 @@ def test_a_paid_command_agent_without_its_model_gateway_is_refused(tmp_path: Pat
     ("2", "60", "shards 2 does not fit: 200 units at 16 per shard need 16 shards"),
     ("auto", "400", "does not fit a job of 350 min"),
 ])
-def test_a_plan_that_cannot_fit_the_job_is_refused(shards: str, timeout: str, says: str) -> None:
+def test_a_plan_that_cannot_fit_the_job_is_refused(shards: str, timeout: str, says: str,
+                                                   tmp_path: Path) -> None:
     workflow, ctx = base_ctx(shards=shards, task_timeout_min=timeout)
-    [proc] = run_job(workflow, "plan", ctx, cwd=ROOT)
+    [proc] = run_job(workflow, "plan", ctx, cwd=ROOT, env_override={"RUNNER_TEMP": str(tmp_path)})
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
     assert says in line

@@ -6,9 +6,9 @@ plus the eval and teardown after it (``--eval-minutes``). So a job of ``--job-mi
 less ``--setup-minutes`` for checkout, install and images, fits ``rounds`` =
 floor((job - setup) / (task + eval)) units per worker, ``rounds * W`` per shard. Shards are
 the run model's stable hash of the task (:func:`harness.run.model.shard_of`), so they are
-not equal: the plan is the smallest N whose *largest* shard fits. The units are the
-pytest node ids of a ``--collect-only -q`` of the selection, read from stdin (each
-``...[<instance>]`` becomes ``<benchmark>/<instance>``, attempts included).
+not equal: the plan is the smallest N whose *largest* shard fits. The units are the run
+model's (:meth:`RunModel.of_manifest`) of a dry run of the selection (``--run ROOT``: the
+keys the runner itself froze, attempts included; nothing re-derived from node ids).
 
 Output: ``key=value`` lines for ``$GITHUB_OUTPUT`` (``count``, ``shards`` as a JSON list,
 ``units``, ``largest``, ``capacity``). Refused in one line, exit 2: a task timeout that
@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from harness.run.model import shard_of
-
-NODE = re.compile(r"::[^\[\s]+\[(?P<iid>[^\]]+)\]\s*$")
+from harness.run.manifest import ManifestError, read_manifest
+from harness.run.model import RunModel, shard_of
 
 
 class ShardPlanError(ValueError):
@@ -48,14 +47,13 @@ class ShardPlan:
                 f"capacity={self.capacity}"]
 
 
-def unit_keys(benchmark: str, lines: Sequence[str]) -> list[str]:
-    """``<benchmark>/<instance>`` of every collected node id among ``lines``."""
-    keys = []
-    for line in lines:
-        match = NODE.search(line.strip())
-        if match:
-            keys.append(f"{benchmark}/{match.group('iid')}")
-    return keys
+def unit_keys(run_root: Path) -> list[str]:
+    """The units of the run at ``run_root`` (a dry run of the selection), as its run model
+    has them."""
+    try:
+        return RunModel.of_manifest(read_manifest(run_root)).units
+    except ManifestError as exc:
+        raise ShardPlanError(f"--run {run_root}: {exc}") from None
 
 
 def capacity(workers: int, task_minutes: float, job_minutes: float, setup_minutes: float,
@@ -87,7 +85,8 @@ def plan(keys: Sequence[str], cap: int, at_least: int | None = None) -> ShardPla
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness shard-plan", description=__doc__.split("\n\n")[0])
-    p.add_argument("--benchmark", required=True, help="the benchmark's name (unit keys)")
+    p.add_argument("--run", required=True, type=Path, metavar="ROOT",
+                   help="a dry run of the selection (its run model's units)")
     p.add_argument("--workers", type=int, required=True, help="-n of each shard")
     p.add_argument("--task-minutes", type=float, required=True, help="the task timeout")
     p.add_argument("--job-minutes", type=float, default=350.0,
@@ -109,7 +108,7 @@ def shard_plan_command(argv: list[str]) -> int:
             raise ShardPlanError(f"shards {asked!r} is not auto or a number >= 1")
         cap = capacity(args.workers, args.task_minutes, args.job_minutes,
                        args.setup_minutes, args.eval_minutes)
-        keys = unit_keys(args.benchmark, sys.stdin.read().splitlines())
+        keys = unit_keys(args.run)
         found = plan(keys, cap, int(asked) if asked is not None else None)
         if asked is not None and found.count != int(asked):
             fewest = plan(keys, cap).count

@@ -114,7 +114,8 @@ def run_job(workflow: dict[str, Any], job: str, ctx: dict[str, Any], *, cwd: Pat
 
 def plan(workflow: dict[str, Any], ctx: dict[str, Any], cwd: Path = ROOT,
          env_override: dict[str, str] | None = None) -> None:
-    [proc] = run_job(workflow, "plan", ctx, cwd=cwd, env_override=env_override)
+    temp = {"RUNNER_TEMP": tempfile.mkdtemp()}  # the runner's own, never the checkout's
+    [proc] = run_job(workflow, "plan", ctx, cwd=cwd, env_override={**temp, **(env_override or {})})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ctx["needs"] = {"plan": {k: render(v, ctx)
                              for k, v in workflow["jobs"]["plan"]["outputs"].items()}}
