@@ -427,16 +427,19 @@ def main(argv: list[str]) -> NoReturn:
     os.execv(docker, [docker, *new])
 
 
-def sweep(docker: str, label: str) -> int:
+def sweep(docker: str, label: str, env: dict[str, str] | None = None) -> int:
     """Remove the containers and images of one eval call left behind (a CLI stopped between
-    ``docker run`` and learning the id cannot remove them itself). Returns how many."""
+    ``docker run`` and learning the id cannot remove them itself). Returns how many.
+
+    ``env``: the environment of the ``docker`` calls (the eval's engine; default: this
+    process's)."""
     gone = 0
     selector = ["--filter", f"label={LABEL_KEY}={label}"]
     listings: list[tuple[subprocess.Popen[str], list[str]]] = []
     for listing, remove in ((["ps", "-aq"], ["rm", "-f"]), (["images", "-q"], ["rmi", "-f"])):
         try:  # both listings at once: most calls find nothing
             listings.append((subprocess.Popen([docker, *listing, *selector], text=True,
-                                              stdout=subprocess.PIPE,
+                                              stdout=subprocess.PIPE, env=env,
                                               stderr=subprocess.DEVNULL), remove))
         except OSError:
             continue
@@ -445,7 +448,7 @@ def sweep(docker: str, label: str) -> int:
             ids = set(proc.communicate(timeout=60)[0].split())
             if ids:
                 subprocess.run([docker, *remove, *sorted(ids)], capture_output=True,
-                               timeout=300, check=False)
+                               timeout=300, check=False, env=env)
                 gone += len(ids)
         except (OSError, subprocess.TimeoutExpired):
             proc.kill()

@@ -78,6 +78,7 @@ from benchmarks.programbench.scorer_guard import (
 from benchmarks.programbench.tasks import programbench_version, tasks_dir
 from harness.core.fsutil import atomic_write_text
 from harness.core.models import RESOLVED_AT
+from harness.sandbox.placement import instance_environment
 
 RESULT_NAME = "official_eval.json"
 # Bounds on what crosses from the eval to this host (issue 40): the official CLI's heap
@@ -188,13 +189,14 @@ def _run_cli(
             return CliRun(cmd=[*programbench_cli(), *args], returncode=None, stdout="",
                           stderr=f"docker policy: cannot install: {exc}", duration_s=0.0)
         installed = time.monotonic()
+        env = instance_environment()  # the engine of the instance (a placed run's slot)
         try:
-            run = _run_cli_with(args, {PB_DOCKER_ENV: str(wrapper)}, blob_dir=blob_dir,
+            run = _run_cli_with(args, {**env, PB_DOCKER_ENV: str(wrapper)}, blob_dir=blob_dir,
                                 stdout_path=stdout_path, stderr_path=stderr_path,
                                 timeout_s=timeout_s)
         finally:
             swept = time.monotonic()
-            sweep(docker, Path(tmp).name)
+            sweep(docker, Path(tmp).name, env=env)
         key = (Path(tmp) / ACCOUNT_KEY_NAME).read_text().strip()
         return run.model_copy(update={"real_docker": docker, "policy_log": log.read_text(),
                                       "account_key": key,
@@ -205,7 +207,7 @@ def _run_cli(
 
 def _run_cli_with(
     args: list[str],
-    extra_env: dict[str, str],
+    environment: dict[str, str],
     *,
     blob_dir: Path | str | None,
     stdout_path: Path,
@@ -213,7 +215,7 @@ def _run_cli_with(
     timeout_s: float | None,
 ) -> CliRun:
     cmd = limited([*programbench_cli(), *args])
-    env = {**os.environ, **extra_env}
+    env = dict(environment)  # the whole environment of the CLI, given explicitly
     if blob_dir is not None:
         env["PROGRAMBENCH_BLOB_DIR"] = str(blob_dir)
     env.setdefault("NO_COLOR", "1")

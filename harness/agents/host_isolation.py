@@ -71,11 +71,16 @@ def isolation() -> str:
 
 
 def masked_paths(environ: dict[str, str] | None = None) -> list[str]:
-    """:data:`MASKED`, and the Unix socket ``DOCKER_HOST`` names."""
+    """:data:`MASKED`, and the Unix sockets ``DOCKER_HOST`` names: the environment's, and
+    the one the placed instance's engine is reached by (an ssh engine's tunnel socket)."""
+    from harness.sandbox.placement import instance_environment
+
     paths = list(MASKED)
-    host = (environ if environ is not None else os.environ).get("DOCKER_HOST", "")
-    if host.startswith("unix://"):
-        paths.append(host.removeprefix("unix://"))
+    env = environ if environ is not None else os.environ
+    for host in (env.get("DOCKER_HOST", ""), instance_environment(env).get("DOCKER_HOST", "")):
+        path = host.removeprefix("unix://")
+        if host.startswith("unix://") and path not in paths:
+            paths.append(path)
     return paths
 
 

@@ -43,10 +43,16 @@ class EngineClient(docker.DockerClient):  # type: ignore[misc]
 def get_client(
     timeout: int = DEFAULT_TIMEOUT_S, environment: dict[str, str] | None = None
 ) -> docker.DockerClient:
-    """A client from the environment (``DOCKER_HOST`` etc.; or ``environment``), pinged once.
+    """A client of ``environment`` (``DOCKER_HOST`` etc.), pinged once. Without one: the
+    engine of the instance this process runs (:func:`harness.sandbox.placement.
+    instance_environment`: the placed slot's engine, else this process's environment).
 
     Raises :class:`DockerUnavailable` (``docker_unavailable``) when the daemon is not there.
     """
+    if environment is None:
+        from harness.sandbox.placement import instance_environment
+
+        environment = instance_environment()
     try:
         client = EngineClient.from_env(timeout=timeout, environment=environment)
         client.api.ping()

@@ -19,12 +19,15 @@ nothing. Before a slot is taken, ``pressure(engine)`` (the engine plugin passes
 :func:`harness.sandbox.engine_capacity.engine_pressure`) may name a memory pressure: the
 engine is passed over until it recovers.
 
-While an instance holds a slot, this process's ``DOCKER_HOST`` (and, for a TLS engine with
-certificates of its own, ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``; for an ssh engine the
-run's tunnel socket) names the instance's engine, so every client made from the
-environment (``get_client()``, the ``docker`` and ``programbench`` subprocesses) talks to
-it; :func:`controller_environment` keeps the environment the run started with (the
-controller's engine: builds and transfers start there).
+While an instance holds a slot (:func:`placed`), the slot is this process's *active* slot;
+``os.environ`` is never changed. What must reach the instance's engine is handed it
+explicitly: :func:`harness.sandbox.client.get_client` (without an ``environment``) makes its
+client from :func:`instance_environment`, and a subprocess that runs ``docker`` or the
+official ``programbench`` gets ``env=instance_environment(...)`` (this process's environment
+with the engine's ``DOCKER_HOST``, and for a TLS engine with certificates of its own
+``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``; for an ssh engine the run's tunnel socket).
+:func:`controller_environment` is the environment the run started with (the controller's
+engine: builds and transfers start there).
 """
 
 from __future__ import annotations
@@ -32,13 +35,13 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.layout import state_dir
-from harness.sandbox.engines import TLS_ENV, EngineRecord, alive, engine_environment
+from harness.sandbox.engines import EngineRecord, alive, engine_environment
 
 POLL_S = 0.2
 
@@ -53,14 +56,18 @@ class Slot:
     run_root: Path
     fd: int
 
+    def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """``base`` (default: this process's environment) with the variables that reach this
+        slot's engine on top (none for the local engine)."""
+        return {**(os.environ if base is None else base), **engine_environment(self.engine)}
+
     def release(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)  # closing drops the flock
             self.fd = -1
 
 
-_active: Slot | None = None
-_saved_env: dict[str, str | None] = {}
+_active: Slot | None = None  # the slot of the instance this process runs (not os.environ)
 
 
 def engines_dir(run_root: Path | str) -> Path:
@@ -147,24 +154,14 @@ def acquire(
 
 @contextmanager
 def placed(slot: Slot) -> Iterator[Slot]:
-    """Point this process's Docker environment at the slot's engine while the block runs."""
-    global _active, _saved_env
-    _saved_env = {k: os.environ.get(k) for k in TLS_ENV}
-    _active = slot
-    os.environ.update(engine_environment(slot.engine))
+    """Make ``slot`` this process's active slot while the block runs (``os.environ`` stays
+    as it is: clients and subprocesses get the engine from :func:`instance_environment`)."""
+    global _active
+    previous, _active = _active, slot
     try:
         yield slot
     finally:
-        _restore(os.environ, _saved_env)
-        _active, _saved_env = None, {}
-
-
-def _restore(env: MutableMapping[str, str], saved: dict[str, str | None]) -> None:
-    for key, value in saved.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
+        _active = previous
 
 
 def active() -> Slot | None:
@@ -172,12 +169,19 @@ def active() -> Slot | None:
     return _active
 
 
+def instance_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a client or subprocess that must reach the running instance's
+    engine: ``base`` (default: this process's environment) with the active slot's engine
+    variables on top; a copy of ``base`` when no slot is active."""
+    slot = _active
+    if slot is None:
+        return dict(os.environ if base is None else base)
+    return slot.environment(base)
+
+
 def controller_environment() -> dict[str, str]:
     """The environment the run started with (its ``DOCKER_HOST`` is the controller's engine)."""
-    env = dict(os.environ)
-    if _active is not None:
-        _restore(env, _saved_env)
-    return env
+    return dict(os.environ)
 
 
 __all__ = [
@@ -186,6 +190,7 @@ __all__ = [
     "acquire",
     "active",
     "controller_environment",
+    "instance_environment",
     "is_lost",
     "mark_lost",
     "placed",

@@ -41,6 +41,11 @@ import json, os, subprocess
 from harness.sandbox import placement
 from harness.sandbox.client import get_client
 
+def _docker_env():
+    return {{k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}}
+
+AT_START = _docker_env()
+
 def pytest_runtest_call(item):
     slot = placement.active()
     if slot is None:
@@ -53,11 +58,11 @@ def pytest_runtest_call(item):
     finally:
         client.close()
     cli = subprocess.run(["docker", "info", "--format", "{{{{.ID}}}}"], capture_output=True,
-                         text=True, timeout=60)
+                         text=True, timeout=60, env=placement.instance_environment())
     with open({out!r}, "a") as f:
         f.write(json.dumps({{"url": slot.engine.url, "leases": leases, "engine_id": engine_id,
                             "cli_engine_id": cli.stdout.strip(), "cli_rc": cli.returncode,
-                            "docker_host": os.environ.get("DOCKER_HOST")}}) + "\\n")
+                            "environ_unchanged": _docker_env() == AT_START}}) + "\\n")
 """
 
 # Loaded into the run's processes (-p): the first instance placed on the ssh engine kills its
@@ -182,13 +187,15 @@ def test_a_run_over_an_ssh_and_a_tls_engine_settles_and_proves_both_clean(
     final = run.manifest["extra"]["engine_final"]
     assert set(final) == {a.ssh_url, b.tls_url} and all("removed" in v for v in final.values())
     # While the instances ran: the run's lease on their engine; the docker CLI (what the
-    # official tools use) reached the same engine through the tunnel and over TLS.
+    # official tools use), given the instance's environment, reached the same engine through
+    # the tunnel and over TLS; the process's own environment was never rewritten.
     seen = [json.loads(line) for line in witness.read_text().splitlines()]
     ids = {a.ssh_url: a.client().info()["ID"], b.tls_url: b.client().info()["ID"]}
     assert {s["url"] for s in seen} == {a.ssh_url, b.tls_url}
     for s in seen:
         assert len(s["leases"]) == 1, s
         assert s["engine_id"] == ids[s["url"]] == s["cli_engine_id"], s
+        assert s["environ_unchanged"], s
     # The custody proof asks each engine (the ssh one through a tunnel of its own now).
     from harness.runner.budget_plugin import cleanup_unproven
 

@@ -44,9 +44,11 @@ SELECT = tuple(arg for iid in TASKS for arg in ("--instance", iid))
 
 KILLER = """
 import os, signal
+from harness.sandbox import placement
 
 def pytest_runtest_call(item):
-    if os.environ.get("DOCKER_HOST") == {url!r}:  # this instance was placed on it: kill it
+    slot = placement.active()
+    if slot is not None and slot.engine.url == {url!r}:  # placed on it: kill it
         try:
             os.kill({pid}, signal.SIGKILL)
         except ProcessLookupError:
@@ -60,7 +62,7 @@ def cowork(root: Path, *args: str, env: dict[str, str] | None = None) -> Run:
         root,
         "--cowork-root",
         str(COWORK),
-        "--allow-dirty-bench",
+        "--cowork-allow-dirty-bench",
         "--agent",
         "oracle",
         *args,
