@@ -19,8 +19,9 @@ here places: the run uses the local engine (asked once at admission).
   :mod:`harness.runner.engine_admission`.
 * Each instance (the autouse ``harness_engine`` fixture, set up before any other fixture
   and torn down after them): a slot on the least loaded live engine that is not under
-  memory pressure (:mod:`harness.sandbox.placement`), ``DOCKER_HOST`` (and its TLS
-  variables) pointed at it, the row's ``details.engine``. At teardown an engine that no
+  memory pressure (:mod:`harness.sandbox.placement`), made the process's active slot
+  (clients and ``docker``/``programbench`` subprocesses are handed its engine;
+  ``os.environ`` is not changed), the row's ``details.engine``. At teardown an engine that no
   longer answers is marked lost and the instance, if it did not settle, ends
   ``infra_failed`` ``engine_lost`` (retried by resume, which re-probes the engines and
   places it on one that answers).

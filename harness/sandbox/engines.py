@@ -187,8 +187,10 @@ def _socket_answers(endpoint: str) -> bool:
 
 
 def engine_environment(engine: EngineSpec | str) -> dict[str, str]:
-    """``DOCKER_*`` variables that reach ``engine`` (set while an instance runs on it; the
-    ``docker`` CLI and the official tools read them too). Empty for :data:`LOCAL`."""
+    """``DOCKER_*`` variables that reach ``engine``: put over this process's environment in
+    the ``environment``/``env`` handed to a client or subprocess (the ``docker`` CLI, the
+    official tools) of an instance placed on it (:func:`harness.sandbox.placement.
+    instance_environment`; ``os.environ`` is never changed). Empty for :data:`LOCAL`."""
     spec = _known.get(engine, EngineSpec(url=engine)) if isinstance(engine, str) else engine
     if spec.url == LOCAL:
         return {}
