@@ -161,7 +161,7 @@ def _guide_runs(files: dict[str, Path]) -> list[tuple[str, list[str]]]:
                     if args and args[-1] == "--agent":
                         args.append("nop")
                     continue
-                if words[n] in ("-n",) or word in ("-n", "--build-image"):
+                if words[n] in ("-n",) or word in ("-n", "--cowork-build-image"):
                     continue  # one process; the checkout's own image is not built here
                 args.append(_filled(word, files))
             out.append((f"{path.relative_to(REPO_ROOT)}:{line}", args))

@@ -4,7 +4,7 @@ Options (``pytest benchmarks/cowork_bench --help``): ``--cowork-root`` (required
 expected commit, the provenance waivers, the residual diagnostic, the task timeout, the
 step cap and the per-container limits (``--cowork-cpus`` 1, ``--cowork-memory`` 2g,
 ``--cowork-pids`` 1024, applied to the agent, eval and database containers alike) and
-``--allow-missing-tools`` (a task whose MCP servers cannot all start still runs),
+``--cowork-allow-missing-tools`` (a task whose MCP servers cannot all start still runs),
 ``--cowork-image``/``--cowork-pg-image`` (other images, resolved at admission:
 :mod:`.run_images`). Instances are the checkout's ``tasks/finalpool/*`` with two attribute markers,
 ``server`` (every MCP server of the task) and ``prefix`` (the legacy name prefix)::
@@ -14,13 +14,14 @@ step cap and the per-container limits (``--cowork-cpus`` 1, ``--cowork-memory`` 
 Admission (controller, once, after the manifest is written) records the benchmark's
 provenance and the applied configuration in ``run_manifest.json`` under ``extra.cowork``,
 writes the manifest, and only then enforces the gate (clean tree, pinned commit), so a
-refusal is on disk. A waiver given (``--allow-dirty-bench``,
-``--allow-bench-commit-mismatch``, ``--allow-missing-tools``) leaves the run not reportable,
-naming it (``extra.not_reportable_by_benchmark``). A run that will run (not a dry run)
-records the IDs of the images it admits, the harness's default images included
+refusal is on disk. A waiver given (``--cowork-allow-dirty-bench``,
+``--cowork-allow-bench-commit-mismatch``, ``--cowork-allow-missing-tools``) leaves the run
+not reportable, naming it (``extra.not_reportable_by_benchmark``). A run that will run (not
+a dry run) records the IDs of the images it admits, the harness's default images included
 (``extra.cowork.run_images``); a resume is refused when an ancestor ran other images or
-another harness commit (:mod:`.resume_check`).
-"""
+another harness commit (:mod:`.resume_check`). The options' spellings before the
+``--cowork-`` prefix (``--allow-dirty-bench``, ``--build-image``, ...) are refused, naming
+the new one (:data:`RENAMED`)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ from benchmarks.cowork_bench.tasks import (
     discover_tasks,
 )
 from harness.core.adapter import BenchmarkAdapter, InstanceSpec
-from harness.core.errors import RefusalError
+from harness.core.errors import RefusalError, RenamedOption, refuse_renamed
 from harness.core.models import Manifest, Outcome
 from harness.run.manifest import write_manifest
 from harness.runner.instance import RunContext
@@ -70,6 +71,19 @@ DEFAULT_TASK_TIMEOUT_SEC = 1800.0  # upstream TASK_TIMEOUT (run_parallel.sh)
 DEFAULT_MAX_STEPS = 100  # upstream script default
 ADAPTER_VERSION = "cowork-adapter-1"  # bump when the adapter changes what a verdict means
 RUN_SCHEMA = "harness.cowork.run.v1"
+# The options' spellings before they carried the benchmark's prefix (issue 42): refused,
+# naming the new one.
+RENAMED = tuple(
+    RenamedOption(old, "--cowork-" + old[2:], flag=True)
+    for old in (
+        "--allow-dirty-bench",
+        "--allow-bench-commit-mismatch",
+        "--diagnostic-eval-on-truncation",
+        "--allow-missing-tools",
+        "--allow-missing-db",
+        "--build-image",
+    )
+)
 
 STATUS = {
     Outcome.AGENT_FAILED: "agent_failed",
@@ -88,6 +102,8 @@ def add_options(parser: pytest.Parser) -> None:
     _add_policy_options(group)
     _add_agent_options(group)
     _add_container_options(group)
+    for option in RENAMED:
+        option.register(group)
 
 
 def _add_checkout_options(group: pytest.OptionGroup) -> None:
@@ -105,13 +121,15 @@ def _add_checkout_options(group: pytest.OptionGroup) -> None:
         help=f"the commit the checkout must be at (default the pin {PINNED_COMMIT[:12]})",
     )
     group.addoption(
-        "--allow-dirty-bench",
+        "--cowork-allow-dirty-bench",
+        dest="allow_dirty_bench",
         action="store_true",
         default=False,
         help="run a checkout with uncommitted changes (recorded in the manifest)",
     )
     group.addoption(
-        "--allow-bench-commit-mismatch",
+        "--cowork-allow-bench-commit-mismatch",
+        dest="allow_bench_commit_mismatch",
         action="store_true",
         default=False,
         help="run a checkout at another commit than --cowork-commit (recorded)",
@@ -121,21 +139,24 @@ def _add_checkout_options(group: pytest.OptionGroup) -> None:
 def _add_policy_options(group: pytest.OptionGroup) -> None:
     """What a run does when a task's tools or database are missing, or its agent truncated."""
     group.addoption(
-        "--diagnostic-eval-on-truncation",
+        "--cowork-diagnostic-eval-on-truncation",
+        dest="diagnostic_eval_on_truncation",
         action="store_true",
         default=False,
         help="after a truncated agent run, run the checker once more for the "
         "audit only (never changes the verdict)",
     )
     group.addoption(
-        "--allow-missing-tools",
+        "--cowork-allow-missing-tools",
+        dest="allow_missing_tools",
         action="store_true",
         default=False,
         help="run a task even when one of its MCP servers cannot start (recorded); by "
         "default such a task is infra_failed mcp_unavailable and its agent never runs",
     )
     group.addoption(
-        "--allow-missing-db",
+        "--cowork-allow-missing-db",
+        dest="allow_missing_db",
         action="store_true",
         default=False,
         help="run a checkout without db/init.sql.gz (e.g. sparse): the database starts "
@@ -233,6 +254,7 @@ class CoworkOptions(BaseModel):
     def from_config(cls, config: pytest.Config) -> CoworkOptions:
         """Every problem is one line naming the option (a :class:`RefusalError`)."""
         opt = config.getoption
+        refuse_renamed(opt, RENAMED)
         raw_root = opt("cowork_root")
         if not raw_root:
             raise RefusalError(

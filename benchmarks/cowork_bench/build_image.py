@@ -11,7 +11,7 @@ inputs' hashes: the checkout image's ID and the layer's content, so it is built 
 pair) adds what the harness needs (:func:`benchmarks.cowork_bench.images.harness_layer_files`):
 the ``agent`` user (uid 1000), the supervisor at ``/opt/harness_mcp`` and ``mcp-call``, with
 the baked-in checkout removed from ``/workspace``. Run with ``--cowork-image`` naming the
-derived image, or let a run build both (``--build-image``, :func:`ensure_checkout_image`).
+derived image, or let a run build both (``--cowork-build-image``, :func:`ensure_checkout_image`).
 
 Both images carry the harness's built-image label (``harness.recipe``), so ``harness images
 list`` shows them and ``harness images prune`` may remove them. The whole build logs go to
@@ -87,7 +87,7 @@ class BuildResult(BaseModel):
     dirty: bool
     log: str
     seconds: float
-    reused: bool = False  # a run's --build-image found the clean commit's image built
+    reused: bool = False  # a run's --cowork-build-image found the clean commit's image built
     derived: DerivedResult | None = None
 
 

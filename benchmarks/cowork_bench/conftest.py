@@ -37,7 +37,7 @@ NOT_LISTED = (
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
     parser.getgroup("cowork_bench").addoption(
-        "--build-image",
+        "--cowork-build-image",
         action="store_true",
         default=False,
         dest="cowork_build_image",
@@ -48,10 +48,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def check_build_image(config: pytest.Config) -> None:
-    """``--build-image`` names the runtime image: not with ``--cowork-image`` too."""
+    """``--cowork-build-image`` names the runtime image: not with ``--cowork-image`` too."""
     if config.getoption("cowork_build_image", False) and config.getoption("cowork_image", None):
         raise RefusalError(
-            "--build-image and --cowork-image both choose the runtime image: give one",
+            "--cowork-build-image and --cowork-image both choose the runtime image: give one",
             stage="options",
             reason="bad_option",
         )

@@ -1,4 +1,4 @@
-"""``--diagnostic-eval-on-truncation`` (off by default): a residual, audit-only checker run.
+"""``--cowork-diagnostic-eval-on-truncation`` (off by default): a residual, audit-only checker run.
 
 When the official eval *declined* (the upstream status gate: the agent did not finish with
 ``success``) and the agent stopped for a truncation reason (``deadline_local``,

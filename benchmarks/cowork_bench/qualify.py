@@ -9,7 +9,7 @@ naming the same servers share one start, in the container of the first of them),
 a Markdown table (``--table``, default ``cowork-qualify-<UTC time>.md`` here): the count of
 tasks that can run on this image, per server how many tasks need it and why it failed, and
 per task its servers' states. The image is the harness's runtime image, ``--cowork-image
-REF``, or the checkout's own with the harness's layer (``--build-image``, see ``harness
+REF``, or the checkout's own with the harness's layer (``--cowork-build-image``, see ``harness
 cowork build-image``); ``--cowork-pg-image REF`` chooses the sidecar's image as in a run.
 
 One seeded PostgreSQL sidecar on one internal network serves the whole qualification (the
@@ -50,7 +50,7 @@ from benchmarks.cowork_bench.mcp_servers import (
 from benchmarks.cowork_bench.phases import WORKSPACE, InstanceEnv, _start
 from benchmarks.cowork_bench.sidecar import start_postgres
 from benchmarks.cowork_bench.tasks import FINALPOOL, CoworkTask, discover_tasks
-from harness.core.errors import InfraError
+from harness.core.errors import InfraError, RenamedOption
 from harness.core.fsutil import atomic_write_json, atomic_write_text
 from harness.sandbox import create_internal_network, remove_labelled
 from harness.sandbox import labels as L
@@ -58,6 +58,7 @@ from harness.sandbox.cleanup import run_lock
 
 QUALIFY_INSTANCE = "qualify"  # the instance label of the shared sidecar and network
 MAX_REASONS = 3
+RENAMED_BUILD_IMAGE = RenamedOption("--build-image", "--cowork-build-image", flag=True)
 REASON_CHARS = 240  # of one reason, in the table
 
 
@@ -403,9 +404,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--cowork-image", metavar="REF", help="a local image to qualify in "
                         "(cowork-pack:<commit>, harness/cowork-servers:<hash>); default the "
                         "harness's runtime image")  # fmt: skip
-    parser.add_argument("--build-image", action="store_true", help="qualify in the checkout's "
-                        "own image with the harness's layer (built if missing, as a run's "
-                        "--build-image)")  # fmt: skip
+    parser.add_argument("--cowork-build-image", dest="build_image", action="store_true",
+                        help="qualify in the checkout's own image with the harness's layer "
+                        "(built if missing, as a run's --cowork-build-image)")  # fmt: skip
+    RENAMED_BUILD_IMAGE.register(parser)  # the old spelling: refused, naming the new one
     parser.add_argument(
         "--cowork-pg-image",
         metavar="REF",
@@ -417,6 +419,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def _usage_problem(args: argparse.Namespace, root: Path) -> str | None:
     """What is wrong with the command line as given (before any task is read), if anything."""
+    if getattr(args, RENAMED_BUILD_IMAGE.dest) is not None:
+        return str(RENAMED_BUILD_IMAGE.refusal(""))
     if not (root / FINALPOOL).is_dir():
         return f"no {FINALPOOL}/ under {root}"
     if args.all and args.task:
@@ -426,7 +430,7 @@ def _usage_problem(args: argparse.Namespace, root: Path) -> str | None:
     if args.jobs < 1:
         return f"--jobs {args.jobs}: give a positive number"
     if args.build_image and args.cowork_image:
-        return "--build-image and --cowork-image both choose the image: give one"
+        return "--cowork-build-image and --cowork-image both choose the image: give one"
     return None
 
 
@@ -445,7 +449,8 @@ def _selected_tasks(prog: str, args: argparse.Namespace, root: Path) -> list[Cow
 
 def _images(prog: str, args: argparse.Namespace, root: Path) -> dict[str, str | None] | None:
     """The image ids to qualify in (``image``: the agent's, ``pg``: the sidecar's; None the
-    harness's own); None (said) when a named image is missing or ``--build-image`` failed."""
+    harness's own); None (said) when a named image is missing or ``--cowork-build-image``
+    failed."""
     images: dict[str, str | None] = {"image": None, "pg": None}
     for key, flag, ref in (("image", "--cowork-image", args.cowork_image),
                            ("pg", "--cowork-pg-image", args.cowork_pg_image)):  # fmt: skip
@@ -461,7 +466,7 @@ def _images(prog: str, args: argparse.Namespace, root: Path) -> dict[str, str | 
         try:
             built = ensure_checkout_image(root)
         except (BuildFailed, ValueError, OSError) as exc:
-            print(f"{prog}: --build-image: {exc}", file=sys.stderr)
+            print(f"{prog}: --cowork-build-image: {exc}", file=sys.stderr)
             return None
         assert built.derived is not None
         images["image"] = built.derived.image_id

@@ -145,7 +145,7 @@ def waiver_reasons(
     out = []
     if allow_dirty:
         state = "dirty" if dirty else "clean" if dirty is False else "state unknown"
-        out.append(f"cowork waiver --allow-dirty-bench (checkout {state})")
+        out.append(f"cowork waiver --cowork-allow-dirty-bench (checkout {state})")
     if allow_mismatch:
         state = (
             "at the pinned commit"
@@ -154,11 +154,11 @@ def waiver_reasons(
             if commit_matches is False
             else "commit unknown"
         )
-        out.append(f"cowork waiver --allow-bench-commit-mismatch (checkout {state})")
+        out.append(f"cowork waiver --cowork-allow-bench-commit-mismatch (checkout {state})")
     if allow_missing_tools:
-        out.append("cowork waiver --allow-missing-tools (a task may run without its MCP servers)")
+        out.append("cowork waiver --cowork-allow-missing-tools (a task may run without its MCP servers)")
     if allow_missing_db:
         out.append(
-            "cowork waiver --allow-missing-db (the database may start without the checkout's dump)"
+            "cowork waiver --cowork-allow-missing-db (the database may start without the checkout's dump)"
         )
     return out

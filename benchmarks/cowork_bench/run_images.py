@@ -13,7 +13,7 @@
   role ``eigent``/``camel``, database ``cowork_gym``); :func:`benchmarks.cowork_bench.sidecar.pg_layout`
   tells which.
 
-* ``--build-image``: the agent and eval containers run the checkout's own image with the
+* ``--cowork-build-image``: the agent and eval containers run the checkout's own image with the
   harness's layer (:func:`benchmarks.cowork_bench.build_image.ensure_checkout_image`: the
   checkout's ``Dockerfile`` built untouched, reused for a clean commit already built, then
   the derived image), built by the controller when the run resolves its images (a dry run
@@ -39,7 +39,7 @@ from harness.core.errors import InfraError, RefusalError
 
 Role = Literal["runtime", "pg"]
 FLAGS: dict[Role, str] = {"runtime": "--cowork-image", "pg": "--cowork-pg-image"}
-BUILD_FLAG = "--build-image"
+BUILD_FLAG = "--cowork-build-image"
 
 
 class ChosenImage(BaseModel):
@@ -147,7 +147,7 @@ def build_requested(config: pytest.Config) -> bool:
 
 
 def built_runtime(config: pytest.Config) -> ChosenImage:
-    """``--build-image``: the checkout's image with the harness's layer (built if missing)."""
+    """``--cowork-build-image``: the checkout's image with the harness's layer (built if missing)."""
     from benchmarks.cowork_bench.build_image import BuildFailed, ensure_checkout_image
 
     root = Path(str(config.getoption("cowork_root"))).expanduser().resolve()
@@ -165,7 +165,7 @@ def built_runtime(config: pytest.Config) -> ChosenImage:
 
 
 def resolve_images(config: pytest.Config, refs: dict[Role, str | None]) -> RunImages:
-    """Resolve every given reference and build ``--build-image``'s (neither: no Docker call
+    """Resolve every given reference and build ``--cowork-build-image``'s (neither: no Docker call
     at all)."""
     given = {role: ref for role, ref in refs.items() if ref}
     out = RunImages()

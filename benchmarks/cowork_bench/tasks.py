@@ -201,7 +201,7 @@ def check_provenance(
         if not allow_dirty:
             raise RefusalError(
                 f"--cowork-root {root} is not a git checkout ({prov.error}); clone the "
-                "benchmark at the pinned commit or pass --allow-dirty-bench",
+                "benchmark at the pinned commit or pass --cowork-allow-dirty-bench",
                 stage="bench_gate",
                 reason="bench_identity_unavailable",
             )
@@ -210,7 +210,7 @@ def check_provenance(
         first = prov.status_entries[0].strip() if prov.status_entries else "?"
         raise RefusalError(
             f"--cowork-root {root} has {len(prov.status_entries)} uncommitted change(s) "
-            f"(first: {first}); clean it (git stash / git clean) or pass --allow-dirty-bench",
+            f"(first: {first}); clean it (git stash / git clean) or pass --cowork-allow-dirty-bench",
             stage="bench_gate",
             reason="bench_dirty",
         )
@@ -219,7 +219,7 @@ def check_provenance(
         raise RefusalError(
             f"--cowork-root {root} is at {prov.head} but the pinned commit is "
             f"{prov.expected}; run `git -C {root} checkout {prov.expected}` or pass "
-            "--allow-bench-commit-mismatch",
+            "--cowork-allow-bench-commit-mismatch",
             stage="bench_gate",
             reason="bench_mismatch",
         )

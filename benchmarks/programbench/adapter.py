@@ -30,13 +30,23 @@ from benchmarks.programbench.tasks import (
 )
 from harness.api import DeclaredBenchmark, Kept, Trial, Verdict
 from harness.core.adapter import InstanceSpec
-from harness.core.errors import RefusalError
+from harness.core.errors import RefusalError, RenamedOption, refuse_renamed
 from harness.core.outcomes import Outcome
 from harness.runner.selection import ancestor_manifest
 
 EVAL_MODES = ("per-task", "batch", "off")
 DEFAULT_CPUS = 4.0
 DEFAULT_MEMORY = "16g"
+# The options' spellings before they carried the benchmark's prefix (issue 42): refused,
+# naming the new one.
+RENAMED = (
+    RenamedOption("--redo-existing", "--pb-redo-existing", flag=True),
+    RenamedOption("--eval", "--pb-eval"),
+    RenamedOption("--cpus", "--pb-cpus"),
+    RenamedOption("--memory", "--pb-memory"),
+    RenamedOption("--docker-cpus", "--pb-docker-cpus"),
+    RenamedOption("--task-timeout", "--pb-task-timeout"),
+)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -50,7 +60,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="shuffle the instance order (seeded, see --pb-seed)")
     group.addoption("--pb-seed", default=str(DEFAULT_SHUFFLE_SEED), metavar="N",
                     help=f"shuffle seed (default {DEFAULT_SHUFFLE_SEED})")
-    group.addoption("--redo-existing", action="store_true", default=False,
+    group.addoption("--pb-redo-existing", dest="redo_existing", action="store_true",
+                    default=False,
                     help="on resume, solve again even when a submission exists: the kept "
                          "submission is not re-scored and the ancestors' task checkpoints are "
                          "cleared (no reattach; their tasks are cancelled, their kept sandboxes "
@@ -73,21 +84,23 @@ def add_options(parser: pytest.Parser) -> None:
                     help="run a paid agent although the installed programbench (before "
                          "1.2.5) can score a rerun test as passed; the run is then not "
                          "reportable, with the reason")
-    group.addoption("--eval", dest="pb_eval", default="per-task", metavar="MODE",
+    group.addoption("--pb-eval", dest="pb_eval", default="per-task", metavar="MODE",
                     help="official scoring: per-task (as soon as a submission exists), "
                          "batch (once at session end) or off")
-    group.addoption("--cpus", dest="pb_cpus", default=None, metavar="N",
+    group.addoption("--pb-cpus", dest="pb_cpus", default=None, metavar="N",
                     help=f"CPUs of each cleanroom sandbox (default {DEFAULT_CPUS:g}, capped "
                          f"at this host's)")
-    group.addoption("--memory", dest="pb_memory", default=DEFAULT_MEMORY, metavar="SIZE",
+    group.addoption("--pb-memory", dest="pb_memory", default=DEFAULT_MEMORY, metavar="SIZE",
                     help=f"memory of each cleanroom sandbox, swap equal (default "
                          f"{DEFAULT_MEMORY})")
-    group.addoption("--docker-cpus", dest="pb_docker_cpus", default=None, metavar="N",
+    group.addoption("--pb-docker-cpus", dest="pb_docker_cpus", default=None, metavar="N",
                     help="--docker-cpus passed to programbench eval (default "
                          "$PROGRAMBENCH_DOCKER_CPUS, else 4; capped at this host's)")
-    group.addoption("--task-timeout", dest="pb_timeout", default=str(DEFAULT_TIMEOUT_SEC),
+    group.addoption("--pb-task-timeout", dest="pb_timeout", default=str(DEFAULT_TIMEOUT_SEC),
                     metavar="SEC", help=f"agent wall clock per task (default "
                                         f"{DEFAULT_TIMEOUT_SEC}, the official 6 h)")
+    for option in RENAMED:
+        option.register(group)
 
 
 def _bad(flag: str, value: Any, fix: str) -> RefusalError:
@@ -122,6 +135,7 @@ class ProgramBenchSettings:
 
     def __init__(self, config: pytest.Config) -> None:
         opt = config.getoption
+        refuse_renamed(opt, RENAMED)
         self.filter: str | None = opt("pb_filter")
         self.slice: str | None = opt("pb_slice")
         self.shuffle: bool = opt("pb_shuffle")
@@ -135,25 +149,25 @@ class ProgramBenchSettings:
             raise _bad("--pb-seed", opt("pb_seed"), "is not an integer; pass e.g. 42") from None
         self.eval_mode: str = opt("pb_eval")
         if self.eval_mode not in EVAL_MODES:
-            raise _bad("--eval", self.eval_mode, f"is unknown; use {', '.join(EVAL_MODES)}")
+            raise _bad("--pb-eval", self.eval_mode, f"is unknown; use {', '.join(EVAL_MODES)}")
         if self.eval_mode == "batch" and opt("image_disk_ceiling_gb", None) is not None:
             # the batch eval needs every task's image at the session's end; the ceiling
             # removes each one when its instance ends
-            raise _bad("--eval", self.eval_mode, "needs every task image at the session's end: "
-                       "it cannot run under --image-disk-ceiling-gb; use --eval per-task")
+            raise _bad("--pb-eval", self.eval_mode, "needs every task image at the session's "
+                       "end: it cannot run under --image-disk-ceiling-gb; use --pb-eval per-task")
         host = float(os.cpu_count() or 1)
-        self.cpus = min(self._number("--cpus", opt("pb_cpus"), DEFAULT_CPUS), host)
+        self.cpus = min(self._number("--pb-cpus", opt("pb_cpus"), DEFAULT_CPUS), host)
         self.memory: str = str(opt("pb_memory")).strip().lower()
         if not re.fullmatch(r"[1-9][0-9]*[kmg]?", self.memory):  # Docker's --memory form
-            raise _bad("--memory", opt("pb_memory"), "is not a size; pass e.g. 16g or 512m")
+            raise _bad("--pb-memory", opt("pb_memory"), "is not a size; pass e.g. 16g or 512m")
         try:
             spec_default = default_docker_cpus()
             programbench_cli()  # $PROGRAMBENCH_PYTHON, checked before any task burns
         except CliSetupError as exc:
             raise RefusalError(str(exc), stage="options", reason="bad_option") from None
-        self.docker_cpus = int(min(self._number("--docker-cpus", opt("pb_docker_cpus"),
+        self.docker_cpus = int(min(self._number("--pb-docker-cpus", opt("pb_docker_cpus"),
                                                 spec_default), host))
-        self.timeout = self._number("--task-timeout", opt("pb_timeout"), DEFAULT_TIMEOUT_SEC)
+        self.timeout = self._number("--pb-task-timeout", opt("pb_timeout"), DEFAULT_TIMEOUT_SEC)
         self.workspace: str = opt("pb_workspace")
 
     @staticmethod
@@ -263,8 +277,8 @@ class ProgramBenchAdapter(DeclaredBenchmark):
         return f"programbench=={programbench_version()}"
 
     def result_config(self, config: pytest.Config) -> dict[str, Any]:
-        """Not ``--eval``: per task, batch or off, a score is the same official CLI's verdict
-        on the same submission, so a resume of an ``--eval off`` run may score it."""
+        """Not ``--pb-eval``: per task, batch or off, a score is the same official CLI's
+        verdict on the same submission, so a resume of a ``--pb-eval off`` run may score it."""
         s = self.settings(config)
         out: dict[str, Any] = {"cpus": s.cpus, "memory": s.memory,
                                "task_timeout_sec": s.timeout, "image_tag": CLEANROOM_TAG}

@@ -4,7 +4,7 @@ An instance whose agent finished and left a ``submission.tar.gz``, but whose off
 errored (``official_eval_error``), never ran (a batch eval cut short), or was switched off,
 is not given to the agent again on resume: the nearest ancestor's kept submission is copied
 into the new instance folder (after checking its sha256 against the ancestor's row) and
-scored. ``--redo-existing`` forces a new solve.
+scored. ``--pb-redo-existing`` forces a new solve.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ from harness.sandbox.transfer import CopyRefused
 
 WORKSPACE = "/workspace"
 BODY_NAME = "programbench_task_body.json"
-EVAL_OFF_REASON = "submission_prepared"  # --eval off: kept for a later eval (rescore.py)
+EVAL_OFF_REASON = "submission_prepared"  # --pb-eval off: kept for a later eval (rescore.py)
 
 
 def resolve_instance_image(trial: Trial, inst: PBInstance) -> tuple[str, str | None]:
@@ -241,14 +241,14 @@ def set_aside_interrupted_eval(ctx: InstanceContext) -> None:
 
 def score_submission(ctx: InstanceContext, settings: Any, submission: Path, completed: bool,
                      reason: str | None, blob_dir: str | None) -> TrialVerdict:
-    """The eval step of an instance, per ``--eval``: off, batch (at session end), per task."""
+    """The eval step of an instance, per ``--pb-eval``: off, batch (at session end), per task."""
     inst: PBInstance = ctx.data
     if settings.eval_mode == "off":
         # Not a score (never a 0): skipped, so a resume with an eval scores the kept
         # submission (see :mod:`benchmarks.programbench.rescore`) instead of carrying it.
         return TrialVerdict(outcome="skipped", reason_code=EVAL_OFF_REASON,
-                            error="--eval off: submission kept, not scored; resume with "
-                                  "--eval per-task or batch to score it", eval_status="not_run")
+                            error="--pb-eval off: submission kept, not scored; resume with "
+                                  "--pb-eval per-task or batch to score it", eval_status="not_run")
     if settings.eval_mode == "batch" and ctx.sample is None:  # an attempt: scored here
         ctx.result.details["eval_pending"] = {"completed": completed, "reason": reason,
                                              "blob_dir": blob_dir}

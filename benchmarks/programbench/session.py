@@ -1,5 +1,5 @@
 """Session-level ProgramBench steps, in the controller: ``instance_order.json`` at admission;
-batch evaluation (``--eval batch``) and ``programbench info`` at the end."""
+batch evaluation (``--pb-eval batch``) and ``programbench info`` at the end."""
 
 from __future__ import annotations
 

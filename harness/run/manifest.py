@@ -94,7 +94,7 @@ def reportability(manifest: Manifest) -> list[str]:
     """Why the run's figures are not reportable (empty: reportable). A reportable run names
     a clean agent checkout (``--agent-repo``, the seed gate) and waived nothing on resume,
     nor anything of a benchmark's own (``extra.not_reportable_by_benchmark``: name ->
-    reasons, e.g. Cowork's ``--allow-dirty-bench``)."""
+    reasons, e.g. Cowork's ``--cowork-allow-dirty-bench``)."""
     extra = manifest.extra
     if extra.merged_from is not None:  # harness merge: the union of its shards' reasons
         return list(extra.merged_not_reportable or [])

@@ -256,7 +256,7 @@ class InstanceContext:
             )
         if r.outcome is Outcome.SCORED and (r.resolved or r.official_eval_status in (
                 "pending", "not_run")):
-            return  # resolved, or scored later (batch eval) or never (--eval off)
+            return  # resolved, or scored later (batch eval) or never (--pb-eval off)
         if r.outcome is Outcome.INFRA_FAILED:
             raise InfraError(r.error or r.reason_code or "infrastructure failure",
                              r.reason_code or "infra_error")

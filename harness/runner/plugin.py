@@ -254,7 +254,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         options = read_options(config, list(adapters.values()))
         shard = parse_shard(options.shard_text)
-    except (PlanError, RefusalError) as exc:  # a benchmark's own option, e.g. --eval bogus
+    except (PlanError, RefusalError) as exc:  # a benchmark's own option, e.g. --pb-eval bogus
         fail_usage(str(exc))
         return
     controller = Controller(config, options)
@@ -282,7 +282,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A benchmark instance is bounded by its own limits (``--task-timeout``, the scorer's),
+    """A benchmark instance is bounded by its own limits (``--pb-task-timeout``, the scorer's),
     never by pytest-timeout's per-test limit, which a project's configuration may set for
     its own tests (this repository's is 900 s; a ProgramBench task may work 6 h)."""
     if not config.pluginmanager.hasplugin("timeout"):

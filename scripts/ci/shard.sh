@@ -48,7 +48,7 @@ args=(--shard "$SHARD" --run-root "$RUN_ROOT" --junitxml "$RUN_ROOT/junit.xml"
 [ -n "${AGENT_REF:-}" ] && args+=(--expect-agent-commit "$AGENT_REF")
 [ -n "${SELECT:-}" ] && args+=(-k "$SELECT")
 [ -n "${SOLVE_MODEL:-}" ] && args+=(--solve-model "$SOLVE_MODEL")
-[ "$BENCHMARK" = programbench ] && args+=(--task-timeout "$((TASK_TIMEOUT_MIN * 60))")
+[ "$BENCHMARK" = programbench ] && args+=(--pb-task-timeout "$((TASK_TIMEOUT_MIN * 60))")
 [ -n "${IMAGE_CEILING_GB:-}" ] && args+=(--image-disk-ceiling-gb "$IMAGE_CEILING_GB")
 
 # A per-task limit for every paid agent kind; the command agents enforce it in the model

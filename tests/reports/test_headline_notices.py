@@ -72,7 +72,7 @@ def test_programbench_subset_says_it_is_not_the_benchmark_score(tmp_path: Path) 
 def test_cowork_subset_says_it_is_not_the_benchmark_score(tmp_path: Path) -> None:
     fixture = REPO_ROOT / "tests" / "fixtures" / "cowork_mini"
     run = run_pytest("benchmarks/cowork_bench", tmp_path / "cw", "--cowork-root", str(fixture),
-                     "--allow-dirty-bench", "--dry-run", timeout=300)
+                     "--cowork-allow-dirty-bench", "--dry-run", timeout=300)
     assert run.rc == 0, run.out
     notice = "5 of 496 tasks: not the benchmark score"
     assert run.manifest["subset_notice"] == notice

@@ -51,7 +51,7 @@ def test_setuid_is_ignored_under_gvisor(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_cowork_agent_container_runs_under_gvisor(tmp_path: Path) -> None:
     run = run_pytest("benchmarks/cowork_bench", tmp_path / "cowork", "--cowork-root",
-                     str(COWORK_FIXTURE), "--allow-dirty-bench", "-k", "excel-sales-summary",
+                     str(COWORK_FIXTURE), "--cowork-allow-dirty-bench", "-k", "excel-sales-summary",
                      "--agent", "command", "--agent-command", "dmesg > kernel.txt",
                      "--runtime", RUNTIME, timeout=600)
     row = run.latest["excel-sales-summary"]

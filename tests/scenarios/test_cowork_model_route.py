@@ -79,7 +79,7 @@ def test_a_command_agent_in_a_cowork_container_reaches_the_scripted_model(tmp_pa
          "usage": {"prompt_tokens": 700, "completion_tokens": 70, "cost": 0.0035}}]})
     root = tmp_path / "run"
     try:
-        run = run_pytest(TARGET, root, "--cowork-root", str(FIXTURE), "--allow-dirty-bench",
+        run = run_pytest(TARGET, root, "--cowork-root", str(FIXTURE), "--cowork-allow-dirty-bench",
                          "--instance", IID, "--agent", "command",
                          "--agent-command", f"python3 -c {shlex.quote(AGENT)}",
                          "--model-upstream", model.base_url,

@@ -48,7 +48,7 @@ def plan(think_s: float) -> dict[str, Any]:
 
 
 def args(root: Path, server: RefServer) -> list[str]:
-    return ["--run-root", str(root), "--cowork-root", str(FIXTURE), "--allow-dirty-bench",
+    return ["--run-root", str(root), "--cowork-root", str(FIXTURE), "--cowork-allow-dirty-bench",
             "--instance", IID, "--agent", "gateway", "--gateway-url", server.url,
             "--gateway-poll-sec", "0.2"]
 

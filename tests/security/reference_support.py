@@ -58,7 +58,7 @@ def gcc_shared(tmp: Path, source: str) -> bytes:
 def run_attack(root: Path, command: str) -> tuple[Run, dict[str, Any]]:
     """One run of the fixture with ``command`` as the agent; returns (run, the fixture row)."""
     run = run_pytest(TARGET, root, "--pb-fixtures", "-k", "calculator", "--agent", "command",
-                     "--agent-command", command, "--eval", "off")
+                     "--agent-command", command, "--pb-eval", "off")
     assert FIXTURE_ID in run.latest, run.out
     row = run.latest[FIXTURE_ID]
     assert row["outcome"] != "infra_failed", run.out  # the preparation and the run worked

@@ -49,7 +49,7 @@ def test_forged_kill_target_cannot_turn_a_timeout_into_infra(tmp_path: Path) -> 
         "setsid sleep 700 & "
         "echo forged; sleep 800"
     )
-    run, row = attack(tmp_path / "run", command, "--task-timeout", "2",
+    run, row = attack(tmp_path / "run", command, "--pb-task-timeout", "2",
                       "--agent-kill-after", "1", "--agent-exec-margin", "3")
     assert_agent_outcome(run, row, "deadline_local")
     assert row["details"]["truncated"] is True

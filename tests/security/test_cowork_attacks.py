@@ -75,7 +75,7 @@ RUNTIMES = [pytest.param(None, id="default"), pytest.param("runsc", id="gvisor",
 def cowork(root: Path, *args: str, runtime: str | None = None) -> Run:
     extra = ["--runtime", runtime] if runtime else security_runtime_args()
     return run_pytest("benchmarks/cowork_bench", root, "--cowork-root", str(FIXTURE),
-                      "--allow-dirty-bench", "--instance", IID, *args,
+                      "--cowork-allow-dirty-bench", "--instance", IID, *args,
                       *extra, timeout=600)  # fmt: skip
 
 
@@ -207,7 +207,7 @@ def test_flooding_the_mcp_log_folder_is_the_agents_failure(tmp_path: Path) -> No
     task = "email-reply-invoice"  # a task with MCP servers: its logs are copied out
     command = "for i in $(seq 1 300); do echo $i > /workspace/dumps/mcp/f$i; done"
     run = run_pytest("benchmarks/cowork_bench", tmp_path / "mcpflood", "--cowork-root",
-                     str(FIXTURE), "--allow-dirty-bench", "--instance", task,
+                     str(FIXTURE), "--cowork-allow-dirty-bench", "--instance", task,
                      "--agent", "command", "--agent-command", command,
                      "--max-copy-out-files", "100", *security_runtime_args(),
                      timeout=600)  # fmt: skip

@@ -134,7 +134,7 @@ def test_a_program_that_forges_its_results_scores_what_it_earns(tmp_path: Path) 
 
 def test_batch_eval_scores_the_guarded_submission(tmp_path: Path) -> None:
     run = run_pytest(TARGET, tmp_path / "run", "--pb-fixtures", "-k", "calculator", "--agent", "command",
-                     "--agent-command", agent_command(CHEAT), "--eval", "batch")
+                     "--agent-command", agent_command(CHEAT), "--pb-eval", "batch")
     row = fixture_row(run)
     assert row["official_eval_status"] == "completed", run.out
     assert row["score"] == 0.0 and row["resolved"] is False and row["tests_passed"] == 0

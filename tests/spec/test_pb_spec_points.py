@@ -57,8 +57,8 @@ def _refused(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> s
 
 
 def test_bad_memory_and_programbench_python_are_refused_at_admission(tmp_path: Path) -> None:
-    out = _refused(tmp_path, "--agent", "oracle", "--memory", "lots")
-    assert "--memory 'lots' is not a size; pass e.g. 16g or 512m" in out
+    out = _refused(tmp_path, "--agent", "oracle", "--pb-memory", "lots")
+    assert "--pb-memory 'lots' is not a size; pass e.g. 16g or 512m" in out
     out = _refused(tmp_path, "--agent", "oracle",
                    env={"PROGRAMBENCH_PYTHON": "/nonexistent/python3.11"})
     assert "PROGRAMBENCH_PYTHON=/nonexistent/python3.11 is not an executable Python" in out

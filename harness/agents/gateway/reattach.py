@@ -118,7 +118,7 @@ def adopt_kept_sandbox(view: InstanceView, agent: Agent,
 
 
 def redo_existing(view: InstanceView, factory: SandboxKeeper) -> dict[str, Any]:
-    """``--redo-existing``: the ancestors' task checkpoints are cleared for this instance,
+    """``--pb-redo-existing``: the ancestors' task checkpoints are cleared for this instance,
     as the specification's flag does: nothing is reattached, the tasks they name are settled
     as orphans before a fresh one is submitted (the gateway agent's ``before_run``), and a
     sandbox an ancestor kept for its task is taken over only to be removed with this

@@ -50,9 +50,9 @@ instance.container_checker = _counting
 
 
 def cowork(root: Path, *args: str, env: dict[str, str] | None = None) -> Run:
-    # --allow-dirty-bench: a local edit of the fixture must not block these runs (the gate
+    # --cowork-allow-dirty-bench: a local edit of the fixture must not block these runs (the gate
     # itself is tested on a checkout of its own, tests/benchmarks/cowork/test_cowork_runs.py).
-    return run_pytest(TARGET, root, "--cowork-root", str(FIXTURE), "--allow-dirty-bench",
+    return run_pytest(TARGET, root, "--cowork-root", str(FIXTURE), "--cowork-allow-dirty-bench",
                       *args, env=env, timeout=600)  # fmt: skip
 
 

@@ -67,7 +67,7 @@ def built_tags() -> Iterator[list[str]]:
 
 def cowork(root: Path, checkout: Path, *args: str) -> Run:
     return run_pytest("benchmarks/cowork_bench", root, "--cowork-root", str(checkout),
-                      "--allow-bench-commit-mismatch", "--instance", IID, *args,
+                      "--cowork-allow-bench-commit-mismatch", "--instance", IID, *args,
                       timeout=600)  # fmt: skip
 
 
@@ -130,7 +130,7 @@ def test_build_image_failing_step_exits_1(tmp_path: Path, built_tags: list[str])
 
 
 def test_missing_cowork_image_is_refused(tmp_path: Path) -> None:
-    run = cowork(tmp_path / "run", FIXTURE, "--allow-dirty-bench", "--cowork-image",
+    run = cowork(tmp_path / "run", FIXTURE, "--cowork-allow-dirty-bench", "--cowork-image",
                  "nonexistent:1", "--agent", "command", "--agent-command", "true")  # fmt: skip
     assert run.rc == 2, run.out
     line = next(ln for ln in run.out.splitlines() if "nonexistent:1" in ln)

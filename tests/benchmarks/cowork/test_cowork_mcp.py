@@ -1,6 +1,6 @@
 """MCP servers per task: plan from the upstream yaml, persistent sessions in the agent
 container, the generated client config (inside) and HTTP endpoints (outside), qualify,
-``mcp_unavailable``, ``--allow-missing-tools``, isolation between instances.
+``mcp_unavailable``, ``--cowork-allow-missing-tools``, isolation between instances.
 
 The servers are the fixture's ``local_servers/mini_office`` (``mcp`` SDK), configured by
 ``configs/mcp_servers/*.yaml`` in the upstream format.
@@ -153,7 +153,7 @@ def test_qualify_lists_tools_and_refuses_the_broken_servers(tmp_path: Path) -> N
 @pytest.mark.docker
 def test_a_broken_server_is_mcp_unavailable_unless_allowed(tmp_path: Path) -> None:
     root = broken_checkout(tmp_path)
-    base = ["--cowork-root", str(root), "--allow-bench-commit-mismatch",
+    base = ["--cowork-root", str(root), "--cowork-allow-bench-commit-mismatch",
             "--instance", BROKEN_TASK]  # fmt: skip
     marker = "/workspace/dumps/workspace/agent_ran"
     # One attempt: the runner's in-run retry of an infrastructure failure (default 1) would
@@ -173,7 +173,7 @@ def test_a_broken_server_is_mcp_unavailable_unless_allowed(tmp_path: Path) -> No
     noisy = inst / "mcp" / "noisy.stderr.log"
     assert STDERR_LIMIT <= noisy.stat().st_size <= STDERR_LIMIT + 100  # bounded, 3 MB written
 
-    allowed = run_pytest(TARGET, tmp_path / "allowed", *base, "--allow-missing-tools",
+    allowed = run_pytest(TARGET, tmp_path / "allowed", *base, "--cowork-allow-missing-tools",
                          "--agent", "command", "--agent-command", f"touch {marker}")  # fmt: skip
     row = allowed.latest[BROKEN_TASK]
     assert (row["status"], row["reason_code"]) == ("failed", "verifier_failed"), allowed.out
@@ -188,7 +188,7 @@ def test_in_container_agent_uses_the_generated_config_three_tasks_share_no_port(
     command = f"{PYTHON_BIN} -c {shlex.quote(IN_CONTAINER)}"
     args = [arg for iid in INSIDE_TASKS for arg in ("--instance", iid)]
     run = run_pytest(TARGET, tmp_path / "inside", "--cowork-root", str(FIXTURE),
-                     "--allow-dirty-bench", *args, "--agent", "command",
+                     "--cowork-allow-dirty-bench", *args, "--agent", "command",
                      "--agent-command", command, "-n", "2", timeout=900)  # fmt: skip
     assert run.rc == 0, run.out
     assert set(run.latest) == set(INSIDE_TASKS)

@@ -51,7 +51,7 @@ def test_mini_swe_agent_solves_a_cowork_task_through_mcp_call(tmp_path: Path) ->
     model = start_fake_model_server(script(), log=tmp_path / "requests.jsonl")
     try:
         run = run_pytest(TARGET, tmp_path / "run", "--cowork-root", str(FIXTURE),
-                         "--allow-dirty-bench", "--instance", IID, "--agent", "mini-swe-agent",
+                         "--cowork-allow-dirty-bench", "--instance", IID, "--agent", "mini-swe-agent",
                          "--solve-model", MODEL,
                          "--agent-config", str(agent_config(tmp_path / "c.yaml", model.base_url)),
                          timeout=600)  # fmt: skip

@@ -102,7 +102,7 @@ def test_two_mock_sites_on_one_port_run_concurrently(tmp_path: Path) -> None:
     root = mock_checkout(tmp_path)
     args = [a for name in TASKS for a in ("--instance", name)]
     run = run_pytest("benchmarks/cowork_bench", tmp_path / "run", "--cowork-root", str(root),
-                     "--allow-bench-commit-mismatch", *args, "--agent", "command",
+                     "--cowork-allow-bench-commit-mismatch", *args, "--agent", "command",
                      "--agent-command", AGENT, "-n", "2", timeout=900)  # fmt: skip
     assert run.rc == 0, run.out
     for name in TASKS:

@@ -61,7 +61,7 @@ def test_an_agent_server_on_the_host_calls_the_task_tools_through_the_route(
     server = start_server(tmp_path / "server", {"default_plan": plan})
     try:
         run = run_pytest(TARGET, tmp_path / "run", "--cowork-root", str(FIXTURE),
-                         "--allow-dirty-bench", "--instance", GCAL, "--agent", "gateway",
+                         "--cowork-allow-dirty-bench", "--instance", GCAL, "--agent", "gateway",
                          "--gateway-url", server.url, "--gateway-poll-sec", "0.2",
                          timeout=600)  # fmt: skip
         state = server.state()

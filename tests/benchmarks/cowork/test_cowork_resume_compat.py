@@ -22,8 +22,8 @@ from tests.support.suite import REPO_ROOT, run_pytest
 
 TARGET = "benchmarks/cowork_bench"
 FILE_TASK = "excel-sales-summary"
-DIRTY_WAIVER = "cowork waiver --allow-dirty-bench"
-TOOLS_WAIVER = "cowork waiver --allow-missing-tools"
+DIRTY_WAIVER = "cowork waiver --cowork-allow-dirty-bench"
+TOOLS_WAIVER = "cowork waiver --cowork-allow-missing-tools"
 Ancestor = tuple[str, Manifest, list[TaskRow]]
 
 
@@ -68,7 +68,7 @@ def test_an_older_ancestor_is_read_from_its_rows() -> None:
 
 def test_a_cowork_waiver_is_named_among_the_reasons_not_to_report(tmp_path: Path) -> None:
     run = run_pytest(TARGET, tmp_path / "dry", "--cowork-root", str(FIXTURE),
-                     "--allow-dirty-bench", "--allow-missing-tools", "--dry-run")
+                     "--cowork-allow-dirty-bench", "--cowork-allow-missing-tools", "--dry-run")
     assert run.rc == 0, run.out
     m = run.manifest
     assert m["reportable"] is False
@@ -103,7 +103,7 @@ def edit_manifest(root: Path, change: Any) -> None:
 @pytest.mark.docker
 def test_a_resume_on_other_images_or_another_harness_commit_is_refused(tmp_path: Path) -> None:
     repo = clean_agent_repo(tmp_path)
-    common = ("--cowork-root", str(FIXTURE), "--allow-dirty-bench", "--agent", "oracle",
+    common = ("--cowork-root", str(FIXTURE), "--cowork-allow-dirty-bench", "--agent", "oracle",
               "--agent-repo", str(repo), "--instance", FILE_TASK)
     first = run_pytest(TARGET, tmp_path / "r1", *common, "--cowork-task-timeout", "300")
     assert first.rc == 0, first.out

@@ -127,7 +127,7 @@ def test_resume_replays_a_finished_eval_without_calling_the_checker(  # type: ig
             fh.write(json.dumps(row) + "\n")
     log = tmp_path / "checker_calls.log"
     run = run_pytest(TARGET, tmp_path / "resumed", "--cowork-root", str(FIXTURE),
-                     "--allow-dirty-bench", "--agent", "oracle", "-n", "2",
+                     "--cowork-allow-dirty-bench", "--agent", "oracle", "-n", "2",
                      "--resume-from", str(ancestor), "-p", "cowork_checker_counter",
                      env=counter_env(tmp_path, log), timeout=600)  # fmt: skip
     assert run.rc == 0, run.out
@@ -234,7 +234,7 @@ def test_truncated_agent_is_agent_failed_and_the_diagnostic_stays_in_the_audit(
     try:
         run = cowork(tmp_path / "trunc", "--instance", "gcal-standup-week", "--agent",
                      "gateway", "--gateway-url", url, "--gateway-poll-sec", "0.2",
-                     "--diagnostic-eval-on-truncation")  # fmt: skip
+                     "--cowork-diagnostic-eval-on-truncation")  # fmt: skip
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(10)
@@ -310,7 +310,7 @@ def test_a_broken_seed_is_infra_failed_never_scored(tmp_path: Path) -> None:
     # seed the same broken dump in a second sidecar for nothing this test reads (the retry
     # itself is tests/runner/test_retry_infra.py's).
     run = run_pytest(TARGET, tmp_path / "pgfail", "--cowork-root", str(root),
-                     "--allow-bench-commit-mismatch", "--instance", "excel-sales-summary",
+                     "--cowork-allow-bench-commit-mismatch", "--instance", "excel-sales-summary",
                      "--retry-infra", "0", "--agent", "oracle")  # fmt: skip
     assert run.rc == 1, run.out  # an infrastructure failure: the run is not settled
     row = run.latest["excel-sales-summary"]
@@ -335,7 +335,7 @@ def test_the_provenance_gate_refuses_on_disk(tmp_path: Path) -> None:
     assert dirty.manifest["refusal"]["reason"] == "bench_dirty"
     dirty.result.stdout.fnmatch_lines([
         "*--cowork-root * has 1 uncommitted change(s) (first: *notes.txt); clean it"
-        " (git stash / git clean) or pass --allow-dirty-bench*"])
+        " (git stash / git clean) or pass --cowork-allow-dirty-bench*"])
     record = dirty.manifest["extra"]["cowork"]
     assert record["bench"]["dirty"] is True and record["bench_gate"]["ok"] is False
     (root / "notes.txt").unlink()
@@ -343,9 +343,9 @@ def test_the_provenance_gate_refuses_on_disk(tmp_path: Path) -> None:
     assert other.rc == 2 and other.manifest["refusal"]["reason"] == "bench_mismatch"
     other.result.stdout.fnmatch_lines([
         f"*--cowork-root * is at * but the pinned commit is {PINNED_COMMIT}; run `git -C *"
-        f" checkout {PINNED_COMMIT}` or pass --allow-bench-commit-mismatch*"])
+        f" checkout {PINNED_COMMIT}` or pass --cowork-allow-bench-commit-mismatch*"])
     allowed = run_pytest(TARGET, tmp_path / "r3", "--cowork-root", str(root),
-                         "--allow-bench-commit-mismatch", "--dry-run")  # fmt: skip
+                         "--cowork-allow-bench-commit-mismatch", "--dry-run")  # fmt: skip
     assert allowed.rc == 0, allowed.out
     gate = allowed.manifest["extra"]["cowork"]["bench_gate"]
     assert gate["ok"] is True and gate["allow_bench_commit_mismatch"] is True
@@ -404,7 +404,7 @@ def test_an_mcp_server_that_never_listens_ends_at_the_provision_deadline(
                    capture_output=True)
     started = time.monotonic()
     run = run_pytest(TARGET, tmp_path / "never", "--cowork-root", str(root),
-                     "--allow-bench-commit-mismatch", "--instance", "email-reply-invoice",
+                     "--cowork-allow-bench-commit-mismatch", "--instance", "email-reply-invoice",
                      "--agent", "oracle", "--retry-infra", "0",
                      "--phase-timeout", "provision=8")  # fmt: skip
     took = time.monotonic() - started

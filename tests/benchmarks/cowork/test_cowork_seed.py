@@ -112,7 +112,7 @@ def test_the_seed_runs_in_the_container_with_the_model_gateway_and_the_task_tool
     model = start_fake_model_server(model_script())
     try:
         run = run_pytest(
-            TARGET, tmp_path / "run", "--cowork-root", str(FIXTURE), "--allow-dirty-bench",
+            TARGET, tmp_path / "run", "--cowork-root", str(FIXTURE), "--cowork-allow-dirty-bench",
             "--instance", SOLVED, "--instance", LIMITED, "--agent", "command",
             "--agent-repo", str(seed),
             "--agent-command", '/opt/venv/bin/python3 "$HARNESS_AGENT_REPO/agent.py"',

@@ -147,7 +147,7 @@ def test_other_commit_is_refused_naming_the_checkout_command(checkout: Path) -> 
         check_provenance(prov)
     msg = str(err.value)
     assert err.value.reason == "bench_mismatch"
-    assert f"checkout {PINNED_COMMIT}" in msg and "--allow-bench-commit-mismatch" in msg
+    assert f"checkout {PINNED_COMMIT}" in msg and "--cowork-allow-bench-commit-mismatch" in msg
     assert "\n" not in msg
     check_provenance(prov, allow_other_commit=True)
 
@@ -157,7 +157,7 @@ def test_dirty_checkout_is_refused_unless_allowed(checkout: Path) -> None:
     head = git(checkout, "rev-parse", "HEAD")
     prov = bench_provenance(checkout, expected=head)
     assert prov.dirty and prov.status_entries
-    with pytest.raises(RefusalError, match="--allow-dirty-bench") as err:
+    with pytest.raises(RefusalError, match="--cowork-allow-dirty-bench") as err:
         check_provenance(prov)
     assert err.value.reason == "bench_dirty"
     check_provenance(prov, allow_dirty=True)
@@ -182,7 +182,7 @@ def test_embedded_benchmark_records_the_containing_repo_and_its_subtree(tmp_path
     assert bench_provenance(bench).dirty is False
     # ... an untracked file under it does.
     (bench / "tasks" / "finalpool" / "a-task" / "stray.txt").write_text("x")
-    with pytest.raises(RefusalError, match="--allow-dirty-bench"):
+    with pytest.raises(RefusalError, match="--cowork-allow-dirty-bench"):
         check_provenance(bench_provenance(bench))
 
 

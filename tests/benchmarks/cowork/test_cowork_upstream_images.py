@@ -8,14 +8,14 @@ without its agent user, and ``tests/fixtures/cowork_upstream_pg`` (Debian's
 bases are layer recipes (content-hash tagged, built once); the checkout image goes through
 ``harness cowork build-image`` untouched.
 
-* one build for the module, by the run's path (a dry run with ``--build-image``): the
+* one build for the module, by the run's path (a dry run with ``--cowork-build-image``): the
   checkout's Dockerfile as it is (the checkout stays clean), then the harness's layer (agent
   uid 1000, the supervisor, ``mcp-call``, ``/workspace`` emptied), tagged by both hashes;
   ``harness cowork build-image`` then finds both, not building them again (the CLI's own
   first build is ``test_cowork_image.py``'s);
 * the official layout's sidecar: seeded by the image's own entrypoint, the foreign-key fix
   and the roles; a broken dump fails at once with the entrypoint's log;
-* a run with ``--build-image --cowork-pg-image <official stand-in>``: a command agent solves
+* a run with ``--cowork-build-image --cowork-pg-image <official stand-in>``: a command agent solves
   a database task with ``mcp-call`` in the derived image, checked by the task's checker; the
   IDs are in the manifest and the row.
 """
@@ -134,7 +134,7 @@ def test_the_missing_db_waiver_makes_a_run_not_reportable() -> None:
     assert waiver_reasons(False, False, False, dirty=False, commit_matches=True) == []
     reasons = waiver_reasons(False, False, False, dirty=False, commit_matches=True,
                              allow_missing_db=True)  # fmt: skip
-    assert reasons == ["cowork waiver --allow-missing-db (the database may start without the "
+    assert reasons == ["cowork waiver --cowork-allow-missing-db (the database may start without the "
                        "checkout's dump)"]  # fmt: skip
 
 
@@ -149,9 +149,9 @@ def test_a_missing_dump_fails_before_any_container(tmp_path: Path) -> None:
 
 def test_build_image_and_cowork_image_together_are_refused(tmp_path: Path) -> None:
     run = run_pytest("benchmarks/cowork_bench", tmp_path / "run", "--cowork-root", str(FIXTURE),
-                     "--build-image", "--cowork-image", "x:1", "--dry-run", timeout=120)  # fmt: skip
+                     "--cowork-build-image", "--cowork-image", "x:1", "--dry-run", timeout=120)  # fmt: skip
     assert run.rc == 2, run.out
-    assert "--build-image and --cowork-image both choose the runtime image" in run.out
+    assert "--cowork-build-image and --cowork-image both choose the runtime image" in run.out
 
 
 # --------------------------------------------------------------------------- Docker
@@ -159,7 +159,7 @@ def test_build_image_and_cowork_image_together_are_refused(tmp_path: Path) -> No
 
 @dataclasses.dataclass(frozen=True)
 class Built:
-    """The stand-in checkout and the dry run whose ``--build-image`` built its images."""
+    """The stand-in checkout and the dry run whose ``--cowork-build-image`` built its images."""
 
     checkout: Path
     sha: str
@@ -172,7 +172,7 @@ class Built:
 def upstream_built(
     tmp_path_factory: pytest.TempPathFactory, standins: tuple[str, str]
 ) -> Iterator[Built]:
-    """One build for the module, by the run's own path: a dry run with ``--build-image``
+    """One build for the module, by the run's own path: a dry run with ``--cowork-build-image``
     (the controller builds the checkout's Dockerfile untouched, then the harness's layer, and
     records both). The CLI test then finds them; the run test runs in them. Their tags are
     removed after the module (the engine is shared)."""
@@ -199,7 +199,7 @@ def upstream_built(
 
 
 def run_options(checkout: Path) -> list[str]:
-    return ["--cowork-root", str(checkout), "--allow-bench-commit-mismatch", "--build-image",
+    return ["--cowork-root", str(checkout), "--cowork-allow-bench-commit-mismatch", "--cowork-build-image",
             "--cowork-pg-image", PG_TAG, "--instance", GCAL]  # fmt: skip
 
 
@@ -213,7 +213,7 @@ def test_build_image_builds_upstream_untouched_then_the_harness_layer(
     assert res.returncode == 0, res.stderr[-3000:]
     rec = json.loads(res.stdout.strip().splitlines()[-1])
     derived = rec["derived"]
-    # what the run's --build-image built, found by both hashes and not built again
+    # what the run's --cowork-build-image built, found by both hashes and not built again
     assert (rec["image_id"], derived["tag"], derived["image_id"], derived["built"]) == (
         upstream_built.base_id,
         upstream_built.derived_tag,

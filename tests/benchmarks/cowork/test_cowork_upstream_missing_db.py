@@ -1,6 +1,6 @@
 """A checkout without ``db/`` (upstream's sparse checkout, issue 26): by default each
 instance is ``infra_failed`` ``pg_fail`` naming the missing dump, before any container; with
-``--allow-missing-db`` the database starts empty, a file-only task is checked as usual, the
+``--cowork-allow-missing-db`` the database starts empty, a file-only task is checked as usual, the
 row names the missing dump and the run is not reportable."""
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ def checkout_without_db(dest: Path) -> Path:
 @pytest.mark.docker
 def test_a_checkout_without_db_needs_allow_missing_db(tmp_path: Path) -> None:
     root = checkout_without_db(tmp_path / "bench")
-    base = ["--cowork-root", str(root), "--allow-bench-commit-mismatch", "--instance", IID,
+    base = ["--cowork-root", str(root), "--cowork-allow-bench-commit-mismatch", "--instance", IID,
             "--agent", "oracle"]  # fmt: skip
     refused = run_pytest("benchmarks/cowork_bench", tmp_path / "refused", *base, timeout=600)
     row = refused.latest[IID]
     assert (row["status"], row["reason_code"]) == ("infra_failed", "pg_fail"), refused.out
     allowed = run_pytest("benchmarks/cowork_bench", tmp_path / "allowed", *base,
-                         "--allow-missing-db", timeout=600)  # fmt: skip
+                         "--cowork-allow-missing-db", timeout=600)  # fmt: skip
     row = allowed.latest[IID]
     assert (row["status"], row["resolved"]) == ("passed", True), allowed.out[-2000:]
     assert row["details"]["pg_seed_missing"] == str(root / "db" / "init.sql.gz")
     extra = allowed.manifest["extra"]
     assert extra["cowork"]["applied_config"]["allow_missing_db"] is True
-    assert any("--allow-missing-db" in r for r in extra["not_reportable_by_benchmark"]["cowork_bench"])
+    assert any("--cowork-allow-missing-db" in r for r in extra["not_reportable_by_benchmark"]["cowork_bench"])

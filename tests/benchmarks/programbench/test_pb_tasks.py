@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -264,7 +265,7 @@ def test_the_gate_tasks_file_selects_the_run_it_gates(tmp_path: Path) -> None:
 
 
 def test_a_bad_programbench_option_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    for args in (["--eval", "bogus"], ["--pb-seed", "x"]):
+    for args in (["--pb-eval", "bogus"], ["--pb-seed", "x"]):
         out = _pytest(*args, "--dry-run", "--run-root", str(tmp_path / "r"))
         text = out.stdout + out.stderr
         assert out.returncode == 2, text[-2000:]
@@ -273,12 +274,53 @@ def test_a_bad_programbench_option_is_one_line_and_exit_2(tmp_path: Path) -> Non
 
 
 def test_a_bad_programbench_option_with_collect_only_is_one_line_and_exit_2() -> None:
-    for args in (["--eval", "bogus"], ["--pb-seed", "x"]):
+    for args in (["--pb-eval", "bogus"], ["--pb-seed", "x"]):
         out = _pytest(*args, "--collect-only")
         text = out.stdout + out.stderr
         assert out.returncode == 2, text[-2000:]
         assert f"{args[0]} '{args[1]}'" in text and "INTERNALERROR" not in text
         assert "Traceback" not in text
+
+
+RENAMED_LINES = {
+    ("--eval", "off"): "--eval: renamed --pb-eval; write --pb-eval off",
+    ("--cpus=2",): "--cpus: renamed --pb-cpus; write --pb-cpus 2",
+    ("--memory", "8g"): "--memory: renamed --pb-memory; write --pb-memory 8g",
+    ("--docker-cpus", "2"): "--docker-cpus: renamed --pb-docker-cpus; write --pb-docker-cpus 2",
+    ("--task-timeout", "60"): "--task-timeout: renamed --pb-task-timeout; write "
+                              "--pb-task-timeout 60",
+    ("--redo-existing",): "--redo-existing: renamed --pb-redo-existing; write "
+                          "--pb-redo-existing",
+}
+
+
+def test_an_unprefixed_programbench_option_is_refused_naming_the_new_one(tmp_path: Path) -> None:
+    """Issue 42: every ProgramBench option carries ``--pb-``. An old spelling is never read
+    as something else, nor silently dropped: one line naming the new flag, exit 2, no run
+    root; ``--help`` lists only the new spellings."""
+    for args, line in RENAMED_LINES.items():
+        out = _pytest(*args, "--dry-run", "--run-root", str(tmp_path / "r"))
+        text = out.stdout + out.stderr
+        assert out.returncode == 2, text[-2000:]
+        assert [t for t in text.splitlines() if "renamed" in t] == [f"Exit: {line}"], text
+        assert "INTERNALERROR" not in text and "Traceback" not in text
+        assert not (tmp_path / "r").exists()
+    listed = _pytest("--help").stdout
+    assert "--pb-eval=MODE" in listed and "--pb-redo-existing" in listed
+    for old in ("--eval", "--cpus", "--memory", "--task-timeout", "--redo-existing"):
+        assert re.search(rf"(?<![\w-]){old}(?![\w-])", listed) is None, old
+
+
+def test_the_new_programbench_options_are_read() -> None:
+    """``--pb-eval``, ``--pb-cpus``, ``--pb-memory``, ``--pb-task-timeout`` reach the
+    settings (a bad value is refused naming the new flag)."""
+    for args, named in ((["--pb-eval", "bogus"], "--pb-eval 'bogus' is unknown"),
+                        (["--pb-cpus", "0"], "--pb-cpus '0' is not a positive number"),
+                        (["--pb-memory", "lots"], "--pb-memory 'lots' is not a size"),
+                        (["--pb-task-timeout", "-1"], "--pb-task-timeout '-1' is not a "
+                                                      "positive number")):
+        out = _pytest(*args, "--collect-only")
+        assert out.returncode == 2 and named in out.stdout, out.stdout[-2000:]
 
 
 def _package_without_extra_fixture_tasks(base: Path) -> Path:

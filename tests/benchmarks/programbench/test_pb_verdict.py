@@ -87,8 +87,8 @@ def test_an_eval_error_the_submission_caused_is_the_agents_zero():
 
 def test_issue23_an_eval_off_row_is_no_settled_score_and_its_run_resumes_with_an_eval(
         tmp_path: Path) -> None:
-    """Issue 23 point 7: a row of an ``--eval off`` run (skipped, submission kept, no score)
-    is not carried by a resume, and the resume may switch the eval on: ``--eval`` does not
+    """Issue 23 point 7: a row of a ``--pb-eval off`` run (skipped, submission kept, no score)
+    is not carried by a resume, and the resume may switch the eval on: ``--pb-eval`` does not
     change a score, so it is not part of the result fingerprint (an ancestor that still
     records it is not refused for it); a result-changing option still is."""
     import pytest
@@ -114,7 +114,7 @@ def test_issue23_an_eval_off_row_is_no_settled_score_and_its_run_resumes_with_an
     assert EVAL_OFF_REASON in RESCORABLE_REASONS  # the resume scores the kept submission
     assert kept.score is None and not kept.settled
 
-    now = {"benchmarks": ["programbench"], "programbench.cpus": 2}  # --eval per-task
+    now = {"benchmarks": ["programbench"], "programbench.cpus": 2}  # --pb-eval per-task
     plan = plan_resume(root, config=now, benchmark_versions={}, shard=None,
                        shard_given=False)
     assert plan.carried == {} and plan.attempts == {kept.key: 2}

@@ -78,7 +78,7 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
 @pytest.mark.docker
 def test_batch_eval_scores_at_session_end(tmp_path: Path) -> None:
     run = run_pytest(TARGET, tmp_path / "batch", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
-                     "--eval", "batch")
+                     "--pb-eval", "batch")
     assert run.rc == 0, run.out
     pending, final = [r for r in run.rows if r["instance_id"] == FIXTURE_ID]
     assert pending["official_eval_status"] == "pending" and pending["score"] is None

@@ -129,7 +129,7 @@ def test_resume_without_the_kept_sandbox_cancels_the_old_task_first(tmp_path: Pa
 @pytest.mark.docker
 def test_redo_existing_clears_the_checkpoint_cancels_the_old_task_and_solves_anew(
         tmp_path: Path) -> None:
-    """Issue 43 (5): ``--redo-existing`` clears the task checkpoint as the specification
+    """Issue 43 (5): ``--pb-redo-existing`` clears the task checkpoint as the specification
     says: no reattach to the kept sandbox, the old task is cancelled, a fresh one solves, and
     the kept sandbox is removed; the ancestor's files stay as they were."""
     server = start_server(tmp_path / "server", {"plans": [oracle_plan(15.0)],
@@ -145,7 +145,7 @@ def test_redo_existing_clears_the_checkpoint_cancels_the_old_task_and_solves_ane
         run = run_pytest(TARGET, tmp_path / "r2", "--pb-fixtures", "-k", "calculator",
                          "--agent", "gateway", "--gateway-url", server.url,
                          "--gateway-poll-sec", "0.2", "--resume-from", str(tmp_path / "r1"),
-                         "--redo-existing")
+                         "--pb-redo-existing")
         after = state(server)
     finally:
         server.stop()

@@ -1,5 +1,5 @@
 """Issue 14 point 2: a resume re-scores a kept submission whose official eval errored; it
-does not run (and pay) the agent again. ``--redo-existing`` forces a new solve."""
+does not run (and pay) the agent again. ``--pb-redo-existing`` forces a new solve."""
 
 from __future__ import annotations
 
@@ -39,9 +39,9 @@ def test_resume_rescores_the_kept_submission(tmp_path: Path) -> None:
     assert "container" not in again["details"]  # no sandbox, no agent
     assert again["paid_activity"] is False
 
-    # --redo-existing solves again (a sandbox and the agent), from the same ancestor
+    # --pb-redo-existing solves again (a sandbox and the agent), from the same ancestor
     third = run_pytest(TARGET, tmp_path / "c", "--resume-from", str(first.root),
-                       "--agent", "oracle", "--redo-existing")
+                       "--agent", "oracle", "--pb-redo-existing")
     assert third.rc == 0, third.out
     solved = third.latest[FIXTURE_ID]
     assert "rescored_from" not in solved["details"] and "container" in solved["details"]
@@ -49,10 +49,10 @@ def test_resume_rescores_the_kept_submission(tmp_path: Path) -> None:
 
 
 def test_issue23_eval_off_is_not_a_score_and_a_resume_scores_it(tmp_path: Path) -> None:
-    """Issue 23 point 7: an ``--eval off`` row is no settled score of 0. It is skipped with
+    """Issue 23 point 7: a ``--pb-eval off`` row is no settled score of 0. It is skipped with
     the submission kept, and a resume with an eval scores that submission (no new solve)."""
     first = run_pytest(TARGET, tmp_path / "a", "--pb-fixtures", "-k", "calculator", "--agent", "oracle",
-                       "--eval", "off")
+                       "--pb-eval", "off")
     assert first.rc == 0, first.out
     row = first.latest[FIXTURE_ID]
     assert (row["outcome"], row["status"], row["reason_code"]) == (

@@ -237,10 +237,10 @@ def test_the_ceiling_option_refuses_what_is_not_a_positive_size(raw: str) -> Non
 
 def test_programbench_batch_eval_under_a_ceiling_is_refused_in_one_line(tmp_path: Path) -> None:
     run = run_pytest("benchmarks/programbench", tmp_path / "run", "--pb-fixtures", "--dry-run",
-                     "--eval", "batch", "--image-disk-ceiling-gb", "10", timeout=120)
+                     "--pb-eval", "batch", "--image-disk-ceiling-gb", "10", timeout=120)
     assert run.rc == 2, run.out
     lines = [line for line in run.out.splitlines() if "--image-disk-ceiling-gb" in line]
-    assert len(lines) == 1 and "use --eval per-task" in lines[0], run.out
+    assert len(lines) == 1 and "use --pb-eval per-task" in lines[0], run.out
     assert "Traceback" not in run.out
 
 
