@@ -90,7 +90,7 @@ def admit_resume(options: Any, run: RunContext, manifest: Manifest,
 
 def check_resume_provenance(config: pytest.Config, rp: ResumePlan,
                             manifest: Manifest) -> None:
-    """After the admission hooks recorded this run's agent seed and runtime: a resume must
+    """After the admission steps recorded this run's agent seed and runtime: a resume must
     match every ancestor's, or name the waiver (recorded in the manifest)."""
     waived = {reason for reason, option in (("seed_changed", "allow_seed_change"),
                                             ("runtime_changed", "allow_runtime_change"),

@@ -258,7 +258,7 @@ def skew_waived(config: pytest.Config) -> bool:
         EVOLVED_VOLUME_ENV, "").strip() == "1"
 
 
-def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+def admit_agent(config: pytest.Config, run: RunContext) -> None:
     from harness.agents.base import agent_class  # agents load when a run starts
     from harness.core.models import ManifestExtra
 

@@ -118,7 +118,7 @@ def _parse_settings(config: pytest.Config) -> BudgetSettings:
                                                  settings.meter_poll_sec))
 
 
-def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+def admit_budget(config: pytest.Config, run: RunContext) -> None:
     settings = settings_from(config)
     controller = config.stash[CONTROLLER_KEY]
     dry = run.dry_run  # a dry run spends nothing: it never creates or changes a campaign

@@ -55,6 +55,7 @@ from harness.runner.admission import (
     refuse_reused_root,
     selection_change,
 )
+from harness.runner.admission_pipeline import admit as admit_run
 from harness.runner.instance import ROW_PROPERTY, RunContext
 from harness.runner.live_view import LiveView
 from harness.runner.progress_monitor import ProgressMonitor, run_progress
@@ -149,7 +150,7 @@ class Controller:
             if self.options.resume_from:
                 self.plan_resume(run, config_dict, benchmark_versions)
             atomic_write_json(root / mf.PLAN_NAME, run.plan)
-            self.config.hook.pytest_harness_admit(config=self.config, run=run)
+            admit_run(self.config, run)  # the ordered steps (admission_pipeline)
             self.check_resume_provenance()
         except RefusalError as exc:
             self.refuse(exc)

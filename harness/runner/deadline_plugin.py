@@ -24,7 +24,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          f"none; defaults in seconds: {defaults}; agent: the task timeout)")
 
 
-def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+def admit_deadlines(config: pytest.Config, run: RunContext) -> None:
     found = deadlines(config)
     if run.manifest is not None:
         run.manifest.extra.phase_deadlines = dict(found)

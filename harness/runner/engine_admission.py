@@ -21,12 +21,12 @@
   ``--docker-host``/``--engines``, :mod:`harness.runner.engine_plugin` probes each engine:
   one that does not answer is recorded and never used, none answering is ``no_engine``.
 
-The option checks run first of the admission hooks (no engine, agent server or campaign
-is contacted before them); the local probe runs where the engines are probed
-(:mod:`harness.runner.engine_plugin`), after the options of the agent and the budget were
-checked and before the runner's own Docker calls (the image pins, the lease and the
-start-up sweep, each instance's sandbox client, whose failure was a chained docker-py
-traceback of some 600 lines per instance and try). A benchmark's own admission may ask
+The option checks are the first admission step (:mod:`harness.runner.admission_pipeline`:
+no engine, agent server or campaign is contacted before them); the local probe runs where
+the engines are probed (:mod:`harness.runner.engine_plugin`), after the options of the
+agent and the budget were checked and before the runner's own Docker calls (the image
+pins, the lease and the start-up sweep, each instance's sandbox client, whose failure was
+a chained docker-py traceback of some 600 lines per instance and try). A benchmark's own admission may ask
 the engine earlier and record what it could not read (Cowork's run images).
 """
 
@@ -138,8 +138,7 @@ def relay_refusal(
     )
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+def check_engine_options(config: pytest.Config, run: RunContext) -> None:
     """The checks of the options alone, before any other admission step."""
     specs, _ = run_engines(config)
     urls = [s.url for s in specs]

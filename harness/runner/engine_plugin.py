@@ -192,7 +192,7 @@ def _lease_engines(config: pytest.Config, run: RunContext, records: list[EngineR
             record.lease["startup_sweep_error"] = f"{type(exc).__name__}: {exc}"[:300]
 
 
-def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+def admit_engines(config: pytest.Config, run: RunContext) -> None:
     from harness.runner.engine_admission import check_local_engine, run_engines
 
     specs, needs = run_engines(config)  # the options were checked first (engine_admission)

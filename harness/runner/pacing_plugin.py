@@ -88,7 +88,7 @@ def configure(config: pytest.Config, run_root: Path) -> None:
     _CONFIGURED.add(key)
 
 
-def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+def admit_pacing(config: pytest.Config, run: RunContext) -> None:
     policy = policy_of(config)  # a bad option is refused before anything runs
     if run.manifest is not None:
         run.manifest.extra.model_pacing = policy.record()

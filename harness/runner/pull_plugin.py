@@ -145,7 +145,7 @@ def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
             "image_digest_file": str(Path(path).resolve()) if path else None}
 
 
-def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+def admit_images(config: pytest.Config, run: RunContext) -> None:
     pins = load_pins(config.getoption("image_digest_file"))
     config.stash[PINS_KEY] = pins
     if run.manifest is not None:

@@ -119,8 +119,7 @@ def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
     return {"sandbox.runtime": runtime} if runtime else {}
 
 
-@pytest.hookimpl(optionalhook=True)  # the runner's hooks: this plugin also works alone
-def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+def admit_runtime(config: pytest.Config, run: RunContext) -> None:
     """Refuse a ``--runtime`` the daemon does not know; record its path and arguments."""
     runtime = sandbox_runtime(config)
     if runtime is None or run.dry_run:

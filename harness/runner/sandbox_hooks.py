@@ -33,7 +33,7 @@ def _sweeps(run: RunContext) -> SweepsRecord:
 NOTHING_TO_RUN = "nothing to run: every selected instance is carried from an ancestor"
 
 
-def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
+def admit_sweeps(config: pytest.Config, run: RunContext) -> None:
     keep = bool(config.getoption("keep_sandboxes", False))
     if keep:
         keep_marker(run.run_root).touch()  # for humans: `harness sweep --run` ends this run
