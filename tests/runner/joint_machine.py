@@ -1,12 +1,15 @@
 """A machine that plays what users do to runs, in orders nobody wrote down (issue 41).
 
-Hypothesis's stateful testing drives the selftest benchmark (no Docker) through runs with K
+Hypothesis's stateful testing drives a benchmark (:class:`Bench`: the selftest benchmark,
+no Docker, in :class:`JointMachine`; the Harbor task format in real Docker in
+:class:`tests.runner.joint_harbor.HarborJointMachine`, issue 42) through runs with K
 attempts, sharded or not, SIGKILLs at random points, resumes that raise K or narrow the
 selection, moves of a chain to another machine (its tip packed and unpacked elsewhere as a
 CI artifact, ``scripts/ci/artifact.sh``, the originals gone), merges of shards and
 reports. After every step it checks the invariants of
 :func:`check_chain` and :func:`check_merge` against the run model
-(:class:`harness.run.model.RunModel`). A failing example prints as the sequence of rules
+(:class:`harness.run.model.RunModel`), and the bench's own (:meth:`Bench.check_engine`: on
+Docker, no container left that a finished run should have removed). A failing example prints as the sequence of rules
 (``state.resume(...)``) Hypothesis replays.
 """
 
@@ -20,15 +23,17 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from harness.core.models import ShardSpec
 from harness.run.model import RunModel, shard_of
+from tests.support.forkrun import ForkedProcess
 from tests.support.suite import Run, Suite, run_cli
 
 # Deterministic work: the same unit scores the same in every run. "sleep" gives a kill time
@@ -47,6 +52,53 @@ SETTLED = {"scored", "agent_failed"}
 STEP_TIMEOUT_S = 600
 NOT_FINAL = {"blocked", "not_attempted"}
 ARTIFACT = Path(__file__).resolve().parents[2] / "scripts" / "ci" / "artifact.sh"
+
+
+class Bench(Protocol):
+    """What the machine plays: a benchmark's runs, its tasks, and its own invariant."""
+
+    tasks: tuple[str, ...]  # the tasks of a whole selection (pytest ids, ``-k`` names)
+    narrow: str  # ``-k`` of a narrowed resume: some of the tasks
+    kill_scale: float  # a drawn kill (0.05 to 0.6) times this is seconds into a run
+
+    def run(self, *args: str, timeout: float) -> Run:
+        """A run to its end (``args`` after the bench's own options)."""
+        ...
+
+    def start(self, *args: str) -> tuple[ForkedProcess, Path]:
+        """A run started, leading its own session (a kill signals its process group)."""
+        ...
+
+    def check_engine(self) -> None:
+        """The bench's own invariant after every step (none without Docker)."""
+        ...
+
+    def teardown(self) -> None:
+        ...
+
+
+class SelftestBench:
+    """The selftest benchmark's :data:`TASKS` (no Docker): a kill lands 0.05 to 0.6 s in."""
+
+    tasks = tuple(t["id"] for t in TASKS)
+    narrow = "p1 or s3 or i6"
+    kill_scale = 1.0
+
+    def __init__(self, path: Path) -> None:
+        self.suite = Suite(path)
+        self.suite.tasks(TASKS)
+
+    def run(self, *args: str, timeout: float) -> Run:
+        return self.suite.run(*args, timeout=timeout)
+
+    def start(self, *args: str) -> tuple[ForkedProcess, Path]:
+        return self.suite.start(*args)
+
+    def check_engine(self) -> None:
+        pass
+
+    def teardown(self) -> None:
+        pass
 
 
 def unit(iid: str) -> str:
@@ -127,13 +179,14 @@ def merged_scores(root: Path) -> dict[str, float | None]:
 
 
 class JointMachine(RuleBasedStateMachine):
-    """Rules are what users do; invariants hold after every one."""
+    """Rules are what users do; invariants hold after every one. :meth:`make_bench` is
+    what they play (a subclass gives another bench and keeps every rule and invariant)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="joint-"))
-        self.suite = Suite(self.dir)
-        self.suite.tasks(TASKS)
+        self.bench = self.make_bench()
+        self.wholes: dict[tuple[str, ...], Path] = {}  # the unsharded runs merges compare to
         self.chains: list[Chain] = []
         self.groups = 0
         self.merges = 0
@@ -142,8 +195,14 @@ class JointMachine(RuleBasedStateMachine):
         self.moves = 0
         self.in_merges: set[int] = set()  # id() of the chains a merge names by path
 
+    def make_bench(self) -> Bench:
+        return SelftestBench(self.dir)
+
     def teardown(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            self.bench.teardown()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     # what users do ----------------------------------------------------------------------
     @precondition(lambda self: len(self.chains) < 5)
@@ -172,7 +231,7 @@ class JointMachine(RuleBasedStateMachine):
         if grow:
             args += ["--attempts", str(k + grow)]
         if narrow:
-            args += ["-k", "p1 or s3 or i6"]
+            args += ["-k", self.bench.narrow]
         self._start(chain, args, kill)
 
     @precondition(lambda self: self.groups > 0)
@@ -186,7 +245,7 @@ class JointMachine(RuleBasedStateMachine):
         self.in_merges |= {id(c) for c in shards}
         proc = run_cli("merge", *(str(c.tip) for c in shards), "--output", str(out),
                        timeout=STEP_TIMEOUT_S)
-        check_merge(self.suite, shards, proc, out)
+        check_merge(self._whole, len(self.bench.tasks), shards, proc, out)
 
     @precondition(lambda self: bool(self.chains))
     @rule(data=st.data())
@@ -239,11 +298,11 @@ class JointMachine(RuleBasedStateMachine):
     # -------------------------------------------------------------------------------------
     def _start(self, chain: Chain, args: list[str], kill: float | None) -> None:
         if kill is None:
-            run = self.suite.run(*args, timeout=STEP_TIMEOUT_S)
+            run = self.bench.run(*args, timeout=STEP_TIMEOUT_S)
             root = run.root
         else:
-            proc, root = self.suite.start(*args)
-            time.sleep(kill)
+            proc, root = self.bench.start(*args)
+            self._wait_to_kill(proc, root, kill)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=STEP_TIMEOUT_S)
@@ -256,16 +315,32 @@ class JointMachine(RuleBasedStateMachine):
         if chain not in self.chains:
             self.chains.append(chain)
 
+    def _wait_to_kill(self, proc: ForkedProcess, root: Path, kill: float) -> None:
+        """Where a kill lands: ``kill`` times the bench's scale, in seconds, into the run."""
+        time.sleep(kill * self.bench.kill_scale)
+
+    def _whole(self, *args: str) -> Path:
+        """The root of the unsharded run of ``args`` (one per example: the agent is
+        deterministic, and a Docker run costs seconds)."""
+        if args not in self.wholes:
+            self.wholes[args] = self.bench.run(*args, timeout=STEP_TIMEOUT_S).root
+        return self.wholes[args]
+
     @invariant()
     def chains_hold(self) -> None:
         for chain in self.chains:
             check_chain(chain)
 
+    @invariant()
+    def engine_holds(self) -> None:
+        self.bench.check_engine()
 
-def check_merge(suite: Suite, shards: list[Chain], proc: subprocess.CompletedProcess[str],
-                out: Path) -> None:
+
+def check_merge(whole: Callable[..., Path], every: int, shards: list[Chain],
+                proc: subprocess.CompletedProcess[str], out: Path) -> None:
     """A merge succeeds only on complete work; merged complete work equals the unsharded
-    run of the same tasks and K (the agent is deterministic)."""
+    run of the same tasks and K (``whole(*args)``, of ``every`` task unless narrowed; the
+    agent is deterministic)."""
     if len(shards) < 2:  # a shard killed before its selection was frozen: no run root
         assert proc.returncode == 2 and "missing" in proc.stderr, proc.stderr
         return
@@ -283,8 +358,7 @@ def check_merge(suite: Suite, shards: list[Chain], proc: subprocess.CompletedPro
         return
     assert proc.returncode == 0, proc.stderr
     k = ks.pop()
-    whole = suite.run("--attempts", str(k), *selectors(models))
-    want = merged_scores(whole.root)
+    want = merged_scores(whole("--attempts", str(k), *selectors(models, every)))
     assert merged_scores(out) == want, (merged_scores(out), want)
 
 
@@ -310,7 +384,8 @@ def check_report(root: Path, report: dict[str, Any]) -> None:
         assert samples is None or (model.attempts == 1 and samples["k"] <= 1), root
 
 
-def selectors(models: list[RunModel]) -> list[str]:
-    """``-k`` for the tasks the shards hold (a narrowed resume holds fewer than all)."""
+def selectors(models: list[RunModel], every: int) -> list[str]:
+    """``-k`` for the tasks the shards hold (a narrowed resume holds fewer than the bench's
+    ``every``)."""
     tasks = sorted({t.split("/", 1)[1] for m in models for t in m.tasks})
-    return ["-k", " or ".join(tasks)] if len(tasks) < len(TASKS) else []
+    return ["-k", " or ".join(tasks)] if len(tasks) < every else []
