@@ -66,7 +66,7 @@ def schema_command(argv: Sequence[str]) -> int:
     parser.add_argument("output", type=Path, help="directory for the *.schema.json files")
     args = parser.parse_args(list(argv))
     args.output.mkdir(parents=True, exist_ok=True)
-    for name in ("TaskRow", "Manifest", "Plan"):
+    for name in ("TaskRow", "RowDetails", "Manifest", "Plan"):  # RowDetails: the row's details
         model = getattr(models, name)
         schema = model.model_json_schema(by_alias=True)
         (args.output / f"{name}.schema.json").write_text(json.dumps(schema, indent=2) + "\n")

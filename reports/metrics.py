@@ -80,9 +80,9 @@ def result_from_row(row: TaskRow, *, in_selection: bool = True) -> InstanceResul
         sample=row.sample if row.sample_of is not None else None,
         models=list(row.models) if row.models is not None else None,
         model_flag=model_flag(row.models),
-        rescored=rescored_text(row.details.get("rescore")),
+        rescored=rescored_text(row.details.eval.rescore),
         no_verdict=no_verdict_reason(row),
-        model_trouble=trouble_of(row.details.get("model_trouble")),
+        model_trouble=trouble_of(row.details.agent.model_trouble),
     )
 
 
@@ -90,7 +90,7 @@ TROUBLE_KEYS = ("rate_limited", "retries", "waited_s", "stalls", "upstream_error
 
 
 def trouble_of(record: object) -> dict[str, float] | None:
-    """A row's ``details.model_trouble`` as numbers (None: none, or not readable)."""
+    """A row's ``details.agent.model_trouble`` as numbers (None: none, or not readable)."""
     if not isinstance(record, dict):
         return None
     out = {k: float(v) for k in TROUBLE_KEYS
@@ -100,7 +100,7 @@ def trouble_of(record: object) -> dict[str, float] | None:
 
 
 def rescored_text(rule: object) -> str | None:
-    """``details.rescore`` of a rescored row as "rescored 0.8333 -> 0.7500: <rule>"."""
+    """``details.eval.rescore`` of a rescored row as "rescored 0.8333 -> 0.7500: <rule>"."""
     if not isinstance(rule, dict) or not isinstance(rule.get("new_score"), (int, float)):
         return None
     old = rule.get("old_score")

@@ -38,8 +38,9 @@ class RunData:
 
 
 def as_result_row(row: TaskRow) -> TaskRow:
-    """A carried-forward row restated with the ancestor's status (``details.carried_status``)."""
-    carried_status = row.details.get("carried_status")
+    """A carried-forward row restated with the ancestor's status
+    (``details.run.carried_status``)."""
+    carried_status = row.details.run.carried_status
     carried = row.outcome is Outcome.CARRIED or row.carried_from is not None
     if carried and isinstance(carried_status, str) and carried_status:
         return row.model_copy(update={"status": carried_status})

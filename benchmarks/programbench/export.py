@@ -94,9 +94,8 @@ def _sha256(path: Path) -> str:
 
 
 def _scored_sha256(row: TaskRow) -> str | None:
-    sub = row.details.get("submission")
-    want = (sub.get("sha256_scored") or sub.get("sha256")) if isinstance(sub, dict) else None
-    return want if isinstance(want, str) else None
+    sub = row.details.submission
+    return sub.sha256_scored or sub.sha256
 
 
 def row_sources(run: Path) -> dict[str, Path]:

@@ -142,8 +142,10 @@ def rescore_row(row: TaskRow, eval_json: Path, entries: list[str]) -> tuple[Resc
 
 
 def _new_row(row: TaskRow, rule: RescoreRule, run_id: str) -> TaskRow:
-    partial = row.details.get("partial_submission_scored") is True
+    partial = row.details.submission.partial_scored is True
     resolved = False if partial else rule.new_score >= RESOLVED_AT
+    details = row.details.model_copy(deep=True)
+    details.eval.rescore = rule.model_dump(mode="json")
     update: dict[str, object] = {
         "ts_unix": time.time(),
         "run_id": run_id,
@@ -152,7 +154,7 @@ def _new_row(row: TaskRow, rule: RescoreRule, run_id: str) -> TaskRow:
         "near_resolved": rule.new_score >= NEAR_RESOLVED_AT,
         "tests_passed": rule.new_tests[0],
         "tests_total": rule.new_tests[1],
-        "details": {**row.details, "rescore": rule.model_dump(mode="json")},
+        "details": details,
     }
     if row.reason_code in ("resolved", "unresolved"):
         update["reason_code"] = "resolved" if resolved else "unresolved"

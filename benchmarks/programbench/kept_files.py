@@ -39,9 +39,8 @@ def effective_rows(run: Path) -> list[TaskRow]:
 
 def scored_sha256(row: TaskRow) -> str | None:
     """The sha256 of the archive the official eval scored, as the row recorded it."""
-    sub = row.details.get("submission")
-    want = (sub.get("sha256_scored") or sub.get("sha256")) if isinstance(sub, dict) else None
-    return want if isinstance(want, str) and want else None
+    sub = row.details.submission
+    return sub.sha256_scored or sub.sha256 or None
 
 
 @dataclass(frozen=True)

@@ -76,16 +76,15 @@ def run_submit(
 def cost_of(row: TaskRow) -> tuple[float | None, str]:
     if row.cost_known and row.cost_usd is not None:
         return float(row.cost_usd), ""
-    source = row.details.get("cost_source")
+    source = row.details.agent.cost_source
     return None, f"cost unknown ({source or 'not recorded'})"
 
 
 def calls_of(row: TaskRow) -> tuple[int | None, str]:
     if row.models:
         return sum(m.calls for m in row.models), ""
-    agent_details = row.details.get("agent_details")
-    steps = agent_details.get("steps") if isinstance(agent_details, dict) else None
-    if row.details.get("agent") == "mini-swe-agent" and isinstance(steps, int):
+    steps = (row.details.agent.details or {}).get("steps")
+    if row.details.agent.kind == "mini-swe-agent" and isinstance(steps, int):
         return steps, ""  # mini-swe-agent's steps are its model calls
     return None, "model calls not recorded"
 

@@ -169,5 +169,6 @@ def mismatch_row(row: TaskRow, mismatch: Mismatch, status: str) -> TaskRow:
         error=(f"official parity: the ledger scored {mismatch.instance_id} {mismatch.ours}, "
                f"programbench info says {mismatch.official}"),
     )
-    data["details"] = {**(data.get("details") or {}), "official_parity": mismatch.model_dump()}
+    details = data.setdefault("details", {})
+    details["eval"] = {**details.get("eval", {}), "official_parity": mismatch.model_dump()}
     return TaskRow.model_validate(data)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from harness.core.models import AgentDetails, EngineDetails, EvalDetails, RowDetails
 from harness.core.untrusted import hash_untrusted_file
 from harness.run.ledger import ledger_path, read_ledger
 from harness.run.manifest import read_manifest
@@ -30,12 +30,11 @@ class KeptSubmission:
     completed: bool
     reason: str | None
     sha256: str
-    details: dict[str, Any]
+    details: RowDetails
 
 
-def _agent_state(details: dict[str, Any]) -> tuple[bool, str | None] | None:
-    for key in ("agent_outcome", "eval_pending"):
-        state = details.get(key)
+def _agent_state(details: RowDetails) -> tuple[bool, str | None] | None:
+    for state in (details.agent.outcome, details.eval.pending):
         if isinstance(state, dict) and isinstance(state.get("completed"), bool):
             reason = state.get("reason")
             return state["completed"], reason if isinstance(reason, str) else None
@@ -54,19 +53,18 @@ def find_kept_submission(ctx: InstanceContext) -> KeptSubmission | None:
         row = read_ledger(ledger_path(root)).latest.get(ctx.key)
         if row is None:
             continue
-        details = dict(row.details or {})
-        state = _agent_state(details)
-        submission = details.get("submission")
+        state = _agent_state(row.details)
+        submission = row.details.submission
         if (row.reason_code not in RESCORABLE_REASONS or state is None
-                or not isinstance(submission, dict)):
+                or submission.is_empty()):
             continue
         src = root / ctx.benchmark / ctx.instance_id
         kept = src / "submission.tar.gz"
-        want = submission.get("sha256_scored") or submission.get("sha256")
+        want = submission.sha256_scored or submission.sha256
         if not kept.is_file() or kept.is_symlink() or not want or hash_untrusted_file(kept)[0] != want:
             continue
         return KeptSubmission(run_root=root, instance_dir=src, completed=state[0],
-                              reason=state[1], sha256=str(want), details=details)
+                              reason=state[1], sha256=str(want), details=row.details)
     return None
 
 
@@ -79,10 +77,12 @@ def adopt(ctx: InstanceContext, kept: KeptSubmission) -> Path:
     dest = ctx.instance_dir / "submission.tar.gz"
     ctx.output("submission", dest)
     ctx.result.prediction_written = True
-    for key in ("submission", "scorer_files_removed", "scorer_files_rewritten", "image",
-                "agent", "agent_outcome"):
-        if key in kept.details:
-            ctx.result.details[key] = kept.details[key]
-    ctx.result.details["rescored_from"] = {"run_root": str(kept.run_root),
-                                           "sha256": kept.sha256}
+    was = kept.details  # the submission as collected, what ran the agent, and on which image
+    was.submission.put(ctx.result.details)
+    AgentDetails.model_validate(was.agent.model_dump(include={"kind", "outcome"},
+                                                     exclude_unset=True)).put(ctx.result.details)
+    if was.engine.image is not None:
+        EngineDetails(image=was.engine.image).put(ctx.result.details)
+    EvalDetails(rescored_from={"run_root": str(kept.run_root), "sha256": kept.sha256}
+                ).put(ctx.result.details)
     return dest

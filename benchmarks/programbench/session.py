@@ -67,7 +67,7 @@ def scored_row(row: TaskRow, result: OfficialEvalResult | None,
                adapter: ProgramBenchAdapter) -> TaskRow:
     """The superseding row of a batch-evaluated instance (same rule as per-task scoring)."""
     data = row.model_dump(by_alias=True)
-    pending = dict(data["details"].pop("eval_pending", {}) or {})
+    pending = dict(data["details"].get("eval", {}).pop("pending", None) or {})
     v = verdict(result, completed=bool(pending.get("completed", True)),
                 reason=pending.get("reason"))
     data.update(v.row_fields(), ts_unix=time.time(), error=v.error,
@@ -88,7 +88,7 @@ def finish_session(config: pytest.Config, run: RunContext, adapter: ProgramBench
     pending = {r.instance_id: r for r in rows.values()
                if r.benchmark == adapter.name and r.official_eval_status == "pending"}
     if pending:
-        blob_dirs = {r.details.get("eval_pending", {}).get("blob_dir") for r in pending.values()}
+        blob_dirs = {(r.details.eval.pending or {}).get("blob_dir") for r in pending.values()}
         blob = next((b for b in blob_dirs if b), None)
         results = evaluate_batch(src, sorted(pending), docker_cpus=s.docker_cpus, blob_dir=blob)
         for iid, row in pending.items():

@@ -6,7 +6,8 @@ files (``ouroboros.benchmark.*``) where one exists, so their readers keep workin
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -28,6 +29,18 @@ from harness.core.outcomes import SETTLED_OUTCOMES as SETTLED_OUTCOMES
 from harness.core.outcomes import Outcome as Outcome
 from harness.core.outcomes import instance_key as instance_key
 from harness.core.outcomes import validate_instance_id as validate_instance_id
+
+# The row's details sections live in harness.core.row_details; re-exported here (a benchmark
+# reaches them through this module).
+from harness.core.row_details import AgentDetails as AgentDetails
+from harness.core.row_details import BudgetDetails as BudgetDetails
+from harness.core.row_details import DetailsBag as DetailsBag
+from harness.core.row_details import EngineDetails as EngineDetails
+from harness.core.row_details import EvalDetails as EvalDetails
+from harness.core.row_details import RowDetails as RowDetails
+from harness.core.row_details import RunDetails as RunDetails
+from harness.core.row_details import SubmissionDetails as SubmissionDetails
+from harness.core.row_details import migrate
 
 ROW_SCHEMA = "harness.task_result.v1"
 MANIFEST_SCHEMA = "harness.run_manifest.v1"
@@ -98,7 +111,7 @@ class TaskRow(OpenModel):
     prediction_written: bool = False
     output_paths: dict[str, str] = Field(default_factory=dict)
     error: str | None = None
-    details: dict[str, Any] = Field(default_factory=dict)
+    details: RowDetails = Field(default_factory=RowDetails)  # harness.core.row_details
     carried_from: str | None = None
     # Repeated attempts (--attempts K > 1): instance_id is "<sample_of>@<sample>", the task's
     # own id is sample_of and sample is 1..K. Both None for a K=1 run (ids unchanged).
@@ -114,10 +127,25 @@ class TaskRow(OpenModel):
         """The benchmark task this row is an attempt at (its instance id when K=1)."""
         return self.sample_of or self.instance_id
 
+    if TYPE_CHECKING:  # ``details`` may be given as its JSON (flat keys of old rows too)
+        def __init__(self, *, details: RowDetails | Mapping[str, Any] = ...,
+                     **data: Any) -> None: ...
+
     @field_validator("instance_id")
     @classmethod
     def _check_iid(cls, value: str) -> str:
         return validate_instance_id(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sectioned_details(cls, data: Any) -> Any:
+        """A row of an earlier version (flat ``details``) is read in sections: known keys
+        to theirs, the benchmark's own keys to its section (:func:`row_details.migrate`)."""
+        if isinstance(data, dict) and isinstance(data.get("details"), dict):
+            bench = data.get("benchmark")
+            data = {**data, "details": migrate(data["details"],
+                                               bench if isinstance(bench, str) else None)}
+        return data
 
     @property
     def key(self) -> str:

@@ -129,9 +129,8 @@ class ReplayCheck(BaseModel):
 
 
 def submission_sha256(row: TaskRow) -> str | None:
-    sub = row.details.get("submission")
-    want = (sub.get("sha256_scored") or sub.get("sha256")) if isinstance(sub, dict) else None
-    return want if isinstance(want, str) and want else None
+    sub = row.details.submission
+    return sub.sha256_scored or sub.sha256 or None
 
 
 def loading_argument(args: Sequence[str]) -> str | None:

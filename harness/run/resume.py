@@ -162,9 +162,9 @@ def original_row(row: TaskRow) -> TaskRow:
     when its ledger was read."""
     if row.outcome is Outcome.CARRIED:
         return row
-    details = dict(row.details)
-    details["carried_status"] = row.status
-    details["carried_outcome"] = row.outcome.value
+    details = row.details.model_copy(deep=True)
+    details.run.carried_status = row.status
+    details.run.carried_outcome = row.outcome.value
     return row.model_copy(update={"details": details, "carried_from": row.run_id})
 
 
@@ -333,8 +333,8 @@ def _images(rows: Mapping[str, TaskRow]) -> dict[str, str]:
     """``ref -> image id`` of every instance image an ancestor's rows record."""
     out: dict[str, str] = {}
     for row in rows.values():
-        image = row.details.get("image")
-        if isinstance(image, dict) and isinstance(image.get("ref"), str) \
+        image = row.details.engine.image
+        if image is not None and isinstance(image.get("ref"), str) \
                 and isinstance(image.get("id"), str):
             out[image["ref"]] = image["id"]
     return out

@@ -423,7 +423,7 @@ def run_scan(run_root: Path, names: Sequence[str]) -> dict[str, Any]:
     try:
         latest = read_ledger(ledger_path(run_root)).latest
         record["instances_with_hits"] = sorted(
-            key for key, row in latest.items() if row.details.get("secret_hits"))
+            key for key, row in latest.items() if row.details.run.secret_hits)
     except Exception as exc:
         record["ledger_error"] = f"{type(exc).__name__}: {exc}"[:500]
     return record

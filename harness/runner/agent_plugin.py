@@ -28,6 +28,7 @@ from harness.core.outcomes import Outcome
 
 if TYPE_CHECKING:  # agents and rows load when a run starts, not at collection
     from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest, InstanceView
+    from harness.core.row_details import DetailsBag
     from harness.model_proxy.tape import TapeConfig, TapeSession
     from harness.runner.instance import InstanceContext, RunContext
 
@@ -438,7 +439,10 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
     finally:
         agent.after_run(view, request, outcome)  # also when interrupted or given up
         if session is not None:
-            r.details[f"model_{session.config.mode}"] = session.summary()
+            from harness.core.row_details import AgentDetails
+
+            AgentDetails.model_validate({f"model_{session.config.mode}": session.summary()}
+                                        ).put(r.details)
     if session is not None and session.replaying:
         outcome = replayed_outcome(ctx, session, outcome)
     r.cost_usd = outcome.cost_usd
@@ -447,19 +451,7 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
     r.tokens = outcome.tokens
     r.models = outcome.models
     r.steps = outcome.steps
-    r.details["cost_source"] = outcome.details.get("cost_source") or (
-        "agent_reported" if outcome.cost_known else "unknown")
-    r.details["agent"] = outcome.agent
-    r.details["runtime_outcome"] = outcome.runtime_outcome.model_dump(mode="json")
-    if outcome.task_id:
-        r.details["task_id"] = outcome.task_id
-    if outcome.truncated:
-        r.details["truncated"] = True
-    if outcome.details:
-        r.details["agent_details"] = outcome.details
-    for key in ("model_trouble", "model_upstream_failure"):  # the provider's pushback (45)
-        if key in outcome.details:
-            r.details[key] = outcome.details[key]
+    record_outcome(r.details, outcome)
     for name, path in outcome.output_paths.items():
         ctx.output(name, Path(path))
     if outcome.infra:
@@ -470,6 +462,26 @@ def run_agent(ctx: InstanceContext, agent: Agent, request: AgentRequest) -> Agen
         ctx.agent_failed(reason, f"the agent's sandbox ended while it ran: {reason}")
         raise Unresolved(f"agent_failed: {reason}", pytrace=False)
     return outcome
+
+
+def record_outcome(details: DetailsBag, outcome: AgentOutcome) -> None:
+    """The row's agent section of ``outcome`` (its own details under ``details``)."""
+    from harness.core.row_details import AgentDetails
+
+    section = AgentDetails(
+        cost_source=outcome.details.get("cost_source") or (
+            "agent_reported" if outcome.cost_known else "unknown"),
+        kind=outcome.agent, runtime_outcome=outcome.runtime_outcome.model_dump(mode="json"))
+    if outcome.task_id:
+        section.task_id = outcome.task_id
+    if outcome.truncated:
+        section.truncated = True
+    if outcome.details:
+        section.details = dict(outcome.details)
+    for key in ("model_trouble", "model_upstream_failure"):  # the provider's pushback (45)
+        if key in outcome.details:
+            setattr(section, key, outcome.details[key])
+    section.put(details)
 
 
 def replayed_outcome(ctx: InstanceContext, session: TapeSession,

@@ -229,6 +229,8 @@ def harness_budget(request: pytest.FixtureRequest) -> Generator[WorkerBudget | N
     if not settings.reservations_enabled and settings.min_free_disk_gb is None:
         yield None
         return
+    from harness.core.row_details import BudgetDetails
+
     wb = WorkerBudget(settings, ctx.run_id, ctx.run_root)
     key = ctx.budget_key  # each try of an instance (--retry-infra) reserves on its own
     try:
@@ -250,16 +252,15 @@ def harness_budget(request: pytest.FixtureRequest) -> Generator[WorkerBudget | N
                                        reattached=result.reattached,
                                        earlier_cost_usd=result.earlier_cost_usd)
             except CampaignPersistenceError as exc:
-                result.details["budget_settlement_error"] = str(exc)
+                BudgetDetails(settlement_error=str(exc)).put(result.details)
                 request_stop(ctx.run_root, exc.reason_code)
             else:
                 if settlement is not None:
-                    result.details["budget_overrun"] = settlement.overran
-                    result.details["budget_charged_usd"] = (settlement.charged_usd
-                                                            + settlement.earlier_charged_usd)
+                    section = BudgetDetails(overrun=settlement.overran, charged_usd=(
+                        settlement.charged_usd + settlement.earlier_charged_usd))
                     if settlement.earlier_charged_usd:
-                        result.details["budget_earlier_attempts_usd"] = (
-                            settlement.earlier_charged_usd)
+                        section.earlier_attempts_usd = settlement.earlier_charged_usd
+                    section.put(result.details)
         else:
             wb.release(key)
 

@@ -364,7 +364,7 @@ class Controller:
     def append(self, row: TaskRow) -> None:
         assert self.writer is not None
         self.writer.append(row)
-        if isinstance(row.details.get("retried"), dict):  # --retry-infra runs it again
+        if row.details.run.retried is not None:  # --retry-infra runs it again
             self.count_retry(row.reason_code or "infra_error")
         self.record(row)
         if time.time() - self.last_checkpoint > 1.0:

@@ -248,14 +248,16 @@ def _lost(state: Any, slot: placement.Slot) -> None:
     from harness.sandbox import placement
 
     placement.mark_lost(slot.run_root, slot.engine.index, "stopped answering during an instance")
+    from harness.core.row_details import EngineDetails
+
     ctx = state.ctx
-    if ctx.result.details.get("engine_lost"):
+    if EngineDetails.read(ctx.result.details).lost:
         return  # already found lost (when its call failed)
-    ctx.result.details["engine_lost"] = True
+    EngineDetails(lost=True).put(ctx.result.details)
     if (state.exc is not None and state.is_infra()) or ctx.result.outcome is None:
         previous = f"{type(state.exc).__name__}: {state.exc}"[:500] if state.exc else None
         if previous:
-            ctx.result.details["engine_error"] = previous
+            EngineDetails(error=previous).put(ctx.result.details)
         state.exc = InfraError(f"engine {slot.engine.url} stopped answering", ENGINE_LOST)
         state.exc_phase = state.exc_phase or "call"
 
@@ -296,7 +298,9 @@ def harness_engine(request: pytest.FixtureRequest) -> Iterator[EngineRecord | No
         slot = _acquire(ctx.run_id, ctx.run_root, engines)
     except placement.NoEngineLeft as exc:
         raise InfraError(str(exc), ENGINE_LOST) from exc
-    ctx.result.details["engine"] = {"url": slot.engine.url, "index": slot.engine.index}
+    from harness.core.row_details import EngineDetails
+
+    EngineDetails(url=slot.engine.url, index=slot.engine.index).put(ctx.result.details)
     request.node.stash[SLOT_KEY] = slot
     try:
         with placement.placed(slot):

@@ -30,6 +30,7 @@ from harness.core.models import (
 )
 from harness.core.outcomes import INFRA_PROPERTY as INFRA_PROPERTY
 from harness.core.outcomes import ROW_PROPERTY as ROW_PROPERTY
+from harness.core.row_details import AgentDetails, DetailsBag, RowDetails, RunDetails
 from harness.run.ledger import instance_dir
 
 if TYPE_CHECKING:
@@ -118,7 +119,8 @@ class InstanceResult:
     agent_started: bool = False  # the agent was called (its cost must be settled)
     error: str | None = None
     output_paths: dict[str, str] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)
+    # the row's details as they are built (harness.core.row_details: sections by their model)
+    details: DetailsBag = field(default_factory=DetailsBag)
 
 
 class InstanceContext:
@@ -290,10 +292,10 @@ class RowState:
         elif self.exc is None:
             self.exc = exc
             self.exc_phase = when
-            if not isinstance(exc, (Unresolved, pytest.skip.Exception)):
-                self.ctx.result.details.setdefault(
-                    "traceback", "".join(traceback.format_exception(exc, limit=-6))[-6000:]
-                )
+            run = RunDetails.read(self.ctx.result.details)
+            if not isinstance(exc, (Unresolved, pytest.skip.Exception)) and not run.traceback:
+                RunDetails(traceback="".join(traceback.format_exception(exc, limit=-6))[-6000:]
+                           ).put(self.ctx.result.details)
 
     def is_infra(self) -> bool:
         return self.exc is not None and not isinstance(self.exc, (Unresolved, pytest.skip.Exception))
@@ -322,14 +324,16 @@ class RowState:
     def build_row(self) -> TaskRow:
         ctx, r = self.ctx, self.ctx.result
         outcome, reason, error = self.classify()
-        details = dict(r.details)
+        details = DetailsBag(r.details)
+        run = RunDetails()
         if self.teardown_error:
-            details["teardown_error"] = self.teardown_error
+            run.teardown_error = self.teardown_error
         if ctx.retry_of is not None:
-            details["retry_of"] = {"attempt": ctx.retry_of.attempt,
-                                   "reason_code": ctx.retry_of.reason_code}
+            run.retry_of = {"attempt": ctx.retry_of.attempt,
+                            "reason_code": ctx.retry_of.reason_code}
         if self.retry_backoff_s is not None:
-            details["retried"] = {"attempt": ctx.attempt + 1, "backoff_s": self.retry_backoff_s}
+            run.retried = {"attempt": ctx.attempt + 1, "backoff_s": self.retry_backoff_s}
+        run.put(details)
         infra = outcome is Outcome.INFRA_FAILED
         return TaskRow(
             ts_unix=time.time(),
@@ -359,7 +363,7 @@ class RowState:
             prediction_written=r.prediction_written,
             output_paths=dict(r.output_paths),
             error=error or r.error,
-            details=details,
+            details=RowDetails.of(details, ctx.benchmark),
             sample_of=ctx.task_id if ctx.sample is not None else None,
             sample=ctx.sample,
         )
@@ -369,7 +373,7 @@ def paid_activity(r: InstanceResult) -> bool | None:
     """What a row can say about the agent's spend, also when it was interrupted."""
     if not r.agent_started:
         return False
-    if r.details.get("paid_evidence"):  # e.g. an llm_usage event copied before the abort
+    if AgentDetails.read(r.details).paid_evidence:  # e.g. llm_usage copied before the abort
         return True
     if (r.cost_usd or 0) > 0 or (r.tokens is not None and any(
             (v or 0) > 0 for v in r.tokens.model_dump().values() if isinstance(v, int | float))):

@@ -256,8 +256,8 @@ def _check_ancestor_images(config: pytest.Config, run: RunContext) -> None:
     recorded: dict[str, dict[str, Any]] = {}
     for rows in reversed(_ancestor_rows(run)):  # nearest ancestor last: it wins
         for key, row in rows.items():
-            image = (row.details or {}).get("image")
-            if isinstance(image, dict) and image.get("ref"):
+            image = row.details.engine.image
+            if image is not None and image.get("ref"):
                 recorded[key] = image
     # Carried rows count too: a resumed result must not mix two images of one task.
     if run.plan.selection is not None:
@@ -298,7 +298,7 @@ def pytest_harness_session_results(config: pytest.Config, run: RunContext,
     """Every instance's image (ref, pulled from, digest, id) goes into the manifest."""
     if run.manifest is None:
         return
-    images = {key: row.details["image"] for key, row in sorted(rows.items())
-              if isinstance((row.details or {}).get("image"), dict)}
+    images = {key: row.details.engine.image for key, row in sorted(rows.items())
+              if row.details.engine.image is not None}
     if images:
         run.manifest.images = images

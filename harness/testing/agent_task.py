@@ -71,7 +71,7 @@ def run_agent_task(ctx: InstanceContext, request: pytest.FixtureRequest) -> None
         adapter="selftest"))
     got = sandbox.exec(["cat", f"{WORKSPACE}/answer.txt"], user="root", timeout=30)
     text = got.stdout.decode().strip() if got.exit_code == 0 else ""
-    ctx.result.details["answer"] = text
+    ctx.result.details.setdefault(ctx.benchmark, {})["answer"] = text  # its own section
     if not outcome.completed:
         ctx.agent_failed(outcome.reason_code or "task_not_completed")
         return

@@ -97,12 +97,13 @@ def _rows(steps: list[Step]) -> list[dict[str, Any]]:
 
 def _phases(result: InstanceResult, details: dict[str, Any]) -> list[tuple[str, float]]:
     phases: list[tuple[str, float]] = []
-    timings = details.get("timings")
+    timings = (details.get("eval") or {}).get("timings")
     if isinstance(timings, dict):
         phases += [(str(k).removesuffix("_s"), float(v)) for k, v in timings.items()
                    if isinstance(v, int | float) and not isinstance(v, bool)]
-    if isinstance(details.get("agent_wall_s"), int | float):
-        phases.append(("agent", float(details["agent_wall_s"])))
+    wall = (details.get("agent") or {}).get("wall_s")
+    if isinstance(wall, int | float):
+        phases.append(("agent", float(wall)))
     if result.duration_s is not None:
         phases.append(("instance", float(result.duration_s)))
     return phases

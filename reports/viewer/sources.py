@@ -77,14 +77,14 @@ def timeline(run_root: Path, folder: Path, row: dict[str, Any]) -> list[S.Step]:
         out.append(step)
     out += _tape(row, details)
     if not out:
-        agent = details.get("agent") or "the agent"
+        agent = S._dict(details.get("agent")).get("kind") or "the agent"
         out.append(S.Step("event", f"{agent}: no step recorded"
                           + (" (the reference solution applied)" if agent == "oracle" else "")))
     return out
 
 
 def _tape(row: dict[str, Any], details: dict[str, Any]) -> list[S.Step]:
-    record = S._dict(details.get("model_record"))
+    record = S._dict(S._dict(details.get("agent")).get("model_record"))
     where = record.get("records")
     if not isinstance(where, str):
         return []
@@ -103,9 +103,12 @@ def verdict(run_root: Path, folder: Path, row: dict[str, Any]) -> Verdict:
             v.lines.append((label, str(row[key])))
     if row.get("tests_total") is not None:
         v.lines.append(("tests", f"{row.get('tests_passed')} of {row['tests_total']} passed"))
-    for key in ("scorer_files_removed", "scorer_files_rewritten", "partial_submission_scored"):
-        if details.get(key):
-            v.lines.append((key.replace("_", " "), S.cap(S._text(details[key]), 500)))
+    submission = S._dict(details.get("submission"))
+    for key, label in (("scorer_files_removed", "scorer files removed"),
+                       ("scorer_files_rewritten", "scorer files rewritten"),
+                       ("partial_scored", "partial submission scored")):
+        if submission.get(key):
+            v.lines.append((label, S.cap(S._text(submission[key]), 500)))
     if row.get("error"):
         v.lines.append(("error", S.cap(str(row["error"]), 2000)))
     v.lines = [(label, S.cap(value, 2000)) for label, value in v.lines]
@@ -117,7 +120,7 @@ def verdict(run_root: Path, folder: Path, row: dict[str, Any]) -> Verdict:
     if (out := _path(run_root, folder, outs.get("verifier_stdout"))) is not None:
         v.text = S.cap(S.read_text(out, 2 * S.TEXT_CAP) or "")
     cowork = S._dict(details.get("eval"))
-    if cowork:
+    if "pass" in cowork or "exit_code" in cowork:
         v.lines.append(("checker", f"pass {cowork.get('pass') is True}, exit "
                                    f"{S._int(cowork.get('exit_code'))}"))
         v.text = v.text or S.cap(S._text(cowork.get("checker_output_tail")))

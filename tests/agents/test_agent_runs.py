@@ -38,7 +38,7 @@ def test_gateway_agent_runs_a_whole_instance(tmp_path: Path) -> None:
     assert row["status"] == "completed" and row["resolved"] is True
     assert row["cost_usd"] == 0.5 and row["cost_known"] is True
     assert row["tokens"]["prompt"] == 120
-    assert row["details"]["runtime_outcome"]["status"] == "completed"
+    assert row["details"]["agent"]["runtime_outcome"]["status"] == "completed"
     folder = run.root / "selftest" / "answer"
     assert (folder / "selftest_task_body.json").is_file()
     checkpoint = json.loads((folder / "task_checkpoint.json").read_text())
@@ -73,7 +73,7 @@ def test_an_interrupted_gateway_row_keeps_the_events_proving_its_spend(
     assert row["status"] == "infra_failed" and row["reason_code"].endswith("signal_2"), row
     assert row["cost_usd"] in (None, 0.0)
     assert row["paid_activity"] is True, (row["details"], row["output_paths"])
-    assert row["details"]["paid_evidence"] == "gateway_events_llm_usage"
+    assert row["details"]["agent"]["paid_evidence"] == "gateway_events_llm_usage"
     assert (root / row["output_paths"]["gateway_events"]).is_file()
     assert list(state["cancels"]) == [next(iter(state["tasks"]))]  # Ctrl-C cancels the task
 

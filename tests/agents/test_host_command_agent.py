@@ -54,7 +54,7 @@ def test_host_command_agent_solves_the_fixture_through_harness_exec(tmp_path: Pa
     # only named variables reach the host agent: the runner's model key does not
     assert "model_key=absent named_len=26" in out
     assert row["cost_usd"] == 0.25 and row["cost_known"] is True
-    assert row["details"]["cost_source"] == "agent_reported"
+    assert row["details"]["agent"]["cost_source"] == "agent_reported"
     assert row["tokens"] == {"prompt": 40, "completion": 2, "total": 42}
 
 
@@ -123,6 +123,6 @@ def test_issue23_item5_a_host_agent_through_the_model_gateway_stops_at_the_limit
     assert "KEY absent True" in out
     assert upstream.requests == 4  # refused calls never reach the provider
     assert row["cost_usd"] == pytest.approx(4 * 0.003) and row["cost_known"] is True
-    assert row["details"]["cost_source"] == "gateway"
+    assert row["details"]["agent"]["cost_source"] == "gateway"
     assert row["tokens"] == {"prompt": 4000, "completion": 400, "total": 4400}
     assert "sk-host-gateway" not in (run.root / "run_manifest.json").read_text()

@@ -49,13 +49,13 @@ def test_mini_swe_agent_solves_the_fixture(tmp_path: Path) -> None:
     row = run.latest[FIXTURE_ID]
     assert row["score"] == 1.0 and row["resolved"] is True, row
     steps = len(solve_script()["responses"])
-    assert row["details"]["agent_details"]["steps"] == steps
-    assert row["details"]["agent_details"]["exit_status"] == "Submitted"
+    assert row["details"]["agent"]["details"]["steps"] == steps
+    assert row["details"]["agent"]["details"]["exit_status"] == "Submitted"
     assert row["tokens"] == {"prompt": 1000 * steps, "completion": 100 * steps,
                              "total": 1100 * steps}
     assert row["cost_known"] is True
     assert row["cost_usd"] == pytest.approx(steps * (1000 * 2.0 + 100 * 10.0) / 1e6)
-    assert row["details"]["cost_source"] == "agent_reported"
+    assert row["details"]["agent"]["cost_source"] == "agent_reported"
     traj = json.loads((run.root / row["output_paths"]["trajectory"]).read_text())
     assert traj["info"]["mini_version"] == "2.4.6"
     assert traj["info"]["exit_status"] == "Submitted"
@@ -94,9 +94,9 @@ def test_mini_swe_agent_step_limit_is_an_agent_failure(tmp_path: Path) -> None:
     row = run.latest[FIXTURE_ID]
     assert row["outcome"] == "agent_failed" and row["reason_code"] == "step_limit_reached", row
     assert row["score"] == 0.0 and row["official_eval_status"] == "completed"
-    assert row["details"]["agent_details"]["steps"] == 4 and row["steps"] == 4
+    assert row["details"]["agent"]["details"]["steps"] == 4 and row["steps"] == 4
     assert row["tokens"]["prompt"] == 4000
-    assert row["cost_known"] is True and row["details"]["cost_source"] == "agent_reported"
+    assert row["cost_known"] is True and row["details"]["agent"]["cost_source"] == "agent_reported"
     assert row["cost_usd"] == pytest.approx(4 * (1000 * 2.0 + 100 * 10.0) / 1e6)
     sub = run.root / row["output_paths"]["submission"]
     assert sub.is_file()
@@ -159,6 +159,6 @@ def test_issue23_item5_mini_swe_agent_stops_at_the_per_task_limit(tmp_path: Path
     assert run.rc == 0, run.out  # scored, the agent's failure
     row = run.latest[FIXTURE_ID]
     assert row["outcome"] == "agent_failed" and row["reason_code"] == "per_task_limit_reached", row
-    assert row["details"]["agent_details"]["steps"] == 4
+    assert row["details"]["agent"]["details"]["steps"] == 4
     assert row["cost_usd"] == pytest.approx(4 * 0.003) and row["cost_known"] is True
     assert len((tmp_path / "requests.jsonl").read_text().splitlines()) == 4

@@ -113,9 +113,9 @@ def test_mini_swe_replays_to_the_same_submission_and_score_for_free(
 ) -> None:
     row = recorded.row
     assert row.score == 1.0 and row.resolved is True
-    assert row.details["cost_source"] == "agent_reported"  # recording changes nothing
+    assert row.details["agent"]["cost_source"] == "agent_reported"  # recording changes nothing
     assert row.cost_usd == pytest.approx(solve_steps() * (1000 * 2.0 + 100 * 10.0) / 1e6)
-    assert row.details["model_record"]["calls"] == solve_steps()
+    assert row.details["agent"]["model_record"]["calls"] == solve_steps()
     index = TapeIndex.model_validate_json(
         index_path(recorded.records, "programbench", FIXTURE_ID).read_bytes()
     )
@@ -130,11 +130,11 @@ def test_mini_swe_replays_to_the_same_submission_and_score_for_free(
     again = TaskRow.model_validate(replay.latest[FIXTURE_ID])
     assert sha(again) == sha(row) and (again.score, again.resolved) == (1.0, True)
     assert recorded.tripwire.requests == 0
-    assert again.cost_usd == 0.0 and again.details["cost_source"] == "replay"
-    info = again.details["model_replay"]
+    assert again.cost_usd == 0.0 and again.details["agent"]["cost_source"] == "replay"
+    info = again.details["agent"]["model_replay"]
     assert (info["calls"], info["served"], info["misses"]) == (solve_steps(), solve_steps(), 0)
     assert info["original_cost_usd"] == pytest.approx(row.cost_usd)
-    assert again.details["agent_details"]["steps"] == solve_steps() and again.steps == solve_steps()
+    assert again.details["agent"]["details"]["steps"] == solve_steps() and again.steps == solve_steps()
 
 
 def test_mini_swe_prompt_change_misses_strictly_and_diverges_in_sequence(
@@ -166,6 +166,6 @@ def test_mini_swe_prompt_change_misses_strictly_and_diverges_in_sequence(
     assert seq.rc == 0, seq.out
     row = TaskRow.model_validate(seq.latest[FIXTURE_ID])
     assert row.score == 1.0 and sha(row) == sha(recorded.row)
-    info = row.details["model_replay"]
+    info = row.details["agent"]["model_replay"]
     assert (info["divergences"], info["misses"]) == (solve_steps(), 0)
     assert recorded.tripwire.requests == 0

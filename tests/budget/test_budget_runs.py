@@ -185,7 +185,7 @@ def test_issue23_item2_the_resume_of_a_killed_run_is_admitted_and_charges_once(
     assert taken["taken_over_by"] == resumed.manifest["run_id"]
     # the two new attempts ($1 each) and each dead one, at its hold ($3)
     assert state["spent_usd"] == 2.0 + 3.0 * in_flight and state["outstanding_usd"] == 0.0
-    earlier = {r["instance_id"]: r["details"].get("budget_earlier_attempts_usd")
+    earlier = {r["instance_id"]: r["details"].get("budget", {}).get("earlier_attempts_usd")
                for r in resumed.rows}
     assert sorted(v for v in earlier.values() if v) == [3.0] * in_flight, earlier
 

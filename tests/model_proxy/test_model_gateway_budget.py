@@ -60,10 +60,10 @@ def test_per_task_limit_stops_the_agent_and_the_campaign_settles_exactly(
         assert report["refused"]["status"] == 402 and "per_task_limit_reached" in \
             report["refused"]["body"]
         assert report["steps"] == 4
-        assert row["cost_known"] is True and row["details"]["cost_source"] == "gateway"
+        assert row["cost_known"] is True and row["details"]["agent"]["cost_source"] == "gateway"
         assert row["cost_usd"] == pytest.approx(4 * PER_CALL, abs=1e-12)
         assert row["tokens"] == {"prompt": 4000, "completion": 400, "total": 4400}
-        assert row["details"]["budget_charged_usd"] == pytest.approx(4 * PER_CALL, abs=1e-12)
+        assert row["details"]["budget"]["charged_usd"] == pytest.approx(4 * PER_CALL, abs=1e-12)
         usage = json.loads((run.root / row["output_paths"]["model_gateway"]).read_text())
         assert usage["calls"] == 4 and usage["refused"] == 1 and usage["priced_by_table"] == 4
     assert upstream.requests == 8  # the refused calls never reached the provider
@@ -95,11 +95,11 @@ def test_issue23_item5_a_gateway_task_is_cancelled_at_the_per_task_limit(
     row = run.latest[FIXTURE_ID]
     assert row["outcome"] == "agent_failed" and row["reason_code"] == "per_task_limit_reached", row
     assert row["official_eval_status"] == "completed"
-    task = row["details"]["task_id"]
+    task = row["details"]["agent"]["task_id"]
     assert state["cancels"] == [task] and state["tasks"][task] == "cancelled"
     # stopped at the first poll past the limit: a few steps, far from all 30
     assert 0.5 <= row["cost_usd"] <= 1.2, row
-    assert row["details"]["agent_details"]["per_task_limit_reached"].startswith("spent $")
+    assert row["details"]["agent"]["details"]["per_task_limit_reached"].startswith("spent $")
 
 
 def test_issue23_item5_kinds_whose_spend_is_invisible_refuse_the_limit(tmp_path: Path) -> None:
@@ -135,6 +135,6 @@ def test_issue23_item5_a_gateway_task_with_unmetered_spend_is_stopped_under_a_li
     assert run.rc == 0, run.out
     row = run.latest[FIXTURE_ID]
     assert row["reason_code"] == "per_task_limit_reached", row
-    assert row["details"]["agent_details"]["per_task_limit_reached"].startswith("cost_unknown")
-    assert state["cancels"] == [row["details"]["task_id"]]
+    assert row["details"]["agent"]["details"]["per_task_limit_reached"].startswith("cost_unknown")
+    assert state["cancels"] == [row["details"]["agent"]["task_id"]]
     assert row["cost_known"] is False  # charged by the campaign as unknown, never $0

@@ -55,7 +55,7 @@ def test_a_429_storm_costs_latency_not_the_score(tmp_path: Path) -> None:
     assert run.rc == 0, run.out[-3000:]
     row = run.latest[FIXTURE_ID]
     assert row["score"] == 1.0 and row["outcome"] == "scored", row
-    trouble = row["details"]["model_trouble"]
+    trouble = row["details"]["agent"]["model_trouble"]
     assert trouble["rate_limited"] == 2 and trouble["retries"] == 2
     assert trouble["waited_s"] >= 0.8 and trouble["upstream_errors"] == 0
     assert row["cost_usd"] == pytest.approx(len(solve) * PER_CALL, abs=1e-12)  # billed once
@@ -80,8 +80,8 @@ def test_refusals_past_the_ceiling_are_infrastructure_and_a_resume_scores(
     assert len(tries) == 2  # --retry-infra (default 1) ran it again: infrastructure
     row = first.latest[FIXTURE_ID]
     assert row["outcome"] == "infra_failed" and row["reason_code"] == "model_upstream_failed"
-    assert row["details"]["model_upstream_failure"].startswith("rate_limited")
-    assert row["details"]["model_trouble"]["rate_limited"] == 1
+    assert row["details"]["agent"]["model_upstream_failure"].startswith("rate_limited")
+    assert row["details"]["agent"]["model_trouble"]["rate_limited"] == 1
     assert row["cost_usd"] == pytest.approx(PER_CALL, abs=1e-12)  # the one answered call
     verdict = first.manifest["verdict_score"]  # the honest denominators
     assert verdict["excluded_reasons"] == {"model_upstream_failed": 1}

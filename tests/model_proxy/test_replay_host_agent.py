@@ -97,7 +97,7 @@ def test_a_host_agent_is_recorded_and_replayed_with_its_limit(tmp_path: Path) ->
     assert server.requests == 4
     row = rec.latest[FIXTURE_ID]
     assert row["reason_code"] == "per_task_limit_reached"
-    assert row["details"]["model_record"]["calls"] == 4  # refusals reach no upstream
+    assert row["details"]["agent"]["model_record"]["calls"] == 4  # refusals reach no upstream
     assert files_containing(records, KEY.encode()) == []
     assert files_containing(records, b"harness-gw-") == []  # nor the instance's token
 
@@ -111,8 +111,8 @@ def test_a_host_agent_is_recorded_and_replayed_with_its_limit(tmp_path: Path) ->
     assert calls(replay) == seen  # the same bytes, and the limit at the same call
     again = replay.latest[FIXTURE_ID]
     assert again["reason_code"] == "per_task_limit_reached"
-    assert again["cost_usd"] == 0.0 and again["details"]["cost_source"] == "replay"
-    assert again["details"]["model_replay"]["original_cost_usd"] == pytest.approx(4 * PER_CALL)
+    assert again["cost_usd"] == 0.0 and again["details"]["agent"]["cost_source"] == "replay"
+    assert again["details"]["agent"]["model_replay"]["original_cost_usd"] == pytest.approx(4 * PER_CALL)
     assert tripwire.requests == 0
     assert strict.rc == 0, strict.out
     missed = strict.latest[FIXTURE_ID]

@@ -163,7 +163,7 @@ def test_a_recorded_run_replays_to_the_same_submission_and_score_for_free(
 ) -> None:
     row = recorded.row
     assert row.score == 1.0 and row.resolved is True
-    assert row.details["model_record"]["calls"] == solve_steps()
+    assert row.details["agent"]["model_record"]["calls"] == solve_steps()
     index = TapeIndex.model_validate_json(
         index_path(recorded.records, "programbench", FIXTURE_ID).read_bytes()
     )
@@ -180,8 +180,8 @@ def test_a_recorded_run_replays_to_the_same_submission_and_score_for_free(
     assert (again.score, again.resolved) == (row.score, row.resolved)
     assert recorded.tripwire.requests == 0  # nothing reached the model's address
     assert again.cost_usd == 0.0 and again.cost_known is True
-    assert again.details["cost_source"] == "replay"
-    replayed = again.details["model_replay"]
+    assert again.details["agent"]["cost_source"] == "replay"
+    replayed = again.details["agent"]["model_replay"]
     assert (replayed["calls"], replayed["served"], replayed["misses"]) == (solve_steps(), solve_steps(), 0)
     assert replayed["original_cost_usd"] == pytest.approx(row.cost_usd)
     assert again.tokens == row.tokens
@@ -195,7 +195,7 @@ def test_a_one_character_prompt_change_misses_strictly_and_diverges_in_sequence(
     assert strict.rc == 0, strict.out  # the agent's failure, scored
     row = TaskRow.model_validate(strict.latest[FIXTURE_ID])
     assert (row.outcome, row.reason_code) == ("agent_failed", "replay_miss"), row
-    miss = row.details["model_replay"]["first_misses"][0]
+    miss = row.details["agent"]["model_replay"]["first_misses"][0]
     assert miss["position"] == 1 and miss["reason"] == "no record of this request"
     found = re.fullmatch(
         r"messages\[0\]\.content: character \d+: '(.*)' where the record has "
@@ -220,7 +220,7 @@ def test_a_one_character_prompt_change_misses_strictly_and_diverges_in_sequence(
     assert seq.rc == 0, seq.out
     row = TaskRow.model_validate(seq.latest[FIXTURE_ID])
     assert row.score == 1.0 and sha(row) == sha(recorded.row)  # the recorded answers
-    info = row.details["model_replay"]
+    info = row.details["agent"]["model_replay"]
     assert (info["order"], info["divergences"], info["misses"]) == ("sequence", solve_steps(), 0)
     assert [d["position"] for d in info["first_divergences"]] == list(range(1, solve_steps() + 1))
     report = ReplayReport.model_validate_json(

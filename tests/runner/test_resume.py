@@ -24,7 +24,7 @@ def test_worker_crash_gets_a_row_and_resume_reruns_only_it(suite):
     carried = rows["half"]
     assert carried["status"] == "skipped" and carried["reason_code"] == "settled_in_ancestor"
     assert carried["score"] == 0.5 and carried["carried_from"] == first.manifest["run_id"]
-    assert carried["details"]["carried_status"] == "completed"
+    assert carried["details"]["run"]["carried_status"] == "completed"
     m = second.manifest
     assert m["resume"]["ancestors"] == [str(first.root)]
     assert m["resume"]["generation"] == 1

@@ -47,7 +47,7 @@ def assert_resumes_from(suite: Suite, killed: Path, origin: Run, count: int) -> 
     origin_id = origin.manifest["run_id"]
     assert {r["outcome"] for r in rows.values()} == {"carried_forward"}
     assert {r["carried_from"] for r in rows.values()} == {origin_id}
-    assert {r["details"]["carried_status"] for r in rows.values()} == {"completed"}
+    assert {r["details"]["run"]["carried_status"] for r in rows.values()} == {"completed"}
     assert again.manifest["resume"]["carried"] == count
     assert again.manifest["mean_score"] == 1.0
     # the resumed root holds its own rows: the ledger and every instance folder's copy

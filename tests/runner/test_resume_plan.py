@@ -87,7 +87,7 @@ def test_a_chain_of_resumes_carries_forward_and_counts_attempts(tmp_path: Path) 
     assert plan.generation == 2
     assert sorted(plan.carried) == [key("a"), key("b"), key("c")]
     assert plan.carried[key("a")].carried_from == "r1"  # not "r2": where it was settled
-    assert plan.carried[key("a")].details["carried_outcome"] == "scored"
+    assert plan.carried[key("a")].details["run"]["carried_outcome"] == "scored"
     assert plan.carried[key("c")].carried_from == "r2"
     assert plan.attempts[key("d")] == 3 and plan.attempts[key("e")] == 2
     assert key("f") not in plan.attempts
@@ -99,7 +99,7 @@ def test_the_row_a_resume_writes_for_a_carried_instance(tmp_path: Path) -> None:
                         ts_unix=5.0)
     assert (written.outcome, written.reason_code, written.run_id, written.carried_from) == \
         (Outcome.CARRIED, "settled_in_ancestor", "r2", "r1")
-    assert written.details["carried_outcome"] == "agent_failed" and written.settled
+    assert written.details["run"]["carried_outcome"] == "agent_failed" and written.settled
     assert written.duration_s == 0.0  # carrying takes no time (and gives --durations-from none)
 
 

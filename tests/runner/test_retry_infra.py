@@ -101,9 +101,9 @@ def test_an_infra_failure_is_retried_to_success_and_the_last_row_counts(
         "docker_unavailable",
         1,
     )
-    assert first["details"]["retried"] == {"attempt": 2, "backoff_s": 0.05}
+    assert first["details"]["run"]["retried"] == {"attempt": 2, "backoff_s": 0.05}
     assert (second["outcome"], second["score"], second["attempt"]) == ("scored", 1.0, 2)
-    assert second["details"]["retry_of"] == {"attempt": 1, "reason_code": "docker_unavailable"}
+    assert second["details"]["run"]["retry_of"] == {"attempt": 1, "reason_code": "docker_unavailable"}
     assert run.latest["alpha"] == second  # the last row counts
     assert len(rows_of(run, "bravo")) == len(rows_of(run, "charlie")) == 1
     assert (run.root / "selftest" / "alpha" / "result_index.jsonl").read_text().count("\n") == 2
@@ -125,7 +125,7 @@ def test_an_infra_failure_is_retried_to_success_and_the_last_row_counts(
         ]
     )
     # Each try reserved on its own and was settled at its cost: alpha twice.
-    assert first["details"]["budget_charged_usd"] == second["details"]["budget_charged_usd"] == 0.25
+    assert first["details"]["budget"]["charged_usd"] == second["details"]["budget"]["charged_usd"] == 0.25
     [record] = json.loads(campaign.read_text())["runs"]
     assert record["settled_count"] == 4 and record["settled_usd"] == pytest.approx(0.7)
     assert record["released_count"] == 0 and record["abandoned_count"] == 0
@@ -136,7 +136,7 @@ def test_the_default_backoff_is_one_second(suite: Suite) -> None:
     retry_suite(suite, [{"id": "alpha", "work": "succeed", "fault": "infra", "faults": 1}])
     run = suite.run()
     assert run.rc == 0, run.out
-    assert run.rows[0]["details"]["retried"] == {"attempt": 2, "backoff_s": 1.0}
+    assert run.rows[0]["details"]["run"]["retried"] == {"attempt": 2, "backoff_s": 1.0}
     assert [r["attempt"] for r in run.rows] == [1, 2]
 
 
@@ -149,7 +149,7 @@ def test_retries_are_bounded_backed_off_and_can_be_turned_off(suite: Suite) -> N
     assert "retried" not in default.rows[-1]["details"]  # the limit: nothing after it
     more = suite.run(*FAST, "--retry-infra", "2")
     assert [r["attempt"] for r in more.rows] == [1, 2, 3]
-    assert [r["details"].get("retried", {}).get("backoff_s") for r in more.rows] == [
+    assert [r["details"].get("run", {}).get("retried", {}).get("backoff_s") for r in more.rows] == [
         0.05,
         0.1,
         None,
@@ -191,7 +191,7 @@ def test_an_interrupted_try_is_never_retried(suite: Suite) -> None:
     run = Run.of(root)
     assert run.executions() == ["alpha"]
     [row] = run.rows
-    assert row["reason_code"] == "interrupted:signal_2" and "retried" not in row["details"]
+    assert row["reason_code"] == "interrupted:signal_2" and "retried" not in row["details"].get("run", {})
     assert "infra_retries" not in run.manifest["extra"]
 
 
@@ -210,7 +210,7 @@ def test_a_stop_during_the_backoff_ends_the_run_without_the_retry(
     run = Run.of(root)
     assert run.executions() == ["alpha"]  # the retry never ran
     first, last = run.rows
-    assert first["details"]["retried"]["backoff_s"] == 60
+    assert first["details"]["run"]["retried"]["backoff_s"] == 60
     assert last["outcome"] == "blocked" and last["reason_code"] == "signal_15"
     assert run.manifest["outcome"] == "stopped"
     pytest_result(proc.returncode, out).stdout.fnmatch_lines(["*resume with: pytest *"])
@@ -330,7 +330,7 @@ def test_a_retry_reattaches_to_the_sandbox_its_earlier_try_kept(
         "reattach": True,
         "reattach_checkpoint": str(AgentFolder(retry.instance_dir).checkpoint),
     }
-    assert retry.result.details["reattach"]["adopted"] is True
+    assert retry.result.details["agent"]["reattach"]["adopted"] is True
 
 
 @pytest.mark.parametrize(("code", "retried"), [

@@ -113,8 +113,8 @@ def test_pb_k3_attempts_killed_resumed_and_an_infra_fault_retried(tmp_path: Path
     assert _worked_on(r2.root, first) == []  # no agent run, no eval for the settled attempt
     failed, retried = by_id[faulted]
     assert (failed["outcome"], failed["reason_code"]) == ("infra_failed", FAULT_REASON)
-    assert failed["details"]["retried"]["attempt"] == retried["attempt"] == failed["attempt"] + 1
-    assert retried["details"]["retry_of"] == {
+    assert failed["details"]["run"]["retried"]["attempt"] == retried["attempt"] == failed["attempt"] + 1
+    assert retried["details"]["run"]["retry_of"] == {
         "attempt": failed["attempt"],
         "reason_code": FAULT_REASON,
     }
@@ -140,7 +140,7 @@ def test_pb_k3_attempts_killed_resumed_and_an_infra_fault_retried(tmp_path: Path
 
     # Money: each try reserved and settled on its own; the oracle spends nothing.
     for row in (failed, retried, by_id[other][0]):
-        assert row["details"]["budget_charged_usd"] == 0.0, row
+        assert row["details"]["budget"]["charged_usd"] == 0.0, row
     [record] = json.loads((r2.root / "campaign.json").read_text())["runs"]
     assert record["settled_count"] == 3 and record["settled_usd"] == 0.0
     assert record["released_count"] == record["abandoned_count"] == 0

@@ -106,8 +106,8 @@ def test_a_run_killed_on_a_url_campaign_is_resumed_and_charged_once(
     assert {final[k]["outcome"] for k in ("k-0000", "k-0001")} == {"scored"}
     assert sorted(resumed.executions()) == ["k-0000", "k-0001"]  # "done" is not run again
     for k in ("k-0000", "k-0001"):
-        assert final[k]["details"]["budget_earlier_attempts_usd"] == HOLD  # the dead attempt
-        assert final[k]["details"]["budget_charged_usd"] == 1.0 + HOLD  # and its own cost
+        assert final[k]["details"]["budget"]["earlier_attempts_usd"] == HOLD  # the dead attempt
+        assert final[k]["details"]["budget"]["charged_usd"] == 1.0 + HOLD  # and its own cost
 
     state = campaign.snapshot()
     assert state.active_runs == {}

@@ -206,7 +206,7 @@ def test_a_paid_harbor_run_killed_mid_task_is_resumed_and_charged_once(
         row = latest[unit]
         assert row["cost_usd"] == pytest.approx(PER_CALL_USD, abs=1e-12), row
         assert row["cost_known"] is True
-        earlier = row["details"].get("budget_earlier_attempts_usd")
+        earlier = row["details"].get("budget", {}).get("earlier_attempts_usd")
         assert earlier == (pytest.approx(HOLD) if unit in dead else None), (unit, earlier)
     expected = (len(settled_before) + len(ran)) * PER_CALL_USD + len(dead) * HOLD
     assert len(settled_before) + len(ran) == len(UNITS)

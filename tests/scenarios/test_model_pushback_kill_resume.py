@@ -97,7 +97,7 @@ def test_a_run_killed_while_its_provider_pushes_back_is_resumed_and_charged_once
     assert again.rc == 0, again.out[-3000:]
     row = again.latest[FIXTURE_ID]
     assert row["score"] == 1.0 and row["outcome"] == "scored", row
-    assert row["details"]["budget_earlier_attempts_usd"] == pytest.approx(HOLD)
+    assert row["details"]["budget"]["earlier_attempts_usd"] == pytest.approx(HOLD)
     assert row["cost_usd"] == pytest.approx(len(solve) * PER_CALL, abs=1e-12)
     state = json.loads((tmp_path / "campaign.json").read_text())
     assert state["outstanding_usd"] == pytest.approx(0.0, abs=1e-12)

@@ -172,8 +172,8 @@ def test_paid_reattach_after_sigkill_is_admitted_and_charges_the_task_once(
     assert resumed.rc == 0, resumed.out
     row = resumed.latest[FIXTURE_ID]
     assert row["score"] == 1.0 and row["resolved"] is True, row  # the official eval's score
-    assert row["details"]["reattach"]["adopted"] is True
-    assert row["details"]["container"] == kept[0] == row["details"]["reattach"]["sandbox"]
+    assert row["details"]["agent"]["reattach"]["adopted"] is True
+    assert row["details"]["engine"]["container"] == kept[0] == row["details"]["agent"]["reattach"]["sandbox"]
     assert after["submissions"] == 1 and after["cancels"] == []  # one paid task, not two
     assert row["cost_usd"] == TASK_COST
 

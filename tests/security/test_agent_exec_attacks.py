@@ -52,7 +52,7 @@ def test_forged_kill_target_cannot_turn_a_timeout_into_infra(tmp_path: Path) -> 
     run, row = attack(tmp_path / "run", command, "--pb-task-timeout", "2",
                       "--agent-kill-after", "1", "--agent-exec-margin", "3")
     assert_agent_outcome(run, row, "deadline_local")
-    assert row["details"]["truncated"] is True
+    assert row["details"]["agent"]["truncated"] is True
     record = command_record(run, row)
     assert record["timed_out"] and record["kill_survivors"] == ""
     assert record["exec_timeout_sec"] == 2 + 1 + 3  # the options reach the exec-level kill
@@ -79,7 +79,7 @@ def test_fifty_megabytes_of_output_are_stored_as_head_and_tail(tmp_path: Path) -
     record = command_record(run, row)
     assert record["stdout_bytes"] == total and record["stdout_truncated"] is True
     assert record["stderr_bytes"] == 3_000_000 and record["stderr_truncated"] is True
-    assert row["details"]["agent_details"]["output_truncated"]["stdout_bytes"] == total
+    assert row["details"]["agent"]["details"]["output_truncated"]["stdout_bytes"] == total
     folder = run.root / row["output_paths"]["agent_stdout"]
     used = sum(f.stat().st_size for f in folder.parent.iterdir() if f.name.startswith("agent_"))
     assert used < 5 * MIB, used

@@ -63,7 +63,7 @@ def test_too_many_files_is_the_agents_failure(tmp_path: Path) -> None:
                  f"| xargs touch", "--max-copy-out-files", "1000")
     r = row(run)
     assert r["outcome"] == "agent_failed" and r["reason_code"] == "too_many_files", run.out
-    assert r["details"]["submission_refused"]["max_copy_out_files"] == 1000
+    assert r["details"]["submission"]["refused"]["max_copy_out_files"] == 1000
     assert not (instance_dir(run) / "submission.tar.gz").exists()
 
 

@@ -100,8 +100,8 @@ def test_two_host_agents_cannot_reach_each_other(tmp_path: Path) -> None:
         probes[iid] = json.loads(next(x for x in text.splitlines()
                                       if x.startswith("PROBE "))[6:])
         assert row["resolved"] is True, row
-        assert row["details"]["agent_details"]["host_isolation"] == "pid_namespace", row
-        assert row["details"]["agent_details"]["exec_refused"] == 1, row  # the other's one try
+        assert row["details"]["agent"]["details"]["host_isolation"] == "pid_namespace", row
+        assert row["details"]["agent"]["details"]["exec_refused"] == 1, row  # the other's one try
     assert len(probes) == 2
     for out in probes.values():
         reply = out["other_socket"]

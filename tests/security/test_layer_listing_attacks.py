@@ -502,7 +502,7 @@ def test_a_build_planting_a_non_utf8_named_pth_gains_nothing(tmp_path: Path) -> 
     # the write fails (EPERM, issue 40); bash's message names the file, byte 0xff and all,
     # and the official CLI cannot decode the build's output: the agent's failure, score 0
     assert row["infra"] is False, out
-    assert row["reason_code"] == "build_needs_root" or row["details"]["eval_error_code"] == (
+    assert row["reason_code"] == "build_needs_root" or row["details"]["eval"]["error_code"] == (
         "UnicodeDecodeError"), row
     assert refused == "", refused
 

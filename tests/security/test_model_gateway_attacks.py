@@ -80,7 +80,7 @@ def test_in_sandbox_sdk_agent_solves_through_the_gateway_without_the_key(tmp_pat
     want = hashlib.sha256(f"Bearer {key}".encode()).hexdigest()
     assert {c["auth_sha256"] for c in calls} == {want}
     # metered by the gateway from the provider's cost field
-    assert row["cost_known"] is True and row["details"]["cost_source"] == "gateway"
+    assert row["cost_known"] is True and row["details"]["agent"]["cost_source"] == "gateway"
     assert row["cost_usd"] == pytest.approx(steps * cost_per_call)
     assert row["tokens"] == {"prompt": 1000 * steps, "completion": 100 * steps,
                              "total": 1100 * steps}

@@ -146,7 +146,7 @@ def test_a_model_swap_from_the_sandbox_reaches_nothing_and_the_row_records_it(
                 allowed["completion_tokens"]) == (1, 0, 1000, 100)
         assert allowed["cost_usd"] == pytest.approx(0.002)
     assert row["cost_usd"] == pytest.approx(0.004) and row["cost_known"] is True
-    assert row["details"]["agent_details"]["model_not_allowed"] == 15
+    assert row["details"]["agent"]["details"]["model_not_allowed"] == 15
     usage = json.loads((run.root / row["output_paths"]["model_gateway"]).read_text())
     assert usage["pinned_models"] == ["openai/fake-model", "helper-mini"]
     assert usage["model_not_allowed"] == 15 and usage["calls"] == 2

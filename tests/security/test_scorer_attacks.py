@@ -49,7 +49,7 @@ def test_wrong_program_with_forcing_conftest_scores_exactly_zero(tmp_path: Path)
     assert row["score"] == 0.0 and row["resolved"] is False
     assert (row["tests_passed"], row["tests_total"]) == (0, 3)
     assert row["outcome"] == "scored" and row["infra"] is False
-    removed = set(row["details"]["scorer_files_removed"])
+    removed = set(row["details"]["submission"]["scorer_files_removed"])
     assert {"conftest.py", "tox.ini", "eval/conftest.py", "eval/tests/conftest.py"} <= removed
     names = list_submission(run.root / row["output_paths"]["submission"])
     assert "compile.sh" in names and not {"conftest.py", "tox.ini"} & set(names)
@@ -73,7 +73,7 @@ def test_overrides_written_by_compile_sh_are_removed_before_the_tests(tmp_path: 
     row = fixture_row(run)
     assert row["official_eval_status"] == "completed", run.out
     assert row["score"] == 0.0 and row["resolved"] is False and row["infra"] is False
-    assert set(row["details"]["scorer_build_files_removed"]) == {
+    assert set(row["details"]["submission"]["scorer_build_files_removed"]) == {
         "/workspace/conftest.py", "/workspace/tox.ini", "/workspace/eval"}
 
 
@@ -92,7 +92,7 @@ def test_honest_test_scaffolding_does_not_break_a_correct_solution(tmp_path: Pat
     row = fixture_row(run)
     assert row["official_eval_status"] == "completed", run.out
     assert row["score"] == 1.0 and row["resolved"] is True
-    assert set(row["details"]["scorer_files_removed"]) == {"conftest.py", "pytest.ini"}
+    assert set(row["details"]["submission"]["scorer_files_removed"]) == {"conftest.py", "pytest.ini"}
     names = list_submission(run.root / row["output_paths"]["submission"])
     assert "tests/test_x.py" in names  # kept: pytest never looks there
 
@@ -138,7 +138,7 @@ def test_batch_eval_scores_the_guarded_submission(tmp_path: Path) -> None:
     row = fixture_row(run)
     assert row["official_eval_status"] == "completed", run.out
     assert row["score"] == 0.0 and row["resolved"] is False and row["tests_passed"] == 0
-    assert "conftest.py" in row["details"]["scorer_files_removed"]
+    assert "conftest.py" in row["details"]["submission"]["scorer_files_removed"]
     assert official_eval_json(run, row)["docker_policy"]["network"] == "none"
 
 

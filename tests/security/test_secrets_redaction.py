@@ -89,7 +89,7 @@ def test_agent_env_secret_leaked_in_every_form_is_redacted_and_recorded(
             for i, form in enumerate(forms(secret)) if form in data.replace(b"\n", b"")]
     assert left == []
     # the hits are recorded (file, form, count), never the value
-    hits = row["details"]["secret_hits"]
+    hits = row["details"]["run"]["secret_hits"]
     by_file: dict[str, set[str]] = {}
     for hit in hits:
         assert hit["secret"] == VAR and hit["count"] >= 1

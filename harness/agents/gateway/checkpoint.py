@@ -25,6 +25,7 @@ from typing import Any
 
 from harness.agents.gateway.models import TaskCheckpoint, TaskResult
 from harness.core.fsutil import atomic_write_json, read_json
+from harness.core.row_details import AgentDetails
 
 log = logging.getLogger("harness.agents.gateway.client")
 
@@ -116,7 +117,7 @@ def carry_checkpoint(folder: AgentFolder, details: dict[str, Any], *, benchmark:
                      source: str | None = None) -> None:
     """On resume, bring the ancestor's checkpoint into ``folder`` (``source`` when given: the
     one of the sandbox adopted for the reattach) so the client can reattach; where it came
-    from goes to the row's ``details["checkpoint_from"]``."""
+    from goes to the row's ``details.agent.checkpoint_from``."""
     target = folder.checkpoint
     if target.exists():
         return
@@ -126,5 +127,5 @@ def carry_checkpoint(folder: AgentFolder, details: dict[str, Any], *, benchmark:
         if path.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
-            details["checkpoint_from"] = str(path)
+            AgentDetails(checkpoint_from=str(path)).put(details)
             return

@@ -29,6 +29,7 @@ from harness.agents.gateway.client import ClientPollTimeout, GatewayClient
 from harness.agents.gateway.errors import GatewayError
 from harness.agents.gateway.events import read_events, usage_with_tokens
 from harness.agents.gateway.models import CANCEL_REQUESTED, IN_FLIGHT_STATUSES, TaskResult
+from harness.core.row_details import AgentDetails
 from harness.core.untrusted import is_regular_file
 
 log = logging.getLogger(__name__)
@@ -161,12 +162,12 @@ def accounted_task_ids(*, benchmark: str, instance_id: str,
         for row in rows:
             if row.benchmark != benchmark or row.instance_id != instance_id:
                 continue
-            agent = row.details.get("agent_details")
-            orphans = agent.get("orphan_tasks") if isinstance(agent, dict) else None
+            agent = row.details.agent.details
+            orphans = agent.get("orphan_tasks") if agent is not None else None
             for orphan in orphans if isinstance(orphans, list) else []:
                 if isinstance(orphan, dict) and isinstance(orphan.get("task_id"), str):
                     ids.add(orphan["task_id"])
-            task_id = row.details.get("task_id")
+            task_id = row.details.agent.task_id
             if row.cost_known and isinstance(task_id, str):
                 ids.add(task_id)
     return ids
@@ -175,14 +176,14 @@ def accounted_task_ids(*, benchmark: str, instance_id: str,
 def record_paid_evidence(folder: AgentFolder, details: dict[str, Any],
                          output: Callable[[str, Path], object]) -> None:
     """What the agent's ``folder`` proves about a gateway task's spend, for the row's
-    ``paid_activity`` (``details["paid_evidence"]``), and its copied events as an output."""
+    ``paid_activity`` (``details.agent.paid_evidence``), and its copied events as an output."""
     events = folder.events
     if is_regular_file(events):
         output("gateway_events", events)
     checkpoint = read_checkpoint(folder.checkpoint)
     if (checkpoint is not None and (checkpoint.events or {}).get("usage_observed")) or any(
             usage_with_tokens(e) for e in read_events(events)):  # copied, not yet checkpointed
-        details["paid_evidence"] = "gateway_events_llm_usage"
+        AgentDetails(paid_evidence="gateway_events_llm_usage").put(details)
         return
     if checkpoint is not None and checkpoint.task_result:
         try:
@@ -190,4 +191,4 @@ def record_paid_evidence(folder: AgentFolder, details: dict[str, Any],
         except ValueError:
             return
         if cost:
-            details["paid_evidence"] = "task_result_cost"
+            AgentDetails(paid_evidence="task_result_cost").put(details)

@@ -28,6 +28,7 @@ from harness.agents.base import SandboxKeeper
 from harness.agents.gateway import run as gateway_run
 from harness.agents.gateway.checkpoint import CHECKPOINT_NAME
 from harness.agents.gateway.client import GatewayClient, PollPolicy
+from harness.core.row_details import AgentDetails
 from harness.sandbox import labels as L
 from harness.sandbox.reattach import (
     RECORD_NAME,
@@ -94,27 +95,35 @@ def adopt_kept_sandbox(view: InstanceView, agent: Agent,
         if not checkpoint.is_file():
             continue  # that ancestor never submitted: look further back
         note: dict[str, Any] = {"from": str(folder)}
-        view.details["reattach"] = note
-        record = read_record(folder / RECORD_NAME)
-        if record is None or not record.reattachable:
-            note["adopted"], note["reason"] = False, "no_kept_sandbox"
-            return None
-        with GatewayClient(gateway.base_url, policy=gateway.policy) as client:
-            decision = gateway_run.reattach_decision(client, checkpoint)
-        note.update(task_id=decision.task_id, task_status=decision.status)
-        if decision.action != "reattach":
-            note["adopted"], note["reason"] = False, decision.reason
-            return None
         try:
-            sandbox = factory.adopt(record)
-        except ReattachUnavailable as exc:
-            log.warning("cannot reattach: %s", exc)
-            note["adopted"], note["reason"], note["error"] = False, exc.reason, str(exc)
-            return None
-        note.update(adopted=True, sandbox=record.name, expires_unix=record.expires_unix())
-        write_record(view.instance_dir, record)  # a crash now can reattach again
-        return sandbox, {"reattach": True, "reattach_checkpoint": str(checkpoint)}
+            return _adopt(folder, checkpoint, note, view, gateway, factory)
+        finally:
+            AgentDetails(reattach=note).put(view.details)
     return None
+
+
+def _adopt(folder: Path, checkpoint: Path, note: dict[str, Any], view: InstanceView,
+           gateway: ServerAgent, factory: SandboxKeeper) -> tuple[Sandbox, dict[str, Any]] | None:
+    """Adopt the sandbox ``folder``'s attempt kept for its task (what happened: ``note``)."""
+    record = read_record(folder / RECORD_NAME)
+    if record is None or not record.reattachable:
+        note["adopted"], note["reason"] = False, "no_kept_sandbox"
+        return None
+    with GatewayClient(gateway.base_url, policy=gateway.policy) as client:
+        decision = gateway_run.reattach_decision(client, checkpoint)
+    note.update(task_id=decision.task_id, task_status=decision.status)
+    if decision.action != "reattach":
+        note["adopted"], note["reason"] = False, decision.reason
+        return None
+    try:
+        sandbox = factory.adopt(record)
+    except ReattachUnavailable as exc:
+        log.warning("cannot reattach: %s", exc)
+        note["adopted"], note["reason"], note["error"] = False, exc.reason, str(exc)
+        return None
+    note.update(adopted=True, sandbox=record.name, expires_unix=record.expires_unix())
+    write_record(view.instance_dir, record)  # a crash now can reattach again
+    return sandbox, {"reattach": True, "reattach_checkpoint": str(checkpoint)}
 
 
 def redo_existing(view: InstanceView, factory: SandboxKeeper) -> dict[str, Any]:
@@ -143,7 +152,8 @@ def redo_existing(view: InstanceView, factory: SandboxKeeper) -> dict[str, Any]:
 def keep_after_give_up(view: InstanceView, factory: SandboxKeeper, sandbox: Sandbox) -> bool:
     """After a client give-up that left the task running (``agent_details.reattachable``),
     leave the sandbox running for a resume; True when kept (recorded in the row)."""
-    agent_details = view.details.get("agent_details") or {}
+    agent = AgentDetails.read(view.details)
+    agent_details = agent.details or {}
     if not agent_details.get("reattachable") or agent_details.get("cancelled_on_give_up"):
         return False
     try:
@@ -151,8 +161,8 @@ def keep_after_give_up(view: InstanceView, factory: SandboxKeeper, sandbox: Sand
     except ValueError:
         return False
     record = read_record(view.instance_dir / RECORD_NAME)
-    view.details["kept_sandbox"] = {
-        "name": sandbox.name, "task_id": view.details.get("task_id"),
+    AgentDetails(kept_sandbox={
+        "name": sandbox.name, "task_id": agent.task_id,
         "expires_unix": record.expires_unix() if record else None,
-        "resume": f"--resume-from {view.run_root}"}
+        "resume": f"--resume-from {view.run_root}"}).put(view.details)
     return True

@@ -37,7 +37,7 @@ def test_an_eval_that_hangs_ends_at_its_deadline(tmp_path: Path) -> None:
     assert row["score"] is None
     folder = run.root / "programbench" / FIXTURE_ID
     assert not list(folder.glob("*.eval.json"))
-    assert row["details"]["eval_interrupted"] == [f"{FIXTURE_ID}.eval.json"]
+    assert row["details"]["eval"]["interrupted"] == [f"{FIXTURE_ID}.eval.json"]
     assert (folder / f"{FIXTURE_ID}.eval.json.interrupted").is_file()
     left = docker.from_env().containers.list(
         all=True, filters={"label": f"harness.run={run.manifest['run_id']}"})

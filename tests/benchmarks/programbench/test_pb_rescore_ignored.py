@@ -92,7 +92,7 @@ def test_rescore_changes_the_ignored_instances_once(
     assert new.instance_id == CALCFLOAT.instance_id and new.run_id == read_manifest(run).run_id
     assert (new.score, new.tests_passed, new.tests_total) == (1.0, 3, 3)
     assert new.resolved is True and new.near_resolved is True and new.reason_code == "resolved"
-    rule = new.details["rescore"]
+    rule = new.details["eval"]["rescore"]
     assert rule["ignored_tests_sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
     assert rule["ignored"] == [DECIMALS] and rule["unmatched"] == []
     assert (rule["old_score"], rule["new_score"]) == (0.75, 1.0)
@@ -141,7 +141,7 @@ def test_a_carried_instance_is_rescored_from_the_run_that_scored_it(
     assert [i for i, r in results.items() if r.changed] == [CALCFLOAT.instance_id]
     row = latest(resumed)[CALCFLOAT.instance_id]
     assert row.score == 1.0 and row.outcome is Outcome.CARRIED and row.carried_from
-    assert row.details["rescore"]["eval_json"].startswith(str(ancestor.resolve()))
+    assert row.details["eval"]["rescore"]["eval_json"].startswith(str(ancestor.resolve()))
     assert len(read_ledger(ledger_path(ancestor)).rows) == len(rows)  # the ancestor is untouched
 
 
@@ -187,7 +187,7 @@ def test_dedupe_records_rescores_an_inflated_score_once(
     assert "1 changed (*): appended 1 ledger row(s)" in out
     new = latest(run)[CALCFLOAT.instance_id]
     assert (new.score, new.tests_passed, new.tests_total) == (0.75, 3, 4)
-    rule = new.details["rescore"]
+    rule = new.details["eval"]["rescore"]
     assert rule["rule"] == RULE_DEDUPE and rule["duplicates_removed"] == 2
     assert rule["ignored_tests_file"] is None
     html = (run / "report" / "report.html").read_text()

@@ -250,13 +250,9 @@ def test_an_unknown_cost_is_left_out_and_listed_never_zero(
     monkeypatch.setenv("PYTHONPATH", overlay.pythonpath)
     run = copy_run(lb_run, tmp_path / "run")
     row = effective(run)
-    unpriced = row.model_copy(
-        update={
-            "cost_usd": None,
-            "cost_known": False,
-            "details": {**row.details, "cost_source": "unknown"},
-        }
-    )
+    details = row.details.model_copy(deep=True)
+    details.agent.cost_source = "unknown"
+    unpriced = row.model_copy(update={"cost_usd": None, "cost_known": False, "details": details})
     assert LedgerWriter(run).append(unpriced)
     out = tmp_path / "out"
     assert submission_command([str(run), "--output", str(out)]) == 0

@@ -47,7 +47,7 @@ def test_batch_row_matches_the_per_task_rule():
     assert (partial.status, partial.outcome, partial.reason_code) == (
         "failed", Outcome.AGENT_FAILED, "deadline_local")
     assert partial.score == 0.75 and partial.resolved is False
-    assert partial.details["partial_submission_scored"] is True
+    assert partial.details["submission"]["partial_scored"] is True
     broken = scored_row(pending_row(True), None, adapter)
     assert broken.status == "infra_failed" and broken.infra is True and broken.score is None
     assert not broken.settled

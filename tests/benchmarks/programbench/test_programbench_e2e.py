@@ -57,7 +57,7 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
     assert row["official_eval_status"] == "completed"
     assert row["tests_passed"] == row["tests_total"] == 3
     # the grader's resolved plugins (issue 45): the fixture image's pytest, no reruns
-    plugins = row["details"]["eval_test_plugins"]
+    plugins = row["details"]["eval"]["test_plugins"]
     assert plugins["pytest"][0].isdigit() and "pytest-rerunfailures" not in plugins
     assert oracle.manifest["extra"]["programbench_grader"]["scores_correctly"] is True
     assert oracle.manifest["selection"]["count"] == 1
@@ -69,7 +69,7 @@ def test_oracle_scores_one_and_nop_scores_zero(tmp_path: Path) -> None:
     row = fixture_row(nop)
     assert row["score"] == 0.0 and row["resolved"] is False
     assert row["official_eval_status"] == "completed"
-    assert row["details"]["eval_error_code"] == "compile_failed"
+    assert row["details"]["eval"]["error_code"] == "compile_failed"
     assert submitted(nop) == ["README.md"]
     assert nop.manifest["extra"]["official_parity"]["ok"] is True
     nop.result.assert_outcomes(failed=1)
@@ -133,7 +133,7 @@ def test_dry_run_writes_200_task_bodies_without_containers(tmp_path: Path) -> No
     assert not [i for i in order["instance_ids"] if i.startswith("testorg__")]
     assert (run.root / "run_manifest.json").is_file()
     assert run.latest and all(r["reason_code"] == "dry_run" for r in run.latest.values())
-    assert not [r for r in run.latest.values() if "container" in r["details"]]
+    assert not [r for r in run.latest.values() if "container" in r["details"].get("engine", {})]
 
 
 @pytest.mark.docker

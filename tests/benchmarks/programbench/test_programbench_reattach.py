@@ -85,9 +85,9 @@ def test_resume_reattaches_to_the_killed_runs_task_in_its_kept_sandbox(tmp_path:
     assert run.rc == 0, run.out
     row = run.latest[FIXTURE_ID]
     assert row["score"] == 1.0 and row["resolved"] is True, row
-    assert row["details"]["reattach"]["adopted"] is True
-    assert row["details"]["container"] == kept[0] == row["details"]["reattach"]["sandbox"]
-    assert row["details"]["agent_details"]["reattached"] is True
+    assert row["details"]["agent"]["reattach"]["adopted"] is True
+    assert row["details"]["engine"]["container"] == kept[0] == row["details"]["agent"]["reattach"]["sandbox"]
+    assert row["details"]["agent"]["details"]["reattached"] is True
     assert after["submissions"] == 1 and after["cancels"] == []  # one paid task, not two
     assert row["cost_usd"] == 0.5  # the task's whole cost, paid once
     assert containers(tmp_path / "r1") == [] and containers(tmp_path / "r2") == []
@@ -116,11 +116,11 @@ def test_resume_without_the_kept_sandbox_cancels_the_old_task_first(tmp_path: Pa
     assert run.rc == 0, run.out
     row = run.latest[FIXTURE_ID]
     assert row["score"] == 1.0, row  # the fresh task's work
-    assert row["details"]["reattach"] == {
+    assert row["details"]["agent"]["reattach"] == {
         "from": str((tmp_path / "r1" / "programbench" / FIXTURE_ID).resolve()),
         "task_id": first_task, "task_status": "running", "adopted": False,
-        "reason": "sandbox_gone", "error": row["details"]["reattach"]["error"]}
-    orphans = row["details"]["agent_details"]["orphan_tasks"]
+        "reason": "sandbox_gone", "error": row["details"]["agent"]["reattach"]["error"]}
+    orphans = row["details"]["agent"]["details"]["orphan_tasks"]
     assert [(o["task_id"], o["action"]) for o in orphans] == [(first_task, "cancelled")]
     assert after["cancels"] == [first_task] and after["submissions"] == 2
     assert after["tasks"][first_task] == "cancelled"
@@ -151,10 +151,10 @@ def test_redo_existing_clears_the_checkpoint_cancels_the_old_task_and_solves_ane
         server.stop()
     assert run.rc == 0, run.out
     row = run.latest[FIXTURE_ID]
-    assert row["score"] == 1.0 and "reattach" not in row["details"], row
-    assert row["details"]["redo_existing"] == {"cleared_checkpoints": [str(checkpoint.resolve())],
+    assert row["score"] == 1.0 and "reattach" not in row["details"].get("agent", {}), row
+    assert row["details"]["agent"]["redo_existing"] == {"cleared_checkpoints": [str(checkpoint.resolve())],
                                                "kept_sandboxes_removed": kept}
-    orphans = row["details"]["agent_details"]["orphan_tasks"]
+    orphans = row["details"]["agent"]["details"]["orphan_tasks"]
     assert [(o["task_id"], o["action"]) for o in orphans] == [(first_task, "cancelled")]
     assert after["cancels"] == [first_task] and after["submissions"] == 2
     assert checkpoint.read_bytes() == before  # the ancestor's history is kept

@@ -34,9 +34,9 @@ def test_resume_rescores_the_kept_submission(tmp_path: Path) -> None:
     assert second.rc == 0, second.out
     again = second.latest[FIXTURE_ID]
     assert again["score"] == 1.0 and again["resolved"] is True
-    assert again["details"]["rescored_from"]["run_root"] == str(first.root)
-    assert again["details"]["rescored_from"]["sha256"] == row["details"]["submission"]["sha256"]
-    assert "container" not in again["details"]  # no sandbox, no agent
+    assert again["details"]["eval"]["rescored_from"]["run_root"] == str(first.root)
+    assert again["details"]["eval"]["rescored_from"]["sha256"] == row["details"]["submission"]["sha256"]
+    assert "container" not in again["details"].get("engine", {})  # no sandbox, no agent
     assert again["paid_activity"] is False
 
     # --pb-redo-existing solves again (a sandbox and the agent), from the same ancestor
@@ -44,7 +44,7 @@ def test_resume_rescores_the_kept_submission(tmp_path: Path) -> None:
                        "--agent", "oracle", "--pb-redo-existing")
     assert third.rc == 0, third.out
     solved = third.latest[FIXTURE_ID]
-    assert "rescored_from" not in solved["details"] and "container" in solved["details"]
+    assert "rescored_from" not in solved["details"].get("eval", {}) and "container" in solved["details"].get("engine", {})
     assert solved["score"] == 1.0
 
 
@@ -66,6 +66,6 @@ def test_issue23_eval_off_is_not_a_score_and_a_resume_scores_it(tmp_path: Path) 
     scored = second.latest[FIXTURE_ID]
     assert scored["outcome"] == "scored" and scored["official_eval_status"] == "completed"
     assert scored["score"] == 1.0 and scored["resolved"] is True
-    assert scored["details"]["rescored_from"]["run_root"] == str(first.root)
-    assert "container" not in scored["details"]  # the kept submission, no second solve
+    assert scored["details"]["eval"]["rescored_from"]["run_root"] == str(first.root)
+    assert "container" not in scored["details"].get("engine", {})  # the kept submission, no second solve
     assert (second.root / scored["output_paths"]["eval_json"]).is_file()

@@ -103,7 +103,7 @@ def run_harbor(tmp_path: Path, images: dict[str, str], *args: str) -> Run:
 
 
 def ceiling_of(run: Run, key: str) -> dict:
-    return dict(run.latest[key]["details"]["image"]["ceiling"])
+    return dict(run.latest[key]["details"]["engine"]["image"]["ceiling"])
 
 
 @pytest.mark.docker
@@ -118,11 +118,11 @@ def test_a_pulled_image_is_removed_after_its_eval_and_a_preexisting_one_is_kept(
         assert run.rc == 0, run.out
         pulled, local = ceiling_of(run, "pulled"), ceiling_of(run, "local")
         assert run.latest["pulled"]["score"] == 1.0  # the eval ran, in the pulled image
-        assert run.latest["pulled"]["details"]["image"]["pulled"] is True
+        assert run.latest["pulled"]["details"]["engine"]["image"]["pulled"] is True
         assert pulled["counted"] is True and pulled["removed_after_eval"] is True
         assert pulled["freed_bytes"] > 0 and pulled["size_from"] == "registry"
         assert pulled["released_unix"] >= pulled["admitted_unix"]
-        image_id = run.latest["pulled"]["details"]["image"]["id"]
+        image_id = run.latest["pulled"]["details"]["engine"]["image"]["id"]
         assert not _present(served.refs["one"]) and not _present(image_id)
         assert local["counted"] is False and local["removed_after_eval"] is False
         assert local["kept_reason"].startswith("preexisting")

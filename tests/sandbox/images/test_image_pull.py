@@ -48,7 +48,7 @@ def test_fixture_pulled_from_the_mirror_is_recorded_and_scored(registry, tmp_pat
     assert run.rc == 0, run.out
     row = row_of(run)
     assert row["score"] == 1.0 and row["resolved"] is True
-    image = row["details"]["image"]
+    image = row["details"]["engine"]["image"]
     assert image["ref"] == FIXTURE_IMAGE
     assert image["pulled_from"] == f"{reg.host}/{FIXTURE_IMAGE}" and image["pulled"] is True
     assert image["repo_digest"] == digest and image["id"].startswith("sha256:")
@@ -65,8 +65,8 @@ def test_prefetch_with_dry_run_pulls_and_records_without_running(registry, tmp_p
                      "--pull", "always", "--image-mirror", reg.host)
     assert run.rc == 0, run.out
     row = row_of(run)
-    assert row["reason_code"] == "dry_run" and "container" not in row["details"]
-    assert row["details"]["image"]["repo_digest"] == digest
+    assert row["reason_code"] == "dry_run" and "container" not in row["details"].get("engine", {})
+    assert row["details"]["engine"]["image"]["repo_digest"] == digest
     assert run.manifest["images"][f"programbench/{FIXTURE_ID}"]["repo_digest"] == digest
     assert reg.docker_pulls(REPO) == before + 1
 
@@ -106,7 +106,7 @@ def test_digest_pin_runs_exactly_the_pinned_image(registry, tmp_path: Path) -> N
     run = run_pytest(TARGET, tmp_path / "pinned", "--pb-fixtures", "-k", "calculator", "--agent", "nop",
                      "--image-mirror", reg.host, "--image-digest-file", str(pins))
     assert run.rc == 0, run.out
-    image = row_of(run)["details"]["image"]
+    image = row_of(run)["details"]["engine"]["image"]
     assert image["repo_digest"] == digest and image["pulled_from"].endswith("@" + digest)
 
 
