@@ -83,7 +83,7 @@ def test_batch_eval_scores_at_session_end(tmp_path: Path) -> None:
     pending, final = [r for r in run.rows if r["instance_id"] == FIXTURE_ID]
     assert pending["official_eval_status"] == "pending" and pending["score"] is None
     assert final["official_eval_status"] == "completed" and final["score"] == 1.0
-    assert final["resolved"] is True and final["details"]["executable_hash"]
+    assert final["resolved"] is True and final["details"]["programbench"]["executable_hash"]
     assert (run.root / "programbench_info.txt").read_text().count(FIXTURE_ID) == 1
     assert run.manifest["mean_score"] == 1.0
 
