@@ -52,6 +52,7 @@ from benchmarks.cowork_bench.run_images import (
     admitted_run_images,
     resolve_images,
 )
+from benchmarks.cowork_bench.steps import CoworkSteps
 from benchmarks.cowork_bench.tasks import (
     FINALPOOL,
     BenchProvenance,
@@ -61,7 +62,7 @@ from benchmarks.cowork_bench.tasks import (
     check_provenance,
     discover_tasks,
 )
-from harness.core.adapter import BenchmarkAdapter, InstanceSpec
+from harness.core.adapter import InstanceSpec
 from harness.core.errors import RefusalError, RenamedOption, refuse_renamed
 from harness.core.models import Manifest, Outcome
 from harness.run.manifest import write_manifest
@@ -368,7 +369,7 @@ class CoworkRunRecord(BaseModel):
     resume_waived: list[str] = Field(default_factory=list)  # --allow-image-change, used
 
 
-class CoworkAdapter(BenchmarkAdapter):
+class CoworkAdapter(CoworkSteps):
     name = BENCHMARK
     benchmark_size = 496  # the pinned dataset (issue 14: a subset says "N of 496")
     marker_names = ("server", "prefix")

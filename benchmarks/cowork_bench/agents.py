@@ -1,5 +1,6 @@
-"""Cowork agents: the runner's agents (``--agent``) mapped onto the agent phase, and three
-that need no model: ``nop``, ``oracle`` (copies the groundtruth) and ``script`` (runs a
+"""Cowork agents: the agent container as the runner's agents (``--agent``) see it
+(:class:`AgentBox`; the trial's steps in :mod:`.steps` hand it to them), the spend they
+leave on record, and three Cowork agent steps that need no model: ``nop``, ``oracle`` (copies the groundtruth) and ``script`` (runs a
 Python script inside the agent container, e.g. one that writes DB rows).
 
 The oracle reads the groundtruth from the host checkout (the agent container has none) and
@@ -9,22 +10,16 @@ copies it into the workspace; it can pass file-only checks, never database ones.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.containers import AGENT, AGENT_ID
-from benchmarks.cowork_bench.mcp_access import BASH_TOOL_KINDS, route_request, tools_section
 from benchmarks.cowork_bench.phases import AGENT_LOGS, WORKSPACE, AgentContext, AgentOutcome
 from benchmarks.cowork_bench.tasks import task_dir
-from harness.agents.base import Agent, AgentRequest
 from harness.agents.base import AgentOutcome as RunnerOutcome
-from harness.agents.gateway.models import TaskCreateRequest
 from harness.core.fsutil import atomic_write_text
-from harness.runner.agent_plugin import run_agent
-from harness.runner.instance import InstanceContext
 from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.execution import MAX_OUTPUT_BYTES, ContainerExit, ExecResult
 from harness.sandbox.pack import NewDir, pack_tree
@@ -134,91 +129,6 @@ class AgentBox:
         processes are the task's, not an agent's leftovers (the container ends with the
         instance)."""
         return ""
-
-
-# (container name, setup s, MCP_HTTP_URLS for the body or None) -> body
-BodyFactory = Callable[[str, float, str | None], TaskCreateRequest]
-
-
-class RunnerAgent:
-    """The agent phase's step for the runner's ``--agent`` (nop, oracle, command, gateway).
-
-    ``oracle`` copies the groundtruth (:func:`oracle_agent`); ``command`` runs in the agent
-    container; ``gateway`` gets the Cowork task body with ``executor_ref`` ``docker_exec``
-    naming the agent container, and the gateway agent routes the task's MCP servers to it
-    (``metadata.mcp_http_urls``, :mod:`.mcp_access`); ``mini-swe-agent`` runs its
-    commands in the agent container and its instruction names ``mcp-call`` and the tools.
-    :func:`harness.runner.agent_plugin.run_agent` records cost, tokens
-    and the runtime outcome on the row and raises ``InfraError`` for infrastructure outcomes
-    (the phase turns that into an infra summary). The runner agent's own files go to
-    ``<instance>/runner_agent/`` (so a resumed run never reattaches to an earlier attempt's
-    gateway task: that attempt's containers are gone).
-    """
-
-    def __init__(
-        self,
-        ctx: InstanceContext,
-        agent: Agent,
-        body: BodyFactory,
-        instruction: str,
-        env_allowlist: tuple[str, ...],
-        started: float,
-    ) -> None:
-        self.ctx = ctx
-        self.agent = agent
-        self.body = body
-        self.instruction = instruction
-        self.env_allowlist = env_allowlist
-        self.started = started  # time.monotonic() when the instance started
-
-    def __call__(self, actx: AgentContext) -> AgentOutcome:
-        instruction = self.instruction
-        if str(self.agent.kind) in BASH_TOOL_KINDS and actx.mcp is not None:  # mcp-call
-            instruction += tools_section(actx)
-            atomic_write_text(self.ctx.instance_dir / m.INSTRUCTION, instruction)
-        left = max(1.0, actx.deadline - time.monotonic())
-        body = self.body(actx.container.name, time.monotonic() - self.started, None)
-        route = route_request(actx.mcp)
-
-        def oracle(_request: AgentRequest) -> RunnerOutcome:
-            oracle_agent(actx)
-            return RunnerOutcome(
-                agent="oracle",
-                completed=True,
-                reason_code="oracle_applied",
-                cost_usd=0.0,
-                cost_known=True,
-            )
-
-        request = AgentRequest(
-            instance_id=self.ctx.instance_id,
-            instance_dir=self.ctx.instance_dir / RUNNER_DIR,
-            instruction=instruction,
-            task_body=body,
-            sandbox=AgentBox(actx.container),
-            timeout_sec=left,
-            env_allowlist=self.env_allowlist,
-            oracle=oracle,
-            adapter="cowork_bench",
-            extra={"tool_route": route} if route else {},
-        )
-        try:
-            outcome = run_agent(self.ctx, self.agent, request)
-        except BaseException:  # an infra outcome or an interrupt: the orphans' spend stays
-            write_usage(self.ctx.instance_dir, orphan_usage(self.ctx.result.details))
-            raise
-        usage = usage_record(outcome)
-        write_usage(self.ctx.instance_dir,
-                    orphan_usage(self.ctx.result.details) + ([usage] if usage else []))
-        if outcome.truncated:  # also a "completed" best-effort stop: upstream's max_turns
-            return AgentOutcome(
-                status="max_turns_reached", reason_code=outcome.reason_code or "deadline_local"
-            )
-        if outcome.completed:
-            return AgentOutcome(status="success", reason_code=outcome.reason_code)
-        return AgentOutcome(
-            status="failed", reason_code=outcome.reason_code or "task_not_completed"
-        )
 
 
 def write_usage(inst_dir: Path, records: list[dict[str, Any]]) -> None:

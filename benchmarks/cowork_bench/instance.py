@@ -1,9 +1,9 @@
 """Run one Cowork instance end to end on Docker (network, sidecar, agent, eval, teardown).
 
-``run_instance`` does the Docker part (tests drive it directly too); ``run_cowork_instance``
-is the benchmark's test body: inputs (instruction, gateway task body; a dry run stops
-there), recovery of an earlier attempt's finished eval on resume, ``run_instance`` with the
-runner's agent, and the classification into the row.
+The runner's trial runs an instance's life from the steps of :mod:`.steps`, which use the
+parts here (the sidecar, recovery, teardown, the agent server's task body, the agent's
+seed). ``run_instance`` composes the same parts around a Cowork agent step (nop, oracle,
+a script) for tests and tools that drive one instance without the runner.
 
 Every container and the network carry the run and instance labels; teardown removes them
 by those labels and lists again to prove nothing is left, also when the instance fails
@@ -26,15 +26,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.cowork_bench import BENCHMARK
 from benchmarks.cowork_bench import models as m
-from benchmarks.cowork_bench.adapter import CoworkAdapter, CoworkOptions
-from benchmarks.cowork_bench.agents import RunnerAgent
-from benchmarks.cowork_bench.classify import Classification, classify_instance
+from benchmarks.cowork_bench.classify import classify_instance
 from benchmarks.cowork_bench.containers import Limits, RunIdentity
 from benchmarks.cowork_bench.diagnostic import run_diagnostic
 from benchmarks.cowork_bench.eval_once import (
@@ -47,7 +46,6 @@ from benchmarks.cowork_bench.eval_once import (
     read_claim,
 )
 from benchmarks.cowork_bench.images import ensure_image
-from benchmarks.cowork_bench.mcp_servers import INVENTORY_NAME, McpInventory
 from benchmarks.cowork_bench.phases import (
     WORKSPACE,
     AgentStep,
@@ -57,20 +55,21 @@ from benchmarks.cowork_bench.phases import (
 )
 from benchmarks.cowork_bench.seed import SEED_KINDS, SEED_RECORD, SeedTar, agent_seed
 from benchmarks.cowork_bench.sidecar import PgSidecar, start_postgres
-from benchmarks.cowork_bench.task_body import build_task_body, description, docker_exec_ref
-from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs
+from benchmarks.cowork_bench.task_body import build_task_body, docker_exec_ref
+from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs
 from harness.agents.gateway.checkpoint import new_task_id
 from harness.agents.gateway.models import TaskCreateRequest
 from harness.core.errors import InfraError
-from harness.core.fsutil import atomic_write_json, atomic_write_text
-from harness.core.models import Outcome
+from harness.core.fsutil import atomic_write_json
 from harness.run.locate import run_roots
 from harness.run.manifest import read_manifest
-from harness.runner.deadlines import deadlines, phase_deadline
+from harness.runner.deadlines import phase_deadline
 from harness.runner.instance import InstanceContext
-from harness.runner.sandbox_fixtures import copy_limits as copy_limits_of
 from harness.sandbox import create_internal_network, remove_labelled
 from harness.sandbox.limits import CopyLimits
+
+if TYPE_CHECKING:
+    from benchmarks.cowork_bench.adapter import CoworkOptions
 
 TTL_MARGIN_S = 3600  # container life beyond the agent timeout (preprocess, eval, teardown)
 BODY_NAME = "cowork_bench_task_body.json"
@@ -175,11 +174,18 @@ def _infra_record(inst_dir: Path, instance_id: str, exc: InfraError) -> m.InfraR
 def _provision(task: CoworkTask, ident: RunIdentity, dump: Path, ttl: int,
                limits: Limits | None, pg_image: str | None, allow_missing_db: bool,
                deadline: float | None, result: InstanceResult) -> PgSidecar:
-    """The instance's own sidecar within the provision deadline; its image, its missing
-    seed and its timings go to ``result``."""
-    t0 = time.monotonic()
+    """The instance's own sidecar within the provision deadline (:func:`own_sidecar`)."""
     with phase_deadline("provision", deadline):
-        sidecar = _start_sidecar(task, ident, dump, ttl, limits, pg_image, allow_missing_db)
+        return own_sidecar(task, ident, dump, ttl, limits, pg_image, allow_missing_db, result)
+
+
+def own_sidecar(task: CoworkTask, ident: RunIdentity, dump: Path, ttl: int,
+                limits: Limits | None, pg_image: str | None, allow_missing_db: bool,
+                result: InstanceResult) -> PgSidecar:
+    """The instance's own network and seeded sidecar; its image, its missing seed and its
+    timings go to ``result``."""
+    t0 = time.monotonic()
+    sidecar = _start_sidecar(task, ident, dump, ttl, limits, pg_image, allow_missing_db)
     result.pg_image = sidecar.image_id
     result.pg_seed_missing = sidecar.seed_missing
     result.timings.update(sidecar.timings)
@@ -329,46 +335,6 @@ def write_body(
     return body
 
 
-def record_verdict(ctx: InstanceContext, c: Classification) -> None:
-    """The classification as the row (:meth:`Classification.row_fields`): passed/failed
-    scored, agent_failed, else infra."""
-    r = ctx.result
-    fields = c.row_fields()
-    r.details.update(fields["details"])
-    r.details["cowork_status"] = c.status
-    receipt = c.details.get("official_receipt") or {}
-    for name in (m.TRAJ_LOG, m.EVAL_RES, m.AGENT_SUMMARY, m.WORKSPACE_DIR, INVENTORY_NAME):
-        if (ctx.instance_dir / name).exists():
-            ctx.output(name.removesuffix(".json"), ctx.instance_dir / name)
-    if c.outcome is Outcome.SCORED:
-        tail = _checker_tail(ctx.instance_dir, receipt.get("receipt_file"))
-        r.details.setdefault("eval", {})["checker_output_tail"] = tail
-        if c.status == "failed":
-            print(f"checker output of {ctx.instance_id} (tail):\n{tail}")
-        ctx.scored(
-            score=fields["score"],
-            resolved=fields["resolved"],
-            official_eval_status=fields["official_eval_status"],
-            reason_code=fields["reason_code"],
-        )
-        return
-    r.official_eval_status = fields["official_eval_status"]
-    if c.outcome is Outcome.AGENT_FAILED:
-        ctx.agent_failed(fields["reason_code"], (c.details.get("adapter") or {}).get("error"))
-        return
-    infra = c.details.get("infra") or {}
-    adapter = c.details.get("adapter") or {}
-    message = infra.get("message") or adapter.get("error") or f"{c.status}: {c.reason_code}"
-    raise InfraError(str(message)[:2000], c.reason_code)
-
-
-def _checker_tail(inst_dir: Path, receipt_file: str | None) -> str:
-    if not receipt_file or not (inst_dir / receipt_file).is_file():
-        return ""
-    receipt = m.EvalReceipt.model_validate_json((inst_dir / receipt_file).read_bytes())
-    return (receipt.stdout_tail + receipt.stderr_tail)[-CHECKER_TAIL:]
-
-
 def seed_for(ctx: InstanceContext, config: pytest.Config, kind: str) -> SeedTar | None:
     """The ``--agent-repo`` checkout for an agent that runs in the agent container (the
     command agent), as the run recorded it; its record goes to ``agent_seed.json`` and the
@@ -386,73 +352,3 @@ def seed_for(ctx: InstanceContext, config: pytest.Config, kind: str) -> SeedTar 
     ctx.output("agent_seed", ctx.instance_dir / SEED_RECORD)
     ctx.result.details["agent_seed"] = seed.record.summary()
     return seed
-
-
-def run_cowork_instance(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
-    """The body of the benchmark's one test function (one instance)."""
-    adapter = ctx.adapter
-    assert isinstance(adapter, CoworkAdapter)
-    opts = adapter.options
-    task: CoworkTask = ctx.data
-    started = time.monotonic()
-    ctx.timeout_s = opts.task_timeout_sec
-    docs = read_docs(opts.root, task.instance_id)  # once: instruction, task body, agent phase
-    instruction = description(opts.root, task.instance_id, WORKSPACE, docs)
-    atomic_write_text(ctx.instance_dir / INSTRUCTION_NAME, instruction)
-    ctx.output("instruction", ctx.instance_dir / INSTRUCTION_NAME)
-    if ctx.dry_run:
-        write_body(ctx, task, opts, "<agent container>", 0.0, docs)
-        ctx.prepared()
-    recovered = recover_attempt(ctx, opts.root)
-    if recovered is not None:
-        ctx.result.details["recovered"] = recovered.model_dump(by_alias=True)
-        record_verdict(ctx, classify_instance(ctx.instance_dir))
-        return
-    agent = request.getfixturevalue("harness_agent")
-    step = RunnerAgent(
-        ctx,
-        agent,
-        lambda name, setup_s, urls: write_body(ctx, task, opts, name, setup_s, docs, urls),
-        instruction,
-        tuple(request.config.getoption("agent_env")),
-        started,
-    )
-    ident = RunIdentity(ctx.run_id, ctx.run_root, ctx.worker_id)
-    seed = seed_for(ctx, request.config, str(agent.kind))
-    res = run_instance(
-        task,
-        opts.root,
-        ctx.instance_dir,
-        step,
-        str(agent.kind),
-        ident=ident,
-        agent_timeout_sec=opts.task_timeout_sec,
-        diagnostic=opts.diagnostic,
-        docs=docs,
-        keep_sandboxes=bool(request.config.getoption("keep_sandboxes", False)),
-        limits=opts.limits,
-        sandbox_runtime=request.config.getoption("sandbox_runtime", None),
-        allow_missing_tools=opts.allow_missing_tools,
-        allow_missing_db=opts.allow_missing_db,
-        runtime_image=adapter.images.image_id("runtime", ctx.run_root),
-        pg_image=adapter.images.image_id("pg", ctx.run_root),
-        copy_limits=copy_limits_of(request.config),
-        seed=seed,
-        deadlines=deadlines(request.config),
-    )
-    details = ctx.result.details
-    details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}
-    details["cleanup"] = res.cleanup
-    details["runtime_image"] = res.runtime_image
-    details["pg_image"] = res.pg_image
-    if res.pg_seed_missing:
-        details["pg_seed_missing"] = res.pg_seed_missing
-    inventory = ctx.instance_dir / INVENTORY_NAME  # harness-written, on the host
-    if inventory.is_file():
-        inv = McpInventory.model_validate_json(inventory.read_bytes())
-        details["mcp_servers"] = {s.name: s.state for s in inv.servers}
-    if res.eval is not None:
-        details["eval_phase"] = {"kind": res.eval.kind, "attempt_id": res.eval.attempt_id}
-    if res.diagnostic is not None:
-        details["diagnostic"] = {"outcome": res.diagnostic.outcome, "reason": res.diagnostic.reason}
-    record_verdict(ctx, classify_instance(ctx.instance_dir))

@@ -275,6 +275,103 @@ class _AgentRun:
         self.infra_reason, self.reason, self.error = exc.reason_code, exc.reason_code, str(exc)
 
 
+@dataclass
+class AgentPhase:
+    """One agent phase, step by step (:func:`open_agent_phase`, :meth:`run_step`,
+    :meth:`close`): the runner's trial runs the agent between ``open`` and ``close``
+    (:mod:`.steps`), :func:`run_agent_phase` runs a Cowork agent step there."""
+
+    env: InstanceEnv
+    req: _AgentRequest
+    agent_name: str = ""
+    container: Sandbox | None = None
+    run: _AgentRun = field(default_factory=_AgentRun)
+    inventory: McpInventory | None = None
+    started_at: str = field(default_factory=now_iso)
+    t0: float = field(default_factory=time.monotonic)
+    summary: m.AgentSummary | None = None
+
+    @property
+    def ready(self) -> bool:
+        """The task is set up (preprocess, servers): the agent may run."""
+        return self.container is not None and self.run.locked and self.run.infra_reason is None
+
+    def fail(self, exc: InfraError, stage: str) -> None:
+        """An infrastructure failure of the phase: on the summary and in ``infra.json``."""
+        self.run.infra(exc)
+        _infra(self.env, exc, stage)
+
+    def run_step(self, agent: AgentStep, timeout_sec: float) -> None:
+        """A Cowork agent step (nop, oracle, script) in the ready container."""
+        assert self.container is not None
+        t1 = time.monotonic()
+        ctx = AgentContext(self.env, self.container, self.req.task_text,
+                           self.req.system_prompt, t1 + timeout_sec, mcp=self.inventory)
+        try:
+            self.record(agent(ctx))
+        except InfraError as exc:
+            self.run.infra(exc)
+        except Exception as exc:  # the adapter itself broke: not the model's fault
+            self.run.infra_reason, self.run.reason = "adapter_crashed", "adapter_crashed"
+            self.run.error = f"{type(exc).__name__}: {exc}"
+        self.env.timings["agent_s"] = time.monotonic() - t1
+
+    def record(self, outcome: AgentOutcome) -> None:
+        """The agent's outcome as the phase's status."""
+        self.run.outcome = outcome
+        self.run.status, self.run.reason = outcome.status, outcome.reason_code
+        if outcome.infra_failed:
+            self.run.infra_reason = self.run.reason or "agent_infra_failed"
+
+    def close(self) -> m.AgentSummary:
+        """Copy-out, the container removed (verified), the checker's role back, the
+        records written (once: a second close returns the same summary)."""
+        if self.summary is not None:
+            return self.summary
+        run, container = self.run, self.container
+        try:
+            if container is not None:
+                _copy_out(self.env, container, run)
+        except InfraError as exc:
+            self.fail(exc, "agent_phase")
+        finally:
+            try:
+                if container is not None:
+                    container.remove()  # verified: raises unless the listing shows it gone
+            finally:
+                if run.locked:  # the agent's processes are gone: the checker may log in
+                    self.env.sidecar.leave_agent_phase()
+        self.summary = _write_agent_records(self.env, self.agent_name, self.req, run,
+                                            self.started_at, self.t0)
+        return self.summary
+
+
+def open_agent_phase(env: InstanceEnv, agent_name: str,
+                     launch: datetime | None = None) -> AgentPhase:
+    """The agent container, the task's initial workspace and preprocess, its MCP servers,
+    the sidecar in its agent phase; a failure is on the phase (:attr:`AgentPhase.ready`
+    False), never raised, so :meth:`AgentPhase.close` still copies out and records."""
+    env.inst_dir.mkdir(parents=True, exist_ok=True)
+    ph = AgentPhase(env, _agent_request(env, launch or datetime.now(UTC)),
+                    agent_name=agent_name)
+    ph.container = _start(env, "agent", sanitised=True, runtime=env.sandbox_runtime)
+    try:
+        if not _preprocess(env, ph.container, ph.req, ph.run):
+            return ph
+        ph.run.locked = True
+        env.sidecar.enter_agent_phase()
+        try:
+            ph.inventory = start_task_servers(env, ph.container)
+        except InfraError as exc:  # copy-out still runs: the servers' stderr
+            ph.fail(exc, "mcp_servers")
+    except InfraError as exc:
+        ph.fail(exc, "agent_phase")
+    except BaseException:
+        ph.close()
+        raise
+    return ph
+
+
 def run_agent_phase(
     env: InstanceEnv,
     agent: AgentStep,
@@ -284,27 +381,13 @@ def run_agent_phase(
     launch: datetime | None = None,
 ) -> m.AgentSummary:
     """Preprocess, the agent step, copy-out; writes traj_log.json and agent_summary.json."""
-    env.inst_dir.mkdir(parents=True, exist_ok=True)
-    req = _agent_request(env, launch or datetime.now(UTC))
-    started_at, t0 = now_iso(), time.monotonic()
-    run = _AgentRun()
-    container = _start(env, "agent", sanitised=True, runtime=env.sandbox_runtime)
+    ph = open_agent_phase(env, agent_name, launch)
     try:
-        if _preprocess(env, container, req, run):
-            run.locked = True
-            env.sidecar.enter_agent_phase()
-            _run_agent(env, container, agent, req, run, timeout_sec)
-        _copy_out(env, container, run)
-    except InfraError as exc:
-        run.infra(exc)
-        _infra(env, exc, "agent_phase")
+        if ph.ready:
+            ph.run_step(agent, timeout_sec)
     finally:
-        try:
-            container.remove()  # verified: raises unless the listing shows it gone
-        finally:
-            if run.locked:  # the agent's processes are gone: the checker's role may log in
-                env.sidecar.leave_agent_phase()
-    return _write_agent_records(env, agent_name, req, run, started_at, t0)
+        summary = ph.close()
+    return summary
 
 
 def _agent_request(env: InstanceEnv, launch: datetime) -> _AgentRequest:
@@ -334,37 +417,6 @@ def _preprocess(env: InstanceEnv, container: Sandbox, req: _AgentRequest, run: _
         run.infra_reason, run.reason = "preprocess_failed", "preprocess_failed"
         return False
     return True
-
-
-def _run_agent(
-    env: InstanceEnv,
-    container: Sandbox,
-    agent: AgentStep,
-    req: _AgentRequest,
-    run: _AgentRun,
-    timeout_sec: float,
-) -> None:
-    """The task's MCP servers, then the agent step, classified into ``run``."""
-    try:
-        inventory = start_task_servers(env, container)
-    except InfraError as exc:  # copy-out still runs: the servers' stderr
-        run.infra(exc)
-        _infra(env, exc, "mcp_servers")
-        return
-    t1 = time.monotonic()
-    ctx = AgentContext(env, container, req.task_text, req.system_prompt,
-                       t1 + timeout_sec, mcp=inventory)  # fmt: skip
-    try:
-        run.outcome = outcome = agent(ctx)
-        run.status, run.reason = outcome.status, outcome.reason_code
-        if outcome.infra_failed:
-            run.infra_reason = run.reason or "agent_infra_failed"
-    except InfraError as exc:
-        run.infra(exc)
-    except Exception as exc:  # the adapter itself broke: not the model's fault
-        run.infra_reason, run.reason = "adapter_crashed", "adapter_crashed"
-        run.error = f"{type(exc).__name__}: {exc}"
-    env.timings["agent_s"] = time.monotonic() - t1
 
 
 def _copy_out(env: InstanceEnv, container: Sandbox, run: _AgentRun) -> None:

@@ -1,11 +1,12 @@
-"""The one Cowork Bench test: each item is one task (see instance.py for the steps)."""
+"""The one Cowork Bench test: each item is one task, its life the runner's trial
+(:mod:`benchmarks.cowork_bench.steps` gives its steps)."""
 
 import pytest
 
-from benchmarks.cowork_bench.instance import run_cowork_instance
+from harness.api import run_trial
 
 pytestmark = pytest.mark.harness_benchmark("cowork_bench")
 
 
 def test_cowork_bench(harness_instance, request):
-    run_cowork_instance(harness_instance, request)
+    run_trial(harness_instance, request)

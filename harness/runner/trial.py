@@ -38,7 +38,13 @@ from harness.core.fsutil import atomic_write_json
 from harness.runner.deadlines import PhaseTimeout, phase
 
 if TYPE_CHECKING:  # the models load when an instance runs, not at collection
-    from harness.agents.base import Agent, OracleCallable, OraclePlan
+    from harness.agents.base import (
+        Agent,
+        AgentOutcome,
+        AgentRequest,
+        OracleCallable,
+        OraclePlan,
+    )
     from harness.runner.instance import InstanceContext
     from harness.sandbox.container import Sandbox
     from harness.sandbox.images.ceiling import ImageCeiling
@@ -235,6 +241,13 @@ class DeclaredBenchmark(BenchmarkAdapter):
     """A benchmark given as a declaration: override what its tasks need."""
 
     instruction_file = "instruction.md"
+    # the deadline :meth:`provision` runs under (``--phase-timeout``): ``create`` for one
+    # sandbox, ``provision`` for a benchmark that starts services and sets the task up
+    provision_phase = "create"
+    # whether an agent server's task may outlive its run in this benchmark's sandbox (kept
+    # for a reattach on resume); False when an instance's sandboxes end with it (their
+    # network and services go at its end: a resume runs the agent afresh)
+    sandboxes_outlive_runs = True
 
     def instruction(self, trial: Trial) -> str:
         raise NotImplementedError
@@ -284,6 +297,16 @@ class DeclaredBenchmark(BenchmarkAdapter):
         """The agent server's task for this try, written to the instance folder for every
         agent kind (``sandbox`` None: a dry run's, naming no container)."""
         return write_neutral_body(trial, self, instruction, sandbox)
+
+    def agent_request(self, trial: Trial, agent: Agent, request: AgentRequest) -> AgentRequest:
+        """The request the agent gets (default as the trial made it): a benchmark may give
+        the agent another view of its sandbox, more tool routes, or a longer instruction."""
+        return request
+
+    def agent_done(self, trial: Trial, outcome: AgentOutcome | None,
+                   error: BaseException | None) -> None:
+        """The agent ended, with ``outcome`` or raising ``error`` (then re-raised: an
+        infrastructure failure is infra); what the benchmark records of it."""
 
     def task_metadata(self, trial: Trial) -> dict[str, Any]:
         """Metadata the agent server's task carries (never the tests or the solution)."""
@@ -345,45 +368,59 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
                  instruction: str) -> Sandbox:
     """The sandbox (new, or the one a reattached task works in) and the agent in it."""
     from harness.agents.base import AgentRequest
-    from harness.agents.gateway.reattach import record_sandbox, redo_existing
     from harness.runner.agent_plugin import instance_view, run_agent
+
+    ctx, factory = trial.ctx, trial.factory
+    view = instance_view(ctx)
+    # an agent whose task may outlive its run keeps the sandbox it works in for a resume
+    reattaches = agent.reattaches and benchmark.sandboxes_outlive_runs
+    sandbox, extra = _sandbox(trial, benchmark, agent, image, reattaches)
+    ctx.result.details["container"] = sandbox.name
+    body = benchmark.task_body(trial, instruction, sandbox)
+    request = benchmark.agent_request(trial, agent, AgentRequest(
+        instance_id=ctx.task_id, instance_dir=ctx.instance_dir, instruction=instruction,
+        task_body=body, sandbox=sandbox, timeout_sec=ctx.timeout_s,
+        env_allowlist=tuple(trial.option("agent_env")),
+        oracle=benchmark.oracle(trial, sandbox), adapter=ctx.benchmark, extra=extra))
+    started = time.monotonic()
+    try:
+        outcome = run_agent(ctx, agent, request)
+    except BaseException as exc:
+        if reattaches and isinstance(exc, InfraError):
+            agent.keep_sandbox(view, factory, sandbox)  # the task still runs in it: resume
+        benchmark.agent_done(trial, None, exc)
+        raise
+    ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
+    trial.agent_completed = outcome.completed
+    trial.agent_reason = None if outcome.completed else (outcome.reason_code
+                                                         or "task_not_completed")
+    benchmark.agent_done(trial, outcome, None)
+    return sandbox
+
+
+def _sandbox(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image: str,
+             reattaches: bool) -> tuple[Sandbox, dict[str, Any]]:
+    """The agent's sandbox and the request's extra: the one an earlier run's task still
+    works in (adopted), or a new one (``provision``), labelled for a reattach when the
+    agent's tasks may outlive the run."""
+    from harness.agents.gateway.reattach import record_sandbox, redo_existing
+    from harness.runner.agent_plugin import instance_view
 
     ctx, factory = trial.ctx, trial.factory
     view = instance_view(ctx)
     redo = benchmark.redo_existing(trial)
     if redo:  # the task checkpoints of earlier runs are cleared
         ctx.result.details["redo_existing"] = redo_existing(view, factory)
-    # an agent whose task may outlive its run keeps the sandbox it works in for a resume
-    reattaches = agent.reattaches
     adopted = agent.adopt_sandbox(view, factory) if reattaches and not redo else None
     if adopted is not None:
-        sandbox, extra = adopted
-    else:
-        labels = agent.sandbox_labels() if reattaches else {}
-        with phase(trial.config, "create"):
-            sandbox = benchmark.provision(trial, image, labels)
-        extra = {"keep_sandbox": True} if labels else {}
-        if labels:
-            record_sandbox(view, sandbox)
-        trial.state["main_pids"] = _main_pids(sandbox)
-    ctx.result.details["container"] = sandbox.name
-    body = benchmark.task_body(trial, instruction, sandbox)
-    started = time.monotonic()
-    try:
-        outcome = run_agent(ctx, agent, AgentRequest(
-            instance_id=ctx.task_id, instance_dir=ctx.instance_dir, instruction=instruction,
-            task_body=body, sandbox=sandbox, timeout_sec=ctx.timeout_s,
-            env_allowlist=tuple(trial.option("agent_env")),
-            oracle=benchmark.oracle(trial, sandbox), adapter=ctx.benchmark, extra=extra))
-    except InfraError:
-        if reattaches:
-            agent.keep_sandbox(view, factory, sandbox)  # the task still runs in it: resume
-        raise
-    ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
-    trial.agent_completed = outcome.completed
-    trial.agent_reason = None if outcome.completed else (outcome.reason_code
-                                                         or "task_not_completed")
-    return sandbox
+        return adopted
+    labels = agent.sandbox_labels() if reattaches else {}
+    with phase(trial.config, benchmark.provision_phase):
+        sandbox = benchmark.provision(trial, image, labels)
+    if labels:
+        record_sandbox(view, sandbox)
+    trial.state["main_pids"] = _main_pids(sandbox)
+    return sandbox, ({"keep_sandbox": True} if labels else {})
 
 
 def _main_pids(sandbox: Sandbox) -> str:

@@ -1,7 +1,8 @@
 """Issue 23 item 3: Cowork's gateway agent keeps its checkpoint and copied events in
 ``<instance>/runner_agent/``; the orphan cancel on resume and the paid-activity evidence
 must look there too. Real HTTP against the reference agent server on 127.0.0.1 (its plan
-runs locally: no Docker); Cowork's own agent step (:class:`RunnerAgent`) makes the request.
+runs locally: no Docker); Cowork's trial steps (:class:`CoworkSteps`: ``agent_request``,
+then the runner's ``run_agent``, then ``agent_done``, the trial's order) make the request.
 """
 
 from __future__ import annotations
@@ -18,19 +19,21 @@ import pytest
 
 from benchmarks.cowork_bench import BENCHMARK
 from benchmarks.cowork_bench import models as m
-from benchmarks.cowork_bench.agents import RunnerAgent
 from benchmarks.cowork_bench.classify import classify_instance, paid_activity
+from benchmarks.cowork_bench.instance import InstanceResult
+from benchmarks.cowork_bench.phases import AgentPhase
+from benchmarks.cowork_bench.steps import STATE, CoworkSteps, Life
 from harness.agents.base import AgentRequest
 from harness.agents.gateway.agent import GatewayAgent
 from harness.agents.gateway.body import validate_task_body
 from harness.agents.gateway.checkpoint import AgentFolder, read_checkpoint, write_checkpoint
-from harness.agents.gateway.models import TaskCreateRequest
 from harness.core.adapter import BenchmarkAdapter, InstanceSpec
 from harness.core.errors import InfraError
 from harness.core.models import Plan, TaskRow
 from harness.core.outcomes import Outcome
 from harness.runner.instance import InstanceContext, RunContext
 from harness.runner.instance import paid_activity as row_paid_activity
+from harness.runner.trial import Trial
 from tests.agents.agents_support import FAST, RefServer, start_server, task_body
 
 IID = "gcal-standup-week"
@@ -56,24 +59,50 @@ def context(root: Path, ancestors: tuple[Path, ...] = ()) -> InstanceContext:
     return InstanceContext(run, _Cowork(), InstanceSpec(instance_id=IID), f"t[{IID}]")
 
 
+class _Steps(CoworkSteps):
+    options = SimpleNamespace(task_timeout_sec=60)  # type: ignore[assignment]
+
+
+class _Phase(AgentPhase):
+    """The agent phase without its container: nothing to copy out or remove."""
+
+    def close(self) -> Any:
+        return None
+
+
 def step(ctx: InstanceContext, url: str, plan: dict[str, Any], grace_s: float = 2.0
-         ) -> RunnerAgent:
-    """Cowork's agent step with the gateway agent; its body runs ``plan`` locally."""
-    workspace = ctx.run_root / "ws"
+         ) -> Any:
+    """Cowork's steps around the gateway agent, as the trial runs them; its body runs
+    ``plan`` locally. Called with a timeout, it returns the agent phase's status."""
+    from harness.runner.agent_plugin import run_agent
 
-    def body(_name: str, _setup_s: float, _urls: str | None) -> TaskCreateRequest:
-        return validate_task_body(task_body(workspace, plan, timeout_sec=60))
-
+    body = validate_task_body(task_body(ctx.run_root / "ws", plan, timeout_sec=60))
     agent = GatewayAgent(url, policy=FAST.model_copy(update={"client_grace_s": grace_s}))
-    return RunnerAgent(ctx, agent, body, "do it", (), time.monotonic())
-
-
-def agent_context(timeout_s: float) -> Any:
-    """What the agent step reads of its context (the container is not used by a gateway
-    agent with a local executor)."""
+    steps = _Steps()
+    config = SimpleNamespace(getoption=lambda name, default=None: default)
+    trial = Trial(ctx, SimpleNamespace(config=config))  # type: ignore[arg-type]
     box = SimpleNamespace(name="harness-agent-container", id="0" * 64, client=None,
                           spec=SimpleNamespace(user="agent"))
-    return SimpleNamespace(container=box, mcp=None, deadline=time.monotonic() + timeout_s)
+    phase = _Phase(SimpleNamespace(), SimpleNamespace(task_text="",  # type: ignore[arg-type]
+                                                      system_prompt=""),
+                   container=box)  # type: ignore[arg-type]
+    trial.state[STATE] = Life(None, time.monotonic(),  # type: ignore[arg-type]
+                              InstanceResult(IID, None, None, None),
+                              env=SimpleNamespace(), phase=phase)  # type: ignore[arg-type]
+
+    def run(timeout_s: float) -> str:
+        request = steps.agent_request(trial, agent, AgentRequest(
+            instance_id=IID, instance_dir=ctx.instance_dir, instruction="do it",
+            task_body=body, timeout_sec=timeout_s))
+        try:
+            outcome = run_agent(ctx, agent, request)
+        except BaseException as exc:
+            steps.agent_done(trial, None, exc)
+            raise
+        steps.agent_done(trial, outcome, None)
+        return phase.run.status
+
+    return run
 
 
 def killed_attempt(root: Path, server: RefServer) -> str:
@@ -98,9 +127,9 @@ def test_a_cowork_resume_cancels_the_task_its_ancestor_left_running_and_records_
     ctx = context(tmp_path / "r2", (tmp_path / "r1",))
     runner = step(ctx, server.url, {"steps": [{"run": "true"}]})
 
-    verdict = runner(agent_context(30))
+    status = runner(30)
 
-    assert verdict.status == "success"
+    assert status == "success"
     state = server.state()
     assert state["cancels"] == [first] and state["tasks"][first] == "cancelled"
     assert state["submissions"] == 2  # the resume's own task came after the cancel settled
@@ -128,8 +157,7 @@ def test_an_orphan_killed_before_its_first_events_copy_still_records_its_cost(
                      server.url, 0)
     ctx = context(tmp_path / "r2", (tmp_path / "r1",))
 
-    assert step(ctx, server.url, {"steps": [{"run": "true"}]})(agent_context(30)).status == \
-        "success"
+    assert step(ctx, server.url, {"steps": [{"run": "true"}]})(30) == "success"
 
     (orphan,) = ctx.result.details["agent_details"]["orphan_tasks"]
     assert orphan["task_id"] == first and orphan["paid_activity"] == "unknown"
@@ -147,7 +175,7 @@ def test_an_orphan_an_earlier_resume_settled_is_not_counted_again(
     cost a second time."""
     first = killed_attempt(tmp_path / "r1", server)
     ctx2 = context(tmp_path / "r2", (tmp_path / "r1",))
-    step(ctx2, server.url, {"steps": [{"run": "true"}]})(agent_context(30))
+    step(ctx2, server.url, {"steps": [{"run": "true"}]})(30)
     assert [o["task_id"] for o in ctx2.result.details["agent_details"]["orphan_tasks"]] == [
         first]
     row = TaskRow(ts_unix=time.time(), run_id="r2", benchmark=BENCHMARK, instance_id=IID,
@@ -157,8 +185,7 @@ def test_an_orphan_an_earlier_resume_settled_is_not_counted_again(
     (tmp_path / "r2" / "result_index.jsonl").write_text(row.dump_line() + "\n")
     ctx3 = context(tmp_path / "r3", (tmp_path / "r2", tmp_path / "r1"))
 
-    assert step(ctx3, server.url, {"steps": [{"run": "true"}]})(agent_context(30)).status == \
-        "success"
+    assert step(ctx3, server.url, {"steps": [{"run": "true"}]})(30) == "success"
 
     orphans = ctx3.result.details.get("agent_details", {}).get("orphan_tasks") or []
     assert first not in [o["task_id"] for o in orphans]
@@ -173,7 +200,7 @@ def test_an_interrupted_cowork_gateway_task_proves_its_spend_from_its_events(
     runner = step(ctx, server.url, plan, grace_s=0.0)
 
     with pytest.raises(InfraError):  # the client gave up: infrastructure, task cancelled
-        runner(agent_context(1.0))
+        runner(1.0)
 
     events = ctx.instance_dir / m.RUNNER_DIR / "gateway_events.jsonl"
     assert events.is_file()
