@@ -46,7 +46,6 @@ if TYPE_CHECKING:  # docker-py loads when an engine is reached, not when pytest 
 
 LOCAL = "local"  # the URL of "whatever DOCKER_HOST / the default socket is"
 PING_TIMEOUT_S = 10
-TLS_ENV = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 CERT_FILES = ("ca.pem", "cert.pem", "key.pem")
 
 
