@@ -24,7 +24,7 @@ from harness.runner.trial import (
 )
 
 if TYPE_CHECKING:
-    from harness.agents.base import OraclePlan
+    from harness.agents.base import AgentCapabilities, OraclePlan, agent_capabilities
     from harness.core.models import Outcome
     from harness.core.registry import BenchmarkRegistration
     from harness.core.untrusted import read_untrusted_text
@@ -34,11 +34,14 @@ else:
 
     __getattr__ = lazy_exports(__name__, {
         "OraclePlan": "harness.agents.base", "Outcome": "harness.core.models",
+        "AgentCapabilities": "harness.agents.base",
+        "agent_capabilities": "harness.agents.base",  # what an agent kind can do
         "BenchmarkRegistration": "harness.core.registry",
         "read_untrusted_text": "harness.core.untrusted",
         "names_folder": "harness.runner.selection"})
 
 __all__ = [
+    "AgentCapabilities",
     "BenchmarkRegistration",
     "DeclaredBenchmark",
     "InfraError",
@@ -50,6 +53,7 @@ __all__ = [
     "SandboxPlan",
     "Trial",
     "Verdict",
+    "agent_capabilities",
     "atomic_write_json",
     "names_folder",
     "read_untrusted_text",

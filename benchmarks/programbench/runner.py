@@ -34,7 +34,7 @@ from benchmarks.programbench.tasks import PBInstance
 from benchmarks.programbench.verdict import verdict
 from benchmarks.programbench.workspace import prepare_cleanroom
 from harness.agents.base import AgentOutcome, AgentRequest, OracleCallable, OracleUnavailable
-from harness.api import Kept, Trial
+from harness.api import Kept, Trial, agent_capabilities
 from harness.api import Verdict as TrialVerdict
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
@@ -284,9 +284,10 @@ def dry_run(trial: Trial, instruction: str) -> None:
     with ``--pull always`` the image is pulled and recorded (a prefetch), nothing run."""
     ctx, inst = trial.ctx, trial.data
     settings = _settings(trial)
-    agent_kind = trial.option("agent") or ""
-    host = settings.workspace == "host" or (settings.workspace == "auto"
-                                            and agent_kind == "gateway")
+    kind = trial.option("agent") or ""  # auto: host where the agent reattaches (its
+    # sandbox is labelled to be kept: see start_sandbox), i.e. a task on an agent server
+    host = settings.workspace == "host" or (settings.workspace == "auto" and bool(kind)
+                                            and agent_capabilities(kind).reattaches)
     write_body(ctx, inst, instruction, f"harness-{ctx.run_id}-{inst.instance_id}",
                settings.timeout, host_folder(ctx.instance_dir) if host else None)
     if trial.option("pull") == "always":

@@ -20,7 +20,7 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -34,6 +34,20 @@ if TYPE_CHECKING:
     from harness.sandbox.reattach import SandboxRecord
 
 COST_SOURCES = ("gateway", "agent_reported", "meter", "unknown")
+
+# How a kind's model calls pass through the harness, so ``--model-record`` and
+# ``--model-replay`` can tape them (:attr:`Agent.tape_route`): "model_gateway", through the
+# model gateway the harness runs for it (``--model-upstream``; a replay gives it a gateway
+# with no upstream and no key: its factory takes ``environ``); "in_process", the kind routes
+# its own calls and says what it cannot tape (:meth:`Agent.tape_problem`).
+TapeRoute = Literal["model_gateway", "in_process"]
+# A relay container the runner starts beside a kind's sandbox (:attr:`Agent.relays`), each
+# bind-mounting a socket of this machine, so none works on an engine of another machine (an
+# ``ssh://`` or ``tcp://`` one): "model_gateway", behind the model gateway
+# (``--model-upstream`` or ``--model-replay``: :mod:`harness.model_proxy.network`);
+# "tool_route", an agent server's route to the tools a benchmark serves on the task's
+# network (a benchmark with ``tool_routes``: :mod:`harness.agents.gateway.tool_route`).
+Relay = Literal["model_gateway", "tool_route"]
 
 
 class OraclePlan(BaseModel):
@@ -173,6 +187,14 @@ class Agent:
     # asks its sandbox hooks (:meth:`sandbox_labels`, :meth:`adopt_sandbox`,
     # :meth:`keep_sandbox`) to keep that sandbox and to take it over on a resume.
     reattaches: bool = False
+    # How its model calls pass through the harness (:data:`TapeRoute`); None: it calls its
+    # model outside the harness, and ``--model-record``/``--model-replay`` are refused.
+    tape_route: TapeRoute | None = None
+    # The relays it starts beside its sandbox (:data:`Relay`): none for a kind that keeps its
+    # model gateway on a loopback port of the runner and drives the sandbox through the
+    # engine's API (host-command, mini-swe-agent, oracle, nop), which reaches a remote
+    # engine too.
+    relays: tuple[Relay, ...] = ()
 
     def run(self, request: AgentRequest) -> AgentOutcome:
         raise NotImplementedError(f"agent kind {self.kind!r} does not implement run()")
@@ -271,9 +293,9 @@ def register_agent(kind: str, agent_class: type[Agent] = Agent
                    ) -> Callable[[AgentFactory], AgentFactory]:
     """Decorator: ``factory(options) -> Agent`` builds agents of ``kind``, instances of
     ``agent_class`` (whose capabilities the runner asks about before building one: see
-    :func:`agent_class`); a kind taped at the model gateway
-    (:data:`harness.agents.kinds.TAPE_ROUTES`) also takes ``environ=`` (the environment its
-    gateway reads instead of the runner's)."""
+    :func:`agent_class`); a kind taped at the model gateway (``tape_route``
+    "model_gateway") also takes ``environ=`` (the environment its gateway reads instead of
+    the runner's)."""
 
     def register(factory: AgentFactory) -> AgentFactory:
         _FACTORIES[kind] = factory
@@ -291,6 +313,32 @@ def agent_class(kind: str) -> type[Agent]:
     if kind not in _CLASSES:
         importlib.import_module(AGENT_MODULES[kind])
     return _CLASSES.get(kind, Agent)
+
+
+@dataclass(frozen=True)
+class AgentCapabilities:
+    """What the runner and a benchmark may ask of an agent kind (its class's attributes:
+    see :class:`Agent`), without building an agent."""
+
+    kind: str
+    needs_reference_solution: bool
+    remote_server: bool
+    reattaches: bool
+    tape_route: TapeRoute | None
+    relays: tuple[Relay, ...]
+
+
+def agent_capabilities(kind: str) -> AgentCapabilities:
+    """The capabilities of ``kind``; a one-line :class:`ValueError` for an unknown kind."""
+    cls = agent_class(kind)
+    return AgentCapabilities(kind=kind, needs_reference_solution=cls.needs_reference_solution,
+                             remote_server=cls.remote_server, reattaches=cls.reattaches,
+                             tape_route=cls.tape_route, relays=tuple(cls.relays))
+
+
+def tape_kinds() -> list[str]:
+    """The kinds whose model calls can be taped (``tape_route`` set), in kind order."""
+    return [kind for kind in AGENT_KINDS if agent_class(kind).tape_route is not None]
 
 
 def make_agent(kind: str, options: AgentOptions | Mapping[str, Any] | None = None,

@@ -168,8 +168,17 @@ def redact(data: bytes, secrets: Mapping[str, str]) -> tuple[bytes, int]:
     return data, count
 
 
-class CommandAgent(Agent):
+class CommandKind(Agent):
+    """The ``command`` kind's capabilities, shared by its two agents: the plain one
+    (:class:`CommandAgent`) and the one behind the model gateway
+    (:class:`harness.agents.command_proxy.GatewayCommandAgent`)."""
+
     kind = "command"
+    tape_route = "model_gateway"  # taped only behind its model gateway (--model-upstream)
+    relays = ("model_gateway",)  # behind the model gateway: its relay beside the sandbox
+
+
+class CommandAgent(CommandKind):
 
     def __init__(
         self, config: CommandAgentConfig, environ: Mapping[str, str] | None = None

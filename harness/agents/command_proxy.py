@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest, register_agent
-from harness.agents.command import CommandAgent
+from harness.agents.command import CommandAgent, CommandKind
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
 from harness.core.models import Tokens
@@ -100,8 +100,7 @@ def sandbox_env() -> dict[str, str]:
             "ANTHROPIC_API_KEY": PLACEHOLDER_KEY, "HARNESS_MODEL_GATEWAY": f"{BASE_URL}/v1"}
 
 
-class GatewayCommandAgent(Agent):
-    kind = "command"
+class GatewayCommandAgent(CommandKind):
 
     def __init__(self, inner: CommandAgent, upstream: str, key_env: str, prices: ModelPrices,
                  limit_usd: float | None, environ: Mapping[str, str] | None = None,
@@ -200,7 +199,7 @@ def gateway_update(meter: InstanceMeter, out_dir: Path) -> tuple[MeterState, dic
     return state, update
 
 
-@register_agent("command")
+@register_agent("command", CommandKind)
 def _make(options: AgentOptions, environ: Mapping[str, str] | None = None) -> Agent:
     if options.model_upstream:  # the command agent behind the model gateway
         return GatewayCommandAgent.from_options(options, environ)

@@ -186,6 +186,7 @@ class HostGateway:
 
 class HostCommandAgent(Agent):
     kind = "host-command"
+    tape_route = "model_gateway"  # its model gateway on the runner's loopback: no relay
 
     def __init__(self, command: str, gateway: HostGateway | None = None,
                  environ: Mapping[str, str] | None = None) -> None:

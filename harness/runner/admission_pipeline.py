@@ -1,7 +1,8 @@
 """A run's admission steps, in one explicit order (issue 42).
 
-The controller runs :func:`admit` once, after the manifest and the plan are written (and a
-resume's plan made: :mod:`harness.runner.admission`) and before any worker starts. Each
+The controller runs :func:`admit` once (the plugin hands it to ``Controller.admit``: the
+controller imports no plugin), after the manifest and the plan are written (and a resume's
+plan made: :mod:`harness.runner.admission`) and before any worker starts. Each
 step may raise :class:`harness.core.errors.RefusalError` to refuse the run (one line,
 exit 2; the steps after it do not run) and records what it decided in
 ``run.manifest.extra``. The order, first to last:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.agents.kinds import AGENT_KINDS, TAPE_KINDS, TAPE_ROUTES
+from harness.agents.kinds import AGENT_KINDS
 from harness.core.errors import InfraError, RefusalError
 from harness.core.outcomes import Outcome
 
@@ -192,15 +192,15 @@ def _record_budget(given: str | None, refuse: Callable[[str], RefusalError]) -> 
 def build_agent(kind: str, options: AgentOptions, tape: TapeConfig | None) -> Agent:
     """The agent of ``kind``; under a tape, one whose model calls it records or replays
     (ValueError naming the option to fix when the kind's calls cannot be)."""
-    from harness.agents.base import make_agent
+    from harness.agents.base import agent_class, make_agent, tape_kinds
 
     if tape is None:
         return make_agent(kind, options)
     flag = f"--model-{tape.mode}"
-    route = TAPE_ROUTES.get(kind)
+    route = agent_class(kind).tape_route
     if route is None:
         raise ValueError(f"{flag}: agent kind {kind!r} makes its model calls outside the "
-                         f"harness; use {', '.join(TAPE_KINDS)}")
+                         f"harness; use {', '.join(tape_kinds())}")
     if route == "model_gateway" and tape.mode == "replay":
         opts = options.model_copy(update={"model_upstream": REPLAY_UPSTREAM,
                                           "model_key_env": REPLAY_KEY_ENV})

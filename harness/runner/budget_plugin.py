@@ -18,8 +18,7 @@ from harness.budget.session import BudgetSettings, ControllerBudget, WorkerBudge
 from harness.core.errors import InfraError, RefusalError
 from harness.core.outcomes import Outcome
 from harness.core.signals import request_stop
-from harness.runner.plugin import CONTROLLER_KEY
-from harness.runner.worker import STATE_KEY
+from harness.runner.worker import CONTROLLER_KEY, STATE_KEY
 
 if TYPE_CHECKING:  # loaded when a run starts, not at collection
     from harness.runner.instance import RunContext

@@ -15,6 +15,7 @@ import shlex
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,6 @@ from harness.runner.admission import (
     refuse_reused_root,
     selection_change,
 )
-from harness.runner.admission_pipeline import admit as admit_run
 from harness.runner.instance import ROW_PROPERTY, RunContext
 from harness.runner.live_view import LiveView
 from harness.runner.progress_monitor import ProgressMonitor, run_progress
@@ -110,8 +110,10 @@ class Controller:
         refuse_reused_root(run_id, root, argv, EXIT_REFUSED)
 
     def admit(self, run: RunContext, config_dict: dict[str, Any],
-              benchmark_versions: dict[str, str], argv: list[str], workers: int) -> None:
-        """Create the run root, write the manifest first, then plan (resume), then preflight."""
+              benchmark_versions: dict[str, str], argv: list[str], workers: int, *,
+              admission: Callable[[pytest.Config, RunContext], None]) -> None:
+        """Create the run root, write the manifest first, then plan (resume), then run the
+        ``admission`` steps (:func:`harness.runner.admission_pipeline.admit`)."""
         self.run = run
         root = run.run_root
         if root.exists():
@@ -150,7 +152,7 @@ class Controller:
             if self.options.resume_from:
                 self.plan_resume(run, config_dict, benchmark_versions)
             atomic_write_json(root / mf.PLAN_NAME, run.plan)
-            admit_run(self.config, run)  # the ordered steps (admission_pipeline)
+            admission(self.config, run)
             self.check_resume_provenance()
         except RefusalError as exc:
             self.refuse(exc)

@@ -8,7 +8,7 @@
   sandbox the runner placed on an engine of another machine. (A ``DOCKER_HOST`` of the
   environment is not refused: the server may well share it.)
 * ``relay_remote_engine``: an agent or benchmark that starts a relay container
-  bind-mounting a socket of this machine (:data:`harness.agents.kinds.RELAYS`: the model
+  bind-mounting a socket of this machine (its class's ``relays``: the model
   gateway's relay of ``--agent command`` behind ``--model-upstream``/``--model-replay``;
   the tool route of ``--agent gateway`` to a benchmark's tools) with an ``ssh://`` or
   ``tcp://`` engine, from the options or, without them, ``DOCKER_HOST``: a remote engine
@@ -113,14 +113,17 @@ def relay_refusal(
 ) -> str | None:
     """Why the run cannot start, in one line naming the fix, or None: its agent (or a
     benchmark for it) starts a relay container that bind-mounts a socket of this machine
-    (:data:`harness.agents.kinds.RELAYS`), so its sandboxes must run on an engine of this
+    (its class's ``relays``), so its sandboxes must run on an engine of this
     machine (docs/scaling.md, "Not yet over remote engines"). ``tool_routes``: the run's
     benchmarks whose tools reach an agent server through a relay; ``given_by``: where
     ``urls`` come from (the options, or ``DOCKER_HOST``)."""
-    from harness.agents.kinds import RELAYS
+    from harness.agents.base import agent_class  # the agent classes load when a run starts
 
     far = remote(urls)
-    relays = RELAYS.get(kind or "", ())
+    try:
+        relays = agent_class(kind).relays if kind else ()
+    except ValueError:
+        relays = ()  # an unknown kind: the agent step refuses it, naming the kinds
     what = None
     if "model_gateway" in relays and (upstream or replay):
         flag = "--model-upstream" if upstream else "--model-replay"

@@ -41,6 +41,7 @@ from harness.runner.selection import (
 )
 from harness.runner.startup import LOST_CONFIG_KEY
 from harness.runner.worker import (
+    CONTROLLER_KEY,
     RetryHooks,
     RetryPolicy,
     WorkerHooks,
@@ -58,8 +59,6 @@ pytest_plugins = ["harness.runner.startup", "harness.runner.selection",
                   "harness.runner.engine_admission", "harness.runner.order",
                   "harness.runner.budget_plugin", "harness.runner.agent_plugin",
                   "harness.runner.pacing_plugin", "harness.runner.deadline_plugin"]
-
-CONTROLLER_KEY: pytest.StashKey[Controller] = pytest.StashKey()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -324,8 +323,9 @@ class ControllerHooks:
         versions = {name: a.version() for name, a in sorted(run.adapters.items())}
         argv = [sys.executable, "-m", "pytest", *config.invocation_params.args]
         workers = int(getattr(config.option, "numprocesses", 0) or 0)
+        from harness.runner.admission_pipeline import admit as admit_run  # its steps
         try:
-            c.admit(run, cfg, versions, argv, workers)
+            c.admit(run, cfg, versions, argv, workers, admission=admit_run)
         except RefusalError as exc:
             c.release()
             fail_usage(str(exc), exc.exit_code)

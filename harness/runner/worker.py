@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the runtime (pydantic rows) loads when an instance runs, no
     from harness.runner.instance import EarlierTry, InstanceContext, RowState, RunContext
 
 STATE_KEY: pytest.StashKey[RowState] = pytest.StashKey()
+CONTROLLER_KEY: pytest.StashKey[Controller] = pytest.StashKey()  # the controller process's
 # --retry-infra: the try an item's next run retries (set while it is retried), and the
 # retry its last try asked for (set at the failing phase, taken by RetryHooks).
 TRY_KEY: pytest.StashKey[EarlierTry] = pytest.StashKey()

@@ -55,15 +55,18 @@ def test_command_agent_behind_the_model_gateway_keeps_the_kill_timings(monkeypat
 
 def test_a_kind_taped_at_the_model_gateway_reads_the_environment_it_is_given(monkeypatch):
     """``make_agent(kind, options, environ)``: a kind whose calls are taped at the model
-    gateway (``TAPE_ROUTES``) takes its key from the given environment, not the runner's (a
+    gateway (its class's ``tape_route``) takes its key from the given environment, not the runner's (a
     replay's gateway holds a stand-in key)."""
-    from harness.agents.kinds import AGENT_KINDS, TAPE_KINDS, TAPE_ROUTES
+    from harness.agents.base import agent_class, tape_kinds
+    from harness.agents.kinds import AGENT_KINDS
 
     monkeypatch.delenv("HX_KINDS_TEST_KEY", raising=False)
     options = {"command": "true", "model_upstream": "http://127.0.0.1:1",
                "model_key_env": "HX_KINDS_TEST_KEY"}
-    assert set(TAPE_KINDS) <= set(AGENT_KINDS)
-    for kind in [k for k, route in TAPE_ROUTES.items() if route == "model_gateway"]:
+    assert tape_kinds() == ["command", "mini-swe-agent", "host-command"]
+    gateway_taped = [k for k in AGENT_KINDS if agent_class(k).tape_route == "model_gateway"]
+    assert gateway_taped == ["command", "host-command"]
+    for kind in gateway_taped:
         with pytest.raises(ValueError, match="HX_KINDS_TEST_KEY"):
             make_agent(kind, options)  # the runner's environment has no key
         agent = make_agent(kind, options, {"HX_KINDS_TEST_KEY": "sk-given"})
@@ -113,3 +116,35 @@ def test_oracle_plan_runs_in_a_real_sandbox(tmp_path, sandbox_factory):
     with pytest.raises(InfraError) as info:
         make_agent("oracle").run(_request(tmp_path, oracle=failing, sandbox=sb))
     assert info.value.reason_code == "oracle_failed"
+
+
+def test_each_kind_says_what_it_can_do_on_its_class():
+    """The runner and a benchmark ask a kind's class (``harness.api.agent_capabilities``),
+    never a table keyed by kind; an unknown kind is one line."""
+    from harness.agents.kinds import AGENT_KINDS
+    from harness.api import agent_capabilities
+
+    caps = {kind: agent_capabilities(kind) for kind in AGENT_KINDS}
+    assert all(c.kind == k for k, c in caps.items())
+    assert [k for k, c in caps.items() if c.remote_server] == ["gateway"]
+    assert [k for k, c in caps.items() if c.reattaches] == ["gateway"]
+    assert [k for k, c in caps.items() if c.needs_reference_solution] == ["oracle"]
+    assert {k: c.tape_route for k, c in caps.items() if c.tape_route} == {
+        "command": "model_gateway", "mini-swe-agent": "in_process",
+        "host-command": "model_gateway"}
+    with pytest.raises(ValueError, match="unknown agent kind 'bogus'") as info:
+        agent_capabilities("bogus")
+    assert "\n" not in str(info.value)
+
+
+def test_both_command_agents_are_of_the_command_kind():
+    """``--agent command`` builds one of two agents (plain, or behind the model gateway);
+    both are instances of the class whose capabilities the runner reads."""
+    from harness.agents.base import agent_class
+
+    cls = agent_class("command")
+    plain = make_agent("command", {"command": "true"})
+    proxied = make_agent("command", {"command": "true", "model_upstream": "http://127.0.0.1:1",
+                                     "model_key_env": "HX_KINDS_TEST_KEY"},
+                         {"HX_KINDS_TEST_KEY": "sk-given"})
+    assert isinstance(plain, cls) and isinstance(proxied, cls)

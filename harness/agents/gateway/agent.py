@@ -92,6 +92,7 @@ class GatewayAgent(Agent):
     kind = "gateway"
     remote_server = True  # the agent server at --gateway-url runs the task
     reattaches = True  # a task outlives its run in its sandbox (harness.agents.gateway.reattach)
+    relays = ("tool_route",)  # its route to a benchmark's tools (tool_route)
 
     def __init__(
         self, base_url: str, *, policy: PollPolicy | None = None, adapter: str | None = None,
