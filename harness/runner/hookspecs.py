@@ -25,7 +25,11 @@ def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:  # ty
 
 @pytest.hookspec
 def pytest_harness_admit(config: pytest.Config, run: RunContext) -> None:
-    """Controller, once, after the manifest is written and before any worker starts.
+    """A benchmark's own admission: controller, once, after the manifest is written and
+    before any worker starts, as the ``benchmarks`` step of
+    :mod:`harness.runner.admission_pipeline` (second: after the engine options are checked,
+    before the runner's other steps). The runner's own steps are named there, never
+    implemented as this hook.
 
     Raise :class:`harness.core.errors.RefusalError` to refuse the run (preflights, admission).
     Record provenance in ``run.manifest.extra``.
