@@ -5,7 +5,8 @@ A declared benchmark (:class:`DeclaredBenchmark`) says what its tasks are and ho
 judged; the trial runs the life around it once, for every agent kind, with the runner's
 rules:
 
-- a dry run writes the instruction and the agent server's task, and stops;
+- a dry run writes the instruction (and what :meth:`DeclaredBenchmark.dry_run` adds), and
+  stops;
 - the oracle agent on a task without a solution is a skipped row, known before any image;
 - a resume scores what an earlier run kept (:meth:`DeclaredBenchmark.kept_artifact`)
   instead of paying the agent again;
@@ -34,7 +35,6 @@ import pytest
 
 from harness.core.adapter import BenchmarkAdapter, InstanceSpec
 from harness.core.errors import InfraError
-from harness.core.fsutil import atomic_write_json
 from harness.runner.deadlines import PhaseTimeout, phase
 
 if TYPE_CHECKING:  # the models load when an instance runs, not at collection
@@ -50,7 +50,6 @@ if TYPE_CHECKING:  # the models load when an instance runs, not at collection
     from harness.sandbox.images.ceiling import ImageCeiling
     from harness.sandbox.images.pull import ImageRecord
 
-BODY_NAME = "task_body.json"
 IMAGE_STATE = "harness.image"  # Trial.state: the ImageRecord of the instance's pulled image
 
 
@@ -147,20 +146,23 @@ class Trial:
                     from_map: Mapping[str, str] | None = None) -> str:
         """The image ID of a folder with a Dockerfile, built unless built before
         (:mod:`harness.sandbox.images.folder`); recorded on the row."""
+        from harness.core.row_details import EngineDetails
         from harness.sandbox.images.folder import ensure_folder_image
 
         tag, image_id = ensure_folder_image(folder, name, client=self.client,
                                             from_map=from_map)
-        self.ctx.result.details["image"] = {"ref": tag, "id": image_id, "built_locally": True}
+        EngineDetails(image={"ref": tag, "id": image_id, "built_locally": True}).put(
+            self.ctx.result.details)
         return image_id
 
     def pull_image(self, ref: str) -> str:
         """The image ID of ``ref``, pulled per ``--pull`` (``--image-mirror``, pins) and
-        recorded on the row (``details.image``); the pull's progress goes to the live view.
+        recorded on the row (``details.engine.image``); the pull's progress goes to the live view.
         Under ``--image-disk-ceiling-gb`` the image is held while the instance runs and
         released when it ends, after its sandboxes are gone (so after its eval): removed
         then when this run pulled it and no other instance of the run holds it."""
         from harness.core import activity
+        from harness.core.row_details import EngineDetails
         from harness.runner.pull_plugin import image_ceiling, pull_settings
         from harness.sandbox.images.pull import resolve_image
 
@@ -179,12 +181,14 @@ class Trial:
         finally:
             activity.clear(ctx.run_root, ctx.worker_id)
         self.state[IMAGE_STATE] = record
-        ctx.result.details["image"] = record.model_dump(exclude_none=True)
+        EngineDetails(image=record.model_dump(exclude_none=True)).put(ctx.result.details)
         return record.id
 
     def _release_image(self, ceiling: ImageCeiling) -> None:
         """The instance ended: let go of its image under the ceiling; the row says whether
-        it was removed (``details.image.ceiling``)."""
+        it was removed (``details.engine.image.ceiling``)."""
+        from harness.core.row_details import EngineDetails
+
         released = ceiling.release()
         record: ImageRecord | None = self.state.get(IMAGE_STATE)
         if record is None or record.ceiling is None:
@@ -195,7 +199,7 @@ class Trial:
             update = done.model_dump(include={"released_unix", "removed_after_eval",
                                               "freed_bytes", "kept_reason"})
         record.ceiling = record.ceiling.model_copy(update=update)
-        self.ctx.result.details["image"] = record.model_dump(exclude_none=True)
+        EngineDetails(image=record.model_dump(exclude_none=True)).put(self.ctx.result.details)
 
     def copy_out(self, sandbox: Sandbox, src: str, dest: Path, *, max_bytes: int,
                  max_files: int = 64) -> bool:
@@ -256,8 +260,7 @@ class DeclaredBenchmark(BenchmarkAdapter):
         return 600.0
 
     def dry_run(self, trial: Trial, instruction: str) -> None:
-        """What a dry run writes besides the instruction: the agent server's task."""
-        self.task_body(trial, instruction, None)
+        """What a dry run writes besides the instruction (an agent server's task, say)."""
 
     def has_oracle(self, trial: Trial) -> bool:
         """Whether the task has a reference solution (asked before any image is built)."""
@@ -294,9 +297,10 @@ class DeclaredBenchmark(BenchmarkAdapter):
         return sandbox
 
     def task_body(self, trial: Trial, instruction: str, sandbox: Sandbox | None) -> Any:
-        """The agent server's task for this try, written to the instance folder for every
-        agent kind (``sandbox`` None: a dry run's, naming no container)."""
-        return write_neutral_body(trial, self, instruction, sandbox)
+        """The agent server's task for this try when the benchmark's specification gives its
+        own (ProgramBench's, Cowork's); None: an agent that needs one builds it from the
+        neutral request (the gateway agent: :func:`harness.agents.gateway.agent.own_body`)."""
+        return None
 
     def agent_request(self, trial: Trial, agent: Agent, request: AgentRequest) -> AgentRequest:
         """The request the agent gets (default as the trial made it): a benchmark may give
@@ -309,7 +313,8 @@ class DeclaredBenchmark(BenchmarkAdapter):
         infrastructure failure is infra); what the benchmark records of it."""
 
     def task_metadata(self, trial: Trial) -> dict[str, Any]:
-        """Metadata the agent server's task carries (never the tests or the solution)."""
+        """What the task says of itself to the agent (``AgentRequest.metadata``; an agent
+        server's task carries it): never the tests or the solution."""
         return {}
 
     def collect(self, trial: Trial, sandbox: Sandbox) -> Any:
@@ -368,6 +373,7 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
                  instruction: str) -> Sandbox:
     """The sandbox (new, or the one a reattached task works in) and the agent in it."""
     from harness.agents.base import AgentRequest
+    from harness.core.row_details import AgentDetails, EngineDetails
     from harness.runner.agent_plugin import instance_view, run_agent
 
     ctx, factory = trial.ctx, trial.factory
@@ -375,13 +381,14 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
     # an agent whose task may outlive its run keeps the sandbox it works in for a resume
     reattaches = agent.reattaches and benchmark.sandboxes_outlive_runs
     sandbox, extra = _sandbox(trial, benchmark, agent, image, reattaches)
-    ctx.result.details["container"] = sandbox.name
+    EngineDetails(container=sandbox.name).put(ctx.result.details)
     body = benchmark.task_body(trial, instruction, sandbox)
     request = benchmark.agent_request(trial, agent, AgentRequest(
         instance_id=ctx.task_id, instance_dir=ctx.instance_dir, instruction=instruction,
         task_body=body, sandbox=sandbox, timeout_sec=ctx.timeout_s,
         env_allowlist=tuple(trial.option("agent_env")),
-        oracle=benchmark.oracle(trial, sandbox), adapter=ctx.benchmark, extra=extra))
+        oracle=benchmark.oracle(trial, sandbox), adapter=ctx.benchmark, extra=extra,
+        metadata=benchmark.task_metadata(trial)))
     started = time.monotonic()
     try:
         outcome = run_agent(ctx, agent, request)
@@ -390,7 +397,7 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
             agent.keep_sandbox(view, factory, sandbox)  # the task still runs in it: resume
         benchmark.agent_done(trial, None, exc)
         raise
-    ctx.result.details["agent_wall_s"] = round(time.monotonic() - started, 3)
+    AgentDetails(wall_s=round(time.monotonic() - started, 3)).put(ctx.result.details)
     trial.agent_completed = outcome.completed
     trial.agent_reason = None if outcome.completed else (outcome.reason_code
                                                          or "task_not_completed")
@@ -404,13 +411,14 @@ def _sandbox(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image: st
     works in (adopted), or a new one (``provision``), labelled for a reattach when the
     agent's tasks may outlive the run."""
     from harness.agents.gateway.reattach import record_sandbox, redo_existing
+    from harness.core.row_details import AgentDetails
     from harness.runner.agent_plugin import instance_view
 
     ctx, factory = trial.ctx, trial.factory
     view = instance_view(ctx)
     redo = benchmark.redo_existing(trial)
     if redo:  # the task checkpoints of earlier runs are cleared
-        ctx.result.details["redo_existing"] = redo_existing(view, factory)
+        AgentDetails(redo_existing=redo_existing(view, factory)).put(ctx.result.details)
     adopted = agent.adopt_sandbox(view, factory) if reattaches and not redo else None
     if adopted is not None:
         return adopted
@@ -442,27 +450,6 @@ def _score(trial: Trial, benchmark: DeclaredBenchmark, sandbox: Sandbox | None,
         benchmark.eval_interrupted(trial)
         raise
     record_verdict(trial, verdict)
-
-
-def write_neutral_body(trial: Trial, benchmark: DeclaredBenchmark, instruction: str,
-                       sandbox: Sandbox | None) -> Any:
-    """The agent server's task naming only the sandbox and its instruction."""
-    from harness.agents.gateway.body import neutral_task_body
-
-    ctx = trial.ctx
-    if sandbox is None:
-        container, workdir = "<container>", benchmark.sandbox(trial, "<image>").workdir
-    else:
-        container, workdir = sandbox.name, sandbox.spec.workdir or "/"
-    ref = ctx.instance_id.replace("@", ":")
-    body = neutral_task_body(
-        task_id=f"{ctx.run_id}-{ref}-a{ctx.attempt}", instruction=instruction,
-        container=container, workspace=workdir, timeout_sec=ctx.timeout_s or 600.0,
-        source=ctx.benchmark, metadata=benchmark.task_metadata(trial))
-    path = ctx.instance_dir / BODY_NAME
-    atomic_write_json(path, body.model_dump(mode="json", exclude_none=True))
-    ctx.output("task_body", path)
-    return body
 
 
 def record_verdict(trial: Trial, verdict: Verdict) -> None:
