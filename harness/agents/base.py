@@ -80,6 +80,9 @@ class AgentRequest:
     oracle: OracleCallable | OraclePlan | None = None
     adapter: str = "harness"
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # what the task says of itself for the agent (never its tests or solution): an agent
+    # server's task carries it (the gateway agent builds its task from this request)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 class RuntimeOutcome(BaseModel):

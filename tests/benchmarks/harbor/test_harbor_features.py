@@ -4,6 +4,7 @@ the report, a SIGKILL and a resume that raises K."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -40,6 +41,13 @@ def test_the_gateway_agent_through_the_reference_server_under_a_budget(tmp_path)
     assert (row["score"], row["resolved"]) == (1.0, True)
     assert row["cost_usd"] == 0.5 and row["cost_known"] is True
     assert row["tokens"]["prompt"] == 200
+    # the gateway agent built its own task from the neutral request: the task's workdir, its
+    # metadata, never its tests
+    body = json.loads((run.root / row["output_paths"]["task_body"]).read_text())
+    assert body["executor_ref"]["workspace_backend_path"] == "/data"
+    assert body["metadata"] == {"harbor_task": "partial-credit"}
+    assert body["description"].startswith((run.root / row["output_paths"]["instruction"])
+                                          .read_text()[:40])
 
 
 def test_shards_with_attempts_merge_into_the_unsharded_run(tmp_path) -> None:

@@ -3,7 +3,6 @@ its Dockerfile, the agent in it, the task's own verifier, the reward as Harbor r
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -42,9 +41,7 @@ def test_the_oracle_on_the_four_task_folders_scores_as_harbor_counts(tmp_path) -
     assert run.manifest["mean_score"] == pytest.approx((1.0 + 0.0 + 0.0 + 0.75) / 4)
     stdout = run.root / solved["output_paths"]["verifier_stdout"]
     assert stdout.is_file()
-    body = json.loads((run.root / part["output_paths"]["task_body"]).read_text())
-    assert body["executor_ref"]["workspace_backend_path"] == "/data"  # the task's workdir
-    assert "tests" not in json.dumps(body["metadata"])  # the agent never sees the tests
+    assert "task_body" not in part["output_paths"]  # no agent server: no task for one
     no_containers(run.manifest["run_id"])
 
 
