@@ -80,6 +80,7 @@ BENCHMARK_SURFACE: frozenset[str] = frozenset({
     "harness.run.model",  # the run model (issue 41): tasks, K, units, settings
     "harness.run.locate",  # where each unit's files are
     # sandboxes and images
+    "harness.sandbox.active_engine",  # the environment that reaches the instance's engine
     "harness.sandbox.cleanup",
     "harness.sandbox.client",
     "harness.sandbox.container",

@@ -73,7 +73,7 @@ def isolation() -> str:
 def masked_paths(environ: dict[str, str] | None = None) -> list[str]:
     """:data:`MASKED`, and the Unix sockets ``DOCKER_HOST`` names: the environment's, and
     the one the placed instance's engine is reached by (an ssh engine's tunnel socket)."""
-    from harness.sandbox.placement import instance_environment
+    from harness.sandbox.active_engine import instance_environment
 
     paths = list(MASKED)
     env = environ if environ is not None else os.environ

@@ -9,6 +9,7 @@ from typing import Any
 import docker
 from docker.errors import DockerException
 
+from harness.sandbox.active_engine import instance_environment
 from harness.sandbox.errors import DockerUnavailable
 
 DEFAULT_TIMEOUT_S = 120
@@ -44,14 +45,12 @@ def get_client(
     timeout: int = DEFAULT_TIMEOUT_S, environment: dict[str, str] | None = None
 ) -> docker.DockerClient:
     """A client of ``environment`` (``DOCKER_HOST`` etc.), pinged once. Without one: the
-    engine of the instance this process runs (:func:`harness.sandbox.placement.
+    engine of the instance this process runs (:func:`harness.sandbox.active_engine.
     instance_environment`: the placed slot's engine, else this process's environment).
 
     Raises :class:`DockerUnavailable` (``docker_unavailable``) when the daemon is not there.
     """
     if environment is None:
-        from harness.sandbox.placement import instance_environment
-
         environment = instance_environment()
     try:
         client = EngineClient.from_env(timeout=timeout, environment=environment)

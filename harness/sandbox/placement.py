@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.layout import state_dir
+from harness.sandbox.active_engine import current, instance_environment, swap
 from harness.sandbox.engines import EngineRecord, alive, engine_environment
 
 POLL_S = 0.2
@@ -65,9 +66,6 @@ class Slot:
         if self.fd >= 0:
             os.close(self.fd)  # closing drops the flock
             self.fd = -1
-
-
-_active: Slot | None = None  # the slot of the instance this process runs (not os.environ)
 
 
 def engines_dir(run_root: Path | str) -> Path:
@@ -156,27 +154,17 @@ def acquire(
 def placed(slot: Slot) -> Iterator[Slot]:
     """Make ``slot`` this process's active slot while the block runs (``os.environ`` stays
     as it is: clients and subprocesses get the engine from :func:`instance_environment`)."""
-    global _active
-    previous, _active = _active, slot
+    previous = swap(slot)
     try:
         yield slot
     finally:
-        _active = previous
+        swap(previous)
 
 
 def active() -> Slot | None:
     """The slot of the instance running in this process, if the run places instances."""
-    return _active
-
-
-def instance_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a client or subprocess that must reach the running instance's
-    engine: ``base`` (default: this process's environment) with the active slot's engine
-    variables on top; a copy of ``base`` when no slot is active."""
-    slot = _active
-    if slot is None:
-        return dict(os.environ if base is None else base)
-    return slot.environment(base)
+    slot = current()
+    return slot if isinstance(slot, Slot) else None
 
 
 def controller_environment() -> dict[str, str]:
