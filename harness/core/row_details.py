@@ -95,7 +95,7 @@ class AgentDetails(DetailSection):
     checkpoint_from: str | None = None  # the ancestor's checkpoint a reattach carried
     reattach: dict[str, Any] | None = None  # a resume's reattach to a kept sandbox
     kept_sandbox: dict[str, Any] | None = None  # kept running for a resume after a give-up
-    redo_existing: dict[str, Any] | None = None  # --redo-existing: what was cleared
+    redo_existing: dict[str, Any] | None = None  # --pb-redo-existing: what was cleared
     wall_s: float | None = None  # the agent phase's wall time (the trial)
     outcome: dict[str, Any] | None = None  # the benchmark's view: completed, reason
 
