@@ -24,6 +24,7 @@ from harness.run.resume import (
     plan_resume,
 )
 from harness.runner.instance import RunContext
+from harness.runner.options import RunOptions
 
 
 def selection_change(ancestor: list[str], now: list[str]) -> dict[str, int]:
@@ -53,10 +54,11 @@ def local_image_ids() -> Callable[[str], str | None]:
     return resolve
 
 
-def admit_resume(options: Any, run: RunContext, manifest: Manifest,
+def admit_resume(options: RunOptions, run: RunContext, manifest: Manifest,
                  config_dict: dict[str, Any], versions: dict[str, str]) -> ResumePlan:
     """The resume's plan, set on ``run.plan`` and recorded in ``manifest``; a resume that
     cannot continue its ancestors is refused (one line, exit 2)."""
+    assert options.resume_from is not None  # called for a resume only
     try:
         rp = plan_resume(Path(options.resume_from), config=config_dict,
                          benchmark_versions=versions, shard=run.plan.shard,

@@ -1,7 +1,7 @@
-"""pytest wiring of agents: ``--agent`` and its options, the controller's preflights (seed
-gate, target actor, runtime attestation: recorded first, then enforced), the
-``harness_agent`` fixture, and :func:`run_agent`, which turns an agent's outcome into the
-instance's row fields.
+"""pytest wiring of agents: ``--agent`` and its options (registered and checked by
+:mod:`harness.runner.options`), the controller's preflights (seed gate, target actor,
+runtime attestation: recorded first, then enforced), the ``harness_agent`` fixture, and
+:func:`run_agent`, which turns an agent's outcome into the instance's row fields.
 
 ``--model-record DIR`` / ``--model-replay DIR`` (``--replay-order strict|sequence``): the
 agent's model calls recorded or replayed at the model gateway
@@ -25,6 +25,7 @@ import pytest
 from harness.agents.kinds import AGENT_KINDS
 from harness.core.errors import InfraError, RefusalError
 from harness.core.outcomes import Outcome
+from harness.runner.options import GATEWAY_URL_ENV
 
 if TYPE_CHECKING:  # agents and rows load when a run starts, not at collection
     from harness.agents.base import Agent, AgentOptions, AgentOutcome, AgentRequest, InstanceView
@@ -32,7 +33,6 @@ if TYPE_CHECKING:  # agents and rows load when a run starts, not at collection
     from harness.model_proxy.tape import TapeConfig, TapeSession
     from harness.runner.instance import InstanceContext, RunContext
 
-GATEWAY_URL_ENV = "HARNESS_GATEWAY_URL"
 # A replayed command agent's gateway: an upstream it never contacts and a key it never uses
 # (the gateway's checks want both; in replay neither is read).
 REPLAY_UPSTREAM = "http://127.0.0.1:9/replay-only"
@@ -41,80 +41,6 @@ REPLAY_KEY_ENV = "HARNESS_REPLAY_HOLDS_NO_KEY"
 MODEL_FAILURES = ("model_upstream_failed", "model_api_error")
 # The tape of each agent this process built (the harness_agent fixture's).
 _TAPES: weakref.WeakKeyDictionary[Agent, TapeConfig] = weakref.WeakKeyDictionary()
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("harness agent", "the agent under test")
-    group.addoption("--agent", default=None, metavar="KIND",
-                    help=f"agent kind: {' | '.join(AGENT_KINDS)} (required except with "
-                         f"--dry-run, where task bodies are written for the gateway)")
-    group.addoption("--gateway-url", default=None, metavar="URL",
-                    help=f"agent server base URL (or ${GATEWAY_URL_ENV})")
-    group.addoption("--gateway-poll-sec", default=None, metavar="SEC",
-                    help="seconds between polls of a gateway task (default 5)")
-    group.addoption("--solve-model", default=None, metavar="MODEL",
-                    help="the declared model: the server's OUROBOROS_MODEL must be it, and "
-                         "the model gateway (--model-upstream) forwards only it")
-    group.addoption("--settings-path", default=None, metavar="PATH",
-                    help="the agent server's settings.json (with settings_base.json merged): "
-                         "its profile and model slots are checked before any task, and "
-                         "recorded (extra.settings_profile)")
-    group.addoption("--allow-model", action="append", default=[], metavar="NAME",
-                    help="a helper model the model gateway forwards besides --solve-model "
-                         "(repeatable); any other model gets 403 model_not_allowed")
-    group.addoption("--expect-runtime-version", default=None, metavar="VERSION",
-                    help="refuse (exit 2) unless the server reports this runtime_version")
-    group.addoption("--allow-runtime-skew", action="store_true", default=False,
-                    help="waive a runtime_version skew (recorded in the manifest); "
-                         "OBO_ALLOW_EVOLVED_VOLUME=1 does the same")
-    group.addoption("--agent-command", default=None, metavar="CMD",
-                    help="command line of a CLI agent run inside the sandbox")
-    group.addoption("--agent-kill-after", default=None, metavar="SEC",
-                    help="command agents: seconds between the task timeout's TERM and its "
-                         "KILL (default 10)")
-    group.addoption("--agent-exec-margin", default=None, metavar="SEC",
-                    help="command agents: seconds after timeout + kill-after before the "
-                         "harness itself kills the process tree (default 30)")
-    group.addoption("--agent-env", action="append", default=[], metavar="NAME",
-                    help="environment variable passed to the command agent (repeatable; "
-                         "values come from this environment, never argv)")
-    group.addoption("--agent-config", default=None, metavar="FILE",
-                    help="mini-swe-agent: YAML merged over the pinned programbench.yaml")
-    group.addoption("--model-upstream", default=None, metavar="URL",
-                    help="command and host-command agents: start the model gateway, "
-                         "forwarding to this OpenAI/Anthropic-compatible base URL")
-    group.addoption("--model-key-env", default=None, metavar="NAME",
-                    help="the gateway's provider key comes from $NAME "
-                         "(default HARNESS_MODEL_API_KEY; never passed to the sandbox)")
-    group.addoption("--model-prices", default=None, metavar="FILE",
-                    help="USD per million tokens per model (JSON), for calls whose "
-                         "response carries no cost")
-    group.addoption("--per-task-limit-usd", default=None, metavar="USD",
-                    help="stop an instance's agent once it spent this much (model "
-                         "gateway, mini-swe-agent, gateway tasks); refused for an agent "
-                         "whose spend the harness cannot see")
-    group.addoption("--model-record", default=None, metavar="DIR",
-                    help="store every model call of every instance in DIR (request, "
-                         "response, usage, cost; command agents behind --model-upstream, "
-                         "mini-swe-agent)")
-    group.addoption("--model-record-budget", default=None, metavar="CALLS,BYTES",
-                    help="with --model-record: the most calls and bytes one instance may "
-                         "record (default 2000,64MiB as 2000,67108864); the next call past "
-                         "either is refused with 402 record_budget_reached")
-    group.addoption("--model-replay", default=None, metavar="DIR",
-                    help="serve every model call from the records in DIR (a --model-record "
-                         "run's); no upstream, no key; a call with no record gets 409 "
-                         "replay_miss")
-    group.addoption("--replay-order", default=None, metavar="ORDER",
-                    help="with --model-replay: strict (default: a call gets the record of "
-                         "the same request) or sequence (each instance's calls get the "
-                         "recorded responses in order; every differing request is kept)")
-    group.addoption("--agent-repo", default=None, metavar="DIR",
-                    help="source checkout of the agent under test, recorded for provenance")
-    group.addoption("--allow-dirty-seed", action="store_true", default=False,
-                    help="allow a dirty --agent-repo checkout")
-    group.addoption("--expect-agent-commit", default=None, metavar="SHA",
-                    help="refuse unless --agent-repo's HEAD is this commit")
 
 
 def agent_kind(config: pytest.Config) -> str:
@@ -216,18 +142,9 @@ def build_agent(kind: str, options: AgentOptions, tape: TapeConfig | None) -> Ag
 
 
 def _float_option(config: pytest.Config, name: str) -> float | None:
+    """A positive number of seconds or dollars (checked when parsed)."""
     raw = config.getoption(name)
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        flag = "--" + name.replace("_", "-")
-        raise RefusalError(f"{flag} {raw!r} is not a positive number; pass e.g. {flag} 2",
-                           stage="agent", reason="agent_options")
-    return value
+    return None if raw is None else float(raw)
 
 
 def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:

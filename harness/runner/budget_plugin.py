@@ -1,9 +1,8 @@
-"""pytest wiring of campaign budgets: options, controller admission and meter supervision,
+"""pytest wiring of campaign budgets (options: :mod:`harness.runner.options`): controller admission and meter supervision,
 and the per-instance reservation (an autouse fixture that is a no-op unless enabled)."""
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from collections.abc import Generator, Sequence
@@ -13,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.budget.errors import BudgetRefused, CampaignPersistenceError
-from harness.budget.pgurl import check_option
 from harness.budget.session import BudgetSettings, ControllerBudget, WorkerBudget
 from harness.core.errors import InfraError, RefusalError
 from harness.core.outcomes import Outcome
@@ -31,51 +29,6 @@ FLOAT_OPTIONS = ("campaign_budget_usd", "prior_spend_usd", "per_task_reserve_usd
                  "custody_lease_sec")
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("harness budget", "campaign budgets and reservations")
-    group.addoption("--campaign-file", default=None, metavar="PATH",
-                    help="campaign budget file shared by every run of a campaign")
-    group.addoption("--campaign-url", default=None, metavar="URL", type=check_option,
-                    help="the campaign in PostgreSQL, shared by runs on several machines: "
-                         "postgresql://[user@]host/db?campaign=NAME (the password from "
-                         "PGPASSWORD, ~/.pgpass or a service file), or env:NAME")
-    group.addoption("--campaign-budget-usd", default=None, metavar="USD",
-                    help="the campaign's ceiling (fixed when the campaign file is created)")
-    group.addoption("--prior-spend-usd", default=None, metavar="USD",
-                    help="spend before the campaign file existed (creation only)")
-    group.addoption("--per-task-reserve-usd", default=None, metavar="USD",
-                    help="hold this much for each instance in flight (default 0: per-task "
-                         "limits are never reserved automatically)")
-    group.addoption("--budget-reserve-usd", default="0", metavar="USD",
-                    help="one allowance for delayed/in-flight charges, kept unspent below "
-                         "the ceiling whatever the concurrency (default 0)")
-    group.addoption("--budget-usd", default=None, metavar="USD",
-                    help="this run's own spend limit")
-    group.addoption("--meter", default="none",
-                    help="usage meter: openrouter[=URL] | none | a loaded test meter "
-                         "(-p harness.testing.fake_meter: fake-file:PATH); a budget "
-                         "without a meter needs --unknown-cost-allowance-usd")
-    group.addoption("--unknown-cost-allowance-usd", default=None, metavar="USD",
-                    help="held for each instance in flight and charged for one whose cost "
-                         "is unknown (a budget without --meter needs it, above 0)")
-    group.addoption("--meter-blindness-sec", default="30", metavar="SEC",
-                    help="stop when no meter reading is younger than this (default 30)")
-    group.addoption("--meter-poll-sec", default="15", metavar="SEC",
-                    help="seconds between meter readings (default 15)")
-    group.addoption("--meter-read-timeout-sec", default="5", metavar="SEC",
-                    help="bound of one meter reading (default 5)")
-    group.addoption("--custody-identity", default=None, metavar="ID",
-                    help="this run's name in the campaign across machines, e.g. the CI "
-                         "workflow run and shard: a later run with the same identity takes "
-                         "a dead entry's custody over, wherever it ran")
-    group.addoption("--custody-lease-sec", default="90", metavar="SEC",
-                    help="the custody lease, renewed every quarter of it while the run "
-                         "lives; another machine counts the run dead once it expired "
-                         "(default 90, at least 4)")
-    group.addoption("--min-free-disk-gb", default=None, metavar="GIB",
-                    help="refuse to start an instance below this much free disk")
-
-
 def settings_from(config: pytest.Config) -> BudgetSettings:
     """The budget options, parsed and validated once per process."""
     cached = config.stash.get(SETTINGS_KEY, None)
@@ -85,24 +38,13 @@ def settings_from(config: pytest.Config) -> BudgetSettings:
 
 
 def _parse_settings(config: pytest.Config) -> BudgetSettings:
+    # each number was checked when parsed (harness.runner.options: a finite number >= 0,
+    # the custody lease at least 4); what is judged with another option is refused here
     values: dict[str, Any] = {}
     for name in FLOAT_OPTIONS:
         raw = config.getoption(name)
-        if raw is None:
-            continue
-        try:
-            value = float(raw)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value < 0:
-            flag = "--" + name.replace("_", "-")
-            raise RefusalError(f"{flag} {raw!r} is not a non-negative number; pass e.g. "
-                               f"{flag} 10", stage="options", reason="bad_budget_option")
-        values[name] = value
-    if values.get("custody_lease_sec", 90.0) < 4:
-        raise RefusalError(f"--custody-lease-sec {values['custody_lease_sec']:g} is too short "
-                           "to renew: pass at least 4", stage="options",
-                           reason="bad_budget_option")
+        if raw is not None:
+            values[name] = float(raw)
     settings = BudgetSettings(campaign_file=config.getoption("campaign_file"),
                               campaign_url=config.getoption("campaign_url"),
                               meter=config.getoption("meter"),

@@ -58,6 +58,7 @@ from harness.runner.admission import (
 )
 from harness.runner.instance import ROW_PROPERTY, RunContext
 from harness.runner.live_view import LiveView
+from harness.runner.options import RunOptions
 from harness.runner.progress_monitor import ProgressMonitor, run_progress
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ ROOT_OPTIONS = ("--run-root", "--run-id", "--resume-from", "--shard")
 
 
 class Controller:
-    def __init__(self, config: pytest.Config, options: Any) -> None:
+    def __init__(self, config: pytest.Config, options: RunOptions) -> None:
         self.config = config
         self.options = options
         self.run: RunContext | None = None
@@ -188,7 +189,7 @@ class Controller:
         if m is None or run is None:
             return
         try:
-            wanted = set(self.config.option.instance or [])
+            wanted = set(self.options.instances)
             keys = [instance_key(name, spec.instance_id)
                     for name, adapter in sorted(run.adapters.items())
                     for spec in adapter.instances(self.config)
@@ -251,7 +252,7 @@ class Controller:
                                   nodeid=self.key_nodeids.get(key), status=status, ts_unix=now))
         if not rows:
             return
-        names = list(self.config.getoption("agent_env", None) or [])
+        names = list(self.options.agent_env)
         if names:  # as every row: no value of an --agent-env name on disk
             from harness.run import secrets as secrets_scan
 
@@ -389,9 +390,8 @@ class Controller:
         self.retries[reason] += 1
         if self.manifest is None:
             return
-        limit = getattr(self.config.option, "retry_infra", None)
         self.manifest.extra.infra_retries = InfraRetries(
-            limit=int(limit) if limit is not None else None,
+            limit=self.options.retry_infra,
             retries=sum(self.retries.values()), by_reason=dict(sorted(self.retries.items())))
 
     def retries_line(self) -> str | None:
@@ -509,8 +509,9 @@ class Controller:
             report = report_plugin()
             if report is None:
                 return
-            self.report_path = report.write_report(self.run.run_root,
-                                                   compare_to=self.options.compare_to)
+            compare = self.options.compare_to
+            self.report_path = report.write_report(
+                self.run.run_root, compare_to=Path(compare) if compare else None)
         except Exception as exc:
             self.report_error = f"{type(exc).__name__}: {exc}"
 

@@ -1,6 +1,7 @@
 """``--phase-timeout PHASE=SECONDS`` (a pytest plugin; :mod:`harness.runner.deadlines`):
-parsed once, refused by name when bad, recorded at admission, read by the benchmarks'
-instance code through :func:`harness.runner.deadlines.phase`."""
+each entry checked when parsed (:mod:`harness.runner.options`), read once, recorded at
+admission, read by the benchmarks' instance code through
+:func:`harness.runner.deadlines.phase`."""
 
 from __future__ import annotations
 
@@ -8,20 +9,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.runner.deadlines import DEFAULTS, PHASES, deadlines
+from harness.runner.deadlines import deadlines
 
 if TYPE_CHECKING:
     from harness.runner.instance import RunContext
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("harness")
-    defaults = ", ".join(f"{p} {DEFAULTS[p]:g}" if DEFAULTS[p] else f"{p} none"
-                         for p in PHASES)
-    group.addoption("--phase-timeout", action="append", default=[], metavar="PHASE=SECONDS",
-                    help=f"deadline of an instance's phase; past it the instance is "
-                         f"infrastructure, phase_timeout naming the phase (repeatable; 0: "
-                         f"none; defaults in seconds: {defaults}; agent: the task timeout)")
 
 
 def admit_deadlines(config: pytest.Config, run: RunContext) -> None:

@@ -60,7 +60,7 @@ def parse_deadlines(given: list[str] | None) -> dict[str, float | None]:
             seconds = -1.0
         if seconds < 0:
             raise ValueError(f"--phase-timeout {entry!r}: SECONDS must be a number >= 0 "
-                             f"(0: no deadline)")
+                             f"(0: no deadline), e.g. --phase-timeout {name}=600")
         out[name] = seconds or None
     return out
 

@@ -61,34 +61,6 @@ TUNNELS_KEY: pytest.StashKey[list[SshTunnel]] = pytest.StashKey()
 LEASES_KEY: pytest.StashKey[dict[int, tuple[Lease, docker.DockerClient]]] = pytest.StashKey()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("harness")
-    group.addoption(
-        "--docker-host",
-        action="append",
-        default=[],
-        metavar="URL",
-        help="run instances on this Docker engine (repeatable; unix://, tcp://, "
-        "ssh://); at most the worker count each, as its resources allow",
-    )
-    group.addoption(
-        "--engines",
-        default=None,
-        metavar="FILE",
-        help="TOML/JSON list of engines: url, capacity (the most instances at "
-        "once), labels, cert_path (tcp:// over TLS); and an instance's size",
-    )
-    group.addoption(
-        "--instance-resources",
-        default=None,
-        metavar="SPEC",
-        help="with --docker-host/--engines: what one instance takes on an "
-        "engine, e.g. cpus=4,memory=16g,disk=40g (default cpus=1,memory=1g,"
-        "disk=2g); each engine takes as many as its CPUs, free memory and "
-        "disk allow",
-    )
-
-
 def run_engines(run_root: Any) -> list[EngineRecord]:
     from harness.sandbox.engines import read_engines
 

@@ -27,17 +27,6 @@ import pytest
 from harness.run import ordering
 from harness.runner.worker import item_spec
 
-ORDERS = ("auto", "longest-first", "given")
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("harness")
-    group.addoption("--order", choices=ORDERS, default="auto",
-                    help="instance order: longest-first (estimates from --durations-from or "
-                         "difficulty), given; auto (default): longest-first when known")
-    group.addoption("--durations-from", action="extend", nargs="+", default=[],
-                    metavar="RUN_ROOT", help="earlier run roots whose ledgers give durations")
-
 
 def ledger_durations(roots: list[str | Path]) -> dict[str, float]:
     """instance id -> its last measured duration in the given runs' ledgers (later roots

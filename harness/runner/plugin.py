@@ -1,4 +1,5 @@
-"""pytest entry point: options, markers, and the role objects (thin).
+"""pytest entry point: markers and the role objects (thin); the options are
+:mod:`harness.runner.options`'s.
 
 The plugin stays inert unless a benchmark conftest provides an adapter
 (``pytest_harness_adapters``), so ``pytest tests`` of any project is unaffected.
@@ -9,7 +10,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,13 +22,13 @@ from harness.core.layout import workers_dir
 from harness.core.signals import StopGuard
 from harness.run.plan import (
     PlanError,
-    default_runs_root,
     parse_count,
     parse_shard,
     rewrite_attempt_keywords,
     rewrite_marker_args,
 )
 from harness.runner import hookspecs
+from harness.runner.options import RunOptions
 from harness.runner.selection import (
     GIVEN_KEYWORD_KEY,
     apply_task_file,
@@ -53,8 +53,10 @@ if TYPE_CHECKING:  # the controller and the file models load when a run starts
     from harness.runner.controller import Controller
 
 # The runner's own plugins: Docker sandbox fixtures, campaign budgets, agents.
-pytest_plugins = ["harness.runner.startup", "harness.runner.selection",
-                  "harness.runner.sandbox_fixtures", "harness.runner.sandbox_hooks",
+# Its options are all registered by harness.runner.options (first: the --help groups).
+pytest_plugins = ["harness.runner.options", "harness.runner.startup",
+                  "harness.runner.selection", "harness.runner.sandbox_fixtures",
+                  "harness.runner.sandbox_hooks",
                   "harness.runner.pull_plugin", "harness.runner.engine_plugin",
                   "harness.runner.engine_admission", "harness.runner.order",
                   "harness.runner.budget_plugin", "harness.runner.agent_plugin",
@@ -65,118 +67,12 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("harness", "benchmark runner")
-    group.addoption("--run-root", default=None,
-                    help="directory of this run (must not exist); default "
-                         "$BENCH_RUNS_ROOT (or $OUROBOROS_BENCH_RUNS_ROOT)/<run_id>, else "
-                         "./bench_runs/<run_id>")
-    group.addoption("--run-id", default=None, help="run id (default <benchmark>-<time>-<hex>)")
-    group.addoption("--dry-run", action="store_true", default=False,
-                    help="write manifest, plan and each instance's inputs; run no agent")
-    group.addoption("--resume-from", default=None, metavar="RUN_ROOT",
-                    help="continue an earlier run in a new run root")
-    group.addoption("--max-recovery-generations", default="2",
-                    help="most resume generations allowed while work remains (default 2)")
-    group.addoption("--allow-seed-change", action="store_true", default=False,
-                    help="resume although the agent seed commit (--agent-repo HEAD) differs "
-                         "from the ancestor's (waiver recorded in the manifest)")
-    group.addoption("--allow-runtime-change", action="store_true", default=False,
-                    help="resume although the agent server's runtime_version differs from "
-                         "the ancestor's (waiver recorded)")
-    group.addoption("--allow-image-change", action="store_true", default=False,
-                    help="resume although an instance image's digest differs from the one "
-                         "the ancestor ran (waiver recorded)")
-    group.addoption("--shard", default=None, metavar="I/N",
-                    help="run shard I of N: a stable hash of the task id, so every attempt "
-                         "of a task is in one shard, also after a resume raises --attempts")
-    group.addoption("--instance", action="append", default=[], metavar="ID",
-                    help="select an instance by id (repeatable)")
-    group.addoption("--task-file", default=None, metavar="FILE",
-                    help="select the instances FILE lists: one id a line ('#' comments, "
-                         "blank lines ignored), or a JSON list, or the ProgramBench gate's "
-                         "--tasks file; an unknown id is refused (exit 2)")
-    group.addoption("--all-instances", action="store_true", default=False,
-                    help="select every instance the benchmark collects; with --resume-from "
-                         "it grows the run from its ancestor's selection to all of them")
-    group.addoption("--harness-progress", default="auto", metavar="MODE",
-                    help="live progress: auto (live on a terminal, lines otherwise), "
-                         "live, lines, off")
-    group.addoption("--no-report", action="store_true", default=False,
-                    help="do not write the HTML/Markdown report at session end")
-    group.addoption("--compare-to", default=None, metavar="RUN_ROOT",
-                    help="add a paired comparison with an earlier run to the report")
-    group.addoption("--attempts", default=None, metavar="K",
-                    help="run each instance K times, each attempt its own item, sandbox, "
-                         "row and budget reservation (ids <id>@1 ... <id>@K); default 1, "
-                         "or the ancestor's K on --resume-from")
-    group.addoption("--retry-infra", default="1", metavar="N",
-                    help="run an instance again, up to N times, when it failed on "
-                         "infrastructure (never an agent failure nor an interrupt), each try "
-                         "its own row, the last one counting (default 1; 0: off)")
-    group.addoption("--retry-infra-backoff", default="1", metavar="SEC",
-                    help="wait before the first infrastructure retry, doubled for each "
-                         "next one, at most 60 s (default 1)")
-
-
-@dataclass
-class Options:
-    run_root: str | None
-    run_id: str | None
-    runs_root: Path
-    dry_run: bool
-    resume_from: str | None
-    max_recovery_generations: int
-    shard_text: str | None
-    progress: str = "auto"
-    report: bool = True
-    compare_to: str | None = None
-    selectors: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def shard_given(self) -> bool:
-        return bool(self.shard_text)
-
-    @property
-    def selectors_given(self) -> bool:
-        return bool(self.selectors)
-
-
 def read_retry(config: pytest.Config) -> RetryPolicy:
+    """``--retry-infra`` (an integer >= 0, else exit 2) and its back-off (checked when
+    parsed: :mod:`harness.runner.options`)."""
     opt = config.option
     limit = parse_count("--retry-infra", opt.retry_infra, minimum=0, example="--retry-infra 1")
-    try:
-        base = float(opt.retry_infra_backoff)
-        if not 0 <= base < float("inf"):
-            raise ValueError
-    except ValueError as exc:
-        raise PlanError(f"--retry-infra-backoff {opt.retry_infra_backoff!r} is not a "
-                        f"non-negative number of seconds; pass e.g. --retry-infra-backoff 1"
-                        ) from exc
-    return RetryPolicy(limit=limit, base_s=base)
-
-
-def read_options(config: pytest.Config, adapters: list[BenchmarkAdapter]) -> Options:
-    opt = config.option
-    try:
-        generations = int(opt.max_recovery_generations)
-        if generations < 0:
-            raise ValueError
-    except ValueError as exc:
-        raise PlanError(
-            f"--max-recovery-generations {opt.max_recovery_generations!r} is not a "
-            f"non-negative integer; pass e.g. --max-recovery-generations 2") from exc
-    progress = opt.harness_progress
-    if progress not in ("auto", "live", "lines", "off"):
-        raise PlanError(f"--harness-progress {progress!r} is unknown; use auto, live, lines "
-                        f"or off")
-    return Options(
-        run_root=opt.run_root, run_id=opt.run_id, runs_root=default_runs_root(),
-        dry_run=opt.dry_run, resume_from=opt.resume_from,
-        max_recovery_generations=generations, shard_text=opt.shard,
-        progress=progress, report=not opt.no_report, compare_to=opt.compare_to,
-        selectors=user_selectors(config, adapters),
-    )
+    return RetryPolicy(limit=limit, base_s=float(opt.retry_infra_backoff))
 
 
 def collect_adapters(config: pytest.Config) -> dict[str, BenchmarkAdapter]:
@@ -251,7 +147,7 @@ def pytest_configure(config: pytest.Config) -> None:
         hooks.run = run
         return
     try:
-        options = read_options(config, list(adapters.values()))
+        options = RunOptions.of(config, user_selectors(config, list(adapters.values())))
         shard = parse_shard(options.shard_text)
     except (PlanError, RefusalError) as exc:  # a benchmark's own option, e.g. --pb-eval bogus
         fail_usage(str(exc))

@@ -22,10 +22,8 @@ release.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import math
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +34,7 @@ import pytest
 
 from harness.core.errors import RefusalError
 from harness.core.layout import state_dir
-from harness.sandbox.images.pull_settings import POLICIES, PullSettings, mirror_ref
+from harness.sandbox.images.pull_settings import PullSettings, mirror_ref
 
 if TYPE_CHECKING:
     from harness.core.models import TaskRow
@@ -49,40 +47,6 @@ GIB = 1 << 30
 # A pull waiting for room under the ceiling gives up at this share of the pull phase's
 # deadline, with its own reason (image_ceiling_full) before the phase's timer ends it.
 CEILING_WAIT_SHARE = 0.9
-
-
-def ceiling_gb(raw: str) -> float:
-    """``--image-disk-ceiling-gb``: a positive number of GiB (fractions allowed)."""
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a positive number of GiB (e.g. 12 "
-                                         "or 0.5)")
-    return value
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("harness")
-    group.addoption("--pull", choices=POLICIES, default="missing",
-                    help="pull instance images: missing (default), always (once per run), "
-                         "never")
-    group.addoption("--pull-jobs", type=int, default=2, metavar="N",
-                    help="at most N concurrent image pulls across all workers (default 2)")
-    group.addoption("--pull-retries", type=int, default=3, metavar="N",
-                    help="retries of a failed pull, with exponential back-off (default 3)")
-    group.addoption("--pull-min-free-gb", type=float, default=5.0, metavar="G",
-                    help="free disk to keep on Docker's data root after a pull (default 5)")
-    group.addoption("--image-mirror", default=None, metavar="HOST[:PORT]",
-                    help="pull HOST[:PORT]/<repository>:<tag> instead of the canonical image")
-    group.addoption("--image-digest-file", default=None, metavar="FILE",
-                    help='JSON {"instance_id": "sha256:..."}: pin instances to exact digests')
-    group.addoption("--image-disk-ceiling-gb", type=ceiling_gb, default=None, metavar="G",
-                    help="the most disk (GiB) this run's pulled task images may hold at once "
-                         "on an engine: each is removed after its instance's eval, a pull "
-                         "waits for room, an image bigger than G is refused unpulled "
-                         "(image_exceeds_ceiling); default: no ceiling, nothing removed")
 
 
 def load_pins(path: str | None) -> dict[str, str]:

@@ -29,7 +29,6 @@ Every failure here is an :class:`~harness.core.errors.InfraError` with a reason 
 
 from __future__ import annotations
 
-import argparse
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -53,49 +52,9 @@ TTL_MARGIN_S = 600
 DEFAULT_TTL_S = 3600
 
 
-def _positive_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a positive integer")
-    return value
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("harness")
-    group.addoption(
-        "--keep-sandboxes",
-        action="store_true",
-        default=False,
-        help="leave sandbox containers running after each instance (debugging); "
-        "remove them later with `harness sweep --run RUN_ID`",
-    )
-    group.addoption(
-        "--max-copy-out-mb",
-        type=_positive_int,
-        default=DEFAULT_MAX_COPY_MB,
-        metavar="MB",
-        help=f"most bytes of files one instance may copy out of its sandbox (default "
-        f"{DEFAULT_MAX_COPY_MB}); more ends it as an agent failure (submission_too_large)",
-    )
-    group.addoption(
-        "--max-copy-out-files",
-        type=_positive_int,
-        default=DEFAULT_MAX_COPY_FILES,
-        metavar="N",
-        help=f"most entries one instance may copy out of its sandbox (default "
-        f"{DEFAULT_MAX_COPY_FILES}); more ends it as an agent failure (too_many_files)",
-    )
-    group.addoption(
-        "--runtime",
-        dest="sandbox_runtime",
-        default=None,
-        metavar="NAME",
-        help="OCI runtime of every agent sandbox, registered with dockerd (e.g. runsc: "
-        "gVisor, see scripts/setup.sh); default: the daemon's default runtime",
-    )
+# Its options (--keep-sandboxes, --max-copy-out-mb/-files, --runtime) are the runner's; this
+# plugin registers them when it is used alone, without the runner.
+pytest_plugins = ["harness.runner.options"]
 
 
 def copy_limits(config: pytest.Config) -> CopyLimits:

@@ -20,6 +20,7 @@ from harness.runner.controller import (
     EXIT_STOPPED,
     Controller,
 )
+from harness.runner.options import RunOptions
 from tests.runner.runner_support import BENCH, row
 
 pytestmark = pytest.mark.usefixtures("no_git")
@@ -30,7 +31,9 @@ KEYS = [f"{BENCH}/a", f"{BENCH}/b", f"{BENCH}/c"]
 def controller(selection: list[str] | None = KEYS, outcomes: dict[str, Outcome] | None = None,
                *, dry_run: bool = False, root: Path | None = None) -> Controller:
     config: Any = SimpleNamespace(hook=SimpleNamespace(pytest_harness_row_written=lambda **kw: None))
-    c = Controller(config, SimpleNamespace())
+    c = Controller(config, RunOptions(run_root=None, run_id=None, runs_root=Path("runs"),
+                                      dry_run=dry_run, resume_from=None,
+                                      max_recovery_generations=2, shard_text=None))
     c.run = SimpleNamespace(  # type: ignore[assignment]
         run_id="r", run_root=root, adapters={}, worker_id="controller",
         plan=Plan(run_id="r", created_at_unix=0.0, dry_run=dry_run))

@@ -20,7 +20,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from harness.runner.pull_plugin import ceiling_gb
+from harness.runner.options import ceiling_gb
 from harness.sandbox.images.build import base_recipe, ensure_image
 from harness.sandbox.images.ceiling import CeilingFull, CeilingLedger, ImageCeiling, engine_key
 from harness.sandbox.images.pull import PullSettings, remote_size, resolve_image
