@@ -71,7 +71,8 @@ def test_resume_refuses_a_different_image_digest(suite, tmp_path):
     first = suite.run()
     ledger = first.root / "result_index.jsonl"
     rows = [json.loads(line) for line in ledger.read_text().splitlines()]
-    rows[-1]["details"]["engine"]["image"] = {"ref": built.tag, "id": "sha256:" + "0" * 64}
+    rows[-1]["details"].setdefault("engine", {})["image"] = {"ref": built.tag,
+                                                          "id": "sha256:" + "0" * 64}
     ledger.write_text("".join(json.dumps(r) + "\n" for r in rows))
     refused = suite.run("--resume-from", str(first.root))
     assert refused.rc == 2 and refused.manifest["refusal"]["reason"] == "image_changed"
