@@ -28,7 +28,10 @@ if TYPE_CHECKING:
     from harness.core.models import Outcome
     from harness.core.registry import BenchmarkRegistration
     from harness.core.untrusted import read_untrusted_text
+    from harness.runner.pull_plugin import pull_settings
+    from harness.runner.sandbox_fixtures import copy_limits
     from harness.runner.selection import names_folder
+    from harness.runner.worker import item_spec
 else:
     from harness.core.lazy import lazy_exports
 
@@ -38,7 +41,11 @@ else:
         "agent_capabilities": "harness.agents.base",  # what an agent kind can do
         "BenchmarkRegistration": "harness.core.registry",
         "read_untrusted_text": "harness.core.untrusted",
-        "names_folder": "harness.runner.selection"})
+        "names_folder": "harness.runner.selection",
+        # what a benchmark reads of the runner's own settings and items (never its plugins)
+        "item_spec": "harness.runner.worker",  # (benchmark, spec) of a collected item
+        "copy_limits": "harness.runner.sandbox_fixtures",  # --max-copy-out-*
+        "pull_settings": "harness.runner.pull_plugin"})  # --pull, --image-mirror, pins
 
 __all__ = [
     "AgentCapabilities",
@@ -55,7 +62,10 @@ __all__ = [
     "Verdict",
     "agent_capabilities",
     "atomic_write_json",
+    "copy_limits",
+    "item_spec",
     "names_folder",
+    "pull_settings",
     "read_untrusted_text",
     "run_trial",
 ]

@@ -248,7 +248,7 @@ class ProgramBenchAdapter(DeclaredBenchmark):
         # The selected order (--pb-filter/--pb-shuffle), not the execution order that
         # --order longest-first may already have given the items.
         rank = {inst.instance_id: n for n, inst in enumerate(self.selected(config))}
-        from harness.runner.worker import item_spec
+        from harness.api import item_spec
 
         def task(item: pytest.Item) -> str:
             found = item_spec(item)
