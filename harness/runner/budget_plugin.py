@@ -1,5 +1,6 @@
-"""pytest wiring of campaign budgets (options: :mod:`harness.runner.options`): controller admission and meter supervision,
-and the per-instance reservation (an autouse fixture that is a no-op unless enabled)."""
+"""pytest wiring of campaign budgets (options: :mod:`harness.runner.options`): controller
+admission and meter supervision, and the per-instance reservation (an autouse fixture that
+is a no-op unless enabled)."""
 
 from __future__ import annotations
 

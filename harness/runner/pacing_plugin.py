@@ -1,6 +1,6 @@
 """The model gateway's pacing options (a pytest plugin; :mod:`harness.model_proxy.pacing`):
-checked when parsed (:mod:`harness.runner.options`), recorded at admission, in force in the controller and in every worker, over
-the run's shared pacing state (its state folder)."""
+checked when parsed (:mod:`harness.runner.options`), recorded at admission, in force in the
+controller and in every worker, over the run's shared pacing state (its state folder)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """pytest plugin: image pull options, digest pins, and the image-change check on resume.
 
-Options (documented in docs/guides/engines-and-images.md):
+Options (registered by :mod:`harness.runner.options`; documented in
+docs/guides/engines-and-images.md):
 
 ``--pull missing|always|never``  when to pull an instance's image (default ``missing``)
 ``--pull-jobs N``                 concurrent pulls shared by all workers of the run (2)
@@ -11,7 +12,7 @@ Options (documented in docs/guides/engines-and-images.md):
 ``--image-disk-ceiling-gb G``     the most disk (GiB) the run's pulled images hold at once on
                                   an engine; each is removed after its instance's eval
                                   (:mod:`harness.sandbox.images.ceiling`)
-``--allow-image-change``          (harness/runner/plugin.py) let a resume run changed images (recorded)
+``--allow-image-change``          let a resume run changed images (recorded)
 
 Benchmarks call :func:`pull_settings` for an instance and :func:`harness.sandbox.images.pull.
 resolve_image` with it, and put the :class:`~harness.sandbox.images.pull.ImageRecord` in the row's
