@@ -92,7 +92,7 @@ STATUS = {
     Outcome.BLOCKED: "not_attempted",
     Outcome.NOT_ATTEMPTED: "not_attempted",
     Outcome.SKIPPED: "not_attempted",
-    Outcome.CARRIED: "skipped",  # the ancestor's status stays in details.carried_status
+    Outcome.CARRIED: "skipped",  # the ancestor's status stays in details.run.carried_status
     Outcome.DRY_RUN: "skipped",
 }
 

@@ -20,6 +20,7 @@ from benchmarks.cowork_bench.phases import AGENT_LOGS, WORKSPACE, AgentContext, 
 from benchmarks.cowork_bench.tasks import task_dir
 from harness.agents.base import AgentOutcome as RunnerOutcome
 from harness.core.fsutil import atomic_write_text
+from harness.core.models import AgentDetails
 from harness.sandbox.container import Sandbox, SandboxSpec
 from harness.sandbox.execution import MAX_OUTPUT_BYTES, ContainerExit, ExecResult
 from harness.sandbox.pack import NewDir, pack_tree
@@ -138,13 +139,13 @@ def write_usage(inst_dir: Path, records: list[dict[str, Any]]) -> None:
                           "".join(json.dumps(r) + "\n" for r in records))
 
 
-def orphan_usage(details: dict[str, Any]) -> list[dict[str, Any]]:
+def orphan_usage(details: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``llm_usage`` records of earlier attempts' gateway tasks this attempt settled first
-    (``agent_details.orphan_tasks``): what they spent, from their copied events (tokens) and
+    (the agent's own ``orphan_tasks``: ``details.agent.details``): what they spent, from their copied events (tokens) and
     their settled result (cost), so the spend of a killed run is not lost. A task counts when
     its events show usage or its settled result reports a cost (a run killed before the
     first events copy has only the latter)."""
-    agent_details = details.get("agent_details") or {}
+    agent_details = AgentDetails.read(details).details or {}
     out = []
     for orphan in agent_details.get("orphan_tasks") or []:
         cost = orphan.get("cost_usd")

@@ -241,7 +241,7 @@ def audit_task(
     carried_from = None
     if row and row.outcome is Outcome.CARRIED:
         carried_from = str(row.carried_from)
-        ledger_status = row.details.get("carried_status") or ledger_status
+        ledger_status = row.details.run.carried_status or ledger_status
     home = row_root(row, run_root, ancestors or {}) if row else run_root
     if home is None:
         gaps.append(f"carried_evidence_unavailable:{carried_from}")

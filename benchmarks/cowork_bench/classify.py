@@ -34,11 +34,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from benchmarks.cowork_bench import BENCHMARK
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.workspace import SANITISED_NAME, WorkspaceSanitised
 from harness.agents.gateway.checkpoint import AgentFolder
 from harness.agents.gateway.events import usage_with_tokens
-from harness.core.models import Outcome
+from harness.core.models import EvalDetails, Outcome
 from harness.core.untrusted import UntrustedFileError, read_untrusted_text
 
 Status = Literal["passed", "failed", "agent_failed", "infra_failed", "not_attempted"]
@@ -76,8 +77,15 @@ class Classification(BaseModel):
         return {"passed": True, "failed": False}.get(self.status)
 
     def row_fields(self) -> dict[str, Any]:
-        """Common ledger fields for ``TaskRow`` (status, outcome, score, resolved, infra, ...)."""
+        """Common ledger fields for ``TaskRow`` (status, outcome, score, resolved, infra, ...);
+        ``details`` in the row's sections: the checker's verdict (``eval``: pass, exit code)
+        in the eval section, everything else in Cowork's own (``details.cowork_bench``)."""
         receipt: dict[str, Any] = self.details.get("official_receipt") or {}
+        details: dict[str, Any] = {
+            BENCHMARK: {k: v for k, v in self.details.items() if k != EvalDetails.KEY}}
+        if self.details.get(EvalDetails.KEY):
+            details[EvalDetails.KEY] = EvalDetails.model_validate(
+                self.details[EvalDetails.KEY]).model_dump(mode="json", by_alias=True)
         return {
             "status": self.status,
             "outcome": self.outcome.value,
@@ -86,7 +94,7 @@ class Classification(BaseModel):
             "score": None if self.resolved is None else float(self.resolved),
             "infra": self.status in ("infra_failed", "not_attempted"),
             "official_eval_status": receipt.get("state", "not_run"),
-            "details": self.details,
+            "details": details,
         }
 
 

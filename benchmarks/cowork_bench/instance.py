@@ -219,7 +219,7 @@ def _start_sidecar(task: CoworkTask, ident: RunIdentity, dump: Path, ttl: int,
 
 def teardown(ident: RunIdentity, instance_id: str) -> dict[str, object]:
     """Remove everything labelled with this run and instance, proven by a second listing
-    (``sweep_incomplete`` if anything is left); the row's ``details.cleanup``."""
+    (``sweep_incomplete`` if anything is left); the row's ``details.engine.cleanup``."""
     gone = remove_labelled(ident.labels(instance_id))
     return {"removed_containers": gone["containers"], "removed_networks": gone["networks"],
             "remaining": []}  # fmt: skip
@@ -266,7 +266,8 @@ def ancestor_roots(ctx: InstanceContext) -> list[Path]:
         return [p for p in run_roots(ctx.run_root).values()
                 if p.resolve() != Path(ctx.run_root).resolve()]
     except Exception as exc:  # the manifest is the runner's: unreadable means no recovery
-        ctx.result.details["recovery_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        own = ctx.result.details.setdefault(BENCHMARK, {})  # the row's Cowork section
+        own["recovery_error"] = f"{type(exc).__name__}: {exc}"[:500]
         return []
 
 
@@ -338,7 +339,7 @@ def write_body(
 def seed_for(ctx: InstanceContext, config: pytest.Config, kind: str) -> SeedTar | None:
     """The ``--agent-repo`` checkout for an agent that runs in the agent container (the
     command agent), as the run recorded it; its record goes to ``agent_seed.json`` and the
-    row's ``details.agent_seed``. None for other agents (their seed runs elsewhere)."""
+    row's ``details.cowork_bench.agent_seed``. None for other agents (their seed runs elsewhere)."""
     repo = config.getoption("agent_repo", None)
     if not repo or kind not in SEED_KINDS:
         return None
@@ -350,5 +351,5 @@ def seed_for(ctx: InstanceContext, config: pytest.Config, kind: str) -> SeedTar 
     seed = agent_seed(repo, recorded, bool(config.getoption("allow_dirty_seed", False)))
     atomic_write_json(ctx.instance_dir / SEED_RECORD, seed.record)
     ctx.output("agent_seed", ctx.instance_dir / SEED_RECORD)
-    ctx.result.details["agent_seed"] = seed.record.summary()
+    ctx.result.details.setdefault(BENCHMARK, {})["agent_seed"] = seed.record.summary()
     return seed

@@ -11,7 +11,7 @@
   this instance's network that reaches only the agent container's supervisor port. The
   task body's ``metadata.mcp_http_urls`` (``name=url,...``) names each ready server's route
   URL (the token is in it); ``runner_agent/tool_route.json`` records the route (the
-  token's fingerprint, never the token), and the row's ``details.agent_details.tool_route``
+  token's fingerprint, never the token), and the row's ``details.agent.details.tool_route``
   the requests it forwarded and refused.
 """
 

@@ -6,7 +6,7 @@ ran (not a dry run) used another
 * runtime image (agent and eval containers) or PostgreSQL sidecar image, the harness's own
   default images included: each run records the IDs it admitted
   (``extra.cowork.run_images``); an older ancestor without that record is read from its
-  rows' ``details.runtime_image``/``details.pg_image``. ``--allow-image-change`` waives
+  rows' ``details.cowork_bench.runtime_image``/``pg_image``. ``--allow-image-change`` waives
   an image change (recorded; the run is then not reportable);
 * harness commit (``source.head`` of the manifests): a verdict depends on the harness's
   adapter as much as on the checkout; check the ancestor's commit out, or start afresh.
@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.cowork_bench import BENCHMARK
 from harness.core.errors import RefusalError
 from harness.core.models import Manifest, TaskRow
 
@@ -50,8 +51,9 @@ def run_images(manifest: Manifest, rows: Iterable[TaskRow]) -> dict[str, set[str
             out[role].add(record[role])
     if not any(out.values()):
         for row in rows:
+            own = row.details.section(BENCHMARK) or {}
             for role, name in ROW_FIELDS.items():
-                value = row.details.get(name)
+                value = own.get(name)
                 if isinstance(value, str) and value:
                     out[role].add(value)
     return out

@@ -22,8 +22,8 @@
   never builds, it runs the ID the controller admitted into the manifest.
 
 The resolved image IDs enter the run's result configuration (a resume with another image is
-refused) and ``extra.cowork.images`` of the manifest; each row's ``details.runtime_image``
-and ``details.pg_image`` name the IDs its containers ran.
+refused) and ``extra.cowork.images`` of the manifest; each row's ``details.cowork_bench``
+(``runtime_image``, ``pg_image``) names the IDs its containers ran.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.cowork_bench import BENCHMARK
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.agents import (
     AgentBox,
@@ -67,7 +68,7 @@ from benchmarks.cowork_bench.task_body import description
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs
 from harness.api import DeclaredBenchmark, InfraError, Kept, Trial, Verdict
 from harness.core.fsutil import atomic_write_text
-from harness.core.models import Outcome
+from harness.core.models import EngineDetails, EvalDetails, Outcome
 from harness.runner.sandbox_fixtures import copy_limits
 
 if TYPE_CHECKING:
@@ -239,7 +240,7 @@ class CoworkSteps(DeclaredBenchmark):
     def score(self, trial: Trial, sandbox: Sandbox | None, artifact: Any) -> Verdict:
         life = _life(trial)
         if life.recovered is not None:
-            trial.ctx.result.details["recovered"] = life.recovered.model_dump(by_alias=True)
+            trial.details["recovered"] = life.recovered.model_dump(by_alias=True)
             return self._verdict(trial)
         env, summary = life.env, artifact
         assert env is not None and isinstance(summary, m.AgentSummary)
@@ -285,10 +286,11 @@ def _agent_context(trial: Trial, timeout_sec: float) -> AgentContext:
 
 
 def _details(trial: Trial, res: InstanceResult) -> None:
-    """What the instance ran, on the row: timings, cleanup, images, servers, eval phase."""
-    details = trial.ctx.result.details
-    details["timings"] = {k: round(v, 3) for k, v in res.timings.items()}
-    details["cleanup"] = res.cleanup
+    """What the instance ran, on the row: timings and the eval phase (``details.eval``), the
+    cleanup (``details.engine``), images and servers (Cowork's own, ``details.cowork_bench``)."""
+    bag, details = trial.ctx.result.details, trial.details
+    EvalDetails(timings={k: round(v, 3) for k, v in res.timings.items()}).put(bag)
+    EngineDetails(cleanup=res.cleanup).put(bag)
     details["runtime_image"] = res.runtime_image
     details["pg_image"] = res.pg_image
     if res.pg_seed_missing:
@@ -298,7 +300,7 @@ def _details(trial: Trial, res: InstanceResult) -> None:
         inv = McpInventory.model_validate_json(inventory.read_bytes())
         details["mcp_servers"] = {s.name: s.state for s in inv.servers}
     if res.eval is not None:
-        details["eval_phase"] = {"kind": res.eval.kind, "attempt_id": res.eval.attempt_id}
+        EvalDetails(phase={"kind": res.eval.kind, "attempt_id": res.eval.attempt_id}).put(bag)
     if res.diagnostic is not None:
         details["diagnostic"] = {"outcome": res.diagnostic.outcome,
                                  "reason": res.diagnostic.reason}
@@ -307,10 +309,12 @@ def _details(trial: Trial, res: InstanceResult) -> None:
 def verdict_of(trial: Trial, c: Classification) -> Verdict:
     """The classification as the verdict (:meth:`Classification.row_fields`): passed and
     failed are scored, ``agent_failed`` the agent's, anything else infrastructure."""
-    details = trial.ctx.result.details
+    bag, details = trial.ctx.result.details, trial.details
     fields = c.row_fields()
-    details.update(fields["details"])
+    sections = fields["details"]
+    details.update(sections[BENCHMARK])
     details["cowork_status"] = c.status
+    EvalDetails.model_validate(sections.get(EvalDetails.KEY) or {}).put(bag)
     for name in SHOWN:
         if (trial.instance_dir / name).exists():
             trial.output(name.removesuffix(".json"), trial.instance_dir / name)
@@ -318,7 +322,7 @@ def verdict_of(trial: Trial, c: Classification) -> Verdict:
     if c.outcome is Outcome.SCORED:
         receipt = c.details.get("official_receipt") or {}
         tail = _checker_tail(trial.instance_dir, receipt.get("receipt_file"))
-        details.setdefault("eval", {})["checker_output_tail"] = tail
+        EvalDetails(checker_output_tail=tail).put(bag)
         if c.status == "failed":
             print(f"checker output of {trial.ctx.instance_id} (tail):\n{tail}")
         return Verdict(score=fields["score"], resolved=fields["resolved"], eval_status=status,

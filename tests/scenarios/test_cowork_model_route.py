@@ -96,9 +96,10 @@ def test_a_command_agent_in_a_cowork_container_reaches_the_scripted_model(tmp_pa
     assert "DIRECT blocked" in stdout  # and nothing else: the task network is internal
     # scored by the real checker: the model's tool call wrote the rows
     assert (row["status"], row["resolved"]) == ("passed", True), row
-    assert row["details"]["cost_source"] == "gateway" and row["cost_known"] is True
+    assert row["details"]["agent"]["cost_source"] == "gateway" and row["cost_known"] is True
     assert row["tokens"]["prompt"] == 700 and row["tokens"]["completion"] == 70
-    assert row["paid_activity"] is True and row["details"]["paid_activity"] == "observed"
+    assert row["paid_activity"] is True
+    assert row["details"]["cowork_bench"]["paid_activity"] == "observed"
     usage = json.loads((run.root / row["output_paths"]["model_gateway"]).read_text())
     assert usage["calls"] == 1
     # the key: not in what the agent could read, not anywhere in the run root

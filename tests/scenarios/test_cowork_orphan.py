@@ -126,7 +126,7 @@ def test_a_killed_cowork_gateway_run_is_resumed_without_a_second_live_task(
     assert state["submissions"] == 2 and state["tasks"][second] == "completed"
     settled_at = max(e["ts"] for e in first_events if e["type"] == "status")
     assert settled_at <= min(e["ts"] for e in second_events)  # never two live tasks
-    (orphan,) = row["details"]["agent_details"]["orphan_tasks"]
+    (orphan,) = row["details"]["agent"]["details"]["orphan_tasks"]
     assert (orphan["task_id"], orphan["action"], orphan["status"]) == (first, "cancelled",
                                                                       "cancelled")
     assert orphan["checkpoint"].endswith(f"r1/cowork_bench/{IID}/runner_agent/"
@@ -140,7 +140,8 @@ def test_a_killed_cowork_gateway_run_is_resumed_without_a_second_live_task(
              (run.root / "cowork_bench" / IID / "runtime_usage.jsonl").read_text().splitlines()]
     assert [(u["source"], u["task_id"]) for u in usage] == [("orphan_task", first),
                                                            ("runtime_result", second)]
-    assert row["details"]["paid_activity"] == "observed" and row["paid_activity"] is True
+    assert row["details"]["cowork_bench"]["paid_activity"] == "observed"
+    assert row["paid_activity"] is True
 
     # nothing lost, nothing run twice, money exact: the resumed task's work is scored by the
     # real checker; the two tasks' costs are the row's and the orphan's, each counted once

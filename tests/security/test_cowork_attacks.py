@@ -111,7 +111,7 @@ def test_gateway_agent_cheats_and_attacks_and_gets_nothing(
     # the groundtruth link is removed before the eval container sees the workspace
     assert (row["status"], row["reason_code"], row["score"]) == ("failed", "verifier_failed", 0.0)
     assert "Sales_Summary.xlsx exists" in row["details"]["eval"]["checker_output_tail"]
-    removed = {r["path"]: r for r in row["details"]["workspace_removed"]}
+    removed = {r["path"]: r for r in row["details"]["cowork_bench"]["workspace_removed"]}
     assert set(removed) == {"Sales_Summary.xlsx", "gt", "passwd.txt"}, removed
     assert removed["Sales_Summary.xlsx"]["target"] == f"{GT}/Sales_Summary.xlsx"
     on_disk = json.loads((inst / "workspace_sanitised.json").read_text())
@@ -120,7 +120,8 @@ def test_gateway_agent_cheats_and_attacks_and_gets_nothing(
     assert os.path.islink(inst / "workspace" / "alias.txt")  # a link inside stays
     assert not os.path.lexists(inst / "workspace" / "pipe")  # copy-out never brings a FIFO
     # agent logs: links to /dev/zero refused and recorded; the FIFO never reached the host
-    refused = {r["file"]: r["why"] for r in row["details"]["agent_logs_refused"]}
+    refused = {r["file"]: r["why"]
+               for r in row["details"]["cowork_bench"]["agent_logs_refused"]}
     assert {"agent/events.jsonl", "agent/agent.log", "agent/runtime_usage.jsonl"} <= set(refused)
     assert "/dev/zero" in refused["agent/events.jsonl"]
     assert not os.path.lexists(inst / "agent" / "tools.jsonl") or "agent/tools.jsonl" in refused
@@ -172,14 +173,15 @@ def test_command_agent_relative_groundtruth_link_fails_and_runs_unprivileged(
     assert run.rc == 0, run.out
     row = run.latest[IID]
     assert (row["status"], row["reason_code"]) == ("failed", "verifier_failed")
-    removed = {r["path"]: r for r in row["details"]["workspace_removed"]}
+    removed = {r["path"]: r for r in row["details"]["cowork_bench"]["workspace_removed"]}
     assert "climbs out" in removed["Sales_Summary.xlsx"]["why"]
     stdout = (run.root / row["output_paths"]["agent_stdout"]).read_text()
     assert "uid=1000" in stdout and "CapEff:\t0000000000000000" in stdout
     if (runtime or security_runtime()) is None:  # gVisor shows neither NoNewPrivs nor the host cgroups
         assert "NoNewPrivs:\t1" in stdout
         assert "cpu=50000/100000 pids=300" in stdout  # the options reach the agent container
-    assert "agent/events.jsonl" in {r["file"] for r in row["details"]["agent_logs_refused"]}
+    refused = row["details"]["cowork_bench"]["agent_logs_refused"]
+    assert "agent/events.jsonl" in {r["file"] for r in refused}
     assert run.manifest["extra"]["cowork"]["applied_config"]["container_limits"] == {
         "cpus": 0.5, "memory": "2g", "pids": 300
     }  # fmt: skip

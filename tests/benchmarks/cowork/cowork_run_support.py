@@ -26,12 +26,13 @@ FILE_TASKS = ("excel-sales-summary", "sklad-reorder-excel")
 DB_TASKS = ("gcal-standup-week", "email-weekly-report", "email-reply-invoice")
 
 COUNTER_PLUGIN = '''
-"""Counts real checker invocations: wraps the checker runner the instance uses."""
+"""Counts real checker invocations: wraps the checker runner the instance uses (the
+trial's steps, and run_instance for direct use)."""
 import os
 
-from benchmarks.cowork_bench import instance
+from benchmarks.cowork_bench import instance, phases, steps
 
-_real = instance.container_checker
+_real = phases.container_checker
 
 
 def _counting(env, *args, **kwargs):
@@ -45,7 +46,7 @@ def _counting(env, *args, **kwargs):
     return run
 
 
-instance.container_checker = _counting
+instance.container_checker = steps.container_checker = _counting
 '''
 
 

@@ -133,7 +133,7 @@ def test_a_cowork_resume_cancels_the_task_its_ancestor_left_running_and_records_
     state = server.state()
     assert state["cancels"] == [first] and state["tasks"][first] == "cancelled"
     assert state["submissions"] == 2  # the resume's own task came after the cancel settled
-    (orphan,) = ctx.result.details["agent_details"]["orphan_tasks"]
+    (orphan,) = ctx.result.details["agent"]["details"]["orphan_tasks"]
     assert (orphan["task_id"], orphan["action"], orphan["status"]) == (first, "cancelled",
                                                                       "cancelled")
     assert orphan["paid_activity"] == "observed" and orphan["prompt_tokens"] == 100
@@ -159,7 +159,7 @@ def test_an_orphan_killed_before_its_first_events_copy_still_records_its_cost(
 
     assert step(ctx, server.url, {"steps": [{"run": "true"}]})(30) == "success"
 
-    (orphan,) = ctx.result.details["agent_details"]["orphan_tasks"]
+    (orphan,) = ctx.result.details["agent"]["details"]["orphan_tasks"]
     assert orphan["task_id"] == first and orphan["paid_activity"] == "unknown"
     assert orphan["cost_usd"] == 0.25
     usage = [json.loads(line) for line in
@@ -176,7 +176,7 @@ def test_an_orphan_an_earlier_resume_settled_is_not_counted_again(
     first = killed_attempt(tmp_path / "r1", server)
     ctx2 = context(tmp_path / "r2", (tmp_path / "r1",))
     step(ctx2, server.url, {"steps": [{"run": "true"}]})(30)
-    assert [o["task_id"] for o in ctx2.result.details["agent_details"]["orphan_tasks"]] == [
+    assert [o["task_id"] for o in ctx2.result.details["agent"]["details"]["orphan_tasks"]] == [
         first]
     row = TaskRow(ts_unix=time.time(), run_id="r2", benchmark=BENCHMARK, instance_id=IID,
                   status="infra_failed", outcome=Outcome.INFRA_FAILED,  # run again by r3
@@ -187,7 +187,8 @@ def test_an_orphan_an_earlier_resume_settled_is_not_counted_again(
 
     assert step(ctx3, server.url, {"steps": [{"run": "true"}]})(30) == "success"
 
-    orphans = ctx3.result.details.get("agent_details", {}).get("orphan_tasks") or []
+    own = ctx3.result.details.get("agent", {}).get("details") or {}
+    orphans = own.get("orphan_tasks") or []
     assert first not in [o["task_id"] for o in orphans]
     assert not (ctx3.instance_dir / m.RUNTIME_USAGE).exists() or first not in (
         ctx3.instance_dir / m.RUNTIME_USAGE).read_text()
@@ -204,7 +205,7 @@ def test_an_interrupted_cowork_gateway_task_proves_its_spend_from_its_events(
 
     events = ctx.instance_dir / m.RUNNER_DIR / "gateway_events.jsonl"
     assert events.is_file()
-    assert ctx.result.details["paid_evidence"] == "gateway_events_llm_usage"
+    assert ctx.result.details["agent"]["paid_evidence"] == "gateway_events_llm_usage"
     assert row_paid_activity(ctx.result) is True  # the row's paid_activity
     assert ctx.result.output_paths["gateway_events"].endswith(f"{m.RUNNER_DIR}/"
                                                               "gateway_events.jsonl")

@@ -98,8 +98,8 @@ def test_build_image_then_run_the_agent_in_it(tmp_path: Path, built_tags: list[s
     row = run.latest[IID]
     inst = run.root / "cowork_bench" / IID
     assert (inst / "workspace" / "m.txt").read_text().strip() == "cowork-marker-7"
-    assert row["details"]["runtime_image"] == image_id
-    assert row["details"]["pg_image"] == pg.image_id
+    assert row["details"]["cowork_bench"]["runtime_image"] == image_id
+    assert row["details"]["cowork_bench"]["pg_image"] == pg.image_id
     manifest = run.manifest
     assert manifest["extra"]["cowork"]["images"]["runtime"] == {
         "ref": tag, "id": image_id, "pulled": False, "repo_digest": None

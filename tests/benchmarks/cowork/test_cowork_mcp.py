@@ -166,8 +166,8 @@ def test_a_broken_server_is_mcp_unavailable_unless_allowed(tmp_path: Path) -> No
     assert (row["status"], row["reason_code"], row["infra"]) == (
         "infra_failed", "mcp_unavailable", True)  # fmt: skip
     assert row["score"] is None and row["resolved"] is None
-    assert row["details"]["mcp_servers"] == {"emails": "ready", "broken": "failed",
-                                             "silent": "failed", "noisy": "failed"}  # fmt: skip
+    assert row["details"]["cowork_bench"]["mcp_servers"] == {
+        "emails": "ready", "broken": "failed", "silent": "failed", "noisy": "failed"}
     inst = run.root / "cowork_bench" / BROKEN_TASK
     assert not (inst / "workspace" / "agent_ran").exists()  # the agent never started
     noisy = inst / "mcp" / "noisy.stderr.log"
@@ -196,10 +196,9 @@ def test_in_container_agent_uses_the_generated_config_three_tasks_share_no_port(
     for iid in INSIDE_TASKS:
         row = run.latest[iid]
         assert row["status"] == "passed", (iid, row)
-        assert row["details"]["runtime_image"].startswith("sha256:")
-        assert row["details"]["mcp_servers"] and set(row["details"]["mcp_servers"].values()) == {
-            "ready"
-        }
+        own = row["details"]["cowork_bench"]
+        assert own["runtime_image"].startswith("sha256:")
+        assert own["mcp_servers"] and set(own["mcp_servers"].values()) == {"ready"}
         stdout = (run.root / row["output_paths"]["agent_stdout"]).read_text()
         assert "mcp calls:" in stdout, stdout
         inv = McpInventory.model_validate_json(

@@ -60,8 +60,8 @@ def test_mini_swe_agent_solves_a_cowork_task_through_mcp_call(tmp_path: Path) ->
     assert run.rc == 0, run.out
     row = run.latest[IID]
     assert (row["status"], row["resolved"]) == ("passed", True), row
-    assert row["details"]["agent_details"]["exit_status"] == "Submitted"
-    assert row["details"]["agent_details"]["steps"] == len(COMMANDS)
+    assert row["details"]["agent"]["details"]["exit_status"] == "Submitted"
+    assert row["details"]["agent"]["details"]["steps"] == len(COMMANDS)
 
     inst = run.root / "cowork_bench" / IID
     instruction = (inst / "instruction.md").read_text()

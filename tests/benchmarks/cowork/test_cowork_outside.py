@@ -72,7 +72,7 @@ def test_an_agent_server_on_the_host_calls_the_task_tools_through_the_route(
     assert (row["status"], row["resolved"]) == ("passed", True), row
     (task,) = state["tasks"].values()
     assert task == "completed"
-    route = row["details"]["agent_details"]["tool_route"]
+    route = row["details"]["agent"]["details"]["tool_route"]
     assert route["refused"] == 0 and route["forwarded"] >= 4 * len(plan["steps"])
     assert sorted(route["paths"]) == ["/emails/mcp", "/filesystem/mcp", "/google_calendar/mcp"]
     agent_dir = run.root / "cowork_bench" / GCAL / "runner_agent"

@@ -110,7 +110,8 @@ def test_a_resume_on_other_images_or_another_harness_commit_is_refused(tmp_path:
     record = first.manifest["extra"]["cowork"]
     images = record["run_images"]
     assert set(images) == {"runtime", "pg"} and all(v.startswith("sha256:") for v in images.values())
-    assert first.latest[FILE_TASK]["details"]["runtime_image"] == images["runtime"]
+    assert first.latest[FILE_TASK]["details"]["cowork_bench"]["runtime_image"] == images[
+        "runtime"]
     # the only reason not to report it is the waiver it was given
     assert first.manifest["reportable"] is False
     assert [r.split(" (")[0] for r in first.manifest["not_reportable"]] == [DIRTY_WAIVER]

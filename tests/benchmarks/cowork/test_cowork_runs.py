@@ -69,13 +69,14 @@ def test_oracle_passes_file_tasks_and_fails_db_tasks_for_missing_rows(oracle_run
     assert sorted(calls) == sorted(FILE_TASKS + DB_TASKS)  # one checker run per instance
     # one sidecar and one network per instance, spread over both workers, all removed
     assert {r["worker"] for r in rows.values()} == {"gw0", "gw1"}
-    networks = [n for r in rows.values() for n in r["details"]["cleanup"]["removed_networks"]]
+    networks = [n for r in rows.values()
+                for n in r["details"]["engine"]["cleanup"]["removed_networks"]]
     assert len(set(networks)) == 5
     for iid, row in rows.items():
-        cleanup = row["details"]["cleanup"]
+        cleanup = row["details"]["engine"]["cleanup"]
         assert cleanup["remaining"] == [] and len(cleanup["removed_networks"]) == 1
         assert [c for c in cleanup["removed_containers"] if iid in c], cleanup  # its sidecar
-        assert row["details"]["timings"]["sidecar_total_s"] > 0
+        assert row["details"]["eval"]["timings"]["sidecar_total_s"] > 0
     assert labelled(run.manifest["run_id"]) == []
     cowork = run.manifest["extra"]["cowork"]
     assert cowork["bench"]["kind"] == "embedded" and cowork["bench_gate"]["ok"] is True
@@ -136,14 +137,14 @@ def test_resume_replays_a_finished_eval_without_calling_the_checker(  # type: ig
     for iid, status in lost.items():
         row = rows[iid]
         assert row["status"] == status and row["outcome"] == "scored", row
-        recovered = row["details"]["recovered"]
+        recovered = row["details"]["cowork_bench"]["recovered"]
         assert recovered["from_run_root"] == str(ancestor.resolve())
-        assert "cleanup" not in row["details"]  # no container was started for it
-        old = first.latest[iid]["details"]["official_receipt"]["attempt_id"]
+        assert "cleanup" not in row["details"].get("engine", {})  # no container started for it
+        old = first.latest[iid]["details"]["cowork_bench"]["official_receipt"]["attempt_id"]
         assert recovered["eval_attempt_id"] == old
     for iid in set(rows) - set(lost):
         assert rows[iid]["status"] == "skipped" and rows[iid]["outcome"] == "carried_forward"
-        assert rows[iid]["details"]["carried_status"] == first.latest[iid]["status"]
+        assert rows[iid]["details"]["run"]["carried_status"] == first.latest[iid]["status"]
     assert labelled(run.manifest["run_id"]) == []
     # the audit of the resumed run covers the whole selection (carried rows from the ancestor)
     out = tmp_path / "audit.json"
@@ -210,7 +211,7 @@ def test_gateway_plan_writing_the_rows_passes_the_db_tasks(tmp_path: Path) -> No
             STEP_COST * len(SCRIPTS)
         )
         assert row["tokens"]["prompt"] == 500 * len(SCRIPTS)
-        assert row["details"]["paid_activity"] == "observed"
+        assert row["details"]["cowork_bench"]["paid_activity"] == "observed"
         body = json.loads((run.root / row["output_paths"]["task_body"]).read_text())
         ref = body["executor_ref"]
         assert ref["type"] == "docker_exec" and ref["workspace_backend_path"].startswith("/")
@@ -243,7 +244,7 @@ def test_truncated_agent_is_agent_failed_and_the_diagnostic_stays_in_the_audit(
     assert (row["status"], row["reason_code"]) == ("agent_failed", "round_limit")
     assert row["official_eval_status"] == "declined" and row["score"] is None
     # the rows were written before the stop: the residual check passes, the verdict stays
-    assert row["details"]["diagnostic"]["outcome"] == "checks_passed"
+    assert row["details"]["cowork_bench"]["diagnostic"]["outcome"] == "checks_passed"
     out = tmp_path / "audit.json"
     subprocess.run([sys.executable, "-m", "harness.cli", "cowork", "audit", str(run.root),
                     "--output", str(out)], check=True, cwd=REPO_ROOT, capture_output=True)  # fmt: skip
@@ -259,7 +260,7 @@ def test_command_agent_runs_in_the_agent_container(tmp_path: Path) -> None:
                  "--agent-command", command)  # fmt: skip
     assert run.rc == 0, run.out
     row = run.latest["gcal-standup-week"]
-    assert row["status"] == "passed" and row["details"]["agent"] == "command"
+    assert row["status"] == "passed" and row["details"]["agent"]["kind"] == "command"
     assert "created 3 events" in (run.root / row["output_paths"]["agent_stdout"]).read_text()
     assert labelled(run.manifest["run_id"]) == []
 
@@ -272,7 +273,7 @@ def test_keep_sandboxes_leaves_the_sidecar_until_harness_sweep(tmp_path: Path) -
     try:
         assert run.rc == 0, run.out
         row = run.latest[iid]
-        assert row["status"] == "passed" and row["details"]["cleanup"] == {"kept": True}
+        assert row["status"] == "passed" and row["details"]["engine"]["cleanup"] == {"kept": True}
         run.result.stdout.fnmatch_lines([
             f"*--keep-sandboxes: remove this run's sandboxes with: harness sweep --run {run_id}"])
         kept = labelled(run_id)  # the sidecar and the network (agent and eval containers go)

@@ -131,7 +131,7 @@ def test_the_seed_runs_in_the_container_with_the_model_gateway_and_the_task_tool
     assert out.count("MCP create_event False") == 3, out[-3000:]
     assert "PIN 403 200" in out  # another model refused; the helper allowed
     assert (solved["status"], solved["resolved"]) == ("passed", True), solved
-    copied = solved["details"]["agent_seed"]
+    copied = solved["details"]["cowork_bench"]["agent_seed"]
     assert copied["commit"] == head and copied["path"] == SEED_PATH and copied["files"] == 3
     record = json.loads((run.root / solved["output_paths"]["agent_seed"]).read_text())
     assert record["tar_sha256"] == copied["tar_sha256"] and record["dirty"] is False

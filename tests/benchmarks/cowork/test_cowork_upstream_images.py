@@ -294,8 +294,9 @@ def test_run_builds_the_image_and_uses_the_official_postgres(
     assert run.rc == 0, run.out[-3000:]
     row = run.latest[GCAL]
     assert (row["status"], row["resolved"]) == ("passed", True), row
-    assert row["details"]["runtime_image"] == upstream_built.derived_id  # the admitted image
-    assert row["details"]["pg_image"] == pg_id
+    own = row["details"]["cowork_bench"]
+    assert own["runtime_image"] == upstream_built.derived_id  # the admitted image
+    assert own["pg_image"] == pg_id
     assert run.manifest["extra"]["cowork"]["images"]["runtime"]["ref"] == (
         upstream_built.derived_tag
     )

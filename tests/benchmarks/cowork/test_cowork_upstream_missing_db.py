@@ -39,7 +39,7 @@ def test_a_checkout_without_db_needs_allow_missing_db(tmp_path: Path) -> None:
                          "--cowork-allow-missing-db", timeout=600)  # fmt: skip
     row = allowed.latest[IID]
     assert (row["status"], row["resolved"]) == ("passed", True), allowed.out[-2000:]
-    assert row["details"]["pg_seed_missing"] == str(root / "db" / "init.sql.gz")
+    assert row["details"]["cowork_bench"]["pg_seed_missing"] == str(root / "db" / "init.sql.gz")
     extra = allowed.manifest["extra"]
     assert extra["cowork"]["applied_config"]["allow_missing_db"] is True
     assert any("--cowork-allow-missing-db" in r for r in extra["not_reportable_by_benchmark"]["cowork_bench"])
