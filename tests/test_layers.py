@@ -102,14 +102,11 @@ BENCHMARK_SURFACE: frozenset[str] = frozenset({
     "harness.agents.gateway.events",
     "harness.agents.gateway.models",
     "harness.agents.gateway.reattach",
-    # the runner: an instance's context, the fixtures and plugins a conftest names
-    "harness.runner.agent_plugin",
+    # the runner: an instance's context and the selection; never a runner plugin (issue 42:
+    # what a benchmark reads of the plugins' settings and items, harness.api gives it)
     "harness.runner.deadlines",  # issue 45: a benchmark's phases run under their deadlines
     "harness.runner.instance",
-    "harness.runner.pull_plugin",
-    "harness.runner.sandbox_fixtures",
     "harness.runner.selection",
-    "harness.runner.worker",
     # the command-line dispatch a benchmark's CLI reuses
     "harness.cli",
     # the public module of declared benchmarks (issue 42)

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.cowork_bench import BENCHMARK
-from benchmarks.cowork_bench.adapter import CoworkAdapter, CoworkOptions, add_options
+from benchmarks.cowork_bench.adapter import CoworkAdapter
+from benchmarks.cowork_bench.options import CoworkOptions, add_options
 from harness.core.adapter import BenchmarkAdapter
 from harness.core.errors import RefusalError
 from harness.runner.instance import RunContext

@@ -69,7 +69,7 @@ from harness.sandbox import create_internal_network, remove_labelled
 from harness.sandbox.limits import CopyLimits
 
 if TYPE_CHECKING:
-    from benchmarks.cowork_bench.adapter import CoworkOptions
+    from benchmarks.cowork_bench.options import CoworkOptions
 
 TTL_MARGIN_S = 3600  # container life beyond the agent timeout (preprocess, eval, teardown)
 BODY_NAME = "cowork_bench_task_body.json"

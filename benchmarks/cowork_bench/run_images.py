@@ -99,7 +99,7 @@ def has_registry(ref: str) -> bool:
 
 def _pull_settings(config: pytest.Config) -> Any:
     """The run's pull settings without its per-run lock folder (one pull, at admission)."""
-    from harness.runner.pull_plugin import pull_settings
+    from harness.api import pull_settings
     from harness.sandbox.images.pull import PullSettings
 
     if config.getoption("pull", None) is None:  # the pull plugin is not loaded

@@ -66,13 +66,12 @@ from benchmarks.cowork_bench.phases import (
 )
 from benchmarks.cowork_bench.task_body import description
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs
-from harness.api import DeclaredBenchmark, InfraError, Kept, Trial, Verdict
+from harness.api import DeclaredBenchmark, InfraError, Kept, Trial, Verdict, copy_limits
 from harness.core.fsutil import atomic_write_text
 from harness.core.models import EngineDetails, EvalDetails, Outcome
-from harness.runner.sandbox_fixtures import copy_limits
 
 if TYPE_CHECKING:
-    from benchmarks.cowork_bench.adapter import CoworkOptions
+    from benchmarks.cowork_bench.options import CoworkOptions
     from benchmarks.cowork_bench.run_images import RunImages
     from harness.agents.base import Agent, AgentRequest
     from harness.agents.base import AgentOutcome as RunnerOutcome
