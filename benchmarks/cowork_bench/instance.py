@@ -90,7 +90,7 @@ class InstanceResult:
     diagnostic: m.DiagnosticRecord | None = None
     runtime_image: str | None = None  # image id the agent and eval containers ran
     pg_image: str | None = None  # image id of the PostgreSQL sidecar
-    pg_seed_missing: str | None = None  # the dump that was not there (--allow-missing-db)
+    pg_seed_missing: str | None = None  # the dump that was not there (--cowork-allow-missing-db)
 
 
 def run_instance(
