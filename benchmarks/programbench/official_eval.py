@@ -122,10 +122,10 @@ class OfficialEvalResult(BaseModel):
     error_cause: Literal["agent", "infra"] | None = None
     docker_policy: DockerPolicy | None = None  # the policy in force for the eval's docker
     scorer_guard: ScorerGuardReport | None = None  # what was cut from the submission
-    # seconds per phase (see :func:`eval_timings`); the row's ``details.timings``
+    # seconds per phase (see :func:`eval_timings`); the row's ``details.eval.timings``
     timings: dict[str, float] = Field(default_factory=dict)
     # the test plugins the eval's pytest resolved, {distribution: version} (issue 45: the
-    # grader drifts with them); the row's ``details.eval_test_plugins``
+    # grader drifts with them); the row's ``details.eval.test_plugins``
     test_plugins: dict[str, str] = Field(default_factory=dict)
 
 

@@ -38,7 +38,13 @@ from harness.api import Kept, Trial, agent_capabilities
 from harness.api import Verdict as TrialVerdict
 from harness.core.errors import InfraError
 from harness.core.fsutil import atomic_write_json
-from harness.core.models import Outcome
+from harness.core.models import (
+    AgentDetails,
+    EngineDetails,
+    EvalDetails,
+    Outcome,
+    SubmissionDetails,
+)
 from harness.core.untrusted import hash_untrusted_file
 from harness.runner.instance import InstanceContext
 from harness.sandbox.container import Sandbox
@@ -77,12 +83,12 @@ def resolve_instance_image(trial: Trial, inst: PBInstance) -> tuple[str, str | N
 
             reference = Path(fixture.blob_dir).parent / "reference" / "calculator"
             image_id = ensure_cleanroom_layout_image(reference.read_bytes())
-            ctx.result.details["image"] = {"ref": "cleanroom-layout fixture", "id": image_id,
-                                           "built_locally": True}
+            EngineDetails(image={"ref": "cleanroom-layout fixture", "id": image_id,
+                                 "built_locally": True}).put(ctx.result.details)
             return image_id, blob_dir
         if mirror is None:
-            ctx.result.details["image"] = {"ref": fixture.image, "id": fixture.image_id,
-                                           "built_locally": True}
+            EngineDetails(image={"ref": fixture.image, "id": fixture.image_id,
+                                 "built_locally": True}).put(ctx.result.details)
             return fixture.image_id, blob_dir
     return trial.pull_image(inst.image_ref()), blob_dir
 
@@ -166,7 +172,7 @@ def start_sandbox(trial: Trial, settings: Any, image_id: str,
                                labels=dict(labels), binds=binds)
     if host:
         install_reference(sandbox, reference)
-    ctx.result.details["preflight"] = preflight(ctx, sandbox, host_workspace=host)
+    trial.details["preflight"] = preflight(ctx, sandbox, host_workspace=host)
     return sandbox
 
 
@@ -190,36 +196,39 @@ def collect_submission(ctx: InstanceContext, sandbox: Sandbox) -> Path | TrialVe
     dest = ctx.instance_dir / "submission.tar.gz"
     facts = freeze_and_probe(sandbox, WORKSPACE)
     if facts.probe_error:
-        ctx.result.details["workspace_probe_error"] = facts.probe_error
+        SubmissionDetails(probe_error=facts.probe_error).put(ctx.result.details)
     try:
         info = export_submission(sandbox, dest, facts=facts, protected_paths=[REFERENCE_NAME],
                                  workspace=WORKSPACE)
     except CopyRefused as exc:
         dest.unlink(missing_ok=True)
         limits = sandbox.copy_limits
-        ctx.result.details["submission_refused"] = {
+        SubmissionDetails(refused={
             "reason": exc.reason_code, "error": str(exc)[:1000],
-            "max_copy_out_mb": limits.max_bytes >> 20, "max_copy_out_files": limits.max_files}
+            "max_copy_out_mb": limits.max_bytes >> 20, "max_copy_out_files": limits.max_files,
+        }).put(ctx.result.details)
         return TrialVerdict(outcome="agent_failed", reason_code=exc.reason_code,
                             error=str(exc), eval_status="not_run")
     atomic_write_json(ctx.instance_dir / "submission_info.json", info)
     ctx.output("submission", dest)
     ctx.result.prediction_written = True
-    ctx.result.details["submission"] = {"files": info.file_count, "sha256": info.sha256,
-                                        "bytes": info.content_bytes}
+    collected = SubmissionDetails(files=info.file_count, sha256=info.sha256,
+                                  bytes=info.content_bytes)
     if info.protected_dropped:
-        ctx.result.details["submission"]["protected_dropped"] = info.protected_dropped
+        collected.protected_dropped = list(info.protected_dropped)
+    collected.put(ctx.result.details)
     return dest
 
 
 def eval_verdict(ctx: InstanceContext, result: OfficialEvalResult, completed: bool,
                  reason: str | None) -> TrialVerdict:
-    """The official eval's result as the row's verdict (its details at the row's top)."""
+    """The official eval's result as the row's verdict (its details in the row's eval and
+    submission sections, and ProgramBench's own)."""
     atomic_write_json(ctx.instance_dir / "official_eval.json", result)
     if result.eval_json:
         ctx.output("eval_json", Path(result.eval_json))
     v = verdict(result, completed=completed, reason=reason)
-    ctx.result.details.update(v.details)
+    v.put(ctx.result.details)
     if v.outcome is Outcome.INFRA_FAILED:
         return TrialVerdict(outcome="infra", reason_code=v.reason_code,
                             error=v.error or v.reason_code, eval_status=v.official_eval_status)
@@ -234,9 +243,13 @@ def set_aside_interrupted_eval(ctx: InstanceContext) -> None:
     """An eval cut at its deadline may leave the CLI's eval.json of what it had done: not
     a verdict, so renamed (``.interrupted``) where ``programbench info``, the parity check
     and a resume never read it as one."""
+    names: list[str] = []
     for path in ctx.instance_dir.glob("*.eval.json"):
         path.rename(path.with_name(path.name + ".interrupted"))
-        ctx.result.details.setdefault("eval_interrupted", []).append(path.name)
+        names.append(path.name)
+    if names:
+        before = EvalDetails.read(ctx.result.details).interrupted or []
+        EvalDetails(interrupted=[*before, *names]).put(ctx.result.details)
 
 
 def score_submission(ctx: InstanceContext, settings: Any, submission: Path, completed: bool,
@@ -250,8 +263,8 @@ def score_submission(ctx: InstanceContext, settings: Any, submission: Path, comp
                             error="--pb-eval off: submission kept, not scored; resume with "
                                   "--pb-eval per-task or batch to score it", eval_status="not_run")
     if settings.eval_mode == "batch" and ctx.sample is None:  # an attempt: scored here
-        ctx.result.details["eval_pending"] = {"completed": completed, "reason": reason,
-                                             "blob_dir": blob_dir}
+        EvalDetails(pending={"completed": completed, "reason": reason,
+                             "blob_dir": blob_dir}).put(ctx.result.details)
         return TrialVerdict(outcome="pending", reason_code="eval_pending",
                             eval_status="pending")
     result = evaluate_instance(eval_source(ctx, inst, submission), inst.instance_id,
@@ -330,20 +343,21 @@ def collect(trial: Trial, sandbox: Sandbox) -> Path | TrialVerdict:
             remove_host_workspace(host_ws)
     if isinstance(submission, TrialVerdict):
         return submission  # the agent's workspace was refused: nothing to score
-    ctx.result.details.update(scorer_guard.row_details(submission))  # before any eval mode
-    if ctx.result.details.get("scorer_files_removed") or ctx.result.details.get(
-            "scorer_files_rewritten"):  # the archive the eval scores, as the guard wrote it
+    guarded = scorer_guard.row_details(submission)  # before any eval mode
+    if guarded.scorer_files_removed or guarded.scorer_files_rewritten:
+        # the archive the eval scores, as the guard wrote it
         report = scorer_guard.read_report(submission.parent)
-        ctx.result.details["submission"]["sha256_scored"] = (
+        guarded.sha256_scored = (
             report.sha256_out if report is not None else hash_untrusted_file(submission)[0])
+    guarded.put(ctx.result.details)
     return submission
 
 
 def score(trial: Trial, sandbox: Sandbox | None, submission: Path) -> TrialVerdict:
     ctx = trial.ctx
     if sandbox is not None:  # the agent ran now (a kept submission brings its own)
-        ctx.result.details["agent_outcome"] = {"completed": trial.agent_completed,
-                                               "reason": trial.agent_reason}
+        AgentDetails(outcome={"completed": trial.agent_completed,
+                              "reason": trial.agent_reason}).put(ctx.result.details)
     return score_submission(ctx, _settings(trial), submission, trial.agent_completed,
                             trial.agent_reason, trial.state.get("blob_dir"))
 

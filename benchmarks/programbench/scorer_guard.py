@@ -54,6 +54,7 @@ from benchmarks.programbench.scorer_rules import (
     edit_config,
     root_reason,
 )
+from harness.core.models import SubmissionDetails
 from harness.core.untrusted import hash_untrusted_file
 
 REPORT_NAME = "scorer_guard.json"
@@ -230,11 +231,11 @@ def read_report(folder: Path) -> ScorerGuardReport | None:
         return None
 
 
-def row_details(path: Path) -> dict[str, object]:
-    """Guard ``path`` and say so for the row (``details.scorer_files_removed``...)."""
+def row_details(path: Path) -> SubmissionDetails:
+    """Guard ``path`` and say so for the row (``details.submission.scorer_files_removed``...)."""
     try:
         report = guard_submission(path)
     except (GuardError, OSError) as exc:
-        return {"scorer_guard_error": str(exc)[:1000]}
-    return {"scorer_files_removed": report.removed_names,
-            "scorer_files_rewritten": list(report.rewritten)}
+        return SubmissionDetails(scorer_guard_error=str(exc)[:1000])
+    return SubmissionDetails(scorer_files_removed=report.removed_names,
+                             scorer_files_rewritten=list(report.rewritten))

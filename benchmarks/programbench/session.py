@@ -72,7 +72,7 @@ def scored_row(row: TaskRow, result: OfficialEvalResult | None,
                 reason=pending.get("reason"))
     data.update(v.row_fields(), ts_unix=time.time(), error=v.error,
                 status=adapter.status_for(v.outcome, v.resolved))
-    data["details"].update(v.details)
+    v.put(data["details"])
     if result is not None and result.eval_json:
         data["output_paths"]["eval_json"] = result.eval_json
     return TaskRow.model_validate(data)

@@ -55,5 +55,5 @@ def test_file_operations_never_export_the_reference(tmp_path: Path) -> None:
     # working from its new place; it holds none of the reference's bytes).
     assert log["symlink"] == "ok" and log["mv"] == "ok", log
     assert log["moved_runs"] == "5", log
-    assert row["details"]["preflight"]["reference"]["sha256"] == ref.sha256
+    assert row["details"]["programbench"]["preflight"]["reference"]["sha256"] == ref.sha256
     assert assert_no_reference_bytes(run, row, ref) > 5

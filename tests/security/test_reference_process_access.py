@@ -86,7 +86,8 @@ def test_a_running_reference_cannot_be_read_or_traced(tmp_path: Path) -> None:
     # The launcher is the only privilege transition left; the agent holds no capability.
     assert log["setid_files"].split() == ["/workspace/reference_executable"], log
     assert log["cap_eff"] == "0000000000000000" and log["core_limit"] == "0", log
-    assert row["details"]["preflight"]["agent_capabilities"]["CapEff"] == "0000000000000000"
+    preflight = row["details"]["programbench"]["preflight"]
+    assert preflight["agent_capabilities"]["CapEff"] == "0000000000000000"
     errors = attack_log(run, row, "attack.err")
     assert "cannot open the protected program" in errors, errors
     assert assert_no_reference_bytes(run, row, ref) > 3

@@ -27,7 +27,7 @@ def test_oracle_skips_a_real_task_without_pulling(tmp_path: Path) -> None:
     [row] = [json.loads(line) for line in (run_root / "result_index.jsonl").read_text()
              .splitlines()]
     assert (row["outcome"], row["reason_code"]) == ("skipped", "oracle_unavailable")
-    assert "image" not in row["details"]  # no image was resolved for it
+    assert "image" not in row["details"].get("engine", {})  # no image was resolved for it
     images = subprocess.run(["docker", "images", "-q", "--filter", "reference=*cheat*"],
                             capture_output=True, text=True, check=True).stdout.split()
     assert images == []

@@ -24,7 +24,7 @@ def pending_row(completed: bool, reason: str | None = None) -> TaskRow:
     return TaskRow(ts_unix=1.0, run_id="r", benchmark="programbench", instance_id=IID,
                    status="completed", outcome=Outcome.SCORED, reason_code="eval_pending",
                    official_eval_status="pending",
-                   details={"eval_pending": {"completed": completed, "reason": reason}})
+                   details={"eval": {"pending": {"completed": completed, "reason": reason}}})
 
 
 def test_no_eval_json_is_infra_never_zero():
@@ -42,12 +42,13 @@ def test_batch_row_matches_the_per_task_rule():
     assert (row.status, row.outcome, row.reason_code) == ("completed", Outcome.SCORED,
                                                           "resolved")
     assert row.score == 1.0 and row.resolved is True and row.official_eval_status == "completed"
-    assert row.details["executable_hash"] == "abc" and "eval_pending" not in row.details
+    assert (row.details.section("programbench") or {})["executable_hash"] == "abc"
+    assert row.details.eval.pending is None
     partial = scored_row(pending_row(False, "deadline_local"), result(), adapter)
     assert (partial.status, partial.outcome, partial.reason_code) == (
         "failed", Outcome.AGENT_FAILED, "deadline_local")
     assert partial.score == 0.75 and partial.resolved is False
-    assert partial.details["submission"]["partial_scored"] is True
+    assert partial.details.submission.partial_scored is True
     broken = scored_row(pending_row(True), None, adapter)
     assert broken.status == "infra_failed" and broken.infra is True and broken.score is None
     assert not broken.settled
@@ -76,7 +77,7 @@ def test_an_eval_error_the_submission_caused_is_the_agents_zero():
     assert (v.outcome, v.reason_code, v.official_eval_status) == (
         Outcome.AGENT_FAILED, "submission_broke_eval", "error")
     assert v.score == 0.0 and v.resolved is False
-    assert v.details["eval_error_code"] == "EmptyTestResultError"
+    assert v.eval.error_code == "EmptyTestResultError" and not v.details
     row = scored_row(pending_row(True), result(official_eval_status="error", score=None,
                                                error_cause="agent", error_code="X"),
                      ProgramBenchAdapter())
@@ -109,7 +110,7 @@ def test_issue23_an_eval_off_row_is_no_settled_score_and_its_run_resumes_with_an
     kept = TaskRow(ts_unix=1.0, run_id="off", benchmark="programbench", instance_id=IID,
                    status="skipped", outcome=Outcome.SKIPPED, reason_code=EVAL_OFF_REASON,
                    official_eval_status="not_run", prediction_written=True,
-                   details={"agent_outcome": {"completed": True, "reason": None}})
+                   details={"agent": {"outcome": {"completed": True, "reason": None}}})
     ledger_path(root).write_text(kept.dump_line() + "\n")
     assert EVAL_OFF_REASON in RESCORABLE_REASONS  # the resume scores the kept submission
     assert kept.score is None and not kept.settled

@@ -21,6 +21,7 @@ def test_cleanroom_layout_is_adapted_and_scored(tmp_path: Path) -> None:
     assert run.rc == 0, run.out
     row = run.latest[FIXTURE_ID]
     assert row["score"] == 1.0 and row["resolved"] is True
-    adapted = row["details"]["preflight"]["layout_adapted"]
+    preflight = row["details"]["programbench"]["preflight"]
+    adapted = preflight["layout_adapted"]
     assert "created_agent_user" in adapted and "workspace_owner_0_to_1000" in adapted
-    assert row["details"]["preflight"]["agent_capabilities"]["CapEff"] == "0000000000000000"
+    assert preflight["agent_capabilities"]["CapEff"] == "0000000000000000"
