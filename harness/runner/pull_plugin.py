@@ -15,8 +15,9 @@ docs/guides/engines-and-images.md):
 ``--allow-image-change``          let a resume run changed images (recorded)
 
 Benchmarks call :func:`pull_settings` for an instance and :func:`harness.sandbox.images.pull.
-resolve_image` with it, and put the :class:`~harness.sandbox.images.pull.ImageRecord` in the row's
-``details.image``; at session end every row's image is copied into the manifest's ``images``.
+resolve_image` with it, and put the :class:`~harness.sandbox.images.pull.ImageRecord` in the
+row's ``details.engine.image``; at session end every row's image is copied into the
+manifest's ``images``.
 :meth:`harness.runner.trial.Trial.pull_image` does all of it, with the ceiling's hold and
 release.
 """

@@ -125,7 +125,8 @@ class EvictedImage(BaseModel):
 
 
 class CeilingRecord(BaseModel):
-    """What the ceiling did with one instance's image (the row's ``details.image.ceiling``)."""
+    """What the ceiling did with one instance's image (the row's
+    ``details.engine.image.ceiling``)."""
 
     model_config = ConfigDict(extra="forbid")
 
