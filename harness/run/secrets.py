@@ -400,7 +400,8 @@ def redact_row(row: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
 
 
 def instance_scan(folder: Path, run_root: Path, names: Sequence[str]) -> dict[str, Any]:
-    """Row details after an instance: ``secret_hits`` (and any scan errors); {} if no names."""
+    """The row's run section after an instance (``details.run``: ``secret_hits``, any scan
+    errors); {} if no names."""
     if not names:
         return {}
     try:

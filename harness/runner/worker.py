@@ -295,11 +295,12 @@ class WorkerHooks:
         """The instance's row for its teardown report (scanned for secrets and redacted)."""
         names = self._secret_names()
         if names:  # after the instance's fixtures are gone: its files are final
+            from harness.core.row_details import RunDetails
             from harness.run import secrets as secrets_scan
 
             ctx = state.ctx
-            ctx.result.details.update(
-                secrets_scan.instance_scan(ctx.instance_dir, ctx.run_root, names))
+            RunDetails.model_validate(secrets_scan.instance_scan(
+                ctx.instance_dir, ctx.run_root, names)).put(ctx.result.details)
         row = state.build_row().model_dump(mode="json", by_alias=True)
         if names:
             row = secrets_scan.redact_row(row, names)
