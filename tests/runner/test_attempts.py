@@ -103,7 +103,8 @@ def test_k1_runs_exactly_as_before(suite: Suite) -> None:
         assert "attempts" not in extra and "infra_retries" not in extra
         for r in run.rows:
             assert r["sample_of"] is None and r["sample"] is None and r["attempt"] == 1
-            assert "retried" not in r["details"] and "retry_of" not in r["details"]
+            run_section = r["details"].get("run", {})
+            assert "retried" not in run_section and "retry_of" not in run_section
             assert r["nodeid"].endswith(f"test_selftest[{r['instance_id']}]")
     volatile = {"ts_unix", "run_id", "duration_s"}
     for iid in ("alpha", "bravo"):

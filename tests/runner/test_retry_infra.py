@@ -146,7 +146,7 @@ def test_retries_are_bounded_backed_off_and_can_be_turned_off(suite: Suite) -> N
     assert default.rc == 1, default.out
     assert [r["attempt"] for r in default.rows] == [1, 2]
     assert default.manifest["counts"] == {"infra_failed": 1}  # one instance, not two
-    assert "retried" not in default.rows[-1]["details"]  # the limit: nothing after it
+    assert "retried" not in default.rows[-1]["details"].get("run", {})  # the limit: no more
     more = suite.run(*FAST, "--retry-infra", "2")
     assert [r["attempt"] for r in more.rows] == [1, 2, 3]
     assert [r["details"].get("run", {}).get("retried", {}).get("backoff_s") for r in more.rows] == [
