@@ -12,7 +12,7 @@ from benchmarks.programbench.parity import (
     mismatch_row,
     parse_info,
 )
-from harness.core.models import Outcome, TaskRow
+from harness.core.models import Outcome, RowDetails, RunDetails, TaskRow
 
 LEADERBOARD = Path(__file__).resolve().parents[2] / "data" / "programbench_leaderboard"
 WALK = "antonmedv__walk.bf802ef"
@@ -77,8 +77,8 @@ def _carried(iid: str, score: float) -> TaskRow:
     """A row a resume carried forward: the ancestor's official score, untouched."""
     row = _row(iid, score).model_copy(update={
         "run_id": "resume", "outcome": Outcome.CARRIED, "reason_code": "settled_in_ancestor",
-        "carried_from": "ancestor", "details": {"carried_status": "completed",
-                                                "carried_outcome": "scored"}})
+        "carried_from": "ancestor", "details": RowDetails(run=RunDetails(
+            carried_status="completed", carried_outcome="scored"))})
     return TaskRow.model_validate(row.model_dump(by_alias=True))
 
 
