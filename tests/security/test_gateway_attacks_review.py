@@ -1,0 +1,79 @@
+"""The gateway agent's own task body (``own_body``) for a declared benchmark (Harbor), attacked.
+
+The executor user is "never root": ``agent_user`` keeps the sandbox's user unless
+``is_root_user`` says it is root, and the contract and the reference agent server refuse a
+root user by the same check. That check is by spelling (``root``, ``0``, ``0:<g>``), but
+``docker exec -u`` resolves a numeric user with Go's ``strconv.Atoi``: ``00``, ``+0`` and
+``-0`` are uid 0. A Harbor task folder's ``[agent] user = "00"`` becomes the sandbox's user,
+then the body's ``executor_ref.user``, and the reference server runs every step as root.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import docker
+import pytest
+
+from benchmarks.harbor.benchmark import HarborBenchmark
+from benchmarks.harbor.tasks import load_task
+from harness.agents.base import AgentRequest
+from harness.agents.gateway.agent import GatewayAgent
+from harness.agents.reference_server.execution import DockerExecExecutor
+
+pytestmark = pytest.mark.docker
+
+BASE = "harness/base"
+
+
+def _task(root: Path, user: str) -> Path:
+    folder = root / "root-by-spelling"
+    (folder / "environment").mkdir(parents=True)
+    (folder / "tests").mkdir()
+    (folder / "environment" / "Dockerfile").write_text("FROM scratch\n")
+    (folder / "tests" / "test.sh").write_text("exit 0\n")
+    (folder / "instruction.md").write_text("do the thing\n")
+    (folder / "task.toml").write_text(
+        f'[agent]\nuser = "{user}"\n[environment]\nworkdir = "/tmp"\n')
+    return folder
+
+
+def _base_image(client: docker.DockerClient) -> str:
+    tags = [t for img in client.images.list(name=BASE) for t in img.tags]
+    if not tags:
+        pytest.skip("no harness/base image")
+    return tags[0]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "harness/agents/gateway/models.py is_root_user matches root by spelling; 'docker exec "
+    "-u 00' (or +0, -0) is uid 0, so a task's agent user of '00' passes agent_user, the "
+    "executor_ref validator and the reference server's DockerExecExecutor"))
+@pytest.mark.parametrize("user", ["00", "+0"])
+def test_executor_user_spelled_as_uid_zero_is_not_root(tmp_path: Path, user: str) -> None:
+    task = load_task(_task(tmp_path, user))
+    plan = HarborBenchmark().sandbox(SimpleNamespace(data=task), "<image>")  # type: ignore[arg-type]
+    client = docker.from_env()
+    container = client.containers.run(_base_image(client), ["sleep", "120"], detach=True,
+                                      network_mode="none")
+    try:
+        sandbox = SimpleNamespace(name=container.name, user=plan.user,
+                                  spec=SimpleNamespace(workdir=plan.workdir))
+        request = AgentRequest(instance_id=task.name, instance_dir=tmp_path / "agent",
+                               instruction=task.instruction, sandbox=sandbox,  # type: ignore[arg-type]
+                               timeout_sec=60, adapter="harbor",
+                               metadata={"harbor_task": task.name})
+        body = GatewayAgent("http://127.0.0.1:9")._body(request)
+        ref = body.executor_ref
+        assert ref is not None and ref.user is not None
+        executor = DockerExecExecutor(ref.container_name or "", ref.workspace_backend_path,
+                                      ref.user)  # the reference server's executor
+        try:
+            step = executor.run("id -u", timeout_s=30, env={}, stop=threading.Event())
+        finally:
+            executor.close()
+        assert step.output_tail.strip() != "0", f"executor user {ref.user!r} runs as root"
+    finally:
+        container.remove(force=True)
