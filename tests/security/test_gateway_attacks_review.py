@@ -2,10 +2,11 @@
 
 The executor user is "never root": ``agent_user`` keeps the sandbox's user unless
 ``is_root_user`` says it is root, and the contract and the reference agent server refuse a
-root user by the same check. That check is by spelling (``root``, ``0``, ``0:<g>``), but
+root user by the same check. It was by spelling (``root``, ``0``, ``0:<g>``), but
 ``docker exec -u`` resolves a numeric user with Go's ``strconv.Atoi``: ``00``, ``+0`` and
-``-0`` are uid 0. A Harbor task folder's ``[agent] user = "00"`` becomes the sandbox's user,
-then the body's ``executor_ref.user``, and the reference server runs every step as root.
+``-0`` are uid 0. A Harbor task folder's ``[agent] user = "00"`` became the sandbox's user,
+then the body's ``executor_ref.user``, and the reference server ran every step as root; the
+check now reads any numeric spelling of uid 0 as root.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import docker
 import pytest
@@ -22,6 +24,7 @@ from benchmarks.harbor.tasks import load_task
 from harness.agents.base import AgentRequest
 from harness.agents.gateway.agent import GatewayAgent
 from harness.agents.reference_server.execution import DockerExecExecutor
+from harness.api import Trial
 
 pytestmark = pytest.mark.docker
 
@@ -42,19 +45,15 @@ def _task(root: Path, user: str) -> Path:
 
 def _base_image(client: docker.DockerClient) -> str:
     tags = [t for img in client.images.list(name=BASE) for t in img.tags]
-    if not tags:
-        pytest.skip("no harness/base image")
+    assert tags, "no harness/base image: run ./scripts/setup.sh --tests"
     return tags[0]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "harness/agents/gateway/models.py is_root_user matches root by spelling; 'docker exec "
-    "-u 00' (or +0, -0) is uid 0, so a task's agent user of '00' passes agent_user, the "
-    "executor_ref validator and the reference server's DockerExecExecutor"))
 @pytest.mark.parametrize("user", ["00", "+0"])
 def test_executor_user_spelled_as_uid_zero_is_not_root(tmp_path: Path, user: str) -> None:
     task = load_task(_task(tmp_path, user))
-    plan = HarborBenchmark().sandbox(SimpleNamespace(data=task), "<image>")  # type: ignore[arg-type]
+    trial = cast(Trial, SimpleNamespace(data=task))
+    plan = HarborBenchmark().sandbox(trial, "<image>")
     client = docker.from_env()
     container = client.containers.run(_base_image(client), ["sleep", "120"], detach=True,
                                       network_mode="none")

@@ -55,8 +55,14 @@ def describe_validation_error(exc: ValidationError, limit: int = 4) -> str:
 
 
 def is_root_user(user: str) -> bool:
-    """``root``, ``0`` or ``0:<group>``/``root:<group>`` (a ``docker exec -u`` value)."""
-    return user.strip().split(":")[0] in ("root", "0", "")
+    """``root``, uid 0 however spelled (``0``, ``00``, ``+0``, ``-0``: ``docker exec -u``
+    reads each as uid 0), with or without ``:<group>``, or empty (the image's user, root
+    unless it says otherwise). Another name the image gives uid 0 is not seen here."""
+    name = user.strip().split(":")[0]
+    if name in ("root", ""):
+        return True
+    digits = name[1:] if name[:1] in "+-" else name
+    return digits.isdigit() and int(digits) == 0
 
 
 def _check_backend_path(value: str, what: str) -> str:
