@@ -348,8 +348,7 @@ def start_servers(
     )
 
 
-def copy_logs(container: Sandbox, dest: Path) -> None:
-    """The servers' stderr files (bounded by the supervisor) into ``dest``."""
+def has_logs(container: Sandbox) -> bool:
+    """Whether the servers' log folder is there (the supervisor made it)."""
     res = container.exec(["test", "-d", MCP_DIR], user="root", timeout=30, workdir="/")
-    if res.exit_status == 0:
-        container.copy_out(MCP_DIR, dest)
+    return res.exit_status == 0

@@ -44,10 +44,11 @@ from benchmarks.cowork_bench.eval_once import CheckerRequest, CheckerRun, now_is
 from benchmarks.cowork_bench.mcp_servers import (
     INVENTORY_NAME,
     LOG_DIR_NAME,
+    MCP_DIR,
     OUTSIDE_CONFIG_NAME,
     McpInventory,
     container_env,
-    copy_logs,
+    has_logs,
     local_servers_path,
     plan_servers,
     start_servers,
@@ -420,14 +421,29 @@ def _preprocess(env: InstanceEnv, container: Sandbox, req: _AgentRequest, run: _
 
 
 def _copy_out(env: InstanceEnv, container: Sandbox, run: _AgentRun) -> None:
-    """The workspace, the agent's logs and the MCP servers' logs, out of the container."""
+    """The workspace, the agent's logs and the MCP servers' logs, out of the container,
+    every process in it frozen first: nothing the agent left running changes a file while
+    the daemon streams it (a file that shrinks mid-copy would break the archive, and the
+    agent's doing would read as infrastructure)."""
+    logs = bool(env.task.servers) and has_logs(container)  # an exec: before the freeze
+    freeze(container)
     try:
         container.copy_out(WORKSPACE, env.inst_dir / m.WORKSPACE_DIR)  # bounded, inert
         container.copy_out(AGENT_LOGS, env.inst_dir / m.AGENT_LOG_DIR)
-        if env.task.servers:  # agent-writable too (the supervisor runs as the agent)
-            copy_logs(container, env.inst_dir / LOG_DIR_NAME)
+        if logs:  # agent-writable too (the supervisor runs as the agent)
+            container.copy_out(MCP_DIR, env.inst_dir / LOG_DIR_NAME)
     except CopyRefused as exc:  # the agent's output broke a copy-out cap: its failure
         run.status, run.reason, run.error = "failed", exc.reason_code, str(exc)
+
+
+def freeze(container: Sandbox) -> bool:
+    """Pause every process of the container (the cgroup freezer; the removal that follows
+    kills them). False when the engine or runtime cannot pause: the copy runs anyway."""
+    try:
+        container.api.pause(container.id)
+    except Exception:  # a runtime without pause: no worse than before
+        return False
+    return True
 
 
 def _write_agent_records(

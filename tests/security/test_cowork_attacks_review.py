@@ -6,8 +6,9 @@ copies the workspace out while the container still runs. A process the agent lef
 can change the workspace under the daemon's archive: a file that shrinks while the daemon
 streams it breaks the tar stream (``ArchiveBroken``, a ``CopyFailed``, an ``InfraError``).
 ``phases._copy_out`` only turns ``CopyRefused`` into the agent's failure, so the broken
-stream becomes ``infra.json`` and the row is infrastructure: retried for free, and out of
-the scored denominator (DESIGN.md section 8: what the agent caused is never infra).
+stream became ``infra.json`` and the row infrastructure: retried for free, and out of the
+scored denominator (DESIGN.md section 8: what the agent caused is never infra). The copy now
+runs with every process of the container frozen (``phases.freeze``).
 """
 
 from __future__ import annotations
@@ -33,10 +34,6 @@ SHRINKER = " ".join(
 )
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "benchmarks/cowork_bench/phases.py _copy_out catches only CopyRefused; an agent's "
-    "leftover process that shrinks a file during copy-out breaks the archive stream "
-    "(ArchiveBroken, an InfraError) and the row is infra, not the agent's failure"))
 def test_leftover_process_breaking_copy_out_is_not_infra(tmp_path: Path) -> None:
     command = f"cd /workspace/dumps/workspace && {SHRINKER} sleep 1; echo started"
     run = run_pytest("benchmarks/cowork_bench", tmp_path / "shrink", "--cowork-root",
