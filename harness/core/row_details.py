@@ -24,7 +24,7 @@ writers not yet moved write flat keys, migrated when the row is built.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -237,7 +237,22 @@ def migrate(details: Mapping[str, Any] | None, benchmark: str | None = None) -> 
     return out
 
 
-class RowDetails(BaseModel):
+class _ItemsByGet:
+    """``details[key]`` as ``details.get(key)``, a missing key a ``KeyError`` (so the flat
+    names of the rows before the sections read from their section here too)."""
+
+    if TYPE_CHECKING:  # the class's own (a dict's, a model's), never this mixin's
+        def get(self, key: str, default: Any = None) -> Any: ...
+
+    def __getitem__(self, key: str) -> Any:
+        missing = object()
+        value = self.get(key, missing)
+        if value is missing:
+            raise KeyError(key)
+        return value
+
+
+class RowDetails(_ItemsByGet, BaseModel):
     """A row's ``details``: the runner's typed sections (agent, submission, budget, engine,
     eval, run) and one free section per benchmark, named after it (a JSON object)."""
 
@@ -301,18 +316,11 @@ class RowDetails(BaseModel):
                 return value[key]
         return default
 
-    def __getitem__(self, key: str) -> Any:
-        missing = object()
-        value = self.get(key, missing)
-        if value is missing:
-            raise KeyError(key)
-        return value
-
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.get(key) is not None
 
 
-class DetailsBag(dict[str, Any]):
+class DetailsBag(_ItemsByGet, dict[str, Any]):
     """A running instance's details: the row's JSON shape being built (sections written by
     :meth:`DetailSection.put`). A flat key of the rows before the sections reads from its
     section (``bag.get("agent_details")``), for readers not yet moved."""
@@ -327,9 +335,3 @@ class DetailsBag(dict[str, Any]):
                 return part[name]
         return default
 
-    def __getitem__(self, key: str) -> Any:
-        missing = object()
-        value = self.get(key, missing)
-        if value is missing:
-            raise KeyError(key)
-        return value
