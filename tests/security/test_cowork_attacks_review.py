@@ -20,7 +20,7 @@ import pytest
 from tests.security.runtime_support import security_runtime_args
 from tests.support.suite import REPO_ROOT, run_pytest
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]  # ~30-45 s of Cowork in Docker
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "cowork_mini"
 IID = "excel-sales-summary"
