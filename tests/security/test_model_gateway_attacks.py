@@ -37,6 +37,7 @@ def host_addresses() -> list[str]:
     return [a for a in addrs if not a.startswith("127.")]
 
 
+@pytest.mark.slow  # one of the default tier's longest (durations.json); CI runs it in the slow tier
 def test_in_sandbox_sdk_agent_solves_through_the_gateway_without_the_key(tmp_path: Path) -> None:
     key = "sk-harness-test-" + secrets.token_hex(16)
     cost_per_call = 0.00125

@@ -47,6 +47,7 @@ def agent_config(path: Path, base_url: str) -> Path:
     return path
 
 
+@pytest.mark.slow  # one of the default tier's longest (durations.json); CI runs it in the slow tier
 def test_mini_swe_agent_solves_a_cowork_task_through_mcp_call(tmp_path: Path) -> None:
     model = start_fake_model_server(script(), log=tmp_path / "requests.jsonl")
     try:

@@ -113,6 +113,7 @@ def status(url: str, **headers: str) -> int:
     return httpx.post(url, json={}, headers=headers, timeout=10, trust_env=False).status_code
 
 
+@pytest.mark.slow  # one of the default tier's longest (durations.json); CI runs it in the slow tier
 def test_a_route_reaches_its_own_instance_only(tmp_path: Path, ident: RunIdentity) -> None:
     seen: dict[str, Any] = {}
     results: dict[str, InstanceResult] = {}

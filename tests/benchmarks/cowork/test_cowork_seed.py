@@ -104,6 +104,7 @@ def model_script() -> dict[str, object]:
          "usage": {"prompt_tokens": 800, "completion_tokens": 80, "cost": COST}}]}  # fmt: skip
 
 
+@pytest.mark.slow  # one of the default tier's longest (durations.json); CI runs it in the slow tier
 def test_the_seed_runs_in_the_container_with_the_model_gateway_and_the_task_tools(
     tmp_path: Path,
 ) -> None:
