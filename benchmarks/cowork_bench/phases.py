@@ -22,6 +22,7 @@ root's and read-only for the agent, at ``/opt/agent_seed`` (``$HARNESS_AGENT_REP
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -426,7 +427,7 @@ def _copy_out(env: InstanceEnv, container: Sandbox, run: _AgentRun) -> None:
     the daemon streams it (a file that shrinks mid-copy would break the archive, and the
     agent's doing would read as infrastructure)."""
     logs = bool(env.task.servers) and has_logs(container)  # an exec: before the freeze
-    freeze(container)
+    frozen = freeze(container)
     try:
         container.copy_out(WORKSPACE, env.inst_dir / m.WORKSPACE_DIR)  # bounded, inert
         container.copy_out(AGENT_LOGS, env.inst_dir / m.AGENT_LOG_DIR)
@@ -434,6 +435,9 @@ def _copy_out(env: InstanceEnv, container: Sandbox, run: _AgentRun) -> None:
             container.copy_out(MCP_DIR, env.inst_dir / LOG_DIR_NAME)
     except CopyRefused as exc:  # the agent's output broke a copy-out cap: its failure
         run.status, run.reason, run.error = "failed", exc.reason_code, str(exc)
+    finally:
+        if frozen:  # thawed for the removal (gVisor cannot kill a paused container)
+            thaw(container)
 
 
 def freeze(container: Sandbox) -> bool:
@@ -444,6 +448,12 @@ def freeze(container: Sandbox) -> bool:
     except Exception:  # a runtime without pause: no worse than before
         return False
     return True
+
+
+def thaw(container: Sandbox) -> None:
+    """Undo :func:`freeze` (best effort: the removal after it reports what is left)."""
+    with contextlib.suppress(Exception):
+        container.api.unpause(container.id)
 
 
 def _write_agent_records(

@@ -12,8 +12,11 @@ name ``programbench eval`` derives from the id (:func:`tagged` removes the tags 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,15 +80,36 @@ def build_overlay(dest: Path, fixture_ids: Sequence[str]) -> Overlay:
 
 @contextmanager
 def tagged(fixture_ids: Sequence[str]) -> Iterator[None]:
-    """The fixture image tagged as each overlay task's image, the tags removed after."""
+    """The fixture image tagged as each overlay task's image, the tags removed after the last
+    user is done: modules on other xdist workers tag the same names (a count under a file
+    lock, so one module's teardown never untags what another still runs on)."""
     client = docker.from_env()
     names = [fixture_image(overlay_id(fid)) for fid in fixture_ids]
     image = client.images.get(ensure_fixture().image_id)
-    for name in names:
-        repo, tag = name.rsplit(":", 1)
-        assert image.tag(repo, tag)
+    with _users(+1):
+        for name in names:
+            repo, tag = name.rsplit(":", 1)
+            assert image.tag(repo, tag)
     try:
         yield
     finally:
-        for name in names:
-            client.images.remove(name, noprune=True)  # the tag only: the fixture image stays
+        with _users(-1) as left:
+            if left == 0:
+                for name in names:
+                    with contextlib.suppress(docker.errors.NotFound):
+                        client.images.remove(name, noprune=True)  # the tag only
+
+
+@contextmanager
+def _users(change: int) -> Iterator[int]:
+    """The number of live users of the tags after ``change``, under an exclusive lock."""
+    path = Path(tempfile.gettempdir()) / "harness-lb-overlay-tags.count"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            count = int(path.read_text() or 0) if path.is_file() else 0
+        except ValueError:
+            count = 0
+        count = max(0, count + change)
+        path.write_text(str(count))
+        yield count

@@ -152,7 +152,8 @@ def test_programbench_fixture_on_the_second_engine_scores_one(
     assert run.rc == 0, run.out
     row = run.latest[FIXTURE_ID]
     assert row["score"] == 1.0 and row["resolved"] is True
-    assert row["details"]["engine"] == {"url": second_engine.url, "index": 0}
+    engine = row["details"]["engine"]
+    assert (engine["url"], engine["index"]) == (second_engine.url, 0)
     (engine,) = run.manifest["extra"]["engines"]
     assert engine["url"] == second_engine.url and engine["capacity"] == 1
     assert engine["server_version"]
