@@ -48,12 +48,14 @@ class DetailSection(BaseModel):
 
     @model_serializer(mode="wrap")
     def _set_only(self, handler: SerializerFunctionWrapHandler) -> Any:
+        if self.is_empty():  # most sections of most rows: nothing to serialize
+            return {}
         data = handler(self)
         if not isinstance(data, dict):
             return data
         keep = set(self.model_fields_set) | set(self.model_extra or {})
-        aliases = {name: f.alias or name for name, f in type(self).model_fields.items()}
-        keep |= {aliases[n] for n in self.model_fields_set if n in aliases}
+        fields = type(self).model_fields
+        keep |= {fields[n].alias or n for n in self.model_fields_set if n in fields}
         return {k: v for k, v in data.items() if k in keep}
 
     def is_empty(self) -> bool:
