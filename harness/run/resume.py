@@ -162,9 +162,9 @@ def original_row(row: TaskRow) -> TaskRow:
     when its ledger was read."""
     if row.outcome is Outcome.CARRIED:
         return row
-    details = row.details.model_copy(deep=True)
-    details.run.carried_status = row.status
-    details.run.carried_outcome = row.outcome.value
+    run = row.details.run.model_copy(update={"carried_status": row.status,
+                                             "carried_outcome": row.outcome.value})
+    details = row.details.model_copy(update={"run": run})  # the other sections shared
     return row.model_copy(update={"details": details, "carried_from": row.run_id})
 
 
