@@ -290,8 +290,7 @@ class RowDetails(_ItemsByGet, BaseModel):
         data = handler(self)
         if not isinstance(data, dict):
             return data
-        return {k: v for k, v in data.items()
-                if k not in SECTION_KEYS or not getattr(self, k).is_empty()}
+        return {k: v for k, v in data.items() if v or k not in SECTION_KEYS}  # {}: empty
 
     def section(self, name: str) -> dict[str, Any] | None:
         """Benchmark ``name``'s own section (a JSON object), None when absent."""
