@@ -93,6 +93,7 @@ class Life:
     phase: AgentPhase | None = None
     recovered: RecoveredAttempt | None = None
     ident: RunIdentity | None = None  # set when provisioning began: there is a teardown
+    agent_started: float | None = None  # time.monotonic() when the agent got its task
     ended: bool = False  # teardown done and the row's details written
 
 
@@ -196,7 +197,7 @@ class CoworkSteps(DeclaredBenchmark):
             atomic_write_text(trial.instance_dir / m.INSTRUCTION, instruction)
         route = route_request(actx.mcp)
         extra = {**request.extra, "tool_route": route} if route else dict(request.extra)
-        _life(trial).result.timings["agent_start"] = time.monotonic()
+        _life(trial).agent_started = time.monotonic()
         return replace(request, instruction=instruction, sandbox=AgentBox(actx.container),
                        instance_dir=trial.instance_dir / m.RUNNER_DIR, extra=extra)
 
@@ -209,7 +210,7 @@ class CoworkSteps(DeclaredBenchmark):
         phase = life.phase
         assert phase is not None
         timings = life.result.timings
-        timings["agent_s"] = time.monotonic() - timings.pop("agent_start", time.monotonic())
+        timings["agent_s"] = time.monotonic() - (life.agent_started or time.monotonic())
         usage = usage_record(outcome) if outcome is not None else None
         write_usage(trial.instance_dir, orphan_usage(details) + ([usage] if usage else []))
         if isinstance(error, InfraError):

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the models load when an instance runs, not at collection
         Agent,
         AgentOutcome,
         AgentRequest,
+        InstanceView,
         OracleCallable,
         OraclePlan,
     )
@@ -380,7 +381,7 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
     view = instance_view(ctx)
     # an agent whose task may outlive its run keeps the sandbox it works in for a resume
     reattaches = agent.reattaches and benchmark.sandboxes_outlive_runs
-    sandbox, extra = _sandbox(trial, benchmark, agent, image, reattaches)
+    sandbox, extra = _sandbox(trial, benchmark, agent, image, reattaches, view)
     EngineDetails(container=sandbox.name).put(ctx.result.details)
     body = benchmark.task_body(trial, instruction, sandbox)
     request = benchmark.agent_request(trial, agent, AgentRequest(
@@ -406,16 +407,14 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
 
 
 def _sandbox(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image: str,
-             reattaches: bool) -> tuple[Sandbox, dict[str, Any]]:
+             reattaches: bool, view: InstanceView) -> tuple[Sandbox, dict[str, Any]]:
     """The agent's sandbox and the request's extra: the one an earlier run's task still
     works in (adopted), or a new one (``provision``), labelled for a reattach when the
     agent's tasks may outlive the run."""
     from harness.agents.gateway.reattach import record_sandbox, redo_existing
     from harness.core.row_details import AgentDetails
-    from harness.runner.agent_plugin import instance_view
 
     ctx, factory = trial.ctx, trial.factory
-    view = instance_view(ctx)
     redo = benchmark.redo_existing(trial)
     if redo:  # the task checkpoints of earlier runs are cleared
         AgentDetails(redo_existing=redo_existing(view, factory)).put(ctx.result.details)
