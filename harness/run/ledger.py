@@ -3,9 +3,9 @@
 Writing: one line per row, flushed and fsynced, appended at the run root and copied to the
 instance's own folder (the copy is written but not fsynced: every reader, and a resume after
 a power loss, reads the run root's ledger). The rows a resume carries from its ancestors are
-appended in one batch, one write and one fsync for all of them, before any instance runs,
-and their instance folders made and written in the same pass (in this thread: a thread
-writing them behind the run waited on the interpreter lock for longer than the writes take).
+appended in one batch, one write and one fsync for all of them, before any instance runs;
+their instance folders are made and written by a helper process while the run goes on
+(:mod:`harness.run.folder_copies`), waited for before the run finishes (:meth:`LedgerWriter.settle`).
 Only the controller writes. A write that fails is a diagnostic, not
 the end of the run: ``diagnostic_write_failed`` goes to stderr, the line is kept in memory
 (in order, per file) and retried before the next line and at finish. Reading: a torn last line (a crash in
@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from harness.core import collector
 from harness.core.layout import LEDGER_NAME
 from harness.core.models import TaskRow
+from harness.run.folder_copies import Entry, FolderCopies
 
 if TYPE_CHECKING:
     from harness.core.models import Manifest, VerdictScore
@@ -61,6 +63,11 @@ def instance_dir(run_root: Path, benchmark: str, instance_id: str) -> Path:
 
 
 def parse_lines(lines: Iterable[str], source: str = "ledger") -> LedgerRead:
+    with collector.paused():  # thousands of rows that live on: no collector pass meanwhile
+        return _parse_lines(lines, source)
+
+
+def _parse_lines(lines: Iterable[str], source: str) -> LedgerRead:
     result = LedgerRead()
     pending: list[tuple[int, str]] = list(enumerate(lines, start=1))
     # Drop trailing blank lines so "last line" means the last line with content.
@@ -217,6 +224,7 @@ class LedgerWriter:
         self.torn_set_aside = set_aside_torn_tail(self.path)
         self.pending: dict[Path, list[str]] = {}  # lines not written yet, per file, in order
         self.failures = 0
+        self.copies: FolderCopies | None = None  # new folders being written behind the run
 
     @property
     def unwritten(self) -> int:
@@ -230,10 +238,11 @@ class LedgerWriter:
 
     def append_batch(self, rows: list[TaskRow], *, new_folders: bool = False) -> bool:
         """Write ``rows`` at the run root in one append and one fsync, then each in its
-        instance folder (``new_folders``: the rows a resume carries, whose folders do not
-        exist yet, made without a look first). A kill in the middle leaves a prefix of the
-        rows and at most a torn last line, which the reader skips; an instance folder's
-        copy is never read back by the runner."""
+        instance folder. ``new_folders``: the rows a resume carries, whose folders do not
+        exist yet, are written there by a helper process while the run goes on (see
+        :meth:`settle`). A kill in the middle leaves a prefix of the rows and at most a torn
+        last line, which the reader skips; an instance folder's copy is never read back by
+        the runner."""
         lines: list[tuple[str, str, str]] = []  # benchmark, instance id, line
         for row in rows:
             line = row.dump_line()
@@ -245,42 +254,44 @@ class LedgerWriter:
         self.pending.setdefault(self.path, []).extend(line for _, _, line in lines)
         ok = self._flush(self.path)
         if new_folders:
-            return self._write_new_copies(lines) and ok
-        for benchmark, iid, line in lines:
-            copy = instance_dir(self.run_root, benchmark, iid) / LEDGER_NAME
+            self.settle()  # one batch behind the run at a time
+            root = os.fspath(self.run_root)
+            entries: list[Entry] = []
+            for benchmark, iid, line in lines:
+                folder = os.path.join(root, benchmark, iid)
+                entries.append((folder, os.path.join(folder, LEDGER_NAME), line))
+            self.copies = FolderCopies(entries)
+            return ok
+        copies = [instance_dir(self.run_root, benchmark, iid) / LEDGER_NAME
+                  for benchmark, iid, _ in lines]
+        if self.copies is not None and not self.copies.keys.isdisjoint(map(str, copies)):
+            self.settle()  # a row after a carried one: in order in its folder too
+        for copy, (_, _, line) in zip(copies, lines, strict=True):
             self.pending.setdefault(copy, []).append(line)
             ok = self._flush(copy) and ok
         return ok
 
-    def _write_new_copies(self, lines: list[tuple[str, str, str]]) -> bool:
-        """The instance copies of a batch into folders made here (plain strings and ``os``
-        calls: thousands of them cost a resume little); False when some failed (kept in
-        memory, retried by :meth:`flush_pending`)."""
-        root = os.fspath(self.run_root)
-        failed = 0
-        first: OSError | None = None
-        for benchmark, iid, line in lines:
-            folder = os.path.join(root, benchmark, iid)
-            try:
-                try:
-                    os.mkdir(folder)
-                except FileExistsError:
-                    pass
-                except FileNotFoundError:  # the benchmark's folder: once
-                    os.makedirs(folder, exist_ok=True)
-                _append_copy(os.path.join(folder, LEDGER_NAME), line)
-            except OSError as exc:
-                self.pending.setdefault(Path(folder) / LEDGER_NAME, []).append(line)
-                failed += 1
-                first = first or exc
-        if first is not None:
+    def settle(self) -> bool:
+        """Wait for the copies being written behind the run; False when some could not be
+        written (reported, kept in memory and retried by :meth:`flush_pending`)."""
+        copies, self.copies = self.copies, None
+        if copies is None:
+            return True
+        failed = copies.wait()
+        for i, _ in failed:
+            _, path, line = copies.entries[i]
+            self.pending.setdefault(Path(path), []).append(line)
+        if failed:
             self.failures += 1
-            report_write_failure(f"{os.path.join(root, lines[0][0])}: {failed} instance "
-                                 f"folder(s) ({failed} row(s) kept in memory)", first)
-        return first is None
+            sys.stderr.write(f"harness: {DIAGNOSTIC_WRITE_FAILED}: {os.fspath(self.run_root)}: "
+                             f"{len(failed)} instance folder(s) ({len(failed)} row(s) kept in "
+                             f"memory): {failed[0][1]}\n")
+            sys.stderr.flush()
+        return not failed
 
     def flush_pending(self) -> int:
         """Retry every held line; returns how many run-root lines are still unwritten."""
+        self.settle()
         for path in list(self.pending):
             self._flush(path)
         return self.unwritten

@@ -178,6 +178,16 @@ def carry_row(carried: TaskRow, *, run_id: str, worker: str, nodeid: str | None,
         "duration_s": 0.0})
 
 
+def carry_rows(carried: Mapping[str, TaskRow], keys: list[str], *, run_id: str, worker: str,
+               status: Callable[[TaskRow], str], nodeids: Mapping[str, str],
+               ts_unix: float) -> list[TaskRow]:
+    """The rows a resume writes for those of ``keys`` settled in an ancestor (``carried``),
+    in the order of ``keys`` (see :func:`carry_row`)."""
+    return [carry_row(row, run_id=run_id, worker=worker, nodeid=nodeids.get(key),
+                      status=status(row), ts_unix=ts_unix)
+            for key in keys if (row := carried.get(key)) is not None]
+
+
 def plan_resume(
     start: Path,
     *,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.budget.models import RunProgress
+from harness.core import collector
 from harness.core.argv import without_options
 from harness.core.errors import RefusalError
 from harness.core.fsutil import atomic_write_json
@@ -46,7 +47,7 @@ from harness.run.resume import (
     Ancestry,
     ResumeError,
     ResumePlan,
-    carry_row,
+    carry_rows,
     check_generations,
 )
 from harness.run.samples import record_samples
@@ -239,17 +240,15 @@ class Controller:
         run, writer = self.run, self.writer
         if run is None or writer is None or not run.plan.carried:
             return
-        now, worker = time.time(), self.run_worker()
-        rows: list[TaskRow] = []
-        for key in keys:
-            carried = run.plan.carried.get(key)
-            if carried is None or key in self.rows:
-                continue
-            adapter = run.adapters.get(carried.benchmark)
-            status = (adapter.status_for(Outcome.CARRIED, carried.resolved) if adapter
-                      else Outcome.CARRIED.value)
-            rows.append(carry_row(carried, run_id=run.run_id, worker=worker,
-                                  nodeid=self.key_nodeids.get(key), status=status, ts_unix=now))
+        def status(row: TaskRow) -> str:
+            adapter = run.adapters.get(row.benchmark)
+            return (adapter.status_for(Outcome.CARRIED, row.resolved) if adapter
+                    else Outcome.CARRIED.value)
+
+        with collector.paused():  # thousands of rows that live on: no collector pass
+            rows = carry_rows(run.plan.carried, [k for k in keys if k not in self.rows],
+                              run_id=run.run_id, worker=self.run_worker(), status=status,
+                              nodeids=self.key_nodeids, ts_unix=time.time())
         if not rows:
             return
         names = list(self.options.agent_env)
@@ -493,6 +492,7 @@ class Controller:
         """Rows a failed ledger write kept in memory: one more try, then on record."""
         if self.writer is None or self.manifest is None:
             return
+        self.writer.settle()  # the carried rows' folders, written behind the run
         if not self.writer.failures:
             return
         left = self.writer.flush_pending()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.core import collector
 from harness.core.adapter import BenchmarkAdapter, InstanceSpec
 from harness.core.outcomes import INFRA_PROPERTY, ROW_PROPERTY, Outcome, instance_key
 from harness.core.signals import StopGuard, read_stop
@@ -167,6 +168,7 @@ class WorkerHooks:
 
             atomic_write_json(collection_file(self.run.run_root, self.run.worker_id),
                               {"nodeids": nodeids})
+        collector.settled()  # the items, the plan, the carried rows: alive to the end
 
     # running ----------------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)

@@ -119,6 +119,7 @@ def test_the_carried_rows_are_one_append_and_one_fsync(tmp_path: Path,
     writer = LedgerWriter(tmp_path)
     (tmp_path / "result_index.jsonl").touch()
     assert writer.append_batch(rows, new_folders=True)
+    assert writer.settle()  # the folders are written by a helper process, waited for here
     assert len(syncs) == 1
     assert [r.instance_id for r in read_ledger(tmp_path / "result_index.jsonl").rows] == \
         [f"i{n}" for n in range(50)]
@@ -135,7 +136,8 @@ def test_a_failed_instance_copy_is_kept_and_retried(tmp_path: Path,
     (tmp_path / "b" / "i1").mkdir(parents=True)
     (tmp_path / "b" / "i1" / "result_index.jsonl").mkdir()  # appending to it fails
     writer = LedgerWriter(tmp_path)
-    assert writer.append_batch(rows, new_folders=True) is False
+    assert writer.append_batch(rows, new_folders=True)  # the run root's rows are written
+    assert writer.settle() is False  # one folder's copy could not be
     assert "diagnostic_write_failed" in capsys.readouterr().err
     assert writer.failures == 1
     (tmp_path / "b" / "i1" / "result_index.jsonl").rmdir()
