@@ -18,8 +18,8 @@ Every import counts, wherever it stands and whatever its form (inside a function
 ``import_module``, a package's lazy export table): see :mod:`tests.support.import_graph`.
 Some imports are never allowed (:data:`FORBIDDEN`: the harness imports no benchmark and no
 report; nothing outside ``harness.testing`` imports a test double), and a benchmark reaches
-the harness only through the modules of :data:`BENCHMARK_SURFACE` (``docs/adapters.md``
-says what each is for).
+the harness only through its public module, ``harness.api`` (issue 42), and reaches no
+other benchmark.
 
 A failure prints each offending import as ``file:line importer -> imported: rule``.
 """
@@ -63,60 +63,10 @@ CYCLE_EXCEPTIONS: dict[frozenset[str], str] = {}
 
 # The harness modules a benchmark adapter may import (docs/adapters.md). Today's set,
 # written out: a new one is a decision, made here and in the doc.
-BENCHMARK_SURFACE: frozenset[str] = frozenset({
-    # core: records, errors, files, the adapter interface and the registry
-    "harness.core.activity",
-    "harness.core.adapter",
-    "harness.core.cache",
-    "harness.core.errors",
-    "harness.core.fsutil",
-    "harness.core.models",
-    "harness.core.outcomes",
-    "harness.core.registry",
-    "harness.core.untrusted",
-    # run records
-    "harness.run.ledger",
-    "harness.run.manifest",
-    "harness.run.model",  # the run model (issue 41): tasks, K, units, settings
-    "harness.run.locate",  # where each unit's files are
-    # sandboxes and images
-    "harness.sandbox.active_engine",  # the environment that reaches the instance's engine
-    "harness.sandbox.cleanup",
-    "harness.sandbox.client",
-    "harness.sandbox.container",
-    "harness.sandbox.errors",
-    "harness.sandbox.execution",
-    "harness.sandbox.labels",
-    "harness.sandbox.limits",
-    "harness.sandbox.network",
-    "harness.sandbox.pack",
-    "harness.sandbox.protected",
-    "harness.sandbox.transfer",
-    "harness.sandbox.images.build",
-    "harness.sandbox.images.pull",
-    # the model proxy's network (Cowork's sidecar joins it)
-    "harness.model_proxy.network",
-    # agents: the kinds, the agent-server task models and its client pieces
-    "harness.agents.base",
-    "harness.agents.gateway.checkpoint",
-    "harness.agents.gateway.events",
-    "harness.agents.gateway.models",
-    "harness.agents.gateway.reattach",
-    # the runner: an instance's context and the selection; never a runner plugin (issue 42:
-    # what a benchmark reads of the plugins' settings and items, harness.api gives it)
-    "harness.runner.deadlines",  # issue 45: a benchmark's phases run under their deadlines
-    "harness.runner.instance",
-    "harness.runner.selection",
-    # the command-line dispatch a benchmark's CLI reuses
-    "harness.cli",
-    # the public module of declared benchmarks (issue 42)
-    "harness.api",
-})
-# Declared benchmarks (issue 42): the whole of what they import from the harness is its
-# public module. ProgramBench and Cowork run on the trial but still reach past it through
-# BENCHMARK_SURFACE (their Docker and ledger work is their own: moving it behind harness.api
-# is the next step).
-DECLARED_BENCHMARKS: tuple[str, ...] = ("benchmarks.harbor",)
+# Every package under ``benchmarks`` (issue 42): the whole of what it imports from the
+# harness is its public module.
+BENCHMARK_PACKAGES: tuple[str, ...] = ("benchmarks.cowork_bench", "benchmarks.harbor",
+                                       "benchmarks.programbench")
 PUBLIC_MODULE = "harness.api"
 
 
@@ -158,25 +108,18 @@ def forbidden_breaks(imports: list[Import]) -> list[tuple[Import, str]]:
             and not _under(imp.importer, target)]
 
 
-def surface_breaks(imports: list[Import]) -> list[tuple[Import, str]]:
-    return [(imp, "a benchmark reaches the harness only through BENCHMARK_SURFACE")
-            for imp in imports
-            if _under(imp.importer, "benchmarks") and _under(imp.imported, "harness")
-            and imp.imported not in BENCHMARK_SURFACE]
-
-
 def public_module_breaks(imports: list[Import]) -> list[tuple[Import, str]]:
-    """Each import of a declared benchmark that reaches the harness past its public module,
-    or another benchmark."""
+    """Each import of a benchmark that reaches the harness past its public module, or
+    another benchmark."""
     out = []
     for imp in imports:
-        mine = next((b for b in DECLARED_BENCHMARKS if _under(imp.importer, b)), None)
-        if mine is None:
+        if not _under(imp.importer, "benchmarks"):
             continue
+        mine = ".".join(imp.importer.split(".")[:2])  # benchmarks.<name>
         if _under(imp.imported, "harness") and imp.imported != PUBLIC_MODULE:
-            out.append((imp, f"a declared benchmark imports only {PUBLIC_MODULE}"))
+            out.append((imp, f"a benchmark imports only {PUBLIC_MODULE}"))
         elif _under(imp.imported, "benchmarks") and not _under(imp.imported, mine):
-            out.append((imp, "a declared benchmark imports no other benchmark"))
+            out.append((imp, "a benchmark imports no other benchmark"))
     return out
 
 
@@ -216,29 +159,27 @@ def test_no_import_cycle(graph: Graph) -> None:
     assert not found, "import cycles:\n" + "\n".join(lines)
 
 
-def test_benchmarks_use_only_the_adapter_surface(graph: Graph) -> None:
-    breaks = [describe(imp, rule) for imp, rule in surface_breaks(graph.imports)]
-    assert not breaks, "imports outside the adapter surface:\n" + "\n".join(breaks)
-
-
-def test_declared_benchmarks_import_only_the_public_module(graph: Graph) -> None:
-    assert any(_under(f, "benchmarks.harbor") for f in graph.files)  # it was read
+def test_benchmarks_import_only_the_public_module(graph: Graph) -> None:
+    for package in BENCHMARK_PACKAGES:  # each was read
+        assert any(_under(f, package) for f in graph.files), package
     breaks = [describe(imp, rule) for imp, rule in public_module_breaks(graph.imports)]
     assert not breaks, "imports past harness.api:\n" + "\n".join(breaks)
 
 
-def test_the_public_module_rule_catches_a_declared_benchmark_reaching_past_it() -> None:
+def test_the_public_module_rule_catches_a_benchmark_reaching_past_it() -> None:
     def imp(importer: str, imported: str) -> Import:
         return Import(importer, imported, importer.replace(".", "/") + ".py", 3,
                       in_function=True, type_only=False, how="import")
 
     [(_, rule)] = public_module_breaks([imp("benchmarks.harbor.x", "harness.runner.trial")])
     assert rule.endswith("imports only harness.api")
+    [(_, rule)] = public_module_breaks([imp("benchmarks.programbench.x", "harness.sandbox")])
+    assert rule.endswith("imports only harness.api")
     [(_, rule)] = public_module_breaks([imp("benchmarks.harbor.x", "benchmarks.programbench.a")])
     assert "no other benchmark" in rule
     assert public_module_breaks([imp("benchmarks.harbor.x", "harness.api"),
                                  imp("benchmarks.harbor.x", "benchmarks.harbor.tasks"),
-                                 imp("benchmarks.programbench.x", "harness.runner.worker")]) == []
+                                 imp("harness.runner.x", "harness.runner.worker")]) == []
 
 
 def test_every_exception_is_still_needed(graph: Graph) -> None:
@@ -310,13 +251,13 @@ def test_an_upward_import_is_reported_with_its_place_and_rule() -> None:
     sideways = Import("harness.budget.x", "harness.model_proxy.y", "harness/budget/x.py", 3,
                       in_function=False, type_only=False, how="import")
     assert layer_breaks([sideways])[0][1].startswith("sideways")
-    down = Import("benchmarks.x", "harness.core.models", "benchmarks/x.py", 1,
+    down = Import("benchmarks.x", "harness.api", "benchmarks/x.py", 1,
                   in_function=False, type_only=False, how="import")
     assert layer_breaks([down]) == []
-    assert surface_breaks([down]) == [] and forbidden_breaks([down]) == []
+    assert public_module_breaks([down]) == [] and forbidden_breaks([down]) == []
     fake = Import("reports.x", "harness.testing.fake_meter", "reports/x.py", 7,
                   in_function=True, type_only=False, how="import")
     assert forbidden_breaks([fake])[0][1].startswith("forbidden: a test double")
     assert layer_breaks([fake]) == []  # the layers alone would let the report reach it
-    assert surface_breaks([Import("benchmarks.x", "harness.runner.controller", "benchmarks/x.py",
-                                  1, in_function=False, type_only=False, how="import")])
+    assert public_module_breaks([Import("benchmarks.x", "harness.core.models", "benchmarks/x.py",
+                                        1, in_function=False, type_only=False, how="import")])

@@ -58,11 +58,7 @@ from benchmarks.cowork_bench.tasks import (
     check_provenance,
     discover_tasks,
 )
-from harness.core.adapter import InstanceSpec
-from harness.core.errors import RefusalError
-from harness.core.models import Manifest, Outcome
-from harness.run.manifest import write_manifest
-from harness.runner.instance import RunContext
+from harness.api import InstanceSpec, Manifest, Outcome, RefusalError, RunContext, write_manifest
 
 STATUS = {
     Outcome.AGENT_FAILED: "agent_failed",

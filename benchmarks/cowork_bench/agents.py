@@ -18,13 +18,19 @@ from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.containers import AGENT, AGENT_ID
 from benchmarks.cowork_bench.phases import AGENT_LOGS, WORKSPACE, AgentContext, AgentOutcome
 from benchmarks.cowork_bench.tasks import task_dir
-from harness.agents.base import AgentOutcome as RunnerOutcome
-from harness.core.fsutil import atomic_write_text
-from harness.core.models import AgentDetails
-from harness.sandbox.container import Sandbox, SandboxSpec
-from harness.sandbox.execution import MAX_OUTPUT_BYTES, ContainerExit, ExecResult
-from harness.sandbox.pack import NewDir, pack_tree
-from harness.sandbox.transfer import Exclude
+from harness.api import (
+    MAX_OUTPUT_BYTES,
+    AgentDetails,
+    ContainerExit,
+    Exclude,
+    ExecResult,
+    NewDir,
+    Sandbox,
+    SandboxSpec,
+    atomic_write_text,
+    pack_tree,
+)
+from harness.api import AgentOutcome as RunnerOutcome
 
 if TYPE_CHECKING:
     import docker

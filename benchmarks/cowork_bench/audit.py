@@ -43,10 +43,18 @@ from benchmarks.cowork_bench.classify import (
 from benchmarks.cowork_bench.cli import doc_summary
 from benchmarks.cowork_bench.diagnostic import read_record
 from benchmarks.cowork_bench.eval_once import file_fact, publish_exclusive
-from harness.core.models import Manifest, Outcome, TaskRow
-from harness.run.ledger import LedgerError, ledger_path, read_ledger
-from harness.run.locate import row_root, run_roots
-from harness.run.manifest import ManifestError, read_manifest
+from harness.api import (
+    LedgerError,
+    Manifest,
+    ManifestError,
+    Outcome,
+    TaskRow,
+    ledger_path,
+    read_ledger,
+    read_manifest,
+    row_root,
+    run_roots,
+)
 
 SCHEMA = "harness.cowork.audit.v1"
 AuditClass = Literal["passed", "genuine_failure", "infrastructure", "not_attempted", "unknown"]

@@ -40,8 +40,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.cowork_bench.images import HARNESS_LAYER_BODY, PYTHON_BIN, harness_layer_files
-from harness.sandbox import labels as L
-from harness.sandbox.images.build import cache_dir_for
+from harness.api import RECIPE_LABEL, TTL_LABEL, cache_dir_for
 
 IMAGE_REPO = "cowork-pack"
 COMMIT_LABEL = "harness.cowork.commit"
@@ -140,11 +139,11 @@ def build(root: Path, tag: str, log_path: Path, client: Any | None = None) -> Bu
     """Build ``root/Dockerfile`` as ``tag``; raise :class:`BuildFailed` when it fails."""
     from docker.errors import APIError, BuildError, DockerException
 
-    from harness.sandbox.client import get_client, long_timeout
+    from harness.api import get_client, long_timeout
 
     full, _short, dirty = git_commit(root)
     client = client or get_client()
-    labels = {L.RECIPE: f"{IMAGE_REPO}@{full}", COMMIT_LABEL: full, DIRTY_LABEL: str(dirty).lower()}
+    labels = {RECIPE_LABEL: f"{IMAGE_REPO}@{full}", COMMIT_LABEL: full, DIRTY_LABEL: str(dirty).lower()}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     error: str | None
@@ -188,7 +187,7 @@ def image_python(client: Any, image_id: str) -> str:
     try:
         out = client.containers.run(image_id, ["-c", PYTHON_PROBE], entrypoint=[PYTHON_BIN],
                                     network_mode="none", user="0", remove=True,
-                                    labels={L.TTL: "120"})  # fmt: skip
+                                    labels={TTL_LABEL: "120"})  # fmt: skip
     except (ContainerError, DockerException) as exc:
         why = " ".join(str(exc).split())[:300]
         raise BuildFailed(f"{image_id} has no working {PYTHON_BIN} (upstream's layout has "
@@ -212,7 +211,7 @@ def derive(base_image_id: str, client: Any | None = None) -> DerivedResult:
     from docker.errors import APIError, BuildError, DockerException, ImageNotFound
     from filelock import FileLock, Timeout
 
-    from harness.sandbox.client import get_client, long_timeout
+    from harness.api import get_client, long_timeout
 
     client = client or get_client()
     started = time.monotonic()
@@ -241,7 +240,7 @@ def derive(base_image_id: str, client: Any | None = None) -> DerivedResult:
     lock = FileLock(str(cache / "locks" / f"cowork-pack-{digest[:16]}-{base_hex[:16]}.lock"))
     log_path = cache / "logs" / f"cowork-pack-harness-{base_hex[:12]}-{digest[:12]}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    labels = {L.RECIPE: f"{DERIVED_REPO}@{digest}", BASE_LABEL: base_image_id}
+    labels = {RECIPE_LABEL: f"{DERIVED_REPO}@{digest}", BASE_LABEL: base_image_id}
     label_line = " ".join(f'{k}="{v}"' for k, v in labels.items())  # one step, not one each
     dockerfile = f"FROM {base_image_id}\n{HARNESS_LAYER_BODY}LABEL {label_line}\n"
     try:
@@ -289,7 +288,7 @@ def reusable(client: Any, tag: str, commit: str) -> str | None:
 def ensure_checkout_image(root: Path, *, reuse: bool = True) -> BuildResult:
     """The checkout image (reused when ``reuse`` and a clean checkout's commit is built
     already, else built) and the harness's layer on it (:func:`derive`)."""
-    from harness.sandbox.client import get_client
+    from harness.api import get_client
 
     full, short, dirty = git_commit(root)
     tag = f"{IMAGE_REPO}:{short}"
@@ -343,7 +342,7 @@ def build_image_command(argv: Sequence[str]) -> int:
     if dirty:
         print(f"{prog}: the checkout has uncommitted changes; {tag} is labelled dirty",
               file=sys.stderr)  # fmt: skip
-    from harness.sandbox.errors import SandboxError
+    from harness.api import SandboxError
 
     log_path = build_log(short)
     print(f"building {tag} from {root}/Dockerfile (log: {log_path})", file=sys.stderr)

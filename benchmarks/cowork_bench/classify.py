@@ -37,10 +37,14 @@ from pydantic import BaseModel, Field, ValidationError
 from benchmarks.cowork_bench import BENCHMARK
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.workspace import SANITISED_NAME, WorkspaceSanitised
-from harness.agents.gateway.checkpoint import AgentFolder
-from harness.agents.gateway.events import usage_with_tokens
-from harness.core.models import EvalDetails, Outcome
-from harness.core.untrusted import UntrustedFileError, read_untrusted_text
+from harness.api import (
+    AgentFolder,
+    EvalDetails,
+    Outcome,
+    UntrustedFileError,
+    read_untrusted_text,
+    usage_with_tokens,
+)
 
 Status = Literal["passed", "failed", "agent_failed", "infra_failed", "not_attempted"]
 ReceiptState = Literal[

@@ -21,10 +21,7 @@ import pytest
 from benchmarks.cowork_bench import BENCHMARK
 from benchmarks.cowork_bench.adapter import CoworkAdapter
 from benchmarks.cowork_bench.options import CoworkOptions, add_options
-from harness.core.adapter import BenchmarkAdapter
-from harness.core.errors import RefusalError
-from harness.runner.instance import RunContext
-from harness.runner.selection import names_folder
+from harness.api import BenchmarkAdapter, RefusalError, RunContext, names_folder
 
 ADAPTER_KEY = pytest.StashKey[CoworkAdapter]()
 UNLISTED_KEY = pytest.StashKey[bool]()

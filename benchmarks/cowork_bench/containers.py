@@ -25,9 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.sandbox import SandboxSpec
-from harness.sandbox import labels as L
-from harness.sandbox.images.build import AGENT_UID, AGENT_USER
+from harness.api import AGENT_UID, AGENT_USER, SandboxSpec, run_labels
 
 ROLE_LABEL = "harness.cowork.role"
 AGENT = AGENT_USER  # the unprivileged user of the runtime image
@@ -57,7 +55,7 @@ class RunIdentity:
 
     def labels(self, instance_id: str) -> dict[str, str]:
         """The exact labels of this run's resources for ``instance_id`` (teardown's filter)."""
-        return L.run_labels(self.run_id, instance_id, self.worker, self.run_root)
+        return run_labels(self.run_id, instance_id, self.worker, self.run_root)
 
 
 def container_spec(

@@ -22,7 +22,7 @@ from benchmarks.cowork_bench.eval_once import (
     publish_exclusive,
 )
 from benchmarks.cowork_bench.tasks import task_dir
-from harness.core.fsutil import create_exclusive
+from harness.api import create_exclusive
 
 GT = "groundtruth_workspace"
 RECORD = "diagnostic.json"

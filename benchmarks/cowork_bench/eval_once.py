@@ -26,8 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from benchmarks.cowork_bench import models as m
 from benchmarks.cowork_bench.tasks import task_dir
-from harness.core.fsutil import atomic_write_json, create_exclusive
-from harness.core.untrusted import hash_untrusted_file, is_regular_file
+from harness.api import atomic_write_json, create_exclusive, hash_untrusted_file, is_regular_file
 
 TAIL_CHARS = 4000
 

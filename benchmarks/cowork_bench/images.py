@@ -43,11 +43,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from harness.core.cache import cache_root
-from harness.core.errors import InfraError
-from harness.sandbox import BuiltImage, LayerRecipe, base_recipe
-from harness.sandbox import ensure_image as sandbox_ensure_image
-from harness.sandbox.images.build import AGENT_UID, AGENT_USER
+from harness.api import (
+    AGENT_UID,
+    AGENT_USER,
+    BuiltImage,
+    InfraError,
+    LayerRecipe,
+    base_recipe,
+    cache_root,
+)
+from harness.api import ensure_image as sandbox_ensure_image
 
 MCP_IMAGE_DIR = Path(__file__).parent / "mcp_image"
 SUPERVISOR_DIR = "/opt/harness_mcp"

@@ -57,16 +57,19 @@ from benchmarks.cowork_bench.seed import SEED_KINDS, SEED_RECORD, SeedTar, agent
 from benchmarks.cowork_bench.sidecar import PgSidecar, start_postgres
 from benchmarks.cowork_bench.task_body import build_task_body, docker_exec_ref
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs
-from harness.agents.gateway.checkpoint import new_task_id
-from harness.agents.gateway.models import TaskCreateRequest
-from harness.core.errors import InfraError
-from harness.core.fsutil import atomic_write_json
-from harness.run.locate import run_roots
-from harness.run.manifest import read_manifest
-from harness.runner.deadlines import phase_deadline
-from harness.runner.instance import InstanceContext
-from harness.sandbox import create_internal_network, remove_labelled
-from harness.sandbox.limits import CopyLimits
+from harness.api import (
+    CopyLimits,
+    InfraError,
+    InstanceContext,
+    TaskCreateRequest,
+    atomic_write_json,
+    create_internal_network,
+    new_task_id,
+    phase_deadline,
+    read_manifest,
+    remove_labelled,
+    run_roots,
+)
 
 if TYPE_CHECKING:
     from benchmarks.cowork_bench.options import CoworkOptions

@@ -48,9 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from benchmarks.cowork_bench.containers import AGENT, AGENT_ID
 from benchmarks.cowork_bench.images import PYTHON_BIN, SUPERVISOR, VENV
 from benchmarks.cowork_bench.tasks import CoworkTask
-from harness.core.errors import InfraError
-from harness.sandbox import NewDir, Sandbox
-from harness.sandbox.pack import NewFile, join_tars, pack_dirs, pack_files
+from harness.api import InfraError, NewDir, NewFile, Sandbox, join_tars, pack_dirs, pack_files
 
 CONFIG_DIR = Path("configs") / "mcp_servers"
 MCP_PORT = 8765
@@ -177,8 +175,7 @@ def local_servers_path(image_id: str) -> str:
     scripts pass ``-e LOCAL_SERVERS_PATH=/opt/local_servers``)."""
     import docker.errors
 
-    from harness.sandbox.client import get_client
-    from harness.sandbox.errors import SandboxError
+    from harness.api import SandboxError, get_client
 
     try:
         env = get_client().images.get(image_id).attrs.get("Config", {}).get("Env") or []

@@ -19,7 +19,7 @@ from benchmarks.cowork_bench.containers import (
     Limits,
 )
 from benchmarks.cowork_bench.tasks import FINALPOOL
-from harness.core.errors import RefusalError, RenamedOption, refuse_renamed
+from harness.api import RefusalError, RenamedOption, refuse_renamed
 
 DEFAULT_TASK_TIMEOUT_SEC = 1800.0  # upstream TASK_TIMEOUT (run_parallel.sh)
 DEFAULT_MAX_STEPS = 100  # upstream script default

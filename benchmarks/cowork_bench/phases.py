@@ -58,13 +58,20 @@ from benchmarks.cowork_bench.seed import SEED_ENV, SEED_PATH, SeedTar
 from benchmarks.cowork_bench.sidecar import PgSidecar
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs, task_dir
 from benchmarks.cowork_bench.workspace import SANITISED_NAME, pack_workspace, sanitise_workspace
-from harness.core.errors import InfraError
-from harness.core.fsutil import atomic_write_json, atomic_write_text
-from harness.runner.deadlines import phase_deadline
-from harness.sandbox import ExecResult, NewDir, Sandbox, pack_tree
-from harness.sandbox.limits import CopyLimits
-from harness.sandbox.pack import join_tars, pack_dirs
-from harness.sandbox.transfer import CopyRefused
+from harness.api import (
+    CopyLimits,
+    CopyRefused,
+    ExecResult,
+    InfraError,
+    NewDir,
+    Sandbox,
+    atomic_write_json,
+    atomic_write_text,
+    join_tars,
+    pack_dirs,
+    pack_tree,
+    phase_deadline,
+)
 
 ROOT = "/workspace"
 WORKSPACE = "/workspace/dumps/workspace"

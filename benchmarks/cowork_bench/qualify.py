@@ -50,11 +50,16 @@ from benchmarks.cowork_bench.mcp_servers import (
 from benchmarks.cowork_bench.phases import WORKSPACE, InstanceEnv, _start
 from benchmarks.cowork_bench.sidecar import start_postgres
 from benchmarks.cowork_bench.tasks import FINALPOOL, CoworkTask, discover_tasks
-from harness.core.errors import InfraError, RenamedOption
-from harness.core.fsutil import atomic_write_json, atomic_write_text
-from harness.sandbox import create_internal_network, remove_labelled
-from harness.sandbox import labels as L
-from harness.sandbox.cleanup import run_lock
+from harness.api import (
+    RUN_LABEL,
+    InfraError,
+    RenamedOption,
+    atomic_write_json,
+    atomic_write_text,
+    create_internal_network,
+    remove_labelled,
+    run_lock,
+)
 
 QUALIFY_INSTANCE = "qualify"  # the instance label of the shared sidecar and network
 MAX_REASONS = 3
@@ -116,7 +121,7 @@ class QualifyReport(BaseModel):
 def local_image_id(ref: str) -> str | None:
     import docker.errors
 
-    from harness.sandbox.client import get_client
+    from harness.api import get_client
 
     try:
         return str(get_client().images.get(ref).id)
@@ -284,7 +289,7 @@ def qualify(
                 for future in [pool.submit(one, key) for key in groups]:
                     future.result()
     finally:
-        remove_labelled({L.RUN: ident.run_id})
+        remove_labelled({RUN_LABEL: ident.run_id})
     out: list[TaskQualification] = []
     sets: list[ServerSetQualification] = []
     for key, members in groups.items():

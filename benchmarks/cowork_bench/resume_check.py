@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.cowork_bench import BENCHMARK
-from harness.core.errors import RefusalError
-from harness.core.models import Manifest, TaskRow
+from harness.api import Manifest, RefusalError, TaskRow
 
 ROLES = {"runtime": "runtime image", "pg": "PostgreSQL image"}
 ROW_FIELDS = {"runtime": "runtime_image", "pg": "pg_image"}
@@ -96,8 +95,7 @@ def check_ancestors(
 ) -> list[Difference]:
     """Refuse (:class:`RefusalError`, stage ``resume``) a resume whose ancestors ran other
     images or another harness commit; return the image changes the waiver let through."""
-    from harness.run.ledger import ledger_path, read_ledger
-    from harness.run.manifest import read_manifest
+    from harness.api import ledger_path, read_ledger, read_manifest
 
     found = []
     for root in ancestors:

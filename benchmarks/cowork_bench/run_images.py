@@ -35,7 +35,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from harness.core.errors import InfraError, RefusalError
+from harness.api import InfraError, RefusalError
 
 Role = Literal["runtime", "pg"]
 FLAGS: dict[Role, str] = {"runtime": "--cowork-image", "pg": "--cowork-pg-image"}
@@ -82,7 +82,7 @@ class RunImages:
 
 def admitted_ids(run_root: Path) -> dict[str, str]:
     """``extra.cowork.images`` of the run's manifest: role -> image ID (empty if none)."""
-    from harness.run.manifest import read_manifest
+    from harness.api import read_manifest
 
     try:
         images = (read_manifest(run_root).extra.section("cowork") or {}).get("images") or {}
@@ -99,8 +99,7 @@ def has_registry(ref: str) -> bool:
 
 def _pull_settings(config: pytest.Config) -> Any:
     """The run's pull settings without its per-run lock folder (one pull, at admission)."""
-    from harness.api import pull_settings
-    from harness.sandbox.images.pull import PullSettings
+    from harness.api import PullSettings, pull_settings
 
     if config.getoption("pull", None) is None:  # the pull plugin is not loaded
         return PullSettings()
@@ -122,7 +121,7 @@ def resolve_one(client: Any, role: Role, ref: str, config: pytest.Config) -> Cho
     """Local image, else (the sidecar always, the runtime with a registry) a pull."""
     from docker.errors import APIError, ImageNotFound
 
-    from harness.sandbox.images.pull import resolve_image
+    from harness.api import resolve_image
 
     try:
         local = client.api.inspect_image(ref)
@@ -175,8 +174,7 @@ def resolve_images(config: pytest.Config, refs: dict[Role, str | None]) -> RunIm
         build = False
     if not given and not build:
         return out
-    from harness.sandbox.client import get_client
-    from harness.sandbox.errors import SandboxError
+    from harness.api import SandboxError, get_client
 
     try:
         client = get_client()

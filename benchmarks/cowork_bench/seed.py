@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.core.errors import InfraError
+from harness.api import InfraError
 
 SEED_PATH = "/opt/agent_seed"
 SEED_ENV = "HARNESS_AGENT_REPO"

@@ -62,10 +62,8 @@ from pydantic import BaseModel, ConfigDict
 from benchmarks.cowork_bench.cli import doc_summary
 from benchmarks.cowork_bench.containers import AGENT_ID
 from benchmarks.cowork_bench.images import runtime_recipe
-from harness.core.cache import cache_root
-from harness.core.errors import InfraError
-from harness.sandbox import LayerRecipe
-from harness.sandbox import ensure_image as sandbox_ensure_image
+from harness.api import InfraError, LayerRecipe, cache_root
+from harness.api import ensure_image as sandbox_ensure_image
 
 IMAGE_NAME = "harness/cowork-servers"
 SERVERS_DIR = "/opt/local_servers"

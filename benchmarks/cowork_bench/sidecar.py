@@ -46,9 +46,16 @@ from typing import Literal
 
 from benchmarks.cowork_bench.containers import Limits, RunIdentity, container_spec
 from benchmarks.cowork_bench.images import ensure_image
-from harness.core.errors import InfraError
-from harness.sandbox import ExecResult, NewDir, Sandbox, pack_tree
-from harness.sandbox.pack import join_tars, pack_bytes, pack_dirs
+from harness.api import (
+    ExecResult,
+    InfraError,
+    NewDir,
+    Sandbox,
+    join_tars,
+    pack_bytes,
+    pack_dirs,
+    pack_tree,
+)
 
 PG_USER = "eigent"
 PG_PASSWORD = "camel"  # hard-coded upstream in every preprocess and checker
@@ -254,8 +261,7 @@ def pg_layout(image_id: str) -> PgLayout:
     entrypoint is ``docker-entrypoint.sh`` and it sets ``PGDATA``), else ``harness``."""
     from docker.errors import DockerException
 
-    from harness.sandbox.client import get_client
-    from harness.sandbox.errors import SandboxError
+    from harness.api import SandboxError, get_client
 
     try:
         config = get_client().api.inspect_image(image_id).get("Config") or {}

@@ -66,16 +66,24 @@ from benchmarks.cowork_bench.phases import (
 )
 from benchmarks.cowork_bench.task_body import description
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs
-from harness.api import DeclaredBenchmark, InfraError, Kept, Trial, Verdict, copy_limits
-from harness.core.fsutil import atomic_write_text
-from harness.core.models import EngineDetails, EvalDetails, Outcome
+from harness.api import (
+    DeclaredBenchmark,
+    EngineDetails,
+    EvalDetails,
+    InfraError,
+    Kept,
+    Outcome,
+    Trial,
+    Verdict,
+    atomic_write_text,
+    copy_limits,
+)
 
 if TYPE_CHECKING:
     from benchmarks.cowork_bench.options import CoworkOptions
     from benchmarks.cowork_bench.run_images import RunImages
-    from harness.agents.base import Agent, AgentRequest
-    from harness.agents.base import AgentOutcome as RunnerOutcome
-    from harness.sandbox.container import Sandbox
+    from harness.api import Agent, AgentRequest, Sandbox
+    from harness.api import AgentOutcome as RunnerOutcome
 
 STATE = "cowork"  # Trial.state: this instance's Life
 CHECKER_TAIL = 1500
@@ -178,7 +186,7 @@ class CoworkSteps(DeclaredBenchmark):
         actx = _agent_context(trial, 600.0)
 
         def copy_groundtruth(_request: AgentRequest) -> RunnerOutcome:
-            from harness.agents.base import AgentOutcome as Outcome_
+            from harness.api import AgentOutcome as Outcome_
 
             oracle_agent(actx)
             return Outcome_(agent="oracle", completed=True, reason_code="oracle_applied",

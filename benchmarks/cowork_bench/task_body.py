@@ -13,7 +13,7 @@ from pathlib import Path
 
 from benchmarks.cowork_bench.phases import WORKSPACE_PLACEHOLDER
 from benchmarks.cowork_bench.tasks import TaskDocs, read_docs
-from harness.agents.gateway.models import ExecutorRef, TaskCreateRequest
+from harness.api import ExecutorRef, TaskCreateRequest
 
 SOURCE = "cowork-bench"
 WEB_TOOLS = ("web_search", "browse_page", "browser_action", "youtube_transcript")

@@ -23,8 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.cowork_bench import PINNED_COMMIT
-from harness.core.errors import RefusalError
-from harness.core.models import INSTANCE_ID_RE
+from harness.api import INSTANCE_ID_RE, RefusalError
 
 FINALPOOL = Path("tasks") / "finalpool"
 _MARKER_SAFE = re.compile(r"[^A-Za-z0-9_]")

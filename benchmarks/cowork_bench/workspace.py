@@ -30,7 +30,7 @@ from typing import IO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.core.untrusted import open_regular
+from harness.api import open_regular
 
 SANITISED_NAME = "workspace_sanitised.json"
 MAX_LINK_HOPS = 40  # like the kernel's MAXSYMLINKS

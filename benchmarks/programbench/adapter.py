@@ -28,11 +28,18 @@ from benchmarks.programbench.tasks import (
     programbench_version,
     select_instances,
 )
-from harness.api import DeclaredBenchmark, Kept, Trial, Verdict
-from harness.core.adapter import InstanceSpec
-from harness.core.errors import RefusalError, RenamedOption, refuse_renamed
-from harness.core.outcomes import Outcome
-from harness.runner.selection import ancestor_manifest
+from harness.api import (
+    DeclaredBenchmark,
+    InstanceSpec,
+    Kept,
+    Outcome,
+    RefusalError,
+    RenamedOption,
+    Trial,
+    Verdict,
+    ancestor_manifest,
+    refuse_renamed,
+)
 
 EVAL_MODES = ("per-task", "batch", "off")
 DEFAULT_CPUS = 4.0

@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from harness.sandbox.protected import LAUNCHER_FAILED_PREFIX
+from harness.api import LAUNCHER_FAILED_PREFIX
 
 if TYPE_CHECKING:
-    from harness.sandbox.container import Sandbox
+    from harness.api import Sandbox
 
 PROBE_ARGS = ("--version", "--help", "-h")
 PROBE_TIMEOUT_S = 30

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.cli import dispatch
+from harness.api import dispatch
 
 COMMANDS = {
     "export": (

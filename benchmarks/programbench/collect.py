@@ -32,10 +32,10 @@ from benchmarks.programbench.submission import (
     normalise_protected,
     pack_members,
 )
-from harness.sandbox.transfer import ArchiveBroken, Budget, CopyRefused
+from harness.api import ArchiveBroken, Budget, CopyRefused
 
 if TYPE_CHECKING:
-    from harness.sandbox.container import Sandbox
+    from harness.api import Sandbox
 
 WORKSPACE = "/workspace"
 PROBE_TIMEOUT_S = 300

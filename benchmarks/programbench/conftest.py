@@ -10,14 +10,10 @@ import pytest
 
 from benchmarks.programbench.adapter import ProgramBenchAdapter, add_options
 from benchmarks.programbench.tasks import FIXTURE_PREFIX
-from harness.api import item_spec
-from harness.core.adapter import BenchmarkAdapter
-from harness.core.errors import RefusalError
-from harness.runner.selection import requested_ids
+from harness.api import BenchmarkAdapter, RefusalError, item_spec, requested_ids
 
 if TYPE_CHECKING:  # loaded when a run starts, not at collection
-    from harness.core.models import TaskRow
-    from harness.runner.instance import RunContext
+    from harness.api import RunContext, TaskRow
 
 ADAPTER = ProgramBenchAdapter()
 

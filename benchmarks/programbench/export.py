@@ -28,12 +28,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.programbench import BENCHMARK
 from benchmarks.programbench.order import InstanceOrder
-from harness.core.fsutil import atomic_write_text
-from harness.core.models import TaskRow
-from harness.core.untrusted import hash_untrusted_file
-from harness.run.ledger import LedgerError
-from harness.run.locate import changed_shards, run_roots
-from harness.run.manifest import ManifestError, read_manifest
+from harness.api import (
+    LedgerError,
+    ManifestError,
+    TaskRow,
+    atomic_write_text,
+    changed_shards,
+    hash_untrusted_file,
+    read_manifest,
+    run_roots,
+)
 
 EXPORT_SCHEMA = "harness.programbench.export.v1"
 SUBMISSION = "submission.tar.gz"

@@ -42,8 +42,7 @@ from benchmarks.programbench.fixture_tasks import (
     tasks_fingerprint,
 )
 from benchmarks.programbench.tasks import programbench_version, tasks_dir
-from harness.core.cache import cache_root
-from harness.core.fsutil import atomic_write_bytes, atomic_write_text
+from harness.api import atomic_write_bytes, atomic_write_text, cache_root
 
 if TYPE_CHECKING:
     import docker

@@ -128,7 +128,7 @@ USER root
 
 def ensure_cleanroom_layout_image(reference_binary: bytes) -> str:
     """Build (once) the cleanroom-layout variant of the fixture; return its image ID."""
-    from harness.sandbox.images.build import LayerRecipe, base_recipe, ensure_image
+    from harness.api import LayerRecipe, base_recipe, ensure_image
 
     recipe = LayerRecipe(
         name=CLEANROOM_LAYOUT_NAME,
@@ -191,8 +191,7 @@ def ensure_fixture_image(reference_binary: bytes, also_for: tuple[str, ...] = ()
     """
     from docker.utils import parse_repository_tag
 
-    from harness.sandbox.client import get_client
-    from harness.sandbox.images.build import LayerRecipe, base_recipe, ensure_image
+    from harness.api import LayerRecipe, base_recipe, ensure_image, get_client
 
     recipe = LayerRecipe(
         name=LAYER_NAME,

@@ -69,8 +69,7 @@ from benchmarks.programbench.scores import (
     reduce_tests,
 )
 from benchmarks.programbench.tasks import programbench_version
-from harness.core.fsutil import create_exclusive
-from harness.run.ledger import ledger_path
+from harness.api import create_exclusive, ledger_path
 from reports.stats import bootstrap_mean_ci
 
 GATE_SCHEMA = "harness.programbench.gate.v1"

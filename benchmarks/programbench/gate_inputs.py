@@ -16,12 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from benchmarks.programbench.kept_files import kept_files
 from benchmarks.programbench.scores import RunScore, read_run_scores
 from benchmarks.programbench.tasks import select_instances
-from harness.core.fsutil import read_json
-from harness.core.models import TaskRow
-from harness.run.ledger import ledger_path, read_ledger
-from harness.run.locate import run_roots
-from harness.run.manifest import ManifestError, read_manifest
-from harness.run.model import RunModel
+from harness.api import (
+    ManifestError,
+    RunModel,
+    TaskRow,
+    ledger_path,
+    read_json,
+    read_ledger,
+    read_manifest,
+    run_roots,
+)
 
 GATE_GROUP_SIZE = 10  # Gate-20: 10 smoke tasks + 10 unseen tasks
 

@@ -41,9 +41,7 @@ from docker.errors import APIError, NotFound
 
 from benchmarks.programbench.task_body import WORKSPACE_BACKEND_PATH as WORKSPACE
 from benchmarks.programbench.workspace import REFERENCE_CANDIDATES
-from harness.core.errors import InfraError
-from harness.sandbox.container import Sandbox
-from harness.sandbox.transfer import extract_to
+from harness.api import InfraError, Sandbox, extract_to
 
 SEED_DIR = "/.harness-seed"
 AGENT_UID = 1000

@@ -34,11 +34,16 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 from benchmarks.programbench import NEAR_RESOLVED_AT
 from benchmarks.programbench.kept_files import effective_rows, kept_files
 from benchmarks.programbench.official_eval import DuplicateRecords, per_test_records
-from harness.core.models import RESOLVED_AT, TaskRow
-from harness.run.ledger import LedgerWriter, refresh_figures
-from harness.run.locate import run_roots
-from harness.run.manifest import ManifestError, read_manifest
-from harness.sandbox.cleanup import run_lock
+from harness.api import (
+    RESOLVED_AT,
+    LedgerWriter,
+    ManifestError,
+    TaskRow,
+    read_manifest,
+    refresh_figures,
+    run_lock,
+    run_roots,
+)
 
 MAX_IGNORE_BYTES = 64 << 20
 DUPLICATE_RECORDS = DuplicateRecords.code

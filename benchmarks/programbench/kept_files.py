@@ -19,10 +19,7 @@ from pathlib import Path
 from benchmarks.programbench import BENCHMARK
 from benchmarks.programbench.scorer_guard import read_report
 from benchmarks.programbench.submission import SubmissionInfo
-from harness.core.models import TaskRow
-from harness.core.untrusted import is_regular_file
-from harness.run.ledger import ledger_path, read_ledger
-from harness.run.locate import is_carried, row_root
+from harness.api import TaskRow, is_carried, is_regular_file, ledger_path, read_ledger, row_root
 
 SUBMISSION = "submission.tar.gz"
 TRAJECTORY = "mini_swe_agent.traj.json"  # harness.agents.mini_swe.TRAJ_NAME

@@ -39,7 +39,7 @@ import stat
 import subprocess
 from collections.abc import Iterator
 
-from harness.core.untrusted import read_capped
+from harness.api import read_capped
 
 OVERLAY_DRIVERS = frozenset({"overlay2", "overlay", "fuse-overlayfs"})
 MAX_ENTRIES = 200_000

@@ -66,11 +66,17 @@ from benchmarks.programbench.leaderboard_tools import (
     write_stats,
 )
 from benchmarks.programbench.tasks import FIXTURE_PREFIX, programbench_version
-from harness.core.fsutil import atomic_write_json, atomic_write_text
-from harness.core.models import INSTANCE_ID_RE, Manifest, TaskRow
-from harness.core.untrusted import open_regular
-from harness.run.locate import run_roots
-from harness.run.manifest import read_manifest, reportability
+from harness.api import (
+    INSTANCE_ID_RE,
+    Manifest,
+    TaskRow,
+    atomic_write_json,
+    atomic_write_text,
+    open_regular,
+    read_manifest,
+    reportability,
+    run_roots,
+)
 
 # --- what goes in ------------------------------------------------------------------------
 
@@ -302,7 +308,7 @@ def write_languages(dest: Path, packed: list[PackedInstance]) -> int:
 def write_submission(run: Path, dest: Path, *, force: bool = False, attempt: int | None = None,
                      timeout_s: float = 900.0) -> SubmissionRecord:
     """Write ``dest`` from ``run``, package and verify it; :class:`SubmissionRefused`."""
-    from harness.sandbox.cleanup import lock_is_held
+    from harness.api import lock_is_held
 
     run, dest = Path(run), Path(dest)
     try:

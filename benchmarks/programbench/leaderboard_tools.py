@@ -22,8 +22,7 @@ from benchmarks.programbench.leaderboard_records import (
     ToolVerdict,
 )
 from benchmarks.programbench.official_eval import programbench_cli
-from harness.core.fsutil import atomic_write_text
-from harness.core.models import TaskRow
+from harness.api import TaskRow, atomic_write_text
 
 TAIL_CHARS = 4000
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -76,9 +76,7 @@ from benchmarks.programbench.scorer_guard import (
     read_report,
 )
 from benchmarks.programbench.tasks import programbench_version, tasks_dir
-from harness.core.fsutil import atomic_write_text
-from harness.core.models import RESOLVED_AT
-from harness.sandbox.active_engine import instance_environment
+from harness.api import RESOLVED_AT, atomic_write_text, instance_environment
 
 RESULT_NAME = "official_eval.json"
 # Bounds on what crosses from the eval to this host (issue 40): the official CLI's heap

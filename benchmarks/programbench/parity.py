@@ -23,7 +23,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.core.models import Outcome, TaskRow
+from harness.api import Outcome, TaskRow
 
 PARITY_MISMATCH = "official_parity_mismatch"
 SOLVED_MARK = "✅"

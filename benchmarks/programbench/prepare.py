@@ -29,9 +29,14 @@ from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
 from benchmarks.programbench.task_body import WORKSPACE_BACKEND_PATH as WORKSPACE
 from benchmarks.programbench.tasks import PBInstance, instances_by_id
 from benchmarks.programbench.workspace import REFERENCE_CANDIDATES  # published, and ours
-from harness.core.fsutil import atomic_write_json, atomic_write_text
-from harness.sandbox.client import DockerUnavailable, get_client
-from harness.sandbox.container import Sandbox, SandboxSpec
+from harness.api import (
+    DockerUnavailable,
+    Sandbox,
+    SandboxSpec,
+    atomic_write_json,
+    atomic_write_text,
+    get_client,
+)
 
 BODY_NAME = "ouroboros_task_body.json"
 

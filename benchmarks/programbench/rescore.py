@@ -13,11 +13,17 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.core.models import AgentDetails, EngineDetails, EvalDetails, RowDetails
-from harness.core.untrusted import hash_untrusted_file
-from harness.run.ledger import ledger_path, read_ledger
-from harness.run.manifest import read_manifest
-from harness.runner.instance import InstanceContext
+from harness.api import (
+    AgentDetails,
+    EngineDetails,
+    EvalDetails,
+    InstanceContext,
+    RowDetails,
+    hash_untrusted_file,
+    ledger_path,
+    read_ledger,
+    read_manifest,
+)
 
 RESCORABLE_REASONS = frozenset({"official_eval_error", "eval_pending", "submission_prepared"})
 COPIED = ("submission.tar.gz", "submission_info.json", "scorer_guard.json")

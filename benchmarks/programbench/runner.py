@@ -33,30 +33,33 @@ from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
 from benchmarks.programbench.tasks import PBInstance
 from benchmarks.programbench.verdict import verdict
 from benchmarks.programbench.workspace import prepare_cleanroom
-from harness.agents.base import AgentOutcome, AgentRequest, OracleCallable, OracleUnavailable
-from harness.api import Kept, Trial, agent_capabilities
-from harness.api import Verdict as TrialVerdict
-from harness.core.errors import InfraError
-from harness.core.fsutil import atomic_write_json
-from harness.core.models import (
-    AgentDetails,
-    EngineDetails,
-    EvalDetails,
-    Outcome,
-    SubmissionDetails,
-)
-from harness.core.untrusted import hash_untrusted_file
-from harness.runner.instance import InstanceContext
-from harness.sandbox.container import Sandbox
-from harness.sandbox.errors import ProtectedInstallFailed
-from harness.sandbox.labels import run_labels
-from harness.sandbox.pack import NewFile
-from harness.sandbox.protected import (
+from harness.api import (
     PROTECTED_SANDBOX_CAP_DROP,
     PROTECTED_SANDBOX_ULIMITS,
+    AgentDetails,
+    AgentOutcome,
+    AgentRequest,
+    CopyRefused,
+    EngineDetails,
+    EvalDetails,
+    InfraError,
+    InstanceContext,
+    Kept,
+    NewFile,
+    OracleCallable,
+    OracleUnavailable,
+    Outcome,
+    ProtectedInstallFailed,
     ProtectedMissing,
+    Sandbox,
+    SubmissionDetails,
+    Trial,
+    agent_capabilities,
+    atomic_write_json,
+    hash_untrusted_file,
+    run_labels,
 )
-from harness.sandbox.transfer import CopyRefused
+from harness.api import Verdict as TrialVerdict
 
 WORKSPACE = "/workspace"
 BODY_NAME = "programbench_task_body.json"

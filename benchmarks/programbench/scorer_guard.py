@@ -54,8 +54,7 @@ from benchmarks.programbench.scorer_rules import (
     edit_config,
     root_reason,
 )
-from harness.core.models import SubmissionDetails
-from harness.core.untrusted import hash_untrusted_file
+from harness.api import SubmissionDetails, hash_untrusted_file
 
 REPORT_NAME = "scorer_guard.json"
 
@@ -218,7 +217,7 @@ def guard_submission(path: Path) -> ScorerGuardReport:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    from harness.core.fsutil import atomic_write_text
+    from harness.api import atomic_write_text
 
     atomic_write_text(report_path, report.model_dump_json(indent=2) + "\n")
     return report

@@ -18,8 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.programbench import NEAR_RESOLVED_AT
 from benchmarks.programbench.tasks import tasks_dir
-from harness.core.models import RESOLVED_AT, Outcome
-from harness.run.ledger import read_ledger
+from harness.api import RESOLVED_AT, Outcome, read_ledger
 
 HEADLINE_N = 200
 

@@ -22,9 +22,7 @@ from benchmarks.programbench.parity import (
 )
 from benchmarks.programbench.tasks import instance_order, programbench_version
 from benchmarks.programbench.verdict import verdict
-from harness.core.fsutil import atomic_write_json, atomic_write_text
-from harness.core.models import Outcome, TaskRow
-from harness.runner.instance import RunContext
+from harness.api import Outcome, RunContext, TaskRow, atomic_write_json, atomic_write_text
 
 INFO_NAME = "programbench_info.txt"
 SECTION = "programbench"  # run_manifest.json extra.programbench: RunRecord

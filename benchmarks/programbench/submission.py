@@ -47,9 +47,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.core.errors import InfraError
-from harness.core.untrusted import hash_untrusted_file, open_regular, read_untrusted_bytes
-from harness.sandbox.transfer import (
+from harness.api import (
     DIR,
     FILE,
     HARDLINK,
@@ -59,8 +57,12 @@ from harness.sandbox.transfer import (
     SYMLINK,
     Budget,
     CopyLimits,
+    InfraError,
     Member,
     ProtectedContent,
+    hash_untrusted_file,
+    open_regular,
+    read_untrusted_bytes,
 )
 
 ROOT_ONLY_NAMES = frozenset({"executable", "reference_executable"})

@@ -11,7 +11,7 @@ from typing import Any
 from benchmarks.programbench import DEFAULT_TIMEOUT_SEC as DEFAULT_TIMEOUT_SEC
 from benchmarks.programbench import DISABLED_TOOLS as PB_DISABLED_TOOLS
 from benchmarks.programbench.tasks import PBInstance
-from harness.agents.gateway.models import (
+from harness.api import (
     AcceptanceClaim,
     BudgetProfile,
     ExecutorRef,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from benchmarks.programbench import CLEANROOM_TAG, FIXTURE_ID, programbench_version
-from harness.core.cache import cache_root
+from harness.api import cache_root
 
 if TYPE_CHECKING:
     from benchmarks.programbench.order import InstanceOrder
@@ -187,7 +187,7 @@ def _read_cache(key: str) -> tuple[PBInstance, ...] | None:
 
 
 def _write_cache(key: str, instances: tuple[PBInstance, ...]) -> None:
-    from harness.core.fsutil import atomic_write_text
+    from harness.api import atomic_write_text
 
     path = _cache_path(key)
     with contextlib.suppress(OSError):  # a read-only home only costs the speed-up

@@ -8,7 +8,7 @@ from typing import Any
 
 from benchmarks.programbench import BENCHMARK
 from benchmarks.programbench.official_eval import OfficialEvalResult
-from harness.core.models import EvalDetails, Outcome, SubmissionDetails
+from harness.api import EvalDetails, Outcome, SubmissionDetails
 
 
 @dataclass(frozen=True)

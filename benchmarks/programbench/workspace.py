@@ -25,12 +25,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from benchmarks.programbench.task_body import REFERENCE_NAME, WORKSPACE_BACKEND_PATH
-from harness.sandbox.errors import ProtectedInstallFailed
-from harness.sandbox.protected import PROTECT_TIMEOUT_S, ProtectedExecutable
+from harness.api import PROTECT_TIMEOUT_S, ProtectedExecutable, ProtectedInstallFailed
 
 if TYPE_CHECKING:
-    from harness.sandbox.container import Sandbox
-    from harness.sandbox.execution import ExecResult
+    from harness.api import ExecResult, Sandbox
 
 AGENT_USER = "agent"
 LAUNCHER_PATH = f"{WORKSPACE_BACKEND_PATH}/{REFERENCE_NAME}"

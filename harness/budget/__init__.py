@@ -98,7 +98,7 @@ if TYPE_CHECKING:
         Settlement,
     )
     from .monitor import read_monitor, write_monitor
-    from .reconcile import campaign_command, reconcile
+    from .reconcile import campaign_command
     from .session import BudgetSettings, ControllerBudget, WorkerBudget
     from .supervisor import MeterSupervisor
 
@@ -133,7 +133,6 @@ _LAZY = {
     "read_monitor": "harness.budget.monitor",
     "write_monitor": "harness.budget.monitor",
     "campaign_command": "harness.budget.reconcile",
-    "reconcile": "harness.budget.reconcile",
     "BudgetSettings": "harness.budget.session",
     "ControllerBudget": "harness.budget.session",
     "WorkerBudget": "harness.budget.session",
@@ -175,7 +174,6 @@ __all__ = [
     "key_fingerprint",
     "make_meter",
     "read_monitor",
-    "reconcile",
     "register_meter",
     "write_monitor",
 ]

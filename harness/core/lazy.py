@@ -11,13 +11,15 @@ from typing import Any
 
 def lazy_exports(package: str, table: Mapping[str, str]) -> Callable[[str], Any]:
     """A module ``__getattr__`` for ``package``: ``table`` maps an exported name to the
-    module defining it; the value is imported on first access and cached in the package."""
+    module defining it (``module:name`` when it is exported under another name); the value
+    is imported on first access and cached in the package."""
 
     def __getattr__(name: str) -> Any:
-        module = table.get(name)
-        if module is None:
+        where = table.get(name)
+        if where is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        module, _, attr = where.partition(":")
+        value = getattr(importlib.import_module(module), attr or name)
         setattr(sys.modules[package], name, value)
         return value
 
