@@ -8,8 +8,9 @@ servers) uses of the harness is named here too, by theme: the harness's own modu
 move without a benchmark noticing, and a benchmark's new reach into the harness is a line
 added here, seen in review.
 
-Only the declaration loads with this module. Everything else loads on first use: collecting
-a benchmark's items loads neither pydantic nor Docker. ``_LAZY`` lists the same names as
+Nothing loads with this module; each name loads on first use (from the module that defines
+it). Collecting a benchmark's items loads neither pydantic nor Docker, and a helper of a
+benchmark that runs outside pytest (ProgramBench's Docker policy) loads no runner. ``_LAZY`` lists the same names as
 the ``TYPE_CHECKING`` block (``tests/test_api.py`` holds them together).
 """
 
@@ -17,32 +18,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harness.core.adapter import InstanceSpec
-from harness.core.errors import InfraError, RefusalError
-from harness.core.fsutil import atomic_write_json
 from harness.core.lazy import lazy_exports
-from harness.runner.trial import (
-    DeclaredBenchmark,
-    Kept,
-    SandboxPlan,
-    Trial,
-    Verdict,
-    run_trial,
-)
 
 if TYPE_CHECKING:
+    # the declaration: what a benchmark is, and the trial that runs each instance's life
+    from harness.core.adapter import InstanceSpec
+    from harness.core.errors import InfraError, RefusalError
+    from harness.runner.trial import (
+        DeclaredBenchmark,
+        Kept,
+        SandboxPlan,
+        Trial,
+        Verdict,
+        run_trial,
+    )
     # records: a row, its typed detail sections, the manifest, the ledger, the run model
-    from harness.core.models import (
-        INSTANCE_ID_RE,
-        RESOLVED_AT,
+    from harness.core.outcomes import INSTANCE_ID_RE, Outcome
+    from harness.core.models import RESOLVED_AT, Manifest, TaskRow
+    from harness.core.row_details import (
         AgentDetails,
         EngineDetails,
         EvalDetails,
-        Manifest,
-        Outcome,
         RowDetails,
         SubmissionDetails,
-        TaskRow,
     )
     from harness.run.ledger import (
         LedgerError,
@@ -53,11 +51,13 @@ if TYPE_CHECKING:
     )
     from harness.run.manifest import ManifestError, read_manifest, reportability, write_manifest
     from harness.run.model import RunModel
-    from harness.run.locate import changed_shards, is_carried, row_root, run_roots
+    from harness.run.merge import changed_shards
+    from harness.run.locate import is_carried, row_root, run_roots
     # files: atomic writes, and reading what an agent wrote (untrusted)
     from harness.core.cache import cache_root
     from harness.core.fsutil import (
         atomic_write_bytes,
+        atomic_write_json,
         atomic_write_text,
         create_exclusive,
         read_json,
@@ -79,7 +79,8 @@ if TYPE_CHECKING:
     from harness.core.commands import dispatch
     # sandboxes: containers, exec, networks, labels, cleanup, the engine's client
     from harness.sandbox.container import Sandbox, SandboxSpec
-    from harness.sandbox.execution import MAX_OUTPUT_BYTES, ContainerExit, ExecResult
+    from harness.sandbox.execution import MAX_OUTPUT_BYTES, ExecResult
+    from harness.sandbox.container_exit import ContainerExit
     from harness.sandbox.errors import DockerUnavailable, ProtectedInstallFailed, SandboxError
     from harness.sandbox.client import get_client, long_timeout
     from harness.sandbox.active_engine import instance_environment
@@ -92,16 +93,10 @@ if TYPE_CHECKING:
     )
     from harness.sandbox.cleanup import lock_is_held, remove_labelled, run_lock
     # images: built from recipes on the local base, or pulled
-    from harness.sandbox.images.build import (
-        AGENT_UID,
-        AGENT_USER,
-        BuiltImage,
-        LayerRecipe,
-        base_recipe,
-        cache_dir_for,
-        ensure_image,
-    )
-    from harness.sandbox.images.pull import PullSettings, resolve_image
+    from harness.sandbox.images.recipes import AGENT_UID, AGENT_USER, LayerRecipe, base_recipe
+    from harness.sandbox.images.build import BuiltImage, cache_dir_for, ensure_image
+    from harness.sandbox.images.pull_settings import PullSettings
+    from harness.sandbox.images.pull import resolve_image
     # copy in (trusted trees and files) and copy out (bounded, inert)
     from harness.sandbox.pack import (
         NewDir,
@@ -140,14 +135,18 @@ if TYPE_CHECKING:
     )
     # agents: the neutral request and outcome, oracles, the agent server's records
     from harness.agents.base import (
+        Acceptance,
         Agent,
         AgentCapabilities,
         AgentOutcome,
         AgentRequest,
+        AgentTerms,
         OracleCallable,
         OraclePlan,
         OracleUnavailable,
+        ProtectedPath,
         agent_capabilities,
+        agent_class,
     )
     from harness.agents.gateway.models import (
         AcceptanceClaim,
@@ -169,16 +168,26 @@ if TYPE_CHECKING:
     from harness.runner.pull_plugin import pull_settings
 
 _LAZY = {
+    # the declaration: what a benchmark is, and the trial that runs each instance's life
+    "InstanceSpec": "harness.core.adapter",
+    "InfraError": "harness.core.errors",
+    "RefusalError": "harness.core.errors",
+    "DeclaredBenchmark": "harness.runner.trial",
+    "Kept": "harness.runner.trial",
+    "SandboxPlan": "harness.runner.trial",
+    "Trial": "harness.runner.trial",
+    "Verdict": "harness.runner.trial",
+    "run_trial": "harness.runner.trial",
     # records: a row, its typed detail sections, the manifest, the ledger, the run model
-    "INSTANCE_ID_RE": "harness.core.models",
+    "INSTANCE_ID_RE": "harness.core.outcomes",
     "RESOLVED_AT": "harness.core.models",
-    "AgentDetails": "harness.core.models",
-    "EngineDetails": "harness.core.models",
-    "EvalDetails": "harness.core.models",
+    "AgentDetails": "harness.core.row_details",
+    "EngineDetails": "harness.core.row_details",
+    "EvalDetails": "harness.core.row_details",
     "Manifest": "harness.core.models",
-    "Outcome": "harness.core.models",
-    "RowDetails": "harness.core.models",
-    "SubmissionDetails": "harness.core.models",
+    "Outcome": "harness.core.outcomes",
+    "RowDetails": "harness.core.row_details",
+    "SubmissionDetails": "harness.core.row_details",
     "TaskRow": "harness.core.models",
     "LedgerError": "harness.run.ledger",
     "LedgerWriter": "harness.run.ledger",
@@ -190,13 +199,14 @@ _LAZY = {
     "reportability": "harness.run.manifest",
     "write_manifest": "harness.run.manifest",
     "RunModel": "harness.run.model",
-    "changed_shards": "harness.run.locate",
+    "changed_shards": "harness.run.merge",
     "is_carried": "harness.run.locate",
     "row_root": "harness.run.locate",
     "run_roots": "harness.run.locate",
     # files: atomic writes, and reading what an agent wrote (untrusted)
     "cache_root": "harness.core.cache",
     "atomic_write_bytes": "harness.core.fsutil",
+    "atomic_write_json": "harness.core.fsutil",
     "atomic_write_text": "harness.core.fsutil",
     "create_exclusive": "harness.core.fsutil",
     "read_json": "harness.core.fsutil",
@@ -219,7 +229,7 @@ _LAZY = {
     "Sandbox": "harness.sandbox.container",
     "SandboxSpec": "harness.sandbox.container",
     "MAX_OUTPUT_BYTES": "harness.sandbox.execution",
-    "ContainerExit": "harness.sandbox.execution",
+    "ContainerExit": "harness.sandbox.container_exit",
     "ExecResult": "harness.sandbox.execution",
     "DockerUnavailable": "harness.sandbox.errors",
     "ProtectedInstallFailed": "harness.sandbox.errors",
@@ -236,14 +246,14 @@ _LAZY = {
     "remove_labelled": "harness.sandbox.cleanup",
     "run_lock": "harness.sandbox.cleanup",
     # images: built from recipes on the local base, or pulled
-    "AGENT_UID": "harness.sandbox.images.build",
-    "AGENT_USER": "harness.sandbox.images.build",
+    "AGENT_UID": "harness.sandbox.images.recipes",
+    "AGENT_USER": "harness.sandbox.images.recipes",
     "BuiltImage": "harness.sandbox.images.build",
-    "LayerRecipe": "harness.sandbox.images.build",
-    "base_recipe": "harness.sandbox.images.build",
+    "LayerRecipe": "harness.sandbox.images.recipes",
+    "base_recipe": "harness.sandbox.images.recipes",
     "cache_dir_for": "harness.sandbox.images.build",
     "ensure_image": "harness.sandbox.images.build",
-    "PullSettings": "harness.sandbox.images.pull",
+    "PullSettings": "harness.sandbox.images.pull_settings",
     "resolve_image": "harness.sandbox.images.pull",
     # copy in (trusted trees and files) and copy out (bounded, inert)
     "NewDir": "harness.sandbox.pack",
@@ -276,14 +286,18 @@ _LAZY = {
     "ProtectedExecutable": "harness.sandbox.protected",
     "ProtectedMissing": "harness.sandbox.protected",
     # agents: the neutral request and outcome, oracles, the agent server's records
+    "Acceptance": "harness.agents.base",
     "Agent": "harness.agents.base",
     "AgentCapabilities": "harness.agents.base",
     "AgentOutcome": "harness.agents.base",
     "AgentRequest": "harness.agents.base",
+    "AgentTerms": "harness.agents.base",
+    "ProtectedPath": "harness.agents.base",
     "OracleCallable": "harness.agents.base",
     "OraclePlan": "harness.agents.base",
     "OracleUnavailable": "harness.agents.base",
     "agent_capabilities": "harness.agents.base",
+    "agent_class": "harness.agents.base",
     "AcceptanceClaim": "harness.agents.gateway.models",
     "BudgetProfile": "harness.agents.gateway.models",
     "ExecutorRef": "harness.agents.gateway.models",

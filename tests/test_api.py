@@ -69,11 +69,13 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         _ = harness.api.Nope  # type: ignore[attr-defined]
 
 
-def test_importing_the_public_module_loads_no_models_and_no_docker() -> None:
-    probe = ("import sys, harness.api; "
-             "print(sorted(m for m in sys.modules if m in ('docker', 'harness.core.models', "
-             "'harness.core.row_details', 'harness.agents.gateway.models') "
-             "or m.startswith('pydantic.main')))")
+def test_importing_the_public_module_loads_no_models_no_docker_and_no_runner() -> None:
+    """ProgramBench's Docker policy runs in the scorer's interpreter (no pytest): it takes a
+    file helper from the public module, which must not bring the runner along."""
+    probe = ("import sys, harness.api; from harness.api import read_capped; "
+             "print(sorted(m for m in sys.modules if m in ('docker', 'pytest', "
+             "'harness.core.models', 'harness.core.row_details', 'harness.runner.trial', "
+             "'harness.agents.gateway.models') or m.startswith('pydantic.main')))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]", done.stdout

@@ -47,7 +47,6 @@ from benchmarks.cowork_bench.eval_once import (
 )
 from benchmarks.cowork_bench.images import ensure_image
 from benchmarks.cowork_bench.phases import (
-    WORKSPACE,
     AgentStep,
     InstanceEnv,
     container_checker,
@@ -55,16 +54,13 @@ from benchmarks.cowork_bench.phases import (
 )
 from benchmarks.cowork_bench.seed import SEED_KINDS, SEED_RECORD, SeedTar, agent_seed
 from benchmarks.cowork_bench.sidecar import PgSidecar, start_postgres
-from benchmarks.cowork_bench.task_body import build_task_body, docker_exec_ref
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs
 from harness.api import (
     CopyLimits,
     InfraError,
     InstanceContext,
-    TaskCreateRequest,
     atomic_write_json,
     create_internal_network,
-    new_task_id,
     phase_deadline,
     read_manifest,
     remove_labelled,
@@ -72,7 +68,7 @@ from harness.api import (
 )
 
 if TYPE_CHECKING:
-    from benchmarks.cowork_bench.options import CoworkOptions
+    pass
 
 TTL_MARGIN_S = 3600  # container life beyond the agent timeout (preprocess, eval, teardown)
 BODY_NAME = "cowork_bench_task_body.json"
@@ -309,34 +305,6 @@ def recover_attempt(ctx: InstanceContext, bench_root: Path) -> RecoveredAttempt 
 
 
 # --------------------------------------------------------------------------- the test body
-
-
-def write_body(
-    ctx: InstanceContext,
-    task: CoworkTask,
-    opts: CoworkOptions,
-    container: str,
-    setup_s: float,
-    docs: TaskDocs | None = None,
-    mcp_http_urls: str | None = None,
-) -> TaskCreateRequest:
-    """The gateway task body; ``mcp_http_urls`` (``name=url,...``): the task's MCP servers
-    through this attempt's tool route (:mod:`.mcp_access`), reachable from the host."""
-    body = build_task_body(
-        opts.root,
-        task.instance_id,
-        executor_ref=docker_exec_ref(container, WORKSPACE),
-        task_timeout_sec=opts.task_timeout_sec,
-        setup_overhead_sec=setup_s,
-        max_steps=opts.max_steps,
-        task_id=new_task_id(f"cowork-{task.instance_id}"),
-        docs=docs,
-    )
-    if mcp_http_urls:  # the task's MCP servers, reachable from the agent server
-        body.metadata["mcp_http_urls"] = mcp_http_urls
-    atomic_write_json(ctx.instance_dir / BODY_NAME, body.model_dump(mode="json", exclude_none=True))
-    ctx.output("task_body", ctx.instance_dir / BODY_NAME)
-    return body
 
 
 def seed_for(ctx: InstanceContext, config: pytest.Config, kind: str) -> SeedTar | None:

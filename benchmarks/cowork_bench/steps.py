@@ -51,7 +51,6 @@ from benchmarks.cowork_bench.instance import (
     recover_attempt,
     seed_for,
     teardown,
-    write_body,
 )
 from benchmarks.cowork_bench.mcp_access import BASH_TOOL_KINDS, route_request, tools_section
 from benchmarks.cowork_bench.mcp_servers import INVENTORY_NAME, McpInventory
@@ -64,7 +63,12 @@ from benchmarks.cowork_bench.phases import (
     container_checker,
     open_agent_phase,
 )
-from benchmarks.cowork_bench.task_body import description
+from benchmarks.cowork_bench.task_body import (
+    SOURCE,
+    description,
+    disabled_tools,
+    gateway_timeout,
+)
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs, read_docs
 from harness.api import (
     DeclaredBenchmark,
@@ -82,7 +86,7 @@ from harness.api import (
 if TYPE_CHECKING:
     from benchmarks.cowork_bench.options import CoworkOptions
     from benchmarks.cowork_bench.run_images import RunImages
-    from harness.api import Agent, AgentRequest, Sandbox
+    from harness.api import Agent, AgentRequest, AgentTerms, Sandbox
     from harness.api import AgentOutcome as RunnerOutcome
 
 STATE = "cowork"  # Trial.state: this instance's Life
@@ -131,9 +135,21 @@ class CoworkSteps(DeclaredBenchmark):
     def agent_timeout(self, trial: Trial) -> float:
         return self.options.task_timeout_sec
 
-    def dry_run(self, trial: Trial, instruction: str) -> None:
-        write_body(trial.ctx, trial.data, self.options, "<agent container>", 0.0,
-                   _life(trial).docs)
+    def agent_terms(self, trial: Trial) -> AgentTerms:
+        """The Ouroboros Cowork adapter's terms (reference §4 step 11): the web, delegated
+        vision, ``claude_code_edit`` and subagent tools off; the root of its delegation; the
+        agent container's workspace, on the task's network; the task's time less the set-up
+        spent so far and a margin to finish (at least 60 s)."""
+        from harness.api import AgentTerms
+
+        opts = self.options
+        metadata: dict[str, Any] = {"delegation_role": "root"}
+        if opts.max_steps is not None:
+            metadata["max_steps"] = opts.max_steps
+        spent = time.monotonic() - _life(trial).started
+        return AgentTerms(metadata=metadata, tools_off=tuple(disabled_tools()), source=SOURCE,
+                          workspace=WORKSPACE, offline=False,
+                          work_timeout_sec=gateway_timeout(opts.task_timeout_sec, spent))
 
     def has_oracle(self, trial: Trial) -> bool:
         return True  # the groundtruth workspace (file checks pass, database checks fail)
@@ -175,12 +191,6 @@ class CoworkSteps(DeclaredBenchmark):
             raise InfraError(verdict.error or str(verdict.reason_code),
                              verdict.reason_code or "setup_failed")
         return phase.container
-
-    def task_body(self, trial: Trial, instruction: str, sandbox: Sandbox | None) -> Any:
-        name = sandbox.name if sandbox is not None else "<agent container>"
-        life = _life(trial)
-        return write_body(trial.ctx, trial.data, self.options, name,
-                          time.monotonic() - life.started, life.docs)
 
     def oracle(self, trial: Trial, sandbox: Sandbox) -> Any:
         actx = _agent_context(trial, 600.0)

@@ -25,7 +25,7 @@ from harness.api import (
 )
 
 if TYPE_CHECKING:
-    from harness.api import OraclePlan
+    from harness.api import AgentTerms, OraclePlan
 
 FORMAT_VERSION = "harbor-task-format-1.3"
 
@@ -127,9 +127,11 @@ class HarborBenchmark(DeclaredBenchmark):
         task: HarborTask = trial.data
         return verify(trial, sandbox, task, sandbox.spec.workdir or "/")
 
-    def task_metadata(self, trial: Trial) -> dict[str, Any]:
+    def agent_terms(self, trial: Trial) -> AgentTerms:
+        from harness.api import AgentTerms
+
         task: HarborTask = trial.data
-        return {"harbor_task": task.name}
+        return AgentTerms(metadata={"harbor_task": task.name})
 
 
 def _quote(value: str) -> str:

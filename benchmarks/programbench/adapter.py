@@ -330,8 +330,8 @@ class ProgramBenchAdapter(DeclaredBenchmark):
     def provision(self, trial: Trial, image: str, labels: Any) -> Any:
         return _steps().provision(trial, image, labels)
 
-    def task_body(self, trial: Trial, instruction: str, sandbox: Any) -> Any:
-        return _steps().task_body(trial, instruction, sandbox)
+    def agent_terms(self, trial: Trial) -> Any:
+        return _steps().agent_terms(trial)
 
     def collect(self, trial: Trial, sandbox: Any) -> Any:
         return _steps().collect(trial, sandbox)

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from benchmarks.programbench.collect import PROBE_TIMEOUT_S, export_submission, probe_only
 from benchmarks.programbench.instruction import render_instruction
-from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
+from benchmarks.programbench.task_body import REFERENCE_NAME, SOURCE, agent_terms
 from benchmarks.programbench.task_body import WORKSPACE_BACKEND_PATH as WORKSPACE
 from benchmarks.programbench.tasks import PBInstance, instances_by_id
 from benchmarks.programbench.workspace import REFERENCE_CANDIDATES  # published, and ours
@@ -117,14 +117,26 @@ def prepare(container: str, iid: str, output: Path, *, timeout_sec: float) -> Pr
     info = export_submission(sandbox, folder / "submission.tar.gz", facts=facts,
                              protected_paths=["executable", REFERENCE_NAME],
                              workspace=WORKSPACE)
-    body = build_task_body(inst, instruction=render_instruction(inst),
-                           container_name=sandbox.name, timeout_sec=timeout_sec)
+    body = gateway_task(inst, sandbox, folder, timeout_sec)
     atomic_write_text(folder / BODY_NAME, body.model_dump_json(indent=2, by_alias=True,
                                                                exclude_none=True) + "\n")
     atomic_write_json(folder / "submission_info.json", info)
     return Prepared(instance_id=iid, container=sandbox.name, image=inst.image_ref(),
                     folder=str(folder), files=info.file_count, sha256=info.sha256,
                     reference_dropped=bool(info.protected_dropped))
+
+
+def gateway_task(inst: PBInstance, sandbox: Sandbox, folder: Path,
+                 timeout_sec: float) -> BaseModel:
+    """The task the gateway agent would submit for ``inst`` in ``sandbox`` (it builds it)."""
+    from harness.api import AgentRequest, agent_class
+
+    request = AgentRequest(instance_id=inst.instance_id, instance_dir=folder,
+                           instruction=render_instruction(inst), sandbox=sandbox,
+                           timeout_sec=timeout_sec, adapter=SOURCE, terms=agent_terms(inst))
+    task = agent_class("gateway").task_preview(request)
+    assert task is not None
+    return task
 
 
 def prepare_command(argv: Sequence[str] | None = None) -> int:

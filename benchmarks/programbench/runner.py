@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ from benchmarks.programbench.host_workspace import remove as remove_host_workspa
 from benchmarks.programbench.instruction import render_instruction
 from benchmarks.programbench.official_eval import OfficialEvalResult, evaluate_instance
 from benchmarks.programbench.rescore import adopt, find_kept_submission
-from benchmarks.programbench.task_body import REFERENCE_NAME, build_task_body
+from benchmarks.programbench.task_body import REFERENCE_NAME
+from benchmarks.programbench.task_body import agent_terms as task_terms
 from benchmarks.programbench.tasks import PBInstance
 from benchmarks.programbench.verdict import verdict
 from benchmarks.programbench.workspace import prepare_cleanroom
@@ -39,6 +41,7 @@ from harness.api import (
     AgentDetails,
     AgentOutcome,
     AgentRequest,
+    AgentTerms,
     CopyRefused,
     EngineDetails,
     EvalDetails,
@@ -62,7 +65,6 @@ from harness.api import (
 from harness.api import Verdict as TrialVerdict
 
 WORKSPACE = "/workspace"
-BODY_NAME = "programbench_task_body.json"
 EVAL_OFF_REASON = "submission_prepared"  # --pb-eval off: kept for a later eval (rescore.py)
 
 
@@ -179,19 +181,6 @@ def start_sandbox(trial: Trial, settings: Any, image_id: str,
     return sandbox
 
 
-def write_body(ctx: InstanceContext, inst: PBInstance, instruction: str, container: str,
-               timeout: float, host_ws: Path | None = None) -> Any:
-    # One gateway task per attempt (--attempts K: "<task>:<k>") and per try (ctx.attempt).
-    ref = ctx.instance_id.replace("@", ":")
-    body = build_task_body(inst, instruction=instruction, container_name=container,
-                           timeout_sec=timeout, task_id=f"{ctx.run_id}-{ref}-a{ctx.attempt}",
-                           workspace_host_path=str(host_ws) if host_ws is not None else None)
-    atomic_write_json(ctx.instance_dir / BODY_NAME, body.model_dump(mode="json",
-                                                                     exclude_none=True))
-    ctx.output("task_body", ctx.instance_dir / BODY_NAME)
-    return body
-
-
 def collect_submission(ctx: InstanceContext, sandbox: Sandbox) -> Path | TrialVerdict:
     """``submission.tar.gz`` streamed from the sandbox (no host copy of the workspace, no
     host program run on it); the agent's failure, with the reason code, when its workspace
@@ -295,19 +284,26 @@ def instruction(trial: Trial) -> str:
     return render_instruction(trial.data)
 
 
-def dry_run(trial: Trial, instruction: str) -> None:
-    """The task body a run would send (its host folder where the agent would have one);
-    with ``--pull always`` the image is pulled and recorded (a prefetch), nothing run."""
-    ctx, inst = trial.ctx, trial.data
-    settings = _settings(trial)
-    kind = trial.option("agent") or ""  # auto: host where the agent reattaches (its
-    # sandbox is labelled to be kept: see start_sandbox), i.e. a task on an agent server
+def agent_terms(trial: Trial) -> AgentTerms:
+    """ProgramBench's terms (:mod:`.task_body`); a dry run names the host folder a run would
+    mount on the workspace (``--pb-workspace host``, or ``auto`` for an agent that reattaches:
+    its sandbox is kept, see start_sandbox)."""
+    terms = task_terms(trial.data)
+    if not trial.ctx.dry_run:
+        return terms
+    settings, kind = _settings(trial), trial.option("agent") or ""
     host = settings.workspace == "host" or (settings.workspace == "auto" and bool(kind)
                                             and agent_capabilities(kind).reattaches)
-    write_body(ctx, inst, instruction, f"harness-{ctx.run_id}-{inst.instance_id}",
-               settings.timeout, host_folder(ctx.instance_dir) if host else None)
+    if not host:
+        return terms
+    return replace(terms, host_workspace=str(host_folder(trial.ctx.instance_dir)))
+
+
+def dry_run(trial: Trial, instruction: str) -> None:
+    """With ``--pull always`` the image is pulled and recorded (a prefetch), nothing run (the
+    trial writes what the agent kind would submit)."""
     if trial.option("pull") == "always":
-        resolve_instance_image(trial, inst)
+        resolve_instance_image(trial, trial.data)
 
 
 def prepare(trial: Trial) -> str:
@@ -326,13 +322,6 @@ def kept_artifact(trial: Trial) -> Kept | None:
 
 def provision(trial: Trial, image: str, labels: Mapping[str, str]) -> Sandbox:
     return start_sandbox(trial, _settings(trial), image, labels)
-
-
-def task_body(trial: Trial, instruction: str, sandbox: Sandbox | None) -> Any:
-    host_ws = bind_source(sandbox) if sandbox is not None else None
-    container = sandbox.name if sandbox is not None else "<container>"
-    return write_body(trial.ctx, trial.data, instruction, container, _settings(trial).timeout,
-                      host_ws)
 
 
 def collect(trial: Trial, sandbox: Sandbox) -> Path | TrialVerdict:

@@ -1,7 +1,7 @@
 """The interface the runner uses for every agent kind.
 
 ``Agent.run(request) -> AgentOutcome``: the request carries what one instance gives the
-agent (instruction, sandbox, the adapter's gateway task body, its oracle); the outcome is
+agent (instruction, sandbox, the task's terms, its oracle); the outcome is
 what the ledger row needs. An agent *returns* an outcome for anything it ran (an infra
 result included, ``infra=True``) and *raises* :class:`harness.core.errors.InfraError` when it
 could not run at all. :class:`OracleUnavailable` asks the runner for a skipped row.
@@ -67,12 +67,62 @@ OracleCallable = Callable[["AgentRequest"], "AgentOutcome | None"]
 
 
 @dataclass(frozen=True)
+class ProtectedPath:
+    """A file of the task the agent may run and nothing more (a judge's reference program):
+    never read, copy, hash, trace or debug it. ``paths``: where it is (absolute, in the
+    sandbox; or relative to the workspace)."""
+
+    id: str
+    role: str
+    paths: tuple[str, ...]
+    allow: tuple[str, ...] = ("execute",)
+    deny: tuple[str, ...] = ("read_bytes", "copy", "hash", "static_introspection",
+                             "dynamic_trace", "debug")
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """What the finished work must meet, in words the agent may read (never the tests)."""
+
+    id: str
+    claim: str
+    surface: str
+    support: str
+    priority: str = "must"
+
+
+@dataclass(frozen=True)
+class AgentTerms:
+    """The task's terms for the agent, whatever its kind: what the task says of itself
+    (``metadata``: never its tests or solution), the tools the agent must not use, the files
+    it may only run, what the finished work must meet, who asks (default: the benchmark),
+    where the agent works and whether it has a network (default: as its sandbox is), and the
+    time its own work may take (default: the request's timeout). An agent with tools and a
+    clock of its own (an agent server) is given them all; another honours what it can."""
+
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    tools_off: tuple[str, ...] = ()
+    protected: tuple[ProtectedPath, ...] = ()
+    acceptance: tuple[Acceptance, ...] = ()
+    source: str | None = None
+    workspace: str | None = None
+    offline: bool | None = None
+    work_timeout_sec: float | None = None
+    # what a dry run shows, with no sandbox made: the host folder the sandbox would have
+    # mounted on its workspace (a sandbox's own mount is what counts when there is one)
+    host_workspace: str | None = None
+
+
+@dataclass(frozen=True)
 class AgentRequest:
-    """Everything one instance hands to its agent."""
+    """Everything one instance hands to its agent: a neutral task, whatever the kind (an
+    agent server's task is built from it by that agent: :mod:`harness.agents.gateway.body`)."""
 
     instance_id: str
     instance_dir: Path
     instruction: str
+    # an agent server's task given whole, instead of built from this request (a test, or a
+    # tool driving one agent; never a benchmark)
     task_body: Mapping[str, Any] | BaseModel | None = None
     sandbox: Sandbox | None = None
     timeout_sec: float | None = None
@@ -80,9 +130,7 @@ class AgentRequest:
     oracle: OracleCallable | OraclePlan | None = None
     adapter: str = "harness"
     extra: Mapping[str, Any] = field(default_factory=dict)
-    # what the task says of itself for the agent (never its tests or solution): an agent
-    # server's task carries it (the gateway agent builds its task from this request)
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    terms: AgentTerms = field(default_factory=AgentTerms)
 
 
 class RuntimeOutcome(BaseModel):
@@ -206,6 +254,13 @@ class Agent:
         """Names the agent is to get from the runner's environment that are not set there
         (checked before the run starts; default: none)."""
         return []
+
+    @classmethod
+    def task_preview(cls, request: AgentRequest) -> BaseModel | None:
+        """What an agent of this kind would submit for ``request`` (an agent server's task),
+        for a dry run to write (asked of the class: a dry run builds no agent); None
+        (default): nothing beyond the request."""
+        return None
 
     def tape_problem(self, mode: str) -> str | None:
         """Why this agent's model calls cannot be recorded or replayed under

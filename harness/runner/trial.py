@@ -35,6 +35,7 @@ import pytest
 
 from harness.core.adapter import BenchmarkAdapter, InstanceSpec
 from harness.core.errors import InfraError
+from harness.core.fsutil import atomic_write_json
 from harness.runner.deadlines import PhaseTimeout, phase
 
 if TYPE_CHECKING:  # the models load when an instance runs, not at collection
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # the models load when an instance runs, not at collection
         Agent,
         AgentOutcome,
         AgentRequest,
+        AgentTerms,
         InstanceView,
         OracleCallable,
         OraclePlan,
@@ -297,12 +299,6 @@ class DeclaredBenchmark(BenchmarkAdapter):
             labels=dict(labels))
         return sandbox
 
-    def task_body(self, trial: Trial, instruction: str, sandbox: Sandbox | None) -> Any:
-        """The agent server's task for this try when the benchmark's specification gives its
-        own (ProgramBench's, Cowork's); None: an agent that needs one builds it from the
-        neutral request (the gateway agent: :func:`harness.agents.gateway.agent.own_body`)."""
-        return None
-
     def agent_request(self, trial: Trial, agent: Agent, request: AgentRequest) -> AgentRequest:
         """The request the agent gets (default as the trial made it): a benchmark may give
         the agent another view of its sandbox, more tool routes, or a longer instruction."""
@@ -313,10 +309,14 @@ class DeclaredBenchmark(BenchmarkAdapter):
         """The agent ended, with ``outcome`` or raising ``error`` (then re-raised: an
         infrastructure failure is infra); what the benchmark records of it."""
 
-    def task_metadata(self, trial: Trial) -> dict[str, Any]:
-        """What the task says of itself to the agent (``AgentRequest.metadata``; an agent
-        server's task carries it): never the tests or the solution."""
-        return {}
+    def agent_terms(self, trial: Trial) -> AgentTerms:
+        """The task's terms for the agent (:class:`harness.agents.base.AgentTerms`): its
+        metadata, the tools the agent must not use, the files it may only run, what the work
+        must meet. An agent server's task is built from them by that agent; no benchmark
+        builds one."""
+        from harness.agents.base import AgentTerms
+
+        return AgentTerms()
 
     def collect(self, trial: Trial, sandbox: Sandbox) -> Any:
         """What the agent produced, taken out of the sandbox (``collect`` deadline); a
@@ -348,6 +348,7 @@ def run_trial(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     ctx.output("instruction", path)
     if ctx.dry_run:
         benchmark.dry_run(trial, instruction)
+        _preview(trial, benchmark, instruction)
         ctx.prepared()
     agent = request.getfixturevalue("harness_agent")
     if agent.needs_reference_solution and not benchmark.has_oracle(trial):
@@ -370,6 +371,22 @@ def run_trial(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     _score(trial, benchmark, sandbox, artifact)
 
 
+def _preview(trial: Trial, benchmark: DeclaredBenchmark, instruction: str) -> None:
+    """A dry run's view of what the agent kind would submit (an agent server's task, in
+    ``<sandbox>``: ``<benchmark>_task_body.json``, where the agent writes it when it runs)."""
+    from harness.agents.base import AgentRequest, agent_class
+    from harness.runner.agent_plugin import agent_kind
+
+    ctx = trial.ctx
+    task = agent_class(agent_kind(trial.config) or "nop").task_preview(AgentRequest(
+        instance_id=ctx.task_id, instance_dir=ctx.instance_dir, instruction=instruction,
+        timeout_sec=ctx.timeout_s, adapter=ctx.benchmark, terms=benchmark.agent_terms(trial)))
+    if task is not None:
+        path = ctx.instance_dir / f"{ctx.benchmark}_task_body.json"
+        atomic_write_json(path, task.model_dump(mode="json", exclude_none=True))
+        ctx.output("task_body", path)
+
+
 def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image: str,
                  instruction: str) -> Sandbox:
     """The sandbox (new, or the one a reattached task works in) and the agent in it."""
@@ -383,13 +400,11 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
     reattaches = agent.reattaches and benchmark.sandboxes_outlive_runs
     sandbox, extra = _sandbox(trial, benchmark, agent, image, reattaches, view)
     EngineDetails(container=sandbox.name).put(ctx.result.details)
-    body = benchmark.task_body(trial, instruction, sandbox)
     request = benchmark.agent_request(trial, agent, AgentRequest(
         instance_id=ctx.task_id, instance_dir=ctx.instance_dir, instruction=instruction,
-        task_body=body, sandbox=sandbox, timeout_sec=ctx.timeout_s,
-        env_allowlist=tuple(trial.option("agent_env")),
+        sandbox=sandbox, timeout_sec=ctx.timeout_s, env_allowlist=tuple(trial.option("agent_env")),
         oracle=benchmark.oracle(trial, sandbox), adapter=ctx.benchmark, extra=extra,
-        metadata=benchmark.task_metadata(trial)))
+        terms=benchmark.agent_terms(trial)))
     started = time.monotonic()
     try:
         outcome = run_agent(ctx, agent, request)

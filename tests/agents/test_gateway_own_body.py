@@ -1,6 +1,5 @@
-"""The gateway agent builds its own task from the neutral request when the benchmark gives
-none (issue 42): a declared benchmark names its sandbox, instruction, timeout and metadata,
-never an agent server's body."""
+"""The gateway agent builds its task from the neutral request (issue 42): a benchmark names
+its sandbox, instruction, timeout and terms, never an agent server's body."""
 
 from __future__ import annotations
 
@@ -9,18 +8,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.agents.base import AgentRequest
+from harness.agents.base import AgentRequest, AgentTerms
 from harness.agents.gateway.agent import own_body
 from harness.core.errors import InfraError
 
 
 def request(sandbox: object | None, workdir: str = "/data") -> AgentRequest:
     if sandbox is not None:
-        sandbox = SimpleNamespace(name="harness-abc", spec=SimpleNamespace(workdir=workdir))
+        sandbox = SimpleNamespace(name="harness-abc", spec=SimpleNamespace(
+            workdir=workdir, network="none", binds=()))
     return AgentRequest(instance_id="task-1", instance_dir=Path("/nonexistent"),
                         instruction="Write hello.", sandbox=sandbox,  # type: ignore[arg-type]
                         timeout_sec=90.0, adapter="harbor",
-                        metadata={"harbor_task": "task-1"})
+                        terms=AgentTerms(metadata={"harbor_task": "task-1"}))
 
 
 def test_the_body_names_the_sandbox_its_workdir_and_the_request() -> None:

@@ -30,7 +30,7 @@ from benchmarks.programbench.official_eval import (
     score_eval_json,
 )
 from benchmarks.programbench.submission import build_submission
-from benchmarks.programbench.task_body import build_task_body
+from benchmarks.programbench.task_body import agent_terms
 from benchmarks.programbench.tasks import select_instances
 
 pytestmark = [pytest.mark.perf, pytest.mark.docker]
@@ -107,15 +107,16 @@ def test_eval_overhead_against_the_direct_cli(benchmark: Any, tmp_path: Path,
 
 def test_dry_run_task_bodies_for_all_200(benchmark: Any) -> None:
     def all_bodies() -> int:
+        """What a dry run writes per instance for the gateway agent: its task, built by the
+        agent from ProgramBench's terms."""
+        from harness.agents.base import AgentRequest
+        from harness.agents.gateway.agent import GatewayAgent
+
         return sum(
-            len(
-                build_task_body(
-                    inst,
-                    instruction=render_instruction(inst),
-                    container_name=f"hx-{inst.instance_id}",
-                ).body()
-            )
-            > 0
+            len(GatewayAgent.task_preview(AgentRequest(
+                instance_id=inst.instance_id, instance_dir=Path("."),
+                instruction=render_instruction(inst), timeout_sec=21600,
+                adapter="programbench", terms=agent_terms(inst))).body()) > 0
             for inst in select_instances()
         )
 

@@ -21,7 +21,7 @@ import pytest
 
 from benchmarks.harbor.benchmark import HarborBenchmark
 from benchmarks.harbor.tasks import load_task
-from harness.agents.base import AgentRequest
+from harness.agents.base import AgentRequest, AgentTerms
 from harness.agents.gateway.agent import GatewayAgent
 from harness.agents.reference_server.execution import DockerExecExecutor
 from harness.api import Trial
@@ -59,11 +59,12 @@ def test_executor_user_spelled_as_uid_zero_is_not_root(tmp_path: Path, user: str
                                       network_mode="none")
     try:
         sandbox = SimpleNamespace(name=container.name, user=plan.user,
-                                  spec=SimpleNamespace(workdir=plan.workdir))
+                                  spec=SimpleNamespace(workdir=plan.workdir, network="none",
+                                                       binds=()))
         request = AgentRequest(instance_id=task.name, instance_dir=tmp_path / "agent",
                                instruction=task.instruction, sandbox=sandbox,  # type: ignore[arg-type]
                                timeout_sec=60, adapter="harbor",
-                               metadata={"harbor_task": task.name})
+                               terms=AgentTerms(metadata={"harbor_task": task.name}))
         body = GatewayAgent("http://127.0.0.1:9")._body(request)
         ref = body.executor_ref
         assert ref is not None and ref.user is not None

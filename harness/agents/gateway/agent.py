@@ -1,7 +1,7 @@
 """The ``gateway`` agent: one task on the agent server per instance.
 
-The benchmark may give the task body (``AgentRequest.task_body``; else it is built from the
-neutral request, :func:`own_body`); this agent fills in the
+It builds the task it submits from the neutral request (:func:`own_body`; a test or a tool
+may give a whole body instead, ``AgentRequest.task_body``); it fills in the
 timeout when the body has none and, for a ``docker_exec`` executor, the unprivileged user
 its steps run as (``executor_ref.user``: the sandbox's user, else ``agent``; never root),
 reattaches or submits, waits, and classifies the settled result. A client-side give-up
@@ -43,7 +43,7 @@ from harness.agents.base import (
     SandboxKeeper,
     register_agent,
 )
-from harness.agents.gateway.body import neutral_task_body
+from harness.agents.gateway.body import task_for
 from harness.agents.gateway.checkpoint import AgentFolder, carry_checkpoint, new_task_id
 from harness.agents.gateway.classify import classify_result
 from harness.agents.gateway.client import (
@@ -119,7 +119,15 @@ class GatewayAgent(Agent):
                    limit_usd=options.per_task_limit_usd,
                    pin=pin_for(options.solve_model, options.allow_models))
 
-    def _body(self, request: AgentRequest) -> TaskCreateRequest:
+    @classmethod
+    def task_preview(cls, request: AgentRequest) -> TaskCreateRequest:
+        """The task a dry run shows: as it would be submitted, in ``<sandbox>`` when the
+        request has none yet."""
+        task_id = new_task_id(f"{request.adapter}-{request.instance_id}")
+        return cls._body(replace(request, task_body=task_for(request, task_id)))
+
+    @staticmethod
+    def _body(request: AgentRequest) -> TaskCreateRequest:
         body = request.task_body if request.task_body is not None else own_body(request)
         data = (
             body.model_dump(mode="json", exclude_none=True)
@@ -262,19 +270,12 @@ def _make(options: AgentOptions) -> Agent:
 
 
 def own_body(request: AgentRequest) -> TaskCreateRequest:
-    """The agent server's task built from the neutral request, for a benchmark that gives
-    no body of its own (a declared benchmark; ProgramBench and Cowork give theirs, as their
-    adapter specifications say): work in the request's sandbox through ``docker exec``, in
-    its working directory, with the request's instruction, timeout and metadata."""
-    sandbox = request.sandbox
-    if sandbox is None:
+    """The agent server's task built from the neutral request (every benchmark's: see
+    :func:`harness.agents.gateway.body.task_for`), under a fresh task id per try."""
+    if request.sandbox is None:
         raise InfraError(
             f"{request.adapter}: instance {request.instance_id} gives the gateway agent no "
             "sandbox to work in (the benchmark does not support --agent gateway)",
             "gateway_task_body_missing",
         )
-    return neutral_task_body(
-        task_id=new_task_id(f"{request.adapter}-{request.instance_id}"),
-        instruction=request.instruction, container=sandbox.name,
-        workspace=sandbox.spec.workdir or "/", timeout_sec=request.timeout_sec or 600.0,
-        source=request.adapter, metadata=request.metadata)
+    return task_for(request, new_task_id(f"{request.adapter}-{request.instance_id}"))

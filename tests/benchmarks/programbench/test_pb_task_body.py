@@ -1,16 +1,22 @@
-"""The instruction and the gateway task body."""
+"""The instruction, and the task the gateway agent builds from ProgramBench's terms (the
+body of the Ouroboros ProgramBench adapter, field by field: the benchmark builds none)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from benchmarks.programbench.instruction import render_instruction
-from benchmarks.programbench.task_body import DEFAULT_TIMEOUT_SEC, build_task_body
-from benchmarks.programbench.tasks import get_instance, load_instances
+from benchmarks.programbench.task_body import DEFAULT_TIMEOUT_SEC, agent_terms
+from benchmarks.programbench.tasks import PBInstance, get_instance, load_instances
+from harness.agents.base import AgentRequest
+from harness.agents.gateway.agent import GatewayAgent
 
 CMATRIX = "abishekvashok__cmatrix.5c082c6"
 
@@ -44,9 +50,23 @@ def test_unrated_difficulty_and_unknown_placeholder() -> None:
         render_instruction(none, "{{instance}}")
 
 
+def pb_body(inst: PBInstance, *, instruction: str = "do it", container: str = "hx-run1-cmatrix",
+            host: str | None = None, timeout: float = DEFAULT_TIMEOUT_SEC) -> dict[str, Any]:
+    """What the gateway agent submits for ``inst`` in a sandbox as ProgramBench makes it
+    (``/workspace``, no network, ``host`` bind-mounted there when given)."""
+    spec = SimpleNamespace(workdir="/workspace", network="none",
+                           binds=((host, "/workspace"),) if host else ())
+    sandbox = SimpleNamespace(name=container, id="0" * 64, user="agent", spec=spec)
+    request = AgentRequest(instance_id=inst.instance_id, instance_dir=Path("."),
+                           instruction=instruction, sandbox=sandbox,  # type: ignore[arg-type]
+                           timeout_sec=timeout, adapter="programbench",
+                           terms=agent_terms(inst))
+    return GatewayAgent.task_preview(request).body()
+
+
 def test_task_body_shape() -> None:
     inst = get_instance(CMATRIX)
-    body = build_task_body(inst, instruction="do it", container_name="hx-run1-cmatrix").body()
+    body = pb_body(inst)
     assert body["description"] == "do it"
     assert body["executor_ref"] == {
         "type": "docker_exec",
@@ -55,6 +75,7 @@ def test_task_body_shape() -> None:
         "network": "none",
         "workspace_backend_path": "/workspace",
         "path_mappings": [],
+        "user": "agent",
     }
     assert body["allowed_resources"] == {"web": False, "network": False, "internet": False}
     assert body["resource_policy"]["protected_artifacts"] == [
@@ -95,7 +116,7 @@ def test_task_body_shape() -> None:
 def test_budget_profile_is_the_specifications() -> None:
     """The ProgramBench adapter specification's pacing: until the deadline, at most 6
     improvement passes, 15 % kept for finalization, a stall after 12 rounds."""
-    body = build_task_body(get_instance(CMATRIX), instruction="x", container_name="c1").body()
+    body = pb_body(get_instance(CMATRIX), instruction="x", container="c1")
     profile = body["metadata"]["budget_profile"]
     assert profile["improvement_policy"] == "until_deadline"
     assert profile["max_improvement_passes"] == 6
@@ -105,13 +126,8 @@ def test_budget_profile_is_the_specifications() -> None:
 
 def test_bind_mounted_workspace_becomes_workspace_root() -> None:
     inst = get_instance(CMATRIX)
-    body = build_task_body(
-        inst,
-        instruction="x",
-        container_name="c1",
-        workspace_host_path="/srv/runs/r1/programbench/ws",
-        timeout_sec=600,
-    ).body()
+    body = pb_body(inst, instruction="x", container="c1", host="/srv/runs/r1/programbench/ws",
+                   timeout=600)
     assert body["workspace_root"] == "/srv/runs/r1/programbench/ws"
     assert body["executor_ref"]["workspace_host_path"] == "/srv/runs/r1/programbench/ws"
     assert body["timeout_sec"] == 600
@@ -121,13 +137,18 @@ def test_all_200_bodies_well_under_a_minute() -> None:
     code = """
 import json, time
 t = time.perf_counter()
+from pathlib import Path
 from benchmarks.programbench.instruction import render_instruction
-from benchmarks.programbench.task_body import build_task_body
+from benchmarks.programbench.task_body import agent_terms
 from benchmarks.programbench.tasks import select_instances
+from harness.agents.base import AgentRequest
+from harness.agents.gateway.agent import GatewayAgent
 n = 0
 for inst in select_instances():
-    body = build_task_body(inst, instruction=render_instruction(inst), container_name="c-" + inst.instance_id)
-    n += len(json.dumps(body.body())) > 0
+    request = AgentRequest(instance_id=inst.instance_id, instance_dir=Path("."),
+                           instruction=render_instruction(inst), adapter="programbench",
+                           timeout_sec=21600, terms=agent_terms(inst))
+    n += len(json.dumps(GatewayAgent.task_preview(request).body())) > 0
 print(n, time.perf_counter() - t)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
