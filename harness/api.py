@@ -73,6 +73,8 @@ if TYPE_CHECKING:
     )
     # errors and options
     from harness.core.errors import RenamedOption, refuse_renamed
+    from harness.runner.options import positive as check_positive
+    from harness.runner.options import whole as check_whole
     # registration: a benchmark's entry point, the images it builds, its command line
     from harness.core.adapter import BenchmarkAdapter
     from harness.core.registry import BenchmarkRegistration, ImageStep
@@ -220,6 +222,8 @@ _LAZY = {
     # errors and options
     "RenamedOption": "harness.core.errors",
     "refuse_renamed": "harness.core.errors",
+    "check_positive": "harness.runner.options:positive",  # a type= for a positive number
+    "check_whole": "harness.runner.options:whole",  # a type= for a whole number
     # registration: a benchmark's entry point, the images it builds, its command line
     "BenchmarkAdapter": "harness.core.adapter",
     "BenchmarkRegistration": "harness.core.registry",

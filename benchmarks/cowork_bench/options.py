@@ -4,6 +4,7 @@ the adapter, :mod:`.adapter`; the trial's steps, :mod:`.steps`, read it there)."
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,13 @@ from benchmarks.cowork_bench.containers import (
     Limits,
 )
 from benchmarks.cowork_bench.tasks import FINALPOOL
-from harness.api import RefusalError, RenamedOption, refuse_renamed
+from harness.api import (
+    RefusalError,
+    RenamedOption,
+    check_positive,
+    check_whole,
+    refuse_renamed,
+)
 
 DEFAULT_TASK_TIMEOUT_SEC = 1800.0  # upstream TASK_TIMEOUT (run_parallel.sh)
 DEFAULT_MAX_STEPS = 100  # upstream script default
@@ -114,12 +121,14 @@ def _add_agent_options(group: pytest.OptionGroup) -> None:
     group.addoption(
         "--cowork-task-timeout",
         default=str(DEFAULT_TASK_TIMEOUT_SEC),
+        type=check_positive("--cowork-task-timeout", "1800"),
         metavar="SEC",
         help="agent wall clock per task (default 1800, upstream)",
     )
     group.addoption(
         "--cowork-max-steps",
         default=str(DEFAULT_MAX_STEPS),
+        type=check_whole("--cowork-max-steps", 1, "100"),
         metavar="N",
         help="agent step cap handed to the agent (default 100, upstream)",
     )
@@ -145,25 +154,32 @@ def _add_container_options(group: pytest.OptionGroup) -> None:
     group.addoption(
         "--cowork-cpus",
         default=str(DEFAULT_CPUS),
+        type=check_positive("--cowork-cpus", "1"),
         metavar="N",
         help=f"CPUs of each Cowork container: agent, eval, database (default {DEFAULT_CPUS:g})",
     )
     group.addoption(
         "--cowork-memory",
         default=DEFAULT_MEMORY,
+        type=memory_size,
         metavar="SIZE",
         help=f"memory of each Cowork container, no swap (default {DEFAULT_MEMORY})",
     )
     group.addoption(
         "--cowork-pids",
         default=str(DEFAULT_PIDS),
+        type=check_whole("--cowork-pids", 1, "1024"),
         metavar="N",
         help=f"process limit of each Cowork container (default {DEFAULT_PIDS})",
     )
 
 
-def _bad(flag: str, value: Any, fix: str) -> RefusalError:
-    return RefusalError(f"{flag} {value!r} {fix}", stage="options", reason="bad_option")
+def memory_size(raw: str) -> str:
+    """``--cowork-memory``: a size Docker takes (``2g``, ``512m``), lower-cased."""
+    value = str(raw).strip().lower()
+    if not re.fullmatch(r"[1-9][0-9]*[kmg]?", value):
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a size; pass e.g. --cowork-memory 2g")
+    return value
 
 
 def _ref(value: Any) -> str | None:
@@ -215,41 +231,6 @@ class CoworkOptions(BaseModel):
                 stage="options",
                 reason="bench_root_invalid",
             )
-        try:
-            timeout = float(opt("cowork_task_timeout"))
-        except ValueError:
-            timeout = -1.0
-        if timeout <= 0:
-            raise _bad(
-                "--cowork-task-timeout",
-                opt("cowork_task_timeout"),
-                "is not a positive number of seconds; pass e.g. 1800",
-            )
-        try:
-            steps = int(opt("cowork_max_steps"))
-        except ValueError:
-            steps = -1
-        if steps <= 0:
-            raise _bad(
-                "--cowork-max-steps",
-                opt("cowork_max_steps"),
-                "is not a positive integer; pass e.g. 100",
-            )
-        try:
-            cpus = float(opt("cowork_cpus"))
-        except ValueError:
-            cpus = -1.0
-        if not cpus > 0:
-            raise _bad("--cowork-cpus", opt("cowork_cpus"), "is not a positive number; pass e.g. 1")
-        memory = str(opt("cowork_memory")).strip().lower()
-        if not re.fullmatch(r"[1-9][0-9]*[kmg]?", memory):
-            raise _bad("--cowork-memory", opt("cowork_memory"), "is not a size; pass e.g. 2g")
-        try:
-            pids = int(opt("cowork_pids"))
-        except ValueError:
-            pids = -1
-        if pids <= 0:
-            raise _bad("--cowork-pids", opt("cowork_pids"), "is not a positive integer; pass 1024")
         return cls(
             root=root,
             commit=str(opt("cowork_commit")),
@@ -258,11 +239,11 @@ class CoworkOptions(BaseModel):
             diagnostic=bool(opt("diagnostic_eval_on_truncation")),
             allow_missing_tools=bool(opt("allow_missing_tools")),
             allow_missing_db=bool(opt("allow_missing_db")),
-            task_timeout_sec=timeout,
-            max_steps=steps,
-            cpus=cpus,
-            memory=memory,
-            pids=pids,
+            task_timeout_sec=float(opt("cowork_task_timeout")),  # checked by their type=
+            max_steps=int(opt("cowork_max_steps")),
+            cpus=float(opt("cowork_cpus")),
+            memory=str(opt("cowork_memory")),
+            pids=int(opt("cowork_pids")),
             image=_ref(opt("cowork_image")),
             pg_image=_ref(opt("cowork_pg_image")),
         )

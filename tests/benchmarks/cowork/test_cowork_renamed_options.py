@@ -5,6 +5,7 @@ is never read as something else, nor silently dropped: one line naming the new f
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,29 @@ def test_an_unprefixed_cowork_option_is_refused_naming_the_new_one(tmp_path: Pat
     assert "--build-image: renamed --cowork-build-image; write --cowork-build-image" in (
         qualify.stderr
     )
+
+
+def test_a_bad_cowork_number_is_a_usage_error_of_one_line(tmp_path: Path) -> None:
+    """Cowork's numbers and sizes are checked where they are parsed (their ``type=``): a bad
+    value is a usage error (exit 4) naming the flag and an example, before any run root;
+    a good one reaches the run's applied configuration."""
+    for flag, value, said in (
+            ("--cowork-task-timeout", "soon", "'soon' is not a positive number; pass e.g. "
+                                              "--cowork-task-timeout 1800"),
+            ("--cowork-max-steps", "0", "'0' is not a whole number of at least 1"),
+            ("--cowork-cpus", "-1", "'-1' is not a positive number"),
+            ("--cowork-memory", "lots", "'lots' is not a size; pass e.g. --cowork-memory 2g"),
+            ("--cowork-pids", "1.5", "'1.5' is not a whole number of at least 1")):
+        root = tmp_path / flag.strip("-")
+        run = run_pytest(TARGET, root, "--cowork-root", str(FIXTURE), flag, value,
+                         "--dry-run")
+        assert run.rc == 4, run.out
+        assert f"argument {flag}: {said}" in run.out and "Traceback" not in run.out
+        assert not root.exists()
+    good = run_pytest(TARGET, tmp_path / "good", "--cowork-root", str(FIXTURE),
+                      "--cowork-allow-dirty-bench", "--cowork-allow-bench-commit-mismatch",
+                      "--cowork-task-timeout", "900", "--cowork-memory", "3G",
+                      "--instance", "excel-sales-summary", "--dry-run")  # fmt: skip
+    assert good.rc == 0, good.out
+    config = json.dumps(good.manifest)
+    assert '"task_timeout_sec": 900.0' in config and '"memory": "3g"' in config
