@@ -26,7 +26,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
@@ -52,13 +51,14 @@ from benchmarks.cowork_bench.phases import (
     container_checker,
     run_agent_phase,
 )
-from benchmarks.cowork_bench.seed import SEED_KINDS, SEED_RECORD, SeedTar, agent_seed
+from benchmarks.cowork_bench.seed import SEED_RECORD, SeedTar, agent_seed
 from benchmarks.cowork_bench.sidecar import PgSidecar, start_postgres
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs
 from harness.api import (
     CopyLimits,
     InfraError,
     InstanceContext,
+    agent_capabilities,
     atomic_write_json,
     create_internal_network,
     phase_deadline,
@@ -67,11 +67,7 @@ from harness.api import (
     run_roots,
 )
 
-if TYPE_CHECKING:
-    pass
-
 TTL_MARGIN_S = 3600  # container life beyond the agent timeout (preprocess, eval, teardown)
-BODY_NAME = "cowork_bench_task_body.json"
 INSTRUCTION_NAME = m.INSTRUCTION
 RECOVERED_NAME = "recovered.json"
 RECOVERABLE = ("passed", "failed", "agent_failed")
@@ -312,7 +308,7 @@ def seed_for(ctx: InstanceContext, config: pytest.Config, kind: str) -> SeedTar 
     command agent), as the run recorded it; its record goes to ``agent_seed.json`` and the
     row's ``details.cowork_bench.agent_seed``. None for other agents (their seed runs elsewhere)."""
     repo = config.getoption("agent_repo", None)
-    if not repo or kind not in SEED_KINDS:
+    if not repo or not agent_capabilities(kind).runs_in_sandbox:
         return None
     try:
         recorded = read_manifest(ctx.run_root).extra.agent_source

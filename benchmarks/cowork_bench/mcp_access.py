@@ -25,7 +25,6 @@ from benchmarks.cowork_bench.mcp_servers import MCP_CALL, MCP_PORT, McpInventory
 if TYPE_CHECKING:
     from benchmarks.cowork_bench.phases import AgentContext
 
-BASH_TOOL_KINDS = frozenset({"mini-swe-agent"})  # bash is their only tool: mcp-call
 LISTING_CHARS = 24_000  # of ``mcp-call --list`` kept in the instruction
 
 USAGE = """

@@ -40,7 +40,6 @@ SEED_PATH = "/opt/agent_seed"
 SEED_ENV = "HARNESS_AGENT_REPO"
 SEED_RECORD = "agent_seed.json"
 MAX_SEED_BYTES = 256 << 20  # file bytes copied into each container, at most
-SEED_KINDS = frozenset({"command"})  # agents that run inside the agent container
 _COMPARED = ("head", "status_sha256", "tracked_diff_sha256")
 _GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
                  "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CEILING_DIRECTORIES")  # fmt: skip

@@ -52,7 +52,7 @@ from benchmarks.cowork_bench.instance import (
     seed_for,
     teardown,
 )
-from benchmarks.cowork_bench.mcp_access import BASH_TOOL_KINDS, route_request, tools_section
+from benchmarks.cowork_bench.mcp_access import route_request, tools_section
 from benchmarks.cowork_bench.mcp_servers import INVENTORY_NAME, McpInventory
 from benchmarks.cowork_bench.phases import (
     WORKSPACE,
@@ -210,7 +210,7 @@ class CoworkSteps(DeclaredBenchmark):
         resumed run never finds an earlier attempt's gateway task: its containers are gone)."""
         actx = _agent_context(trial, request.timeout_sec or self.options.task_timeout_sec)
         instruction = request.instruction
-        if str(agent.kind) in BASH_TOOL_KINDS and actx.mcp is not None:
+        if agent.shell_only and actx.mcp is not None:  # tools through mcp-call
             instruction += tools_section(actx)
             atomic_write_text(trial.instance_dir / m.INSTRUCTION, instruction)
         route = route_request(actx.mcp)

@@ -246,6 +246,12 @@ class Agent:
     # engine's API (host-command, mini-swe-agent, oracle, nop), which reaches a remote
     # engine too.
     relays: tuple[Relay, ...] = ()
+    # True for an agent whose only tool is a shell in the sandbox: tools a benchmark serves
+    # reach it as a command its instruction names (Cowork's ``mcp-call``).
+    shell_only: bool = False
+    # True for an agent whose own code runs inside the sandbox, copied in from the run's
+    # ``--agent-repo`` checkout (a benchmark that makes the sandbox seeds it there).
+    runs_in_sandbox: bool = False
 
     def run(self, request: AgentRequest) -> AgentOutcome:
         raise NotImplementedError(f"agent kind {self.kind!r} does not implement run()")
@@ -384,6 +390,8 @@ class AgentCapabilities:
     reattaches: bool
     tape_route: TapeRoute | None
     relays: tuple[Relay, ...]
+    shell_only: bool = False
+    runs_in_sandbox: bool = False
 
 
 def agent_capabilities(kind: str) -> AgentCapabilities:
@@ -391,7 +399,8 @@ def agent_capabilities(kind: str) -> AgentCapabilities:
     cls = agent_class(kind)
     return AgentCapabilities(kind=kind, needs_reference_solution=cls.needs_reference_solution,
                              remote_server=cls.remote_server, reattaches=cls.reattaches,
-                             tape_route=cls.tape_route, relays=tuple(cls.relays))
+                             tape_route=cls.tape_route, relays=tuple(cls.relays),
+                             shell_only=cls.shell_only, runs_in_sandbox=cls.runs_in_sandbox)
 
 
 def tape_kinds() -> list[str]:

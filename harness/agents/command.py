@@ -174,6 +174,7 @@ class CommandKind(Agent):
     (:class:`harness.agents.command_proxy.GatewayCommandAgent`)."""
 
     kind = "command"
+    runs_in_sandbox = True  # the --agent-repo checkout runs in the sandbox
     tape_route = "model_gateway"  # taped only behind its model gateway (--model-upstream)
     relays = ("model_gateway",)  # behind the model gateway: its relay beside the sandbox
 

@@ -297,6 +297,7 @@ def models_called(messages: list[dict[str, Any]], model: str,
 
 class MiniSweAgent(Agent):
     kind = "mini-swe-agent"
+    shell_only = True  # bash is its only tool
     tape_route = "in_process"  # it routes its own calls (see tape_problem)
 
     def __init__(self, config: dict[str, Any], files: list[str], prices: ModelPrices,

@@ -129,6 +129,9 @@ def test_each_kind_says_what_it_can_do_on_its_class():
     assert [k for k, c in caps.items() if c.remote_server] == ["gateway"]
     assert [k for k, c in caps.items() if c.reattaches] == ["gateway"]
     assert [k for k, c in caps.items() if c.needs_reference_solution] == ["oracle"]
+    # Cowork offers its tools as mcp-call to a shell-only agent, seeds one that runs inside
+    assert [k for k, c in caps.items() if c.shell_only] == ["mini-swe-agent"]
+    assert [k for k, c in caps.items() if c.runs_in_sandbox] == ["command"]
     assert {k: c.tape_route for k, c in caps.items() if c.tape_route} == {
         "command": "model_gateway", "mini-swe-agent": "in_process",
         "host-command": "model_gateway"}
