@@ -28,6 +28,7 @@ from harness.core.outcomes import INSTANCE_ID_RE as INSTANCE_ID_RE
 from harness.core.outcomes import SETTLED_OUTCOMES as SETTLED_OUTCOMES
 from harness.core.outcomes import Outcome as Outcome
 from harness.core.outcomes import instance_key as instance_key
+from harness.core.outcomes import validate_benchmark_name
 from harness.core.outcomes import validate_instance_id as validate_instance_id
 
 # The row's details sections live in harness.core.row_details; re-exported here (a benchmark
@@ -135,6 +136,11 @@ class TaskRow(OpenModel):
     @classmethod
     def _check_iid(cls, value: str) -> str:
         return validate_instance_id(value)
+
+    @field_validator("benchmark")
+    @classmethod
+    def _check_benchmark(cls, value: str) -> str:
+        return validate_benchmark_name(value)  # a folder of the run root: never '../x'
 
     @model_validator(mode="before")
     @classmethod

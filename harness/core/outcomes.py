@@ -26,6 +26,15 @@ def validate_task_id(value: str) -> str:
     return value
 
 
+def validate_benchmark_name(value: str) -> str:
+    """A benchmark's name as a run records it (a folder of the run root): letters, digits,
+    '.', '_' and '-' (never '.' or '..')."""
+    if not INSTANCE_ID_RE.match(value) or value in {".", ".."}:
+        raise ValueError(
+            f"invalid benchmark name {value!r}: use only letters, digits, '.', '_' and '-'")
+    return value
+
+
 def validate_instance_id(value: str) -> str:
     """A run's instance id: a task id, or one attempt at it (``<task id>@<k>``, k >= 1)."""
     match = ATTEMPT_ID_RE.match(value)

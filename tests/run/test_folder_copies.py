@@ -115,3 +115,25 @@ def test_a_later_row_of_a_carried_instance_follows_its_carried_copy(tmp_path: Pa
     assert writer.copies is None
     assert [r.ts_unix for r in
             read_ledger(tmp_path / "b" / "i0" / "result_index.jsonl").rows] == [1.0, 2.0]
+
+
+def test_a_ledger_row_naming_a_benchmark_outside_the_run_root_is_refused(tmp_path: Path) -> None:
+    """A tampered ancestor (a run root from an untrusted shard's artifact): a row whose
+    benchmark is ``..`` or a path would name a folder outside the run root for its copy.
+    Such a row is corrupt where it is read: no folder is made anywhere."""
+    from harness.run.ledger import LedgerError
+
+    good = TaskRow(ts_unix=1.0, run_id="r", benchmark="b", instance_id="i0",
+                   status="skipped", outcome=Outcome.CARRIED, carried_from="a")
+    for bad in ("..", "../../outside", "a/b", "."):
+        line = good.dump_line().replace('"benchmark":"b"', f'"benchmark":"{bad}"')
+        assert f'"benchmark":"{bad}"' in line
+        ledger = tmp_path / bad.replace("/", "_") / "result_index.jsonl"
+        ledger.parent.mkdir(parents=True, exist_ok=True)
+        ledger.write_text(good.dump_line() + "\n" + line + "\n" + good.dump_line() + "\n")
+        with pytest.raises(LedgerError, match="line 2 is corrupt"):
+            read_ledger(ledger)
+    assert not (tmp_path.parent / "outside").exists()
+    with pytest.raises(ValueError, match="invalid benchmark name '../x'"):
+        TaskRow(ts_unix=1.0, run_id="r", benchmark="../x", instance_id="i0",
+                status="skipped", outcome=Outcome.CARRIED)
