@@ -40,6 +40,11 @@ def write_entry(entry: Entry) -> None:
         pass
     except FileNotFoundError:
         os.makedirs(folder, exist_ok=True)
+    append_line(path, line)
+
+
+def append_line(path: str | os.PathLike[str], line: str) -> None:
+    """Append ``line`` to the file at ``path`` (made when missing): written, not fsynced."""
     data = (line + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

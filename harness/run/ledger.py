@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from harness.core import collector
 from harness.core.layout import LEDGER_NAME
 from harness.core.models import TaskRow
-from harness.run.folder_copies import Entry, FolderCopies
+from harness.run.folder_copies import Entry, FolderCopies, append_line
 
 if TYPE_CHECKING:
     from harness.core.models import Manifest, VerdictScore
@@ -342,18 +342,11 @@ def _append_synced(path: Path, lines: list[str]) -> None:
 
 def _append_copy(path: Path | str, line: str) -> None:
     """Append a line to an instance folder's copy of the ledger: written, not fsynced."""
-    data = (line + "\n").encode("utf-8")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        append_line(path, line)
     except FileNotFoundError:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+        append_line(path, line)
 
 
 def refresh_figures(run_root: Path, why: str) -> None:
