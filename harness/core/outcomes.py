@@ -11,10 +11,10 @@ ROW_PROPERTY = "harness_row"
 INFRA_PROPERTY = "harness_infra"
 
 # A benchmark task's id (what an adapter's InstanceSpec carries).
-INSTANCE_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+INSTANCE_ID_RE = re.compile(r"^[A-Za-z0-9._-]+\Z")  # \Z: no final newline either
 # One of K attempts at a task (``--attempts K``, K > 1): ``<task id>@<k>``, k = 1..K. The
 # run's instance key, folder and row name the attempt; the task keeps its own id.
-ATTEMPT_ID_RE = re.compile(r"^([A-Za-z0-9._-]+)@([1-9][0-9]*)$")
+ATTEMPT_ID_RE = re.compile(r"^([A-Za-z0-9._-]+)@([1-9][0-9]*)\Z")
 
 
 def validate_task_id(value: str) -> str:

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from harness.core import collector
 from harness.core.layout import LEDGER_NAME
 from harness.core.models import TaskRow
-from harness.run.folder_copies import Entry, FolderCopies, append_line
+from harness.run.folder_copies import FolderCopies, append_line
 
 if TYPE_CHECKING:
     from harness.core.models import Manifest, VerdictScore
@@ -141,8 +141,18 @@ def read_ledger(path: Path) -> LedgerRead:
     if not path.exists():
         return LedgerRead()
     with open(path, encoding="utf-8", newline="") as fh:
-        lines = fh.read().splitlines(keepends=True)
-    return parse_lines(lines, source=str(path))
+        return parse_lines(ledger_lines(fh.read()), source=str(path))
+
+
+def ledger_lines(text: str) -> list[str]:
+    """The lines of a ledger, each with its ``\n`` (a torn last one without): split at
+    ``\n`` only. A row's JSON may hold U+2028, U+2029 or U+0085 unescaped (an agent's text
+    in an error): ``str.splitlines`` would break the row there."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
 
 
 @dataclass
@@ -255,12 +265,7 @@ class LedgerWriter:
         ok = self._flush(self.path)
         if new_folders:
             self.settle()  # one batch behind the run at a time
-            root = os.fspath(self.run_root)
-            entries: list[Entry] = []
-            for benchmark, iid, line in lines:
-                folder = os.path.join(root, benchmark, iid)
-                entries.append((folder, os.path.join(folder, LEDGER_NAME), line))
-            self.copies = FolderCopies(entries)
+            self.copies = FolderCopies(os.fspath(self.run_root), LEDGER_NAME, lines)
             return ok
         copies = [instance_dir(self.run_root, benchmark, iid) / LEDGER_NAME
                   for benchmark, iid, _ in lines]
@@ -279,8 +284,8 @@ class LedgerWriter:
             return True
         failed = copies.wait()
         for i, _ in failed:
-            _, path, line = copies.entries[i]
-            self.pending.setdefault(Path(path), []).append(line)
+            entry = copies.entries[i]
+            self.pending.setdefault(Path(copies.path(entry)), []).append(entry[2])
         if failed:
             self.failures += 1
             sys.stderr.write(f"harness: {DIAGNOSTIC_WRITE_FAILED}: {os.fspath(self.run_root)}: "

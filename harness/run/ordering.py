@@ -41,7 +41,7 @@ def ledger_durations(roots: Iterable[str | Path]) -> dict[str, float]:
         path = Path(root) / LEDGER_NAME
         if not path.is_file():
             raise DurationsError(f"--durations-from {root}: no {LEDGER_NAME} there")
-        for line in path.read_text().splitlines():
+        for line in path.read_text(encoding="utf-8").split("\n"):  # rows may hold U+2028
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:

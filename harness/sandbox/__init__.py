@@ -23,24 +23,19 @@ from typing import TYPE_CHECKING
 from harness.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from harness.core.layout import lock_path as run_lock_path
     from harness.sandbox.cleanup import (
         leaked_resources,
         remove_labelled,
         run_lock,
-        run_lock_path,
         sweep,
         sweep_stale,
     )
     from harness.sandbox.client import get_client
     from harness.sandbox.container import Sandbox, SandboxSpec
     from harness.sandbox.execution import ExecResult
-    from harness.sandbox.images.build import (
-        BaseRecipe,
-        BuiltImage,
-        LayerRecipe,
-        base_recipe,
-        ensure_image,
-    )
+    from harness.sandbox.images.build import BuiltImage, ensure_image
+    from harness.sandbox.images.recipes import BaseRecipe, LayerRecipe, base_recipe
     from harness.sandbox.network import create_internal_network
     from harness.sandbox.pack import NewDir, pack_tree
 
@@ -50,17 +45,17 @@ _LAZY = {
     "leaked_resources": "harness.sandbox.cleanup",
     "remove_labelled": "harness.sandbox.cleanup",
     "run_lock": "harness.sandbox.cleanup",
-    "run_lock_path": "harness.sandbox.cleanup",
+    "run_lock_path": "harness.core.layout:lock_path",
     "sweep": "harness.sandbox.cleanup",
     "sweep_stale": "harness.sandbox.cleanup",
     "get_client": "harness.sandbox.client",
     "Sandbox": "harness.sandbox.container",
     "SandboxSpec": "harness.sandbox.container",
     "ExecResult": "harness.sandbox.execution",
-    "BaseRecipe": "harness.sandbox.images.build",
+    "BaseRecipe": "harness.sandbox.images.recipes",
     "BuiltImage": "harness.sandbox.images.build",
-    "LayerRecipe": "harness.sandbox.images.build",
-    "base_recipe": "harness.sandbox.images.build",
+    "LayerRecipe": "harness.sandbox.images.recipes",
+    "base_recipe": "harness.sandbox.images.recipes",
     "ensure_image": "harness.sandbox.images.build",
     "create_internal_network": "harness.sandbox.network",
     "NewDir": "harness.sandbox.pack",

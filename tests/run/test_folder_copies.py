@@ -4,7 +4,7 @@ a Ctrl-C reaches it; a copy that cannot be written is reported, kept and retried
 
 from __future__ import annotations
 
-import os
+import re
 import signal
 import subprocess
 import time
@@ -17,10 +17,11 @@ from harness.core.models import Outcome, TaskRow
 from harness.run.folder_copies import Entry, FolderCopies
 from harness.run.ledger import LedgerWriter, read_ledger
 
+NAME = "result_index.jsonl"
 
-def entries(root: Path, n: int) -> list[Entry]:
-    return [(str(root / "b" / f"i{k}"), str(root / "b" / f"i{k}" / "result_index.jsonl"),
-             f'{{"n": {k}}}') for k in range(n)]
+
+def entries(n: int) -> list[Entry]:
+    return [("b", f"i{k}", f'{{"n": {k}}}') for k in range(n)]
 
 
 def written(root: Path, n: int) -> list[str]:
@@ -28,7 +29,7 @@ def written(root: Path, n: int) -> list[str]:
 
 
 def test_the_helper_writes_every_copy_once(tmp_path: Path) -> None:
-    copies = FolderCopies(entries(tmp_path, 300))
+    copies = FolderCopies(str(tmp_path), NAME, entries(300))
     assert copies.proc is not None  # a helper process, not this one
     assert copies.wait() == []
     assert written(tmp_path, 300) == [f'{{"n": {k}}}\n' for k in range(300)]
@@ -38,7 +39,7 @@ def test_a_helper_that_cannot_start_leaves_the_copies_to_the_run(tmp_path: Path)
     def no_process(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
         raise OSError(11, "Resource temporarily unavailable")
 
-    copies = FolderCopies(entries(tmp_path, 5), spawn=no_process)
+    copies = FolderCopies(str(tmp_path), NAME, entries(5), spawn=no_process)
     assert copies.wait() == []
     assert written(tmp_path, 5) == [f'{{"n": {k}}}\n' for k in range(5)]
 
@@ -46,17 +47,17 @@ def test_a_helper_that_cannot_start_leaves_the_copies_to_the_run(tmp_path: Path)
 def test_a_killed_helper_leaves_no_copy_missing_and_none_twice(tmp_path: Path) -> None:
     """The helper is killed part-way: the run writes what is missing or empty, and only
     that (a copy the helper wrote is not appended again)."""
-    all_entries = entries(tmp_path, 50)
-    for folder, path, line in all_entries[:20]:  # what the helper had done
-        os.makedirs(folder)
-        Path(path).write_text(line + "\n")
-    Path(all_entries[20][1]).parent.mkdir()
-    Path(all_entries[20][1]).touch()  # created, killed before its write
+    all_entries = entries(50)
+    for benchmark, iid, line in all_entries[:20]:  # what the helper had done
+        (tmp_path / benchmark / iid).mkdir(parents=True)
+        (tmp_path / benchmark / iid / NAME).write_text(line + "\n")
+    (tmp_path / "b" / "i20").mkdir()
+    (tmp_path / "b" / "i20" / NAME).touch()  # created, killed before its write
 
     def dying(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         return subprocess.Popen(["sh", "-c", "kill -9 $$"], **kwargs)
 
-    copies = FolderCopies(all_entries, spawn=dying)
+    copies = FolderCopies(str(tmp_path), NAME, all_entries, spawn=dying)
     assert copies.wait() == []
     assert written(tmp_path, 50) == [f'{{"n": {k}}}\n' for k in range(50)]
 
@@ -74,7 +75,7 @@ def test_ctrl_c_does_not_stop_the_helper(tmp_path: Path) -> None:
     """A Ctrl-C reaches the whole foreground group: the helper, once started, finishes
     its short job (one that a Ctrl-C stops earlier is covered by the run, as above)."""
     n = 5000
-    copies = FolderCopies(entries(tmp_path, n))
+    copies = FolderCopies(str(tmp_path), NAME, entries(n))
     assert copies.proc is not None
     deadline = time.monotonic() + 10
     while not ignores_sigint(copies.proc.pid):
@@ -134,6 +135,6 @@ def test_a_ledger_row_naming_a_benchmark_outside_the_run_root_is_refused(tmp_pat
         with pytest.raises(LedgerError, match="line 2 is corrupt"):
             read_ledger(ledger)
     assert not (tmp_path.parent / "outside").exists()
-    with pytest.raises(ValueError, match="invalid benchmark name '../x'"):
+    with pytest.raises(ValueError, match=re.escape("invalid benchmark name '../x'")):
         TaskRow(ts_unix=1.0, run_id="r", benchmark="../x", instance_id="i0",
                 status="skipped", outcome=Outcome.CARRIED)

@@ -6,9 +6,11 @@
    :func:`~harness.agents.gateway.body.host_workspace`, ``agent_user``).
 3. ``harness.api``'s lazy names (:mod:`harness.core.lazy`).
 
-A test marked ``xfail(strict=True)`` demonstrates a real problem (it starts to pass, and so
-fails strictly, once the problem is fixed: then drop the mark). The others assert a defence
-that holds.
+Each asserts a defence that holds. Four were real problems when the review found them, mended
+since: a row holding U+2028, U+2029 or U+0085 broke the ledger where ``str.splitlines``
+split it; ids and benchmark names took a final newline; a link planted in the run root was
+followed by the carried copies; ``harness.sandbox`` loaded four names from modules that
+only re-export them.
 """
 
 from __future__ import annotations
@@ -56,10 +58,6 @@ def tree(top: Path) -> set[str]:
 LINE_BREAKERS = ["\u2028", "\u2029", "\x85"]
 
 
-@pytest.mark.xfail(strict=True, raises=LedgerError, reason=(
-    "read_ledger splits the file with str.splitlines(), which also breaks at U+2028, U+2029 "
-    "and U+0085; model_dump_json writes them raw, so one row whose text holds one (an "
-    "agent-influenced error or checker tail) makes the whole ledger 'corrupt' mid-file"))
 @pytest.mark.parametrize("char", LINE_BREAKERS, ids=["u2028", "u2029", "u0085"])
 def test_a_row_holding_a_unicode_line_break_reads_back(tmp_path: Path, char: str) -> None:
     writer = LedgerWriter(tmp_path)
@@ -72,9 +70,6 @@ def test_a_row_holding_a_unicode_line_break_reads_back(tmp_path: Path, char: str
     assert [r.instance_id for r in read.rows] == ["t1", "t2"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a resume from such a run is refused (ancestor_ledger_corrupt): the agent's text "
-    "ends the campaign's resumability"))
 def test_a_resume_reads_an_ancestor_whose_row_holds_u2028(tmp_path: Path) -> None:
     from harness.run.manifest import new_manifest, write_manifest
     from harness.run.resume import walk_ancestry
@@ -90,10 +85,6 @@ def test_a_resume_reads_an_ancestor_whose_row_holds_u2028(tmp_path: Path) -> Non
     assert set(ancestry.rows[0]) == {"bench/t1", "bench/t2"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "INSTANCE_ID_RE/ATTEMPT_ID_RE end in '$', which re.match lets match before a final "
-    "newline: 'x\\n', 't@1\\n' and even '..\\n' pass as ids and benchmark names (a folder "
-    "named with a newline; use fullmatch or \\Z)"))
 @pytest.mark.parametrize("field,value", [
     ("instance_id", "t1\n"), ("instance_id", "t1@1\n"),
     ("benchmark", "bench\n"), ("benchmark", "..\n"),
@@ -143,12 +134,12 @@ def test_a_large_carried_batch_stays_in_the_run_root(tmp_path: Path) -> None:
     assert len(read_ledger(ledger_path(root)).rows) == 3000
 
 
-def _entries(root: Path, n: int) -> list[tuple[str, str, str]]:
-    out = []
-    for i in range(n):
-        folder = os.path.join(root, "bench", f"t{i}")
-        out.append((folder, os.path.join(folder, LEDGER_NAME), row(f"t{i}").dump_line()))
-    return out
+def _entries(n: int) -> list[tuple[str, str, str]]:
+    return [("bench", f"t{i}", row(f"t{i}").dump_line()) for i in range(n)]
+
+
+def _copy(root: Path, entry: tuple[str, str, str]) -> Path:
+    return root / entry[0] / entry[1] / LEDGER_NAME
 
 
 def _script(tmp_path: Path, body: str) -> Path:
@@ -160,7 +151,9 @@ def _script(tmp_path: Path, body: str) -> Path:
 @pytest.mark.parametrize("how", ["cannot_start", "dies_at_once", "dies_half_way",
                                  "garbage_report"])
 def test_a_helper_that_fails_leaves_every_copy_written_once(tmp_path: Path, how: str) -> None:
-    entries = _entries(tmp_path / "root", 50)
+    root = tmp_path / "root"
+    root.mkdir()
+    entries = _entries(50)
     helper = Path(sys.modules[FolderCopies.__module__].__file__ or "")
     scripts = {
         "dies_at_once": "import os; os._exit(9)\n",
@@ -168,8 +161,9 @@ def test_a_helper_that_fails_leaves_every_copy_written_once(tmp_path: Path, how:
             import json, os, sys
             sys.path.insert(0, {str(helper.parent)!r})
             from folder_copies import write_here
-            entries = [tuple(e) for e in json.loads(sys.stdin.buffer.read())]
-            write_here(entries, range(len(entries) // 2))
+            batch = json.loads(sys.stdin.buffer.read())
+            entries = [tuple(e) for e in batch["entries"]]
+            write_here(batch["root"], batch["name"], entries, range(len(entries) // 2))
             os._exit(137)  # as if SIGKILLed half way
         """,
         "garbage_report": """
@@ -183,10 +177,10 @@ def test_a_helper_that_fails_leaves_every_copy_written_once(tmp_path: Path, how:
         return subprocess.Popen([argv[0], str(_script(tmp_path, scripts[how]))],
                                 **kw)  # type: ignore[call-overload]
 
-    copies = FolderCopies(entries, spawn=spawn)
+    copies = FolderCopies(str(root), LEDGER_NAME, entries, spawn=spawn)
     assert copies.wait() == []
-    for _, path, line in entries:
-        assert Path(path).read_text() == line + "\n"
+    for entry in entries:
+        assert _copy(root, entry).read_text() == entry[2] + "\n"
 
 
 def test_the_helper_ignores_the_working_folder_and_pythonpath(
@@ -201,18 +195,16 @@ def test_the_helper_ignores_the_working_folder_and_pythonpath(
     monkeypatch.chdir(evil)
     monkeypatch.setenv("PYTHONPATH", str(evil))
     monkeypatch.setenv("PYTHONSTARTUP", str(evil / "json.py"))
-    entries = _entries(tmp_path / "root", 3)
-    copies = FolderCopies(entries)
+    root = tmp_path / "root"
+    root.mkdir()
+    entries = _entries(3)
+    copies = FolderCopies(str(root), LEDGER_NAME, entries)
     assert copies.proc is not None  # the helper ran, not the in-process fallback
     assert copies.wait() == []
     assert not marker.exists()
-    assert all(Path(p).is_file() for _, p, _ in entries)
+    assert all(_copy(root, e).is_file() for e in entries)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "hardening (low: needs someone who can write the fresh run root): the helper and "
-    "_append_copy open with O_CREAT and follow a symlink planted at <run_root>/<benchmark> "
-    "or at the instance folder; no O_NOFOLLOW/dir_fd walk"))
 def test_a_symlink_planted_in_the_run_root_is_not_followed(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
@@ -362,10 +354,7 @@ def test_a_crafted_name_imports_nothing(name: str) -> None:
 
 @pytest.mark.parametrize("package", [
     "harness.api", "harness.agents", "harness.budget",
-    pytest.param("harness.sandbox", marks=pytest.mark.xfail(strict=True, reason=(
-        "consistency, not security: harness.sandbox's table loads run_lock_path, "
-        "BaseRecipe, LayerRecipe and base_recipe from modules that only re-export them "
-        "(harness.sandbox.cleanup, harness.sandbox.images.build)"))),
+    "harness.sandbox",
 ])
 def test_every_lazy_name_comes_from_the_module_that_defines_it(package: str) -> None:
     table = importlib.import_module(package)._LAZY

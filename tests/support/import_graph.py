@@ -127,7 +127,9 @@ class Graph:
             if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
                     and _call_name(stmt.value.func) == "lazy_exports"
                     and len(stmt.value.args) == 2 and isinstance(stmt.value.args[1], ast.Name)):
-                return assigned.get(stmt.value.args[1].id, {})
+                table = assigned.get(stmt.value.args[1].id, {})
+                # "module:name": a name exported under another one, from that module
+                return {name: where.partition(":")[0] for name, where in table.items()}
         return {}
 
     def _own(self, name: str) -> str | None:
