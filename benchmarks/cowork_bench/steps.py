@@ -146,7 +146,8 @@ class CoworkSteps(DeclaredBenchmark):
         metadata: dict[str, Any] = {"delegation_role": "root"}
         if opts.max_steps is not None:
             metadata["max_steps"] = opts.max_steps
-        spent = time.monotonic() - _life(trial).started
+        # the set-up spent so far (a dry run spends none: what a run starting now would get)
+        spent = 0.0 if trial.ctx.dry_run else time.monotonic() - _life(trial).started
         return AgentTerms(metadata=metadata, tools_off=tuple(disabled_tools()), source=SOURCE,
                           workspace=WORKSPACE, offline=False,
                           work_timeout_sec=gateway_timeout(opts.task_timeout_sec, spent))

@@ -83,7 +83,8 @@ def cowork_task(max_steps: int | None = None, subagents: bool = False) -> dict[s
                                   max_steps=max_steps)
 
     docs = read_docs(FIXTURE, "gcal-standup-week")
-    trial = SimpleNamespace(state={STATE: Life(docs, time.monotonic() - 39.5,
+    trial = SimpleNamespace(ctx=SimpleNamespace(dry_run=False),
+                            state={STATE: Life(docs, time.monotonic() - 39.5,
                                                InstanceResult(IID, None, None, None))})
     terms = Steps().agent_terms(trial)  # type: ignore[arg-type]
     box = SimpleNamespace(name="cw-agent", id="0" * 64, user="agent",
