@@ -86,7 +86,7 @@ from harness.api import (
 if TYPE_CHECKING:
     from benchmarks.cowork_bench.options import CoworkOptions
     from benchmarks.cowork_bench.run_images import RunImages
-    from harness.api import Agent, AgentRequest, AgentTerms, Sandbox
+    from harness.api import AgentCapabilities, AgentRequest, AgentTerms, Sandbox
     from harness.api import AgentOutcome as RunnerOutcome
 
 STATE = "cowork"  # Trial.state: this instance's Life
@@ -205,7 +205,8 @@ class CoworkSteps(DeclaredBenchmark):
 
         return copy_groundtruth
 
-    def agent_request(self, trial: Trial, agent: Agent, request: AgentRequest) -> AgentRequest:
+    def agent_request(self, trial: Trial, agent: AgentCapabilities,
+                      request: AgentRequest) -> AgentRequest:
         """The agent container as the agent sees it, the task's tools routed, ``mcp-call``
         in a bash-only agent's instruction; the agent's own files in ``runner_agent/`` (a
         resumed run never finds an earlier attempt's gateway task: its containers are gone)."""

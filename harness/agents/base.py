@@ -256,6 +256,15 @@ class Agent:
     def run(self, request: AgentRequest) -> AgentOutcome:
         raise NotImplementedError(f"agent kind {self.kind!r} does not implement run()")
 
+    @classmethod
+    def capabilities(cls) -> AgentCapabilities:
+        """What a benchmark may ask of this kind (never the agent itself)."""
+        return AgentCapabilities(
+            kind=cls.kind, needs_reference_solution=cls.needs_reference_solution,
+            remote_server=cls.remote_server, reattaches=cls.reattaches,
+            tape_route=cls.tape_route, relays=tuple(cls.relays), shell_only=cls.shell_only,
+            runs_in_sandbox=cls.runs_in_sandbox)
+
     def missing_env(self) -> list[str]:
         """Names the agent is to get from the runner's environment that are not set there
         (checked before the run starts; default: none)."""
@@ -396,11 +405,7 @@ class AgentCapabilities:
 
 def agent_capabilities(kind: str) -> AgentCapabilities:
     """The capabilities of ``kind``; a one-line :class:`ValueError` for an unknown kind."""
-    cls = agent_class(kind)
-    return AgentCapabilities(kind=kind, needs_reference_solution=cls.needs_reference_solution,
-                             remote_server=cls.remote_server, reattaches=cls.reattaches,
-                             tape_route=cls.tape_route, relays=tuple(cls.relays),
-                             shell_only=cls.shell_only, runs_in_sandbox=cls.runs_in_sandbox)
+    return agent_class(kind).capabilities()
 
 
 def tape_kinds() -> list[str]:

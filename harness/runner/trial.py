@@ -41,6 +41,7 @@ from harness.runner.deadlines import PhaseTimeout, phase
 if TYPE_CHECKING:  # the models load when an instance runs, not at collection
     from harness.agents.base import (
         Agent,
+        AgentCapabilities,
         AgentOutcome,
         AgentRequest,
         AgentTerms,
@@ -299,9 +300,11 @@ class DeclaredBenchmark(BenchmarkAdapter):
             labels=dict(labels))
         return sandbox
 
-    def agent_request(self, trial: Trial, agent: Agent, request: AgentRequest) -> AgentRequest:
+    def agent_request(self, trial: Trial, agent: AgentCapabilities,
+                      request: AgentRequest) -> AgentRequest:
         """The request the agent gets (default as the trial made it): a benchmark may give
-        the agent another view of its sandbox, more tool routes, or a longer instruction."""
+        the agent another view of its sandbox, more tool routes, or a longer instruction,
+        after what the agent's kind can do (``agent``: its capabilities, never the agent)."""
         return request
 
     def agent_done(self, trial: Trial, outcome: AgentOutcome | None,
@@ -392,7 +395,7 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
     """The sandbox (new, or the one a reattached task works in) and the agent in it."""
     from harness.agents.base import AgentRequest
     from harness.core.row_details import AgentDetails, EngineDetails
-    from harness.runner.agent_plugin import instance_view, run_agent
+    from harness.runner.agent_run import instance_view, run_agent
 
     ctx, factory = trial.ctx, trial.factory
     view = instance_view(ctx)
@@ -400,7 +403,7 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
     reattaches = agent.reattaches and benchmark.sandboxes_outlive_runs
     sandbox, extra = _sandbox(trial, benchmark, agent, image, reattaches, view)
     EngineDetails(container=sandbox.name).put(ctx.result.details)
-    request = benchmark.agent_request(trial, agent, AgentRequest(
+    request = benchmark.agent_request(trial, agent.capabilities(), AgentRequest(
         instance_id=ctx.task_id, instance_dir=ctx.instance_dir, instruction=instruction,
         sandbox=sandbox, timeout_sec=ctx.timeout_s, env_allowlist=tuple(trial.option("agent_env")),
         oracle=benchmark.oracle(trial, sandbox), adapter=ctx.benchmark, extra=extra,

@@ -16,7 +16,7 @@ import pytest
 
 from harness.agents.base import AgentRequest, OraclePlan
 from harness.core.fsutil import atomic_write_json
-from harness.runner.agent_plugin import run_agent
+from harness.runner.agent_run import run_agent
 from harness.runner.instance import InstanceContext
 
 WORKSPACE = "/workspace"

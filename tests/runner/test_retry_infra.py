@@ -238,7 +238,7 @@ def _context(root: Path, retry_of: EarlierTry | None) -> InstanceContext:
 def test_a_retry_sees_its_run_root_as_the_nearest_earlier_attempt(tmp_path: Path) -> None:
     from harness.agents.gateway.checkpoint import AgentFolder, write_checkpoint
     from harness.agents.gateway.orphans import orphan_checkpoints
-    from harness.runner.agent_plugin import instance_view
+    from harness.runner.agent_run import instance_view
 
     first = _context(tmp_path, None)
     assert (first.instance_id, first.task_id, first.sample, first.key) == (
@@ -276,7 +276,7 @@ def test_a_retry_reattaches_to_the_sandbox_its_earlier_try_kept(
     from harness.agents.gateway.agent import GatewayAgent
     from harness.agents.gateway.checkpoint import AgentFolder, write_checkpoint
     from harness.agents.gateway.reattach import adopt_kept_sandbox
-    from harness.runner.agent_plugin import instance_view
+    from harness.runner.agent_run import instance_view
     from harness.sandbox.reattach import SandboxRecord, write_record
 
     first = _context(tmp_path, None)

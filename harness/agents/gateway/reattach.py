@@ -14,7 +14,7 @@ no second paid task). The steps, for an adapter whose gateway task runs in a san
 3. :func:`keep_after_give_up` when the client gave up on a task it left running.
 
 The instance is seen through :class:`harness.agents.base.InstanceView` (the runner's
-``harness.runner.agent_plugin.instance_view(ctx)``) and the instance's sandbox factory
+``harness.runner.agent_run.instance_view(ctx)``) and the instance's sandbox factory
 through :class:`SandboxKeeper` (``harness.runner.sandbox_fixtures.SandboxFactory``).
 """
 

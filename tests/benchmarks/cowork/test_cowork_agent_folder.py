@@ -74,7 +74,7 @@ def step(ctx: InstanceContext, url: str, plan: dict[str, Any], grace_s: float = 
          ) -> Any:
     """Cowork's steps around the gateway agent, as the trial runs them; its body runs
     ``plan`` locally. Called with a timeout, it returns the agent phase's status."""
-    from harness.runner.agent_plugin import run_agent
+    from harness.runner.agent_run import run_agent
 
     body = validate_task_body(task_body(ctx.run_root / "ws", plan, timeout_sec=60))
     agent = GatewayAgent(url, policy=FAST.model_copy(update={"client_grace_s": grace_s}))
@@ -91,7 +91,7 @@ def step(ctx: InstanceContext, url: str, plan: dict[str, Any], grace_s: float = 
                               env=SimpleNamespace(), phase=phase)  # type: ignore[arg-type]
 
     def run(timeout_s: float) -> str:
-        request = steps.agent_request(trial, agent, AgentRequest(
+        request = steps.agent_request(trial, agent.capabilities(), AgentRequest(
             instance_id=IID, instance_dir=ctx.instance_dir, instruction="do it",
             task_body=body, timeout_sec=timeout_s))
         try:
