@@ -19,10 +19,6 @@ task's spend reached ``runner_agent/``. Asserted:
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +38,8 @@ from tests.scenarios.test_cowork_orphan import (
     run_id_of,
     same_harness_commit,
 )
-from tests.support.suite import REPO_ROOT, run_pytest, wait_for
+from tests.scenarios.test_cowork_orphan import killed_run as kill_when_spent
+from tests.support.suite import run_pytest
 
 # slow tier: a minute or more on this engine (CI runs it after the default tier)
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -61,22 +58,10 @@ def args(tmp_path: Path, root: Path, server: RefServer) -> list[str]:
 
 
 def killed_run(tmp_path: Path, server: RefServer) -> str:
-    """Start the paid run; SIGKILL its process group once the task's spend was copied and
-    the campaign holds its reservation. The killed run's id."""
+    """The paid run, SIGKILLed once the task's spend was copied and the campaign holds its
+    reservation; the killed run's id."""
     root = tmp_path / "r1"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_XDIST_WORKER",
-                                                            "PYTEST_ADDOPTS")}
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", TARGET,
-           *args(tmp_path, root, server)]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    events = root / "cowork_bench" / IID / "runner_agent" / "gateway_events.jsonl"
-    try:
-        wait_for(lambda: events.is_file() and "llm_usage" in events.read_text()
-                 and bool(held(tmp_path)), timeout=240, interval=0.1)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_when_spent(root, server, args(tmp_path, root, server), also=lambda: bool(held(tmp_path)))
     run_id = run_id_of(root)
     assert run_id is not None
     return run_id

@@ -19,6 +19,7 @@ import shlex
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,18 +54,20 @@ def args(root: Path, server: RefServer) -> list[str]:
             "--gateway-poll-sec", "0.2"]
 
 
-def killed_run(root: Path, server: RefServer) -> None:
-    """Start the run; SIGKILL its process group once the task's spend was copied."""
+def killed_run(root: Path, server: RefServer, argv: list[str] | None = None,
+               also: Callable[[], bool] = lambda: True) -> None:
+    """Start the run (``argv``: its options, default :func:`args`); SIGKILL its process
+    group once the task's spend was copied (and ``also`` holds)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_XDIST_WORKER",
                                                             "PYTEST_ADDOPTS")}
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", TARGET,
-           *args(root, server)]
+           *(args(root, server) if argv is None else argv)]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     events = root / "cowork_bench" / IID / "runner_agent" / "gateway_events.jsonl"
     try:
-        wait_for(lambda: events.is_file() and "llm_usage" in events.read_text(), timeout=240,
-                 interval=0.1)
+        wait_for(lambda: events.is_file() and "llm_usage" in events.read_text() and also(),
+                 timeout=240, interval=0.1)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
