@@ -140,9 +140,7 @@ def install_reference(sandbox: Sandbox, reference: bytes | None) -> None:
 
 
 def bind_source(sandbox: Sandbox) -> Path | None:
-    """The host folder a sandbox has on ``/workspace`` (an adopted one's too), or None."""
-    info = sandbox.api.inspect_container(sandbox.id)
-    for mount in info.get("Mounts") or []:
-        if mount.get("Type") == "bind" and mount.get("Destination") == WORKSPACE:
-            return Path(mount["Source"])
-    return None
+    """The host folder a sandbox has on ``/workspace`` (an adopted one's too: its spec holds
+    the mounts the engine reported), or None."""
+    return next((Path(host) for host, inside in sandbox.spec.binds if inside == WORKSPACE),
+                None)

@@ -115,6 +115,13 @@ def read_record(path: Path) -> SandboxRecord | None:
         return None
 
 
+def bind_mounts(info: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(host folder, container path) of each bind mount in a container's ``docker inspect``
+    (what the engine set up: nothing a process inside the container can change)."""
+    return tuple((str(m["Source"]), str(m["Destination"])) for m in info.get("Mounts") or []
+                 if m.get("Type") == "bind")
+
+
 def adopt(client: docker.DockerClient, record: SandboxRecord) -> Sandbox:
     """Take the recorded sandbox over, or raise :class:`ReattachUnavailable`."""
     api = client.api
@@ -136,9 +143,12 @@ def adopt(client: docker.DockerClient, record: SandboxRecord) -> Sandbox:
             str(info.get("Name", "")).lstrip("/") != record.name:
         raise ReattachUnavailable("sandbox_mismatch", f"container {record.container_id[:12]} "
                                   "is not the recorded sandbox (name or labels differ)")
+    # the engine's own account of its network and host folders (not the record's)
     spec = SandboxSpec(image=record.image, run_id=record.run_id, instance_id=record.instance_id,
                        run_root=Path(record.run_root), worker=record.worker,
-                       ttl_s=record.ttl_s, user=record.user, workdir=record.workdir)
+                       ttl_s=record.ttl_s, user=record.user, workdir=record.workdir,
+                       network=str((info.get("HostConfig") or {}).get("NetworkMode") or "none"),
+                       binds=bind_mounts(info))
     sandbox = Sandbox(client, record.container_id, record.name, spec)
     _check_protected(sandbox, record)
     for p in record.protected:

@@ -77,3 +77,34 @@ def test_executor_user_spelled_as_uid_zero_is_not_root(tmp_path: Path, user: str
         assert step.output_tail.strip() != "0", f"executor user {ref.user!r} runs as root"
     finally:
         container.remove(force=True)
+
+
+def test_a_name_the_image_maps_to_root_is_not_the_executor_user(tmp_path: Path) -> None:
+    """Root is what the sandbox's kernel says, not how the name is spelled: an image whose
+    ``toor`` is uid 0, or whose ``staff0`` has gid 0, gets its steps run as ``agent``; an
+    ordinary user keeps its own name."""
+    from harness.agents.gateway.agent import agent_user
+    from harness.sandbox.container import Sandbox, SandboxSpec
+
+    client = docker.from_env()
+    container = client.containers.run(_base_image(client), ["sleep", "120"], detach=True,
+                                      network_mode="none")
+    try:
+        added = container.exec_run(["sh", "-c", "echo 'toor:x:0:1000::/tmp:/bin/sh' >> "
+                                                "/etc/passwd && echo 'staff0:x:1001:0::/tmp:"
+                                                "/bin/sh' >> /etc/passwd && echo 'worker:x:"
+                                                "1002:1002::/tmp:/bin/sh' >> /etc/passwd"],
+                                   user="0")
+        assert added.exit_code == 0, added.output
+
+        def as_user(user: str) -> str:
+            spec = SandboxSpec(image="x", run_id="r", instance_id="i", run_root=tmp_path,
+                               user=user)
+            return agent_user(Sandbox(client, container.id, str(container.name), spec))
+
+        assert as_user("toor") == "agent"  # uid 0 under another name
+        assert as_user("staff0") == "agent"  # gid 0: root's group files
+        assert as_user("worker") == "worker"
+        assert as_user("nosuchuser") == "agent"  # cannot answer: taken as root
+    finally:
+        container.remove(force=True)

@@ -221,10 +221,9 @@ def test_a_symlink_planted_in_the_run_root_is_not_followed(tmp_path: Path) -> No
 
 
 def _sandbox(*, user: str = "root", workdir: str | None = "/workspace",
-             binds: tuple[tuple[str, str], ...] = (), api: object = None,
-             cid: str = "c1") -> SimpleNamespace:
+             binds: tuple[tuple[str, str], ...] = ()) -> SimpleNamespace:
     spec = SimpleNamespace(workdir=workdir, network="none", binds=binds, user=user)
-    return SimpleNamespace(name="sbx-1", id=cid, spec=spec, api=api, user=user)
+    return SimpleNamespace(name="sbx-1", id="c1", spec=spec, user=user)
 
 
 def _request(sandbox: object, **terms: object) -> Any:
@@ -288,47 +287,45 @@ def test_the_terms_metadata_cannot_set_a_reserved_key(key: str) -> None:
 
 def test_only_a_bind_on_the_workspace_names_a_host_folder() -> None:
     from harness.agents.gateway.body import host_workspace
+    from harness.sandbox.reattach import bind_mounts
 
-    class Api:
-        def inspect_container(self, cid: str) -> dict:
-            return {"Mounts": [
-                {"Type": "volume", "Source": "/var/lib/docker/volumes/v/_data",
-                 "Destination": "/workspace"},
-                {"Type": "bind", "Source": "/host/other", "Destination": "/workspace/sub"},
-                {"Type": "tmpfs", "Source": "", "Destination": "/workspace"},
-            ]}
-
-    assert host_workspace(_sandbox(api=Api()), "/workspace") is None  # type: ignore[arg-type]
+    info = {"Mounts": [
+        {"Type": "volume", "Source": "/var/lib/docker/volumes/v/_data",
+         "Destination": "/workspace"},
+        {"Type": "bind", "Source": "/host/other", "Destination": "/workspace/sub"},
+        {"Type": "tmpfs", "Source": "", "Destination": "/workspace"},
+    ]}
+    assert bind_mounts(info) == (("/host/other", "/workspace/sub"),)
+    assert host_workspace(_sandbox(binds=bind_mounts(info)),  # type: ignore[arg-type]
+                          "/workspace") is None
     assert host_workspace(_sandbox(binds=(("/h", "/workspace/"),)),  # type: ignore[arg-type]
                           "/workspace") == "/h"
 
 
-UBUNTU = "cowork-upstream-standin/ubuntu:22.04"
-
-
 @pytest.mark.docker
 def test_root_inside_the_sandbox_cannot_change_the_host_workspace(tmp_path: Path) -> None:
-    """The adopted sandbox's host folder comes from ``docker inspect``: even root in the
-    container cannot add a mount there (no CAP_SYS_ADMIN), and its own mount namespace is
-    not what the engine reports."""
-    docker = pytest.importorskip("docker")
-    client = docker.from_env()
-    try:
-        client.images.get(UBUNTU)
-    except docker.errors.ImageNotFound:
-        pytest.skip(f"{UBUNTU} is not present")
-    from harness.agents.gateway.body import host_workspace
+    """An adopted sandbox's host folder comes from the engine's ``docker inspect``
+    (:func:`harness.sandbox.reattach.bind_mounts`): even root in the container cannot add a
+    mount there (no CAP_SYS_ADMIN), and its own mount namespace is not what the engine
+    reports."""
+    import docker
 
+    from harness.agents.gateway.body import host_workspace
+    from harness.sandbox.reattach import bind_mounts
+
+    client = docker.from_env()
+    tags = [t for img in client.images.list(name="harness/base") for t in img.tags]
+    assert tags, "no harness/base image: run ./scripts/setup.sh --tests"
     folder = tmp_path / "ws"
     folder.mkdir()
-    box = client.containers.run(UBUNTU, ["sleep", "120"], detach=True, user="0",
+    box = client.containers.run(tags[0], ["sleep", "120"], detach=True, user="0",
                                 volumes={str(folder): {"bind": "/workspace", "mode": "rw"}},
                                 network_mode="none")
     try:
         tries = box.exec_run(["sh", "-c", "mount --bind /etc /workspace; echo rc=$?; "
                                           "mkdir -p /w2 && mount -t tmpfs x /w2; echo rc=$?"])
         assert b"rc=0" not in tries.output, tries.output
-        sandbox = _sandbox(api=client.api, cid=box.id)
+        sandbox = _sandbox(binds=bind_mounts(client.api.inspect_container(box.id)))
         assert host_workspace(sandbox, "/workspace") == str(folder)  # type: ignore[arg-type]
         assert host_workspace(sandbox, "/w2") is None  # type: ignore[arg-type]
         assert host_workspace(sandbox, "/") is None  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ it is ``--solve-model`` or an ``--allow-model`` (every model when none is declar
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,11 +84,28 @@ AGENT_USER = "agent"  # harness.sandbox.images.build.AGENT_USER (uid 1000) in ev
 
 def agent_user(sandbox: Sandbox | None) -> str:
     """The user the agent server's ``docker exec`` steps run as: the sandbox's default exec
-    user when it is not root, else the images' unprivileged ``agent``."""
+    user when it is not root, else the images' unprivileged ``agent``. Root is what the
+    sandbox's kernel says (uid or gid 0 for that user, :func:`is_root_in`), not only how
+    the name is spelled: a name the image maps to uid 0 runs as ``agent`` too."""
     user = sandbox.user if sandbox is not None else None
-    if user and not is_root_user(user):
-        return user
-    return AGENT_USER
+    if not user or is_root_user(user) or is_root_in(sandbox, user):
+        return AGENT_USER
+    return user
+
+
+def is_root_in(sandbox: Sandbox | None, user: str) -> bool:
+    """Whether ``user`` has uid 0 or gid 0 in the sandbox (``id``, run as that user); a
+    sandbox that cannot answer is taken as root. A stand-in with no ``exec`` (a dry run's
+    preview, a test's) is judged by the spelling alone."""
+    run = getattr(sandbox, "exec", None)
+    if run is None:
+        return False
+    try:
+        res = run(["id"], user=user, timeout=30, workdir="/")
+    except InfraError:
+        return True
+    found = re.search(rb"uid=(\d+)\D.*?gid=(\d+)", res.stdout) if res.exit_code == 0 else None
+    return found is None or 0 in (int(found.group(1)), int(found.group(2)))
 
 
 class GatewayAgent(Agent):

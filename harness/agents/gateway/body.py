@@ -76,20 +76,8 @@ def task_for(request: AgentRequest, task_id: str) -> TaskCreateRequest:
 
 
 def host_workspace(sandbox: Sandbox, workspace: str) -> str | None:
-    """The host folder mounted on the sandbox's ``workspace``, if any (from its spec; for a
-    sandbox taken over from an earlier run, from the engine)."""
+    """The host folder bind-mounted on the sandbox's ``workspace``, if any (its spec: for a
+    sandbox taken over from an earlier run, as the engine reported its mounts)."""
     want = workspace.rstrip("/") or "/"
-    for host, inside in getattr(sandbox.spec, "binds", ()) or ():
-        if (inside.rstrip("/") or "/") == want:
-            return str(host)
-    api = getattr(sandbox, "api", None)
-    if api is None:
-        return None
-    from docker.errors import DockerException
-
-    try:
-        mounts = api.inspect_container(sandbox.id).get("Mounts") or []
-    except DockerException:
-        return None
-    return next((str(m["Source"]) for m in mounts if m.get("Type") == "bind"
-                 and (str(m.get("Destination", "")).rstrip("/") or "/") == want), None)
+    return next((str(host) for host, inside in getattr(sandbox.spec, "binds", ()) or ()
+                 if (inside.rstrip("/") or "/") == want), None)
