@@ -450,16 +450,20 @@ def _copy_out(env: InstanceEnv, container: Sandbox, run: _AgentRun) -> None:
 def freeze(container: Sandbox) -> bool:
     """Pause every process of the container (the cgroup freezer; the removal that follows
     kills them). False when the engine or runtime cannot pause: the copy runs anyway."""
+    from docker.errors import DockerException
+
     try:
         container.api.pause(container.id)
-    except Exception:  # a runtime without pause: no worse than before
+    except DockerException:  # a runtime without pause: no worse than before
         return False
     return True
 
 
 def thaw(container: Sandbox) -> None:
     """Undo :func:`freeze` (best effort: the removal after it reports what is left)."""
-    with contextlib.suppress(Exception):
+    from docker.errors import DockerException
+
+    with contextlib.suppress(DockerException):
         container.api.unpause(container.id)
 
 
