@@ -114,6 +114,7 @@ class FolderCopies:
     def __init__(self, root: str, name: str, entries: list[Entry], *,
                  spawn: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen) -> None:
         self.root, self.name, self.entries = root, name, entries
+        self.instances = {(benchmark, iid) for benchmark, iid, _ in entries}
         self.proc: subprocess.Popen[bytes] | None = None
         self.failed: list[Failure] | None = None
         try:
@@ -148,10 +149,9 @@ class FolderCopies:
             self.failed = write_here(self.root, self.name, self.entries, todo)
         return self.failed
 
-    @property
-    def keys(self) -> set[str]:
-        """The copy files of this batch."""
-        return {self.path(entry) for entry in self.entries}
+    def holds(self, benchmark: str, instance_id: str) -> bool:
+        """Whether this batch writes that instance's copy."""
+        return (benchmark, instance_id) in self.instances
 
 
 def main() -> None:

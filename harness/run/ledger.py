@@ -267,11 +267,10 @@ class LedgerWriter:
             self.settle()  # one batch behind the run at a time
             self.copies = FolderCopies(os.fspath(self.run_root), LEDGER_NAME, lines)
             return ok
-        copies = [instance_dir(self.run_root, benchmark, iid) / LEDGER_NAME
-                  for benchmark, iid, _ in lines]
-        if self.copies is not None and not self.copies.keys.isdisjoint(map(str, copies)):
+        if self.copies is not None and any(self.copies.holds(b, i) for b, i, _ in lines):
             self.settle()  # a row after a carried one: in order in its folder too
-        for copy, (_, _, line) in zip(copies, lines, strict=True):
+        for benchmark, iid, line in lines:
+            copy = instance_dir(self.run_root, benchmark, iid) / LEDGER_NAME
             self.pending.setdefault(copy, []).append(line)
             ok = self._flush(copy) and ok
         return ok
