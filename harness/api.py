@@ -25,13 +25,14 @@ if TYPE_CHECKING:
     from harness.core.adapter import InstanceSpec
     from harness.core.errors import InfraError, RefusalError
     from harness.runner.trial import (
+        AgentSeed,
         DeclaredBenchmark,
         Kept,
         SandboxPlan,
         Trial,
         Verdict,
-        run_trial,
     )
+    from harness.runner.agent_choice import AgentChoice, agent_choice, run_trial
     # records: a row, its typed detail sections, the manifest, the ledger, the run model
     from harness.core.outcomes import INSTANCE_ID_RE, Outcome
     from harness.core.models import RESOLVED_AT, Manifest, TaskRow
@@ -147,7 +148,6 @@ if TYPE_CHECKING:
         OraclePlan,
         OracleUnavailable,
         ProtectedPath,
-        agent_capabilities,
         agent_class,
     )
     from harness.agents.gateway.models import (
@@ -179,7 +179,10 @@ _LAZY = {
     "SandboxPlan": "harness.runner.trial",
     "Trial": "harness.runner.trial",
     "Verdict": "harness.runner.trial",
-    "run_trial": "harness.runner.trial",
+    "AgentChoice": "harness.runner.agent_choice",
+    "AgentSeed": "harness.runner.trial",
+    "agent_choice": "harness.runner.agent_choice",
+    "run_trial": "harness.runner.agent_choice",
     # records: a row, its typed detail sections, the manifest, the ledger, the run model
     "INSTANCE_ID_RE": "harness.core.outcomes",
     "RESOLVED_AT": "harness.core.models",
@@ -300,7 +303,6 @@ _LAZY = {
     "OracleCallable": "harness.agents.base",
     "OraclePlan": "harness.agents.base",
     "OracleUnavailable": "harness.agents.base",
-    "agent_capabilities": "harness.agents.base",
     "agent_class": "harness.agents.base",
     "AcceptanceClaim": "harness.agents.gateway.models",
     "BudgetProfile": "harness.agents.gateway.models",

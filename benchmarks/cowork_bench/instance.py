@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.cowork_bench import BENCHMARK
@@ -55,10 +54,10 @@ from benchmarks.cowork_bench.seed import SEED_RECORD, SeedTar, agent_seed
 from benchmarks.cowork_bench.sidecar import PgSidecar, start_postgres
 from benchmarks.cowork_bench.tasks import CoworkTask, TaskDocs
 from harness.api import (
+    AgentSeed,
     CopyLimits,
     InfraError,
     InstanceContext,
-    agent_capabilities,
     atomic_write_json,
     create_internal_network,
     phase_deadline,
@@ -303,20 +302,20 @@ def recover_attempt(ctx: InstanceContext, bench_root: Path) -> RecoveredAttempt 
 # --------------------------------------------------------------------------- the test body
 
 
-def seed_for(ctx: InstanceContext, config: pytest.Config, kind: str) -> SeedTar | None:
-    """The ``--agent-repo`` checkout for an agent that runs in the agent container (the
-    command agent), as the run recorded it; its record goes to ``agent_seed.json`` and the
-    row's ``details.cowork_bench.agent_seed``. None for other agents (their seed runs elsewhere)."""
-    repo = config.getoption("agent_repo", None)
-    if not repo or not agent_capabilities(kind).runs_in_sandbox:
+def seed_for(ctx: InstanceContext, seed: AgentSeed | None) -> SeedTar | None:
+    """The agent's own checkout (``--agent-repo``) for a kind that runs in the agent
+    container (the command agent: the trial's ``agent_seed``), as the run recorded it; its
+    record goes to ``agent_seed.json`` and the row's ``details.cowork_bench.agent_seed``.
+    None for other agents (their seed runs elsewhere)."""
+    if seed is None:
         return None
     try:
         recorded = read_manifest(ctx.run_root).extra.agent_source
     except Exception as exc:  # the runner's manifest: without it the copy is not checked
         raise InfraError(f"cannot read the run manifest for the agent seed: {exc}",
                          "seed_unavailable") from exc
-    seed = agent_seed(repo, recorded, bool(config.getoption("allow_dirty_seed", False)))
-    atomic_write_json(ctx.instance_dir / SEED_RECORD, seed.record)
+    tar = agent_seed(seed.repo, recorded, seed.allow_dirty)
+    atomic_write_json(ctx.instance_dir / SEED_RECORD, tar.record)
     ctx.output("agent_seed", ctx.instance_dir / SEED_RECORD)
-    ctx.result.details.setdefault(BENCHMARK, {})["agent_seed"] = seed.record.summary()
-    return seed
+    ctx.result.details.setdefault(BENCHMARK, {})["agent_seed"] = tar.record.summary()
+    return tar

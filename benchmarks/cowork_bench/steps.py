@@ -86,8 +86,8 @@ from harness.api import (
 if TYPE_CHECKING:
     from benchmarks.cowork_bench.options import CoworkOptions
     from benchmarks.cowork_bench.run_images import RunImages
-    from harness.api import AgentCapabilities, AgentRequest, AgentTerms, Sandbox
     from harness.api import AgentOutcome as RunnerOutcome
+    from harness.api import AgentRequest, AgentTerms, Sandbox
 
 STATE = "cowork"  # Trial.state: this instance's Life
 CHECKER_TAIL = 1500
@@ -177,14 +177,13 @@ class CoworkSteps(DeclaredBenchmark):
         sidecar = own_sidecar(task, ident, Path(opts.root) / "db" / "init.sql.gz", ttl,
                               opts.limits, self.images.image_id("pg", ctx.run_root),
                               opts.allow_missing_db, life.result)
-        kind = str(trial.option("agent") or "")
         life.env = InstanceEnv(
             task, Path(opts.root), ctx.instance_dir, sidecar.network, sidecar, ident, image,
             life.result.timings, ttl_s=ttl, docs=life.docs, limits=opts.limits,
             sandbox_runtime=trial.option("sandbox_runtime"),
             allow_missing_tools=opts.allow_missing_tools,
-            copy_limits=copy_limits(trial.config), seed=seed_for(ctx, trial.config, kind))
-        life.phase = phase = open_agent_phase(life.env, kind)
+            copy_limits=copy_limits(trial.config), seed=seed_for(ctx, trial.agent_seed))
+        life.phase = phase = open_agent_phase(life.env, trial.agent.kind)
         if not phase.ready or phase.container is None:  # the task could not be set up
             phase.close()
             self._end(trial)
@@ -205,14 +204,13 @@ class CoworkSteps(DeclaredBenchmark):
 
         return copy_groundtruth
 
-    def agent_request(self, trial: Trial, agent: AgentCapabilities,
-                      request: AgentRequest) -> AgentRequest:
+    def agent_request(self, trial: Trial, request: AgentRequest) -> AgentRequest:
         """The agent container as the agent sees it, the task's tools routed, ``mcp-call``
         in a bash-only agent's instruction; the agent's own files in ``runner_agent/`` (a
         resumed run never finds an earlier attempt's gateway task: its containers are gone)."""
         actx = _agent_context(trial, request.timeout_sec or self.options.task_timeout_sec)
         instruction = request.instruction
-        if agent.shell_only and actx.mcp is not None:  # tools through mcp-call
+        if trial.agent.shell_only and actx.mcp is not None:  # tools through mcp-call
             instruction += tools_section(actx)
             atomic_write_text(trial.instance_dir / m.INSTRUCTION, instruction)
         route = route_request(actx.mcp)

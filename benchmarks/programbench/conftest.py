@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.programbench.adapter import ProgramBenchAdapter, add_options
 from benchmarks.programbench.tasks import FIXTURE_PREFIX
-from harness.api import BenchmarkAdapter, RefusalError, item_spec, requested_ids
+from harness.api import BenchmarkAdapter, RefusalError, agent_choice, item_spec, requested_ids
 
 if TYPE_CHECKING:  # loaded when a run starts, not at collection
     from harness.api import RunContext, TaskRow
@@ -42,7 +42,6 @@ def check_grader_version(config: pytest.Config, run: RunContext) -> None:
         WAIVER,
         GraderRecord,
         grader_problem,
-        is_paid,
         scoring_version,
     )
 
@@ -54,9 +53,7 @@ def check_grader_version(config: pytest.Config, run: RunContext) -> None:
             version=version, scores_correctly=problem is None, waived=waived))
     if problem is None:
         return
-    paid = is_paid(config.getoption("agent", None), dry_run=run.dry_run,
-                   replay=bool(config.getoption("model_replay", None)))
-    if paid and not waived:
+    if agent_choice(config).spends_money and not waived:
         raise RefusalError(f"{problem}; or pass {WAIVER} (the run is then not reportable)",
                            stage="benchmark", reason="grader_version")
     if run.manifest is not None:

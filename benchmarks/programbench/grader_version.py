@@ -26,7 +26,6 @@ class GraderRecord(BaseModel):
     scores_correctly: bool
     waived: bool = False  # run anyway under --pb-allow-grader-version
 WAIVER = "--pb-allow-grader-version"
-FREE_AGENT_KINDS = ("nop", "oracle")  # no model is called: nothing paid burns
 
 
 def grader_problem(version: str) -> str | None:
@@ -42,12 +41,6 @@ def grader_problem(version: str) -> str | None:
     return (f"programbench {version} can score a rerun test as passed (pytest-rerunfailures "
             f"16.6.1 writes a record per rerun; upstream ProgramBench issue 64): install "
             f"programbench>={SCORES_CORRECTLY_FROM}")
-
-
-def is_paid(agent_kind: str | None, *, dry_run: bool, replay: bool) -> bool:
-    """Whether the run spends model money: an agent that calls a model, not a dry run, not
-    served from a recording (``--model-replay``)."""
-    return not dry_run and not replay and (agent_kind or "") not in FREE_AGENT_KINDS
 
 
 def scoring_version() -> str:

@@ -57,7 +57,6 @@ from harness.api import (
     Sandbox,
     SubmissionDetails,
     Trial,
-    agent_capabilities,
     atomic_write_json,
     hash_untrusted_file,
     run_labels,
@@ -291,9 +290,9 @@ def agent_terms(trial: Trial) -> AgentTerms:
     terms = task_terms(trial.data)
     if not trial.ctx.dry_run:
         return terms
-    settings, kind = _settings(trial), trial.option("agent") or ""
-    host = settings.workspace == "host" or (settings.workspace == "auto" and bool(kind)
-                                            and agent_capabilities(kind).reattaches)
+    settings = _settings(trial)
+    host = settings.workspace == "host" or (settings.workspace == "auto"
+                                            and trial.agent.reattaches)
     if not host:
         return terms
     return replace(terms, host_workspace=str(host_folder(trial.ctx.instance_dir)))

@@ -1,21 +1,20 @@
-"""pytest wiring of agents: ``--agent`` and its options (registered and checked by
-:mod:`harness.runner.options`), the controller's preflights (seed gate, target actor,
-runtime attestation: recorded first, then enforced), and the ``harness_agent`` fixture (one
-instance's run of the agent: :mod:`harness.runner.agent_run`).
+"""pytest wiring of agents: the controller's preflights of the agent under test (seed
+gate, target actor, runtime attestation: recorded first, then enforced), the options that
+change results, and the ``harness_agent`` fixture (the agent of the run's
+:class:`~harness.runner.agent_choice.AgentChoice`, built once a process; one instance's run
+of it: :mod:`harness.runner.agent_run`).
 
-``--model-record DIR`` / ``--model-replay DIR`` (``--replay-order strict|sequence``): the
-agent's model calls recorded or replayed at the model gateway
-(:mod:`harness.model_proxy.tape`), for the kinds whose calls pass through the harness: a
-``command`` or ``host-command`` agent behind the gateway, and ``mini-swe-agent`` (its
-litellm calls then go through an in-process gateway); the fixture registers each agent's
-tape, and :func:`harness.runner.agent_run.run_agent` opens the instance's session. A replay needs no ``--model-upstream``
-(refused with it) and no key: the command agents get a gateway with neither.
+Under ``--model-record`` / ``--model-replay`` the fixture registers each agent's tape (a
+``command`` or ``host-command`` agent behind the gateway, and ``mini-swe-agent``, whose
+litellm calls then go through an in-process gateway), and
+:func:`harness.runner.agent_run.run_agent` opens the instance's session. A replay needs no
+``--model-upstream`` (refused with it) and no key: the command agents get a gateway with
+neither.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,122 +22,13 @@ import pytest
 
 from harness.agents.kinds import AGENT_KINDS
 from harness.core.errors import RefusalError
+from harness.runner.agent_choice import agent_choice, build_agent, tape_config
 from harness.runner.agent_run import TAPES
 from harness.runner.options import GATEWAY_URL_ENV
 
 if TYPE_CHECKING:  # agents and rows load when a run starts, not at collection
-    from harness.agents.base import Agent, AgentOptions
-    from harness.model_proxy.tape import TapeConfig
+    from harness.agents.base import Agent
     from harness.runner.instance import RunContext
-
-# A replayed command agent's gateway: an upstream it never contacts and a key it never uses
-# (the gateway's checks want both; in replay neither is read).
-REPLAY_UPSTREAM = "http://127.0.0.1:9/replay-only"
-REPLAY_KEY_ENV = "HARNESS_REPLAY_HOLDS_NO_KEY"
-
-
-def agent_kind(config: pytest.Config) -> str:
-    kind = config.getoption("agent")
-    if kind is None:
-        return "gateway" if config.getoption("dry_run") else ""
-    return str(kind)
-
-
-def agent_options(config: pytest.Config) -> AgentOptions:
-    from harness.agents.base import AgentOptions
-
-    return AgentOptions(
-        command=config.getoption("agent_command"),
-        env=list(config.getoption("agent_env")),
-        gateway_url=config.getoption("gateway_url") or os.environ.get(GATEWAY_URL_ENV),
-        poll_interval_s=_float_option(config, "gateway_poll_sec"),
-        solve_model=config.getoption("solve_model"),
-        allow_models=list(config.getoption("allow_model")),
-        agent_config=config.getoption("agent_config"),
-        model_upstream=config.getoption("model_upstream"),
-        model_key_env=config.getoption("model_key_env"),
-        model_prices=config.getoption("model_prices"),
-        per_task_limit_usd=_float_option(config, "per_task_limit_usd"),
-        kill_after_s=_float_option(config, "agent_kill_after"),
-        exec_margin_s=_float_option(config, "agent_exec_margin"),
-    )
-
-
-def tape_config(config: pytest.Config) -> TapeConfig | None:
-    """``--model-record`` / ``--model-replay`` (None: neither); a bad combination is a
-    one-line :class:`RefusalError`."""
-    record, replay = config.getoption("model_record"), config.getoption("model_replay")
-    order = config.getoption("replay_order")
-    budget = config.getoption("model_record_budget")
-    if not (record or replay or order is not None or budget is not None):
-        return None
-    from harness.model_proxy.tape import ORDERS, TapeConfig
-
-    def refuse(message: str) -> RefusalError:
-        return RefusalError(message, stage="agent", reason="agent_options")
-
-    if order is not None and order not in ORDERS:
-        raise refuse(f"--replay-order {order!r}: use strict or sequence")
-    if record and replay:
-        raise refuse("--model-record and --model-replay: choose one (a replay records "
-                     "nothing; record again with --model-record DIR alone)")
-    if order is not None and not replay:
-        raise refuse("--replay-order needs --model-replay DIR")
-    if replay:
-        if config.getoption("model_upstream"):
-            raise refuse("--model-replay serves every call from its records and never "
-                         "contacts an upstream: drop --model-upstream")
-        return TapeConfig("replay", Path(replay).absolute(), order or "strict")
-    if budget is not None and not record:
-        raise refuse("--model-record-budget needs --model-record DIR")
-    if record:
-        calls, size = _record_budget(budget, refuse)
-        return TapeConfig("record", Path(record).absolute(), max_calls=calls, max_bytes=size)
-    return None
-
-
-def _record_budget(given: str | None, refuse: Callable[[str], RefusalError]) -> tuple[int, int]:
-    from harness.model_proxy.tape import MAX_RECORD_BYTES, MAX_RECORD_CALLS
-
-    if given is None:
-        return MAX_RECORD_CALLS, MAX_RECORD_BYTES
-    parts = given.split(",")
-    if len(parts) == 2 and all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        return int(parts[0]), int(parts[1])
-    raise refuse(f"--model-record-budget {given!r}: give CALLS,BYTES as two positive whole "
-                 "numbers, e.g. 2000,67108864")
-
-
-def build_agent(kind: str, options: AgentOptions, tape: TapeConfig | None) -> Agent:
-    """The agent of ``kind``; under a tape, one whose model calls it records or replays
-    (ValueError naming the option to fix when the kind's calls cannot be)."""
-    from harness.agents.base import agent_class, make_agent, tape_kinds
-
-    if tape is None:
-        return make_agent(kind, options)
-    flag = f"--model-{tape.mode}"
-    route = agent_class(kind).tape_route
-    if route is None:
-        raise ValueError(f"{flag}: agent kind {kind!r} makes its model calls outside the "
-                         f"harness; use {', '.join(tape_kinds())}")
-    if route == "model_gateway" and tape.mode == "replay":
-        opts = options.model_copy(update={"model_upstream": REPLAY_UPSTREAM,
-                                          "model_key_env": REPLAY_KEY_ENV})
-        return make_agent(kind, opts, {**os.environ, REPLAY_KEY_ENV: "replay-holds-no-key"})
-    if route == "model_gateway" and not options.model_upstream:
-        raise ValueError(f"{flag}: the {kind} agent's model calls reach the harness only "
-                         f"through the model gateway: add --model-upstream URL")
-    agent = make_agent(kind, options)
-    problem = agent.tape_problem(tape.mode)
-    if problem:
-        raise ValueError(problem)
-    return agent
-
-
-def _float_option(config: pytest.Config, name: str) -> float | None:
-    """A positive number of seconds or dollars (checked when parsed)."""
-    raw = config.getoption(name)
-    return None if raw is None else float(raw)
 
 
 def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
@@ -146,7 +36,7 @@ def pytest_harness_result_config(config: pytest.Config) -> dict[str, Any]:
     allow = sorted(set(config.getoption("allow_model")))
     return {
         **({"agent.allow_models": allow} if allow else {}),  # absent: as before the option
-        "agent.kind": agent_kind(config),
+        "agent.kind": agent_choice(config).kind,
         "agent.solve_model": config.getoption("solve_model"),
         "agent.command": config.getoption("agent_command"),
         "agent.env": sorted(config.getoption("agent_env")),
@@ -174,13 +64,14 @@ def admit_agent(config: pytest.Config, run: RunContext) -> None:
     from harness.agents.base import agent_class  # agents load when a run starts
     from harness.core.models import ManifestExtra
 
-    kind = agent_kind(config)
+    choice = agent_choice(config)
+    kind = choice.kind
     if not kind and not any(a.needs_agent for a in run.adapters.values()):
         kind = "nop"
     if not kind:
         raise RefusalError(f"choose the agent under test with --agent "
                            f"{'|'.join(AGENT_KINDS)}", stage="agent", reason="agent_missing")
-    options = agent_options(config)
+    options = choice.options
     tape = tape_config(config)
     try:
         remote_server = agent_class(kind).remote_server
@@ -204,7 +95,7 @@ def admit_agent(config: pytest.Config, run: RunContext) -> None:
                    **({f"model_{tape.mode}": str(tape.directory)} if tape else {}),
                    **({"replay_order": tape.order} if tape and tape.mode == "replay" else {})}
     write = _writer(run)
-    repo = config.getoption("agent_repo")
+    repo = choice.repo
     head: str | None = None
     version: str | None = None
     if repo:
@@ -212,7 +103,7 @@ def admit_agent(config: pytest.Config, run: RunContext) -> None:
         from harness.core.git import repo_provenance
 
         prov = repo_provenance(repo)
-        gate = seed_gate(prov, allow_dirty_seed=config.getoption("allow_dirty_seed"),
+        gate = seed_gate(prov, allow_dirty_seed=choice.allow_dirty_seed,
                          expect=config.getoption("expect_agent_commit"))
         extra.agent_source = prov.model_dump(mode="json", by_alias=True)
         extra.seed_gate = gate.model_dump(mode="json", by_alias=True)
@@ -301,10 +192,9 @@ def _gateway_preflight(config: pytest.Config, run: RunContext, url: str, repo: s
 @pytest.fixture(scope="session")
 def harness_agent(pytestconfig: pytest.Config) -> Agent:
     """The agent under test (one per process; agents keep no per-instance state)."""
-    kind = agent_kind(pytestconfig) or "nop"
-    options = agent_options(pytestconfig)
+    choice = agent_choice(pytestconfig)
     tape = tape_config(pytestconfig)
-    agent = build_agent(kind, options, tape)
+    agent = build_agent(choice.runs, choice.options, tape)
     if tape is not None:
         tape.prepare()
         TAPES[agent] = tape

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness.core.errors import RefusalError
+from harness.runner.agent_choice import agent_choice
 
 if TYPE_CHECKING:
     from harness.runner.instance import RunContext
@@ -145,7 +146,8 @@ def check_engine_options(config: pytest.Config, run: RunContext) -> None:
     """The checks of the options alone, before any other admission step."""
     specs, _ = run_engines(config)
     urls = [s.url for s in specs]
-    kind = config.getoption("agent", None)
+    choice = agent_choice(config)
+    kind = choice.given
     why = gateway_refusal(kind, urls)
     if why is not None:
         raise RefusalError(why, stage="engines", reason="gateway_remote_engine")
@@ -153,7 +155,7 @@ def check_engine_options(config: pytest.Config, run: RunContext) -> None:
     if not urls:  # the local engine: remote when DOCKER_HOST names another machine
         urls, given_by = [local_engine()[0]], "DOCKER_HOST"
     why = relay_refusal(
-        kind, config.getoption("model_upstream", None), config.getoption("model_replay", None),
+        kind, choice.model_upstream, choice.model_replay,
         urls, tool_routes=sorted(n for n, a in run.adapters.items() if a.tool_routes),
         given_by=given_by,
     )

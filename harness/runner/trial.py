@@ -92,6 +92,16 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class AgentSeed:
+    """The agent's own checkout (``--agent-repo``), as a trial shows it to a benchmark that
+    copies it into the sandbox, for a kind whose code runs there (the run's admission has
+    recorded and gated it: ``extra.agent_source``, ``extra.seed_gate``)."""
+
+    repo: str
+    allow_dirty: bool  # ``--allow-dirty-seed``
+
+
+@dataclass(frozen=True)
 class Kept:
     """What an earlier run kept of this instance's agent work, to score without the agent."""
 
@@ -103,10 +113,23 @@ class Kept:
 class Trial:
     """What a declared benchmark's steps see of one instance."""
 
-    def __init__(self, ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
+    def __init__(self, ctx: InstanceContext, request: pytest.FixtureRequest, kind: str,
+                 env: tuple[str, ...] = (), seed: AgentSeed | None = None) -> None:
+        """The trial of ``ctx`` with an agent of ``kind`` (its ``--agent-env`` names
+        ``env``, its checkout ``seed``); the row names the kind from the start."""
+        from harness.agents.base import agent_capabilities
+        from harness.core.row_details import AgentDetails
+
         self.ctx = ctx
         self.request = request
         self.config = request.config
+        # what the agent under test's kind can do (never the agent)
+        self.agent: AgentCapabilities = agent_capabilities(kind)
+        self.agent_env = env  # the names of the runner's variables it gets
+        # the agent's own checkout (``--agent-repo``), for a kind whose code runs in the
+        # sandbox: a benchmark that makes the sandbox copies it in
+        self.agent_seed = seed if self.agent.runs_in_sandbox else None
+        AgentDetails(kind=kind).put(ctx.result.details)
         self.state: dict[str, Any] = {}  # the benchmark's own, for this instance
         self.agent_completed = True  # the agent finished (False: timed out, gave up, ...)
         self.agent_reason: str | None = None  # why it did not
@@ -300,11 +323,10 @@ class DeclaredBenchmark(BenchmarkAdapter):
             labels=dict(labels))
         return sandbox
 
-    def agent_request(self, trial: Trial, agent: AgentCapabilities,
-                      request: AgentRequest) -> AgentRequest:
+    def agent_request(self, trial: Trial, request: AgentRequest) -> AgentRequest:
         """The request the agent gets (default as the trial made it): a benchmark may give
         the agent another view of its sandbox, more tool routes, or a longer instruction,
-        after what the agent's kind can do (``agent``: its capabilities, never the agent)."""
+        after what the agent's kind can do (``trial.agent``: its capabilities)."""
         return request
 
     def agent_done(self, trial: Trial, outcome: AgentOutcome | None,
@@ -335,15 +357,18 @@ class DeclaredBenchmark(BenchmarkAdapter):
         """The eval was cut at its deadline: set aside what it left (not a verdict)."""
 
 
-def run_trial(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
-    """One instance of a declared benchmark, start to end (its test function's body)."""
+def live(ctx: InstanceContext, request: pytest.FixtureRequest, agent: Agent | None,
+         kind: str, env: tuple[str, ...], seed: AgentSeed | None) -> None:
+    """One instance of a declared benchmark, start to end, with the agent under test: the
+    ``agent`` of ``kind`` (None in a dry run; its ``--agent-env`` names ``env``, its
+    checkout ``seed``), handed over by :func:`harness.runner.agent_choice.run_trial`."""
     from harness.core.models import Outcome
     from harness.runner.instance import OutcomeSkip
 
     benchmark = ctx.adapter
     if not isinstance(benchmark, DeclaredBenchmark):
         raise TypeError(f"{ctx.benchmark}: run_trial needs a DeclaredBenchmark adapter")
-    trial = Trial(ctx, request)
+    trial = Trial(ctx, request, kind, env, seed)
     ctx.timeout_s = benchmark.agent_timeout(trial)
     instruction = benchmark.instruction(trial)
     path = ctx.instance_dir / benchmark.instruction_file
@@ -353,8 +378,9 @@ def run_trial(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
         benchmark.dry_run(trial, instruction)
         _preview(trial, benchmark, instruction)
         ctx.prepared()
-    agent = request.getfixturevalue("harness_agent")
-    if agent.needs_reference_solution and not benchmark.has_oracle(trial):
+    if agent is None:  # only a dry run has none, and it ended above
+        raise TypeError(f"{ctx.benchmark}: the trial of {ctx.instance_id} got no agent")
+    if trial.agent.needs_reference_solution and not benchmark.has_oracle(trial):
         raise OutcomeSkip(Outcome.SKIPPED, "oracle_unavailable",
                           f"{ctx.task_id}: the task has no reference solution; no image "
                           "was built or pulled for it")
@@ -378,10 +404,9 @@ def _preview(trial: Trial, benchmark: DeclaredBenchmark, instruction: str) -> No
     """A dry run's view of what the agent kind would submit (an agent server's task, in
     ``<sandbox>``: ``<benchmark>_task_body.json``, where the agent writes it when it runs)."""
     from harness.agents.base import AgentRequest, agent_class
-    from harness.runner.agent_plugin import agent_kind
 
     ctx = trial.ctx
-    task = agent_class(agent_kind(trial.config) or "nop").task_preview(AgentRequest(
+    task = agent_class(trial.agent.kind).task_preview(AgentRequest(
         instance_id=ctx.task_id, instance_dir=ctx.instance_dir, instruction=instruction,
         timeout_sec=ctx.timeout_s, adapter=ctx.benchmark, terms=benchmark.agent_terms(trial)))
     if task is not None:
@@ -403,9 +428,9 @@ def _agent_phase(trial: Trial, benchmark: DeclaredBenchmark, agent: Agent, image
     reattaches = agent.reattaches and benchmark.sandboxes_outlive_runs
     sandbox, extra = _sandbox(trial, benchmark, agent, image, reattaches, view)
     EngineDetails(container=sandbox.name).put(ctx.result.details)
-    request = benchmark.agent_request(trial, agent.capabilities(), AgentRequest(
+    request = benchmark.agent_request(trial, AgentRequest(
         instance_id=ctx.task_id, instance_dir=ctx.instance_dir, instruction=instruction,
-        sandbox=sandbox, timeout_sec=ctx.timeout_s, env_allowlist=tuple(trial.option("agent_env")),
+        sandbox=sandbox, timeout_sec=ctx.timeout_s, env_allowlist=trial.agent_env,
         oracle=benchmark.oracle(trial, sandbox), adapter=ctx.benchmark, extra=extra,
         terms=benchmark.agent_terms(trial)))
     started = time.monotonic()
@@ -499,5 +524,5 @@ def record_verdict(trial: Trial, verdict: Verdict) -> None:
         raise InfraError(f"{ctx.benchmark} gave no score and no failure", "judge_no_score")
 
 
-__all__ = ["DeclaredBenchmark", "Kept", "SandboxPlan", "Trial", "Verdict", "record_verdict",
-           "run_trial"]
+__all__ = ["AgentSeed", "DeclaredBenchmark", "Kept", "SandboxPlan", "Trial", "Verdict", "live",
+           "record_verdict"]

@@ -310,7 +310,9 @@ class WorkerHooks:
 
     def _secret_names(self) -> list[str]:
         """The ``--agent-env`` names: their values are scanned for and redacted."""
-        return list(self.config.getoption("agent_env", None) or [])
+        from harness.runner.agent_choice import agent_choice
+
+        return list(agent_choice(self.config).env)
 
     @pytest.hookimpl(trylast=True)
     def pytest_harness_session_finish(self, config: pytest.Config, run: RunContext,

@@ -16,6 +16,7 @@ import pytest
 
 from harness.agents.base import AgentRequest, OraclePlan
 from harness.core.fsutil import atomic_write_json
+from harness.runner.agent_choice import agent_choice
 from harness.runner.agent_run import run_agent
 from harness.runner.instance import InstanceContext
 
@@ -66,7 +67,7 @@ def run_agent_task(ctx: InstanceContext, request: pytest.FixtureRequest) -> None
     outcome = run_agent(ctx, agent, AgentRequest(
         instance_id=ctx.instance_id, instance_dir=ctx.instance_dir, instruction=instruction,
         task_body=body, sandbox=sandbox, timeout_sec=float(task.get("timeout", 120)),
-        env_allowlist=tuple(request.config.getoption("agent_env")),
+        env_allowlist=agent_choice(request.config).env,
         oracle=OraclePlan(commands=[f"echo {shlex.quote(answer)} > {WORKSPACE}/answer.txt"]),
         adapter="selftest"))
     got = sandbox.exec(["cat", f"{WORKSPACE}/answer.txt"], user="root", timeout=30)

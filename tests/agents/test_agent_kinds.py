@@ -119,10 +119,11 @@ def test_oracle_plan_runs_in_a_real_sandbox(tmp_path, sandbox_factory):
 
 
 def test_each_kind_says_what_it_can_do_on_its_class():
-    """The runner and a benchmark ask a kind's class (``harness.api.agent_capabilities``),
-    never a table keyed by kind; an unknown kind is one line."""
+    """The runner asks a kind's class (``harness.agents.base.agent_capabilities``; a
+    benchmark gets them as ``Trial.agent``), never a table keyed by kind; an unknown kind is
+    one line."""
+    from harness.agents.base import agent_capabilities
     from harness.agents.kinds import AGENT_KINDS
-    from harness.api import agent_capabilities
 
     caps = {kind: agent_capabilities(kind) for kind in AGENT_KINDS}
     assert all(c.kind == k for k, c in caps.items())

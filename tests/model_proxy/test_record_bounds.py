@@ -25,7 +25,7 @@ from harness.model_proxy.tape import (
     index_path,
     read_record,
 )
-from harness.runner.agent_plugin import _record_budget
+from harness.runner.agent_choice import _record_budget
 from harness.testing.fake_model_server import FakeModelServer
 from tests.model_proxy.support import client
 from tests.model_proxy.test_record_gateway import KEY, MSGS, gateway

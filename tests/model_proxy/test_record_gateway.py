@@ -397,7 +397,7 @@ def test_a_records_directory_is_checked_before_a_replay(tmp_path: Path) -> None:
 def test_an_agent_whose_calls_cannot_be_taped_is_refused_by_its_own_word(tmp_path: Path) -> None:
     """The runner asks the agent (Agent.tape_problem) and refuses with its one line."""
     from harness.agents.base import AgentOptions, make_agent
-    from harness.runner.agent_plugin import build_agent
+    from harness.runner.agent_choice import build_agent
 
     assert make_agent("nop", AgentOptions()).tape_problem("record") is None  # the default
     replay = TapeConfig("replay", tmp_path / "records")

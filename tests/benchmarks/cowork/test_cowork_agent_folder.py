@@ -80,7 +80,7 @@ def step(ctx: InstanceContext, url: str, plan: dict[str, Any], grace_s: float = 
     agent = GatewayAgent(url, policy=FAST.model_copy(update={"client_grace_s": grace_s}))
     steps = _Steps()
     config = SimpleNamespace(getoption=lambda name, default=None: default)
-    trial = Trial(ctx, SimpleNamespace(config=config))  # type: ignore[arg-type]
+    trial = Trial(ctx, SimpleNamespace(config=config), "gateway")  # type: ignore[arg-type]
     box = SimpleNamespace(name="harness-agent-container", id="0" * 64, client=None,
                           spec=SimpleNamespace(user="agent"))
     phase = _Phase(SimpleNamespace(), SimpleNamespace(task_text="",  # type: ignore[arg-type]
@@ -91,7 +91,7 @@ def step(ctx: InstanceContext, url: str, plan: dict[str, Any], grace_s: float = 
                               env=SimpleNamespace(), phase=phase)  # type: ignore[arg-type]
 
     def run(timeout_s: float) -> str:
-        request = steps.agent_request(trial, agent.capabilities(), AgentRequest(
+        request = steps.agent_request(trial, AgentRequest(
             instance_id=IID, instance_dir=ctx.instance_dir, instruction="do it",
             task_body=body, timeout_sec=timeout_s))
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.programbench import FIXTURE_ID
-from benchmarks.programbench.grader_version import grader_problem, is_paid
+from benchmarks.programbench.grader_version import grader_problem
 from tests.support.suite import FORK_SERVER, REPO_ROOT, run_env
 
 OLD = Path(__file__).resolve().parents[2] / "data" / "programbench_1_2_4"
@@ -43,15 +43,6 @@ def test_which_versions_score_correctly(version: str, scores: bool) -> None:
     if problem is not None:
         assert problem.startswith(f"programbench {version} can score a rerun test as passed")
         assert "install programbench>=1.2.5" in problem
-
-
-def test_what_is_paid() -> None:
-    assert is_paid("gateway", dry_run=False, replay=False)
-    assert is_paid("command", dry_run=False, replay=False)
-    assert not is_paid("oracle", dry_run=False, replay=False)
-    assert not is_paid("nop", dry_run=False, replay=False)
-    assert not is_paid("gateway", dry_run=True, replay=False)
-    assert not is_paid("command", dry_run=False, replay=True)
 
 
 def test_a_paid_run_under_an_old_grader_is_refused_before_anything_starts(
