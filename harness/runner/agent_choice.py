@@ -29,12 +29,12 @@ import pytest
 
 from harness.core.errors import RefusalError
 from harness.runner.options import GATEWAY_URL_ENV
+from harness.runner.trial import AgentSeed, live
 
 if TYPE_CHECKING:  # agents and rows load when a run starts, not at collection
     from harness.agents.base import Agent, AgentOptions
     from harness.model_proxy.tape import TapeConfig
     from harness.runner.instance import InstanceContext
-    from harness.runner.trial import AgentSeed
 
 # A replayed command agent's gateway: an upstream it never contacts and a key it never uses
 # (the gateway's checks want both; in replay neither is read).
@@ -69,8 +69,6 @@ class AgentChoice:
     @property
     def seed(self) -> AgentSeed | None:
         """The agent's own checkout (``--agent-repo``), None when not given."""
-        from harness.runner.trial import AgentSeed
-
         return None if self.repo is None else AgentSeed(self.repo, self.allow_dirty_seed)
 
     @cached_property
@@ -128,8 +126,6 @@ def trial_with(choice: AgentChoice, agent: Agent | None, ctx: InstanceContext,
                request: pytest.FixtureRequest) -> None:
     """The trial of ``ctx`` with the chosen agent: its kind, the names of the runner's
     variables it gets, its checkout, and ``agent``, built from the choice."""
-    from harness.runner.trial import live
-
     live(ctx, request, agent, choice.runs, choice.env, choice.seed)
 
 
