@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.core.errors import RefusalError
-from harness.runner.options import GATEWAY_URL_ENV
+from harness.runner.options import GATEWAY_URL_ENV, read_once
 from harness.runner.trial import AgentSeed, live
 
 if TYPE_CHECKING:  # agents and rows load when a run starts, not at collection
@@ -80,10 +80,7 @@ class AgentChoice:
 
 def agent_choice(config: pytest.Config) -> AgentChoice:
     """The run's :class:`AgentChoice` (read from ``config`` once, then kept on it)."""
-    found = config.stash.get(_STASH, None)
-    if found is None:
-        found = config.stash[_STASH] = _read(config)
-    return found
+    return read_once(config, _STASH, _read)
 
 
 def _read(config: pytest.Config) -> AgentChoice:

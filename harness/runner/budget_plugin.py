@@ -17,6 +17,7 @@ from harness.budget.session import BudgetSettings, ControllerBudget, WorkerBudge
 from harness.core.errors import InfraError, RefusalError
 from harness.core.outcomes import Outcome
 from harness.core.signals import request_stop
+from harness.runner.options import read_once
 from harness.runner.worker import CONTROLLER_KEY, STATE_KEY
 
 if TYPE_CHECKING:  # loaded when a run starts, not at collection
@@ -32,10 +33,7 @@ FLOAT_OPTIONS = ("campaign_budget_usd", "prior_spend_usd", "per_task_reserve_usd
 
 def settings_from(config: pytest.Config) -> BudgetSettings:
     """The budget options, parsed and validated once per process."""
-    cached = config.stash.get(SETTINGS_KEY, None)
-    if cached is None:
-        cached = config.stash[SETTINGS_KEY] = _parse_settings(config)
-    return cached
+    return read_once(config, SETTINGS_KEY, _parse_settings)
 
 
 def _parse_settings(config: pytest.Config) -> BudgetSettings:

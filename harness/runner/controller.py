@@ -57,6 +57,7 @@ from harness.runner.admission import (
     refuse_reused_root,
     selection_change,
 )
+from harness.runner.agent_choice import agent_choice
 from harness.runner.instance import ROW_PROPERTY, RunContext
 from harness.runner.live_view import LiveView
 from harness.runner.options import RunOptions
@@ -251,7 +252,7 @@ class Controller:
                               nodeids=self.key_nodeids, ts_unix=time.time())
         if not rows:
             return
-        names = list(self.options.agent_env)
+        names = list(agent_choice(self.config).env)
         if names:  # as every row: no value of an --agent-env name on disk
             from harness.run import secrets as secrets_scan
 

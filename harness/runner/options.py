@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -459,6 +459,18 @@ PACING: dict[str, tuple[str, float | None, bool, str]] = {
 
 # ---------------------------------------------------------------------- the typed view
 
+T = TypeVar("T")
+
+
+def read_once(config: pytest.Config, key: pytest.StashKey[T],
+              read: Callable[[pytest.Config], T]) -> T:
+    """``read(config)``, made once a process and kept on ``config`` under ``key`` (a typed
+    view of some options: the agent's, the budget's)."""
+    found = config.stash.get(key, None)
+    if found is None:
+        found = config.stash[key] = read(config)
+    return found
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -476,7 +488,6 @@ class RunOptions:
     compare_to: str | None = None
     retry_infra: int = 1
     instances: tuple[str, ...] = ()  # --instance with --task-file's ids
-    agent_env: tuple[str, ...] = ()
     selectors: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -503,5 +514,5 @@ class RunOptions:
             compare_to=opt.compare_to,
             retry_infra=parse_count("--retry-infra", opt.retry_infra, minimum=0,
                                     example="--retry-infra 1"),
-            instances=tuple(opt.instance or ()), agent_env=tuple(opt.agent_env or ()),
+            instances=tuple(opt.instance or ()),
             selectors=dict(selectors or {}))

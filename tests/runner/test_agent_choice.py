@@ -33,14 +33,18 @@ def agent_dests() -> dict[str, Any]:
 
 
 def readers_of(source: str, dests: set[str]) -> list[tuple[int, str]]:
-    """Each ``x.getoption("D")`` / ``x.option("D")`` of an agent option ``D``."""
+    """Each ``x.getoption("D")``, ``x.option("D")`` and ``config.option.D`` of an agent
+    option ``D``."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("getoption", "option") and node.args
                 and isinstance(node.args[0], ast.Constant) and node.args[0].value in dests):
             found.append((node.lineno, str(node.args[0].value)))
-    return found
+        elif (isinstance(node, ast.Attribute) and node.attr in dests
+              and isinstance(node.value, ast.Attribute) and node.value.attr == "option"):
+            found.append((node.lineno, node.attr))
+    return sorted(found)
 
 
 def product_files() -> list[Path]:
@@ -64,8 +68,10 @@ def test_the_reader_rule_sees_a_benchmark_reading_the_option() -> None:
     dests = set(agent_dests())
     source = ('kind = trial.option("agent")\n'
               'repo = config.getoption("agent_repo", None)\n'
-              'fine = config.getoption("pb_workspace")\n')
-    assert readers_of(source, dests) == [(1, "agent"), (2, "agent_repo")]
+              'fine = config.getoption("pb_workspace")\n'
+              'names = config.option.agent_env\n'
+              'also_fine = config.option.pb_workspace\n')
+    assert readers_of(source, dests) == [(1, "agent"), (2, "agent_repo"), (4, "agent_env")]
 
 
 class _Config:

@@ -134,14 +134,14 @@ def test_good_values_parse_to_what_the_plugins_read() -> None:
 
 def test_run_options_of_reads_a_parsed_config(tmp_path: Path) -> None:
     ns = parse("--run-root", str(tmp_path / "r"), "--dry-run", "--no-report", "--shard", "2/4",
-               "--retry-infra", "3", "--instance", "a", "--agent-env", "KEY",
+               "--retry-infra", "3", "--instance", "a",
                "--harness-progress", "lines", "--max-recovery-generations", "5")
     config: Any = SimpleNamespace(option=ns)
     got = RunOptions.of(config, {"instance": ["a"]})
     assert (got.run_root, got.dry_run, got.report, got.shard_text, got.shard_given) == (
         str(tmp_path / "r"), True, False, "2/4", True)
     assert (got.retry_infra, got.max_recovery_generations, got.progress) == (3, 5, "lines")
-    assert got.instances == ("a",) and got.agent_env == ("KEY",) and got.selectors_given
+    assert got.instances == ("a",) and got.selectors_given
     plain = RunOptions.of(SimpleNamespace(option=parse()))  # type: ignore[arg-type]
     assert (plain.retry_infra, plain.max_recovery_generations, plain.report) == (1, 2, True)
     assert not plain.shard_given and not plain.selectors_given and plain.resume_from is None
