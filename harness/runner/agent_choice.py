@@ -115,8 +115,9 @@ def run_trial(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:
     """A declared benchmark's test body (``harness.api.run_trial``): this instance's trial,
     handed the agent under test (the agent the ``harness_agent`` fixture built from the
     choice once for this process; none in a dry run, which builds no agent)."""
+    choice = agent_choice(request.config)
     agent = None if ctx.dry_run else request.getfixturevalue("harness_agent")
-    trial_with(agent_choice(request.config), agent, ctx, request)
+    trial_with(choice, agent, ctx, request)
 
 
 def trial_with(choice: AgentChoice, agent: Agent | None, ctx: InstanceContext,

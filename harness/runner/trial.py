@@ -384,7 +384,7 @@ def live(ctx: InstanceContext, request: pytest.FixtureRequest, agent: Agent | No
         raise OutcomeSkip(Outcome.SKIPPED, "oracle_unavailable",
                           f"{ctx.task_id}: the task has no reference solution; no image "
                           "was built or pulled for it")
-    with phase(request.config, "pull"):
+    with phase(trial.config, "pull"):
         image = benchmark.prepare(trial)
     kept = None if benchmark.redo_existing(trial) else benchmark.kept_artifact(trial)
     if kept is not None:  # a resume re-scores what was kept, never buys a new solve
@@ -392,7 +392,7 @@ def live(ctx: InstanceContext, request: pytest.FixtureRequest, agent: Agent | No
         _score(trial, benchmark, None, kept.artifact)
         return
     sandbox = _agent_phase(trial, benchmark, agent, image, instruction)
-    with phase(request.config, "collect"):
+    with phase(trial.config, "collect"):
         artifact = benchmark.collect(trial, sandbox)
     if isinstance(artifact, Verdict):
         record_verdict(trial, artifact)
