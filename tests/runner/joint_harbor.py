@@ -55,6 +55,7 @@ class HarborBench:
     tasks = tuple(sorted(SCORES))
     narrow = "write-greeting or partial-credit"
     kill_scale = 20.0
+    pays = False  # its command agent reports no cost (the Harbor budget scenario pays)
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -38,14 +38,22 @@ from tests.support.suite import Run, Suite, run_cli
 
 # Deterministic work: the same unit scores the same in every run. "sleep" gives a kill time
 # to land in the middle of a run; "infra" never settles, so every resume runs it again.
+# Each unit's agent reports a cost ("cost": binary fractions, so sums are exact), charged on
+# a paid chain's campaign.
 TASKS: list[dict[str, Any]] = [
-    {"id": "p1", "work": "partial", "score": 0.25},
-    {"id": "p2", "work": "sleep", "seconds": 0.15, "then": "partial", "score": 0.5},
-    {"id": "s3", "work": "succeed"},
-    {"id": "f4", "work": "fail"},
-    {"id": "a5", "work": "agent_fail"},
-    {"id": "i6", "work": "infra"},
+    {"id": "p1", "work": "partial", "score": 0.25, "cost": 0.25},
+    {"id": "p2", "work": "sleep", "seconds": 0.15, "then": "partial", "score": 0.5,
+     "cost": 0.5},
+    {"id": "s3", "work": "succeed", "cost": 0.125},
+    {"id": "f4", "work": "fail", "cost": 0.0625},
+    {"id": "a5", "work": "agent_fail", "cost": 0.375},
+    {"id": "i6", "work": "infra", "cost": 0.03125},
 ]
+# A paid chain's campaign: a ceiling no example reaches, each unit held at RESERVE_USD until
+# it settles (a unit of unknown cost, or a dead run's hold, is charged at least that).
+RESERVE_USD = 1.0
+CAMPAIGN = ("--campaign-budget-usd", "1000", "--per-task-reserve-usd", str(RESERVE_USD),
+            "--unknown-cost-allowance-usd", str(RESERVE_USD))
 SETTLED = {"scored", "agent_failed"}
 # A step's bound: generous, so a loaded machine (CI's slow tier beside other jobs) is not
 # taken for a broken joint (a timeout in one example makes Hypothesis's replay diverge)
@@ -60,6 +68,7 @@ class Bench(Protocol):
     tasks: tuple[str, ...]  # the tasks of a whole selection (pytest ids, ``-k`` names)
     narrow: str  # ``-k`` of a narrowed resume: some of the tasks
     kill_scale: float  # a drawn kill (0.05 to 0.6) times this is seconds into a run
+    pays: bool  # its units report costs (the machine then also plays paid chains)
 
     def run(self, *args: str, timeout: float) -> Run:
         """A run to its end (``args`` after the bench's own options)."""
@@ -83,6 +92,7 @@ class SelftestBench:
     tasks = tuple(t["id"] for t in TASKS)
     narrow = "p1 or s3 or i6"
     kill_scale = 1.0
+    pays = True
 
     def __init__(self, path: Path) -> None:
         self.suite = Suite(path)
@@ -114,6 +124,7 @@ class Chain:
     shard: ShardSpec | None = None
     group: int | None = None  # the sharded run the chain is a share of
     killed: list[bool] = field(default_factory=list)
+    campaign: Path | None = None  # a paid chain's campaign file (its every run spends there)
 
     @property
     def tip(self) -> Path:
@@ -193,6 +204,7 @@ class JointMachine(RuleBasedStateMachine):
         self.reports = 0
         self.merged: list[Path] = []
         self.moves = 0
+        self.campaigns = 0
         self.in_merges: set[int] = set()  # id() of the chains a merge names by path
 
     def make_bench(self) -> Bench:
@@ -209,6 +221,15 @@ class JointMachine(RuleBasedStateMachine):
     @rule(k=st.integers(1, 3), kill=st.none() | st.floats(0.05, 0.6))
     def run(self, k: int, kill: float | None) -> None:
         self._start(Chain([]), ["--attempts", str(k)], kill)
+
+    @precondition(lambda self: len(self.chains) < 5 and self.bench.pays)
+    @rule(k=st.integers(1, 3), kill=st.none() | st.floats(0.05, 0.6))
+    def run_paid(self, k: int, kill: float | None) -> None:
+        """A run on a campaign of its own; its resumes spend there too (a killed run's
+        custody is taken over by the resume, wherever the chain moved)."""
+        self.campaigns += 1
+        chain = Chain([], campaign=self.dir / f"campaign-{self.campaigns}.json")
+        self._start(chain, ["--attempts", str(k)], kill)
 
     @precondition(lambda self: len(self.chains) < 4)
     @rule(k=st.integers(1, 2), kill=st.none() | st.floats(0.05, 0.6))
@@ -297,6 +318,8 @@ class JointMachine(RuleBasedStateMachine):
 
     # -------------------------------------------------------------------------------------
     def _start(self, chain: Chain, args: list[str], kill: float | None) -> None:
+        if chain.campaign is not None:
+            args = ["--campaign-file", str(chain.campaign), *CAMPAIGN, *args]
         if kill is None:
             run = self.bench.run(*args, timeout=STEP_TIMEOUT_S)
             root = run.root
@@ -334,6 +357,44 @@ class JointMachine(RuleBasedStateMachine):
     @invariant()
     def engine_holds(self) -> None:
         self.bench.check_engine()
+
+    @invariant()
+    def money_holds(self) -> None:
+        for chain in self.chains:
+            if chain.campaign is not None and chain.roots:
+                check_money(chain)
+
+
+def check_money(chain: Chain) -> None:
+    """A paid chain's campaign against its runs' rows: a run that finished was charged
+    exactly what its rows say (each execution its cost, and a dead run's hold on the unit
+    that ran again) plus what it left open; a killed run at least its rows, and at most one
+    unit's charge more (a unit settled as the kill landed, its row lost); its custody
+    passed to a later run of the chain; nothing open once the chain's tip finished."""
+    state = json.loads(chain.campaign.read_text()) if chain.campaign else {}
+    records = {r["run_id"]: r for r in state.get("runs", [])}
+    active = state.get("active_runs", {})
+    runs = [Run.of(root) for root in chain.roots]
+    ids = [run.manifest["run_id"] for run in runs]
+    most = max(t["cost"] for t in TASKS) + RESERVE_USD  # a unit's cost and a dead hold
+    for i, run in enumerate(runs):
+        charged = [((r.get("details") or {}).get("budget") or {}).get("charged_usd")
+                   for r in run.rows if r["outcome"] != "carried_forward"]
+        rows_usd = sum(c for c in charged if c is not None)
+        record = records.get(ids[i]) or active.get(ids[i])
+        if record is None:  # killed before its budget was admitted
+            assert chain.killed[i] and not rows_usd, (run.root, charged)
+            continue
+        if record.get("outcome") not in (None, "taken_over"):  # it finished
+            assert abs(record["settled_usd"] - rows_usd - record["abandoned_usd"]) < 1e-9, (
+                run.root, record, charged)
+            continue
+        assert chain.killed[i], (run.root, record, "an unfinished run that was not killed")
+        assert rows_usd <= record["settled_usd"] <= rows_usd + most, (run.root, record)
+        if record.get("outcome") == "taken_over":
+            assert record["taken_over_by"] in ids[i + 1:], (run.root, record, ids)
+    if Run.of(chain.tip).manifest.get("exit_code") is not None:
+        assert active == {}, (chain.tip, active)
 
 
 def check_merge(whole: Callable[..., Path], every: int, shards: list[Chain],

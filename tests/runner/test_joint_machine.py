@@ -4,11 +4,14 @@ default tier plays a fixed set of examples; the slow tier ten times more, at ran
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.runner.joint_machine import JointMachine
+from tests.support.suite import Run
 
 # no deadline (a step is a pytest run), no example database (nothing written in the tree)
 COMMON = settings(deadline=None, database=None, stateful_step_count=6,
@@ -49,5 +52,31 @@ def test_a_chain_moved_to_another_machine_resumes_merges_and_reports() -> None:
         machine.chains_hold()
         machine.merge(First())  # type: ignore[arg-type]
         machine.report(First())  # type: ignore[arg-type]
+    finally:
+        machine.teardown()
+
+
+def test_a_paid_chain_killed_moved_and_resumed_keeps_its_money_exact() -> None:
+    """``run_paid`` killed mid-run, moved to another machine, resumed with a larger K: the
+    resume takes the dead run's custody over by its run id (its root moved), the campaign
+    charges each run what its rows say, and nothing stays open."""
+    machine = JointMachine()
+    try:
+        machine.run_paid(k=1, kill=0.3)
+        [chain] = machine.chains
+        assert chain.campaign is not None and chain.roots and chain.killed == [True]
+        machine.money_holds()
+        machine.move(First())  # type: ignore[arg-type]
+        machine.resume(First(), grow=1, narrow=False, kill=None)  # type: ignore[arg-type]
+        assert len(chain.roots) == 2
+        machine.chains_hold()
+        machine.money_holds()
+        state = json.loads(chain.campaign.read_text())
+        assert state["active_runs"] == {} and len(state["runs"]) == 2, state
+        assert state["runs"][0]["taken_over_by"] == Run.of(chain.tip).manifest["run_id"]
+        state["runs"][1]["settled_usd"] += 0.5  # a unit charged twice: the invariant says so
+        chain.campaign.write_text(json.dumps(state))
+        with pytest.raises(AssertionError):
+            machine.money_holds()
     finally:
         machine.teardown()
