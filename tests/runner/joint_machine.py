@@ -3,13 +3,14 @@
 Hypothesis's stateful testing drives a benchmark (:class:`Bench`: the selftest benchmark,
 no Docker, in :class:`JointMachine`; the Harbor task format in real Docker in
 :class:`tests.runner.joint_harbor.HarborJointMachine`, issue 42) through runs with K
-attempts, sharded or not, SIGKILLs at random points, resumes that raise K or narrow the
-selection, moves of a chain to another machine (its tip packed and unpacked elsewhere as a
-CI artifact, ``scripts/ci/artifact.sh``, the originals gone), merges of shards and
-reports. After every step it checks the invariants of
+attempts, sharded or not, paid on a campaign or not, SIGKILLs at random points, resumes
+that raise K or narrow the selection, moves of a chain to another machine (its tip packed
+and unpacked elsewhere as a CI artifact, ``scripts/ci/artifact.sh``, the originals gone),
+merges of shards and reports. After every step it checks the invariants of
 :func:`check_chain` and :func:`check_merge` against the run model
-(:class:`harness.run.model.RunModel`), and the bench's own (:meth:`Bench.check_engine`: on
-Docker, no container left that a finished run should have removed). A failing example prints as the sequence of rules
+(:class:`harness.run.model.RunModel`), the money of each paid chain against its rows
+(:func:`check_money`), and the bench's own (:meth:`Bench.check_engine`: on Docker, no
+container left that a finished run should have removed). A failing example prints as the sequence of rules
 (``state.resume(...)``) Hypothesis replays.
 """
 
