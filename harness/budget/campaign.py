@@ -80,20 +80,30 @@ class Campaign(CampaignStore):
         kept sandboxes become this run's; its record says ``taken_over_by``) when this run
         resumes it (``resumes``: the ancestors' run roots, ``resumed_run_ids``: their run
         ids, which hold on another machine too) or carries its ``identity`` (the shard's
-        re-run). A dead entry with an identity of its own is left for its re-run (its holds
-        still count). Any other dead entry refuses the run (``campaign_stale_run``, naming
-        it); a live entry with this run's identity refuses it (``campaign_lease_live``:
-        the caller may wait for the lease). Admitting the same run id again from the same
-        pid returns the existing entry.
+        re-run), and when it is an earlier resume of one of those ancestors that died before
+        it settled or held anything of its own (killed while it was admitted: its selection
+        never frozen, so it cannot be resumed; the holds it took over pass on). A dead entry
+        with an identity of its own is left for its re-run (its holds still count). Any
+        other dead entry refuses the run (``campaign_stale_run``, naming it: a resume that
+        ran units is a fork, and resuming its ancestor again would pay for them twice); a
+        live entry with this run's identity refuses it (``campaign_lease_live``: the caller
+        may wait for the lease). Admitting the same run id again from the same pid returns
+        the existing entry.
         """
         ident = custody.identify(pid)
         ancestors = {_root_key(root) for root in resumes}
 
-        def ours(entry: ActiveRun) -> bool:
+        def ours(entry: ActiveRun, known: set[str]) -> bool:
             return (_root_key(entry.run_root) in ancestors or entry.run_id in resumed_run_ids
-                    or (identity is not None and entry.identity == identity))
+                    or (identity is not None and entry.identity == identity)
+                    or (not entry.reservations and not entry.settled
+                        and bool(known.intersection(entry.took_over))))
 
         def change(state: CampaignState) -> ActiveRun:
+            roots = [(r.run_id, r.run_root) for r in state.runs] + [
+                (r.run_id, r.run_root) for r in state.active_runs.values()]
+            known = {*resumed_run_ids,
+                     *(rid for rid, root in roots if _root_key(root) in ancestors)}
             taken: list[ActiveRun] = []
             for entry in state.active_runs.values():
                 if entry.run_id == run_id:
@@ -109,7 +119,7 @@ class Campaign(CampaignStore):
                         raise refuse(E.CAMPAIGN_LEASE_LIVE, f"{custody.describe(entry)} "
                                      "still holds this shard's custody")
                     continue
-                if ours(entry):
+                if ours(entry, known):
                     taken.append(entry)
                 elif entry.identity is None:
                     raise self._stale(entry)

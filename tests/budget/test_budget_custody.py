@@ -393,6 +393,46 @@ def test_issue23_item2_a_chain_of_resumes_takes_every_dead_ancestor_over(
     assert third.custody_run_ids == ["third", "second", first]
 
 
+def _dead_resume(campaign: Campaign, root: Path, resumes: list[Path],
+                 settle: str | None = None) -> None:
+    """A resume of ``resumes`` admitted (it takes their custody over), then killed; it
+    settles ``settle`` first when given (a resume that ran a unit)."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    campaign.admit_run(root.name, root, holder.pid, resumes=resumes)
+    if settle is not None:
+        campaign.reserve(root.name, settle, 1.0)
+        campaign.settle(root.name, settle, 0.5, True)
+    holder.kill()
+    holder.wait()
+
+
+def test_a_resume_killed_while_admitted_passes_its_custody_on_to_the_next(
+    make_campaign: MakeCampaign, tmp_path: Path
+) -> None:
+    """A resume SIGKILLed after it took the dead run's custody over but before its
+    selection was frozen cannot itself be resumed: the operator resumes the dead run again,
+    and that resume takes both over (the holds pass on; before, it was refused as stale)."""
+    campaign = make_campaign(100.0)
+    first, first_root = _crash_a_run(campaign, tmp_path)
+    _dead_resume(campaign, tmp_path / "lost", [first_root])
+    again = campaign.admit_run("again", tmp_path / "again", os.getpid(), resumes=[first_root],
+                               resumed_run_ids=[first])
+    assert again.took_over == ["lost", first] and set(again.inherited) == {"b/in-flight"}
+    lost = next(r for r in campaign.snapshot().runs if r.run_id == "lost")
+    assert lost.outcome == "taken_over" and lost.taken_over_by == "again"
+
+
+def test_a_resume_that_ran_a_unit_is_a_fork_and_still_refuses_its_ancestors_resume(
+    make_campaign: MakeCampaign, tmp_path: Path
+) -> None:
+    campaign = make_campaign(100.0)
+    _first, first_root = _crash_a_run(campaign, tmp_path)
+    _dead_resume(campaign, tmp_path / "ran", [first_root], settle="a/done")
+    with pytest.raises(RefusalError) as refused:
+        campaign.admit_run("again", tmp_path / "again", os.getpid(), resumes=[first_root])
+    assert refused.value.reason == "campaign_stale_run" and "ran" in str(refused.value)
+
+
 @pytest.mark.docker
 def test_issue23_item2_reconcile_names_the_kept_sandbox_and_each_way_out(
     make_campaign: MakeCampaign,
