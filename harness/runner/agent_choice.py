@@ -6,7 +6,7 @@ The run reads the agent option here and nowhere else: the trial gets the choice
 itself, and shows a benchmark the chosen kind's capabilities and seed
 (:attr:`harness.runner.trial.Trial.agent`, :attr:`~harness.runner.trial.Trial.agent_seed`);
 admission, the engines' checks and the row's secret scan read the same choice.
-``tests/test_layers.py`` fails the suite on any other reader of these options.
+``tests/runner/test_agent_choice.py`` fails the suite on any other reader of these options.
 
 ``--model-record DIR`` / ``--model-replay DIR`` (``--replay-order strict|sequence``): the
 agent's model calls recorded or replayed at the model gateway
@@ -69,7 +69,7 @@ class AgentChoice:
     @property
     def seed(self) -> AgentSeed | None:
         """The agent's own checkout (``--agent-repo``), None when not given."""
-        return None if self.repo is None else AgentSeed(self.repo, self.allow_dirty_seed)
+        return None if not self.repo else AgentSeed(self.repo, self.allow_dirty_seed)
 
     @cached_property
     def options(self) -> AgentOptions:
@@ -90,11 +90,11 @@ def _read(config: pytest.Config) -> AgentChoice:
     env = tuple(config.getoption("agent_env"))
     settings = {
         "command": config.getoption("agent_command"),
-        "env": list(env),
+        "env": env,
         "gateway_url": config.getoption("gateway_url") or os.environ.get(GATEWAY_URL_ENV),
         "poll_interval_s": _float_option(config, "gateway_poll_sec"),
         "solve_model": config.getoption("solve_model"),
-        "allow_models": list(config.getoption("allow_model")),
+        "allow_models": tuple(config.getoption("allow_model")),
         "agent_config": config.getoption("agent_config"),
         "model_upstream": config.getoption("model_upstream"),
         "model_key_env": config.getoption("model_key_env"),
@@ -105,7 +105,7 @@ def _read(config: pytest.Config) -> AgentChoice:
     }
     return AgentChoice(
         given=None if given is None else str(given), kind=kind, runs=kind or "nop",
-        dry_run=dry_run, env=env, repo=config.getoption("agent_repo"),
+        dry_run=dry_run, env=env, repo=config.getoption("agent_repo") or None,
         allow_dirty_seed=bool(config.getoption("allow_dirty_seed")),
         model_upstream=settings["model_upstream"], model_replay=config.getoption("model_replay"),
         settings=tuple(settings.items()))

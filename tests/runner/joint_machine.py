@@ -126,6 +126,7 @@ class Chain:
     group: int | None = None  # the sharded run the chain is a share of
     killed: list[bool] = field(default_factory=list)
     campaign: Path | None = None  # a paid chain's campaign file (its every run spends there)
+    lost: list[Path] = field(default_factory=list)  # killed before its selection was frozen
 
     @property
     def tip(self) -> Path:
@@ -333,6 +334,8 @@ class JointMachine(RuleBasedStateMachine):
         if readable(root):
             chain.roots.append(root)
             chain.killed.append(kill is not None)
+        else:  # a paid one may have taken the chain's custody over before it died
+            chain.lost.append(root)
         # every chain started is kept, with or without a root: what Hypothesis draws from
         # (self.chains, self.merges) must not depend on where a kill landed, or its replay
         # of an example diverges (FlakyStrategyDefinition)
@@ -368,21 +371,25 @@ class JointMachine(RuleBasedStateMachine):
 
 def check_money(chain: Chain) -> None:
     """A paid chain's campaign against its runs' rows: a run that finished was charged
-    exactly what its rows say (each execution its cost, and a dead run's hold on the unit
-    that ran again) plus what it left open; a killed run at least its rows, and at most one
-    unit's charge more (a unit settled as the kill landed, its row lost); its custody
-    passed to a later run of the chain; nothing open once the chain's tip finished."""
-    state = json.loads(chain.campaign.read_text()) if chain.campaign else {}
-    records = {r["run_id"]: r for r in state.get("runs", [])}
-    active = state.get("active_runs", {})
+    exactly what its rows say (each execution its cost, and the holds of dead runs on the
+    unit that ran again) plus what it left open; a killed run at least its rows, and at most
+    one unit's charge more (a unit settled as the kill landed, its row lost); a run killed
+    before its selection was frozen nothing; each dead run's custody passed to a later run
+    of the chain; nothing open once the chain's tip finished."""
+    assert chain.campaign is not None
+    state = json.loads(chain.campaign.read_text())
+    entries = {r["run_id"]: r for r in [*state["runs"], *state["active_runs"].values()]}
     runs = [Run.of(root) for root in chain.roots]
     ids = [run.manifest["run_id"] for run in runs]
-    most = max(t["cost"] for t in TASKS) + RESERVE_USD  # a unit's cost and a dead hold
+    lost = [json.loads((r / "run_manifest.json").read_text())["run_id"]
+            for r in chain.lost if (r / "run_manifest.json").is_file()]
+    # a unit's cost, and a hold for each dead run before it (holds pass on, resume by resume)
+    most = max(t["cost"] for t in TASKS) + RESERVE_USD * (len(runs) + len(lost))
     for i, run in enumerate(runs):
         charged = [((r.get("details") or {}).get("budget") or {}).get("charged_usd")
                    for r in run.rows if r["outcome"] != "carried_forward"]
         rows_usd = sum(c for c in charged if c is not None)
-        record = records.get(ids[i]) or active.get(ids[i])
+        record = entries.get(ids[i])
         if record is None:  # killed before its budget was admitted
             assert chain.killed[i] and not rows_usd, (run.root, charged)
             continue
@@ -393,9 +400,13 @@ def check_money(chain: Chain) -> None:
         assert chain.killed[i], (run.root, record, "an unfinished run that was not killed")
         assert rows_usd <= record["settled_usd"] <= rows_usd + most, (run.root, record)
         if record.get("outcome") == "taken_over":
-            assert record["taken_over_by"] in ids[i + 1:], (run.root, record, ids)
+            assert record["taken_over_by"] in [*ids[i + 1:], *lost], (run.root, record, ids)
+    for run_id in lost:  # it ran no unit: it passed on what it took over, still holds it,
+        entry = entries.get(run_id)  # or (refused after its admission) charged it as left
+        if entry is not None:
+            assert entry["settled_usd"] == entry.get("abandoned_usd", 0.0), entry
     if Run.of(chain.tip).manifest.get("exit_code") is not None:
-        assert active == {}, (chain.tip, active)
+        assert state["active_runs"] == {}, (chain.tip, state["active_runs"])
 
 
 def check_merge(whole: Callable[..., Path], every: int, shards: list[Chain],

@@ -33,23 +33,43 @@ def agent_dests() -> dict[str, Any]:
 
 
 def readers_of(source: str, dests: set[str]) -> list[tuple[int, str]]:
-    """Each ``x.getoption("D")``, ``x.option("D")`` and ``config.option.D`` of an agent
-    option ``D``."""
+    """Each read of an agent option ``D`` (its dest, or its flag ``--d-e-s-t``) in the forms
+    the code base uses: ``x.getoption(D)`` or ``x.option(D)`` (by position or ``name=``,
+    through a name bound to either), ``config.option.D``, ``getattr(config.option, D)`` and
+    ``vars(config.option)[D]``."""
+    flags = {f"--{d.replace('_', '-')}": d for d in dests} | {d: d for d in dests}
+    tree = ast.parse(source)
+    readers = {"getoption", "option", "getattr"} | {  # opt = config.getoption
+        t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Attribute) and node.value.attr in ("getoption", "option")
+        for t in node.targets if isinstance(t, ast.Name)}
+
+    def named(node: ast.expr | None) -> str | None:
+        value = node.value if isinstance(node, ast.Constant) else None
+        return flags.get(value) if isinstance(value, str) else None
+
     found = []
-    for node in ast.walk(ast.parse(source)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("getoption", "option") and node.args
-                and isinstance(node.args[0], ast.Constant) and node.args[0].value in dests):
-            found.append((node.lineno, str(node.args[0].value)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            callee = node.func.attr if isinstance(node.func, ast.Attribute) else (
+                node.func.id if isinstance(node.func, ast.Name) else "")
+            if callee in readers:
+                given = [*node.args[:2], *(k.value for k in node.keywords if k.arg == "name")]
+                found += [(node.lineno, d) for d in map(named, given) if d]
         elif (isinstance(node, ast.Attribute) and node.attr in dests
               and isinstance(node.value, ast.Attribute) and node.value.attr == "option"):
             found.append((node.lineno, node.attr))
-    return sorted(found)
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) and (
+                getattr(node.value.func, "id", "") == "vars") and named(node.slice):
+            found.append((node.lineno, str(named(node.slice))))
+    return sorted(set(found))
 
 
 def product_files() -> list[Path]:
+    """The product's modules, and the benchmarks' test bodies (a benchmark's own)."""
     files = [p for top in PRODUCT for p in (ROOT / top).rglob("*.py")]
-    return [p for p in files if not p.name.startswith("test_") and "__pycache__" not in p.parts]
+    return [p for p in files if "__pycache__" not in p.parts
+            and (not p.name.startswith("test_") or p.parts[-3] == "benchmarks")]
 
 
 def test_only_the_agent_options_room_reads_them() -> None:
@@ -70,8 +90,17 @@ def test_the_reader_rule_sees_a_benchmark_reading_the_option() -> None:
               'repo = config.getoption("agent_repo", None)\n'
               'fine = config.getoption("pb_workspace")\n'
               'names = config.option.agent_env\n'
-              'also_fine = config.option.pb_workspace\n')
-    assert readers_of(source, dests) == [(1, "agent"), (2, "agent_repo"), (4, "agent_env")]
+              'also_fine = config.option.pb_workspace\n'
+              'opt = config.getoption\n'
+              'url = opt("gateway_url")\n'
+              'by_flag = config.getoption("--agent-repo")\n'
+              'by_name = config.getoption(name="model_replay")\n'
+              'by_getattr = getattr(config.option, "solve_model")\n'
+              'by_vars = vars(config.option)["agent_command"]\n'
+              'not_an_option = details["agent"]\n')
+    assert readers_of(source, dests) == [
+        (1, "agent"), (2, "agent_repo"), (4, "agent_env"), (7, "gateway_url"),
+        (8, "agent_repo"), (9, "model_replay"), (10, "solve_model"), (11, "agent_command")]
 
 
 class _Config:
@@ -89,6 +118,13 @@ class _Config:
 
 def choice(**given: Any) -> AgentChoice:
     return agent_choice(_Config(**given))  # type: ignore[arg-type]
+
+
+def test_an_empty_agent_repo_is_no_checkout() -> None:
+    """``--agent-repo ""`` (an empty CI variable) seeds nothing: admission records no
+    provenance for it, so no copy of the runner's folder may reach the sandbox."""
+    got = choice(agent="command", agent_repo="")
+    assert got.repo is None and got.seed is None
 
 
 def test_the_choice_is_read_once_a_run() -> None:

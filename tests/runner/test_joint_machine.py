@@ -5,6 +5,9 @@ default tier plays a fixed set of examples; the slow tier ten times more, at ran
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -56,11 +59,23 @@ def test_a_chain_moved_to_another_machine_resumes_merges_and_reports() -> None:
         machine.teardown()
 
 
+class KillAfterARow(JointMachine):
+    """A kill lands once the run's first row is on disk (not after a time: a loaded machine
+    may not have frozen the selection by then)."""
+
+    def _wait_to_kill(self, proc: Any, root: Path, kill: float) -> None:
+        ledger = root / "result_index.jsonl"
+        deadline = time.monotonic() + 120
+        while not (ledger.is_file() and ledger.read_bytes().count(b"\n")):
+            assert time.monotonic() < deadline and proc.poll() is None, "no row was written"
+            time.sleep(0.02)
+
+
 def test_a_paid_chain_killed_moved_and_resumed_keeps_its_money_exact() -> None:
     """``run_paid`` killed mid-run, moved to another machine, resumed with a larger K: the
     resume takes the dead run's custody over by its run id (its root moved), the campaign
     charges each run what its rows say, and nothing stays open."""
-    machine = JointMachine()
+    machine = KillAfterARow()
     try:
         machine.run_paid(k=1, kill=0.3)
         [chain] = machine.chains
