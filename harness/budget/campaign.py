@@ -97,7 +97,7 @@ class Campaign(CampaignStore):
             return (_root_key(entry.run_root) in ancestors or entry.run_id in resumed_run_ids
                     or (identity is not None and entry.identity == identity)
                     or (not entry.reservations and not entry.settled
-                        and bool(known.intersection(entry.took_over))))
+                        and bool(known.intersection([*entry.took_over, *entry.resumes]))))
 
         def change(state: CampaignState) -> ActiveRun:
             roots = [(r.run_id, r.run_root) for r in state.runs] + [
@@ -130,7 +130,7 @@ class Campaign(CampaignStore):
                 admitted_at_unix=now, usage_at_admission=state.last_usage,
                 unknown_cost_allowance_usd=unknown_cost_allowance_usd,
                 lease_sec=lease_sec, lease_expires_unix=now + lease_sec,
-                identity=identity,
+                identity=identity, resumes=[] if taken else sorted(known),
             )
             for old in taken:
                 self._take_over(state, entry, old)

@@ -10,9 +10,9 @@ id) because runs of one campaign may go on at the same time.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from harness.core.models import OpenModel as _Open
 from harness.core.models import StrictModel as _Strict
@@ -58,6 +58,18 @@ class ActiveRun(_Strict):
     # until this run reserves the same instance again (a reattach) or finishes.
     took_over: list[str] = Field(default_factory=list)
     inherited: dict[str, ReservationEntry] = Field(default_factory=dict)
+    # The runs it resumes (their run ids) when it took none of them over (their custody had
+    # ended; otherwise ``took_over`` names them): a resume that dies before it holds anything
+    # of its own passes its custody on to the next resume of the same runs. Written only
+    # when given (every other entry is written as it always was).
+    resumes: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _resumes_when_given(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if not self.resumes and isinstance(data, dict):
+            data.pop("resumes", None)
+        return data
     # What an instance of unknown cost is charged (``--unknown-cost-allowance-usd``).
     unknown_cost_allowance_usd: float | None = None
     # The lease the controller renews while it lives (:mod:`.custody`): an entry whose lease

@@ -422,6 +422,28 @@ def test_a_resume_killed_while_admitted_passes_its_custody_on_to_the_next(
     assert lost.outcome == "taken_over" and lost.taken_over_by == "again"
 
 
+def test_a_resume_of_a_finished_run_killed_while_admitted_stays_no_obstacle(
+    make_campaign: MakeCampaign, tmp_path: Path
+) -> None:
+    """The run finished; its resume died while it was admitted (it held nothing): the next
+    resume of the same run takes that entry over instead of being refused as stale."""
+    campaign = make_campaign(100.0)
+    done_root = tmp_path / "done"
+    campaign.admit_run("done", done_root, os.getpid())
+    campaign.finish_run("done", "completed")
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    campaign.admit_run("lost", tmp_path / "lost", holder.pid, resumes=[done_root],
+                       resumed_run_ids=["done"])
+    holder.kill()
+    holder.wait()
+    again = campaign.admit_run("again", tmp_path / "again", os.getpid(), resumes=[done_root],
+                               resumed_run_ids=["done"])
+    assert again.took_over == ["lost"]  # (it took one over: ``resumes`` is not written)
+    assert set(campaign.snapshot().active_runs) == {"again"}
+    lost = next(r for r in campaign.snapshot().runs if r.run_id == "lost")
+    assert lost.outcome == "taken_over" and lost.taken_over_by == "again"
+
+
 def test_a_resume_that_ran_a_unit_is_a_fork_and_still_refuses_its_ancestors_resume(
     make_campaign: MakeCampaign, tmp_path: Path
 ) -> None:
