@@ -95,3 +95,45 @@ def test_a_paid_chain_killed_moved_and_resumed_keeps_its_money_exact() -> None:
             machine.money_holds()
     finally:
         machine.teardown()
+
+
+class KillWhenAdmitted(JointMachine):
+    """A kill lands as soon as the run holds its campaign custody: before its selection is
+    frozen (on this bench collection takes longer than that window)."""
+
+    def _wait_to_kill(self, proc: Any, root: Path, kill: float) -> None:
+        campaign = next(c.campaign for c in self.chains if c.campaign is not None)
+        deadline = time.monotonic() + 120
+        while True:
+            assert time.monotonic() < deadline and proc.poll() is None, "never admitted"
+            try:
+                active = json.loads(campaign.read_text())["active_runs"].values()
+            except (OSError, ValueError):
+                active = []
+            if any(a["run_root"] == str(root) for a in active):
+                return
+            time.sleep(0.005)
+
+
+def test_a_resume_killed_while_admitted_leaves_the_chain_resumable() -> None:
+    """A finished paid run; its resume SIGKILLed while admitted (no selection frozen: no
+    root to resume, an empty custody entry left); the run resumed again takes that entry
+    over, and the money holds."""
+    machine = KillWhenAdmitted()
+    try:
+        machine.run_paid(k=1, kill=None)
+        [chain] = machine.chains
+        machine.resume(First(), grow=1, narrow=False, kill=0.1)  # type: ignore[arg-type]
+        assert len(chain.lost) == 1 and len(chain.roots) == 1, (chain.lost, chain.roots)
+        machine.money_holds()
+        assert chain.campaign is not None
+        assert len(json.loads(chain.campaign.read_text())["active_runs"]) == 1
+        machine.resume(First(), grow=1, narrow=False, kill=None)  # type: ignore[arg-type]
+        assert len(chain.roots) == 2, "the resume was refused"
+        machine.chains_hold()
+        machine.money_holds()
+        state = json.loads(chain.campaign.read_text())
+        assert state["active_runs"] == {}
+        assert [r["outcome"] for r in state["runs"]][1] == "taken_over", state["runs"]
+    finally:
+        machine.teardown()
