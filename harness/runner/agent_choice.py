@@ -49,8 +49,6 @@ class AgentChoice:
     """The agent under test as the command line chose it (read once: :func:`agent_choice`)."""
 
     given: str | None  # ``--agent`` as given (None: not given)
-    kind: str  # the run's record of it: as given, ``gateway`` for a dry run, else ""
-    runs: str  # the kind that runs an instance: ``kind``, or ``nop`` when none is chosen
     dry_run: bool
     env: tuple[str, ...]  # ``--agent-env`` names (their values are the runner's secrets)
     repo: str | None  # ``--agent-repo``: the agent's checkout
@@ -58,6 +56,18 @@ class AgentChoice:
     model_upstream: str | None
     model_replay: str | None
     settings: tuple[tuple[str, Any], ...]  # the rest of :class:`AgentOptions`, as given
+
+    @property
+    def kind(self) -> str:
+        """The run's record of the kind: as given, ``gateway`` for a dry run, else ""."""
+        if self.given is not None:
+            return self.given
+        return "gateway" if self.dry_run else ""
+
+    @property
+    def runs(self) -> str:
+        """The kind that runs an instance: :attr:`kind`, or ``nop`` when none is chosen."""
+        return self.kind or "nop"
 
     @property
     def spends_money(self) -> bool:
@@ -75,7 +85,8 @@ class AgentChoice:
     def options(self) -> AgentOptions:
         from harness.agents.base import AgentOptions
 
-        return AgentOptions(**dict(self.settings))
+        return AgentOptions(**dict(self.settings), env=list(self.env),
+                            model_upstream=self.model_upstream)
 
 
 def agent_choice(config: pytest.Config) -> AgentChoice:
@@ -85,18 +96,13 @@ def agent_choice(config: pytest.Config) -> AgentChoice:
 
 def _read(config: pytest.Config) -> AgentChoice:
     given = config.getoption("agent")
-    dry_run = bool(config.getoption("dry_run"))
-    kind = str(given) if given is not None else ("gateway" if dry_run else "")
-    env = tuple(config.getoption("agent_env"))
     settings = {
         "command": config.getoption("agent_command"),
-        "env": env,
         "gateway_url": config.getoption("gateway_url") or os.environ.get(GATEWAY_URL_ENV),
         "poll_interval_s": _float_option(config, "gateway_poll_sec"),
         "solve_model": config.getoption("solve_model"),
         "allow_models": tuple(config.getoption("allow_model")),
         "agent_config": config.getoption("agent_config"),
-        "model_upstream": config.getoption("model_upstream"),
         "model_key_env": config.getoption("model_key_env"),
         "model_prices": config.getoption("model_prices"),
         "per_task_limit_usd": _float_option(config, "per_task_limit_usd"),
@@ -104,11 +110,11 @@ def _read(config: pytest.Config) -> AgentChoice:
         "exec_margin_s": _float_option(config, "agent_exec_margin"),
     }
     return AgentChoice(
-        given=None if given is None else str(given), kind=kind, runs=kind or "nop",
-        dry_run=dry_run, env=env, repo=config.getoption("agent_repo") or None,
+        given=None if given is None else str(given), dry_run=bool(config.getoption("dry_run")),
+        env=tuple(config.getoption("agent_env")), repo=config.getoption("agent_repo") or None,
         allow_dirty_seed=bool(config.getoption("allow_dirty_seed")),
-        model_upstream=settings["model_upstream"], model_replay=config.getoption("model_replay"),
-        settings=tuple(settings.items()))
+        model_upstream=config.getoption("model_upstream"),
+        model_replay=config.getoption("model_replay"), settings=tuple(settings.items()))
 
 
 def run_trial(ctx: InstanceContext, request: pytest.FixtureRequest) -> None:

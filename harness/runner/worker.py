@@ -17,6 +17,7 @@ from harness.core.adapter import BenchmarkAdapter, InstanceSpec
 from harness.core.outcomes import INFRA_PROPERTY, ROW_PROPERTY, Outcome, instance_key
 from harness.core.signals import StopGuard, read_stop
 from harness.run.plan import attempt_keyword
+from harness.runner.agent_choice import agent_choice
 from harness.runner.carried import report_carried, report_carried_first
 
 if TYPE_CHECKING:  # the runtime (pydantic rows) loads when an instance runs, not at collection
@@ -310,8 +311,6 @@ class WorkerHooks:
 
     def _secret_names(self) -> list[str]:
         """The ``--agent-env`` names: their values are scanned for and redacted."""
-        from harness.runner.agent_choice import agent_choice
-
         return list(agent_choice(self.config).env)
 
     @pytest.hookimpl(trylast=True)
