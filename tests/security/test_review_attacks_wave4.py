@@ -34,6 +34,7 @@ from harness.core.layout import LEDGER_NAME
 from harness.core.models import TaskRow
 from harness.run.folder_copies import FolderCopies
 from harness.run.ledger import LedgerError, LedgerWriter, ledger_path, read_ledger
+from tests.support.stand_ins import answers_id
 
 # -- helpers ----------------------------------------------------------------------------
 
@@ -223,7 +224,7 @@ def test_a_symlink_planted_in_the_run_root_is_not_followed(tmp_path: Path) -> No
 def _sandbox(*, user: str = "root", workdir: str | None = "/workspace",
              binds: tuple[tuple[str, str], ...] = ()) -> SimpleNamespace:
     spec = SimpleNamespace(workdir=workdir, network="none", binds=binds, user=user)
-    return SimpleNamespace(name="sbx-1", id="c1", spec=spec, user=user)
+    return SimpleNamespace(name="sbx-1", id="c1", spec=spec, user=user, exec=answers_id())
 
 
 def _request(sandbox: object, **terms: object) -> Any:

@@ -87,21 +87,16 @@ def agent_user(sandbox: Sandbox | None) -> str:
     user when it is not root, else the images' unprivileged ``agent``. Root is what the
     sandbox's kernel says (uid or gid 0 for that user, :func:`is_root_in`), not only how
     the name is spelled: a name the image maps to uid 0 runs as ``agent`` too."""
-    user = sandbox.user if sandbox is not None else None
-    if not user or is_root_user(user) or is_root_in(sandbox, user):
+    if sandbox is None or not sandbox.user or is_root_user(sandbox.user):
         return AGENT_USER
-    return user
+    return AGENT_USER if is_root_in(sandbox, sandbox.user) else sandbox.user
 
 
-def is_root_in(sandbox: Sandbox | None, user: str) -> bool:
+def is_root_in(sandbox: Sandbox, user: str) -> bool:
     """Whether ``user`` has uid 0 or gid 0 in the sandbox (``id``, run as that user); a
-    sandbox that cannot answer is taken as root. A stand-in with no ``exec`` (a dry run's
-    preview, a test's) is judged by the spelling alone."""
-    run = getattr(sandbox, "exec", None)
-    if run is None:
-        return False
+    sandbox that cannot answer is taken as root."""
     try:
-        res = run(["id"], user=user, timeout=30, workdir="/")
+        res = sandbox.exec(["id"], user=user, timeout=30, workdir="/")
     except InfraError:
         return True
     found = re.search(rb"uid=(\d+)\D.*?gid=(\d+)", res.stdout) if res.exit_code == 0 else None

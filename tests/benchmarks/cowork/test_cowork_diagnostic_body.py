@@ -23,6 +23,7 @@ from tests.benchmarks.cowork.cowork_helpers import (
     write_agent_phase,
     write_events,
 )
+from tests.support.stand_ins import answers_id
 
 IID = "excel-sales-summary"
 USAGE = {"type": "llm_usage", "prompt_tokens": 10, "completion_tokens": 5}
@@ -87,7 +88,7 @@ def cowork_task(max_steps: int | None = None, subagents: bool = False) -> dict[s
                             state={STATE: Life(docs, time.monotonic() - 39.5,
                                                InstanceResult(IID, None, None, None))})
     terms = Steps().agent_terms(trial)  # type: ignore[arg-type]
-    box = SimpleNamespace(name="cw-agent", id="0" * 64, user="agent",
+    box = SimpleNamespace(name="cw-agent", id="0" * 64, user="agent", exec=answers_id(),
                           spec=SimpleNamespace(workdir="/", network="cw-net", binds=()))
     request = AgentRequest(
         instance_id="gcal-standup-week", instance_dir=Path("."),

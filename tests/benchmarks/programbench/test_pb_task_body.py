@@ -17,6 +17,7 @@ from benchmarks.programbench.task_body import DEFAULT_TIMEOUT_SEC, agent_terms
 from benchmarks.programbench.tasks import PBInstance, get_instance, load_instances
 from harness.agents.base import AgentRequest
 from harness.agents.gateway.agent import GatewayAgent
+from tests.support.stand_ins import answers_id
 
 CMATRIX = "abishekvashok__cmatrix.5c082c6"
 
@@ -56,7 +57,8 @@ def pb_body(inst: PBInstance, *, instruction: str = "do it", container: str = "h
     (``/workspace``, no network, ``host`` bind-mounted there when given)."""
     spec = SimpleNamespace(workdir="/workspace", network="none",
                            binds=((host, "/workspace"),) if host else ())
-    sandbox = SimpleNamespace(name=container, id="0" * 64, user="agent", spec=spec)
+    sandbox = SimpleNamespace(name=container, id="0" * 64, user="agent", spec=spec,
+                              exec=answers_id())
     request = AgentRequest(instance_id=inst.instance_id, instance_dir=Path("."),
                            instruction=instruction, sandbox=sandbox,  # type: ignore[arg-type]
                            timeout_sec=timeout, adapter="programbench",
